@@ -1,0 +1,184 @@
+/**
+ * Configuration from the environment: one zod schema per process, defaults as in CONTRACT.md §2, and a one-line
+ * `ConfigError` naming the variable for anything invalid. Resolved once at the edge; the rest of the code takes the
+ * resolved objects (units in names).
+ */
+import { z } from 'zod';
+import { ConfigError } from './errors.js';
+
+type Env = Record<string, string | undefined>;
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+const int = (min: number, max: number) =>
+  z
+    .string()
+    .trim()
+    .regex(/^-?\d+$/, { message: 'must be a whole number' })
+    .transform(Number)
+    .pipe(z.number().int().min(min, { message: `must be at least ${min}` }).max(max, { message: `must be at most ${max}` }));
+
+const redisUrl = z
+  .string()
+  .trim()
+  .refine((v) => /^rediss?:\/\/[^\s]+$/.test(v) && URL.canParse(v), { message: 'must be a redis:// or rediss:// URL' });
+
+const prefix = z
+  .string()
+  .trim()
+  .min(1, { message: 'must not be empty' })
+  .regex(/^[^\s]+$/, { message: 'must not contain spaces' });
+
+const commonShape = {
+  REDIS_URL: redisUrl.optional(),
+  TASKRELAY_PREFIX: prefix.default('taskrelay'),
+  LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
+  TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
+};
+
+const authTokens = z
+  .string()
+  .transform((value, ctx) => {
+    const tokens = new Map<string, string>();
+    for (const pair of value.split(',').map((p) => p.trim()).filter(Boolean)) {
+      const at = pair.indexOf(':');
+      const principal = at > 0 ? pair.slice(0, at).trim() : '';
+      const token = at > 0 ? pair.slice(at + 1).trim() : '';
+      if (!principal || !token) {
+        ctx.addIssue({ code: 'custom', message: 'must be a comma list of principal:token pairs' });
+        return z.NEVER;
+      }
+      tokens.set(token, principal);
+    }
+    return tokens;
+  });
+
+const originList = z.string().transform((v) => v.split(',').map((o) => o.trim()).filter(Boolean));
+
+const gatewayEnvSchema = z.object({
+  ...commonShape,
+  HOST: z.string().trim().min(1).default('127.0.0.1'),
+  PORT: int(0, 65_535).default(3000),
+  TASKRELAY_AUTH_TOKENS: authTokens.optional(),
+  TASKRELAY_ALLOWED_ORIGINS: originList.optional(),
+  TASKRELAY_DEFAULT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
+  TASKRELAY_MAX_TTL_MS: int(1_000, 30 * 86_400_000).default(86_400_000),
+  TASKRELAY_POLL_INTERVAL_MS: int(10, 3_600_000).default(1_000),
+  TASKRELAY_MAX_TOOL_TIMEOUT_MS: int(1, 30 * 86_400_000).default(86_400_000),
+  TASKRELAY_EVENT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
+});
+
+const workerEnvSchema = z.object({
+  ...commonShape,
+  WORKER_CONCURRENCY: int(1, 10_000).default(8),
+  WORKER_LOCK_DURATION_MS: int(1_000, 3_600_000).default(30_000),
+  TASKRELAY_TOOLS: z.string().trim().min(1).optional(),
+  TASKRELAY_QUEUE: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
+    .default('default'),
+  WORKER_HEARTBEAT_MS: int(100, 600_000).default(5_000),
+  WORKER_ABORT_GRACE_MS: int(0, 3_600_000).default(5_000),
+  WORKER_CANCEL_SWEEP_MS: int(50, 600_000).default(2_000),
+});
+
+export interface CommonConfig {
+  /** Redis connection URL; undefined when not set (the entry points require it). */
+  redisUrl: string | undefined;
+  /** Prefix of every Redis key and channel. Default `taskrelay`. */
+  prefix: string;
+  /** pino level. Default `info`. */
+  logLevel: (typeof LOG_LEVELS)[number];
+  /** Per-task progress throttle interval. Default 50 ms (about 20 updates per second). */
+  progressIntervalMs: number;
+}
+
+export interface GatewayConfig extends CommonConfig {
+  host: string;
+  port: number;
+  /** token → principal; undefined when authentication is off. */
+  authTokens: Map<string, string> | undefined;
+  /** Allowed `Origin` values; undefined means loopback origins only. */
+  allowedOrigins: string[] | undefined;
+  defaultTtlMs: number;
+  maxTtlMs: number;
+  pollIntervalMs: number;
+  /** Upper bound on any tool's run time; a tool's own `timeoutMs` may only be lower. */
+  maxToolTimeoutMs: number;
+  /** How long SSE events are kept for Last-Event-ID replay. */
+  eventTtlMs: number;
+}
+
+export interface WorkerConfig extends CommonConfig {
+  concurrency: number;
+  lockDurationMs: number;
+  /** Module whose exports are tool definitions; undefined serves the demo tools. */
+  toolsModule: string | undefined;
+  queue: string;
+  heartbeatMs: number;
+  abortGraceMs: number;
+  cancelSweepMs: number;
+}
+
+function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
+  // Treat empty strings as unset, as shells and compose files often export `VAR=`.
+  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const result = schema.safeParse(cleaned);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const name = String(issue?.path[0] ?? 'environment');
+  const got = cleaned[name];
+  const shown = name === 'TASKRELAY_AUTH_TOKENS' || got === undefined ? '' : ` (got ${JSON.stringify(got)})`;
+  throw new ConfigError(`Invalid configuration: ${name} ${issue?.message ?? 'is invalid'}${shown}`);
+}
+
+function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof workerEnvSchema>): CommonConfig {
+  return {
+    redisUrl: parsed.REDIS_URL,
+    prefix: parsed.TASKRELAY_PREFIX,
+    logLevel: parsed.LOG_LEVEL,
+    progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
+  };
+}
+
+export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
+  const p = parseEnv(gatewayEnvSchema, env);
+  if (p.TASKRELAY_DEFAULT_TTL_MS > p.TASKRELAY_MAX_TTL_MS) {
+    throw new ConfigError('Invalid configuration: TASKRELAY_DEFAULT_TTL_MS must not exceed TASKRELAY_MAX_TTL_MS');
+  }
+  return {
+    ...common(p),
+    host: p.HOST,
+    port: p.PORT,
+    authTokens: p.TASKRELAY_AUTH_TOKENS,
+    allowedOrigins: p.TASKRELAY_ALLOWED_ORIGINS,
+    defaultTtlMs: p.TASKRELAY_DEFAULT_TTL_MS,
+    maxTtlMs: p.TASKRELAY_MAX_TTL_MS,
+    pollIntervalMs: p.TASKRELAY_POLL_INTERVAL_MS,
+    maxToolTimeoutMs: p.TASKRELAY_MAX_TOOL_TIMEOUT_MS,
+    eventTtlMs: p.TASKRELAY_EVENT_TTL_MS,
+  };
+}
+
+export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
+  const p = parseEnv(workerEnvSchema, env);
+  return {
+    ...common(p),
+    concurrency: p.WORKER_CONCURRENCY,
+    lockDurationMs: p.WORKER_LOCK_DURATION_MS,
+    toolsModule: p.TASKRELAY_TOOLS,
+    queue: p.TASKRELAY_QUEUE,
+    heartbeatMs: p.WORKER_HEARTBEAT_MS,
+    abortGraceMs: p.WORKER_ABORT_GRACE_MS,
+    cancelSweepMs: p.WORKER_CANCEL_SWEEP_MS,
+  };
+}
+
+/** The entry points need Redis: a one-line error when it is missing. */
+export function requireRedisUrl(config: CommonConfig): string {
+  if (!config.redisUrl) {
+    throw new ConfigError('Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)');
+  }
+  return config.redisUrl;
+}

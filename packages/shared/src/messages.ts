@@ -1,0 +1,82 @@
+/**
+ * Messages between gateway and worker (docs/PROTOCOL.md). Every message that crosses Redis is parsed with one of
+ * these schemas on the receiving side.
+ */
+import { z } from 'zod';
+import { CANCEL_REASONS, TASK_STATUSES } from './task-model.js';
+
+export const TaskStatusSchema = z.enum(TASK_STATUSES);
+export const CancelReasonSchema = z.enum(CANCEL_REASONS);
+export const ProgressTokenSchema = z.union([z.string(), z.number().int()]);
+
+/** §6: published by the progress script on the owning gateway's channel. */
+export const ProgressEventSchema = z.object({
+  taskId: z.string(),
+  progress: z.number(),
+  total: z.number().optional(),
+  message: z.string().optional(),
+});
+export type ProgressEvent = z.infer<typeof ProgressEventSchema>;
+
+/** §2: published by the transition script on the status channel. */
+export const StatusEventSchema = z.object({
+  taskId: z.string(),
+  status: TaskStatusSchema,
+  statusMessage: z.string().optional(),
+  lastUpdatedAt: z.string(),
+});
+export type StatusEvent = z.infer<typeof StatusEventSchema>;
+
+/** §7: published by the gateway on the cancel channel. */
+export const CancelRequestSchema = z.object({
+  taskId: z.string(),
+  reason: CancelReasonSchema,
+});
+export type CancelRequest = z.infer<typeof CancelRequestSchema>;
+
+/** §4: BullMQ job data. */
+export const JobDataSchema = z.object({
+  taskId: z.string(),
+  tool: z.string(),
+  arguments: z.record(z.string(), z.unknown()),
+  /** Abort the tool with TIMEOUT this long after it starts; absent means no limit. */
+  timeoutMs: z.number().int().positive().optional(),
+});
+export type JobData = z.infer<typeof JobDataSchema>;
+
+export const TaskSupportSchema = z.enum(['forbidden', 'optional', 'required']);
+export type TaskSupport = z.infer<typeof TaskSupportSchema>;
+
+/** §3: one tool as a worker advertises it. */
+export const ToolDescriptorSchema = z.object({
+  name: z.string(),
+  title: z.string().optional(),
+  description: z.string(),
+  inputSchema: z.record(z.string(), z.unknown()),
+  outputSchema: z.record(z.string(), z.unknown()).optional(),
+  taskSupport: TaskSupportSchema,
+  timeoutMs: z.number().int().positive().optional(),
+  attempts: z.number().int().positive().optional(),
+});
+export type ToolDescriptor = z.infer<typeof ToolDescriptorSchema>;
+
+/** §3: one worker's catalog. */
+export const WorkerCatalogSchema = z.object({
+  workerId: z.string(),
+  queue: z.string(),
+  tools: z.array(ToolDescriptorSchema),
+  heartbeatAt: z.number(),
+});
+export type WorkerCatalog = z.infer<typeof WorkerCatalogSchema>;
+
+/** Parses JSON and validates it; returns undefined for anything malformed (pub/sub payloads are untrusted). */
+export function parseMessage<T>(schema: z.ZodType<T>, raw: string): T | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  const parsed = schema.safeParse(value);
+  return parsed.success ? parsed.data : undefined;
+}

@@ -1,0 +1,72 @@
+/**
+ * The task model, independent of any wire format. The 2025-11-25 `tasks/*` methods and the
+ * `io.modelcontextprotocol/tasks` extension are two renderings of this one stored record.
+ */
+export const TASK_STATUSES = ['working', 'input_required', 'completed', 'failed', 'cancelled'] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+
+export const TERMINAL_STATUSES: readonly TaskStatus[] = ['completed', 'failed', 'cancelled'];
+
+/** The state machine, as data: for each status, the statuses it may move to. */
+export const TRANSITIONS: Readonly<Record<TaskStatus, readonly TaskStatus[]>> = {
+  working: ['input_required', 'completed', 'failed', 'cancelled'],
+  input_required: ['working', 'completed', 'failed', 'cancelled'],
+  completed: [],
+  failed: [],
+  cancelled: [],
+};
+
+export function isTerminal(status: TaskStatus): boolean {
+  return TERMINAL_STATUSES.includes(status);
+}
+
+export function canTransition(from: TaskStatus, to: TaskStatus): boolean {
+  return TRANSITIONS[from].includes(to);
+}
+
+/** The statuses from which `to` may be reached: what the atomic transition script compares against. */
+export function allowedSources(to: TaskStatus): TaskStatus[] {
+  return TASK_STATUSES.filter((from) => canTransition(from, to));
+}
+
+/** Why a running handler's signal was aborted. A closed set: tools may switch on it. */
+export const CANCEL_REASONS = ['CLIENT_CANCELLED', 'TIMEOUT', 'WORKER_SHUTDOWN'] as const;
+export type CancelReason = (typeof CANCEL_REASONS)[number];
+
+/** A progress token is opaque: a string or an integer, echoed exactly as received. */
+export type ProgressToken = string | number;
+
+/** How the caller is waiting: `task` got a CreateTaskResult, `call` is a plain blocking tools/call. */
+export type TaskMode = 'task' | 'call';
+
+/** A tool result as MCP's CallToolResult, kept opaque here so shared does not depend on the SDK. */
+export interface ToolResult {
+  content: Array<Record<string, unknown>>;
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
+  [key: string]: unknown;
+}
+
+export interface TaskRecord {
+  taskId: string;
+  status: TaskStatus;
+  statusMessage?: string;
+  createdAt: string;
+  lastUpdatedAt: string;
+  /** Milliseconds the task is kept after it becomes terminal. */
+  ttl: number;
+  pollInterval: number;
+  tool: string;
+  queue: string;
+  principal: string;
+  sessionId?: string;
+  gatewayId?: string;
+  mode: TaskMode;
+  progressToken?: ProgressToken;
+  progress?: number;
+  total?: number;
+  progressMessage?: string;
+  result?: ToolResult;
+  error?: { code: string; message: string; data?: Record<string, unknown> };
+  cancelReason?: CancelReason;
+}
