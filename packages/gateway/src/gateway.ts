@@ -1,0 +1,243 @@
+/**
+ * The gateway process: express + the SDK's Streamable HTTP transport, one MCP server per session, and the shared
+ * Redis machinery (task store, catalog, job dispatcher, the single progress/status subscriber).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import {
+  RedisTaskStore,
+  createKeys,
+  createLogger,
+  createRedis,
+  requireRedisUrl,
+  waitForRedis,
+  type GatewayConfig,
+  type Logger,
+  type Redis,
+} from '@taskrelay/shared';
+import { ToolCatalog } from './catalog.js';
+import { RedisEventStore } from './event-store.js';
+import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
+import { JobDispatcher } from './job-dispatcher.js';
+import { InflightCalls, createSessionServer } from './mcp-session.js';
+import { GatewayMetrics } from './metrics.js';
+import { TaskRouter } from './task-router.js';
+import { TaskService } from './task-service.js';
+
+export const GATEWAY_VERSION = '0.1.0';
+
+export interface StartGatewayOptions extends GatewayConfig {
+  /** Default: a pino logger at `logLevel`. */
+  logger?: Logger;
+  /** Identifies this process's progress channel. Default: random. */
+  gatewayId?: string;
+  /** How long the catalog of live tools is cached. Default 1000 ms. */
+  catalogCacheMs?: number;
+}
+
+export interface GatewayHandle {
+  /** `http://host:port/mcp` */
+  readonly url: string;
+  readonly port: number;
+  readonly gatewayId: string;
+  close(): Promise<void>;
+}
+
+interface Session {
+  transport: StreamableHTTPServerTransport;
+  server: Server;
+  principal: string;
+}
+
+type AuthedRequest = Request & { auth?: AuthInfoLike };
+
+export async function startGateway(options: StartGatewayOptions): Promise<GatewayHandle> {
+  const log = options.logger ?? createLogger('gateway', { level: options.logLevel });
+  const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
+  const redisUrl = requireRedisUrl(options);
+  const keys = createKeys(options.prefix);
+  const redis = createRedis(redisUrl);
+  const subscriber = createRedis(redisUrl);
+  redis.on('error', (error) => log.warn({ err: error }, 'redis error'));
+  subscriber.on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
+  try {
+    await Promise.all([waitForRedis(redis), waitForRedis(subscriber)]);
+  } catch (error) {
+    redis.disconnect();
+    subscriber.disconnect();
+    throw error;
+  }
+
+  const metrics = new GatewayMetrics();
+  const store = new RedisTaskStore(redis, keys);
+  const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
+  const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
+  const dispatcher = new JobDispatcher(redis, keys, log);
+  const router = new TaskRouter(subscriber, store, keys, log, metrics, {
+    gatewayId,
+    progressIntervalMs: options.progressIntervalMs,
+  });
+  await router.start();
+  const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
+    gatewayId,
+    defaultTtlMs: options.defaultTtlMs,
+    maxTtlMs: options.maxTtlMs,
+    pollIntervalMs: options.pollIntervalMs,
+    maxToolTimeoutMs: options.maxToolTimeoutMs,
+  });
+  const inflight = new InflightCalls();
+  const sessions = new Map<string, Session>();
+  const authEnabled = options.authTokens !== undefined;
+
+  const closeSession = (sessionId: string) => {
+    if (!sessions.delete(sessionId)) return;
+    router.retireSession(sessionId);
+    metrics.sessions.set(sessions.size);
+    log.debug({ sessionId }, 'session closed');
+  };
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', async (_req, res) => {
+    const ready = await Promise.race([
+      redis.ping().then(() => true, () => false),
+      new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 1000).unref()),
+    ]);
+    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable' });
+  });
+  app.get('/metrics', async (_req, res) => {
+    res.setHeader('Content-Type', metrics.registry.contentType);
+    res.send(await metrics.registry.metrics());
+  });
+
+  app.use('/mcp', originGuard(options.allowedOrigins), bearerAuth(options.authTokens));
+  app.use('/mcp', express.json({ limit: '4mb' }));
+
+  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? 'anonymous';
+
+  /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
+  const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {
+    const sessionId = req.header('mcp-session-id');
+    if (!sessionId) {
+      jsonRpcError(res, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      return undefined;
+    }
+    const session = sessions.get(sessionId);
+    // A session is usable only by the principal that opened it; anyone else is told it does not exist.
+    if (!session || session.principal !== principalOf(req)) {
+      jsonRpcError(res, 404, -32001, 'Session not found');
+      return undefined;
+    }
+    return session;
+  };
+
+  app.post('/mcp', async (req: AuthedRequest, res: Response) => {
+    if (req.header('mcp-session-id') === undefined) {
+      if (!isInitializeRequest(req.body)) {
+        jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
+        return;
+      }
+      const sessionId = randomUUID();
+      const transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => sessionId,
+        eventStore: new RedisEventStore(redis, keys, sessionId, options.eventTtlMs),
+        onsessioninitialized: (id) => {
+          sessions.set(id, { transport, server, principal: principalOf(req) });
+          metrics.sessions.set(sessions.size);
+          log.debug({ sessionId: id, principal: principalOf(req) }, 'session opened');
+        },
+        onsessionclosed: (id) => closeSession(id),
+      });
+      transport.onclose = () => closeSession(sessionId);
+      const server = createSessionServer({ service, metrics, authEnabled, version: GATEWAY_VERSION, inflight });
+      server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
+      await server.connect(transport);
+      await transport.handleRequest(req, res, req.body);
+      return;
+    }
+    const session = sessionOf(req, res);
+    if (!session) return;
+    watchPlainCalls(req, res, inflight);
+    await session.transport.handleRequest(req, res, req.body);
+  });
+
+  const sessionRequest = async (req: AuthedRequest, res: Response) => {
+    const session = sessionOf(req, res);
+    if (session) await session.transport.handleRequest(req, res);
+  };
+  app.get('/mcp', sessionRequest);
+  app.delete('/mcp', sessionRequest);
+
+  // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
+  app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
+    if (res.headersSent) return next(error);
+    const status = (error as { status?: number }).status ?? 500;
+    if ((error as { type?: string }).type === 'entity.parse.failed') {
+      jsonRpcError(res, 400, -32700, 'Parse error: request body is not valid JSON');
+      return;
+    }
+    if (status < 500) {
+      jsonRpcError(res, status, -32600, `Invalid Request: ${(error as Error).message}`);
+      return;
+    }
+    log.error({ err: error }, 'unhandled request error');
+    jsonRpcError(res, 500, -32603, 'Internal error');
+  });
+
+  const http = await listen(app, options.host, options.port);
+  const port = (http.address() as AddressInfo).port;
+  const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const url = `http://${hostForUrl}:${port}/mcp`;
+  log.info({ url, gatewayId, auth: authEnabled }, 'gateway listening');
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    gatewayId,
+    close: () =>
+      (closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+        await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
+        http.closeAllConnections();
+        await closed;
+        router.close();
+        await dispatcher.close();
+        await redis.quit().catch(() => redis.disconnect());
+        log.info({ gatewayId }, 'gateway stopped');
+      })()),
+  };
+}
+
+function listen(app: express.Express, host: string, port: number): Promise<HttpServer> {
+  return new Promise((resolve, reject) => {
+    const server = app.listen(port, host, (error?: Error) => (error ? reject(error) : resolve(server)));
+  });
+}
+
+/**
+ * A plain tools/call whose response stream closes before the response is written was cancelled by its client
+ * (2026-07-28 transports); a task-augmented call is not: its task outlives the request.
+ */
+function watchPlainCalls(req: Request, res: Response, inflight: InflightCalls): void {
+  const messages: unknown[] = Array.isArray(req.body) ? (req.body as unknown[]) : [req.body];
+  const ids = messages.flatMap((m) => {
+    const msg = m as { method?: unknown; id?: unknown; params?: { task?: unknown } };
+    const plainCall = msg.method === 'tools/call' && msg.params?.task === undefined;
+    return plainCall && (typeof msg.id === 'string' || typeof msg.id === 'number') ? [msg.id] : [];
+  });
+  if (ids.length === 0) return;
+  const sessionId = req.header('mcp-session-id');
+  res.on('close', () => {
+    if (res.writableFinished) return;
+    for (const id of ids) inflight.cancel(sessionId, id);
+  });
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env node
+/**
+ * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (CONTRACT.md §2).
+ */
+import { loadGatewayConfig, createLogger, oneLine } from '@taskrelay/shared';
+import { startGateway } from './gateway.js';
+
+async function main(): Promise<void> {
+  const config = loadGatewayConfig();
+  const logger = createLogger('gateway', { level: config.logLevel });
+  const gateway = await startGateway({ ...config, logger });
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    gateway.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((error: unknown) => {
+  console.error(`taskrelay-gateway: ${oneLine(error)}`);
+  process.exit(1);
+});

@@ -1,0 +1,224 @@
+/**
+ * The gateway's single subscriber (PROTOCOL.md §6): forwards each task's progress to the one session that asked for
+ * it, on that request's own token, until the task is terminal; and wakes anyone waiting for a task to end.
+ */
+import type { Redis } from 'ioredis';
+import type { Task } from '@modelcontextprotocol/sdk/types.js';
+import {
+  Coalescer,
+  ProgressEventSchema,
+  StatusEventSchema,
+  isTerminal,
+  parseMessage,
+  type Keys,
+  type Logger,
+  type ProgressEvent,
+  type ProgressToken,
+  type RedisTaskStore,
+  type StatusEvent,
+  type TaskMode,
+  type TaskRecord,
+} from '@taskrelay/shared';
+import { taskNotFound } from './errors.js';
+import type { GatewayMetrics } from './metrics.js';
+import { relatedTaskMeta, renderTask } from './task-wire.js';
+
+export interface ProgressParams {
+  progressToken: ProgressToken;
+  progress: number;
+  total?: number;
+  message?: string;
+  _meta?: Record<string, unknown>;
+}
+
+export interface RouteInput {
+  record: TaskRecord;
+  /** Sends one notifications/progress to the caller; absent when the request carried no progress token. */
+  sendProgress?: (params: ProgressParams) => Promise<void>;
+  /** Sends notifications/tasks/status (task mode only). */
+  sendStatus?: (task: Task) => Promise<void>;
+}
+
+interface Route {
+  record: TaskRecord;
+  mode: TaskMode;
+  coalescer: Coalescer<ProgressEvent> | undefined;
+  sendStatus: ((task: Task) => Promise<void>) | undefined;
+}
+
+export interface TaskRouterOptions {
+  gatewayId: string;
+  progressIntervalMs: number;
+  /** Safety net when a status event is missed: waiters re-read the hash this often. Default 2000 ms. */
+  fallbackPollMs?: number;
+}
+
+export class TaskRouter {
+  private readonly routes = new Map<string, Route>();
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly fallbackPollMs: number;
+  private connectedOnce = false;
+
+  constructor(
+    private readonly subscriber: Redis,
+    private readonly store: RedisTaskStore,
+    private readonly keys: Keys,
+    private readonly log: Logger,
+    private readonly metrics: GatewayMetrics,
+    private readonly options: TaskRouterOptions,
+  ) {
+    this.fallbackPollMs = options.fallbackPollMs ?? 2000;
+  }
+
+  async start(): Promise<void> {
+    this.subscriber.on('message', (channel: string, raw: string) => this.onMessage(channel, raw));
+    this.subscriber.on('ready', () => {
+      // ioredis resubscribes by itself; anything published while we were away is read back from the hashes.
+      if (this.connectedOnce) void this.reconcile();
+      this.connectedOnce = true;
+    });
+    await this.subscriber.subscribe(this.keys.statusChannel, this.keys.gatewayProgressChannel(this.options.gatewayId));
+    this.connectedOnce = true;
+  }
+
+  /** Starts forwarding a task's progress and status; call before its job exists so no early update is lost. */
+  register(input: RouteInput): void {
+    const { record, sendProgress } = input;
+    const token = record.progressToken;
+    const taskId = record.taskId;
+    const coalescer =
+      sendProgress && token !== undefined
+        ? new Coalescer<ProgressEvent>({
+            minIntervalMs: this.options.progressIntervalMs,
+            send: (event) => {
+              const params: ProgressParams = { progressToken: token, progress: event.progress };
+              if (event.total !== undefined) params.total = event.total;
+              if (event.message !== undefined) params.message = event.message;
+              if (record.mode === 'task') params._meta = relatedTaskMeta(taskId);
+              this.metrics.progressForwarded.inc();
+              sendProgress(params).catch((error: unknown) =>
+                this.log.debug({ taskId, err: error }, 'progress notification not delivered'),
+              );
+            },
+          })
+        : undefined;
+    this.routes.set(taskId, { record, mode: record.mode, coalescer, sendStatus: input.sendStatus });
+    this.metrics.routes.set(this.routes.size);
+  }
+
+  /**
+   * Stops forwarding for a task. `flush` sends a coalesced value that is still pending (it was published before the
+   * task ended); otherwise it is dropped.
+   */
+  retire(taskId: string, options: { flush: boolean }): void {
+    const route = this.routes.get(taskId);
+    if (!route) return;
+    this.routes.delete(taskId);
+    this.metrics.routes.set(this.routes.size);
+    if (options.flush) route.coalescer?.flush();
+    else route.coalescer?.cancel();
+  }
+
+  /** A session went away: its tasks go on, but nothing can be forwarded to it any more. */
+  retireSession(sessionId: string): void {
+    for (const [taskId, route] of this.routes) {
+      if (route.record.sessionId === sessionId) this.retire(taskId, { flush: false });
+    }
+  }
+
+  /** Resolves with the task once it is terminal. Rejects when it disappears or the signal aborts. */
+  async waitForTerminal(taskId: string, signal?: AbortSignal): Promise<TaskRecord> {
+    for (;;) {
+      signal?.throwIfAborted();
+      let wake!: () => void;
+      const woken = new Promise<void>((resolve) => (wake = resolve));
+      const set = this.waiters.get(taskId) ?? new Set();
+      set.add(wake);
+      this.waiters.set(taskId, set);
+      try {
+        const record = await this.store.get(taskId);
+        if (!record) throw taskNotFound(taskId);
+        if (isTerminal(record.status)) return record;
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(resolve, this.fallbackPollMs);
+          const onAbort = () => {
+            clearTimeout(timer);
+            reject(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+          };
+          signal?.addEventListener('abort', onAbort, { once: true });
+          void woken.then(() => {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          });
+        });
+      } finally {
+        set.delete(wake);
+        if (set.size === 0) this.waiters.delete(taskId);
+      }
+    }
+  }
+
+  get activeRoutes(): number {
+    return this.routes.size;
+  }
+
+  close(): void {
+    for (const taskId of [...this.routes.keys()]) this.retire(taskId, { flush: false });
+    this.subscriber.disconnect();
+  }
+
+  private onMessage(channel: string, raw: string): void {
+    if (channel === this.keys.statusChannel) {
+      const event = parseMessage(StatusEventSchema, raw);
+      if (event) this.onStatus(event);
+      return;
+    }
+    const event = parseMessage(ProgressEventSchema, raw);
+    if (!event) return;
+    const route = this.routes.get(event.taskId);
+    if (!route?.coalescer) {
+      this.metrics.progressDropped.inc();
+      return;
+    }
+    route.coalescer.push(event);
+  }
+
+  private onStatus(event: StatusEvent): void {
+    const route = this.routes.get(event.taskId);
+    if (route) {
+      const terminal = isTerminal(event.status);
+      if (terminal) {
+        // Every progress event of this task was published before this status event, so a pending one still goes
+        // out — before the status notification, and before any waiter answers.
+        this.retire(event.taskId, { flush: true });
+        this.metrics.tasksFinished.inc({ status: event.status });
+      }
+      if (route.sendStatus) {
+        const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
+        if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
+        if (!terminal) route.record = record;
+        route.sendStatus(renderTask(record)).catch((error: unknown) =>
+          this.log.debug({ taskId: event.taskId, err: error }, 'status notification not delivered'),
+        );
+      }
+    }
+    for (const wake of this.waiters.get(event.taskId) ?? []) wake();
+  }
+
+  private async reconcile(): Promise<void> {
+    const taskIds = [...new Set([...this.routes.keys(), ...this.waiters.keys()])];
+    try {
+      const statuses = await this.store.statuses(taskIds);
+      statuses.forEach((status, i) => {
+        const taskId = taskIds[i];
+        if (taskId === undefined) return;
+        if (status === undefined || isTerminal(status)) this.retire(taskId, { flush: false });
+        for (const wake of this.waiters.get(taskId) ?? []) wake();
+      });
+      this.log.info({ tasks: taskIds.length }, 'subscriber reconnected; task routes reconciled');
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not reconcile task routes after reconnect');
+    }
+  }
+}

@@ -1,0 +1,148 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { waitFor } from '../../../test/helpers/wait-for.js';
+import { createKeys } from '../src/keys.js';
+import { RedisTaskStore } from '../src/task-store.js';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis.disconnect();
+  await server.stop();
+});
+
+function setup(label: string) {
+  const keys = createKeys(uniquePrefix(label));
+  return { keys, store: new RedisTaskStore(redis, keys) };
+}
+
+const base = { tool: 'build_report', queue: 'default', principal: 'alice', mode: 'task' as const, ttl: 60_000, pollInterval: 1000 };
+
+describe('§2 the task record and its state machine', () => {
+  it('stores a task durably with a 128-bit id and reads it back', async () => {
+    const { store } = setup('create');
+    const created = await store.create({ ...base, progressToken: 'p-1', sessionId: 's', gatewayId: 'g' });
+    expect(created.taskId).toMatch(/^[0-9a-f]{32}$/);
+    const read = await store.get(created.taskId);
+    expect(read).toEqual(created);
+    expect(read?.progressToken).toBe('p-1');
+  });
+
+  it('keeps an integer progress token an integer', async () => {
+    const { store } = setup('token');
+    const created = await store.create({ ...base, progressToken: 42 });
+    expect((await store.get(created.taskId))?.progressToken).toBe(42);
+  });
+
+  it('moves to a terminal status once and never again', async () => {
+    const { store } = setup('cas');
+    const { taskId } = await store.create(base);
+    expect(await store.transition(taskId, 'completed', { result: { content: [] } })).toEqual({ ok: true, status: 'completed' });
+    expect(await store.transition(taskId, 'cancelled')).toEqual({ ok: false, status: 'completed' });
+    expect(await store.transition(taskId, 'failed')).toEqual({ ok: false, status: 'completed' });
+    expect((await store.get(taskId))?.status).toBe('completed');
+  });
+
+  it('lets exactly one of many racing terminal writes win', async () => {
+    const { store } = setup('race');
+    for (let i = 0; i < 20; i++) {
+      const { taskId } = await store.create(base);
+      const outcomes = await Promise.all([
+        store.transition(taskId, 'completed'),
+        store.transition(taskId, 'cancelled'),
+        store.transition(taskId, 'failed'),
+      ]);
+      expect(outcomes.filter((o) => o.ok)).toHaveLength(1);
+    }
+  });
+
+  it('expires a task ttl after it becomes terminal, not before', async () => {
+    const { store, keys } = setup('ttl');
+    const { taskId } = await store.create({ ...base, ttl: 5_000 });
+    expect(await redis.pttl(keys.task(taskId))).toBe(-1);
+    await store.transition(taskId, 'failed');
+    const pttl = await redis.pttl(keys.task(taskId));
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(5_000);
+  });
+
+  it('publishes each status change on the status channel', async () => {
+    const { store, keys } = setup('status');
+    const sub = new Redis(server.url);
+    const seen: string[] = [];
+    await sub.subscribe(keys.statusChannel);
+    sub.on('message', (_c, m) => seen.push(m));
+    const { taskId } = await store.create(base);
+    await store.transition(taskId, 'input_required');
+    await store.transition(taskId, 'working');
+    await store.transition(taskId, 'completed');
+    await waitFor(() => seen.length === 3);
+    expect(seen.map((m) => (JSON.parse(m) as { status: string }).status)).toEqual(['input_required', 'working', 'completed']);
+    sub.disconnect();
+  });
+
+  it('answers a missing task with an undefined status', async () => {
+    const { store } = setup('missing');
+    expect(await store.transition('nope', 'cancelled')).toEqual({ ok: false, status: undefined });
+    expect(await store.get('nope')).toBeUndefined();
+  });
+});
+
+describe('§6 progress flow (store side)', () => {
+  it('accepts only increasing progress and publishes it to the owning gateway only', async () => {
+    const { store, keys } = setup('progress');
+    const sub = new Redis(server.url);
+    const mine: string[] = [];
+    const other: string[] = [];
+    await sub.subscribe(keys.gatewayProgressChannel('g1'), keys.gatewayProgressChannel('g2'));
+    sub.on('message', (c, m) => (c === keys.gatewayProgressChannel('g1') ? mine : other).push(m));
+    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
+    expect(await store.recordProgress(taskId, { progress: 1, total: 4, message: 'one' })).toBe('accepted');
+    expect(await store.recordProgress(taskId, { progress: 1, total: 4 })).toBe('stale');
+    expect(await store.recordProgress(taskId, { progress: 0.5 })).toBe('stale');
+    expect(await store.recordProgress(taskId, { progress: 2, total: 4 })).toBe('accepted');
+    await waitFor(() => mine.length === 2);
+    expect(mine.map((m) => JSON.parse(m) as unknown)).toEqual([
+      { taskId, progress: 1, total: 4, message: 'one' },
+      { taskId, progress: 2, total: 4 },
+    ]);
+    const record = await store.get(taskId);
+    expect(record).toMatchObject({ progress: 2, total: 4, statusMessage: 'one', progressMessage: 'one' });
+    expect(other).toEqual([]);
+    sub.disconnect();
+  });
+
+  it('publishes nothing for a terminal or unknown task', async () => {
+    const { store } = setup('terminal');
+    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
+    await store.transition(taskId, 'cancelled');
+    expect(await store.recordProgress(taskId, { progress: 10 })).toBe('terminal');
+    expect(await store.recordProgress('unknown', { progress: 10 })).toBe('missing');
+    expect(await redis.exists(createKeys('x').task('unknown'))).toBe(0);
+  });
+});
+
+describe('tasks/list storage', () => {
+  it('lists only the principal’s own tasks, newest first, page by page', async () => {
+    const { store } = setup('list');
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      ids.push((await store.create(base, new Date(Date.UTC(2026, 0, 1, 0, 0, i)))).taskId);
+    }
+    await store.create({ ...base, principal: 'mallory' });
+    const first = await store.list('alice', undefined, 3);
+    expect(first.tasks.map((t) => t.taskId)).toEqual(ids.slice(2).reverse());
+    expect(first.nextCursor).toBeDefined();
+    const second = await store.list('alice', first.nextCursor, 3);
+    expect(second.tasks.map((t) => t.taskId)).toEqual(ids.slice(0, 2).reverse());
+    expect(second.nextCursor).toBeUndefined();
+    await expect(store.list('alice', 'garbage')).rejects.toThrow(/Invalid cursor/);
+  });
+});

@@ -1,0 +1,111 @@
+/**
+ * Spawns the built entry points as real processes (CONTRACT.md §1) for the cross-process suites, and ends only the
+ * processes it started, by PID.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import getPort from 'get-port';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { waitFor } from './wait-for.js';
+
+export const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
+export const GATEWAY_MAIN = resolve(ROOT, 'packages/gateway/dist/main.js');
+export const WORKER_MAIN = resolve(ROOT, 'packages/worker/dist/main.js');
+export const FIXTURE_TOOLS = resolve(ROOT, 'test/fixtures/tools.mjs');
+
+export interface ManagedProcess {
+  readonly child: ChildProcess;
+  readonly pid: number;
+  /** Everything the process printed so far (stdout + stderr). */
+  output(): string;
+  /** Parsed pino JSON lines printed so far. */
+  logs(): Array<Record<string, unknown>>;
+  kill(signal?: NodeJS.Signals): Promise<number | null>;
+  exited: Promise<number | null>;
+}
+
+const running = new Set<ManagedProcess>();
+
+export function spawnNode(script: string, env: Record<string, string | undefined>): ManagedProcess {
+  const child = spawn(process.execPath, [script], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
+  const proc: ManagedProcess = {
+    child,
+    pid: child.pid ?? -1,
+    output: () => out,
+    logs: () =>
+      out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .flatMap((l) => {
+          try {
+            return [JSON.parse(l) as Record<string, unknown>];
+          } catch {
+            return [];
+          }
+        }),
+    kill: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+    exited,
+  };
+  running.add(proc);
+  void exited.then(() => running.delete(proc));
+  return proc;
+}
+
+/** Stops every process this helper started (for afterAll). */
+export async function stopAll(): Promise<void> {
+  await Promise.all([...running].map((p) => p.kill('SIGKILL')));
+}
+
+export interface GatewayProcess extends ManagedProcess {
+  url: string;
+  port: number;
+}
+
+export async function startGatewayProcess(env: Record<string, string | undefined>): Promise<GatewayProcess> {
+  const port = await getPort({ host: '127.0.0.1' });
+  const proc = spawnNode(GATEWAY_MAIN, { HOST: '127.0.0.1', PORT: String(port), ...env });
+  const base = `http://127.0.0.1:${port}`;
+  await waitFor(
+    async () => {
+      if (proc.child.exitCode !== null) throw new Error(`gateway exited: ${proc.output()}`);
+      const res = await fetch(`${base}/readyz`).catch(() => undefined);
+      return res?.status === 200;
+    },
+    { timeoutMs: 20_000, message: 'gateway did not become ready' },
+  );
+  return Object.assign(proc, { url: `${base}/mcp`, port });
+}
+
+export async function startWorkerProcess(env: Record<string, string | undefined>): Promise<ManagedProcess> {
+  const proc = spawnNode(WORKER_MAIN, env);
+  await waitFor(
+    () => {
+      if (proc.child.exitCode !== null) throw new Error(`worker exited: ${proc.output()}`);
+      return proc.logs().some((l) => l['msg'] === 'worker ready');
+    },
+    { timeoutMs: 20_000, message: 'worker did not become ready' },
+  );
+  return proc;
+}
+
+export async function connectClient(url: string, headers: Record<string, string> = {}): Promise<Client> {
+  const client = new Client(
+    { name: 'taskrelay-test', version: '0.0.0' },
+    { capabilities: { tasks: { list: {}, cancel: {}, requests: {} } } },
+  );
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
+  return client;
+}
