@@ -90,7 +90,8 @@ export class ToolCatalog {
 function describeAjvError(error: ErrorObject | undefined): string {
   if (!error) return 'arguments do not match the input schema';
   const params = error.params as Record<string, unknown>;
-  if (error.keyword === 'required') return `${fieldName(error.instancePath, String(params['missingProperty']))}: is required`;
+  if (error.keyword === 'required')
+    return `${fieldName(error.instancePath, String(params['missingProperty']))}: is required`;
   if (error.keyword === 'additionalProperties') {
     return `${fieldName(error.instancePath, String(params['additionalProperty']))}: is not allowed`;
   }

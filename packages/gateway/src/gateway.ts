@@ -18,7 +18,6 @@ import {
   waitForRedis,
   type GatewayConfig,
   type Logger,
-  type Redis,
 } from '@taskrelay/shared';
 import { ToolCatalog } from './catalog.js';
 import { RedisEventStore } from './event-store.js';
@@ -63,8 +62,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const keys = createKeys(options.prefix);
   const redis = createRedis(redisUrl);
   const subscriber = createRedis(redisUrl);
-  redis.on('error', (error) => log.warn({ err: error }, 'redis error'));
-  subscriber.on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
+  // Until both connections are up, connection errors belong to the one-line startup error, not to the log.
+  const quiet = () => undefined;
+  redis.on('error', quiet);
+  subscriber.on('error', quiet);
   try {
     await Promise.all([waitForRedis(redis), waitForRedis(subscriber)]);
   } catch (error) {
@@ -72,6 +73,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     subscriber.disconnect();
     throw error;
   }
+  redis.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis error'));
+  subscriber.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
 
   const metrics = new GatewayMetrics();
   const store = new RedisTaskStore(redis, keys);
@@ -108,7 +111,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   });
   app.get('/readyz', async (_req, res) => {
     const ready = await Promise.race([
-      redis.ping().then(() => true, () => false),
+      redis.ping().then(
+        () => true,
+        () => false,
+      ),
       new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 1000).unref()),
     ]);
     res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable' });

@@ -36,7 +36,12 @@ export function bearerAuth(tokens: Map<string, string> | undefined) {
     const principal = match?.[1] ? tokens.get(match[1]) : undefined;
     if (!match?.[1] || principal === undefined) {
       res.setHeader('WWW-Authenticate', 'Bearer realm="taskrelay"');
-      jsonRpcError(res, 401, -32001, match ? 'Unauthorized: invalid bearer token' : 'Unauthorized: bearer token required');
+      jsonRpcError(
+        res,
+        401,
+        -32001,
+        match ? 'Unauthorized: invalid bearer token' : 'Unauthorized: bearer token required',
+      );
       return;
     }
     req.auth = { token: match[1], clientId: principal, scopes: [] };

@@ -33,7 +33,10 @@ export class JobDispatcher {
     try {
       const job = await this.queue(queueName).getJob(taskId);
       const state = job ? await job.getState() : undefined;
-      if (job && (state === 'waiting' || state === 'delayed' || state === 'prioritized' || state === 'waiting-children')) {
+      if (
+        job &&
+        (state === 'waiting' || state === 'delayed' || state === 'prioritized' || state === 'waiting-children')
+      ) {
         await job.remove();
       }
     } catch (error) {

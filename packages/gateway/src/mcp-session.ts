@@ -80,7 +80,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const { name, task } = request.params;
       const args = request.params.arguments ?? {};
       const principal = principalOf(extra);
-      const progressToken = extra._meta?.progressToken as ProgressToken | undefined;
+      const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
       const tool = await service.resolveCall(name, args, task !== undefined);
 
       if (task !== undefined) {

@@ -198,9 +198,11 @@ export class TaskRouter {
         const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
         if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
         if (!terminal) route.record = record;
-        route.sendStatus(renderTask(record)).catch((error: unknown) =>
-          this.log.debug({ taskId: event.taskId, err: error }, 'status notification not delivered'),
-        );
+        route
+          .sendStatus(renderTask(record))
+          .catch((error: unknown) =>
+            this.log.debug({ taskId: event.taskId, err: error }, 'status notification not delivered'),
+          );
       }
     }
     for (const wake of this.waiters.get(event.taskId) ?? []) wake();

@@ -112,7 +112,13 @@ export class TaskService {
     }
     this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
     this.log.info(
-      { taskId: record.taskId, tool: tool.name, mode: input.mode, principal: input.principal, sessionId: input.sessionId },
+      {
+        taskId: record.taskId,
+        tool: tool.name,
+        mode: input.mode,
+        principal: input.principal,
+        sessionId: input.sessionId,
+      },
       'task created',
     );
     return record;
@@ -186,7 +192,13 @@ export class TaskService {
       'task cancelled',
     );
     await this.dispatcher.cancel(record.taskId, record.queue, 'CLIENT_CANCELLED');
-    return { ...record, status: 'cancelled', statusMessage, lastUpdatedAt: now.toISOString(), cancelReason: 'CLIENT_CANCELLED' };
+    return {
+      ...record,
+      status: 'cancelled',
+      statusMessage,
+      lastUpdatedAt: now.toISOString(),
+      cancelReason: 'CLIENT_CANCELLED',
+    };
   }
 }
 

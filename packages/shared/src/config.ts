@@ -16,7 +16,13 @@ const int = (min: number, max: number) =>
     .trim()
     .regex(/^-?\d+$/, { message: 'must be a whole number' })
     .transform(Number)
-    .pipe(z.number().int().min(min, { message: `must be at least ${min}` }).max(max, { message: `must be at most ${max}` }));
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, { message: `must be at least ${min}` })
+        .max(max, { message: `must be at most ${max}` }),
+    );
 
 const redisUrl = z
   .string()
@@ -36,24 +42,30 @@ const commonShape = {
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
 };
 
-const authTokens = z
-  .string()
-  .transform((value, ctx) => {
-    const tokens = new Map<string, string>();
-    for (const pair of value.split(',').map((p) => p.trim()).filter(Boolean)) {
-      const at = pair.indexOf(':');
-      const principal = at > 0 ? pair.slice(0, at).trim() : '';
-      const token = at > 0 ? pair.slice(at + 1).trim() : '';
-      if (!principal || !token) {
-        ctx.addIssue({ code: 'custom', message: 'must be a comma list of principal:token pairs' });
-        return z.NEVER;
-      }
-      tokens.set(token, principal);
+const authTokens = z.string().transform((value, ctx) => {
+  const tokens = new Map<string, string>();
+  for (const pair of value
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const at = pair.indexOf(':');
+    const principal = at > 0 ? pair.slice(0, at).trim() : '';
+    const token = at > 0 ? pair.slice(at + 1).trim() : '';
+    if (!principal || !token) {
+      ctx.addIssue({ code: 'custom', message: 'must be a comma list of principal:token pairs' });
+      return z.NEVER;
     }
-    return tokens;
-  });
+    tokens.set(token, principal);
+  }
+  return tokens;
+});
 
-const originList = z.string().transform((v) => v.split(',').map((o) => o.trim()).filter(Boolean));
+const originList = z.string().transform((v) =>
+  v
+    .split(',')
+    .map((o) => o.trim())
+    .filter(Boolean),
+);
 
 const gatewayEnvSchema = z.object({
   ...commonShape,

@@ -119,7 +119,12 @@ export class RedisTaskStore {
   }
 
   /** Atomically moves a task to `to` if the state machine allows it from its current status. */
-  async transition(taskId: string, to: TaskStatus, fields: TransitionFields = {}, now = new Date()): Promise<TransitionOutcome> {
+  async transition(
+    taskId: string,
+    to: TaskStatus,
+    fields: TransitionFields = {},
+    now = new Date(),
+  ): Promise<TransitionOutcome> {
     const extra: Record<string, string> = {};
     if (fields.statusMessage !== undefined) extra['statusMessage'] = fields.statusMessage;
     if (fields.result !== undefined) extra['result'] = JSON.stringify(fields.result);

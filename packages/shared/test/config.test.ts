@@ -5,7 +5,13 @@ import { loadGatewayConfig, loadWorkerConfig, requireRedisUrl } from '../src/con
 describe('configuration', () => {
   it('applies the contract defaults', () => {
     const g = loadGatewayConfig({});
-    expect(g).toMatchObject({ host: '127.0.0.1', port: 3000, prefix: 'taskrelay', logLevel: 'info', progressIntervalMs: 50 });
+    expect(g).toMatchObject({
+      host: '127.0.0.1',
+      port: 3000,
+      prefix: 'taskrelay',
+      logLevel: 'info',
+      progressIntervalMs: 50,
+    });
     expect(g.authTokens).toBeUndefined();
     expect(g.allowedOrigins).toBeUndefined();
     const w = loadWorkerConfig({});
@@ -23,7 +29,9 @@ describe('configuration', () => {
     expect(attempt).toThrow(ConfigError);
     expect(attempt).toThrow(/^Invalid configuration: PORT must be a whole number \(got "abc"\)$/);
     expect(() => loadWorkerConfig({ WORKER_CONCURRENCY: '0' })).toThrow(/WORKER_CONCURRENCY must be at least 1/);
-    expect(() => loadGatewayConfig({ REDIS_URL: 'http://x' })).toThrow(/REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/);
+    expect(() => loadGatewayConfig({ REDIS_URL: 'http://x' })).toThrow(
+      /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/,
+    );
     expect(() => loadGatewayConfig({ LOG_LEVEL: 'loud' })).toThrow(/LOG_LEVEL must be one of/);
   });
 

@@ -23,7 +23,14 @@ function setup(label: string) {
   return { keys, store: new RedisTaskStore(redis, keys) };
 }
 
-const base = { tool: 'build_report', queue: 'default', principal: 'alice', mode: 'task' as const, ttl: 60_000, pollInterval: 1000 };
+const base = {
+  tool: 'build_report',
+  queue: 'default',
+  principal: 'alice',
+  mode: 'task' as const,
+  ttl: 60_000,
+  pollInterval: 1000,
+};
 
 describe('§2 the task record and its state machine', () => {
   it('stores a task durably with a 128-bit id and reads it back', async () => {
@@ -44,7 +51,10 @@ describe('§2 the task record and its state machine', () => {
   it('moves to a terminal status once and never again', async () => {
     const { store } = setup('cas');
     const { taskId } = await store.create(base);
-    expect(await store.transition(taskId, 'completed', { result: { content: [] } })).toEqual({ ok: true, status: 'completed' });
+    expect(await store.transition(taskId, 'completed', { result: { content: [] } })).toEqual({
+      ok: true,
+      status: 'completed',
+    });
     expect(await store.transition(taskId, 'cancelled')).toEqual({ ok: false, status: 'completed' });
     expect(await store.transition(taskId, 'failed')).toEqual({ ok: false, status: 'completed' });
     expect((await store.get(taskId))?.status).toBe('completed');
@@ -84,7 +94,11 @@ describe('§2 the task record and its state machine', () => {
     await store.transition(taskId, 'working');
     await store.transition(taskId, 'completed');
     await waitFor(() => seen.length === 3);
-    expect(seen.map((m) => (JSON.parse(m) as { status: string }).status)).toEqual(['input_required', 'working', 'completed']);
+    expect(seen.map((m) => (JSON.parse(m) as { status: string }).status)).toEqual([
+      'input_required',
+      'working',
+      'completed',
+    ]);
     sub.disconnect();
   });
 

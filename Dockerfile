@@ -1,0 +1,45 @@
+# One image for both processes; docker-compose.yml picks the entry point with `command`:
+#   node packages/gateway/dist/main.js   (the default)
+#   node packages/worker/dist/main.js
+ARG NODE_IMAGE=node:20-slim
+ARG PNPM_VERSION=12.4.2
+
+# ---- base: Node plus the pinned pnpm (other versions refuse the lockfile) ----
+FROM ${NODE_IMAGE} AS base
+ARG PNPM_VERSION
+ENV CI=true
+RUN npm install -g "pnpm@${PNPM_VERSION}" && npm cache clean --force
+WORKDIR /app
+# Manifests first, so the dependency layers are reused until they change.
+COPY package.json pnpm-lock.yaml pnpm-workspace.yaml .npmrc ./
+COPY packages/shared/package.json packages/shared/
+COPY packages/worker/package.json packages/worker/
+COPY packages/gateway/package.json packages/gateway/
+
+# ---- build: every dependency, then tsc -b ----
+FROM base AS build
+RUN pnpm install --frozen-lockfile
+COPY tsconfig.base.json ./
+COPY packages/shared packages/shared
+COPY packages/worker packages/worker
+COPY packages/gateway packages/gateway
+RUN pnpm build
+
+# ---- prod-deps: runtime dependencies only ----
+FROM base AS prod-deps
+RUN pnpm install --frozen-lockfile --prod
+
+# ---- runtime ----
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=3000
+WORKDIR /app
+COPY --from=prod-deps --chown=node:node /app ./
+COPY --from=build --chown=node:node /app/packages/shared/dist packages/shared/dist
+COPY --from=build --chown=node:node /app/packages/worker/dist packages/worker/dist
+COPY --from=build --chown=node:node /app/packages/gateway/dist packages/gateway/dist
+USER node
+EXPOSE 3000
+STOPSIGNAL SIGTERM
+CMD ["node", "packages/gateway/dist/main.js"]

@@ -1,0 +1,210 @@
+// ESLint flat config for the taskrelay workspace.
+//
+// - `packages/*/src`: typescript-eslint's type-checked rules (through the project service, so each file is checked
+//   against its own package's tsconfig), import cycles, type-only imports, and `no-console` (libraries log through
+//   pino; only the `main.ts` entry points may print).
+// - Every other file (tests, benchmarks, scripts, examples, configs): the non-type-checked recommended rules,
+//   console allowed.
+import js from '@eslint/js';
+import { defineConfig, globalIgnores } from 'eslint/config';
+import { createNodeResolver, importX } from 'eslint-plugin-import-x';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+const SRC = ['packages/*/src/**/*.ts'];
+const ENTRY_POINTS = ['packages/*/src/main.ts'];
+const TS = ['**/*.ts', '**/*.mts', '**/*.cts'];
+const TESTS_AND_TOOLS = ['test/**', 'packages/*/test/**', 'bench/**', 'scripts/**', 'examples/**', '*.config.ts'];
+
+/** Unused variables are errors, except the `_`-prefixed ones kept on purpose (callback arity, destructuring). */
+const noUnusedVars = [
+  'error',
+  {
+    argsIgnorePattern: '^_',
+    varsIgnorePattern: '^_',
+    caughtErrorsIgnorePattern: '^_',
+    destructuredArrayIgnorePattern: '^_',
+    ignoreRestSiblings: true,
+  },
+];
+
+export default defineConfig(
+  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**'], 'taskrelay/ignores'),
+
+  {
+    name: 'taskrelay/all',
+    files: ['**/*.{js,mjs,cjs,ts,mts,cts}'],
+    extends: [js.configs.recommended],
+    linterOptions: { reportUnusedDisableDirectives: 'error' },
+    languageOptions: {
+      ecmaVersion: 2023,
+      sourceType: 'module',
+      globals: { ...globals.node },
+    },
+    rules: {
+      'no-unused-vars': noUnusedVars,
+    },
+  },
+
+  {
+    name: 'taskrelay/ts',
+    files: TS,
+    extends: [tseslint.configs.recommended],
+    rules: {
+      '@typescript-eslint/no-unused-vars': noUnusedVars,
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+    },
+  },
+
+  {
+    name: 'taskrelay/tests-and-tools',
+    files: TESTS_AND_TOOLS,
+    rules: {
+      // Tests reach into loosely typed JSON-RPC payloads; `any` and `!` there are a test's business.
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-non-null-assertion': 'off',
+      // `z.ZodObject<{}>` and friends: `{}` as an empty shape is the zod idiom.
+      '@typescript-eslint/no-empty-object-type': 'off',
+    },
+  },
+
+  {
+    name: 'taskrelay/src',
+    files: SRC,
+    extends: [tseslint.configs.recommendedTypeChecked],
+    plugins: { 'import-x': importX },
+    languageOptions: {
+      parserOptions: {
+        projectService: true,
+        tsconfigRootDir: import.meta.dirname,
+      },
+    },
+    settings: {
+      'import-x/extensions': ['.ts', '.mts', '.cts', '.js', '.mjs', '.cjs'],
+      'import-x/external-module-folders': ['node_modules', 'node_modules/@types'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts', '.mts', '.cts'] },
+      'import-x/resolver-next': [
+        createNodeResolver({
+          // NodeNext sources import `./x.js` that is `./x.ts` on disk.
+          extensionAlias: { '.js': ['.ts', '.js'], '.mjs': ['.mts', '.mjs'], '.cjs': ['.cts', '.cjs'] },
+          extensions: ['.ts', '.mts', '.cts', '.js', '.mjs', '.cjs', '.json', '.node'],
+          conditionNames: ['types', 'import', 'node', 'default'],
+        }),
+      ],
+    },
+    rules: {
+      // Promises: the rules this codebase exists for.
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/return-await': ['error', 'in-try-catch'],
+      '@typescript-eslint/promise-function-async': 'off',
+      // `async` methods that satisfy a Promise-returning interface without awaiting are fine.
+      '@typescript-eslint/require-await': 'off',
+
+      // Type-only imports, inline style (`import { pino, type Logger }`), as verbatimModuleSyntax wants.
+      '@typescript-eslint/consistent-type-imports': [
+        'error',
+        { prefer: 'type-imports', fixStyle: 'inline-type-imports', disallowTypeAnnotations: true },
+      ],
+      '@typescript-eslint/no-import-type-side-effects': 'error',
+      '@typescript-eslint/consistent-type-exports': ['error', { fixMixedExportsWithInlineTypeSpecifier: true }],
+
+      // Strictness, tuned to this codebase.
+      '@typescript-eslint/restrict-template-expressions': [
+        'error',
+        { allowNumber: true, allowBoolean: true, allowNullish: false, allowAny: false, allowRegExp: false },
+      ],
+      '@typescript-eslint/no-unused-vars': noUnusedVars,
+      '@typescript-eslint/only-throw-error': 'error',
+      '@typescript-eslint/prefer-promise-reject-errors': 'error',
+      '@typescript-eslint/switch-exhaustiveness-check': [
+        'error',
+        { considerDefaultExhaustiveForUnions: true, requireDefaultForNonUnion: false },
+      ],
+      // `??` instead of `||` for defaults (STYLE.md): flags numbers and objects (`port || 3000`); strings and booleans,
+      // where an empty or false value falling back is usually what is meant, stay allowed.
+      '@typescript-eslint/prefer-nullish-coalescing': [
+        'error',
+        {
+          ignorePrimitives: { boolean: true, string: true },
+          ignoreConditionalTests: true,
+          ignoreMixedLogicalExpressions: true,
+        },
+      ],
+
+      // Imports.
+      'import-x/no-cycle': ['error', { ignoreExternal: true }],
+      'import-x/no-self-import': 'error',
+      'import-x/no-duplicates': ['error', { 'prefer-inline': true }],
+      'import-x/no-useless-path-segments': 'error',
+      // Each package declares what it imports (its own package.json); type-only imports are exempt.
+      'import-x/no-extraneous-dependencies': [
+        'error',
+        { devDependencies: false, optionalDependencies: false, peerDependencies: true },
+      ],
+
+      // Libraries log through pino; only entry points may print (see the next block).
+      'no-console': 'error',
+      eqeqeq: ['error', 'always', { null: 'ignore' }],
+    },
+  },
+
+  {
+    name: 'taskrelay/entry-points',
+    files: ENTRY_POINTS,
+    rules: { 'no-console': 'off' },
+  },
+
+  // The architecture, enforced: gateway and worker meet only through @taskrelay/shared.
+  {
+    name: 'taskrelay/gateway-boundary',
+    files: ['packages/gateway/src/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['@taskrelay/worker', '@taskrelay/worker/*', '**/worker/src/**'],
+              message: 'The gateway never imports worker code; put shared vocabulary in @taskrelay/shared.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    name: 'taskrelay/worker-boundary',
+    files: ['packages/worker/src/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['@taskrelay/gateway', '@taskrelay/gateway/*', '**/gateway/src/**'],
+              message: 'The worker never imports gateway code; put shared vocabulary in @taskrelay/shared.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    name: 'taskrelay/shared-boundary',
+    files: ['packages/shared/src/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['@taskrelay/gateway', '@taskrelay/worker', '@taskrelay/gateway/*', '@taskrelay/worker/*'],
+              message: '@taskrelay/shared depends on neither the gateway nor the worker.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+);

@@ -1,0 +1,221 @@
+import { z } from 'zod';
+import {
+  NonRetryableError,
+  TaskSupportSchema,
+  type TaskSupport,
+  type ToolDescriptor,
+  type ToolResult,
+} from '@taskrelay/shared';
+import type { ToolContext } from './context.js';
+
+/**
+ * Brands a tool definition. `Symbol.for` so the brand survives two copies of this package in one process (a tools
+ * module resolving its own `@taskrelay/worker`).
+ */
+export const TOOL_DEFINITION: unique symbol = Symbol.for('taskrelay.toolDefinition');
+
+/** Any zod object schema (`z.object`, `z.strictObject`, `z.looseObject`): tool arguments are always a JSON object. */
+export type ToolInputSchema = z.ZodObject<z.core.$ZodShape, z.core.$ZodObjectConfig>;
+
+/** What `run` may return: a string, a full `CallToolResult`, or a value for `structuredContent`. */
+export type ToolReturn<O extends z.ZodType | undefined> =
+  string | ToolResult | (O extends z.ZodType ? z.input<O> : unknown);
+
+export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | undefined = undefined> {
+  /** Unique tool name within a worker: 1 to 128 of `A-Z a-z 0-9 _ - .` (MCP's rule). Required. */
+  name: string;
+  /** Human-readable name for UIs. Default: none. */
+  title?: string;
+  /** What the tool does, for the model. Required. */
+  description: string;
+  /**
+   * A zod object schema for the arguments. The worker validates arguments with it (defaults and transforms apply);
+   * the catalog publishes its JSON Schema (`io: 'input'`). Required.
+   */
+  inputSchema: I;
+  /**
+   * A zod object schema for `structuredContent`. When set, a plain value returned by `run` is validated against it
+   * (a mismatch fails the task without retry) and the catalog publishes its JSON Schema. Default: none.
+   */
+  outputSchema?: O;
+  /**
+   * Whether callers may (`optional`), must (`required`) or must not (`forbidden`) run the tool as an MCP task.
+   * Default `'optional'`.
+   */
+  taskSupport?: TaskSupport;
+  /**
+   * Abort the run with reason `TIMEOUT` and fail the task this many ms after it starts. The gateway caps it at
+   * `TASKRELAY_MAX_TOOL_TIMEOUT_MS`. Default: none (only the gateway's cap applies).
+   */
+  timeoutMs?: number;
+  /**
+   * How many times a job runs before its task fails, counting the first run. Only ordinary errors are retried;
+   * `NonRetryableError`, invalid arguments, cancel and timeout never are. Default `1`.
+   */
+  attempts?: number;
+  /**
+   * Runs the tool. Return a string (one text item), a full `CallToolResult` (an object with a `content` array, used
+   * as is), or any other value (validated against `outputSchema` when set; a plain object becomes
+   * `structuredContent`, and its JSON the text content). Throw to fail; honour `ctx.signal`.
+   */
+  run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
+}
+
+/** A tool as `defineTool` returns it: the options with defaults applied, branded, and its published descriptor. */
+export interface ToolDefinition<
+  I extends ToolInputSchema = ToolInputSchema,
+  O extends z.ZodType | undefined = z.ZodType | undefined,
+> {
+  readonly [TOOL_DEFINITION]: true;
+  readonly name: string;
+  readonly title: string | undefined;
+  readonly description: string;
+  readonly inputSchema: I;
+  readonly outputSchema: O | undefined;
+  readonly taskSupport: TaskSupport;
+  readonly timeoutMs: number | undefined;
+  readonly attempts: number;
+  /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
+  readonly descriptor: ToolDescriptor;
+  run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
+}
+
+const ToolOptionsSchema = z.object({
+  name: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, { message: 'must be 1 to 128 of A-Z a-z 0-9 _ - .' }),
+  title: z.string().min(1).optional(),
+  description: z.string().min(1, { message: 'must not be empty' }),
+  taskSupport: TaskSupportSchema.default('optional'),
+  timeoutMs: z.number().int().positive().optional(),
+  attempts: z.number().int().min(1).max(1000).default(1),
+});
+
+/**
+ * Defines a tool a worker can serve. Export the result from a tools module (`TASKRELAY_TOOLS`) or pass it to
+ * `startWorker({ tools })`.
+ *
+ * @throws TypeError when an option is invalid or a schema cannot be published as a JSON Schema object.
+ */
+export function defineTool<I extends ToolInputSchema, O extends z.ZodType | undefined = undefined>(
+  options: ToolOptions<I, O>,
+): ToolDefinition<I, O> {
+  const parsed = ToolOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
+    throw new TypeError(`${label}: ${issue?.path.join('.') || 'options'} ${issue?.message ?? 'is invalid'}`);
+  }
+  const { name, title, description, taskSupport, timeoutMs, attempts } = parsed.data;
+  // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
+  if (zodKind(options.inputSchema) !== 'object') {
+    throw new TypeError(`defineTool(${name}): inputSchema must be a zod object schema (z.object({...}))`);
+  }
+  if (options.outputSchema !== undefined && zodKind(options.outputSchema) === undefined) {
+    throw new TypeError(`defineTool(${name}): outputSchema must be a zod schema`);
+  }
+  if (typeof options.run !== 'function') throw new TypeError(`defineTool(${name}): run must be a function`);
+
+  const descriptor: ToolDescriptor = {
+    name,
+    description,
+    inputSchema: toolJsonSchema(options.inputSchema, 'input', `defineTool(${name}): inputSchema`),
+    taskSupport,
+    attempts,
+  };
+  if (title !== undefined) descriptor.title = title;
+  if (options.outputSchema !== undefined) {
+    descriptor.outputSchema = toolJsonSchema(options.outputSchema, 'output', `defineTool(${name}): outputSchema`);
+  }
+  if (timeoutMs !== undefined) descriptor.timeoutMs = timeoutMs;
+
+  return Object.freeze({
+    [TOOL_DEFINITION]: true as const,
+    name,
+    title,
+    description,
+    inputSchema: options.inputSchema,
+    outputSchema: options.outputSchema,
+    taskSupport,
+    timeoutMs,
+    attempts,
+    descriptor,
+    run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
+  });
+}
+
+/** True for a value `defineTool` returned (from any copy of this package). */
+export function isToolDefinition(value: unknown): value is ToolDefinition {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[TOOL_DEFINITION] === true;
+}
+
+/**
+ * The JSON Schema a catalog publishes for a zod schema: `z.toJSONSchema(schema, { io })` without `$schema`. MCP
+ * wants tool input and output schemas to describe objects, so anything else is rejected.
+ *
+ * @param io `'input'` (default) describes what callers send, `'output'` what a parse produces.
+ * @throws TypeError when the schema cannot be represented or does not describe an object.
+ */
+export function toolJsonSchema(
+  schema: z.ZodType,
+  io: 'input' | 'output' = 'input',
+  label = 'schema',
+): Record<string, unknown> {
+  let json: Record<string, unknown>;
+  try {
+    json = z.toJSONSchema(schema, { io });
+  } catch (error) {
+    throw new TypeError(
+      `${label} cannot be published as JSON Schema: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
+  }
+  const rest = { ...json };
+  delete rest['$schema'];
+  if (rest['type'] !== 'object') throw new TypeError(`${label} must describe an object (JSON Schema type "object")`);
+  return rest;
+}
+
+/**
+ * Turns what `run` returned into the stored `CallToolResult` (see `ToolOptions.run`).
+ *
+ * @throws NonRetryableError when the value does not match the tool's `outputSchema`.
+ */
+export function toToolResult(tool: Pick<ToolDefinition, 'name' | 'outputSchema'>, value: unknown): ToolResult {
+  if (typeof value === 'string') return { content: [{ type: 'text', text: value }] };
+  if (isPlainObject(value) && Array.isArray(value['content'])) return value as ToolResult;
+  let output = value;
+  if (tool.outputSchema !== undefined) {
+    const parsed = tool.outputSchema.safeParse(value);
+    if (!parsed.success) {
+      throw new NonRetryableError(
+        `Tool ${tool.name} returned a value that does not match its outputSchema: ${describeIssues(parsed.error)}`,
+      );
+    }
+    output = parsed.data;
+  }
+  if (output === undefined) return { content: [] };
+  const result: ToolResult = { content: [{ type: 'text', text: JSON.stringify(output) ?? '' }] };
+  if (isPlainObject(output)) result.structuredContent = output;
+  return result;
+}
+
+/** One line naming every offending field: `items: Too big: expected number to be <=1000000; report: ...`. */
+export function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .map((issue) => (issue.path.length > 0 ? `${issue.path.map(String).join('.')}: ${issue.message}` : issue.message))
+    .join('; ');
+}
+
+/** The zod 4 schema kind (`'object'`, `'string'`, ...), or undefined for anything that is not a zod 4 schema. */
+function zodKind(value: unknown): string | undefined {
+  const internals = (value as { _zod?: { def?: { type?: unknown } } } | null | undefined)?._zod;
+  const kind = internals?.def?.type;
+  return typeof kind === 'string' && typeof (value as { safeParse?: unknown }).safeParse === 'function'
+    ? kind
+    : undefined;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null) return false;
+  const proto: unknown = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}

@@ -1,0 +1,46 @@
+/** The demo tools the stock worker serves (CONTRACT.md §5). */
+import { z } from 'zod';
+import { NonRetryableError } from '@taskrelay/shared';
+import { defineTool, type ToolDefinition } from './define-tool.js';
+
+export const buildReport = defineTool({
+  name: 'build_report',
+  title: 'Build report',
+  description:
+    'Builds a report from a number of items, waiting delayMs per item and reporting progress as it goes. Cancellable between items.',
+  inputSchema: z.object({
+    report: z.string().describe('Name of the report'),
+    items: z.number().int().min(1).max(1_000_000).describe('How many items to process'),
+    delayMs: z.number().int().min(0).max(60_000).default(10).describe('Time spent on each item, in ms'),
+  }),
+  outputSchema: z.object({ report: z.string(), items: z.number().int() }),
+  taskSupport: 'optional',
+  async run({ report, items, delayMs }, ctx) {
+    for (let i = 1; i <= items; i++) {
+      await ctx.sleep(delayMs);
+      ctx.progress(i, items, `Processed ${i} of ${items} items for ${report}`);
+    }
+    return {
+      content: [{ type: 'text', text: `Report "${report}" built from ${items} items` }],
+      structuredContent: { report, items },
+    };
+  },
+});
+
+export const failAfter = defineTool({
+  name: 'fail_after',
+  title: 'Fail after a delay',
+  description: 'Waits delayMs, then fails with the given message, without retry.',
+  inputSchema: z.object({
+    delayMs: z.number().int().min(0).max(60_000).describe('Time to wait before failing, in ms'),
+    message: z.string().describe('The error message the task fails with'),
+  }),
+  taskSupport: 'optional',
+  async run({ delayMs, message }, ctx): Promise<never> {
+    await ctx.sleep(delayMs);
+    throw new NonRetryableError(message);
+  },
+});
+
+/** Every demo tool, as the stock worker serves them when `TASKRELAY_TOOLS` is unset. */
+export const demoTools: readonly ToolDefinition[] = [buildReport, failAfter];

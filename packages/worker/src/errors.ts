@@ -1,0 +1,36 @@
+/**
+ * Worker error types. `NonRetryableError` lives in shared (the gateway reads its code back); `CancelledError` is what
+ * a tool sees when its signal aborts.
+ */
+import { CANCEL_REASONS, TaskrelayError, type CancelReason } from '@taskrelay/shared';
+
+export { NonRetryableError } from '@taskrelay/shared';
+
+/**
+ * Rejects `ctx.sleep` and is thrown by `ctx.throwIfCancelled` once the task's signal has aborted. `reason` says why:
+ * the client cancelled, the tool ran past its `timeoutMs`, or this worker is shutting down.
+ */
+export class CancelledError extends TaskrelayError {
+  readonly reason: CancelReason;
+
+  constructor(reason: CancelReason, message = `Task cancelled (${reason})`) {
+    super('CANCELLED', message, { data: { reason } });
+    this.name = 'CancelledError';
+    this.reason = reason;
+  }
+}
+
+export function isCancelReason(value: unknown): value is CancelReason {
+  return typeof value === 'string' && (CANCEL_REASONS as readonly string[]).includes(value);
+}
+
+/**
+ * The closed reason behind an aborted signal. Our controllers always abort with a `CancelReason`; anything else
+ * (BullMQ's own `cancelJob`, say) counts as a client cancel, the only reason that never re-runs the tool.
+ */
+export function cancelReasonOf(signal: AbortSignal): CancelReason {
+  const reason: unknown = signal.reason;
+  if (isCancelReason(reason)) return reason;
+  if (reason instanceof CancelledError) return reason.reason;
+  return 'CLIENT_CANCELLED';
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env node
+/**
+ * The stock worker process: configuration from the environment (CONTRACT.md §2), the tools of `TASKRELAY_TOOLS` or
+ * the demo tools, a clean drain on SIGTERM/SIGINT. The only file allowed to write to the console: a startup failure is
+ * one line on stderr and exit code 1.
+ */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import {
+  ConfigError,
+  createLogger,
+  createRedis,
+  loadWorkerConfig,
+  oneLine,
+  requireRedisUrl,
+  waitForRedis,
+} from '@taskrelay/shared';
+import { demoTools } from './demo-tools.js';
+import { isToolDefinition, type ToolDefinition } from './define-tool.js';
+import { startWorker, type WorkerHandle } from './worker.js';
+
+async function main(): Promise<void> {
+  const config = loadWorkerConfig();
+  const redisUrl = requireRedisUrl(config);
+  const logger = createLogger('worker', { level: config.logLevel });
+  const tools = config.toolsModule === undefined ? [...demoTools] : await loadTools(config.toolsModule);
+
+  const probe = createRedis(redisUrl, { lazyConnect: false });
+  probe.on('error', () => undefined);
+  try {
+    await waitForRedis(probe);
+  } finally {
+    probe.disconnect();
+  }
+
+  const handle = await startWorker({
+    redisUrl,
+    prefix: config.prefix,
+    tools,
+    queue: config.queue,
+    concurrency: config.concurrency,
+    lockDurationMs: config.lockDurationMs,
+    heartbeatMs: config.heartbeatMs,
+    progressIntervalMs: config.progressIntervalMs,
+    abortGraceMs: config.abortGraceMs,
+    cancelSweepMs: config.cancelSweepMs,
+    logger,
+  });
+  logger.info({ workerId: handle.workerId, queue: handle.queue, tools: tools.map((t) => t.name) }, 'worker ready');
+  handleSignals(handle, logger);
+}
+
+/** Every tool definition a module exports: named exports, the default export, and arrays of either. */
+async function loadTools(modulePath: string): Promise<ToolDefinition[]> {
+  const url = pathToFileURL(resolve(process.cwd(), modulePath)).href;
+  let exports: Record<string, unknown>;
+  try {
+    exports = (await import(url)) as Record<string, unknown>;
+  } catch (error) {
+    throw new ConfigError(`Invalid configuration: TASKRELAY_TOOLS could not load ${modulePath}: ${oneLine(error)}`);
+  }
+  const found = new Set<ToolDefinition>();
+  for (const value of Object.values(exports)) {
+    for (const item of Array.isArray(value) ? value : [value]) {
+      if (isToolDefinition(item)) found.add(item);
+    }
+  }
+  if (found.size === 0) {
+    throw new ConfigError(
+      `Invalid configuration: TASKRELAY_TOOLS module ${modulePath} exports no tool definitions (export the results of defineTool)`,
+    );
+  }
+  return [...found];
+}
+
+function handleSignals(handle: WorkerHandle, logger: ReturnType<typeof createLogger>): void {
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal; exiting without waiting for running tools');
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    handle.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main().catch((error: unknown) => {
+  console.error(`taskrelay-worker: ${oneLine(error)}`);
+  process.exit(1);
+});

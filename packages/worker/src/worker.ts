@@ -1,0 +1,649 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
+import { z } from 'zod';
+import {
+  CancelRequestSchema,
+  ConfigError,
+  JobDataSchema,
+  NonRetryableError,
+  RedisTaskStore,
+  createKeys,
+  createLogger,
+  createRedis,
+  isTerminal,
+  parseMessage,
+  serializeError,
+  type CancelReason,
+  type Keys,
+  type Logger,
+  type Redis,
+  type SerializedError,
+  type ToolDescriptor,
+  type ToolResult,
+  type WorkerCatalog,
+} from '@taskrelay/shared';
+import { TaskContext } from './context.js';
+import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
+import { cancelReasonOf } from './errors.js';
+
+/** Options of `startWorker`. Only `tools` and a Redis URL are required. */
+export interface WorkerOptions {
+  /** Redis URL: `redis://host:port/db`, or `rediss://` for TLS. Required unless `connection` is given. */
+  redisUrl?: string;
+  /** The Redis URL under BullMQ's name for it; used when `redisUrl` is not given. */
+  connection?: string;
+  /** Prefix of every Redis key, channel and BullMQ queue; must match the gateway's. Default `'taskrelay'`. */
+  prefix?: string;
+  /** The tools this worker serves (from `defineTool`). At least one; names must be unique. */
+  tools: readonly ToolDefinition[];
+  /**
+   * The queue this worker consumes. Workers serving different tool sets use different queues; the gateway routes each
+   * tool to the queue of a live worker that serves it. Default `'default'`.
+   */
+  queue?: string;
+  /** Jobs run at once by this worker. Default `8`. */
+  concurrency?: number;
+  /**
+   * BullMQ job lock duration, and the stalled-job check interval: how soon the job of a crashed worker is taken over
+   * by another. Default `30000` (30 s).
+   */
+  lockDurationMs?: number;
+  /** How often the tool catalog is refreshed; it expires after three missed heartbeats. Default `5000` (5 s). */
+  heartbeatMs?: number;
+  /** Per-task progress throttle: at most one progress write per this many ms, newest value wins. Default `50`. */
+  progressIntervalMs?: number;
+  /** A warning is logged when a tool is still running this long after its signal aborted. Default `5000` (5 s). */
+  abortGraceMs?: number;
+  /**
+   * How often the status of every running task is re-read, so a missed cancel message still aborts its tool.
+   * Default `2000` (2 s).
+   */
+  cancelSweepMs?: number;
+  /** This worker's id in the catalog. Default `<hostname>-<pid>-<random hex>`. */
+  workerId?: string;
+  /** pino logger. Default: `createLogger('worker')` (JSON lines on stdout, level from `LOG_LEVEL`). */
+  logger?: Logger;
+}
+
+/** `WorkerOptions` with every default applied. */
+export interface ResolvedWorkerOptions {
+  redisUrl: string;
+  prefix: string;
+  tools: ToolDefinition[];
+  queue: string;
+  concurrency: number;
+  lockDurationMs: number;
+  heartbeatMs: number;
+  progressIntervalMs: number;
+  abortGraceMs: number;
+  cancelSweepMs: number;
+  workerId: string;
+  logger: Logger;
+}
+
+export interface CloseOptions {
+  /**
+   * How long running tools may take to finish before they are aborted with `WORKER_SHUTDOWN` (their jobs go back to
+   * the queue for another worker, without using up an attempt). Default `10000` (10 s).
+   */
+  graceMs?: number;
+}
+
+/** A running worker. */
+export interface WorkerHandle {
+  readonly workerId: string;
+  readonly queue: string;
+  /**
+   * Stops the heartbeat (the catalog is removed), stops taking jobs, waits up to `graceMs` for running tools, aborts
+   * the rest with `WORKER_SHUTDOWN`, then closes every Redis connection. Safe to call more than once.
+   */
+  close(options?: CloseOptions): Promise<void>;
+}
+
+const redisUrlSchema = z
+  .string()
+  .trim()
+  .refine((v) => /^rediss?:\/\/\S+$/.test(v) && URL.canParse(v), { message: 'must be a redis:// or rediss:// URL' });
+
+const ms = (min: number) =>
+  z
+    .number()
+    .int()
+    .min(min, { message: `must be a whole number of ms, at least ${min}` });
+
+const WorkerOptionsSchema = z
+  .strictObject({
+    redisUrl: redisUrlSchema.optional(),
+    connection: redisUrlSchema.optional(),
+    prefix: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).default('taskrelay'),
+    tools: z
+      .array(z.custom<ToolDefinition>(isToolDefinition, { message: 'must hold tool definitions made by defineTool' }))
+      .min(1, { message: 'must list at least one tool' }),
+    queue: z
+      .string()
+      .trim()
+      .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
+      .default('default'),
+    concurrency: z.number().int().min(1, { message: 'must be a whole number, at least 1' }).default(8),
+    lockDurationMs: ms(100).default(30_000),
+    heartbeatMs: ms(10).default(5_000),
+    progressIntervalMs: ms(0).default(50),
+    abortGraceMs: ms(0).default(5_000),
+    cancelSweepMs: ms(10).default(2_000),
+    workerId: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).optional(),
+    logger: z
+      .custom<Logger>((v) => typeof v === 'object' && v !== null && typeof (v as Logger).child === 'function', {
+        message: 'must be a pino logger',
+      })
+      .optional(),
+  })
+  .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
+    message: 'is required (redisUrl or connection)',
+    path: ['redisUrl'],
+  });
+
+/** Applies the defaults of `WorkerOptions`; throws a one-line `ConfigError` for anything invalid. */
+export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOptions {
+  const parsed = WorkerOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.map(String).join('.') || 'options';
+    throw new ConfigError(`Invalid worker options: ${field} ${issue?.message ?? 'is invalid'}`);
+  }
+  const o = parsed.data;
+  const names = new Set<string>();
+  for (const tool of o.tools) {
+    if (names.has(tool.name)) throw new ConfigError(`Invalid worker options: two tools are named "${tool.name}"`);
+    names.add(tool.name);
+  }
+  return {
+    redisUrl: o.redisUrl ?? o.connection ?? '',
+    prefix: o.prefix,
+    tools: o.tools,
+    queue: o.queue,
+    concurrency: o.concurrency,
+    lockDurationMs: o.lockDurationMs,
+    heartbeatMs: o.heartbeatMs,
+    progressIntervalMs: o.progressIntervalMs,
+    abortGraceMs: o.abortGraceMs,
+    cancelSweepMs: o.cancelSweepMs,
+    workerId: o.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+    logger: o.logger ?? createLogger('worker'),
+  };
+}
+
+/**
+ * Starts a worker: consumes its queue, serves cancels, and publishes its tool catalog (once before this resolves, so
+ * a gateway sees the tools at once).
+ */
+export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
+  const worker = new TaskWorker(resolveWorkerOptions(options));
+  await worker.start();
+  return { workerId: worker.workerId, queue: worker.queue, close: (closeOptions) => worker.close(closeOptions) };
+}
+
+/** One running job: its abort controller and the grace timer armed when it aborts. */
+interface RunningJob {
+  readonly controller: AbortController;
+  graceTimer: NodeJS.Timeout | undefined;
+  /** Whom the task belongs to, for the cancel log lines (known once the task is read). */
+  principal?: string;
+}
+
+type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/** setTimeout's ceiling; a longer timeout would fire at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** Worker ids whose heartbeat expired this long ago are pruned from the live set by any worker. */
+const PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000;
+
+/** The engine behind `startWorker` (PROTOCOL.md §3, §5, §7). */
+class TaskWorker {
+  readonly workerId: string;
+  readonly queue: string;
+
+  private readonly options: ResolvedWorkerOptions;
+  private readonly keys: Keys;
+  private readonly log: Logger;
+  private readonly tools: Map<string, ToolDefinition>;
+  private readonly descriptors: ToolDescriptor[];
+  private readonly running = new Map<string, RunningJob>();
+  private readonly redis: Redis;
+  private readonly subscriber: Redis;
+  private readonly bullConnection: Redis;
+  private readonly store: RedisTaskStore;
+  private bullWorker: Worker | undefined;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private sweepTimer: NodeJS.Timeout | undefined;
+  private heartbeatInFlight: Promise<void> | undefined;
+  private sweeping = false;
+  private subscriberReadyBefore = false;
+  private closing = false;
+  private closed: Promise<void> | undefined;
+
+  constructor(options: ResolvedWorkerOptions) {
+    this.options = options;
+    this.workerId = options.workerId;
+    this.queue = options.queue;
+    this.keys = createKeys(options.prefix);
+    this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
+    this.tools = new Map(options.tools.map((tool) => [tool.name, tool]));
+    this.descriptors = options.tools.map((tool) => tool.descriptor);
+    this.redis = this.connect('commands');
+    this.subscriber = this.connect('cancel');
+    this.bullConnection = this.connect('bullmq');
+    this.store = new RedisTaskStore(this.redis, this.keys);
+  }
+
+  async start(): Promise<void> {
+    try {
+      this.subscriber.on('message', (channel: string, raw: string) => this.onCancelMessage(channel, raw));
+      this.subscriber.on('ready', () => {
+        // ioredis re-subscribes by itself after a reconnect; what we may have missed meanwhile is read from the hashes.
+        if (this.subscriberReadyBefore) {
+          this.log.info('cancel subscriber reconnected; re-reading the status of running tasks');
+          void this.sweep();
+        }
+        this.subscriberReadyBefore = true;
+      });
+      await this.subscriber.subscribe(this.keys.cancelChannel);
+
+      const worker = new Worker<unknown, void>(this.keys.queueName(this.queue), this.process, {
+        connection: this.bullConnection,
+        prefix: this.keys.bullPrefix,
+        concurrency: this.options.concurrency,
+        lockDuration: this.options.lockDurationMs,
+        // Take over a crashed worker's job as soon as its lock can have expired, not after BullMQ's fixed 30 s.
+        stalledInterval: this.options.lockDurationMs,
+        name: this.workerId,
+      });
+      this.bullWorker = worker;
+      worker.on('error', (error) => this.log.error({ err: error }, 'BullMQ worker error'));
+      await worker.waitUntilReady();
+
+      await this.publishCatalog();
+      this.heartbeatTimer = setInterval(() => this.heartbeat(), this.options.heartbeatMs).unref();
+      this.sweepTimer = setInterval(() => void this.sweep(), this.options.cancelSweepMs).unref();
+      this.log.debug({ tools: this.descriptors.map((d) => d.name) }, 'worker started');
+    } catch (error) {
+      await this.abandon();
+      throw error;
+    }
+  }
+
+  close(options: CloseOptions = {}): Promise<void> {
+    this.closed ??= this.shutdown(options.graceMs ?? 10_000);
+    return this.closed;
+  }
+
+  // ---- §5 running a job -------------------------------------------------------------------------------------------
+
+  /** Declared with three parameters: BullMQ only passes its abort signal to a processor of length 3. */
+  private readonly process = async (
+    job: Job<unknown, void>,
+    token: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<void> => {
+    const taskId = job.id ?? '';
+    // Registered before anything is read, so a cancel arriving during the start check is not lost.
+    const controller = new AbortController();
+    const entry: RunningJob = { controller, graceTimer: undefined };
+    this.running.set(taskId, entry);
+    const log = this.log.child({ taskId, tool: job.name, attempt: job.attemptsMade + 1 });
+    const forward = () => controller.abort(cancelReasonOf(signal as AbortSignal));
+    signal?.addEventListener('abort', forward, { once: true });
+    controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
+    try {
+      await this.runJob(job, token, taskId, controller, log);
+    } finally {
+      signal?.removeEventListener('abort', forward);
+      clearTimeout(entry.graceTimer);
+      if (this.running.get(taskId) === entry) this.running.delete(taskId);
+    }
+  };
+
+  private async runJob(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    taskId: string,
+    controller: AbortController,
+    log: Logger,
+  ): Promise<void> {
+    if (this.closing) return this.putBack(job, token, log);
+
+    const task = await this.store.get(taskId);
+    if (!task || isTerminal(task.status)) {
+      log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
+      return;
+    }
+    const entry = this.running.get(taskId);
+    if (entry?.controller === controller) entry.principal = task.principal;
+    log = log.child({ principal: task.principal });
+
+    const data = JobDataSchema.safeParse(job.data);
+    if (!data.success || data.data.taskId !== taskId) {
+      const message = data.success
+        ? `Invalid job data: taskId ${data.data.taskId} does not match job id ${taskId}`
+        : `Invalid job data: ${describeIssues(data.error)}`;
+      await this.failTask(taskId, message, { code: 'INTERNAL', message }, log);
+      throw new UnrecoverableError(message);
+    }
+    const { tool: toolName, arguments: args } = data.data;
+
+    const tool = this.tools.get(toolName);
+    if (!tool) {
+      const message = `Tool ${toolName} is not served by worker ${this.workerId} (queue ${this.queue})`;
+      await this.failTask(taskId, message, { code: 'TOOL_NOT_FOUND', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
+    const timeoutMs = minDefined(data.data.timeoutMs, tool.timeoutMs);
+
+    const input = tool.inputSchema.safeParse(args);
+    if (!input.success) {
+      const message = `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`;
+      await this.failTask(taskId, message, { code: 'INVALID_ARGUMENTS', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    const ctx = new TaskContext({
+      taskId,
+      tool: tool.name,
+      attempt: job.attemptsMade + 1,
+      signal: controller.signal,
+      store: this.store,
+      progressIntervalMs: this.options.progressIntervalMs,
+      logger: log,
+    });
+
+    // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
+    // signal must not keep the caller waiting.
+    let timeoutTransition: Promise<void> | undefined;
+    const timeoutMessage = `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`;
+    const onTimeout = () => {
+      if (controller.signal.aborted) return;
+      log.info({ reason: 'TIMEOUT', timeoutMs }, 'tool timed out; aborting it');
+      controller.abort('TIMEOUT' satisfies CancelReason);
+      ctx.close();
+      const error: SerializedError = { code: 'TIMEOUT', message: timeoutMessage };
+      timeoutTransition = this.failTask(taskId, timeoutMessage, error, log).catch((cause: unknown) => {
+        log.error({ err: cause }, 'could not record the timeout');
+      });
+    };
+    const timer = timeoutMs === undefined ? undefined : setTimeout(onTimeout, Math.min(timeoutMs, MAX_TIMER_MS));
+
+    let outcome: RunOutcome;
+    if (controller.signal.aborted) {
+      outcome = { ok: false, error: new Error('aborted before the tool started') };
+    } else {
+      log.info({ timeoutMs }, 'tool started');
+      try {
+        outcome = { ok: true, value: await tool.run(input.data, ctx) };
+      } catch (error) {
+        outcome = { ok: false, error };
+      }
+    }
+    clearTimeout(timer);
+
+    const reason = controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined;
+    if (reason === 'TIMEOUT') {
+      ctx.close();
+      if (outcome.ok) log.info('tool returned after its timeout; result discarded');
+      await timeoutTransition;
+      throw new UnrecoverableError(timeoutMessage);
+    }
+    if (reason === 'CLIENT_CANCELLED') {
+      ctx.close();
+      if (outcome.ok) log.info('tool returned after its task was cancelled; result discarded');
+      await this.ensureCancelled(taskId, log);
+      throw new UnrecoverableError('Task cancelled (CLIENT_CANCELLED)');
+    }
+    // WORKER_SHUTDOWN: a finished result is still good; anything else goes back for another worker.
+    if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) {
+      ctx.close();
+      return this.putBack(job, token, log);
+    }
+
+    if (outcome.ok) {
+      let result: ToolResult | undefined;
+      try {
+        result = toToolResult(tool, outcome.value);
+      } catch (error) {
+        outcome = { ok: false, error };
+      }
+      if (result) {
+        await ctx.flushProgress();
+        ctx.close();
+        const written = await this.store.transition(taskId, 'completed', { result });
+        if (written.ok) log.info('task completed');
+        else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
+        return;
+      }
+    }
+
+    await ctx.flushProgress();
+    ctx.close();
+    const error = outcome.ok ? undefined : outcome.error;
+    const attempts = job.opts.attempts ?? 1;
+    if (isNonRetryable(error) || job.attemptsMade + 1 >= attempts) {
+      const serialized = serializeError(error);
+      await this.failTask(taskId, serialized.message, serialized, log, error);
+      throw new UnrecoverableError(serialized.message);
+    }
+    log.warn({ err: error, attempts }, 'tool failed; the job will be retried');
+    throw error instanceof Error ? error : new Error(serializeError(error).message);
+  }
+
+  /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN); the task stays `working`. */
+  private async putBack(job: Job<unknown, void>, token: string | undefined, log: Logger): Promise<never> {
+    try {
+      await job.moveToDelayed(Date.now(), token);
+      log.info({ reason: 'WORKER_SHUTDOWN' }, 'worker shutting down; job put back for another worker');
+    } catch (error) {
+      log.warn({ err: error }, 'could not put the job back; it returns to the queue when its lock expires');
+    }
+    throw new DelayedError();
+  }
+
+  private async failTask(
+    taskId: string,
+    message: string,
+    error: SerializedError,
+    log: Logger,
+    cause?: unknown,
+  ): Promise<void> {
+    const result: ToolResult = { content: [{ type: 'text', text: message }], isError: true };
+    const written = await this.store.transition(taskId, 'failed', { statusMessage: message, result, error });
+    if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
+    else
+      log.info({ status: written.status ?? 'missing', statusMessage: message }, 'task already terminal; failure lost');
+  }
+
+  /** The gateway cancels the task before it publishes; this only covers an abort that did not come from it. */
+  private async ensureCancelled(taskId: string, log: Logger): Promise<void> {
+    const written = await this.store.transition(taskId, 'cancelled', {
+      cancelReason: 'CLIENT_CANCELLED',
+      statusMessage: 'Cancelled',
+    });
+    if (written.ok) log.info('task was not terminal; marked cancelled');
+    else log.info({ status: written.status ?? 'missing' }, 'tool stopped; task already terminal');
+  }
+
+  private onAbort(entry: RunningJob, log: Logger): void {
+    const reason = cancelReasonOf(entry.controller.signal);
+    log.debug({ reason }, 'tool signal aborted');
+    entry.graceTimer = setTimeout(() => {
+      log.warn(
+        { reason, abortGraceMs: this.options.abortGraceMs },
+        'tool still running after its signal aborted; it ignores its signal and keeps its slot until it returns',
+      );
+    }, this.options.abortGraceMs).unref();
+  }
+
+  // ---- §7 cancel ----------------------------------------------------------------------------------------------------
+
+  private onCancelMessage(channel: string, raw: string): void {
+    if (channel !== this.keys.cancelChannel) return;
+    const request = parseMessage(CancelRequestSchema, raw);
+    if (!request) {
+      this.log.warn({ raw: raw.slice(0, 200) }, 'malformed cancel message ignored');
+      return;
+    }
+    const entry = this.running.get(request.taskId);
+    if (!entry || entry.controller.signal.aborted) return;
+    this.log.info(
+      { taskId: request.taskId, principal: entry.principal, reason: request.reason },
+      'cancel received; aborting tool',
+    );
+    entry.controller.abort(request.reason);
+  }
+
+  /** Aborts every running tool whose task is no longer live in Redis: the durable half of §7. */
+  private async sweep(): Promise<void> {
+    if (this.sweeping) return;
+    const entries = [...this.running].filter(([, entry]) => !entry.controller.signal.aborted);
+    if (entries.length === 0) return;
+    this.sweeping = true;
+    try {
+      const statuses = await this.store.statuses(entries.map(([taskId]) => taskId));
+      entries.forEach(([taskId, entry], i) => {
+        const status = statuses[i];
+        if (status !== undefined && !isTerminal(status)) return;
+        if (this.running.get(taskId) !== entry || entry.controller.signal.aborted) return;
+        this.log.info(
+          { taskId, principal: entry.principal, status: status ?? 'missing', reason: 'CLIENT_CANCELLED' },
+          'task no longer live; aborting tool',
+        );
+        entry.controller.abort('CLIENT_CANCELLED' satisfies CancelReason);
+      });
+    } catch (error) {
+      this.log.warn({ err: error }, 'cancel sweep failed');
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  // ---- §3 catalog ---------------------------------------------------------------------------------------------------
+
+  private async publishCatalog(): Promise<void> {
+    const now = Date.now();
+    const ttlMs = 3 * this.options.heartbeatMs;
+    const catalog: WorkerCatalog = {
+      workerId: this.workerId,
+      queue: this.queue,
+      tools: this.descriptors,
+      heartbeatAt: now,
+    };
+    const replies = await this.redis
+      .multi()
+      .set(this.keys.workerCatalog(this.workerId), JSON.stringify(catalog), 'PX', ttlMs)
+      .zadd(this.keys.workers, now + ttlMs, this.workerId)
+      .zremrangebyscore(this.keys.workers, '-inf', now - PRUNE_DEAD_WORKERS_AFTER_MS)
+      .exec();
+    const failed = replies?.find(([error]) => error);
+    if (failed?.[0]) throw failed[0];
+  }
+
+  private heartbeat(): void {
+    // Skip a beat rather than queue writes behind a slow or reconnecting Redis.
+    if (this.heartbeatInFlight || this.closing) return;
+    this.heartbeatInFlight = this.publishCatalog()
+      .catch((error: unknown) => this.log.warn({ err: error }, 'heartbeat failed'))
+      .finally(() => {
+        this.heartbeatInFlight = undefined;
+      });
+  }
+
+  // ---- shutdown -----------------------------------------------------------------------------------------------------
+
+  private async shutdown(graceMs: number): Promise<void> {
+    this.closing = true;
+    clearInterval(this.heartbeatTimer);
+    await this.heartbeatInFlight;
+    try {
+      await this.redis
+        .multi()
+        .del(this.keys.workerCatalog(this.workerId))
+        .zrem(this.keys.workers, this.workerId)
+        .exec();
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not remove the catalog');
+    }
+
+    // BullMQ's close stops fetching at once and resolves when the running jobs are done. The cancel subscriber and the
+    // sweep keep working meanwhile: a running tool may still be cancelled during the drain.
+    const drained = (this.bullWorker?.close() ?? Promise.resolve()).catch((error: unknown) => {
+      this.log.warn({ err: error }, 'BullMQ worker close failed');
+    });
+    if (!(await settlesWithin(drained, graceMs))) {
+      const live = [...this.running].filter(([, entry]) => !entry.controller.signal.aborted);
+      this.log.info({ graceMs, taskIds: live.map(([id]) => id) }, 'grace period over; aborting running tools');
+      for (const [, entry] of live) entry.controller.abort('WORKER_SHUTDOWN' satisfies CancelReason);
+      if (!(await settlesWithin(drained, this.options.abortGraceMs))) {
+        this.log.warn(
+          { taskIds: [...this.running.keys()] },
+          'tools ignore their signal; closing without them (their jobs return to the queue when their locks expire)',
+        );
+      }
+    }
+    clearInterval(this.sweepTimer);
+    await Promise.all([quit(this.subscriber), quit(this.redis), quit(this.bullConnection)]);
+    this.log.info('worker closed');
+  }
+
+  /** Releases whatever `start` had opened when it failed. */
+  private async abandon(): Promise<void> {
+    this.closing = true;
+    clearInterval(this.heartbeatTimer);
+    clearInterval(this.sweepTimer);
+    await this.bullWorker?.close(true).catch(() => undefined);
+    this.subscriber.disconnect();
+    this.redis.disconnect();
+    this.bullConnection.disconnect();
+  }
+
+  private connect(role: string): Redis {
+    // Named so `CLIENT LIST` tells the connections of each worker apart.
+    const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
+    client.on('error', (error: unknown) => this.log.warn({ err: error, connection: role }, 'Redis connection error'));
+    return client;
+  }
+}
+
+function isNonRetryable(error: unknown): boolean {
+  if (error instanceof NonRetryableError || error instanceof UnrecoverableError) return true;
+  // A tools module may carry its own copy of shared or bullmq: trust the code and the name too.
+  const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
+  return code === 'NON_RETRYABLE' || name === 'UnrecoverableError';
+}
+
+function minDefined(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  return b === undefined ? a : Math.min(a, b);
+}
+
+/** Resolves true when `promise` settles within `ms`, false otherwise. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function quit(client: Redis): Promise<void> {
+  try {
+    if (client.status === 'end') return;
+    // A client that never connected cannot QUIT; it only needs to stop reconnecting.
+    if (client.status !== 'ready') client.disconnect();
+    else await client.quit();
+  } catch {
+    client.disconnect();
+  }
+}

@@ -1,0 +1,140 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { NonRetryableError } from '@taskrelay/shared';
+import { defineTool, isToolDefinition, toToolResult, toolJsonSchema } from '../src/define-tool.js';
+import { buildReport, demoTools, failAfter } from '../src/demo-tools.js';
+
+const noop = defineTool({
+  name: 'noop',
+  description: 'Does nothing.',
+  inputSchema: z.object({}),
+  run: () => 'ok',
+});
+
+const withOutput = defineTool({
+  name: 'with_output',
+  description: 'Has an output schema.',
+  inputSchema: z.object({}),
+  outputSchema: z.object({ count: z.number().int() }),
+  run: () => ({ count: 1 }),
+});
+
+describe('defineTool result normalisation', () => {
+  it('a string result becomes one text content item', () => {
+    expect(toToolResult(noop, 'hello')).toEqual({ content: [{ type: 'text', text: 'hello' }] });
+  });
+
+  it('a result with a content array is used as is', () => {
+    const result = { content: [{ type: 'text', text: 'x' }], structuredContent: { a: 1 }, isError: false };
+    expect(toToolResult(noop, result)).toBe(result);
+  });
+
+  it('a plain object becomes structuredContent plus its JSON as text', () => {
+    expect(toToolResult(noop, { a: 1, b: 'two' })).toEqual({
+      content: [{ type: 'text', text: '{"a":1,"b":"two"}' }],
+      structuredContent: { a: 1, b: 'two' },
+    });
+  });
+
+  it('a value that is not a plain object becomes JSON text without structuredContent', () => {
+    expect(toToolResult(noop, [1, 2])).toEqual({ content: [{ type: 'text', text: '[1,2]' }] });
+    expect(toToolResult(noop, 42)).toEqual({ content: [{ type: 'text', text: '42' }] });
+    expect(toToolResult(noop, undefined)).toEqual({ content: [] });
+  });
+
+  it('a value matching the outputSchema is stored as parsed', () => {
+    expect(toToolResult(withOutput, { count: 3 })).toEqual({
+      content: [{ type: 'text', text: '{"count":3}' }],
+      structuredContent: { count: 3 },
+    });
+  });
+
+  it('a value breaking the outputSchema is a non-retryable error naming the field', () => {
+    expect(() => toToolResult(withOutput, { count: 'many' })).toThrow(NonRetryableError);
+    expect(() => toToolResult(withOutput, { count: 'many' })).toThrow(/with_output.*count:/);
+  });
+});
+
+describe('defineTool options', () => {
+  it('applies the defaults: taskSupport optional, one attempt, no timeout', () => {
+    expect(noop.taskSupport).toBe('optional');
+    expect(noop.attempts).toBe(1);
+    expect(noop.timeoutMs).toBeUndefined();
+    expect(noop.descriptor).toEqual({
+      name: 'noop',
+      description: 'Does nothing.',
+      inputSchema: { type: 'object', properties: {} },
+      taskSupport: 'optional',
+      attempts: 1,
+    });
+  });
+
+  it('publishes title, timeout, attempts and the output schema in the descriptor', () => {
+    const tool = defineTool({
+      name: 'full',
+      title: 'Full',
+      description: 'Every option.',
+      inputSchema: z.object({ a: z.string() }),
+      outputSchema: z.object({ b: z.number() }),
+      taskSupport: 'required',
+      timeoutMs: 1_000,
+      attempts: 3,
+      run: () => ({ b: 1 }),
+    });
+    expect(tool.descriptor).toMatchObject({
+      name: 'full',
+      title: 'Full',
+      taskSupport: 'required',
+      timeoutMs: 1_000,
+      attempts: 3,
+      outputSchema: { type: 'object', properties: { b: { type: 'number' } }, required: ['b'] },
+    });
+  });
+
+  it('rejects an invalid name, a non-object input schema and a bad attempts count', () => {
+    const base = { description: 'x', inputSchema: z.object({}), run: () => 'x' };
+    expect(() => defineTool({ ...base, name: 'has space' })).toThrow(/name/);
+    expect(() => defineTool({ ...base, name: 'ok', attempts: 0 })).toThrow(/attempts/);
+    expect(() => defineTool({ ...base, name: 'ok', inputSchema: z.string() as never })).toThrow(
+      /inputSchema must be a zod object schema/,
+    );
+  });
+
+  it('isToolDefinition recognises definitions and nothing else', () => {
+    expect(isToolDefinition(noop)).toBe(true);
+    expect(isToolDefinition({ ...noop })).toBe(true);
+    expect(isToolDefinition({ name: 'noop', run: () => 'x' })).toBe(false);
+    expect(isToolDefinition(null)).toBe(false);
+  });
+});
+
+describe('published JSON Schema', () => {
+  it('is the input JSON Schema without $schema, defaults kept and defaulted fields optional', () => {
+    const schema = toolJsonSchema(buildReport.inputSchema);
+    expect(schema).not.toHaveProperty('$schema');
+    expect(schema).toMatchObject({
+      type: 'object',
+      properties: {
+        report: { type: 'string' },
+        items: { type: 'integer', minimum: 1, maximum: 1_000_000 },
+        delayMs: { type: 'integer', minimum: 0, maximum: 60_000, default: 10 },
+      },
+      required: ['report', 'items'],
+    });
+    expect(buildReport.descriptor.inputSchema).toEqual(schema);
+  });
+
+  it('must describe an object', () => {
+    expect(() => toolJsonSchema(z.string())).toThrow(/must describe an object/);
+  });
+});
+
+describe('demo tools', () => {
+  it('are build_report and fail_after, both with optional task support', () => {
+    expect(demoTools.map((t) => [t.name, t.taskSupport])).toEqual([
+      ['build_report', 'optional'],
+      ['fail_after', 'optional'],
+    ]);
+    expect(failAfter.descriptor.inputSchema).toMatchObject({ required: ['delayMs', 'message'] });
+  });
+});

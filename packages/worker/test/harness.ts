@@ -1,0 +1,176 @@
+/**
+ * What the worker's integration tests play instead of a gateway: the task hash (RedisTaskStore), the BullMQ queue,
+ * the cancel publish, and a capture of the worker's log lines. Every harness has its own key prefix.
+ */
+import { Writable } from 'node:stream';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import {
+  RedisTaskStore,
+  createKeys,
+  createLogger,
+  type CancelRequest,
+  type Keys,
+  type Logger,
+  type TaskRecord,
+  type TaskStatus,
+} from '@taskrelay/shared';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { waitFor } from '../../../test/helpers/wait-for.js';
+import type { ToolDefinition } from '../src/define-tool.js';
+import { startWorker, type WorkerHandle, type WorkerOptions } from '../src/worker.js';
+
+export type LogLine = Record<string, unknown> & { msg?: string; level?: number; taskId?: string };
+
+/** A pino destination that keeps every line, parsed. */
+export class LogCapture extends Writable {
+  readonly lines: LogLine[] = [];
+
+  override _write(chunk: Buffer, _encoding: string, callback: () => void): void {
+    for (const line of chunk.toString('utf8').split('\n')) {
+      if (line.trim()) this.lines.push(JSON.parse(line) as LogLine);
+    }
+    callback();
+  }
+
+  /** The first line whose `msg` equals (string) or matches (RegExp) `msg`, for one task when `taskId` is given. */
+  find(msg: string | RegExp, taskId?: string): LogLine | undefined {
+    return this.lines.find(
+      (l) =>
+        (typeof msg === 'string' ? l.msg === msg : msg.test(l.msg ?? '')) &&
+        (taskId === undefined || l.taskId === taskId),
+    );
+  }
+
+  logger(): Logger {
+    return createLogger('worker', { level: 'debug', destination: this });
+  }
+}
+
+export interface EnqueueOptions {
+  timeoutMs?: number;
+  attempts?: number;
+  /** Create the task hash but do not add the job (the test adds it with `addJob`). */
+  jobless?: boolean;
+}
+
+export class Harness {
+  readonly prefix = uniquePrefix('worker');
+  readonly keys: Keys = createKeys(this.prefix);
+  readonly gatewayId = 'gw-test';
+  readonly logs = new LogCapture();
+  readonly redis: Redis;
+  readonly store: RedisTaskStore;
+  readonly queue: Queue;
+  private readonly queueConnection: Redis;
+  private readonly handles: WorkerHandle[] = [];
+  private readonly clients: Redis[] = [];
+
+  constructor(readonly redisUrl: string) {
+    this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.queueConnection = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.store = new RedisTaskStore(this.redis, this.keys);
+    this.queue = new Queue(this.keys.queueName('default'), {
+      connection: this.queueConnection,
+      prefix: this.keys.bullPrefix,
+    });
+  }
+
+  /** Starts a worker on this harness's prefix; closed by `close()`. */
+  async start(tools: ToolDefinition[], options: Partial<WorkerOptions> = {}): Promise<WorkerHandle> {
+    const handle = await startWorker({
+      redisUrl: this.redisUrl,
+      prefix: this.prefix,
+      tools,
+      logger: this.logs.logger(),
+      abortGraceMs: 300,
+      ...options,
+    });
+    this.handles.push(handle);
+    return handle;
+  }
+
+  /** Writes the task hash as the gateway does (§4.2), then adds its job (§4.3). Returns the task id. */
+  async enqueue(tool: string, args: Record<string, unknown>, options: EnqueueOptions = {}): Promise<string> {
+    const task = await this.store.create({
+      tool,
+      queue: 'default',
+      principal: 'test',
+      mode: 'task',
+      ttl: 60_000,
+      pollInterval: 100,
+      gatewayId: this.gatewayId,
+    });
+    if (!options.jobless) await this.addJob(task.taskId, tool, args, options);
+    return task.taskId;
+  }
+
+  async addJob(
+    taskId: string,
+    tool: string,
+    args: Record<string, unknown>,
+    options: EnqueueOptions = {},
+  ): Promise<void> {
+    const data: Record<string, unknown> = { taskId, tool, arguments: args };
+    if (options.timeoutMs !== undefined) data['timeoutMs'] = options.timeoutMs;
+    await this.queue.add(tool, data, { jobId: taskId, attempts: options.attempts ?? 1, removeOnComplete: true });
+  }
+
+  /** The gateway's cancel (§7.2, §7.3): state first, then the wake-up, unless `publish` is false. */
+  async cancel(taskId: string, publish = true): Promise<void> {
+    const outcome = await this.store.transition(taskId, 'cancelled', { cancelReason: 'CLIENT_CANCELLED' });
+    if (!outcome.ok) throw new Error(`task ${taskId} could not be cancelled (status ${outcome.status ?? 'missing'})`);
+    const request: CancelRequest = { taskId, reason: 'CLIENT_CANCELLED' };
+    if (publish) await this.redis.publish(this.keys.cancelChannel, JSON.stringify(request));
+  }
+
+  task(taskId: string): Promise<TaskRecord | undefined> {
+    return this.store.get(taskId);
+  }
+
+  async waitForStatus(taskId: string, status: TaskStatus, timeoutMs = 10_000): Promise<TaskRecord> {
+    return waitFor(
+      async () => {
+        const task = await this.store.get(taskId);
+        return task?.status === status ? task : undefined;
+      },
+      { timeoutMs, message: `task ${taskId} did not become ${status}` },
+    );
+  }
+
+  /** BullMQ's view of the job: 'completed' jobs are removed, so they read as 'unknown'. */
+  jobState(taskId: string): Promise<string> {
+    return this.queue.getJobState(taskId);
+  }
+
+  /** A separate subscriber connection, closed with the harness. */
+  async subscribe(channels: string[], onMessage: (channel: string, message: string) => void): Promise<Redis> {
+    const client = new Redis(this.redisUrl, { maxRetriesPerRequest: null });
+    this.clients.push(client);
+    client.on('message', onMessage);
+    await client.subscribe(...channels);
+    return client;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.handles.map((h) => h.close({ graceMs: 0 })));
+    await this.queue.close();
+    // Nothing else uses this prefix: remove what the test wrote instead of ever flushing a shared server.
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${this.prefix}:*`, 'COUNT', 500);
+      if (keys.length > 0) await this.redis.del(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+    await Promise.all([this.redis, this.queueConnection, ...this.clients].map((c) => c.quit().catch(() => undefined)));
+  }
+}
+
+/** A promise with its resolve function, for tools that wait on the test. */
+export function gate(): { promise: Promise<void>; open: () => void } {
+  let open = () => undefined as void;
+  const promise = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}

@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { ConfigError } from '@taskrelay/shared';
+import { defineTool } from '../src/define-tool.js';
+import { resolveWorkerOptions, startWorker } from '../src/worker.js';
+import { LogCapture } from './harness.js';
+
+const tool = (name: string) => defineTool({ name, description: 'A tool.', inputSchema: z.object({}), run: () => 'ok' });
+const logger = new LogCapture().logger();
+
+describe('worker options', () => {
+  it('apply the documented defaults', () => {
+    const resolved = resolveWorkerOptions({ redisUrl: 'redis://127.0.0.1:6379', tools: [tool('a')], logger });
+    expect(resolved).toMatchObject({
+      redisUrl: 'redis://127.0.0.1:6379',
+      prefix: 'taskrelay',
+      queue: 'default',
+      concurrency: 8,
+      lockDurationMs: 30_000,
+      heartbeatMs: 5_000,
+      progressIntervalMs: 50,
+      abortGraceMs: 5_000,
+      cancelSweepMs: 2_000,
+    });
+    expect(resolved.workerId).toMatch(/^.+-\d+-[0-9a-f]{6}$/);
+  });
+
+  it('accept the Redis URL as connection', () => {
+    expect(resolveWorkerOptions({ connection: 'redis://h:1', tools: [tool('a')], logger }).redisUrl).toBe(
+      'redis://h:1',
+    );
+  });
+
+  it('reject two tools with one name', async () => {
+    await expect(
+      startWorker({ redisUrl: 'redis://127.0.0.1:6379', tools: [tool('a'), tool('a')], logger }),
+    ).rejects.toThrow(new ConfigError('Invalid worker options: two tools are named "a"'));
+  });
+
+  it('reject a missing Redis URL, an empty tool list, non-tools and unknown options', () => {
+    expect(() => resolveWorkerOptions({ tools: [tool('a')], logger })).toThrow(/redisUrl is required/);
+    expect(() => resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [], logger })).toThrow(/at least one tool/);
+    expect(() => resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [{ name: 'x' }] as never, logger })).toThrow(
+      /defineTool/,
+    );
+    expect(() =>
+      resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [tool('a')], logger, concurency: 2 } as never),
+    ).toThrow(ConfigError);
+  });
+});

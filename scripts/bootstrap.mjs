@@ -1,0 +1,102 @@
+#!/usr/bin/env node
+// Makes `npm test` / `npm start` / `pnpm bench` work on a machine that has only Node: installs the workspace with
+// the pinned pnpm when it was never installed, and rebuilds the packages whose `dist` is missing or older than their
+// sources. Prints nothing when there is nothing to do. Plain Node, no dependencies (it runs before any are installed).
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = dirname(dirname(fileURLToPath(import.meta.url)));
+/** Build order matters for `tsc -b` only through project references, but keep the dependency order anyway. */
+const PACKAGES = ['shared', 'worker', 'gateway'];
+const isWindows = process.platform === 'win32';
+
+function log(message) {
+  process.stderr.write(`bootstrap: ${message}\n`);
+}
+
+function fail(message) {
+  log(message);
+  process.exit(1);
+}
+
+function run(command, args) {
+  const result = spawnSync(command, args, { cwd: root, stdio: 'inherit', shell: isWindows });
+  if (result.error) fail(`could not run ${command}: ${result.error.message}`);
+  if (result.status !== 0) fail(`\`${[command, ...args].join(' ')}\` failed (exit ${result.status ?? result.signal})`);
+}
+
+/** The pnpm version pinned in package.json's `packageManager` (`pnpm@12.4.2`); a different pnpm refuses the lockfile. */
+function pinnedPnpmVersion() {
+  const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  const match = /^pnpm@(\d+\.\d+\.\d+)/.exec(manifest.packageManager ?? '');
+  if (!match) fail('package.json has no "packageManager": "pnpm@x.y.z" field');
+  return match[1];
+}
+
+function pnpmOnPath() {
+  const result = spawnSync('pnpm', ['--version'], { cwd: root, encoding: 'utf8', shell: isWindows });
+  return result.status === 0 ? result.stdout.trim() : undefined;
+}
+
+function install() {
+  const pinned = pinnedPnpmVersion();
+  const found = pnpmOnPath();
+  if (found === pinned) {
+    log(`installing dependencies (pnpm ${pinned})…`);
+    run('pnpm', ['install', '--frozen-lockfile']);
+  } else {
+    log(
+      `installing dependencies with npx pnpm@${pinned}` +
+        (found ? ` (pnpm on PATH is ${found}, not the pinned ${pinned})…` : ' (no pnpm on PATH)…'),
+    );
+    run('npx', ['-y', `pnpm@${pinned}`, 'install', '--frozen-lockfile']);
+  }
+}
+
+/**
+ * Newest modification time (ms) under `path`, or 0 when it does not exist. Directories count too (their mtime moves
+ * when a file is added or deleted), unless `only` selects files: then only the files it accepts count.
+ */
+function newestMtime(path, only) {
+  let stat;
+  try {
+    stat = statSync(path);
+  } catch {
+    return 0;
+  }
+  if (!stat.isDirectory()) return only === undefined || only(path) ? stat.mtimeMs : 0;
+  let newest = only === undefined ? stat.mtimeMs : 0;
+  for (const entry of readdirSync(path)) {
+    if (entry === 'node_modules') continue;
+    newest = Math.max(newest, newestMtime(join(path, entry), only));
+  }
+  return newest;
+}
+
+/** A package is stale when its dist is missing or older than its src, its tsconfig or the shared base config. */
+function stalePackages() {
+  const baseConfig = newestMtime(join(root, 'tsconfig.base.json'));
+  return PACKAGES.filter((name) => {
+    const dir = join(root, 'packages', name);
+    const dist = join(dir, 'dist');
+    // A package with no sources yet has nothing to build (tsc -b emits no dist for it and says nothing).
+    if (newestMtime(join(dir, 'src'), (file) => file.endsWith('.ts')) === 0) return false;
+    if (!existsSync(dist)) return true;
+    const inputs = Math.max(newestMtime(join(dir, 'src')), newestMtime(join(dir, 'tsconfig.json')), baseConfig);
+    return newestMtime(dist) < inputs;
+  });
+}
+
+function build(stale) {
+  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+  if (!existsSync(tsc)) fail('node_modules/typescript is missing: run `pnpm install --frozen-lockfile`');
+  log(`building (${stale.join(', ')} out of date)…`);
+  // All three, in one `tsc -b`: it skips the up-to-date ones and keeps project references consistent.
+  run(process.execPath, [tsc, '-b', ...PACKAGES.map((name) => `packages/${name}`)]);
+}
+
+if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
+const stale = stalePackages();
+if (stale.length > 0) build(stale);

@@ -1,0 +1,283 @@
+#!/usr/bin/env node
+// `pnpm start`: the whole stack in one command. Without REDIS_URL it starts a private redis-server on a free port
+// (data in a temp dir), then one gateway and one demo worker as child processes, prints the MCP URL once the gateway
+// is ready, and stops everything on Ctrl-C. Plain Node, no dependencies. Children log pino JSON to our stdout.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createConnection, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = dirname(dirname(fileURLToPath(import.meta.url)));
+const GATEWAY_MAIN = join(root, 'packages', 'gateway', 'dist', 'main.js');
+const WORKER_MAIN = join(root, 'packages', 'worker', 'dist', 'main.js');
+const STOP_GRACE_MS = 10_000;
+const REDIS_START_TIMEOUT_MS = 10_000;
+const READY_TIMEOUT_MS = 30_000;
+
+const host = process.env['HOST'] ?? '127.0.0.1';
+const port = process.env['PORT'] ?? '3000';
+
+/** @type {{ name: string, child: import('node:child_process').ChildProcess }[]} */
+const children = [];
+let tempDir;
+let stopping = false;
+
+function say(message) {
+  process.stderr.write(`taskrelay: ${message}\n`);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shutdown: app processes first (they drain while Redis is still up), then Redis, then the temp dir.
+
+function waitForExit(child, timeoutMs) {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+    }, timeoutMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+async function stopChildren(names) {
+  const targets = children.filter((c) => names.includes(c.name));
+  for (const { child } of targets) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  }
+  await Promise.all(targets.map(({ child }) => waitForExit(child, STOP_GRACE_MS)));
+}
+
+function removeTempDir() {
+  if (tempDir === undefined) return;
+  rmSync(tempDir, { recursive: true, force: true });
+  tempDir = undefined;
+}
+
+async function shutdown(exitCode) {
+  if (stopping) return;
+  stopping = true;
+  await stopChildren(['gateway', 'worker']);
+  await stopChildren(['redis-server']);
+  removeTempDir();
+  process.exit(exitCode);
+}
+
+process.on('SIGINT', () => {
+  if (stopping) {
+    // A second Ctrl-C: do not wait for drains.
+    for (const { child } of children) child.kill('SIGKILL');
+    return;
+  }
+  say('stopping…');
+  void shutdown(0);
+});
+process.on('SIGTERM', () => void shutdown(0));
+process.on('SIGHUP', () => void shutdown(0));
+// Last resort (an unexpected exception): never leave a child behind.
+process.on('exit', () => {
+  for (const { child } of children) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+  removeTempDir();
+});
+
+/** Fails the stack: one line saying why, everything stopped, exit 1. */
+function fail(message) {
+  if (stopping) return;
+  say(message);
+  void shutdown(1);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Children
+
+function start(name, command, args, env) {
+  // Own process group: a terminal Ctrl-C reaches only us, and we stop the children in order (apps, then Redis).
+  const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  children.push({ name, child });
+  child.on('error', (error) => fail(`could not start ${name}: ${error.message}`));
+  child.on('exit', (code, signal) => {
+    if (stopping) return;
+    if (name === 'redis-server') printRedisLogTail();
+    fail(`${name} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping the stack`);
+  });
+  return child;
+}
+
+function printRedisLogTail() {
+  try {
+    const lines = readFileSync(join(tempDir, 'redis.log'), 'utf8').trimEnd().split('\n').slice(-5);
+    process.stderr.write(lines.map((line) => `  redis-server: ${line}\n`).join(''));
+  } catch {
+    // No log: the exit line says enough.
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(address.port));
+    });
+  });
+}
+
+/** One raw RESP `PING` over TCP: true on `+PONG`. */
+function redisPing(redisPort) {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: '127.0.0.1', port: redisPort });
+    const done = (ok) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once('error', () => done(false));
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => done(data.toString().startsWith('+PONG')));
+  });
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitUntil(check, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (!stopping) {
+    if (await check()) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(100);
+  }
+  return false;
+}
+
+function hasRedisServer() {
+  return spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
+}
+
+async function startPrivateRedis() {
+  const redisPort = await freePort();
+  tempDir = mkdtempSync(join(tmpdir(), 'taskrelay-redis-'));
+  start(
+    'redis-server',
+    'redis-server',
+    [
+      '--port',
+      String(redisPort),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      tempDir,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--loglevel',
+      'warning',
+      // Its log goes to a file so that our stdout stays pino JSON lines; its tail is shown if it dies.
+      '--logfile',
+      join(tempDir, 'redis.log'),
+    ],
+    process.env,
+  );
+  if (!(await waitUntil(() => redisPing(redisPort), REDIS_START_TIMEOUT_MS))) {
+    fail(`redis-server did not answer on 127.0.0.1:${redisPort} within ${REDIS_START_TIMEOUT_MS / 1000} s`);
+    return undefined;
+  }
+  return `redis://127.0.0.1:${redisPort}`;
+}
+
+async function gatewayReady(url) {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(2000) });
+    return response.status === 200;
+  } catch {
+    return false;
+  }
+}
+
+/** The address a client on this machine dials: wildcard listen addresses become loopback, IPv6 gets brackets. */
+function dialHost(listenHost) {
+  if (listenHost === '0.0.0.0' || listenHost === '') return '127.0.0.1';
+  if (listenHost === '::') return '[::1]';
+  return listenHost.includes(':') && !listenHost.startsWith('[') ? `[${listenHost}]` : listenHost;
+}
+
+function banner(mcpUrl, redisUrl, privateRedis) {
+  const auth = process.env['TASKRELAY_AUTH_TOKENS']
+    ? '\n  Authentication is on (TASKRELAY_AUTH_TOKENS): send "Authorization: Bearer <token>".'
+    : '';
+  const lines = [
+    '',
+    'taskrelay is running: 1 gateway, 1 demo worker' +
+      (privateRedis ? `, private Redis at ${redisUrl} (temporary)` : `, Redis at ${redactUrl(redisUrl)}`),
+    '',
+    `  MCP endpoint: ${mcpUrl}`,
+    '',
+    '  Try it:',
+    `    node examples/call-build-report.mjs ${mcpUrl}`,
+    `    npx @modelcontextprotocol/inspector --cli ${mcpUrl} --transport http --method tools/list`,
+    `    npx @modelcontextprotocol/inspector     (UI: transport "Streamable HTTP", URL ${mcpUrl})` + auth,
+    '',
+    '  Ctrl-C stops everything.',
+    '',
+  ];
+  process.stdout.write(lines.join('\n') + '\n');
+}
+
+function redactUrl(url) {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return url;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+async function main() {
+  for (const [name, file] of [
+    ['gateway', GATEWAY_MAIN],
+    ['worker', WORKER_MAIN],
+  ]) {
+    if (!existsSync(file)) {
+      say(`${name} is not built (${file} is missing): run \`pnpm build\` (or \`pnpm start\`, which builds first)`);
+      process.exit(1);
+    }
+  }
+
+  let redisUrl = process.env['REDIS_URL'];
+  const privateRedis = !redisUrl;
+  if (!redisUrl) {
+    if (!hasRedisServer()) {
+      say(
+        'no REDIS_URL and no redis-server on PATH: install one (`apt-get install redis-server`, `brew install redis`) ' +
+          'or run `docker compose up -d redis` and start with REDIS_URL=redis://127.0.0.1:6379',
+      );
+      process.exit(1);
+    }
+    redisUrl = await startPrivateRedis();
+    if (redisUrl === undefined) return;
+  }
+
+  const env = { ...process.env, REDIS_URL: redisUrl, HOST: host, PORT: port };
+  start('gateway', process.execPath, [GATEWAY_MAIN], env);
+  start('worker', process.execPath, [WORKER_MAIN], env);
+
+  const base = `http://${dialHost(host)}:${port}`;
+  if (!(await waitUntil(() => gatewayReady(`${base}/readyz`), READY_TIMEOUT_MS))) {
+    fail(`the gateway did not report ready at ${base}/readyz within ${READY_TIMEOUT_MS / 1000} s`);
+    return;
+  }
+  if (!stopping) banner(`${base}/mcp`, redisUrl, privateRedis);
+}
+
+main().catch((error) => fail(`failed to start: ${error instanceof Error ? error.message : String(error)}`));

@@ -1,0 +1,221 @@
+/**
+ * Issue 4, PROTOCOL.md §7: a cancel from any client, for any task or call, stops the work cooperatively in whichever
+ * worker holds it, frees that worker, never runs a retry, and leaves exactly one terminal state.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { Queue } from 'bullmq';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { createKeys } from '@taskrelay/shared';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { RawSession } from './helpers/raw-mcp.js';
+
+let redis: TestRedis;
+let r: Redis;
+let prefix: string;
+let gateway: GatewayProcess;
+let worker: ManagedProcess;
+let client: Client;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  r = new Redis(redis.url);
+  prefix = uniquePrefix('cancel');
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  gateway = await startGatewayProcess(env);
+  // Concurrency 1: a freed slot shows as the next task starting.
+  worker = await startWorkerProcess({
+    ...env,
+    TASKRELAY_TOOLS: FIXTURE_TOOLS,
+    WORKER_CONCURRENCY: '1',
+    WORKER_ABORT_GRACE_MS: '300',
+  });
+  client = await connectClient(gateway.url);
+});
+
+afterAll(async () => {
+  await client?.close();
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+async function startTask(name: string, args: Record<string, unknown>): Promise<string> {
+  const created = await client.request(
+    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 } } },
+    CreateTaskResultSchema,
+  );
+  return created.task.taskId;
+}
+
+const status = async (taskId: string) => (await client.experimental.tasks.getTask(taskId)).status;
+const hash = (taskId: string) => r.hgetall(createKeys(prefix).task(taskId));
+const workerLogs = (taskId: string) => worker.logs().filter((l) => l['taskId'] === taskId);
+
+async function metric(name: string, trigger: string): Promise<number> {
+  const text = await (await fetch(gateway.url.replace(/\/mcp$/, '/metrics'))).text();
+  const m = new RegExp(`^${name}\\{trigger="${trigger}"\\} (\\d+)`, 'm').exec(text);
+  return Number(m?.[1] ?? 0);
+}
+
+/** With concurrency 1, a short task finishing proves the worker's only slot is free. */
+async function expectWorkerFree(): Promise<void> {
+  const probe = await startTask('echo', { probe: true });
+  await waitFor(async () => (await status(probe)) === 'completed', {
+    timeoutMs: 5_000,
+    message: 'worker slot not freed',
+  });
+}
+
+describe('§7 cancel flow', () => {
+  it('removes a queued job so it never starts', async () => {
+    const running = await startTask('sleepy', { ms: 30_000, stepMs: 100 });
+    await waitFor(async () => (await hash(running))['progress'] !== undefined);
+    const queued = await startTask('sleepy', { ms: 30_000, stepMs: 100 });
+    const cancelled = await client.experimental.tasks.cancelTask(queued);
+    expect(cancelled.status).toBe('cancelled');
+    const queue = new Queue(createKeys(prefix).queueName('default'), {
+      connection: r,
+      prefix: createKeys(prefix).bullPrefix,
+    });
+    expect(await queue.getJob(queued)).toBeUndefined();
+    await client.experimental.tasks.cancelTask(running);
+    await expectWorkerFree();
+    expect(workerLogs(queued).filter((l) => l['msg'] === 'tool started')).toEqual([]);
+    expect(await status(queued)).toBe('cancelled');
+    await queue.close();
+  });
+
+  it('aborts a running handler with CLIENT_CANCELLED, frees its slot and never retries it', async () => {
+    const taskId = await startTask('sleepy', { ms: 30_000, stepMs: 50 });
+    await waitFor(async () => (await hash(taskId))['progress'] !== undefined);
+    const cancelled = await client.experimental.tasks.cancelTask(taskId);
+    expect(cancelled.status).toBe('cancelled');
+    expect(cancelled.statusMessage).toMatch(/cancel/i);
+    await expectWorkerFree();
+    await waitFor(() => workerLogs(taskId).some((l) => l['reason'] === 'CLIENT_CANCELLED'));
+    expect(workerLogs(taskId).filter((l) => l['msg'] === 'tool started')).toHaveLength(1);
+    expect(await status(taskId)).toBe('cancelled');
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.isError).toBe(true);
+  });
+
+  it('answers -32602 when cancelling a terminal task and leaves it unchanged', async () => {
+    const taskId = await startTask('echo', { a: 1 });
+    await waitFor(async () => (await status(taskId)) === 'completed');
+    const error = await client.experimental.tasks.cancelTask(taskId).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(McpError);
+    expect((error as McpError).code).toBe(-32602);
+    expect((error as McpError).message).toMatch(/terminal status: completed/);
+    expect(await status(taskId)).toBe('completed');
+  });
+
+  it('ends a cancel racing completion in exactly one terminal state, many times over', async () => {
+    for (let i = 0; i < 25; i++) {
+      const taskId = await startTask('sleepy', { ms: i % 5, stepMs: 1 });
+      const cancel = await client.experimental.tasks.cancelTask(taskId).then(
+        (t) => t.status,
+        (e: unknown) => (e instanceof McpError && e.code === -32602 ? 'too-late' : Promise.reject(e)),
+      );
+      const final = await waitFor(async () => {
+        const s = await status(taskId);
+        return s === 'completed' || s === 'cancelled' || s === 'failed' ? s : undefined;
+      });
+      if (cancel === 'cancelled') expect(final).toBe('cancelled');
+      else expect(final).toBe('completed');
+      // Whatever the job does later, the state holds.
+      await expectWorkerFree();
+      expect(await status(taskId)).toBe(final);
+    }
+  });
+
+  it('reports a handler that ignores its signal cancelled at once, keeps the slot until it returns, drops its result', async () => {
+    const taskId = await startTask('ignore_signal', { ms: 1_500 });
+    await waitFor(() => workerLogs(taskId).some((l) => l['msg'] === 'tool started'));
+    const cancelled = await client.experimental.tasks.cancelTask(taskId);
+    expect(cancelled.status).toBe('cancelled');
+    await waitFor(() => workerLogs(taskId).some((l) => l['level'] === 40 && /still running/.test(String(l['msg']))));
+    await expectWorkerFree();
+    expect(await status(taskId)).toBe('cancelled');
+    expect((await hash(taskId))['result']).toBeUndefined();
+  });
+
+  it('fails a task that outlives its timeout with a clear message and TIMEOUT reason', async () => {
+    const taskId = await startTask('slow_timeout', {});
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.isError).toBe(true);
+    expect(JSON.stringify(result.content)).toMatch(/timed out after 200 ms/);
+    expect(await status(taskId)).toBe('failed');
+    await waitFor(() => workerLogs(taskId).some((l) => l['reason'] === 'TIMEOUT'));
+    await expectWorkerFree();
+  });
+});
+
+describe('§7 plain-call triggers', () => {
+  it('cancels a plain call on notifications/cancelled and frees the worker', async () => {
+    const before = await metric('taskrelay_cancel_requests_total', 'notifications/cancelled');
+    const controller = new AbortController();
+    let progressed = false;
+    const call = client.callTool({ name: 'sleepy', arguments: { ms: 30_000, stepMs: 50 } }, CallToolResultSchema, {
+      signal: controller.signal,
+      onprogress: () => {
+        progressed = true;
+      },
+    });
+    await waitFor(() => progressed);
+    controller.abort('user gave up');
+    await expect(call).rejects.toThrow();
+    await waitFor(
+      async () => (await metric('taskrelay_cancel_requests_total', 'notifications/cancelled')) === before + 1,
+    );
+    await expectWorkerFree();
+  });
+
+  it('cancels a plain call whose response stream the client closes', async () => {
+    const before = await metric('taskrelay_cancel_requests_total', 'stream-closed');
+    const session = await RawSession.open(gateway.url);
+    const controller = new AbortController();
+    const res = await session.post(
+      {
+        jsonrpc: '2.0',
+        id: 7,
+        method: 'tools/call',
+        params: { name: 'sleepy', arguments: { ms: 30_000, stepMs: 50 }, _meta: { progressToken: 'p' } },
+      },
+      controller.signal,
+    );
+    // Read until the first progress event arrives, then hang up.
+    const reader = res.body?.getReader();
+    let seen = '';
+    while (!seen.includes('notifications/progress')) {
+      const chunk = await reader?.read();
+      if (!chunk || chunk.done) throw new Error(`stream ended before any progress: ${seen}`);
+      seen += new TextDecoder().decode(chunk.value);
+    }
+    controller.abort();
+    await waitFor(async () => (await metric('taskrelay_cancel_requests_total', 'stream-closed')) === before + 1);
+    await expectWorkerFree();
+  });
+
+  it('does not cancel a task when the stream of its tools/call closes', async () => {
+    const session = await RawSession.open(gateway.url);
+    const created = await session.request('tools/call', {
+      name: 'sleepy',
+      arguments: { ms: 300, stepMs: 50 },
+      task: {},
+    });
+    const taskId = created.result?.task?.taskId as string;
+    await waitFor(async () => (await session.request('tasks/get', { taskId })).result?.status === 'completed');
+  });
+});

@@ -1,0 +1,86 @@
+/**
+ * Issue 3, PROTOCOL.md §9: a client whose GET stream drops and reconnects with Last-Event-ID misses no progress event.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { RawSession, type SseEvent } from './helpers/raw-mcp.js';
+
+let redis: TestRedis;
+let r: Redis;
+let prefix: string;
+let gateway: GatewayProcess;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  r = new Redis(redis.url);
+  prefix = uniquePrefix('resume');
+  // No coalescing here, so every single value must arrive.
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_PROGRESS_INTERVAL_MS: '0' };
+  gateway = await startGatewayProcess(env);
+  await startWorkerProcess({
+    ...env,
+    TASKRELAY_TOOLS: `${ROOT}/test/fixtures/gated-tools.mjs`,
+    TASKRELAY_QUEUE: 'gated',
+  });
+});
+
+afterAll(async () => {
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+type Msg = {
+  method?: string;
+  params?: { progressToken?: unknown; progress?: number; status?: string; taskId?: string };
+};
+const progressOf = (events: SseEvent[], token: string) =>
+  events
+    .map((e) => e.data as Msg)
+    .filter((m) => m.method === 'notifications/progress' && m.params?.progressToken === token)
+    .map((m) => m.params?.progress);
+
+describe('§9 session event store (resumability)', () => {
+  it('replays every progress event sent while the GET stream was down', async () => {
+    const session = await RawSession.open(gateway.url);
+    const first = session.openGetStream();
+    const gate = `${prefix}:gate:resume`;
+    const created = await session.request('tools/call', {
+      name: 'gated',
+      arguments: { gate },
+      task: { ttl: 60_000 },
+      _meta: { progressToken: 'resume-1' },
+    });
+    const taskId = created.result?.task?.taskId as string;
+    expect(taskId).toBeTruthy();
+
+    for (const p of [1, 2, 3]) {
+      await r.rpush(gate, JSON.stringify({ progress: p, total: 6 }));
+      await waitFor(() => progressOf(first.events, 'resume-1').includes(p));
+    }
+    first.close();
+    await first.done;
+    const lastId = [...first.events].reverse().find((e) => e.id !== undefined)?.id;
+    expect(lastId).toBeDefined();
+
+    // While no stream is open, the task goes on and finishes.
+    for (const p of [4, 5, 6]) await r.rpush(gate, JSON.stringify({ progress: p, total: 6 }));
+    await r.rpush(gate, JSON.stringify({ done: true }));
+    await waitFor(async () => (await session.request('tasks/get', { taskId })).result?.status === 'completed');
+
+    const resumed = session.openGetStream(lastId);
+    await waitFor(() =>
+      resumed.events.some(
+        (e) =>
+          (e.data as Msg).method === 'notifications/tasks/status' && (e.data as Msg).params?.status === 'completed',
+      ),
+    );
+    resumed.close();
+    await resumed.done;
+    expect(progressOf(first.events, 'resume-1')).toEqual([1, 2, 3]);
+    expect(progressOf(resumed.events, 'resume-1')).toEqual([4, 5, 6]);
+  });
+});
