@@ -3,7 +3,6 @@
  * the raw Redis pub/sub floor. Bounded in count and time; stops everything it started.
  */
 import { Redis } from 'ioredis';
-import hdr from 'hdr-histogram-js';
 import { CreateTaskResultSchema, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix } from '../test/helpers/redis.js';
 import { waitFor } from '../test/helpers/wait-for.js';
@@ -23,21 +22,22 @@ interface Row {
 }
 const rows: Row[] = [];
 
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
+}
+
+/** Samples in ms; signed, because an abort may land before the client has read the cancel's answer. */
 function record(scenario: string, concurrency: number, samples: number[]): void {
-  const h = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
-  for (const s of samples) h.recordValue(Math.max(1, Math.round(s * 1000))); // microseconds
-  const ms = (us: number) => (us / 1000).toFixed(2);
+  const sorted = [...samples].sort((a, b) => a - b);
+  const ms = (v: number) => v.toFixed(2);
   rows.push({
     scenario,
     concurrency,
     samples: samples.length,
-    p50: ms(h.getValueAtPercentile(50)),
-    p99: ms(h.getValueAtPercentile(99)),
-    max: ms(h.maxValue),
+    p50: ms(percentile(sorted, 50)),
+    p99: ms(percentile(sorted, 99)),
+    max: ms(sorted.at(-1) ?? Number.NaN),
   });
 }
 
@@ -92,6 +92,21 @@ async function progressLatency(url: string, concurrency: number): Promise<void> 
 }
 
 async function cancelLatency(url: string, redisUrl: string, concurrency: number, prefix: string): Promise<void> {
+  // One task at a time gives one sample per round: take several rounds.
+  const rounds = concurrency === 1 ? 20 : 1;
+  const all = { answered: [] as number[], fromSend: [] as number[], roundTrip: [] as number[] };
+  for (let round = 0; round < rounds; round++) {
+    const s = await cancelRound(url, redisUrl, concurrency, `${prefix}:r${round}`);
+    all.answered.push(...s.answered);
+    all.fromSend.push(...s.fromSend);
+    all.roundTrip.push(...s.roundTrip);
+  }
+  record('tasks/cancel round trip (client)', concurrency, all.roundTrip);
+  record('tasks/cancel sent → signal aborted', concurrency, all.fromSend);
+  record('tasks/cancel answered → signal aborted', concurrency, all.answered);
+}
+
+async function cancelRound(url: string, redisUrl: string, concurrency: number, prefix: string) {
   const client = await connectClient(url);
   const r = new Redis(redisUrl);
   const started = new Set<string>();
@@ -110,24 +125,34 @@ async function cancelLatency(url: string, redisUrl: string, concurrency: number,
     }),
   );
   await waitFor(() => tasks.every((t) => started.has(t.token)), { timeoutMs: 30_000 });
+  const sent = new Map<string, number>();
   const answered = new Map<string, number>();
   await Promise.all(
     tasks.map(async (t) => {
+      sent.set(t.key, now());
       await client.experimental.tasks.cancelTask(t.taskId);
       answered.set(t.key, now());
     }),
   );
-  const samples: number[] = [];
-  await waitFor(
+  const values = await waitFor(
     async () => {
-      const values = await r.mget(tasks.map((t) => t.key));
-      return values.every((v) => v !== null) ? values : undefined;
+      const v = await r.mget(tasks.map((t) => t.key));
+      return v.every((x) => x !== null) ? v : undefined;
     },
     { timeoutMs: 30_000 },
-  ).then((values) => values.forEach((v, i) => samples.push(Number(v) - (answered.get(tasks[i]?.key ?? '') ?? 0))));
-  record('tasks/cancel answered → signal aborted', concurrency, samples);
+  );
+  const samples: number[] = [];
+  const fromSend: number[] = [];
+  const roundTrip: number[] = [];
+  values.forEach((v, i) => {
+    const key = tasks[i]?.key ?? '';
+    samples.push(Number(v) - (answered.get(key) ?? 0));
+    fromSend.push(Number(v) - (sent.get(key) ?? 0));
+    roundTrip.push((answered.get(key) ?? 0) - (sent.get(key) ?? 0));
+  });
   r.disconnect();
   await client.close();
+  return { answered: samples, fromSend, roundTrip };
 }
 
 async function main(): Promise<void> {
@@ -147,7 +172,8 @@ async function main(): Promise<void> {
       await progressLatency(gateway.url, concurrency);
       await cancelLatency(gateway.url, redis.url, concurrency, prefix);
     }
-    console.log('\ntaskrelay bench (latency in ms, loopback, 2-core machine)\n');
+    console.log('\ntaskrelay bench (latency in ms, loopback, 2-core machine)');
+    console.log('Negative "answered → aborted" values: the worker aborted before the client had read the answer.\n');
     console.table(rows);
   } finally {
     await stopAll();

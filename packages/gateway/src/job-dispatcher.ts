@@ -31,16 +31,9 @@ export class JobDispatcher {
    */
   async cancel(taskId: string, queueName: string, reason: CancelReason): Promise<void> {
     try {
-      const job = await this.queue(queueName).getJob(taskId);
-      const state = job ? await job.getState() : undefined;
-      if (
-        job &&
-        (state === 'waiting' || state === 'delayed' || state === 'prioritized' || state === 'waiting-children')
-      ) {
-        await job.remove();
-      }
+      // One script: removes the job unless a worker holds its lock (then the worker sees the cancel instead).
+      await this.queue(queueName).remove(taskId);
     } catch (error) {
-      // Active (locked) jobs cannot be removed: the worker sees the cancel instead.
       this.log.debug({ taskId, err: error }, 'job not removed from queue');
     }
     const message: CancelRequest = { taskId, reason };
