@@ -218,4 +218,16 @@ describe('§7 plain-call triggers', () => {
     const taskId = created.result?.task?.taskId as string;
     await waitFor(async () => (await session.request('tasks/get', { taskId })).result?.status === 'completed');
   });
+
+  it('bounds every tool by the gateway-wide maximum timeout', async () => {
+    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_MAX_TOOL_TIMEOUT_MS: '300' };
+    const strict = await startGatewayProcess(env);
+    const strictClient = await connectClient(strict.url);
+    const result = await strictClient.callTool({ name: 'sleepy', arguments: { ms: 30_000, stepMs: 50 } });
+    expect(result.isError).toBe(true);
+    expect(JSON.stringify(result.content)).toMatch(/timed out after 300 ms/);
+    await strictClient.close();
+    await strict.kill();
+    await expectWorkerFree();
+  });
 });

@@ -9,12 +9,15 @@ import {
   CallToolResultSchema,
   CreateTaskResultSchema,
   ProgressNotificationSchema,
+  TaskStatusNotificationSchema,
   type ProgressNotification,
+  type TaskStatusNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, RedisTaskStore } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
+  FIXTURE_TOOLS,
   ROOT,
   connectClient,
   startGatewayProcess,
@@ -41,6 +44,7 @@ beforeAll(async () => {
   await Promise.all([
     startWorkerProcess({ ...env, WORKER_CONCURRENCY: '32' }),
     startWorkerProcess({ ...env, TASKRELAY_TOOLS: GATED_TOOLS, TASKRELAY_QUEUE: 'gated', WORKER_CONCURRENCY: '16' }),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
   ]);
 });
 
@@ -244,6 +248,33 @@ describe('§6 progress flow', () => {
     expect(result.structuredContent).toEqual({ report: 'plain', items: 5 });
     expect(seen.at(-1)).toBe(5);
     expectStrictlyIncreasing(seen);
+    await client.close();
+  });
+
+  it('coalesces a tool that reports a million times into a handful of notifications, ending on the last value', async () => {
+    const { client, received } = await recordingClient(gatewayA.url);
+    const taskId = await startTask(client, 'progress_burst', { count: 1_000_000 }, 'burst');
+    await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    await waitFor(() => received.some((p) => p.progress === 1_000_000));
+    const values = received.filter((p) => p.progressToken === 'burst').map((p) => p.progress);
+    expectStrictlyIncreasing(values);
+    // At most ~20 per second per task reach the client; the tool made a million calls.
+    expect(values.length).toBeLessThan(1_000);
+    expect(values.at(-1)).toBe(1_000_000);
+    await client.close();
+  });
+
+  it('sends notifications/tasks/status on status changes, with the full task', async () => {
+    const client = await connectClient(gatewayA.url);
+    const statuses: TaskStatusNotification['params'][] = [];
+    client.setNotificationHandler(TaskStatusNotificationSchema, (n) => {
+      statuses.push(n.params);
+    });
+    const taskId = await startTask(client, 'build_report', { report: 'status', items: 2, delayMs: 1 }, 'st');
+    await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    const done = await waitFor(() => statuses.find((s) => s.taskId === taskId && s.status === 'completed'));
+    expect(done).toMatchObject({ taskId, status: 'completed', ttl: 60_000 });
+    expect(Date.parse(done.createdAt)).not.toBeNaN();
     await client.close();
   });
 });

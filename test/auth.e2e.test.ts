@@ -1,0 +1,111 @@
+/**
+ * CONTRACT.md §2–4: with TASKRELAY_AUTH_TOKENS set, every /mcp request needs a bearer token and tasks belong to the
+ * principal, never the session (reference §9).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import {
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+const alice = { authorization: 'Bearer alice-token' };
+const bob = { authorization: 'Bearer bob-token' };
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('auth') };
+  gateway = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token' });
+  await startWorkerProcess(env);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+async function startTask(headers: Record<string, string>) {
+  const client = await connectClient(gateway.url, headers);
+  const created = await client.request(
+    {
+      method: 'tools/call',
+      params: { name: 'build_report', arguments: { report: 'r', items: 2, delayMs: 1 }, task: {} },
+    },
+    CreateTaskResultSchema,
+  );
+  return { client, taskId: created.task.taskId };
+}
+
+describe('authentication and task ownership', () => {
+  it('answers 401 with WWW-Authenticate without a valid bearer token, but keeps probes open', async () => {
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
+    const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+    const missing = await fetch(gateway.url, { method: 'POST', headers, body });
+    expect(missing.status).toBe(401);
+    expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    const wrong = await fetch(gateway.url, {
+      method: 'POST',
+      headers: { ...headers, authorization: 'Bearer nope' },
+      body,
+    });
+    expect(wrong.status).toBe(401);
+    expect((await fetch(gateway.url.replace(/\/mcp$/, '/readyz'))).status).toBe(200);
+  });
+
+  it('offers tasks/list and lists only the caller’s own tasks', async () => {
+    const a = await startTask(alice);
+    const b = await startTask(bob);
+    expect(a.client.getServerCapabilities()?.tasks?.list).toEqual({});
+    const listed = (await a.client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
+    expect(listed).toContain(a.taskId);
+    expect(listed).not.toContain(b.taskId);
+    await a.client.close();
+    await b.client.close();
+  });
+
+  it('lets the same principal reach its task from a new session, and tells another principal it does not exist', async () => {
+    const { client, taskId } = await startTask(alice);
+    await client.close();
+    const again = await connectClient(gateway.url, alice);
+    const result = await again.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ report: 'r', items: 2 });
+    const mallory = await connectClient(gateway.url, bob);
+    for (const attempt of [
+      mallory.experimental.tasks.getTask(taskId),
+      mallory.experimental.tasks.getTaskResult(taskId, CallToolResultSchema),
+      mallory.experimental.tasks.cancelTask(taskId),
+    ]) {
+      const error = await attempt.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(McpError);
+      expect((error as McpError).code).toBe(-32602);
+    }
+    await again.close();
+    await mallory.close();
+  });
+
+  it('does not let another principal use a session it did not open', async () => {
+    const a = await connectClient(gateway.url, alice);
+    const sessionId = (a.transport as unknown as { sessionId?: string }).sessionId ?? '';
+    const res = await fetch(gateway.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': sessionId,
+        ...bob,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
+    });
+    expect(res.status).toBe(404);
+    await a.close();
+  });
+});
