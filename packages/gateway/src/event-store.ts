@@ -12,6 +12,8 @@ const SEPARATOR = '|';
 const MAX_EVENTS_PER_STREAM = 10_000;
 
 export class RedisEventStore implements EventStore {
+  private fallbackSeq = 0;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
@@ -21,13 +23,20 @@ export class RedisEventStore implements EventStore {
 
   async storeEvent(streamId: StreamId, message: JSONRPCMessage): Promise<EventId> {
     const key = this.key(streamId);
-    const [[, entryId] = []] =
-      (await this.redis
-        .multi()
-        .xadd(key, 'MAXLEN', '~', MAX_EVENTS_PER_STREAM, '*', 'm', JSON.stringify(message))
-        .pexpire(key, this.ttlMs)
-        .exec()) ?? [];
-    return `${streamId}${SEPARATOR}${String(entryId)}`;
+    try {
+      const [[error, entryId] = []] =
+        (await this.redis
+          .multi()
+          .xadd(key, 'MAXLEN', '~', MAX_EVENTS_PER_STREAM, '*', 'm', JSON.stringify(message))
+          .pexpire(key, this.ttlMs)
+          .exec()) ?? [];
+      if (error || typeof entryId !== 'string') throw error ?? new Error('XADD returned no id');
+      return `${streamId}${SEPARATOR}${entryId}`;
+    } catch {
+      // Redis is away: the live stream goes on without resumability for this event (an id shaped like a stream
+      // entry id, so a replay after it still works), rather than failing the request.
+      return `${streamId}${SEPARATOR}${Date.now()}-${this.fallbackSeq++}`;
+    }
   }
 
   getStreamIdForEventId(eventId: EventId): Promise<StreamId | undefined> {

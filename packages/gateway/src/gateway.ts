@@ -51,6 +51,10 @@ interface Session {
   transport: StreamableHTTPServerTransport;
   server: Server;
   principal: string;
+  /** Last time a request for this session arrived or one of its streams closed. */
+  lastSeenAt: number;
+  /** HTTP responses (SSE streams, requests in flight) open right now. */
+  openResponses: number;
 }
 
 type AuthedRequest = Request & { auth?: AuthInfoLike };
@@ -60,7 +64,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
-  const redis = createRedis(redisUrl);
+  // Commands fail fast while Redis is away (a JSON-RPC error, never a hung request); the subscriber waits it out.
+  const redis = createRedis(redisUrl, { maxRetriesPerRequest: 2 });
   const subscriber = createRedis(redisUrl);
   // Until both connections are up, connection errors belong to the one-line startup error, not to the log.
   const quiet = () => undefined;
@@ -142,8 +147,28 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
       jsonRpcError(res, 404, -32001, 'Session not found');
       return undefined;
     }
+    session.lastSeenAt = Date.now();
+    session.openResponses++;
+    res.on('close', () => {
+      session.openResponses--;
+      session.lastSeenAt = Date.now();
+    });
     return session;
   };
+
+  // Clients that vanish without DELETE would otherwise keep their session (transport, server) forever.
+  const idleSweep = setInterval(
+    () => {
+      const cutoff = Date.now() - options.sessionIdleMs;
+      for (const [sessionId, session] of sessions) {
+        if (session.openResponses > 0 || session.lastSeenAt > cutoff) continue;
+        log.info({ sessionId, idleMs: options.sessionIdleMs }, 'closing idle session');
+        closeSession(sessionId);
+        void session.transport.close().catch(() => undefined);
+      }
+    },
+    Math.min(60_000, Math.max(250, Math.floor(options.sessionIdleMs / 4))),
+  ).unref();
 
   app.post('/mcp', async (req: AuthedRequest, res: Response) => {
     if (req.header('mcp-session-id') === undefined) {
@@ -156,7 +181,13 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         sessionIdGenerator: () => sessionId,
         eventStore: new RedisEventStore(redis, keys, sessionId, options.eventTtlMs),
         onsessioninitialized: (id) => {
-          sessions.set(id, { transport, server, principal: principalOf(req) });
+          sessions.set(id, {
+            transport,
+            server,
+            principal: principalOf(req),
+            lastSeenAt: Date.now(),
+            openResponses: 0,
+          });
           metrics.sessions.set(sessions.size);
           log.debug({ sessionId: id, principal: principalOf(req) }, 'session opened');
         },
@@ -211,6 +242,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     gatewayId,
     close: () =>
       (closing ??= (async () => {
+        clearInterval(idleSweep);
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
         await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
         http.closeAllConnections();

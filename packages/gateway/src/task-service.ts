@@ -74,7 +74,7 @@ export class TaskService {
   /** Stores the task durably, starts routing its progress, then enqueues its job. */
   async start(input: StartTaskInput): Promise<TaskRecord> {
     const { tool } = input;
-    const ttl = Math.min(input.requestedTtlMs ?? this.config.defaultTtlMs, this.config.maxTtlMs);
+    const ttl = grantTtl(input.requestedTtlMs, this.config);
     const record = await this.store.create({
       tool: tool.name,
       queue: tool.queue,
@@ -200,6 +200,18 @@ export class TaskService {
       cancelReason: 'CLIENT_CANCELLED',
     };
   }
+}
+
+/** The smallest ttl granted: a terminal task stays readable at least this long. */
+export const MIN_TTL_MS = 1_000;
+
+/** The ttl actually granted (the spec lets the receiver choose): whole ms, between MIN_TTL_MS and the maximum. */
+export function grantTtl(
+  requested: number | undefined,
+  config: Pick<TaskServiceConfig, 'defaultTtlMs' | 'maxTtlMs'>,
+): number {
+  const wanted = requested !== undefined && Number.isFinite(requested) ? requested : config.defaultTtlMs;
+  return Math.min(config.maxTtlMs, Math.max(MIN_TTL_MS, Math.round(wanted)));
 }
 
 function terminalError(record: TaskRecord): TaskrelayError {

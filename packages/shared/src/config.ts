@@ -78,6 +78,7 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_POLL_INTERVAL_MS: int(10, 3_600_000).default(1_000),
   TASKRELAY_MAX_TOOL_TIMEOUT_MS: int(1, 30 * 86_400_000).default(86_400_000),
   TASKRELAY_EVENT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
+  TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),
 });
 
 const workerEnvSchema = z.object({
@@ -120,6 +121,8 @@ export interface GatewayConfig extends CommonConfig {
   maxToolTimeoutMs: number;
   /** How long SSE events are kept for Last-Event-ID replay. */
   eventTtlMs: number;
+  /** A session with no open stream and no request for this long is closed (its tasks live on). */
+  sessionIdleMs: number;
 }
 
 export interface WorkerConfig extends CommonConfig {
@@ -170,6 +173,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     pollIntervalMs: p.TASKRELAY_POLL_INTERVAL_MS,
     maxToolTimeoutMs: p.TASKRELAY_MAX_TOOL_TIMEOUT_MS,
     eventTtlMs: p.TASKRELAY_EVENT_TTL_MS,
+    sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
   };
 }
 

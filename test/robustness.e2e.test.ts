@@ -1,0 +1,121 @@
+/**
+ * The gateway under bad input and a Redis outage: clear errors, nothing hung, nothing lost that was stored.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+const base = () => gateway.url.replace(/\/mcp$/, '');
+
+async function metric(name: string): Promise<number> {
+  const text = await (await fetch(`${base()}/metrics`)).text();
+  return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+}
+
+beforeAll(async () => {
+  // Owned: this file stops and restarts it.
+  redis = await startRedis({ owned: true });
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('robust') };
+  gateway = await startGatewayProcess({
+    ...env,
+    TASKRELAY_SESSION_IDLE_MS: '1000',
+    TASKRELAY_MAX_TTL_MS: '120000',
+    TASKRELAY_DEFAULT_TTL_MS: '60000',
+  });
+  await startWorkerProcess({ ...env, WORKER_HEARTBEAT_MS: '200' });
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+describe('task ttl', () => {
+  it('grants whole milliseconds between one second and the configured maximum', async () => {
+    const client = await connectClient(gateway.url);
+    const ttlFor = async (ttl: number) =>
+      (
+        await client.request(
+          {
+            method: 'tools/call',
+            params: { name: 'build_report', arguments: { report: 't', items: 1, delayMs: 0 }, task: { ttl } },
+          },
+          CreateTaskResultSchema,
+        )
+      ).task;
+    expect((await ttlFor(1500.6)).ttl).toBe(1501);
+    expect((await ttlFor(0)).ttl).toBe(1000);
+    expect((await ttlFor(10 * 86_400_000)).ttl).toBe(120_000);
+    // A fractional request still completes (the terminal expiry is set in whole ms).
+    const task = await ttlFor(2500.5);
+    const result = await client.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ report: 't', items: 1 });
+    await client.close();
+  });
+});
+
+describe('sessions', () => {
+  it('closes a session that went idle without DELETE, and its task stays reachable from a new one', async () => {
+    const client = await connectClient(gateway.url);
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'build_report', arguments: { report: 'idle', items: 1, delayMs: 0 }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    // Drop the GET stream and go quiet, as a vanished client would.
+    await (client.transport as unknown as { _abortController?: AbortController })._abortController?.abort();
+    await waitFor(async () => (await metric('taskrelay_sessions_active')) === 0, {
+      timeoutMs: 15_000,
+      message: 'idle session not closed',
+    });
+    const again = await connectClient(gateway.url);
+    const result = await again.experimental.tasks.getTaskResult(created.task.taskId, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ report: 'idle', items: 1 });
+    await again.close();
+  });
+});
+
+describe('Redis outage', () => {
+  it('answers readiness 503 and calls with a JSON-RPC error while Redis is down, and recovers after', async () => {
+    const client = await connectClient(gateway.url);
+    await redis.kill();
+    await waitFor(async () => (await fetch(`${base()}/readyz`)).status === 503, { message: 'readyz stayed 200' });
+    expect((await fetch(`${base()}/healthz`)).status).toBe(200);
+    const error = await client
+      .callTool({ name: 'build_report', arguments: { report: 'down', items: 1 } }, CallToolResultSchema, {
+        timeout: 20_000,
+      })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(error).toBeInstanceOf(McpError);
+    expect((error as McpError).code).toBe(-32603);
+
+    await redis.restart();
+    await waitFor(async () => (await fetch(`${base()}/readyz`)).status === 200, { message: 'readyz stayed 503' });
+    // The restarted Redis kept nothing: the worker's next heartbeat republishes its catalog.
+    const result = await waitFor(
+      async () =>
+        client.callTool(
+          { name: 'build_report', arguments: { report: 'back', items: 1, delayMs: 0 } },
+          CallToolResultSchema,
+        ),
+      { timeoutMs: 20_000, message: 'calls did not recover' },
+    );
+    expect(result.structuredContent).toEqual({ report: 'back', items: 1 });
+    await client.close();
+  });
+});
