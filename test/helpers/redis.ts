@@ -1,6 +1,12 @@
 /**
- * A real Redis for integration tests (STYLE.md): `TEST_REDIS_URL` or `REDIS_URL` if set, else a `redis-server`
- * spawned on a free port. Fault tests pass `{ owned: true }` to always get a server of their own to kill and restart.
+ * A real Redis for integration tests (STYLE.md), the first of these that applies:
+ * 1. `TEST_REDIS_URL` or `REDIS_URL` if set (skipped for `{ owned: true }`: fault tests get a server of their own).
+ * 2. a `redis-server` from PATH spawned on a free port (what CI uses). `TASKRELAY_TEST_NO_SPAWN=1` skips this step,
+ *    to exercise step 3 on a machine that has both.
+ * 3. testcontainers (`redis:7-alpine`), loaded lazily so runs that never get here pay nothing for it. `kill()` is
+ *    `docker stop -t 0` (SIGTERM then SIGKILL at once, no save points configured) and removes the container;
+ *    `restart()` starts a fresh container bound to the same host port. Like the spawned server, a restarted Redis is
+ *    empty. Without a container runtime, step 3 fails with one error naming all three ways to get a Redis.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -9,6 +15,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import getPort from 'get-port';
 import { Redis } from 'ioredis';
+import type { StartedRedisContainer } from '@testcontainers/redis';
 import { waitFor } from './wait-for.js';
 
 export interface TestRedis {
@@ -17,7 +24,10 @@ export interface TestRedis {
   /** true when this helper owns the server (it can be stopped and restarted). */
   owned: boolean;
   stop(): Promise<void>;
-  /** Kill the server (SIGKILL) without cleanup; `restart()` brings it back on the same port. */
+  /**
+   * Kill the server without cleanup (SIGKILL; a container: `docker stop -t 0`); `restart()` brings it back, empty, on
+   * the same port.
+   */
   kill(): Promise<void>;
   restart(): Promise<void>;
 }
@@ -54,9 +64,7 @@ export async function startRedis(options: { owned?: boolean } = {}): Promise<Tes
       restart: async () => undefined,
     };
   }
-  if (!hasRedisServer()) {
-    throw new Error('Integration tests need redis-server on PATH (apt-get install redis-server) or TEST_REDIS_URL');
-  }
+  if (process.env['TASKRELAY_TEST_NO_SPAWN'] === '1' || !hasRedisServer()) return startContainer();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'taskrelay-redis-'));
   let child: ChildProcess | undefined;
@@ -71,7 +79,7 @@ export async function startRedis(options: { owned?: boolean } = {}): Promise<Tes
   };
   const killChild = async (signal: NodeJS.Signals) => {
     const c = child;
-    if (!c || c.exitCode !== null) return;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
     const exited = new Promise((resolve) => c.once('exit', resolve));
     c.kill(signal);
     await exited;
@@ -87,6 +95,52 @@ export async function startRedis(options: { owned?: boolean } = {}): Promise<Tes
     },
     kill: () => killChild('SIGKILL'),
     restart: launch,
+  };
+}
+
+const CONTAINER_IMAGE = 'redis:7-alpine';
+// Same settings as the spawned server: nothing is persisted, so a restart comes back empty.
+const CONTAINER_COMMAND = ['redis-server', '--save', '', '--appendonly', 'no'];
+const NO_RUNTIME = 'Could not find a working container runtime strategy';
+
+async function startContainer(): Promise<TestRedis> {
+  let container: StartedRedisContainer | undefined;
+  // The first start lets the runtime pick the host port; restarts bind that same port so `url` stays valid.
+  let hostPort: number | undefined;
+  const launch = async (): Promise<StartedRedisContainer> => {
+    try {
+      const { RedisContainer } = await import('@testcontainers/redis');
+      const image = new RedisContainer(CONTAINER_IMAGE).withCommand(CONTAINER_COMMAND);
+      if (hostPort !== undefined) image.withExposedPorts({ container: 6379, host: hostPort });
+      container = await image.start();
+      hostPort = container.getPort();
+      return container;
+    } catch (error) {
+      if (error instanceof Error && error.message.includes(NO_RUNTIME)) {
+        throw new Error(
+          'Integration tests need a Redis: install redis-server (apt-get install redis-server / brew install redis), ' +
+            'set TEST_REDIS_URL, or run a container runtime for testcontainers',
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  };
+  const stopContainer = async () => {
+    const c = container;
+    container = undefined;
+    await c?.stop({ timeout: 0 });
+  };
+  const started = await launch();
+  return {
+    url: `redis://${started.getHost()}:${started.getPort()}`,
+    port: started.getPort(),
+    owned: true,
+    stop: stopContainer,
+    kill: stopContainer,
+    restart: async () => {
+      await launch();
+    },
   };
 }
 

@@ -14,8 +14,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  redis.disconnect();
-  await server.stop();
+  redis?.disconnect();
+  await server?.stop();
 });
 
 function setup(label: string) {
