@@ -13,6 +13,7 @@ import { waitFor } from './helpers/wait-for.js';
 import {
   FIXTURE_TOOLS,
   connectClient,
+  readMetric,
   startGatewayProcess,
   startWorkerProcess,
   stopAll,
@@ -63,11 +64,7 @@ const status = async (taskId: string) => (await client.experimental.tasks.getTas
 const hash = (taskId: string) => r.hgetall(createKeys(prefix).task(taskId));
 const workerLogs = (taskId: string) => worker.logs().filter((l) => l['taskId'] === taskId);
 
-async function metric(name: string, trigger: string): Promise<number> {
-  const text = await (await fetch(gateway.url.replace(/\/mcp$/, '/metrics'))).text();
-  const m = new RegExp(`^${name}\\{trigger="${trigger}"\\} (\\d+)`, 'm').exec(text);
-  return Number(m?.[1] ?? 0);
-}
+const metric = (name: string, trigger: string) => readMetric(gateway.url, name, { trigger });
 
 /** With concurrency 1, a short task finishing proves the worker's only slot is free. */
 async function expectWorkerFree(): Promise<void> {

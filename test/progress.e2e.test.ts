@@ -20,6 +20,7 @@ import {
   FIXTURE_TOOLS,
   ROOT,
   connectClient,
+  readMetric,
   startGatewayProcess,
   startWorkerProcess,
   stopAll,
@@ -177,10 +178,7 @@ describe('§6 progress flow', () => {
   it('reaches the session on the gateway that holds it and is forwarded by no other replica', async () => {
     const a = await recordingClient(gatewayA.url);
     const b = await recordingClient(gatewayB.url);
-    const metric = async (g: GatewayProcess) => {
-      const text = await (await fetch(g.url.replace(/\/mcp$/, '/metrics'))).text();
-      return Number(/^taskrelay_progress_notifications_total (\d+)/m.exec(text)?.[1] ?? 0);
-    };
+    const metric = (g: GatewayProcess) => readMetric(g.url, 'taskrelay_progress_notifications_total');
     const beforeA = await metric(gatewayA);
     const beforeB = await metric(gatewayB);
     const ta = await startTask(a.client, 'build_report', { report: 'on-a', items: 10, delayMs: 2 }, 'same-token');

@@ -7,6 +7,7 @@ import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
   connectClient,
+  readMetric,
   startGatewayProcess,
   startWorkerProcess,
   stopAll,
@@ -17,10 +18,7 @@ let redis: TestRedis;
 let gateway: GatewayProcess;
 const base = () => gateway.url.replace(/\/mcp$/, '');
 
-async function metric(name: string): Promise<number> {
-  const text = await (await fetch(`${base()}/metrics`)).text();
-  return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? Number.NaN);
-}
+const metric = (name: string) => readMetric(gateway.url, name);
 
 beforeAll(async () => {
   // Owned: this file stops and restarts it.

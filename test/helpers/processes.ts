@@ -109,3 +109,14 @@ export async function connectClient(url: string, headers: Record<string, string>
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
 }
+
+/** One sample of a gateway's Prometheus metric (0 when absent), e.g. `metric(url, 'x_total', { trigger: 'a' })`. */
+export async function readMetric(mcpUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(mcpUrl.replace(/\/mcp$/, '/metrics'))).text();
+  const labelText = Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .join(',');
+  const series = labelText ? `${name}{${labelText}}` : name;
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
