@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
+import { DelayedError, Job, UnrecoverableError, Worker } from 'bullmq';
 import { z } from 'zod';
 import {
   CancelRequestSchema,
@@ -260,6 +260,7 @@ class TaskWorker {
       });
       this.bullWorker = worker;
       worker.on('error', (error) => this.log.error({ err: error }, 'BullMQ worker error'));
+      worker.on('stalled', (jobId) => void this.onStalled(jobId));
       await worker.waitUntilReady();
 
       await this.publishCatalog();
@@ -522,6 +523,24 @@ class TaskWorker {
       this.log.warn({ err: error }, 'cancel sweep failed');
     } finally {
       this.sweeping = false;
+    }
+  }
+
+  /**
+   * A job whose worker died is re-queued by BullMQ's stall check, or failed once it stalled too often. No processor
+   * runs for a failed one, so its task is failed here; otherwise it would stay `working` forever (PROTOCOL.md §5.6).
+   */
+  private async onStalled(jobId: string): Promise<void> {
+    const log = this.log.child({ taskId: jobId });
+    try {
+      const job = this.bullWorker ? await Job.fromId(this.bullWorker, jobId) : undefined;
+      const state = job ? await job.getState() : 'unknown';
+      log.warn({ state }, 'job stalled: the worker running it stopped renewing its lock');
+      if (state !== 'failed') return;
+      const message = 'The worker running this task stopped responding too many times (job stalled)';
+      await this.failTask(jobId, message, { code: 'INTERNAL', message }, log);
+    } catch (error) {
+      log.warn({ err: error }, 'could not check a stalled job');
     }
   }
 

@@ -1,0 +1,82 @@
+/**
+ * PROTOCOL.md §5.6: a worker killed mid-job has its job taken over after WORKER_LOCK_DURATION_MS; a job whose workers
+ * keep dying ends `failed` instead of staying `working` forever.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type ManagedProcess,
+} from './helpers/processes.js';
+
+let redis: TestRedis;
+let client: Client;
+let env: Record<string, string>;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  env = {
+    REDIS_URL: redis.url,
+    TASKRELAY_PREFIX: uniquePrefix('crash'),
+    TASKRELAY_TOOLS: FIXTURE_TOOLS,
+    WORKER_LOCK_DURATION_MS: '1000',
+  };
+  const gateway = await startGatewayProcess(env);
+  client = await connectClient(gateway.url);
+});
+
+afterAll(async () => {
+  await client?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+const started = (worker: ManagedProcess, taskId: string) =>
+  worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
+
+async function startSleepy(ms: number): Promise<string> {
+  const created = await client.request(
+    { method: 'tools/call', params: { name: 'sleepy', arguments: { ms, stepMs: 50 }, task: {} } },
+    CreateTaskResultSchema,
+  );
+  return created.task.taskId;
+}
+
+describe('§5.6 worker crash', () => {
+  it('hands the job of a SIGKILLed worker to another worker, which completes the task', async () => {
+    const first = await startWorkerProcess(env);
+    const taskId = await startSleepy(1_500);
+    await waitFor(() => started(first, taskId));
+    await first.kill('SIGKILL');
+    const second = await startWorkerProcess(env);
+    await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.isError).not.toBe(true);
+    expect((await client.experimental.tasks.getTask(taskId)).status).toBe('completed');
+    await second.kill();
+  });
+
+  it('fails the task of a job whose workers keep dying, so it never stays working', async () => {
+    const first = await startWorkerProcess(env);
+    const taskId = await startSleepy(60_000);
+    await waitFor(() => started(first, taskId));
+    await first.kill('SIGKILL');
+    const second = await startWorkerProcess(env);
+    await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+    await second.kill('SIGKILL');
+    const third = await startWorkerProcess(env);
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.isError).toBe(true);
+    expect(JSON.stringify(result.content)).toMatch(/stopped responding/);
+    expect((await client.experimental.tasks.getTask(taskId)).status).toBe('failed');
+    expect(started(third, taskId)).toBe(false);
+    await third.kill();
+  });
+});
