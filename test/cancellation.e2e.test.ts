@@ -101,7 +101,15 @@ describe('§7 cancel flow', () => {
     expect(cancelled.status).toBe('cancelled');
     expect(cancelled.statusMessage).toMatch(/cancel/i);
     await expectWorkerFree();
-    await waitFor(() => workerLogs(taskId).some((l) => l['reason'] === 'CLIENT_CANCELLED'));
+    // Logged on the worker side with the task id and the principal, as on the gateway side.
+    await waitFor(() =>
+      workerLogs(taskId).some((l) => l['reason'] === 'CLIENT_CANCELLED' && l['principal'] === 'anonymous'),
+    );
+    expect(gateway.logs().find((l) => l['taskId'] === taskId && l['msg'] === 'task cancelled')).toMatchObject({
+      principal: 'anonymous',
+      reason: 'CLIENT_CANCELLED',
+      trigger: 'tasks/cancel',
+    });
     expect(workerLogs(taskId).filter((l) => l['msg'] === 'tool started')).toHaveLength(1);
     expect(await status(taskId)).toBe('cancelled');
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
