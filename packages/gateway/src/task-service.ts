@@ -139,7 +139,9 @@ export class TaskService {
   /** Waits for a plain call's task; an abort of `signal` cancels it (notifications/cancelled). */
   async waitForCall(record: TaskRecord, signal: AbortSignal): Promise<TaskRecord> {
     const onAbort = () => void this.cancelCall(record, 'notifications/cancelled');
-    signal.addEventListener('abort', onAbort, { once: true });
+    // The cancel may have arrived while the task was being created.
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
     try {
       return await this.router.waitForTerminal(record.taskId);
     } finally {
