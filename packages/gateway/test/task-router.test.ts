@@ -1,0 +1,186 @@
+/**
+ * The progress router in isolation (PROTOCOL.md §6, §8), with fake timers and a fake subscriber: per-task routing,
+ * coalescing, and nothing after terminal.
+ */
+import { EventEmitter } from 'node:events';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { Redis } from 'ioredis';
+import { createKeys, createLogger, type RedisTaskStore, type TaskRecord } from '@taskrelay/shared';
+import { GatewayMetrics } from '../src/metrics.js';
+import { TaskRouter, type ProgressParams } from '../src/task-router.js';
+
+const keys = createKeys('unit');
+const GATEWAY = 'gw1';
+
+class FakeSubscriber extends EventEmitter {
+  subscribe = vi.fn(() => Promise.resolve(2));
+  disconnect = vi.fn();
+  progress(taskId: string, progress: number, total?: number, message?: string) {
+    this.emit('message', keys.gatewayProgressChannel(GATEWAY), JSON.stringify({ taskId, progress, total, message }));
+  }
+  status(taskId: string, status: string) {
+    this.emit(
+      'message',
+      keys.statusChannel,
+      JSON.stringify({ taskId, status, lastUpdatedAt: new Date().toISOString() }),
+    );
+  }
+}
+
+function record(taskId: string, token: string | number, mode: 'task' | 'call' = 'task'): TaskRecord {
+  return {
+    taskId,
+    status: 'working',
+    createdAt: '2026-01-01T00:00:00.000Z',
+    lastUpdatedAt: '2026-01-01T00:00:00.000Z',
+    ttl: 60_000,
+    pollInterval: 1000,
+    tool: 't',
+    queue: 'default',
+    principal: 'p',
+    mode,
+    progressToken: token,
+    sessionId: 's',
+  };
+}
+
+let sub: FakeSubscriber;
+let router: TaskRouter;
+let sent: Array<{ taskId: string; params: ProgressParams }>;
+let statuses: Array<{ taskId: string; status: string }>;
+
+function route(taskId: string, token: string | number, mode: 'task' | 'call' = 'task') {
+  router.register({
+    record: record(taskId, token, mode),
+    sendProgress: (params) => {
+      sent.push({ taskId, params });
+      return Promise.resolve();
+    },
+    sendStatus: (task) => {
+      statuses.push({ taskId, status: task.status });
+      return Promise.resolve();
+    },
+  });
+}
+
+beforeEach(async () => {
+  vi.useFakeTimers();
+  sub = new FakeSubscriber();
+  sent = [];
+  statuses = [];
+  const store = { get: vi.fn(), statuses: vi.fn() } as unknown as RedisTaskStore;
+  router = new TaskRouter(
+    sub as unknown as Redis,
+    store,
+    keys,
+    createLogger('test', { level: 'silent' }),
+    new GatewayMetrics(),
+    { gatewayId: GATEWAY, progressIntervalMs: 50 },
+  );
+  await router.start();
+});
+
+afterEach(() => {
+  router.close();
+  vi.useRealTimers();
+});
+
+describe('§6 progress routing', () => {
+  it('subscribes once, to the status channel and this gateway’s progress channel', () => {
+    expect(sub.subscribe).toHaveBeenCalledTimes(1);
+    expect(sub.subscribe).toHaveBeenCalledWith(keys.statusChannel, keys.gatewayProgressChannel(GATEWAY));
+  });
+
+  it('forwards each task’s updates on its own token, with the related-task key for tasks only', () => {
+    route('sales', 'sales-42');
+    route('returns', 7);
+    route('plain', 'p-1', 'call');
+    sub.progress('sales', 1, 4);
+    sub.progress('returns', 1, 2);
+    sub.progress('plain', 3);
+    expect(sent).toEqual([
+      {
+        taskId: 'sales',
+        params: {
+          progressToken: 'sales-42',
+          progress: 1,
+          total: 4,
+          _meta: { 'io.modelcontextprotocol/related-task': { taskId: 'sales' } },
+        },
+      },
+      {
+        taskId: 'returns',
+        params: {
+          progressToken: 7,
+          progress: 1,
+          total: 2,
+          _meta: { 'io.modelcontextprotocol/related-task': { taskId: 'returns' } },
+        },
+      },
+      { taskId: 'plain', params: { progressToken: 'p-1', progress: 3 } },
+    ]);
+  });
+
+  it('drops updates for unknown tasks and malformed messages', () => {
+    route('known', 'k');
+    sub.progress('unknown', 5);
+    sub.emit('message', keys.gatewayProgressChannel(GATEWAY), '{not json');
+    sub.emit('message', keys.gatewayProgressChannel(GATEWAY), JSON.stringify({ taskId: 'known', progress: 'x' }));
+    expect(sent).toEqual([]);
+  });
+
+  it('coalesces a burst per task, keeping the newest value, without holding back another task', () => {
+    route('a', 'a');
+    route('b', 'b');
+    for (let i = 1; i <= 100; i++) sub.progress('a', i);
+    sub.progress('b', 1);
+    expect(sent.map((s) => [s.taskId, s.params.progress])).toEqual([
+      ['a', 1],
+      ['b', 1],
+    ]);
+    vi.advanceTimersByTime(50);
+    expect(sent.map((s) => [s.taskId, s.params.progress])).toEqual([
+      ['a', 1],
+      ['b', 1],
+      ['a', 100],
+    ]);
+  });
+
+  it('sends a pending value before the terminal status, then nothing more', () => {
+    route('t', 'tok');
+    sub.progress('t', 1);
+    sub.progress('t', 2); // pending in the throttle
+    sub.status('t', 'completed');
+    expect(sent.map((s) => s.params.progress)).toEqual([1, 2]);
+    expect(statuses).toEqual([{ taskId: 't', status: 'completed' }]);
+    sub.progress('t', 3); // a late message
+    vi.advanceTimersByTime(1_000);
+    expect(sent.map((s) => s.params.progress)).toEqual([1, 2]);
+    expect(router.activeRoutes).toBe(0);
+  });
+
+  it('drops a pending value when the gateway itself retires the task (cancel)', () => {
+    route('c', 'tok');
+    sub.progress('c', 1);
+    sub.progress('c', 2);
+    router.retire('c', { flush: false });
+    vi.advanceTimersByTime(1_000);
+    sub.progress('c', 3);
+    expect(sent.map((s) => s.params.progress)).toEqual([1]);
+  });
+
+  it('keeps forwarding through a non-terminal status change and reports it', () => {
+    route('w', 'tok');
+    sub.status('w', 'input_required');
+    sub.progress('w', 1);
+    expect(statuses).toEqual([{ taskId: 'w', status: 'input_required' }]);
+    expect(sent.map((s) => s.params.progress)).toEqual([1]);
+  });
+
+  it('stops forwarding to a session that closed', () => {
+    route('s1', 'tok');
+    router.retireSession('s');
+    sub.progress('s1', 1);
+    expect(sent).toEqual([]);
+  });
+});
