@@ -67,10 +67,14 @@ const TERMINAL_LIST = TERMINAL_STATUSES.join(',');
  * the state machine atomically (Lua), so a terminal task never changes.
  */
 export class RedisTaskStore {
+  private readonly scripts: ScriptCommands;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-  ) {}
+  ) {
+    this.scripts = defineScripts(redis);
+  }
 
   async create(input: CreateTaskInput, now = new Date()): Promise<TaskRecord> {
     const taskId = input.taskId ?? newTaskId();
@@ -90,9 +94,7 @@ export class RedisTaskStore {
     if (input.sessionId !== undefined) fields['sessionId'] = input.sessionId;
     if (input.gatewayId !== undefined) fields['gatewayId'] = input.gatewayId;
     if (input.progressToken !== undefined) fields['progressToken'] = JSON.stringify(input.progressToken);
-    const created = (await this.redis.eval(
-      CREATE_SCRIPT,
-      2,
+    const created = (await this.scripts.taskrelayCreate(
       this.keys.task(taskId),
       this.keys.principalTasks(input.principal),
       JSON.stringify(fields),
@@ -130,9 +132,7 @@ export class RedisTaskStore {
     if (fields.result !== undefined) extra['result'] = JSON.stringify(fields.result);
     if (fields.error !== undefined) extra['error'] = JSON.stringify(fields.error);
     if (fields.cancelReason !== undefined) extra['cancelReason'] = fields.cancelReason;
-    const [ok, status] = (await this.redis.eval(
-      TRANSITION_SCRIPT,
-      1,
+    const [ok, status] = (await this.scripts.taskrelayTransition(
       this.keys.task(taskId),
       to,
       now.toISOString(),
@@ -146,9 +146,7 @@ export class RedisTaskStore {
 
   /** Records progress on the task and wakes the gateway that holds its session (PROTOCOL.md §6). */
   async recordProgress(taskId: string, update: ProgressUpdate, now = new Date()): Promise<ProgressOutcome> {
-    const reply = (await this.redis.eval(
-      PROGRESS_SCRIPT,
-      1,
+    const reply = (await this.scripts.taskrelayProgress(
       this.keys.task(taskId),
       String(update.progress),
       update.total === undefined ? '' : String(update.total),
@@ -191,6 +189,25 @@ export class RedisTaskStore {
     if (ids.length === limit) page.nextCursor = encodeCursor(offset + limit - expired.length);
     return page;
   }
+}
+
+type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
+type ScriptCommands = Record<'taskrelayCreate' | 'taskrelayTransition' | 'taskrelayProgress', ScriptCommand>;
+
+/** Registers the scripts as ioredis commands: sent by SHA (EVALSHA) after the first call, not as text each time. */
+function defineScripts(redis: Redis): ScriptCommands {
+  const commands = redis as unknown as Partial<ScriptCommands>;
+  if (!commands.taskrelayCreate) redis.defineCommand('taskrelayCreate', { numberOfKeys: 2, lua: CREATE_SCRIPT });
+  if (!commands.taskrelayTransition) {
+    redis.defineCommand('taskrelayTransition', { numberOfKeys: 1, lua: TRANSITION_SCRIPT });
+  }
+  if (!commands.taskrelayProgress) redis.defineCommand('taskrelayProgress', { numberOfKeys: 1, lua: PROGRESS_SCRIPT });
+  const defined = redis as unknown as ScriptCommands;
+  return {
+    taskrelayCreate: (...args) => defined.taskrelayCreate(...args),
+    taskrelayTransition: (...args) => defined.taskrelayTransition(...args),
+    taskrelayProgress: (...args) => defined.taskrelayProgress(...args),
+  };
 }
 
 function encodeCursor(offset: number): string {
