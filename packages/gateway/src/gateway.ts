@@ -23,7 +23,7 @@ import { ToolCatalog } from './catalog.js';
 import { RedisEventStore } from './event-store.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
-import { InflightCalls, createSessionServer } from './mcp-session.js';
+import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
 import { GatewayMetrics } from './metrics.js';
 import { TaskRouter } from './task-router.js';
 import { TaskService } from './task-service.js';
@@ -132,7 +132,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   app.use('/mcp', originGuard(options.allowedOrigins), bearerAuth(options.authTokens));
   app.use('/mcp', express.json({ limit: '4mb' }));
 
-  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? 'anonymous';
+  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
   const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {

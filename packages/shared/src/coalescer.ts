@@ -47,10 +47,6 @@ export class Coalescer<T> {
     this.pending = undefined;
   }
 
-  get hasPending(): boolean {
-    return this.pending !== undefined;
-  }
-
   private emit(value: T): void {
     this.lastSentAt = this.now();
     this.options.send(value);
