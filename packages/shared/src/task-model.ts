@@ -29,8 +29,21 @@ export function allowedSources(to: TaskStatus): TaskStatus[] {
   return TASK_STATUSES.filter((from) => canTransition(from, to));
 }
 
-/** Why a running handler's signal was aborted. A closed set: tools may switch on it. */
-export const CANCEL_REASONS = ['CLIENT_CANCELLED', 'TIMEOUT', 'WORKER_SHUTDOWN'] as const;
+/**
+ * Why a running handler's signal was aborted, or why a task was cancelled. A closed set: tools may switch on it.
+ * - `CLIENT_CANCELLED`: the client cancelled (tasks/cancel, notifications/cancelled, a closed stream).
+ * - `TIMEOUT`: the tool ran past its `timeoutMs`.
+ * - `WORKER_SHUTDOWN`: the worker is draining; the job goes back to the queue for another worker.
+ * - `GATEWAY_SHUTDOWN`: the gateway holding a plain call is draining; the call is ended (tasks outlive gateways).
+ * - `LOCK_LOST`: this worker lost the job's lock (stalled, Redis unreachable, taken over); another run owns the task.
+ */
+export const CANCEL_REASONS = [
+  'CLIENT_CANCELLED',
+  'TIMEOUT',
+  'WORKER_SHUTDOWN',
+  'GATEWAY_SHUTDOWN',
+  'LOCK_LOST',
+] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 
 /** A progress token is opaque: a string or an integer, echoed exactly as received. */
