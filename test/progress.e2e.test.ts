@@ -115,8 +115,8 @@ describe('§6 progress flow', () => {
     expect(await store.recordProgress(sales, { progress: 3, total: 4 })).toBe('terminal');
     const gatewayId = (await store.get(sales))?.gatewayId ?? '';
     await r.publish(
-      createKeys(prefix).gatewayProgressChannel(gatewayId),
-      JSON.stringify({ taskId: sales, progress: 3, total: 4 }),
+      createKeys(prefix).gatewayChannel(gatewayId),
+      JSON.stringify({ type: 'progress', taskId: sales, progress: 3, total: 4 }),
     );
 
     // Ordered after the late message on the same channel: once returns shows 2/2, the late one was handled.
@@ -205,8 +205,8 @@ describe('§6 progress flow', () => {
     const count = received.length;
     const gatewayId = (await new RedisTaskStore(r, createKeys(prefix)).get(taskId))?.gatewayId ?? '';
     await r.publish(
-      createKeys(prefix).gatewayProgressChannel(gatewayId),
-      JSON.stringify({ taskId, progress: 2, total: 3 }),
+      createKeys(prefix).gatewayChannel(gatewayId),
+      JSON.stringify({ type: 'progress', taskId, progress: 2, total: 3 }),
     );
     // A sentinel task on the same gateway: its progress is delivered after the stray message was handled.
     const sentinelGate = `${prefix}:gate:sentinel`;

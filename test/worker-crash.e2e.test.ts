@@ -1,6 +1,7 @@
 /**
- * PROTOCOL.md §5.6: a worker killed mid-job has its job taken over after WORKER_LOCK_DURATION_MS; a job whose workers
- * keep dying ends `failed` instead of staying `working` forever.
+ * PROTOCOL.md §5.6, §10.5, §10.6: a worker killed mid-job has its job taken over within WORKER_LOCK_DURATION_MS; a
+ * crash is not the tool's fault, so a job killed twice still completes; a job whose workers keep dying past the tool's
+ * `maxStalls` ends `failed` instead of staying `working` forever.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -41,9 +42,9 @@ afterAll(async () => {
 const started = (worker: ManagedProcess, taskId: string) =>
   worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
 
-async function startSleepy(ms: number): Promise<string> {
+async function startSleepy(ms: number, name = 'sleepy'): Promise<string> {
   const created = await client.request(
-    { method: 'tools/call', params: { name: 'sleepy', arguments: { ms, stepMs: 50 }, task: {} } },
+    { method: 'tools/call', params: { name, arguments: { ms, stepMs: 50 }, task: {} } },
     CreateTaskResultSchema,
   );
   return created.task.taskId;
@@ -63,9 +64,27 @@ describe('§5.6 worker crash', () => {
     await second.kill();
   });
 
-  it('fails the task of a job whose workers keep dying, so it never stays working', async () => {
+  it('completes a task whose workers were killed twice: stalls are not attempts', async () => {
     const first = await startWorkerProcess(env);
-    const taskId = await startSleepy(60_000);
+    const taskId = await startSleepy(2_000);
+    await waitFor(() => started(first, taskId));
+    await first.kill('SIGKILL');
+    const second = await startWorkerProcess(env);
+    await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+    await second.kill('SIGKILL');
+    const third = await startWorkerProcess(env);
+    await waitFor(() => started(third, taskId), { timeoutMs: 15_000, message: 'job not taken over twice' });
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.isError).not.toBe(true);
+    expect(result.structuredContent).toEqual({ ms: 2_000 });
+    const task = await client.experimental.tasks.getTask(taskId);
+    expect(task.status).toBe('completed');
+    await third.kill();
+  });
+
+  it('fails the task of a job whose workers keep dying past its maxStalls, so it never stays working', async () => {
+    const first = await startWorkerProcess(env);
+    const taskId = await startSleepy(60_000, 'sleepy_fragile');
     await waitFor(() => started(first, taskId));
     await first.kill('SIGKILL');
     const second = await startWorkerProcess(env);
@@ -74,7 +93,7 @@ describe('§5.6 worker crash', () => {
     const third = await startWorkerProcess(env);
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).toBe(true);
-    expect(JSON.stringify(result.content)).toMatch(/stopped responding/);
+    expect(JSON.stringify(result.content)).toMatch(/stopped responding 2 times/);
     expect((await client.experimental.tasks.getTask(taskId)).status).toBe('failed');
     expect(started(third, taskId)).toBe(false);
     await third.kill();

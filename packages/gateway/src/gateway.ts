@@ -25,6 +25,7 @@ import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
 import { GatewayMetrics } from './metrics.js';
+import { Reaper } from './reaper.js';
 import { TaskRouter } from './task-router.js';
 import { TaskService } from './task-service.js';
 
@@ -82,14 +83,26 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   subscriber.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
 
   const metrics = new GatewayMetrics();
-  const store = new RedisTaskStore(redis, keys);
+  const store = new RedisTaskStore(redis, keys, {
+    reaperIntervalMs: options.reaperIntervalMs,
+    // A principal's index outlives every task in it: the longest ttl after the longest run.
+    indexTtlMs: options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs,
+  });
   const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
   const dispatcher = new JobDispatcher(redis, keys, log);
-  const router = new TaskRouter(subscriber, store, keys, log, metrics, {
-    gatewayId,
-    progressIntervalMs: options.progressIntervalMs,
-  });
+  const router = new TaskRouter(
+    subscriber,
+    (channel, message) => redis.publish(channel, message),
+    store,
+    keys,
+    log,
+    metrics,
+    {
+      gatewayId,
+      progressIntervalMs: options.progressIntervalMs,
+    },
+  );
   await router.start();
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
@@ -97,7 +110,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     maxTtlMs: options.maxTtlMs,
     pollIntervalMs: options.pollIntervalMs,
     maxToolTimeoutMs: options.maxToolTimeoutMs,
+    queueTimeoutMs: options.queueTimeoutMs,
   });
+  const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
+  reaper.start();
   const inflight = new InflightCalls();
   const sessions = new Map<string, Session>();
   const authEnabled = options.authTokens !== undefined;
@@ -243,6 +259,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     close: () =>
       (closing ??= (async () => {
         clearInterval(idleSweep);
+        await reaper.stop();
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
         await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
         http.closeAllConnections();

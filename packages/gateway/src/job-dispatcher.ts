@@ -19,6 +19,9 @@ export class JobDispatcher {
     await this.queue(tool.queue).add(tool.name, data, {
       jobId: data.taskId,
       attempts: tool.attempts ?? 1,
+      ...(tool.backoff === undefined
+        ? {}
+        : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
       // The task hash holds the result; the job is only the work item.
       removeOnComplete: true,
       removeOnFail: { age: 24 * 3600, count: 10_000 },

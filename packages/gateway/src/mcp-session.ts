@@ -15,13 +15,29 @@ import {
   type ServerCapabilities,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { ProgressToken } from '@taskrelay/shared';
+import { TaskrelayError, type ProgressToken } from '@taskrelay/shared';
 import { toMcpError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { TaskService } from './task-service.js';
 import { relatedTaskMeta, renderResult, renderTask } from './task-wire.js';
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
+
+/** `_meta` key of a task call's idempotency key (CONTRACT §4). */
+export const IDEMPOTENCY_META_KEY = 'dev.taskrelay/idempotency-key';
+
+/** The idempotency key of a request, checked: a string of 1..200 characters, or absent. */
+export function idempotencyKeyOf(meta: Record<string, unknown> | undefined): string | undefined {
+  const value = meta?.[IDEMPOTENCY_META_KEY];
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || value.length < 1 || value.length > 200) {
+    throw new TaskrelayError(
+      'INVALID_ARGUMENTS',
+      `_meta["${IDEMPOTENCY_META_KEY}"] must be a string of 1 to 200 characters`,
+    );
+  }
+  return value;
+}
 
 export interface SessionServerOptions {
   service: TaskService;
@@ -81,6 +97,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const args = request.params.arguments ?? {};
       const principal = principalOf(extra);
       const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
+      const idempotencyKey = task === undefined ? undefined : idempotencyKeyOf(request.params._meta);
       const tool = await service.resolveCall(name, args, task !== undefined);
 
       if (task !== undefined) {
@@ -92,6 +109,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
           sessionId: extra.sessionId,
           progressToken,
           requestedTtlMs: task.ttl ?? undefined,
+          idempotencyKey,
           // After CreateTaskResult the request stream is gone: the session's GET stream is the only route left.
           sendProgress: (params) => server.notification({ method: 'notifications/progress', params }),
           sendStatus: (t) => server.notification({ method: 'notifications/tasks/status', params: t }),

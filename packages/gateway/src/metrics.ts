@@ -21,6 +21,12 @@ export class GatewayMetrics {
     labelNames: ['trigger'] as const,
     registers: [this.registry],
   });
+  readonly tasksReaped = new Counter({
+    name: 'taskrelay_tasks_reaped_total',
+    help: 'Tasks the reaper failed, by cause: TIMEOUT (deadline passed) or JOB_LOST (job gone or failed).',
+    labelNames: ['code'] as const,
+    registers: [this.registry],
+  });
   readonly progressForwarded = new Counter({
     name: 'taskrelay_progress_notifications_total',
     help: 'notifications/progress sent to clients.',

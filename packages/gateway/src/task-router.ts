@@ -1,13 +1,14 @@
 /**
- * The gateway's single subscriber (PROTOCOL.md §6): forwards each task's progress to the one session that asked for
- * it, on that request's own token, until the task is terminal; and wakes anyone waiting for a task to end.
+ * The gateway's single subscriber (PROTOCOL.md §6, §10.9), on this gateway's own channel: forwards each task's
+ * progress to the one session that asked for it, on that request's own token, until the task is terminal; wakes
+ * anyone waiting for a task to end; and acknowledges cancels answered by other gateways once nothing more can be
+ * forwarded.
  */
 import type { Redis } from 'ioredis';
 import type { Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   Coalescer,
-  ProgressEventSchema,
-  StatusEventSchema,
+  GatewayEventSchema,
   isTerminal,
   parseMessage,
   type Keys,
@@ -15,6 +16,7 @@ import {
   type ProgressEvent,
   type ProgressToken,
   type RedisTaskStore,
+  type AckEvent,
   type StatusEvent,
   type TaskMode,
   type TaskRecord,
@@ -53,14 +55,25 @@ export interface TaskRouterOptions {
   fallbackPollMs?: number;
 }
 
+export interface WaitOptions {
+  signal?: AbortSignal | undefined;
+  /** Whether the caller may see this task; a refused or missing one is "not found". Default: any. */
+  authorize?: (record: TaskRecord) => boolean;
+}
+
+/** Publishes on Redis (the gateway's command connection): for acks to other gateways. */
+export type Publish = (channel: string, message: string) => Promise<unknown>;
+
 export class TaskRouter {
   private readonly routes = new Map<string, Route>();
   private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly acks = new Map<string, () => void>();
   private readonly fallbackPollMs: number;
   private connectedOnce = false;
 
   constructor(
     private readonly subscriber: Redis,
+    private readonly publish: Publish,
     private readonly store: RedisTaskStore,
     private readonly keys: Keys,
     private readonly log: Logger,
@@ -77,7 +90,7 @@ export class TaskRouter {
       if (this.connectedOnce) void this.reconcile();
       this.connectedOnce = true;
     });
-    await this.subscriber.subscribe(this.keys.statusChannel, this.keys.gatewayProgressChannel(this.options.gatewayId));
+    await this.subscriber.subscribe(this.keys.gatewayChannel(this.options.gatewayId));
     this.connectedOnce = true;
   }
 
@@ -126,37 +139,74 @@ export class TaskRouter {
     }
   }
 
-  /** Resolves with the task once it is terminal. Rejects when it disappears or the signal aborts. */
-  async waitForTerminal(taskId: string, signal?: AbortSignal): Promise<TaskRecord> {
-    for (;;) {
-      signal?.throwIfAborted();
-      let wake!: () => void;
-      const woken = new Promise<void>((resolve) => (wake = resolve));
-      const set = this.waiters.get(taskId) ?? new Set();
-      set.add(wake);
-      this.waiters.set(taskId, set);
-      try {
-        const record = await this.store.get(taskId);
-        if (!record) throw taskNotFound(taskId);
+  /**
+   * Resolves with the task once it is terminal. Rejects with "not found" when it is missing, expired or refused by
+   * `authorize`, and with the signal's reason when it aborts. One abort listener for the whole wait.
+   */
+  async waitForTerminal(taskId: string, options: WaitOptions = {}): Promise<TaskRecord> {
+    const { signal, authorize } = options;
+    signal?.throwIfAborted();
+    let wake: () => void = () => undefined;
+    const set = this.waiters.get(taskId) ?? new Set();
+    this.waiters.set(taskId, set);
+    const waker = () => wake();
+    set.add(waker);
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<never>((_resolve, reject) => {
+      onAbort = () => reject(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    aborted.catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      for (;;) {
+        // Armed before the read, so a status event arriving during it is not missed.
+        const woken = new Promise<void>((resolve) => (wake = resolve));
+        const record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
+        if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
         if (isTerminal(record.status)) return record;
-        await new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(resolve, this.fallbackPollMs);
-          const onAbort = () => {
-            clearTimeout(timer);
-            reject(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
-          };
-          signal?.addEventListener('abort', onAbort, { once: true });
-          void woken.then(() => {
-            clearTimeout(timer);
-            signal?.removeEventListener('abort', onAbort);
-            resolve();
-          });
-        });
-      } finally {
-        set.delete(wake);
-        if (set.size === 0) this.waiters.delete(taskId);
+        await Promise.race([
+          woken,
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, this.fallbackPollMs))),
+          aborted,
+        ]);
+        clearTimeout(timer);
       }
+    } finally {
+      clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener('abort', onAbort);
+      set.delete(waker);
+      if (set.size === 0 && this.waiters.get(taskId) === set) this.waiters.delete(taskId);
     }
+  }
+
+  /**
+   * Arms a wait for the owning gateway's ack of a cancel this gateway answers (PROTOCOL.md §10.9). Arm it before
+   * the transition, then `wait()`; `cancel()` when no ack will come.
+   */
+  expectAck(taskId: string, timeoutMs: number): { wait(): Promise<boolean>; cancel(): void } {
+    let resolve!: (acked: boolean) => void;
+    const acked = new Promise<boolean>((r) => (resolve = r));
+    const done = () => resolve(true);
+    this.acks.set(taskId, done);
+    const clear = () => {
+      if (this.acks.get(taskId) === done) this.acks.delete(taskId);
+    };
+    return {
+      wait: async () => {
+        const timer = setTimeout(() => resolve(false), timeoutMs);
+        try {
+          return await acked;
+        } finally {
+          clearTimeout(timer);
+          clear();
+        }
+      },
+      cancel: () => {
+        clear();
+        resolve(false);
+      },
+    };
   }
 
   get activeRoutes(): number {
@@ -169,13 +219,20 @@ export class TaskRouter {
   }
 
   private onMessage(channel: string, raw: string): void {
-    if (channel === this.keys.statusChannel) {
-      const event = parseMessage(StatusEventSchema, raw);
-      if (event) this.onStatus(event);
+    if (channel !== this.keys.gatewayChannel(this.options.gatewayId)) return;
+    const event = parseMessage(GatewayEventSchema, raw);
+    if (!event) {
+      this.log.debug({ raw: raw.slice(0, 200) }, 'malformed gateway event dropped');
       return;
     }
-    const event = parseMessage(ProgressEventSchema, raw);
-    if (!event) return;
+    if (event.type === 'status') {
+      this.onStatus(event);
+      return;
+    }
+    if (event.type === 'ack') {
+      this.onAck(event);
+      return;
+    }
     const route = this.routes.get(event.taskId);
     if (!route?.coalescer) {
       this.metrics.progressDropped.inc();
@@ -184,14 +241,19 @@ export class TaskRouter {
     route.coalescer.push(event);
   }
 
+  private onAck(event: AckEvent): void {
+    this.acks.get(event.taskId)?.();
+  }
+
   private onStatus(event: StatusEvent): void {
     const route = this.routes.get(event.taskId);
     if (route) {
       const terminal = isTerminal(event.status);
       if (terminal) {
         // Every progress event of this task was published before this status event, so a pending one still goes
-        // out — before the status notification, and before any waiter answers.
-        this.retire(event.taskId, { flush: true });
+        // out — before the status notification, and before any waiter answers. Not after a cancel: the client may
+        // already have been told the task is cancelled.
+        this.retire(event.taskId, { flush: event.status !== 'cancelled' });
         this.metrics.tasksFinished.inc({ status: event.status });
       }
       if (route.sendStatus) {
@@ -204,6 +266,13 @@ export class TaskRouter {
             this.log.debug({ taskId: event.taskId, err: error }, 'status notification not delivered'),
           );
       }
+    }
+    if (event.ackTo !== undefined && event.ackTo !== this.options.gatewayId) {
+      // The route is retired (or never was here): nothing more goes out for this task from this gateway.
+      const ack: AckEvent = { type: 'ack', taskId: event.taskId };
+      this.publish(this.keys.gatewayChannel(event.ackTo), JSON.stringify(ack)).catch((error: unknown) =>
+        this.log.debug({ taskId: event.taskId, err: error }, 'cancel ack not published'),
+      );
     }
     for (const wake of this.waiters.get(event.taskId) ?? []) wake();
   }

@@ -26,7 +26,14 @@ export interface TaskServiceConfig {
   maxTtlMs: number;
   pollIntervalMs: number;
   maxToolTimeoutMs: number;
+  /** How long a job may wait for a worker before the reaper fails its task (PROTOCOL.md §10.2). */
+  queueTimeoutMs: number;
 }
+
+/** A plain call's task is read once, by the waiter, right after it ends: it need not stay long (bounded Redis). */
+export const CALL_TTL_MS = 10_000;
+/** How long a cancel answered here waits for the owning gateway's ack (PROTOCOL.md §10.9). */
+export const CANCEL_ACK_TIMEOUT_MS = 500;
 
 export interface StartTaskInput {
   tool: CatalogTool;
@@ -36,6 +43,8 @@ export interface StartTaskInput {
   sessionId: string | undefined;
   progressToken: ProgressToken | undefined;
   requestedTtlMs: number | undefined;
+  /** `_meta["dev.taskrelay/idempotency-key"]` of a task call (1..200 characters). */
+  idempotencyKey?: string | undefined;
   sendProgress?: (params: ProgressParams) => Promise<void>;
   sendStatus?: (task: Task) => Promise<void>;
 }
@@ -71,11 +80,15 @@ export class TaskService {
     return tool;
   }
 
-  /** Stores the task durably, starts routing its progress, then enqueues its job. */
+  /**
+   * Stores the task durably, starts routing its progress, then enqueues its job. With an idempotency key the
+   * principal already used, returns that task and starts nothing.
+   */
   async start(input: StartTaskInput): Promise<TaskRecord> {
     const { tool } = input;
-    const ttl = grantTtl(input.requestedTtlMs, this.config);
-    const record = await this.store.create({
+    const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
+    const timeoutMs = Math.min(tool.timeoutMs ?? this.config.maxToolTimeoutMs, this.config.maxToolTimeoutMs);
+    const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
       tool: tool.name,
       queue: tool.queue,
       principal: input.principal,
@@ -85,7 +98,19 @@ export class TaskService {
       sessionId: input.sessionId,
       gatewayId: this.config.gatewayId,
       progressToken: input.progressToken,
-    });
+      deadlineAt: Date.now() + this.config.queueTimeoutMs + timeoutMs,
+    };
+    if (input.mode === 'task' && input.idempotencyKey !== undefined) {
+      createInput.idempotencyKey = input.idempotencyKey;
+    }
+    const { record, created } = await this.store.createTask(createInput);
+    if (!created) {
+      this.log.info(
+        { taskId: record.taskId, tool: tool.name, principal: input.principal },
+        'idempotency key already used; returning its task',
+      );
+      return record;
+    }
     const route: Parameters<TaskRouter['register']>[0] = { record };
     if (input.sendProgress) route.sendProgress = input.sendProgress;
     if (input.sendStatus) route.sendStatus = input.sendStatus;
@@ -94,21 +119,29 @@ export class TaskService {
       taskId: record.taskId,
       tool: tool.name,
       arguments: input.args,
-      timeoutMs: Math.min(tool.timeoutMs ?? this.config.maxToolTimeoutMs, this.config.maxToolTimeoutMs),
+      timeoutMs,
+      queueTimeoutMs: this.config.queueTimeoutMs,
     };
     try {
       await this.dispatcher.enqueue(tool, data);
     } catch (error) {
       this.router.retire(record.taskId, { flush: false });
       const message = `Could not enqueue the job: ${error instanceof Error ? error.message : String(error)}`;
+      // The client is told the call failed, so the task must not run later: fail it now, or the reaper will (the
+      // job does not exist) once Redis is back. Either way its idempotency key is freed for a retry.
       await this.store
-        .transition(record.taskId, 'failed', {
-          statusMessage: message,
-          result: { content: [{ type: 'text', text: message }], isError: true },
-          error: { code: 'INTERNAL', message },
-        })
+        .transition(
+          record.taskId,
+          'failed',
+          {
+            statusMessage: message,
+            result: { content: [{ type: 'text', text: message }], isError: true },
+            error: { code: 'JOB_LOST', message },
+          },
+          { dropIdempotency: true },
+        )
         .catch(() => undefined);
-      throw new TaskrelayError('INTERNAL', message, { cause: error });
+      throw error;
     }
     this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
     this.log.info(
@@ -131,9 +164,12 @@ export class TaskService {
     return record;
   }
 
+  /** tasks/result: one read (which also registers this gateway as a waiter), then status events. */
   async waitForTerminal(taskId: string, principal: string, signal?: AbortSignal): Promise<TaskRecord> {
-    await this.get(taskId, principal);
-    return this.router.waitForTerminal(taskId, signal);
+    return this.router.waitForTerminal(taskId, {
+      signal,
+      authorize: (record) => record.principal === principal && record.mode === 'task',
+    });
   }
 
   /** Waits for a plain call's task; an abort of `signal` cancels it (notifications/cancelled). */
@@ -178,15 +214,32 @@ export class TaskService {
   private async applyCancel(record: TaskRecord, trigger: CancelTrigger): Promise<TaskRecord | undefined> {
     const statusMessage = 'Cancelled by the client';
     const now = new Date();
-    const outcome = await this.store.transition(
-      record.taskId,
-      'cancelled',
-      { statusMessage, cancelReason: 'CLIENT_CANCELLED' },
-      now,
-    );
-    if (!outcome.ok) return undefined;
+    // Another gateway routes this task's progress: it acks once it retired the route, and only then is the client
+    // answered, so no progress notification can follow the answer (PROTOCOL.md §10.9).
+    const owner = record.gatewayId;
+    const remoteOwner = owner !== undefined && owner !== this.config.gatewayId && record.progressToken !== undefined;
+    const ack = remoteOwner ? this.router.expectAck(record.taskId, CANCEL_ACK_TIMEOUT_MS) : undefined;
+    const outcome = await this.store
+      .transition(
+        record.taskId,
+        'cancelled',
+        { statusMessage, cancelReason: 'CLIENT_CANCELLED' },
+        remoteOwner ? { ackTo: this.config.gatewayId } : {},
+        now,
+      )
+      .catch((error: unknown) => {
+        ack?.cancel();
+        throw error;
+      });
+    if (!outcome.ok) {
+      ack?.cancel();
+      return undefined;
+    }
     // Nothing more is forwarded for this task, even an update already on its way.
     this.router.retire(record.taskId, { flush: false });
+    if (ack && !(await ack.wait())) {
+      this.log.debug({ taskId: record.taskId, owner }, 'no cancel ack from the owning gateway (gone?)');
+    }
     this.metrics.tasksCancelled.inc({ trigger });
     this.metrics.tasksFinished.inc({ status: 'cancelled' });
     this.log.info(

@@ -16,13 +16,17 @@ class FakeSubscriber extends EventEmitter {
   subscribe = vi.fn(() => Promise.resolve(2));
   disconnect = vi.fn();
   progress(taskId: string, progress: number, total?: number, message?: string) {
-    this.emit('message', keys.gatewayProgressChannel(GATEWAY), JSON.stringify({ taskId, progress, total, message }));
+    this.emit(
+      'message',
+      keys.gatewayChannel(GATEWAY),
+      JSON.stringify({ type: 'progress', taskId, progress, total, message }),
+    );
   }
   status(taskId: string, status: string) {
     this.emit(
       'message',
-      keys.statusChannel,
-      JSON.stringify({ taskId, status, lastUpdatedAt: new Date().toISOString() }),
+      keys.gatewayChannel(GATEWAY),
+      JSON.stringify({ type: 'status', taskId, status, lastUpdatedAt: new Date().toISOString() }),
     );
   }
 }
@@ -71,6 +75,7 @@ beforeEach(async () => {
   const store = { get: vi.fn(), statuses: vi.fn() } as unknown as RedisTaskStore;
   router = new TaskRouter(
     sub as unknown as Redis,
+    () => Promise.resolve(1),
     store,
     keys,
     createLogger('test', { level: 'silent' }),
@@ -88,7 +93,7 @@ afterEach(() => {
 describe('§6 progress routing', () => {
   it('subscribes once, to the status channel and this gateway’s progress channel', () => {
     expect(sub.subscribe).toHaveBeenCalledTimes(1);
-    expect(sub.subscribe).toHaveBeenCalledWith(keys.statusChannel, keys.gatewayProgressChannel(GATEWAY));
+    expect(sub.subscribe).toHaveBeenCalledWith(keys.gatewayChannel(GATEWAY));
   });
 
   it('forwards each task’s updates on its own token, with the related-task key for tasks only', () => {
@@ -124,8 +129,12 @@ describe('§6 progress routing', () => {
   it('drops updates for unknown tasks and malformed messages', () => {
     route('known', 'k');
     sub.progress('unknown', 5);
-    sub.emit('message', keys.gatewayProgressChannel(GATEWAY), '{not json');
-    sub.emit('message', keys.gatewayProgressChannel(GATEWAY), JSON.stringify({ taskId: 'known', progress: 'x' }));
+    sub.emit('message', keys.gatewayChannel(GATEWAY), '{not json');
+    sub.emit(
+      'message',
+      keys.gatewayChannel(GATEWAY),
+      JSON.stringify({ type: 'progress', taskId: 'known', progress: 'x' }),
+    );
     expect(sent).toEqual([]);
   });
 

@@ -79,6 +79,8 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_TOOL_TIMEOUT_MS: int(1, 30 * 86_400_000).default(86_400_000),
   TASKRELAY_EVENT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),
+  TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
+  TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
 });
 
 const workerEnvSchema = z.object({
@@ -94,6 +96,7 @@ const workerEnvSchema = z.object({
   WORKER_HEARTBEAT_MS: int(100, 600_000).default(5_000),
   WORKER_ABORT_GRACE_MS: int(0, 3_600_000).default(5_000),
   WORKER_CANCEL_SWEEP_MS: int(50, 600_000).default(2_000),
+  WORKER_SHUTDOWN_GRACE_MS: int(0, 86_400_000).default(30_000),
 });
 
 export interface CommonConfig {
@@ -123,6 +126,10 @@ export interface GatewayConfig extends CommonConfig {
   eventTtlMs: number;
   /** A session with no open stream and no request for this long is closed (its tasks live on). */
   sessionIdleMs: number;
+  /** How often the reaper looks at live tasks (PROTOCOL.md §10.3). Default 5000 ms. */
+  reaperIntervalMs: number;
+  /** How long a job may wait for a worker before the reaper fails its task. Default 1 h. */
+  queueTimeoutMs: number;
 }
 
 export interface WorkerConfig extends CommonConfig {
@@ -134,6 +141,8 @@ export interface WorkerConfig extends CommonConfig {
   heartbeatMs: number;
   abortGraceMs: number;
   cancelSweepMs: number;
+  /** On SIGTERM, how long running jobs may finish before they are aborted and handed back. Default 30000 ms. */
+  shutdownGraceMs: number;
 }
 
 function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
@@ -174,6 +183,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxToolTimeoutMs: p.TASKRELAY_MAX_TOOL_TIMEOUT_MS,
     eventTtlMs: p.TASKRELAY_EVENT_TTL_MS,
     sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
+    reaperIntervalMs: p.TASKRELAY_REAPER_INTERVAL_MS,
+    queueTimeoutMs: p.TASKRELAY_QUEUE_TIMEOUT_MS,
   };
 }
 
@@ -188,6 +199,7 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
     heartbeatMs: p.WORKER_HEARTBEAT_MS,
     abortGraceMs: p.WORKER_ABORT_GRACE_MS,
     cancelSweepMs: p.WORKER_CANCEL_SWEEP_MS,
+    shutdownGraceMs: p.WORKER_SHUTDOWN_GRACE_MS,
   };
 }
 

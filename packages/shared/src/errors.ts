@@ -14,6 +14,8 @@ export const ERROR_CODES = [
   'NON_RETRYABLE',
   'CANCELLED',
   'TIMEOUT',
+  'JOB_LOST',
+  'LOCK_LOST',
   'INTERNAL',
 ] as const;
 

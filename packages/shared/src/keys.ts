@@ -1,47 +1,70 @@
 /**
- * Every Redis key and channel name taskrelay uses. No other file builds a key string.
+ * Every Redis key and channel name taskrelay uses. No other file builds a key string; the Lua scripts receive the
+ * prefixes they append ids to from here.
  * With a `{...}` prefix every key hashes to one Redis Cluster slot, which the Lua scripts and BullMQ need.
  */
 export interface Keys {
   readonly prefix: string;
   /** Hash holding one task record. */
   task(taskId: string): string;
-  /** Sorted set of one principal's task ids, scored by creation time. */
+  /** What `task(id)` puts before the id (the reaper script appends ids to it). */
+  readonly taskKeyPrefix: string;
+  /** Sorted set of one principal's task-mode ids, scored by creation time. */
   principalTasks(principal: string): string;
+  /** Sorted set of every non-terminal task, scored by when the reaper next looks at it (PROTOCOL.md §10). */
+  readonly live: string;
+  /** String: the lease that lets one gateway at a time run the reaper. */
+  readonly reaperLease: string;
+  /** String: the task id one principal's idempotency key stands for. */
+  idempotency(principal: string, key: string): string;
   /** Sorted set of live worker ids, scored by heartbeat expiry (ms since epoch). */
   readonly workers: string;
   /** String holding one worker's tool catalog (JSON). */
   workerCatalog(workerId: string): string;
-  /** Stream holding one SSE stream's events, for Last-Event-ID replay. */
-  eventStream(streamId: string): string;
-  /** Channel: every task status change. */
-  readonly statusChannel: string;
-  /** Channel: progress for the tasks whose session lives on one gateway. */
-  gatewayProgressChannel(gatewayId: string): string;
-  /** Prefix of the gateway progress channels (the Lua progress script appends the gateway id). */
-  readonly gatewayProgressChannelPrefix: string;
+  /** Channel: progress, status and acks for the tasks one gateway routes or waits on. */
+  gatewayChannel(gatewayId: string): string;
+  /** What `gatewayChannel(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
+  readonly gatewayChannelPrefix: string;
+  /** What `gatewayChannel(id)` puts after the id. */
+  readonly gatewayChannelSuffix: string;
   /** Channel: cancel wake-ups for workers. */
   readonly cancelChannel: string;
+  /** Stream of one SSE stream's events (the Redis event store, being replaced by an in-memory one). */
+  eventStream(streamId: string): string;
   /** BullMQ `prefix` option. */
   readonly bullPrefix: string;
   /** BullMQ queue name for a worker pool. */
   queueName(queue: string): string;
+  /** BullMQ's key of one queue: `bullQueueKeyPrefix + queue`; its job hash is `<that>:<jobId>`. */
+  readonly bullQueueKeyPrefix: string;
+  /** BullMQ's lock key of one job, whose value is the token of the worker holding it. */
+  bullJobLock(queue: string, jobId: string): string;
 }
 
 export function createKeys(prefix = 'taskrelay'): Keys {
-  const gatewayProgressChannelPrefix = `${prefix}:gateway:`;
+  const gatewayChannelPrefix = `${prefix}:gateway:`;
+  const gatewayChannelSuffix = ':events';
+  const taskKeyPrefix = `${prefix}:task:`;
+  const queueName = (queue: string) => `q-${queue}`;
+  const bullQueueKeyPrefix = `${prefix}:${queueName('')}`;
   return {
     prefix,
-    task: (taskId) => `${prefix}:task:${taskId}`,
+    task: (taskId) => `${taskKeyPrefix}${taskId}`,
+    taskKeyPrefix,
     principalTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:tasks`,
+    live: `${prefix}:live`,
+    reaperLease: `${prefix}:reaper:lease`,
+    idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,
     workers: `${prefix}:workers`,
     workerCatalog: (workerId) => `${prefix}:worker:${workerId}:catalog`,
-    eventStream: (streamId) => `${prefix}:stream:${streamId}`,
-    statusChannel: `${prefix}:status`,
-    gatewayProgressChannelPrefix,
-    gatewayProgressChannel: (gatewayId) => `${gatewayProgressChannelPrefix}${gatewayId}:progress`,
+    gatewayChannelPrefix,
+    gatewayChannelSuffix,
+    gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,
     cancelChannel: `${prefix}:cancel`,
+    eventStream: (streamId) => `${prefix}:stream:${streamId}`,
     bullPrefix: prefix,
-    queueName: (queue) => `q-${queue}`,
+    queueName,
+    bullQueueKeyPrefix,
+    bullJobLock: (queue, jobId) => `${bullQueueKeyPrefix}${queue}:${jobId}:lock`,
   };
 }

@@ -11,6 +11,7 @@ export const ProgressTokenSchema = z.union([z.string(), z.number().int()]);
 
 /** §6: published by the progress script on the owning gateway's channel. */
 export const ProgressEventSchema = z.object({
+  type: z.literal('progress'),
   taskId: z.string(),
   progress: z.number(),
   total: z.number().optional(),
@@ -18,14 +19,33 @@ export const ProgressEventSchema = z.object({
 });
 export type ProgressEvent = z.infer<typeof ProgressEventSchema>;
 
-/** §2: published by the transition script on the status channel. */
+/** §2, §10.9: published by the transition and reaper scripts on the owner's and every watcher's channel. */
 export const StatusEventSchema = z.object({
+  type: z.literal('status'),
   taskId: z.string(),
   status: TaskStatusSchema,
   statusMessage: z.string().optional(),
   lastUpdatedAt: z.string(),
+  cancelReason: CancelReasonSchema.optional(),
+  /** A gateway answering a cancel for a task this gateway owns waits for an `ack` on its own channel. */
+  ackTo: z.string().optional(),
 });
 export type StatusEvent = z.infer<typeof StatusEventSchema>;
+
+/** §10.9: the owner retired a cancelled task's route; sent to the gateway that answers the cancel. */
+export const AckEventSchema = z.object({
+  type: z.literal('ack'),
+  taskId: z.string(),
+});
+export type AckEvent = z.infer<typeof AckEventSchema>;
+
+/** Everything on one gateway's channel. */
+export const GatewayEventSchema = z.discriminatedUnion('type', [
+  ProgressEventSchema,
+  StatusEventSchema,
+  AckEventSchema,
+]);
+export type GatewayEvent = z.infer<typeof GatewayEventSchema>;
 
 /** §7: published by the gateway on the cancel channel. */
 export const CancelRequestSchema = z.object({
@@ -41,11 +61,21 @@ export const JobDataSchema = z.object({
   arguments: z.record(z.string(), z.unknown()),
   /** Abort the tool with TIMEOUT this long after it starts; absent means no limit. */
   timeoutMs: z.number().int().positive().optional(),
+  /** How long the job may wait in the queue (again) before the reaper fails its task (PROTOCOL.md §10.2). */
+  queueTimeoutMs: z.number().int().positive().optional(),
 });
 export type JobData = z.infer<typeof JobDataSchema>;
 
 export const TaskSupportSchema = z.enum(['forbidden', 'optional', 'required']);
 export type TaskSupport = z.infer<typeof TaskSupportSchema>;
+
+/** §10.7: how long to wait before a retry. `exponential`: delayMs × 2^(retry − 1); jitter is a fraction (0..1). */
+export const BackoffSchema = z.object({
+  type: z.enum(['exponential', 'fixed']),
+  delayMs: z.number().int().nonnegative(),
+  jitter: z.number().min(0).max(1).optional(),
+});
+export type Backoff = z.infer<typeof BackoffSchema>;
 
 /** §3: one tool as a worker advertises it. */
 export const ToolDescriptorSchema = z.object({
@@ -57,6 +87,8 @@ export const ToolDescriptorSchema = z.object({
   taskSupport: TaskSupportSchema,
   timeoutMs: z.number().int().positive().optional(),
   attempts: z.number().int().positive().optional(),
+  backoff: BackoffSchema.optional(),
+  maxStalls: z.number().int().nonnegative().optional(),
 });
 export type ToolDescriptor = z.infer<typeof ToolDescriptorSchema>;
 

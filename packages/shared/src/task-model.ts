@@ -82,4 +82,8 @@ export interface TaskRecord {
   result?: ToolResult;
   error?: { code: string; message: string; data?: Record<string, unknown> };
   cancelReason?: CancelReason;
+  /** When the reaper fails the task if it is still not terminal (ms since epoch; PROTOCOL.md §10.2). */
+  deadlineAt?: number;
+  /** Runs started so far (1 on the first; a takeover after a crash is a new run). */
+  attempt?: number;
 }

@@ -1,11 +1,61 @@
 /**
  * Lua scripts behind RedisTaskStore. Each runs atomically in Redis; together they are the only writers of a task
- * hash's status and progress (PROTOCOL.md §2, §6).
+ * hash's status and progress (PROTOCOL.md §2, §6, §10). Key names come from keys.ts: scripts only append ids to the
+ * prefixes they are given.
  */
 
-/** KEYS: task, principal index. ARGV: fields JSON, createdAt ms, taskId. Returns 1, or 0 when the id exists. */
+/** Shared by the scripts that publish a status event: to the owning gateway and to every watcher, once each. */
+const PUBLISH_STATUS = `
+local function publish_status(taskKey, event, channelPrefix, channelSuffix)
+  local h = redis.call('HMGET', taskKey, 'gatewayId', 'watchers')
+  local payload = cjson.encode(event)
+  local sent = {}
+  local function send(id)
+    if id and id ~= '' and not sent[id] then
+      sent[id] = true
+      redis.call('PUBLISH', channelPrefix .. id .. channelSuffix, payload)
+    end
+  end
+  send(h[1])
+  if h[2] then
+    for id in string.gmatch(h[2], '[^,]+') do send(id) end
+  end
+end
+`;
+
+/** Shared by the scripts that end a task: expiry, out of the live set, idempotency mapping kept as long as the task. */
+const FINISH = `
+local function finish(taskKey, liveKey, taskId, dropIdempotency)
+  local h = redis.call('HMGET', taskKey, 'ttl', 'idemKey')
+  local ttl = tonumber(h[1]) or 60000
+  redis.call('PEXPIRE', taskKey, ttl)
+  redis.call('ZREM', liveKey, taskId)
+  if h[2] and h[2] ~= '' then
+    if dropIdempotency and redis.call('GET', h[2]) == taskId then
+      redis.call('DEL', h[2])
+    else
+      redis.call('PEXPIRE', h[2], ttl)
+    end
+  end
+end
+`;
+
+/**
+ * KEYS: 1 task, 2 principal index, 3 live set, 4 idempotency key (or the task key when there is none).
+ * ARGV: 1 fields JSON, 2 createdAt ms, 3 taskId, 4 first reaper look (ms), 5 '1' to index the task, 6 index cap,
+ * 7 index ttl ms, 8 '1' when KEYS[4] is an idempotency key, 9 task key prefix.
+ * Returns {1, taskId} created; {0, existingId, existingTool} when the idempotency key names a live task; {-1} when
+ * the id is taken.
+ */
 export const CREATE_SCRIPT = `
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if ARGV[8] == '1' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then
+    local tool = redis.call('HGET', ARGV[9] .. existing, 'tool')
+    if tool then return {0, existing, tool} end
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
 local fields = cjson.decode(ARGV[1])
 local args = {}
 for k, v in pairs(fields) do
@@ -13,41 +63,64 @@ for k, v in pairs(fields) do
   args[#args + 1] = v
 end
 redis.call('HSET', KEYS[1], unpack(args))
-redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[3])
-return 1
+redis.call('ZADD', KEYS[3], tonumber(ARGV[4]), ARGV[3])
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[3])
+  local cap = tonumber(ARGV[6])
+  if redis.call('ZCARD', KEYS[2]) > cap then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(cap + 1)) end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
+end
+if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+return {1, ARGV[3]}
 `;
 
 /**
- * KEYS: task. ARGV: new status, now (ISO), allowed sources (comma list), '1' when the new status is terminal,
- * status channel, extra fields JSON. Returns {1, new status} or {0, current status or ''}.
+ * KEYS: 1 task, 2 live set, 3 the job's lock key (or the task key when the write is not a worker's).
+ * ARGV: 1 new status, 2 now (ISO), 3 allowed sources (comma list), 4 '1' when the new status is terminal,
+ * 5 extra fields JSON, 6 lock token ('' = no lock check), 7 gateway channel prefix, 8 gateway channel suffix,
+ * 9 ackTo gateway id or '', 10 new deadlineAt ms or '', 11 '1' to free the idempotency key at once.
+ * Returns {1, new status}, {0, current status or ''} when the state machine refuses, {-1, current} when the lock is
+ * not held with that token.
  */
-export const TRANSITION_SCRIPT = `
+export const TRANSITION_SCRIPT = `${PUBLISH_STATUS}${FINISH}
 local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return {0, ''} end
+if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return {-1, current} end
 local allowed = false
 for s in string.gmatch(ARGV[3], '[^,]+') do
   if s == current then allowed = true end
 end
 if not allowed then return {0, current} end
+local extra = cjson.decode(ARGV[5])
 local args = {'status', ARGV[1], 'lastUpdatedAt', ARGV[2]}
-for k, v in pairs(cjson.decode(ARGV[6])) do
+for k, v in pairs(extra) do
   args[#args + 1] = k
   args[#args + 1] = v
 end
-redis.call('HSET', KEYS[1], unpack(args))
-if ARGV[4] == '1' then
-  redis.call('PEXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'ttl')))
+if ARGV[10] ~= '' then
+  args[#args + 1] = 'deadlineAt'
+  args[#args + 1] = ARGV[10]
 end
-local event = {taskId = redis.call('HGET', KEYS[1], 'taskId'), status = ARGV[1], lastUpdatedAt = ARGV[2]}
+redis.call('HSET', KEYS[1], unpack(args))
+local taskId = redis.call('HGET', KEYS[1], 'taskId')
+local event = {type = 'status', taskId = taskId, status = ARGV[1], lastUpdatedAt = ARGV[2]}
 local message = redis.call('HGET', KEYS[1], 'statusMessage')
 if message and message ~= '' then event.statusMessage = message end
-redis.call('PUBLISH', ARGV[5], cjson.encode(event))
+if extra.cancelReason then event.cancelReason = extra.cancelReason end
+if ARGV[9] ~= '' then event.ackTo = ARGV[9] end
+publish_status(KEYS[1], event, ARGV[7], ARGV[8])
+if ARGV[4] == '1' then
+  finish(KEYS[1], KEYS[2], taskId, ARGV[11] == '1')
+  redis.call('HDEL', KEYS[1], 'watchers')
+end
 return {1, ARGV[1]}
 `;
 
 /**
- * KEYS: task. ARGV: progress, total or '', message JSON or '', now (ISO), channel prefix, channel suffix,
- * terminal statuses (comma list). Returns 1 accepted, 0 not increasing, -1 missing, -2 terminal.
+ * KEYS: 1 task, 2 the job's lock key.
+ * ARGV: 1 progress, 2 total or '', 3 message JSON or '', 4 now (ISO), 5 gateway channel prefix,
+ * 6 gateway channel suffix, 7 terminal statuses (comma list), 8 lock token ('' = no lock check).
+ * Returns 1 accepted, 0 not increasing, -1 missing, -2 terminal, -3 lock not held.
  */
 export const PROGRESS_SCRIPT = `
 local h = redis.call('HMGET', KEYS[1], 'status', 'progress', 'gatewayId', 'taskId')
@@ -55,9 +128,10 @@ if not h[1] then return -1 end
 for s in string.gmatch(ARGV[7], '[^,]+') do
   if s == h[1] then return -2 end
 end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[8] then return -3 end
 local progress = tonumber(ARGV[1])
 if h[2] and tonumber(h[2]) >= progress then return 0 end
-local event = {taskId = h[4], progress = progress}
+local event = {type = 'progress', taskId = h[4], progress = progress}
 redis.call('HSET', KEYS[1], 'progress', ARGV[1], 'lastUpdatedAt', ARGV[4])
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'total', ARGV[2])
@@ -74,4 +148,145 @@ if h[3] and h[3] ~= '' then
   redis.call('PUBLISH', ARGV[5] .. h[3] .. ARGV[6], cjson.encode(event))
 end
 return 1
+`;
+
+/**
+ * A run starts (PROTOCOL.md §10.2): the lock holder records it and moves the deadline.
+ * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 deadlineAt ms, 3 now (ISO), 4 attempt,
+ * 5 terminal statuses (comma list).
+ * Returns the hash as a flat list (empty when missing); {'__lock_lost'} when the lock is not held.
+ */
+export const START_SCRIPT = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {} end
+local terminal = false
+for s in string.gmatch(ARGV[5], '[^,]+') do
+  if s == status then terminal = true end
+end
+if not terminal then
+  if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {'__lock_lost'} end
+  redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[2], 'attempt', ARGV[4])
+  if redis.call('HEXISTS', KEYS[1], 'startedAt') == 0 then redis.call('HSET', KEYS[1], 'startedAt', ARGV[3]) end
+end
+return redis.call('HGETALL', KEYS[1])
+`;
+
+/**
+ * Reads a task and, while it is not terminal, registers a gateway to be told of its status changes (a waiter).
+ * KEYS: 1 task. ARGV: 1 gateway id, 2 terminal statuses (comma list).
+ * Returns the hash as a flat list (empty when missing).
+ */
+export const WATCH_SCRIPT = `
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return h end
+local status, owner, watchers
+for i = 1, #h, 2 do
+  if h[i] == 'status' then status = h[i + 1] elseif h[i] == 'gatewayId' then owner = h[i + 1]
+  elseif h[i] == 'watchers' then watchers = h[i + 1] end
+end
+for s in string.gmatch(ARGV[2], '[^,]+') do
+  if s == status then return h end
+end
+if owner == ARGV[1] then return h end
+if watchers then
+  for id in string.gmatch(watchers, '[^,]+') do
+    if id == ARGV[1] then return h end
+  end
+  redis.call('HSET', KEYS[1], 'watchers', watchers .. ',' .. ARGV[1])
+else
+  redis.call('HSET', KEYS[1], 'watchers', ARGV[1])
+end
+return h
+`;
+
+/**
+ * The reaper (PROTOCOL.md §10.3): fails due tasks whose deadline passed or whose job is gone or failed.
+ * KEYS: 1 live set, 2 reaper lease.
+ * ARGV: 1 now ms, 2 now (ISO), 3 batch size, 4 look-again interval ms, 5 task key prefix, 6 BullMQ queue key prefix,
+ * 7 gateway channel prefix, 8 gateway channel suffix, 9 lease holder, 10 lease ms, 11 terminal statuses.
+ * Returns {looked, {taskId, code, message, ...}} or {-1} when another process holds the lease.
+ */
+export const REAP_SCRIPT = `${PUBLISH_STATUS}${FINISH}
+if redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', tonumber(ARGV[10])) == false then
+  if redis.call('GET', KEYS[2]) ~= ARGV[9] then return {-1} end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[10]))
+end
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local reaped = {}
+for _, taskId in ipairs(due) do
+  local taskKey = ARGV[5] .. taskId
+  local h = redis.call('HMGET', taskKey, 'status', 'deadlineAt', 'queue', 'startedAt')
+  local terminal = (h[1] == false)
+  if not terminal then
+    for s in string.gmatch(ARGV[11], '[^,]+') do
+      if s == h[1] then terminal = true end
+    end
+  end
+  if terminal then
+    redis.call('ZREM', KEYS[1], taskId)
+  else
+    local deadline = tonumber(h[2])
+    local code, message
+    if deadline and now >= deadline then
+      code = 'TIMEOUT'
+      message = 'Task deadline passed: no worker finished it in time'
+    else
+      local jobKey = ARGV[6] .. (h[3] or '') .. ':' .. taskId
+      if redis.call('EXISTS', jobKey) == 0 then
+        code = 'JOB_LOST'
+        message = 'The job of this task was lost (never enqueued, evicted or removed)'
+      elseif redis.call('ZSCORE', ARGV[6] .. (h[3] or '') .. ':failed', taskId) then
+        code = 'JOB_LOST'
+        local reason = redis.call('HGET', jobKey, 'failedReason')
+        message = 'The job of this task failed: ' .. (reason or 'unknown reason')
+      end
+    end
+    if code then
+      local result = cjson.encode({content = {{type = 'text', text = message}}, isError = true})
+      local err = cjson.encode({code = code, message = message})
+      redis.call('HSET', taskKey, 'status', 'failed', 'statusMessage', message, 'lastUpdatedAt', ARGV[2],
+        'result', result, 'error', err)
+      publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
+        lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
+      finish(taskKey, KEYS[1], taskId, h[4] == false)
+      redis.call('HDEL', taskKey, 'watchers')
+      reaped[#reaped + 1] = taskId
+      reaped[#reaped + 1] = code
+      reaped[#reaped + 1] = message
+    else
+      local again = now + tonumber(ARGV[4])
+      if deadline and deadline < again then again = deadline end
+      redis.call('ZADD', KEYS[1], again, taskId)
+    end
+  end
+end
+return {#due, reaped}
+`;
+
+/**
+ * One page of a principal's index, newest first, after a (score, id) cursor: stable while tasks are added.
+ * KEYS: 1 index. ARGV: 1 cursor score or '' for the first page, 2 cursor id, 3 limit.
+ * Returns {id, score, id, score, ...} with at most limit + 1 entries (one more tells there is a next page).
+ */
+export const LIST_SCRIPT = `
+local limit = tonumber(ARGV[3])
+local out = {}
+if ARGV[1] == '' then
+  local rows = redis.call('ZRANGE', KEYS[1], '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, limit + 1, 'WITHSCORES')
+  return rows
+end
+local ties = redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1])
+local rows = redis.call('ZRANGE', KEYS[1], ARGV[1], '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, limit + 1 + ties,
+  'WITHSCORES')
+local cursorScore = tonumber(ARGV[1])
+for i = 1, #rows, 2 do
+  local id, score = rows[i], tonumber(rows[i + 1])
+  if score < cursorScore or id < ARGV[2] then
+    out[#out + 1] = id
+    out[#out + 1] = rows[i + 1]
+    if #out >= 2 * (limit + 1) then break end
+  end
+end
+return out
 `;

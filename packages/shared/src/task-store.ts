@@ -2,7 +2,15 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { TaskrelayError, type SerializedError } from './errors.js';
 import type { Keys } from './keys.js';
-import { CREATE_SCRIPT, PROGRESS_SCRIPT, TRANSITION_SCRIPT } from './task-store-scripts.js';
+import {
+  CREATE_SCRIPT,
+  LIST_SCRIPT,
+  PROGRESS_SCRIPT,
+  REAP_SCRIPT,
+  START_SCRIPT,
+  TRANSITION_SCRIPT,
+  WATCH_SCRIPT,
+} from './task-store-scripts.js';
 import {
   TASK_STATUSES,
   TERMINAL_STATUSES,
@@ -28,6 +36,55 @@ export interface CreateTaskInput {
   sessionId?: string;
   gatewayId?: string;
   progressToken?: ProgressToken;
+  /** When the reaper fails the task if it is still not terminal (ms since epoch). Default: no deadline. */
+  deadlineAt?: number;
+  /** The principal's idempotency key (task mode): a second create with it returns the first task. */
+  idempotencyKey?: string;
+}
+
+export interface CreateOutcome {
+  record: TaskRecord;
+  /** false when the idempotency key named a live task, which `record` is. */
+  created: boolean;
+}
+
+export interface RedisTaskStoreOptions {
+  /** How soon after creation, and how often after that, the reaper looks at a live task. Default 5000 ms. */
+  reaperIntervalMs?: number;
+  /** How many task ids one principal's index keeps (newest win). Default 10000. */
+  indexCap?: number;
+  /** The index expires this long after its last task was added. Default 30 days. */
+  indexTtlMs?: number;
+}
+
+/** A worker's proof that it holds the job's BullMQ lock (PROTOCOL.md §10.4). */
+export interface JobLock {
+  queue: string;
+  token: string;
+}
+
+export interface TransitionOptions {
+  /** Refuse the write unless this lock is held (a worker's write). */
+  lock?: JobLock;
+  /** The gateway answering a cancel for a task owned by another gateway: the owner acks on its channel (§10.9). */
+  ackTo?: string;
+  /** Move the task's deadline (ms since epoch). */
+  deadlineAt?: number;
+  /** On a terminal write, free the task's idempotency key at once (the task never ran: a retry starts anew). */
+  dropIdempotency?: boolean;
+}
+
+export interface ReapedTask {
+  taskId: string;
+  code: string;
+  message: string;
+}
+
+export interface ReapOutcome {
+  /** false when another process holds the reaper lease. */
+  ran: boolean;
+  looked: number;
+  reaped: ReapedTask[];
 }
 
 export interface TransitionFields {
@@ -39,10 +96,16 @@ export interface TransitionFields {
 
 export type TransitionOutcome =
   | { ok: true; status: TaskStatus }
-  /** `status` is what the task already was (the write that won), or undefined when the task does not exist. */
-  | { ok: false; status: TaskStatus | undefined };
+  /**
+   * `status` is what the task already was (the write that won), or undefined when the task does not exist;
+   * `lockLost` when the write was a worker's and another run holds the job now.
+   */
+  | { ok: false; status: TaskStatus | undefined; lockLost?: true };
 
-export type ProgressOutcome = 'accepted' | 'stale' | 'missing' | 'terminal';
+export type ProgressOutcome = 'accepted' | 'stale' | 'missing' | 'terminal' | 'lock_lost';
+
+/** What `startRun` finds: the task (undefined when missing), or that the lock is no longer this run's. */
+export type StartOutcome = { lockLost: false; record: TaskRecord | undefined } | { lockLost: true };
 
 export interface ProgressUpdate {
   progress: number;
@@ -68,17 +131,34 @@ const TERMINAL_LIST = TERMINAL_STATUSES.join(',');
  */
 export class RedisTaskStore {
   private readonly scripts: ScriptCommands;
+  private readonly reaperIntervalMs: number;
+  private readonly indexCap: number;
+  private readonly indexTtlMs: number;
 
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
+    options: RedisTaskStoreOptions = {},
   ) {
     this.scripts = defineScripts(redis);
+    this.reaperIntervalMs = options.reaperIntervalMs ?? 5_000;
+    this.indexCap = options.indexCap ?? 10_000;
+    this.indexTtlMs = options.indexTtlMs ?? 30 * 86_400_000;
   }
 
   async create(input: CreateTaskInput, now = new Date()): Promise<TaskRecord> {
+    return (await this.createTask(input, now)).record;
+  }
+
+  /**
+   * Stores a new task, indexed for its principal (task mode) and in the live set; or, when the idempotency key
+   * already names a live task of the principal, returns that one (PROTOCOL.md §10.8).
+   */
+  async createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
     const taskId = input.taskId ?? newTaskId();
     const iso = now.toISOString();
+    const idemKey =
+      input.idempotencyKey === undefined ? undefined : this.keys.idempotency(input.principal, input.idempotencyKey);
     const fields: Record<string, string> = {
       taskId,
       status: 'working',
@@ -94,21 +174,53 @@ export class RedisTaskStore {
     if (input.sessionId !== undefined) fields['sessionId'] = input.sessionId;
     if (input.gatewayId !== undefined) fields['gatewayId'] = input.gatewayId;
     if (input.progressToken !== undefined) fields['progressToken'] = JSON.stringify(input.progressToken);
-    const created = (await this.scripts.taskrelayCreate(
-      this.keys.task(taskId),
+    if (input.deadlineAt !== undefined) fields['deadlineAt'] = String(input.deadlineAt);
+    if (idemKey !== undefined) fields['idemKey'] = idemKey;
+    const taskKey = this.keys.task(taskId);
+    const reply = (await this.scripts.taskrelayCreate(
+      taskKey,
       this.keys.principalTasks(input.principal),
+      this.keys.live,
+      idemKey ?? taskKey,
       JSON.stringify(fields),
       String(now.getTime()),
       taskId,
-    )) as number;
-    if (created !== 1) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
+      String(now.getTime() + this.reaperIntervalMs),
+      input.mode === 'task' ? '1' : '0',
+      String(this.indexCap),
+      String(this.indexTtlMs),
+      idemKey === undefined ? '0' : '1',
+      this.keys.taskKeyPrefix,
+    )) as [number, string?, string?];
+    if (reply[0] === 0 && reply[1] !== undefined) {
+      if (reply[2] !== input.tool) {
+        throw new TaskrelayError(
+          'INVALID_ARGUMENTS',
+          `Idempotency key already used for a task of tool ${reply[2] ?? 'unknown'}; use a new key for ${input.tool}`,
+        );
+      }
+      const existing = await this.get(reply[1]);
+      if (existing) return { record: existing, created: false };
+      // Expired between the two reads: the key is free again.
+      return this.createTask(input, now);
+    }
+    if (reply[0] !== 1) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
     const record = parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${taskId} could not be read back`);
-    return record;
+    return { record, created: true };
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {
     return parseRecord(await this.redis.hgetall(this.keys.task(taskId)));
+  }
+
+  /**
+   * Reads a task and, while it is not terminal, registers `gatewayId` to receive its status events (a waiter on
+   * another gateway than the owner): one round trip (PROTOCOL.md §10.9).
+   */
+  async watch(taskId: string, gatewayId: string): Promise<TaskRecord | undefined> {
+    const flat = (await this.scripts.taskrelayWatch(this.keys.task(taskId), gatewayId, TERMINAL_LIST)) as string[];
+    return parseRecord(fromFlat(flat));
   }
 
   /** Statuses of many tasks in one round trip (undefined for missing ones). */
@@ -125,6 +237,7 @@ export class RedisTaskStore {
     taskId: string,
     to: TaskStatus,
     fields: TransitionFields = {},
+    options: TransitionOptions = {},
     now = new Date(),
   ): Promise<TransitionOutcome> {
     const extra: Record<string, string> = {};
@@ -132,29 +245,65 @@ export class RedisTaskStore {
     if (fields.result !== undefined) extra['result'] = JSON.stringify(fields.result);
     if (fields.error !== undefined) extra['error'] = JSON.stringify(fields.error);
     if (fields.cancelReason !== undefined) extra['cancelReason'] = fields.cancelReason;
+    const taskKey = this.keys.task(taskId);
     const [ok, status] = (await this.scripts.taskrelayTransition(
-      this.keys.task(taskId),
+      taskKey,
+      this.keys.live,
+      options.lock ? this.keys.bullJobLock(options.lock.queue, taskId) : taskKey,
       to,
       now.toISOString(),
       allowedSources(to).join(','),
       isTerminal(to) ? '1' : '0',
-      this.keys.statusChannel,
       JSON.stringify(extra),
+      options.lock?.token ?? '',
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
+      options.ackTo ?? '',
+      options.deadlineAt === undefined ? '' : String(options.deadlineAt),
+      options.dropIdempotency === true ? '1' : '0',
     )) as [number, string];
-    return ok === 1 ? { ok: true, status: to } : { ok: false, status: asStatus(status) };
+    if (ok === 1) return { ok: true, status: to };
+    if (ok === -1) return { ok: false, status: asStatus(status), lockLost: true };
+    return { ok: false, status: asStatus(status) };
+  }
+
+  /**
+   * A worker's run starts: checks it holds the job's lock, records the attempt and moves the deadline, and returns
+   * the task (PROTOCOL.md §10.2). A missing or terminal task is returned as is, unchanged.
+   */
+  async startRun(taskId: string, lock: JobLock, attempt: number, deadlineAt: number): Promise<StartOutcome> {
+    const flat = (await this.scripts.taskrelayStart(
+      this.keys.task(taskId),
+      this.keys.bullJobLock(lock.queue, taskId),
+      lock.token,
+      String(deadlineAt),
+      new Date().toISOString(),
+      String(attempt),
+      TERMINAL_LIST,
+    )) as string[];
+    if (flat[0] === '__lock_lost') return { lockLost: true };
+    return { lockLost: false, record: parseRecord(fromFlat(flat)) };
   }
 
   /** Records progress on the task and wakes the gateway that holds its session (PROTOCOL.md §6). */
-  async recordProgress(taskId: string, update: ProgressUpdate, now = new Date()): Promise<ProgressOutcome> {
+  async recordProgress(
+    taskId: string,
+    update: ProgressUpdate,
+    lock?: JobLock,
+    now = new Date(),
+  ): Promise<ProgressOutcome> {
+    const taskKey = this.keys.task(taskId);
     const reply = (await this.scripts.taskrelayProgress(
-      this.keys.task(taskId),
+      taskKey,
+      lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey,
       String(update.progress),
       update.total === undefined ? '' : String(update.total),
       update.message === undefined ? '' : JSON.stringify(update.message),
       now.toISOString(),
-      this.keys.gatewayProgressChannelPrefix,
-      ':progress',
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
       TERMINAL_LIST,
+      lock?.token ?? '',
     )) as number;
     switch (reply) {
       case 1:
@@ -163,65 +312,130 @@ export class RedisTaskStore {
         return 'stale';
       case -2:
         return 'terminal';
+      case -3:
+        return 'lock_lost';
       default:
         return 'missing';
     }
   }
 
-  /** One principal's tasks, newest first. The cursor is opaque to callers. */
+  /**
+   * One reaper pass (PROTOCOL.md §10.3), when `holder` gets (or already has) the lease: fails the due tasks whose
+   * deadline passed or whose job is gone or failed, and schedules the others' next look.
+   */
+  async reap(
+    holder: string,
+    options: { batch?: number; leaseMs?: number } = {},
+    now = new Date(),
+  ): Promise<ReapOutcome> {
+    const reply = (await this.scripts.taskrelayReap(
+      this.keys.live,
+      this.keys.reaperLease,
+      String(now.getTime()),
+      now.toISOString(),
+      String(options.batch ?? 500),
+      String(this.reaperIntervalMs),
+      this.keys.taskKeyPrefix,
+      this.keys.bullQueueKeyPrefix,
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
+      holder,
+      String(Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2)),
+      TERMINAL_LIST,
+    )) as [number, string[]?];
+    if (reply[0] === -1) return { ran: false, looked: 0, reaped: [] };
+    const flat = reply[1] ?? [];
+    const reaped: ReapedTask[] = [];
+    for (let i = 0; i + 2 < flat.length; i += 3) {
+      reaped.push({ taskId: flat[i] ?? '', code: flat[i + 1] ?? '', message: flat[i + 2] ?? '' });
+    }
+    return { ran: true, looked: reply[0], reaped };
+  }
+
+  /** One principal's task-mode tasks, newest first, after an opaque cursor: no duplicates or gaps between pages. */
   async list(principal: string, cursor: string | undefined, limit = 50): Promise<TaskPage> {
-    const offset = cursor === undefined ? 0 : decodeCursor(cursor);
+    const after = cursor === undefined ? undefined : decodeCursor(cursor);
     const indexKey = this.keys.principalTasks(principal);
-    const ids = await this.redis.zrevrange(indexKey, offset, offset + limit - 1);
+    const rows = (await this.scripts.taskrelayList(
+      indexKey,
+      after === undefined ? '' : String(after.s),
+      after?.id ?? '',
+      String(limit),
+    )) as string[];
+    const entries: Array<{ id: string; score: number }> = [];
+    for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
+    const pageEntries = entries.slice(0, limit);
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetall(this.keys.task(id));
-    const replies = (await pipeline.exec()) ?? [];
+    for (const { id } of pageEntries) pipeline.hgetall(this.keys.task(id));
+    const replies = pageEntries.length > 0 ? ((await pipeline.exec()) ?? []) : [];
     const tasks: TaskRecord[] = [];
     const expired: string[] = [];
     replies.forEach(([, value], i) => {
       const record = parseRecord(value as Record<string, string>);
       if (record) tasks.push(record);
-      else expired.push(ids[i] ?? '');
+      else expired.push(pageEntries[i]?.id ?? '');
     });
     // Expired hashes leave their index entries behind; tidy them lazily.
     if (expired.length > 0) await this.redis.zrem(indexKey, ...expired);
     const page: TaskPage = { tasks };
-    if (ids.length === limit) page.nextCursor = encodeCursor(offset + limit - expired.length);
+    const last = pageEntries.at(-1);
+    if (entries.length > limit && last) page.nextCursor = encodeCursor({ s: last.score, id: last.id });
     return page;
   }
 }
 
 type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
-type ScriptCommands = Record<'taskrelayCreate' | 'taskrelayTransition' | 'taskrelayProgress', ScriptCommand>;
+const SCRIPTS = {
+  taskrelayCreate: { numberOfKeys: 4, lua: CREATE_SCRIPT },
+  taskrelayTransition: { numberOfKeys: 3, lua: TRANSITION_SCRIPT },
+  taskrelayProgress: { numberOfKeys: 2, lua: PROGRESS_SCRIPT },
+  taskrelayStart: { numberOfKeys: 2, lua: START_SCRIPT },
+  taskrelayWatch: { numberOfKeys: 1, lua: WATCH_SCRIPT },
+  taskrelayReap: { numberOfKeys: 2, lua: REAP_SCRIPT },
+  taskrelayList: { numberOfKeys: 1, lua: LIST_SCRIPT },
+} as const;
+type ScriptName = keyof typeof SCRIPTS;
+type ScriptCommands = Record<ScriptName, ScriptCommand>;
 
 /** Registers the scripts as ioredis commands: sent by SHA (EVALSHA) after the first call, not as text each time. */
 function defineScripts(redis: Redis): ScriptCommands {
   const commands = redis as unknown as Partial<ScriptCommands>;
-  if (!commands.taskrelayCreate) redis.defineCommand('taskrelayCreate', { numberOfKeys: 2, lua: CREATE_SCRIPT });
-  if (!commands.taskrelayTransition) {
-    redis.defineCommand('taskrelayTransition', { numberOfKeys: 1, lua: TRANSITION_SCRIPT });
+  const bound = {} as ScriptCommands;
+  for (const [name, definition] of Object.entries(SCRIPTS) as Array<[ScriptName, (typeof SCRIPTS)[ScriptName]]>) {
+    if (!commands[name]) redis.defineCommand(name, definition);
+    bound[name] = (...args) => (redis as unknown as ScriptCommands)[name](...args);
   }
-  if (!commands.taskrelayProgress) redis.defineCommand('taskrelayProgress', { numberOfKeys: 1, lua: PROGRESS_SCRIPT });
-  const defined = redis as unknown as ScriptCommands;
-  return {
-    taskrelayCreate: (...args) => defined.taskrelayCreate(...args),
-    taskrelayTransition: (...args) => defined.taskrelayTransition(...args),
-    taskrelayProgress: (...args) => defined.taskrelayProgress(...args),
-  };
+  return bound;
 }
 
-function encodeCursor(offset: number): string {
-  return Buffer.from(JSON.stringify({ o: offset })).toString('base64url');
+interface Cursor {
+  /** Score (createdAt ms) of the last entry of the previous page. */
+  s: number;
+  /** Its task id: ties on the score are ordered by id. */
+  id: string;
 }
 
-function decodeCursor(cursor: string): number {
+function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify(cursor)).toString('base64url');
+}
+
+function decodeCursor(cursor: string): Cursor {
   try {
-    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { o?: unknown };
-    if (typeof parsed.o === 'number' && Number.isInteger(parsed.o) && parsed.o >= 0) return parsed.o;
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as Partial<Cursor>;
+    if (typeof parsed.s === 'number' && Number.isFinite(parsed.s) && typeof parsed.id === 'string') {
+      return { s: parsed.s, id: parsed.id };
+    }
   } catch {
     // fall through
   }
   throw new TaskrelayError('INVALID_ARGUMENTS', 'Invalid cursor');
+}
+
+function fromFlat(flat: readonly string[]): Record<string, string> | undefined {
+  if (flat.length === 0) return undefined;
+  const h: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i] ?? ''] = flat[i + 1] ?? '';
+  return h;
 }
 
 function asStatus(value: unknown): TaskStatus | undefined {
@@ -271,6 +485,8 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     result: parseJson<ToolResult>(h['result']),
     error: parseJson<SerializedError>(h['error']),
     cancelReason: h['cancelReason'] as CancelReason | undefined,
+    deadlineAt: parseNumber(h['deadlineAt']),
+    attempt: parseNumber(h['attempt']),
   };
   for (const [key, value] of Object.entries(optional)) {
     if (value !== undefined) (record as unknown as Record<string, unknown>)[key] = value;

@@ -9,10 +9,12 @@ describe('key naming', () => {
       k.principalTasks('alice'),
       k.workers,
       k.workerCatalog('w1'),
-      k.eventStream('s1'),
-      k.statusChannel,
-      k.gatewayProgressChannel('g1'),
+      k.live,
+      k.reaperLease,
+      k.idempotency('alice', 'k1'),
+      k.gatewayChannel('g1'),
       k.cancelChannel,
+      k.bullJobLock('default', 'j1'),
     ];
     for (const name of names) expect(name.startsWith('{acme}:')).toBe(true);
     expect(k.bullPrefix).toBe('{acme}');
@@ -24,8 +26,16 @@ describe('key naming', () => {
     expect(k.principalTasks('a:b c')).toBe('taskrelay:principal:a%3Ab%20c:tasks');
   });
 
-  it('builds the progress channel from the prefix the Lua script appends to', () => {
+  it('builds the gateway channel, task key and BullMQ keys from the prefixes the Lua scripts append to', () => {
     const k = createKeys('p');
-    expect(k.gatewayProgressChannel('g')).toBe(`${k.gatewayProgressChannelPrefix}g:progress`);
+    expect(k.gatewayChannel('g')).toBe(`${k.gatewayChannelPrefix}g${k.gatewayChannelSuffix}`);
+    expect(k.task('t')).toBe(`${k.taskKeyPrefix}t`);
+    expect(k.bullJobLock('default', 'j')).toBe(`${k.bullQueueKeyPrefix}default:j:lock`);
+    expect(`${k.bullPrefix}:${k.queueName('default')}`).toBe(`${k.bullQueueKeyPrefix}default`);
+  });
+
+  it('keeps principals and idempotency keys from forging other keys', () => {
+    const k = createKeys('p');
+    expect(k.idempotency('a:b', 'x:y')).toBe('p:idem:a%3Ab:x%3Ay');
   });
 });

@@ -83,13 +83,13 @@ describe('§2 the task record and its state machine', () => {
     expect(pttl).toBeLessThanOrEqual(5_000);
   });
 
-  it('publishes each status change on the status channel', async () => {
+  it('publishes each status change on the owning gateway channel', async () => {
     const { store, keys } = setup('status');
     const sub = new Redis(server.url);
     const seen: string[] = [];
-    await sub.subscribe(keys.statusChannel);
+    await sub.subscribe(keys.gatewayChannel('g1'));
     sub.on('message', (_c, m) => seen.push(m));
-    const { taskId } = await store.create(base);
+    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
     await store.transition(taskId, 'input_required');
     await store.transition(taskId, 'working');
     await store.transition(taskId, 'completed');
@@ -115,8 +115,8 @@ describe('§6 progress flow (store side)', () => {
     const sub = new Redis(server.url);
     const mine: string[] = [];
     const other: string[] = [];
-    await sub.subscribe(keys.gatewayProgressChannel('g1'), keys.gatewayProgressChannel('g2'));
-    sub.on('message', (c, m) => (c === keys.gatewayProgressChannel('g1') ? mine : other).push(m));
+    await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'));
+    sub.on('message', (c, m) => (c === keys.gatewayChannel('g1') ? mine : other).push(m));
     const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
     expect(await store.recordProgress(taskId, { progress: 1, total: 4, message: 'one' })).toBe('accepted');
     expect(await store.recordProgress(taskId, { progress: 1, total: 4 })).toBe('stale');
@@ -124,8 +124,8 @@ describe('§6 progress flow (store side)', () => {
     expect(await store.recordProgress(taskId, { progress: 2, total: 4 })).toBe('accepted');
     await waitFor(() => mine.length === 2);
     expect(mine.map((m) => JSON.parse(m) as unknown)).toEqual([
-      { taskId, progress: 1, total: 4, message: 'one' },
-      { taskId, progress: 2, total: 4 },
+      { type: 'progress', taskId, progress: 1, total: 4, message: 'one' },
+      { type: 'progress', taskId, progress: 2, total: 4 },
     ]);
     const record = await store.get(taskId);
     expect(record).toMatchObject({ progress: 2, total: 4, statusMessage: 'one', progressMessage: 'one' });

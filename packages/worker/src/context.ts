@@ -1,4 +1,4 @@
-import { Coalescer, type Logger, type ProgressUpdate, type RedisTaskStore } from '@taskrelay/shared';
+import { Coalescer, type JobLock, type Logger, type ProgressUpdate, type RedisTaskStore } from '@taskrelay/shared';
 import { CancelledError, cancelReasonOf } from './errors.js';
 
 /**
@@ -6,15 +6,22 @@ import { CancelledError, cancelReasonOf } from './errors.js';
  * (`const { progress, sleep } = ctx`).
  */
 export interface ToolContext {
-  /** The task this run belongs to (also the BullMQ job id). */
+  /**
+   * The task this run belongs to (also the BullMQ job id). Stable across every run of the task: execution is
+   * at-least-once (a crashed worker's job runs again elsewhere), so key external side effects on it.
+   */
   readonly taskId: string;
   /** The tool's name. */
   readonly tool: string;
-  /** 1 for the first attempt, 2 for the first retry, and so on. */
+  /**
+   * Runs started for this task, this one included: 1 on the first; a retry after an error, a takeover after a
+   * crash and a hand-back at shutdown each start a new run. Above 1, an earlier run may have had side effects.
+   */
   readonly attempt: number;
   /**
    * Aborts when the client cancels the task, when the tool runs past its `timeoutMs`, or when the worker shuts down.
-   * `signal.reason` is the `CancelReason` (`'CLIENT_CANCELLED' | 'TIMEOUT' | 'WORKER_SHUTDOWN'`). Pass it to
+   * `signal.reason` is the `CancelReason` (`'CLIENT_CANCELLED' | 'TIMEOUT' | 'WORKER_SHUTDOWN' | 'GATEWAY_SHUTDOWN' |
+   * 'LOCK_LOST'`; `LOCK_LOST`: this worker lost the job, another run owns the task now). Pass it to
    * `fetch`, child processes and the like; a tool that ignores it keeps its worker slot until it returns, and its
    * result is discarded.
    */
@@ -46,6 +53,10 @@ export interface TaskContextOptions {
   signal: AbortSignal;
   /** Where progress goes; only `recordProgress` is used. */
   store: Pick<RedisTaskStore, 'recordProgress'>;
+  /** The job lock every progress write is checked against (PROTOCOL.md §10.4). Default: none. */
+  lock?: JobLock;
+  /** Called when a progress write is refused because the lock is gone. */
+  onLockLost?: () => void;
   /** Per-task progress throttle (PROTOCOL.md §8). */
   progressIntervalMs: number;
   /** Already bound to the task (`taskId`, `tool`). */
@@ -64,6 +75,8 @@ export class TaskContext implements ToolContext {
   readonly log: Logger;
 
   private readonly store: Pick<RedisTaskStore, 'recordProgress'>;
+  private readonly lock: JobLock | undefined;
+  private readonly onLockLost: (() => void) | undefined;
   private readonly coalescer: Coalescer<ProgressUpdate>;
   private readonly writes = new Set<Promise<void>>();
   private lastProgress: number | undefined;
@@ -76,6 +89,8 @@ export class TaskContext implements ToolContext {
     this.signal = options.signal;
     this.log = options.logger;
     this.store = options.store;
+    this.lock = options.lock;
+    this.onLockLost = options.onLockLost;
     this.coalescer = new Coalescer<ProgressUpdate>({
       minIntervalMs: options.progressIntervalMs,
       send: (update) => this.write(update),
@@ -145,10 +160,15 @@ export class TaskContext implements ToolContext {
 
   private write(update: ProgressUpdate): void {
     const write: Promise<void> = this.store
-      .recordProgress(this.taskId, update)
+      .recordProgress(this.taskId, update, this.lock)
       .then(
         (outcome) => {
-          if (outcome !== 'accepted') this.log.debug({ progress: update.progress, outcome }, 'progress not recorded');
+          if (outcome === 'lock_lost') {
+            this.log.warn({ progress: update.progress }, 'progress refused: this worker no longer holds the job');
+            this.onLockLost?.();
+          } else if (outcome !== 'accepted') {
+            this.log.debug({ progress: update.progress, outcome }, 'progress not recorded');
+          }
         },
         (error: unknown) => {
           this.log.warn({ err: error, progress: update.progress }, 'progress write failed');

@@ -1,7 +1,9 @@
 import { z } from 'zod';
 import {
+  BackoffSchema,
   NonRetryableError,
   TaskSupportSchema,
+  type Backoff,
   type TaskSupport,
   type ToolDescriptor,
   type ToolResult,
@@ -54,6 +56,18 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   attempts?: number;
   /**
+   * How long to wait before each retry (`attempts` > 1): `exponential` waits `delayMs × 2^(retry − 1)`, `fixed`
+   * waits `delayMs`; `jitter` (0..1) randomises that fraction of each delay. Default
+   * `{ type: 'exponential', delayMs: 1000, jitter: 0.5 }`.
+   */
+  backoff?: Backoff;
+  /**
+   * How many times the job may be taken over after the worker running it stopped responding (a crash, a lost
+   * lock) before its task fails. Separate from `attempts`: a dying machine is not the tool's fault, but a tool that
+   * crashes every worker it runs on must stop somewhere. Default `10`.
+   */
+  maxStalls?: number;
+  /**
    * Runs the tool. Return a string (one text item), a full `CallToolResult` (an object with a `content` array, used
    * as is), or any other value (validated against `outputSchema` when set; a plain object becomes
    * `structuredContent`, and its JSON the text content). Throw to fail; honour `ctx.signal`.
@@ -75,6 +89,8 @@ export interface ToolDefinition<
   readonly taskSupport: TaskSupport;
   readonly timeoutMs: number | undefined;
   readonly attempts: number;
+  readonly backoff: Backoff;
+  readonly maxStalls: number;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
@@ -87,6 +103,8 @@ const ToolOptionsSchema = z.object({
   taskSupport: TaskSupportSchema.default('optional'),
   timeoutMs: z.number().int().positive().optional(),
   attempts: z.number().int().min(1).max(1000).default(1),
+  backoff: BackoffSchema.default({ type: 'exponential', delayMs: 1000, jitter: 0.5 }),
+  maxStalls: z.number().int().min(0).max(1000).default(10),
 });
 
 /**
@@ -104,7 +122,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
     throw new TypeError(`${label}: ${issue?.path.join('.') || 'options'} ${issue?.message ?? 'is invalid'}`);
   }
-  const { name, title, description, taskSupport, timeoutMs, attempts } = parsed.data;
+  const { name, title, description, taskSupport, timeoutMs, attempts, backoff, maxStalls } = parsed.data;
   // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
   if (zodKind(options.inputSchema) !== 'object') {
     throw new TypeError(`defineTool(${name}): inputSchema must be a zod object schema (z.object({...}))`);
@@ -120,6 +138,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     inputSchema: toolJsonSchema(options.inputSchema, 'input', `defineTool(${name}): inputSchema`),
     taskSupport,
     attempts,
+    backoff,
+    maxStalls,
   };
   if (title !== undefined) descriptor.title = title;
   if (options.outputSchema !== undefined) {
@@ -137,6 +157,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     taskSupport,
     timeoutMs,
     attempts,
+    backoff,
+    maxStalls,
     descriptor,
     run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
   });

@@ -40,6 +40,7 @@ async function main(): Promise<void> {
     queue: config.queue,
     concurrency: config.concurrency,
     lockDurationMs: config.lockDurationMs,
+    shutdownGraceMs: config.shutdownGraceMs,
     heartbeatMs: config.heartbeatMs,
     progressIntervalMs: config.progressIntervalMs,
     abortGraceMs: config.abortGraceMs,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { DelayedError, Job, UnrecoverableError, Worker } from 'bullmq';
+import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
   CancelRequestSchema,
@@ -15,6 +15,7 @@ import {
   parseMessage,
   serializeError,
   type CancelReason,
+  type JobLock,
   type Keys,
   type Logger,
   type Redis,
@@ -45,10 +46,16 @@ export interface WorkerOptions {
   /** Jobs run at once by this worker. Default `8`. */
   concurrency?: number;
   /**
-   * BullMQ job lock duration, and the stalled-job check interval: how soon the job of a crashed worker is taken over
-   * by another. Default `30000` (30 s).
+   * How soon the job of a crashed worker is taken over by another: BullMQ's lock is two thirds of it (renewed every
+   * third) and the stalled check runs every sixth, so a dead worker's job is back in the queue within five sixths
+   * (PROTOCOL.md §10.5). Default `30000` (30 s).
    */
   lockDurationMs?: number;
+  /**
+   * How long `close()` lets running tools finish before aborting them with `WORKER_SHUTDOWN` and handing their jobs
+   * back (`WORKER_SHUTDOWN_GRACE_MS`). Default `30000` (30 s).
+   */
+  shutdownGraceMs?: number;
   /** How often the tool catalog is refreshed; it expires after three missed heartbeats. Default `5000` (5 s). */
   heartbeatMs?: number;
   /** Per-task progress throttle: at most one progress write per this many ms, newest value wins. Default `50`. */
@@ -74,6 +81,7 @@ export interface ResolvedWorkerOptions {
   queue: string;
   concurrency: number;
   lockDurationMs: number;
+  shutdownGraceMs: number;
   heartbeatMs: number;
   progressIntervalMs: number;
   abortGraceMs: number;
@@ -85,7 +93,7 @@ export interface ResolvedWorkerOptions {
 export interface CloseOptions {
   /**
    * How long running tools may take to finish before they are aborted with `WORKER_SHUTDOWN` (their jobs go back to
-   * the queue for another worker, without using up an attempt). Default `10000` (10 s).
+   * the queue for another worker, without using up an attempt). Default: the worker's `shutdownGraceMs`.
    */
   graceMs?: number;
 }
@@ -127,6 +135,7 @@ const WorkerOptionsSchema = z
       .default('default'),
     concurrency: z.number().int().min(1, { message: 'must be a whole number, at least 1' }).default(8),
     lockDurationMs: ms(100).default(30_000),
+    shutdownGraceMs: ms(0).default(30_000),
     heartbeatMs: ms(10).default(5_000),
     progressIntervalMs: ms(0).default(50),
     abortGraceMs: ms(0).default(5_000),
@@ -164,6 +173,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     queue: o.queue,
     concurrency: o.concurrency,
     lockDurationMs: o.lockDurationMs,
+    shutdownGraceMs: o.shutdownGraceMs,
     heartbeatMs: o.heartbeatMs,
     progressIntervalMs: o.progressIntervalMs,
     abortGraceMs: o.abortGraceMs,
@@ -189,6 +199,8 @@ interface RunningJob {
   graceTimer: NodeJS.Timeout | undefined;
   /** Whom the task belongs to, for the cancel log lines (known once the task is read). */
   principal?: string;
+  /** When BullMQ last renewed (or took) this job's lock: the lock watchdog's clock (PROTOCOL.md §10.4). */
+  lockRenewedAt: number;
 }
 
 type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
@@ -197,6 +209,10 @@ type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 const MAX_TIMER_MS = 2_147_483_647;
 /** Worker ids whose heartbeat expired this long ago are pruned from the live set by any worker. */
 const PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000;
+/** BullMQ fails a job that stalled more than this; out of reach, since each tool has its own `maxStalls` (§10.6). */
+const BULLMQ_MAX_STALLED = 1_000_000_000;
+/** How long a job may wait in the queue when its data does not say (the gateway's default). */
+const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
 
 /** The engine behind `startWorker` (PROTOCOL.md §3, §5, §7). */
 class TaskWorker {
@@ -216,6 +232,9 @@ class TaskWorker {
   private bullWorker: Worker | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private sweepTimer: NodeJS.Timeout | undefined;
+  private watchdogTimer: NodeJS.Timeout | undefined;
+  /** BullMQ's own lock duration, derived from `lockDurationMs` (§10.5). */
+  private readonly bullLockMs: number;
   private heartbeatInFlight: Promise<void> | undefined;
   private sweeping = false;
   private subscriberReadyBefore = false;
@@ -234,6 +253,7 @@ class TaskWorker {
     this.subscriber = this.connect('cancel');
     this.bullConnection = this.connect('bullmq');
     this.store = new RedisTaskStore(this.redis, this.keys);
+    this.bullLockMs = Math.max(100, Math.round((options.lockDurationMs * 2) / 3));
   }
 
   async start(): Promise<void> {
@@ -253,19 +273,36 @@ class TaskWorker {
         connection: this.bullConnection,
         prefix: this.keys.bullPrefix,
         concurrency: this.options.concurrency,
-        lockDuration: this.options.lockDurationMs,
-        // Take over a crashed worker's job as soon as its lock can have expired, not after BullMQ's fixed 30 s.
-        stalledInterval: this.options.lockDurationMs,
+        // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6.
+        lockDuration: this.bullLockMs,
+        stalledInterval: Math.max(50, Math.round(this.options.lockDurationMs / 6)),
+        maxStalledCount: BULLMQ_MAX_STALLED,
         name: this.workerId,
       });
       this.bullWorker = worker;
-      worker.on('error', (error) => this.log.error({ err: error }, 'BullMQ worker error'));
-      worker.on('stalled', (jobId) => void this.onStalled(jobId));
+      worker.on('error', (error) => this.log.warn({ err: error }, 'BullMQ worker error'));
+      worker.on('stalled', (jobId) =>
+        this.log.warn({ taskId: jobId }, 'job stalled: the worker running it stopped renewing its lock; re-queued'),
+      );
+      worker.on('locksRenewed', ({ jobIds }) => {
+        const now = Date.now();
+        for (const id of jobIds) {
+          const entry = this.running.get(id);
+          if (entry) entry.lockRenewedAt = now;
+        }
+      });
+      worker.on('lockRenewalFailed', (jobIds) => {
+        for (const id of jobIds) this.loseLock(id, 'lock renewal refused');
+      });
       await worker.waitUntilReady();
 
       await this.publishCatalog();
       this.heartbeatTimer = setInterval(() => this.heartbeat(), this.options.heartbeatMs).unref();
       this.sweepTimer = setInterval(() => void this.sweep(), this.options.cancelSweepMs).unref();
+      this.watchdogTimer = setInterval(
+        () => this.lockWatchdog(),
+        Math.max(25, Math.round(this.options.lockDurationMs / 12)),
+      ).unref();
       this.log.debug({ tools: this.descriptors.map((d) => d.name) }, 'worker started');
     } catch (error) {
       await this.abandon();
@@ -274,7 +311,7 @@ class TaskWorker {
   }
 
   close(options: CloseOptions = {}): Promise<void> {
-    this.closed ??= this.shutdown(options.graceMs ?? 10_000);
+    this.closed ??= this.shutdown(options.graceMs ?? this.options.shutdownGraceMs);
     return this.closed;
   }
 
@@ -289,9 +326,9 @@ class TaskWorker {
     const taskId = job.id ?? '';
     // Registered before anything is read, so a cancel arriving during the start check is not lost.
     const controller = new AbortController();
-    const entry: RunningJob = { controller, graceTimer: undefined };
+    const entry: RunningJob = { controller, graceTimer: undefined, lockRenewedAt: Date.now() };
     this.running.set(taskId, entry);
-    const log = this.log.child({ taskId, tool: job.name, attempt: job.attemptsMade + 1 });
+    const log = this.log.child({ taskId, tool: job.name, attempt: attemptOf(job) });
     const forward = () => controller.abort(cancelReasonOf(signal as AbortSignal));
     signal?.addEventListener('abort', forward, { once: true });
     controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
@@ -312,8 +349,21 @@ class TaskWorker {
     log: Logger,
   ): Promise<void> {
     if (this.closing) return this.putBack(job, token, log);
+    const lock: JobLock = { queue: this.queue, token: token ?? '' };
+    const attempt = attemptOf(job);
 
-    const task = await this.store.get(taskId);
+    const parsed = JobDataSchema.safeParse(job.data);
+    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
+    const queueTimeoutMs = (parsed.success ? parsed.data.queueTimeoutMs : undefined) ?? DEFAULT_QUEUE_TIMEOUT_MS;
+    // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
+    const deadlineAt =
+      Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.options.lockDurationMs + queueTimeoutMs;
+    const started = await this.store.startRun(taskId, lock, attempt, deadlineAt);
+    if (started.lockLost) {
+      log.warn('job lock already lost at start; tool not run');
+      throw new DelayedError();
+    }
+    const task = started.record;
     if (!task || isTerminal(task.status)) {
       log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
       return;
@@ -322,39 +372,49 @@ class TaskWorker {
     if (entry?.controller === controller) entry.principal = task.principal;
     log = log.child({ principal: task.principal });
 
-    const data = JobDataSchema.safeParse(job.data);
-    if (!data.success || data.data.taskId !== taskId) {
-      const message = data.success
-        ? `Invalid job data: taskId ${data.data.taskId} does not match job id ${taskId}`
-        : `Invalid job data: ${describeIssues(data.error)}`;
-      await this.failTask(taskId, message, { code: 'INTERNAL', message }, log);
+    if (!parsed.success || parsed.data.taskId !== taskId) {
+      const message = parsed.success
+        ? `Invalid job data: taskId ${parsed.data.taskId} does not match job id ${taskId}`
+        : `Invalid job data: ${describeIssues(parsed.error)}`;
+      await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
       throw new UnrecoverableError(message);
     }
-    const { tool: toolName, arguments: args } = data.data;
+    const { tool: toolName, arguments: args } = parsed.data;
 
     const tool = this.tools.get(toolName);
     if (!tool) {
       const message = `Tool ${toolName} is not served by worker ${this.workerId} (queue ${this.queue})`;
-      await this.failTask(taskId, message, { code: 'TOOL_NOT_FOUND', message }, log);
+      await this.failTask(taskId, lock, message, { code: 'TOOL_NOT_FOUND', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    // A crash is not the tool's fault, but a job that keeps killing its workers must stop somewhere (§10.6).
+    if (job.stalledCounter > tool.maxStalls) {
+      const message =
+        `The worker running this task stopped responding ${job.stalledCounter} times (crashed or lost its lock); ` +
+        `giving up (maxStalls ${tool.maxStalls})`;
+      await this.failTask(taskId, lock, message, { code: 'JOB_LOST', message }, log);
       throw new UnrecoverableError(message);
     }
 
     // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
-    const timeoutMs = minDefined(data.data.timeoutMs, tool.timeoutMs);
+    const timeoutMs = minDefined(parsed.data.timeoutMs, tool.timeoutMs);
 
     const input = tool.inputSchema.safeParse(args);
     if (!input.success) {
       const message = `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`;
-      await this.failTask(taskId, message, { code: 'INVALID_ARGUMENTS', message }, log);
+      await this.failTask(taskId, lock, message, { code: 'INVALID_ARGUMENTS', message }, log);
       throw new UnrecoverableError(message);
     }
 
     const ctx = new TaskContext({
       taskId,
       tool: tool.name,
-      attempt: job.attemptsMade + 1,
+      attempt,
       signal: controller.signal,
       store: this.store,
+      lock,
+      onLockLost: () => this.loseLock(taskId, 'progress write refused'),
       progressIntervalMs: this.options.progressIntervalMs,
       logger: log,
     });
@@ -369,7 +429,7 @@ class TaskWorker {
       controller.abort('TIMEOUT' satisfies CancelReason);
       ctx.close();
       const error: SerializedError = { code: 'TIMEOUT', message: timeoutMessage };
-      timeoutTransition = this.failTask(taskId, timeoutMessage, error, log).catch((cause: unknown) => {
+      timeoutTransition = this.failTask(taskId, lock, timeoutMessage, error, log).catch((cause: unknown) => {
         log.error({ err: cause }, 'could not record the timeout');
       });
     };
@@ -389,6 +449,12 @@ class TaskWorker {
     clearTimeout(timer);
 
     const reason = controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined;
+    if (reason === 'LOCK_LOST') {
+      // Another run owns the task now: write nothing more, and leave the job to it (or to the stalled check).
+      ctx.close();
+      log.warn({ reason, returned: outcome.ok }, 'run ended after losing the job lock; nothing recorded');
+      throw new DelayedError();
+    }
     if (reason === 'TIMEOUT') {
       ctx.close();
       if (outcome.ok) log.info('tool returned after its timeout; result discarded');
@@ -398,8 +464,14 @@ class TaskWorker {
     if (reason === 'CLIENT_CANCELLED') {
       ctx.close();
       if (outcome.ok) log.info('tool returned after its task was cancelled; result discarded');
-      await this.ensureCancelled(taskId, log);
+      await this.ensureCancelled(taskId, lock, log);
       throw new UnrecoverableError('Task cancelled (CLIENT_CANCELLED)');
+    }
+    if (reason === 'GATEWAY_SHUTDOWN') {
+      // The gateway holding a plain call ended it and cancelled its task before telling us.
+      ctx.close();
+      log.info({ reason }, 'tool stopped: the gateway holding its call shut down');
+      throw new UnrecoverableError('Task cancelled (GATEWAY_SHUTDOWN)');
     }
     // WORKER_SHUTDOWN: a finished result is still good; anything else goes back for another worker.
     if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) {
@@ -417,8 +489,9 @@ class TaskWorker {
       if (result) {
         await ctx.flushProgress();
         ctx.close();
-        const written = await this.store.transition(taskId, 'completed', { result });
+        const written = await this.store.transition(taskId, 'completed', { result }, { lock });
         if (written.ok) log.info('task completed');
+        else if (written.lockLost) this.lostWhileWriting(log, 'result');
         else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
         return;
       }
@@ -430,10 +503,10 @@ class TaskWorker {
     const attempts = job.opts.attempts ?? 1;
     if (isNonRetryable(error) || job.attemptsMade + 1 >= attempts) {
       const serialized = serializeError(error);
-      await this.failTask(taskId, serialized.message, serialized, log, error);
+      await this.failTask(taskId, lock, serialized.message, serialized, log, error);
       throw new UnrecoverableError(serialized.message);
     }
-    log.warn({ err: error, attempts }, 'tool failed; the job will be retried');
+    log.warn({ err: error, attempts, attemptsMade: job.attemptsMade + 1 }, 'tool failed; the job will be retried');
     throw error instanceof Error ? error : new Error(serializeError(error).message);
   }
 
@@ -450,26 +523,56 @@ class TaskWorker {
 
   private async failTask(
     taskId: string,
+    lock: JobLock,
     message: string,
     error: SerializedError,
     log: Logger,
     cause?: unknown,
   ): Promise<void> {
     const result: ToolResult = { content: [{ type: 'text', text: message }], isError: true };
-    const written = await this.store.transition(taskId, 'failed', { statusMessage: message, result, error });
+    const written = await this.store.transition(taskId, 'failed', { statusMessage: message, result, error }, { lock });
     if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
+    else if (written.lockLost) this.lostWhileWriting(log, 'failure');
     else
       log.info({ status: written.status ?? 'missing', statusMessage: message }, 'task already terminal; failure lost');
   }
 
   /** The gateway cancels the task before it publishes; this only covers an abort that did not come from it. */
-  private async ensureCancelled(taskId: string, log: Logger): Promise<void> {
-    const written = await this.store.transition(taskId, 'cancelled', {
-      cancelReason: 'CLIENT_CANCELLED',
-      statusMessage: 'Cancelled',
-    });
+  private async ensureCancelled(taskId: string, lock: JobLock, log: Logger): Promise<void> {
+    const written = await this.store.transition(
+      taskId,
+      'cancelled',
+      { cancelReason: 'CLIENT_CANCELLED', statusMessage: 'Cancelled' },
+      { lock },
+    );
     if (written.ok) log.info('task was not terminal; marked cancelled');
+    else if (written.lockLost) this.lostWhileWriting(log, 'cancel');
     else log.info({ status: written.status ?? 'missing' }, 'tool stopped; task already terminal');
+  }
+
+  /** A terminal write was refused: another run holds the job. Nothing is recorded; BullMQ must not finish the job. */
+  private lostWhileWriting(log: Logger, what: string): never {
+    log.warn(
+      { reason: 'LOCK_LOST' },
+      `${what} refused: this worker no longer holds the job; another run owns the task`,
+    );
+    throw new DelayedError();
+  }
+
+  /** This worker can no longer be the job's owner: abort the run with LOCK_LOST (PROTOCOL.md §10.4). */
+  private loseLock(taskId: string, why: string): void {
+    const entry = this.running.get(taskId);
+    if (!entry || entry.controller.signal.aborted) return;
+    this.log.warn({ taskId, principal: entry.principal, reason: 'LOCK_LOST', why }, 'job lock lost; aborting tool');
+    entry.controller.abort('LOCK_LOST' satisfies CancelReason);
+  }
+
+  /** No renewal for a whole BullMQ lock period (Redis unreachable, say): another worker may have the job by now. */
+  private lockWatchdog(): void {
+    const cutoff = Date.now() - this.bullLockMs;
+    for (const [taskId, entry] of this.running) {
+      if (entry.lockRenewedAt < cutoff) this.loseLock(taskId, `no lock renewal for ${this.bullLockMs} ms`);
+    }
   }
 
   private onAbort(entry: RunningJob, log: Logger): void {
@@ -526,24 +629,6 @@ class TaskWorker {
     }
   }
 
-  /**
-   * A job whose worker died is re-queued by BullMQ's stall check, or failed once it stalled too often. No processor
-   * runs for a failed one, so its task is failed here; otherwise it would stay `working` forever (PROTOCOL.md §5.6).
-   */
-  private async onStalled(jobId: string): Promise<void> {
-    const log = this.log.child({ taskId: jobId });
-    try {
-      const job = this.bullWorker ? await Job.fromId(this.bullWorker, jobId) : undefined;
-      const state = job ? await job.getState() : 'unknown';
-      log.warn({ state }, 'job stalled: the worker running it stopped renewing its lock');
-      if (state !== 'failed') return;
-      const message = 'The worker running this task stopped responding too many times (job stalled)';
-      await this.failTask(jobId, message, { code: 'INTERNAL', message }, log);
-    } catch (error) {
-      log.warn({ err: error }, 'could not check a stalled job');
-    }
-  }
-
   // ---- §3 catalog ---------------------------------------------------------------------------------------------------
 
   private async publishCatalog(): Promise<void> {
@@ -567,7 +652,7 @@ class TaskWorker {
 
   private heartbeat(): void {
     // Skip a beat rather than queue writes behind a slow or reconnecting Redis.
-    if (this.heartbeatInFlight || this.closing) return;
+    if (this.heartbeatInFlight) return;
     this.heartbeatInFlight = this.publishCatalog()
       .catch((error: unknown) => this.log.warn({ err: error }, 'heartbeat failed'))
       .finally(() => {
@@ -579,18 +664,7 @@ class TaskWorker {
 
   private async shutdown(graceMs: number): Promise<void> {
     this.closing = true;
-    clearInterval(this.heartbeatTimer);
-    await this.heartbeatInFlight;
-    try {
-      await this.redis
-        .multi()
-        .del(this.keys.workerCatalog(this.workerId))
-        .zrem(this.keys.workers, this.workerId)
-        .exec();
-    } catch (error) {
-      this.log.warn({ err: error }, 'could not remove the catalog');
-    }
-
+    // The heartbeat goes on while draining: the tools stay listed and callable (CONTRACT §4); calls queue up.
     // BullMQ's close stops fetching at once and resolves when the running jobs are done. The cancel subscriber and the
     // sweep keep working meanwhile: a running tool may still be cancelled during the drain.
     const drained = (this.bullWorker?.close() ?? Promise.resolve()).catch((error: unknown) => {
@@ -608,6 +682,18 @@ class TaskWorker {
       }
     }
     clearInterval(this.sweepTimer);
+    clearInterval(this.watchdogTimer);
+    clearInterval(this.heartbeatTimer);
+    await this.heartbeatInFlight;
+    try {
+      await this.redis
+        .multi()
+        .del(this.keys.workerCatalog(this.workerId))
+        .zrem(this.keys.workers, this.workerId)
+        .exec();
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not remove the catalog');
+    }
     await Promise.all([quit(this.subscriber), quit(this.redis), quit(this.bullConnection)]);
     this.log.info('worker closed');
   }
@@ -617,6 +703,7 @@ class TaskWorker {
     this.closing = true;
     clearInterval(this.heartbeatTimer);
     clearInterval(this.sweepTimer);
+    clearInterval(this.watchdogTimer);
     await this.bullWorker?.close(true).catch(() => undefined);
     this.subscriber.disconnect();
     this.redis.disconnect();
@@ -636,6 +723,11 @@ function isNonRetryable(error: unknown): boolean {
   // A tools module may carry its own copy of shared or bullmq: trust the code and the name too.
   const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
   return code === 'NON_RETRYABLE' || name === 'UnrecoverableError';
+}
+
+/** Runs started for the job, this one included (BullMQ counts every move to active). */
+function attemptOf(job: Job<unknown, void>): number {
+  return Math.max(1, job.attemptsStarted || job.attemptsMade + 1);
 }
 
 function minDefined(a: number | undefined, b: number | undefined): number | undefined {

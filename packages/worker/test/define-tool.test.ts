@@ -56,17 +56,28 @@ describe('defineTool result normalisation', () => {
 });
 
 describe('defineTool options', () => {
-  it('applies the defaults: taskSupport optional, one attempt, no timeout', () => {
+  it('applies the defaults: taskSupport optional, one attempt, jittered exponential backoff, 10 stalls, no timeout', () => {
     expect(noop.taskSupport).toBe('optional');
     expect(noop.attempts).toBe(1);
     expect(noop.timeoutMs).toBeUndefined();
+    expect(noop.maxStalls).toBe(10);
     expect(noop.descriptor).toEqual({
       name: 'noop',
       description: 'Does nothing.',
       inputSchema: { type: 'object', properties: {} },
       taskSupport: 'optional',
       attempts: 1,
+      backoff: { type: 'exponential', delayMs: 1000, jitter: 0.5 },
+      maxStalls: 10,
     });
+  });
+
+  it('publishes backoff and maxStalls, and rejects invalid ones', () => {
+    const base = { name: 'b', description: 'x', inputSchema: z.object({}), run: () => 'x' };
+    const tool = defineTool({ ...base, backoff: { type: 'fixed', delayMs: 250 }, maxStalls: 0 });
+    expect(tool.descriptor).toMatchObject({ backoff: { type: 'fixed', delayMs: 250 }, maxStalls: 0 });
+    expect(() => defineTool({ ...base, maxStalls: -1 })).toThrow(/maxStalls/);
+    expect(() => defineTool({ ...base, backoff: { type: 'fixed', delayMs: 1, jitter: 2 } })).toThrow(/backoff/);
   });
 
   it('publishes title, timeout, attempts and the output schema in the descriptor', () => {

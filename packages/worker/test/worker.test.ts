@@ -274,9 +274,9 @@ describe('§5 running a job', () => {
 describe('§6 progress flow', () => {
   it('progress lands in the hash and is published on the owning gateway channel, all before the terminal status', async () => {
     const events: Array<{ channel: string; message: Record<string, unknown> }> = [];
-    const mine = h.keys.gatewayProgressChannel(h.gatewayId);
-    const other = h.keys.gatewayProgressChannel('another-gateway');
-    await h.subscribe([mine, other, h.keys.statusChannel], (channel, message) => {
+    const mine = h.keys.gatewayChannel(h.gatewayId);
+    const other = h.keys.gatewayChannel('another-gateway');
+    await h.subscribe([mine, other], (channel, message) => {
       events.push({ channel, message: JSON.parse(message) as Record<string, unknown> });
     });
     await h.start([steps]);
@@ -285,16 +285,16 @@ describe('§6 progress flow', () => {
     const task = await h.waitForStatus(taskId, 'completed');
     expect(task).toMatchObject({ progress: 5, total: 5, progressMessage: 'step 5', statusMessage: 'step 5' });
     const terminal = await waitFor(
-      () => events.findIndex((e) => e.channel === h.keys.statusChannel && e.message['status'] === 'completed') + 1,
+      () => events.findIndex((e) => e.message['type'] === 'status' && e.message['status'] === 'completed') + 1,
     );
 
-    const progress = events.filter((e) => e.channel === mine);
+    const progress = events.filter((e) => e.channel === mine && e.message['type'] === 'progress');
     expect(progress.length).toBeGreaterThan(0);
-    expect(progress.at(-1)?.message).toEqual({ taskId, progress: 5, total: 5, message: 'step 5' });
+    expect(progress.at(-1)?.message).toEqual({ type: 'progress', taskId, progress: 5, total: 5, message: 'step 5' });
     const values = progress.map((e) => e.message['progress'] as number);
     expect(values).toEqual([...values].sort((a, b) => a - b));
     expect(new Set(values).size).toBe(values.length);
-    expect(events.findLastIndex((e) => e.channel === mine)).toBeLessThan(terminal - 1);
+    expect(events.findLastIndex((e) => e.message['type'] === 'progress')).toBeLessThan(terminal - 1);
     expect(events.some((e) => e.channel === other)).toBe(false);
   });
 });
