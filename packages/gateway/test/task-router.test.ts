@@ -22,12 +22,15 @@ class FakeSubscriber extends EventEmitter {
       JSON.stringify({ type: 'progress', taskId, progress, total, message }),
     );
   }
-  status(taskId: string, status: string) {
+  status(taskId: string, status: string, extra: Record<string, unknown> = {}) {
     this.emit(
       'message',
       keys.gatewayChannel(GATEWAY),
-      JSON.stringify({ type: 'status', taskId, status, lastUpdatedAt: new Date().toISOString() }),
+      JSON.stringify({ type: 'status', taskId, status, lastUpdatedAt: new Date().toISOString(), ...extra }),
     );
+  }
+  ack(taskId: string) {
+    this.emit('message', keys.gatewayChannel(GATEWAY), JSON.stringify({ type: 'ack', taskId }));
   }
 }
 
@@ -52,6 +55,8 @@ let sub: FakeSubscriber;
 let router: TaskRouter;
 let sent: Array<{ taskId: string; params: ProgressParams }>;
 let statuses: Array<{ taskId: string; status: string }>;
+let published: Array<{ channel: string; message: unknown }>;
+let watch: ReturnType<typeof vi.fn>;
 
 function route(taskId: string, token: string | number, mode: 'task' | 'call' = 'task') {
   router.register({
@@ -72,10 +77,15 @@ beforeEach(async () => {
   sub = new FakeSubscriber();
   sent = [];
   statuses = [];
-  const store = { get: vi.fn(), statuses: vi.fn() } as unknown as RedisTaskStore;
+  published = [];
+  watch = vi.fn(() => Promise.resolve(record('w1', 'tok')));
+  const store = { get: vi.fn(), statuses: vi.fn(), watch } as unknown as RedisTaskStore;
   router = new TaskRouter(
     sub as unknown as Redis,
-    () => Promise.resolve(1),
+    (channel, message) => {
+      published.push({ channel, message: JSON.parse(message) as unknown });
+      return Promise.resolve(1);
+    },
     store,
     keys,
     createLogger('test', { level: 'silent' }),
@@ -191,5 +201,61 @@ describe('§6 progress routing', () => {
     router.retireSession('s');
     sub.progress('s1', 1);
     expect(sent).toEqual([]);
+  });
+});
+
+describe('§10.9 cancels answered by another gateway', () => {
+  it('never flushes a pending value on cancelled, and acks to the answering gateway after retiring', () => {
+    route('x', 'tok');
+    sub.progress('x', 1);
+    sub.progress('x', 2); // pending
+    sub.status('x', 'cancelled', { cancelReason: 'CLIENT_CANCELLED', ackTo: 'gw2' });
+    vi.advanceTimersByTime(1_000);
+    sub.progress('x', 3);
+    expect(sent.map((s) => s.params.progress)).toEqual([1]);
+    expect(published).toEqual([{ channel: keys.gatewayChannel('gw2'), message: { type: 'ack', taskId: 'x' } }]);
+  });
+
+  it('acks even without a route (the session closed), and never to itself', () => {
+    sub.status('gone', 'cancelled', { ackTo: 'gw2' });
+    sub.status('mine', 'cancelled', { ackTo: GATEWAY });
+    expect(published.map((p) => p.channel)).toEqual([keys.gatewayChannel('gw2')]);
+  });
+
+  it('resolves an armed ack wait when the ack arrives, and gives up after the timeout otherwise', async () => {
+    const acked = router.expectAck('a', 500);
+    const waiting = acked.wait();
+    sub.ack('a');
+    expect(await waiting).toBe(true);
+    const lonely = router.expectAck('b', 500).wait();
+    vi.advanceTimersByTime(500);
+    expect(await lonely).toBe(false);
+  });
+});
+
+describe('§10 waiting for a task', () => {
+  it('adds one abort listener for the whole wait, however many fallback polls it makes', async () => {
+    const controller = new AbortController();
+    const add = vi.spyOn(controller.signal, 'addEventListener');
+    const remove = vi.spyOn(controller.signal, 'removeEventListener');
+    const waiting = router.waitForTerminal('w1', { signal: controller.signal });
+    waiting.catch(() => undefined);
+    for (let i = 0; i < 5; i++) await vi.advanceTimersByTimeAsync(2_000);
+    expect(watch.mock.calls.length).toBeGreaterThanOrEqual(5);
+    expect(add).toHaveBeenCalledTimes(1);
+    controller.abort(new Error('client went away'));
+    await expect(waiting).rejects.toThrow(/client went away/);
+    expect(remove).toHaveBeenCalledTimes(1);
+  });
+
+  it('answers at once when a status event wakes it, and "not found" for a task the caller may not see', async () => {
+    watch
+      .mockResolvedValueOnce(record('w1', 'tok'))
+      .mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'completed' });
+    const waiting = router.waitForTerminal('w1');
+    await vi.advanceTimersByTimeAsync(0);
+    sub.status('w1', 'completed');
+    await expect(waiting).resolves.toMatchObject({ status: 'completed' });
+    await expect(router.waitForTerminal('w1', { authorize: () => false })).rejects.toThrow(/not found/);
   });
 });

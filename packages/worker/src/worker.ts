@@ -450,10 +450,11 @@ class TaskWorker {
 
     const reason = controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined;
     if (reason === 'LOCK_LOST') {
-      // Another run owns the task now: write nothing more, and leave the job to it (or to the stalled check).
+      // Another run may own the task now: write nothing more. Handing the job back only works if the lock was still
+      // ours after all (a watchdog that fired during a Redis outage); otherwise the new owner keeps it.
       ctx.close();
       log.warn({ reason, returned: outcome.ok }, 'run ended after losing the job lock; nothing recorded');
-      throw new DelayedError();
+      return this.putBack(job, token, log, reason);
     }
     if (reason === 'TIMEOUT') {
       ctx.close();
@@ -476,7 +477,7 @@ class TaskWorker {
     // WORKER_SHUTDOWN: a finished result is still good; anything else goes back for another worker.
     if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) {
       ctx.close();
-      return this.putBack(job, token, log);
+      return this.putBack(job, token, log, reason);
     }
 
     if (outcome.ok) {
@@ -510,13 +511,21 @@ class TaskWorker {
     throw error instanceof Error ? error : new Error(serializeError(error).message);
   }
 
-  /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN); the task stays `working`. */
-  private async putBack(job: Job<unknown, void>, token: string | undefined, log: Logger): Promise<never> {
+  /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4); the task stays `working`. */
+  private async putBack(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    log: Logger,
+    reason: CancelReason = 'WORKER_SHUTDOWN',
+  ): Promise<never> {
     try {
       await job.moveToDelayed(Date.now(), token);
-      log.info({ reason: 'WORKER_SHUTDOWN' }, 'worker shutting down; job put back for another worker');
+      log.info({ reason }, 'job put back for another worker');
     } catch (error) {
-      log.warn({ err: error }, 'could not put the job back; it returns to the queue when its lock expires');
+      log.info(
+        { err: error, reason },
+        'job not put back (its lock is gone); it is already with, or returns to, the queue',
+      );
     }
     throw new DelayedError();
   }

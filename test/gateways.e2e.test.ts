@@ -1,0 +1,154 @@
+/**
+ * PROTOCOL.md §10.8, §10.9 across two gateway replicas: status events reach the owner and the gateways waiting on a
+ * task, a cancel answered by one replica is never followed by a progress notification from the owner, and idempotent
+ * creation returns one task whichever replica is asked.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import {
+  CallToolResultSchema,
+  CreateTaskResultSchema,
+  McpError,
+  ProgressNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js';
+import { RedisTaskStore, createKeys } from '@taskrelay/shared';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+
+let redis: TestRedis;
+let r: Redis;
+let prefix: string;
+let a: GatewayProcess;
+let b: GatewayProcess;
+let onA: Client;
+let onB: Client;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  r = new Redis(redis.url);
+  prefix = uniquePrefix('gateways');
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  [a, b] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
+  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '16' });
+  [onA, onB] = await Promise.all([connectClient(a.url), connectClient(b.url)]);
+});
+
+afterAll(async () => {
+  await Promise.all([onA?.close(), onB?.close()]);
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+const IDEMPOTENCY = 'dev.taskrelay/idempotency-key';
+
+async function startTask(
+  client: Client,
+  args: Record<string, unknown>,
+  meta: Record<string, unknown> = {},
+  name = 'sleepy',
+): Promise<string> {
+  const created = await client.request(
+    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 }, _meta: meta } },
+    CreateTaskResultSchema,
+  );
+  return created.task.taskId;
+}
+
+describe('§10.9 status fan-out and cancel acks', () => {
+  it('answers tasks/result on a replica that does not own the task as soon as the task ends', async () => {
+    const taskId = await startTask(onA, { ms: 300, stepMs: 50 });
+    const result = await onB.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ ms: 300 });
+  });
+
+  it('sends no progress notification after another replica answered the cancel, even from a stalled owner', async () => {
+    const violations: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      const token = `x-${round}`;
+      let answered = false;
+      let seen = 0;
+      onA.setNotificationHandler(ProgressNotificationSchema, (n) => {
+        if (n.params.progressToken !== token) return;
+        seen++;
+        if (answered) violations.push(`${token}: ${n.params.progress} after the cancel`);
+      });
+      const taskId = await startTask(onA, { ms: 60_000, stepMs: 5 }, { progressToken: token });
+      await waitFor(() => seen >= 3, { message: 'no progress before the cancel' });
+      // The owner stalls (a GC pause, a busy event loop) with progress already queued for it; the cancel goes to B.
+      // The worker keeps publishing meanwhile (every 50 ms), so updates queue up for the owner before the cancel.
+      process.kill(a.pid, 'SIGSTOP');
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      const resume = new Promise((resolve) => setTimeout(resolve, 150)).then(() => process.kill(a.pid, 'SIGCONT'));
+      const cancelled = await onB.experimental.tasks.cancelTask(taskId);
+      answered = true;
+      await resume;
+      expect(cancelled.status).toBe('cancelled');
+      // Anything the owner still had queued reaches the client before a later task's result does.
+      const later = await startTask(onA, { ms: 20, stepMs: 10 }, { progressToken: `${token}-after` });
+      await onA.experimental.tasks.getTaskResult(later, CallToolResultSchema);
+    }
+    expect(violations).toEqual([]);
+  });
+});
+
+describe('§10.8 idempotent creation', () => {
+  it('returns one task for one key, whichever replica is asked, and runs the tool once', async () => {
+    const key = `order-${Date.now()}`;
+    const ids = await Promise.all([
+      startTask(onA, { ms: 200 }, { [IDEMPOTENCY]: key }),
+      startTask(onB, { ms: 200 }, { [IDEMPOTENCY]: key }),
+      startTask(onA, { ms: 200 }, { [IDEMPOTENCY]: key }),
+    ]);
+    expect(new Set(ids).size).toBe(1);
+    const taskId = ids[0] ?? '';
+    await onB.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(await startTask(onB, { ms: 200 }, { [IDEMPOTENCY]: key })).toBe(taskId);
+    const task = await new RedisTaskStore(r, createKeys(prefix)).get(taskId);
+    expect(task?.attempt).toBe(1);
+  });
+
+  it('rejects a key that is not a string of 1 to 200 characters, naming it, and creates nothing', async () => {
+    for (const bad of ['', 'x'.repeat(201), 42]) {
+      const error = await startTask(onA, { ms: 1 }, { [IDEMPOTENCY]: bad }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(McpError);
+      expect((error as McpError).code).toBe(-32602);
+      expect((error as McpError).message).toMatch(/idempotency-key/);
+    }
+  });
+
+  it('refuses a key already used for another tool', async () => {
+    const key = `k-${Date.now()}`;
+    await startTask(onA, { ms: 1 }, { [IDEMPOTENCY]: key });
+    const error = await startTask(onA, { count: 1 }, { [IDEMPOTENCY]: key }, 'progress_burst').catch((e: unknown) => e);
+    expect((error as McpError).code).toBe(-32602);
+    expect((error as McpError).message).toMatch(/Idempotency key already used/);
+  });
+});
+
+describe('§10 bounded Redis', () => {
+  it('keeps a plain call’s hash only briefly and out of the principal index', async () => {
+    const result = await onA.callTool({ name: 'sleepy', arguments: { ms: 10 } }, CallToolResultSchema);
+    expect(result.isError).not.toBe(true);
+    const keys = createKeys(prefix);
+    const taskKeys = await r.keys(`${keys.taskKeyPrefix}*`);
+    const ttls = await Promise.all(
+      taskKeys.map(async (k) => ({ mode: await r.hget(k, 'mode'), ttl: await r.pttl(k) })),
+    );
+    const calls = ttls.filter((t) => t.mode === 'call');
+    expect(calls.length).toBeGreaterThan(0);
+    for (const call of calls) expect(call.ttl).toBeLessThanOrEqual(10_000);
+    const indexed = await r.zrange(keys.principalTasks('anonymous'), 0, -1);
+    const modes = await Promise.all(indexed.map((id) => r.hget(keys.task(id), 'mode')));
+    expect(modes.filter((m) => m === 'call')).toEqual([]);
+  });
+});
