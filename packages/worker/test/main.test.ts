@@ -164,6 +164,7 @@ describe('stock worker entry point', () => {
       ['progress_burst', 'optional'],
       ['required_task', 'required'],
       ['sleepy', 'optional'],
+      ['sleepy_fragile', 'optional'],
       ['slow_timeout', 'optional'],
     ]);
     expect(catalog.tools.find((t) => t.name === 'slow_timeout')?.timeoutMs).toBe(200);
