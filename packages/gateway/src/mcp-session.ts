@@ -13,11 +13,13 @@ import {
   ListToolsRequestSchema,
   type CallToolResult,
   type ServerCapabilities,
+  type Task,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, type ProgressToken } from '@taskrelay/shared';
 import { toMcpError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
+import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
 import { relatedTaskMeta, renderResult, renderTask } from './task-wire.js';
 
@@ -91,6 +93,12 @@ export function createSessionServer(options: SessionServerOptions): Server {
     })),
   );
 
+  // Made once per session, not per call: a task's route outlives its request, and a closure made inside the handler
+  // would keep that whole request (params, arguments, extra) alive until the task ends.
+  const sendTaskProgress = (params: ProgressParams) =>
+    server.notification({ method: 'notifications/progress', params });
+  const sendTaskStatus = (t: Task) => server.notification({ method: 'notifications/tasks/status', params: t });
+
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
     wire(async () => {
       const { name, task } = request.params;
@@ -111,8 +119,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
           requestedTtlMs: task.ttl ?? undefined,
           idempotencyKey,
           // After CreateTaskResult the request stream is gone: the session's GET stream is the only route left.
-          sendProgress: (params) => server.notification({ method: 'notifications/progress', params }),
-          sendStatus: (t) => server.notification({ method: 'notifications/tasks/status', params: t }),
+          sendProgress: sendTaskProgress,
+          sendStatus: sendTaskStatus,
         });
         return { task: renderTask(record) };
       }
