@@ -42,6 +42,8 @@ import { runLoad } from './lib/load.js';
 import { runSoak } from './lib/soak.js';
 
 const { values: args } = parseArgs({
+  // `pnpm bench -- --quick` passes the `--` through; `pnpm bench --quick` does not.
+  args: process.argv.slice(2).filter((a) => a !== '--'),
   options: {
     quick: { type: 'boolean', default: false },
     soak: { type: 'boolean', default: false },

@@ -137,13 +137,20 @@ export interface StackOptions {
 
 export async function startStack(options: StackOptions): Promise<Stack> {
   const env = { REDIS_URL: options.redisUrl, TASKRELAY_PREFIX: options.prefix, ...probeEnv(), ...options.env };
-  const gateways = await Promise.all(Array.from({ length: options.gateways }, () => startGatewayProcess(env)));
-  const workers = Array.from({ length: options.workers }, () =>
-    spawnNode(WORKER_MAIN, {
-      ...env,
-      TASKRELAY_TOOLS: BENCH_TOOLS,
-      WORKER_CONCURRENCY: String(options.workerConcurrency),
-    }),
+  const gateways = await Promise.all(
+    Array.from({ length: options.gateways }, async (_, i) =>
+      label(await startGatewayProcess(env), `${options.name} gateway ${i + 1}`),
+    ),
+  );
+  const workers = Array.from({ length: options.workers }, (_, i) =>
+    label(
+      spawnNode(WORKER_MAIN, {
+        ...env,
+        TASKRELAY_TOOLS: BENCH_TOOLS,
+        WORKER_CONCURRENCY: String(options.workerConcurrency),
+      }),
+      `${options.name} worker ${i + 1}`,
+    ),
   );
   // Ready = every worker has published its catalog (the workers run at LOG_LEVEL=warn, so no "worker ready" line).
   const redis = new Redis(options.redisUrl);
@@ -166,10 +173,10 @@ export async function startStack(options: StackOptions): Promise<Stack> {
 /** The SDK peer (bench/peer-server.ts, run through tsx's loader) on a free loopback port. */
 export async function startPeer(): Promise<GatewayProcess> {
   const port = await getPort({ host: '127.0.0.1' });
-  const proc = spawnNode(resolve(BENCH_DIR, 'peer-server.ts'), {
-    ...probeEnv('--import=tsx'),
-    PORT: String(port),
-  });
+  const proc = label(
+    spawnNode(resolve(BENCH_DIR, 'peer-server.ts'), { ...probeEnv('--import=tsx'), PORT: String(port) }),
+    'SDK peer',
+  );
   const base = `http://127.0.0.1:${port}`;
   await waitFor(
     async () => {
@@ -184,12 +191,15 @@ export async function startPeer(): Promise<GatewayProcess> {
 
 /** The raw BullMQ floor worker (bench/floor-worker.mjs). */
 export async function startFloorWorker(redisUrl: string, queue: string, concurrency: number): Promise<ManagedProcess> {
-  const proc = spawnNode(resolve(BENCH_DIR, 'floor-worker.mjs'), {
-    ...probeEnv(),
-    REDIS_URL: redisUrl,
-    BENCH_QUEUE: queue,
-    BENCH_CONCURRENCY: String(concurrency),
-  });
+  const proc = label(
+    spawnNode(resolve(BENCH_DIR, 'floor-worker.mjs'), {
+      ...probeEnv(),
+      REDIS_URL: redisUrl,
+      BENCH_QUEUE: queue,
+      BENCH_CONCURRENCY: String(concurrency),
+    }),
+    'raw BullMQ worker',
+  );
   await waitFor(
     () => {
       if (proc.child.exitCode !== null) throw new Error(`floor worker exited: ${proc.output().slice(-500)}`);
@@ -200,12 +210,21 @@ export async function startFloorWorker(redisUrl: string, queue: string, concurre
   return proc;
 }
 
-/** A process that died while the benchmark ran: named in the error of the scenario that used it. */
+/** What each spawned process is (for error messages), by pid. */
+const labels = new Map<number, string>();
+function label<T extends ManagedProcess>(proc: T, name: string): T {
+  labels.set(proc.pid, name);
+  return proc;
+}
+
+/** A process that died while the benchmark ran: named in the error of the scenario that needed it. */
 export function assertAlive(procs: ManagedProcess[], what: string): void {
   const dead = procs.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
   if (dead) {
+    const output = dead.output().trim().slice(-400);
     throw new Error(
-      `${what}: process ${dead.pid} exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.output().slice(-400)}`,
+      `${what} skipped: ${labels.get(dead.pid) ?? 'process'} (pid ${dead.pid}) exited ` +
+        `(${dead.child.exitCode ?? dead.child.signalCode})${output ? `: ${output}` : ''}`,
     );
   }
 }
