@@ -58,7 +58,8 @@ const { values: args } = parseArgs({
 const QUICK = args.quick === true;
 const REPS = Number(args.reps ?? (QUICK ? 2 : 5));
 const WINDOW_MS = Number(args['window-ms'] ?? (QUICK ? 1_000 : 5_000));
-const WARMUP_MS = QUICK ? 500 : 2_000;
+/** Per target: a gateway needs a few thousand operations before its CPU per operation settles (JIT tiering). */
+const WARMUP_MS = QUICK ? 2_000 : 6_000;
 const CONCURRENCY = [1, 8, 32] as const;
 /** Short ttl for the throughput scenarios, so their terminal tasks do not pile up (the gateway's minimum is 1 s). */
 const CYCLE_TTL_MS = 1_000;
@@ -298,6 +299,14 @@ function rowSpecs(): RowSpec[] {
           better: 'higher',
         },
         { group, label: `${label}: p99`, unit: 'ms', id: `${t}.task.c32.p99`, ref: peer('p99'), better: 'lower' },
+        {
+          group,
+          label: `${label}: CPU total per cycle`,
+          unit: 'CPU-ms',
+          id: `${t}.task.c32.cpu.total`,
+          ref: { id: 'peer.task.c32.cpu.server', name: 'peer server' },
+          better: 'lower',
+        },
       );
     }
   }
@@ -405,8 +414,8 @@ async function compare(): Promise<number> {
     );
 
   for (const t of Object.values(targets)) {
-    await runCycle(0, t, 'task', 8, WARMUP_MS, false);
-    if (t.name === 'peer' || t.name === 'tr') await runCycle(0, t, 'plain', 8, WARMUP_MS, false);
+    await runCycle(0, t, 'task', 32, WARMUP_MS, false);
+    if (t.name === 'peer' || t.name === 'tr') await runCycle(0, t, 'plain', 32, WARMUP_MS / 2, false);
   }
   await guarded(new Results(), 'floor.bullmq.warmup', 0, 60_000, [floorWorker], [], () =>
     floor.run(8, WARMUP_MS, { worker: [floorWorker.pid], redis: redisPids }),
