@@ -47,6 +47,8 @@ export interface CycleOptions {
   /** Roles summed into `cpu.total` (the server side: gateway + worker + redis, or the peer). */
   totalRoles: string[];
   ttlMs: number;
+  /** Stop issuing once this many operations have started (warm-ups: a count, with durationMs as the cap). */
+  maxOps?: number;
 }
 
 /**
@@ -62,9 +64,11 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
   const meter = new CpuMeter(o.cpu).start();
   const started = now();
   const deadline = started + o.durationMs;
+  const maxOps = o.maxOps ?? Infinity;
+  let issued = 0;
   await Promise.all(
     o.sessions.slice(0, o.concurrency).map(async (session) => {
-      while (now() < deadline) {
+      while (now() < deadline && issued++ < maxOps) {
         const t0 = now();
         try {
           if (o.kind === 'task') {
