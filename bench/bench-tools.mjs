@@ -1,9 +1,25 @@
-// Tools the benchmark serves: each progress message carries the worker's send time (ms, sub-ms precision).
+// Tools the benchmark serves (TASKRELAY_TOOLS=bench/bench-tools.mjs). Timestamps are ms since the epoch with sub-ms
+// precision (performance.timeOrigin + performance.now()), comparable across processes on one machine.
 import { Redis } from 'ioredis';
 import { z } from 'zod';
 import { defineTool } from '@taskrelay/worker';
 
 const now = () => performance.timeOrigin + performance.now();
+const prefix = process.env.TASKRELAY_PREFIX ?? 'taskrelay';
+
+/** One lazily opened connection per worker process for the tools' own Redis writes. */
+let redis;
+const benchRedis = () => (redis ??= new Redis(process.env.REDIS_URL));
+
+export const benchNoop = defineTool({
+  name: 'bench_noop',
+  description: 'Does nothing and returns at once: the per-call cost of everything around a tool.',
+  inputSchema: z.object({}),
+  taskSupport: 'optional',
+  async run() {
+    return 'ok';
+  },
+});
 
 export const benchProgress = defineTool({
   name: 'bench_progress',
@@ -26,10 +42,38 @@ export const benchCancel = defineTool({
     ctx.progress(1);
     await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
     const abortedAt = now();
-    const redis = new Redis(process.env.REDIS_URL);
-    await redis.set(key, String(abortedAt), 'EX', 600);
-    redis.disconnect();
+    await benchRedis().set(key, String(abortedAt), 'EX', 600);
     ctx.throwIfCancelled();
     return 'unreachable';
+  },
+});
+
+export const benchHold = defineTool({
+  name: 'bench_hold',
+  description: 'Sleeps `ms` (honouring cancellation): keeps a task open.',
+  inputSchema: z.object({ ms: z.number().int().min(0).max(3_600_000) }),
+  async run({ ms }, ctx) {
+    await ctx.sleep(ms);
+    return 'held';
+  },
+});
+
+/**
+ * Soak and load fixture: sleeps `ms` in `steps` steps (progress after each), then counts its side effect with INCR on
+ * `<prefix>:bench:effect:<taskId>`. The benchmark reads and deletes the counter: a value above 1, or a counter that
+ * reappears after it was read, is a side effect that happened twice.
+ */
+export const benchEffect = defineTool({
+  name: 'bench_effect',
+  description: 'Sleeps ms in steps with progress, then INCRs a per-task counter (its one side effect).',
+  inputSchema: z.object({ ms: z.number().int().min(0).max(600_000), steps: z.number().int().min(1).max(1000) }),
+  taskSupport: 'optional',
+  async run({ ms, steps }, ctx) {
+    for (let i = 1; i <= steps; i++) {
+      await ctx.sleep(ms / steps);
+      ctx.progress(i, steps);
+    }
+    await benchRedis().incr(`${prefix}:bench:effect:${ctx.taskId}`);
+    return { steps };
   },
 });

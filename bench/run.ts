@@ -1,187 +1,586 @@
 /**
- * `pnpm bench`: latency figures for progress and cancellation against real processes on loopback, side by side with
- * the raw Redis pub/sub floor. Bounded in count and time; stops everything it started.
+ * `pnpm bench` — one command that starts everything it measures (its own redis-server, taskrelay gateways and
+ * workers from the built dist, the SDK peer, a raw BullMQ worker), runs every scenario in interleaved repetitions,
+ * prints one table (median and min–max over repetitions, a reference, the ratio) and writes bench/results/<date>.json.
+ *
+ *   pnpm bench                      full run (5 repetitions, 5 s windows)
+ *   pnpm bench --quick              smoke test (2 repetitions, 1 s windows; well under 3 minutes)
+ *   pnpm bench --soak [--minutes N] steady mixed load over ~50 sessions for N minutes (default 5), short ttls
+ *   pnpm bench --load               1,000 concurrent tasks over 50 sessions
+ *   options: --reps N, --window-ms N (compare modes)
+ *
+ * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
+ * Everything started is stopped by PID (test/helpers/processes.ts), also on error or Ctrl-C. Loopback only.
+ * See docs/PERFORMANCE.md for the method.
  */
-import { Redis } from 'ioredis';
-import { CreateTaskResultSchema, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix } from '../test/helpers/redis.js';
-import { waitFor } from '../test/helpers/wait-for.js';
-import { ROOT, connectClient, startGatewayProcess, startWorkerProcess, stopAll } from '../test/helpers/processes.js';
+import { parseArgs } from 'node:util';
+import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
+import { stopAll, type GatewayProcess } from '../test/helpers/processes.js';
+import { openSessions, type McpSession } from './lib/mcp-http.js';
+import {
+  RedisAdmin,
+  assertAlive,
+  removeProbeDir,
+  startFloorWorker,
+  startPeer,
+  startStack,
+  type Stack,
+} from './lib/procs.js';
+import { Results, buildRows, machine, renderTable, writeResults, type RowSpec } from './lib/report.js';
+import {
+  BullFloor,
+  cancelLatency,
+  cycles,
+  memoryPerTask,
+  peerMemoryPerTask,
+  progressLatency,
+  rawPubSub,
+  type CpuRoles,
+} from './lib/scenarios.js';
+import { latency, sleep } from './lib/stats.js';
+import { runLoad } from './lib/load.js';
+import { runSoak } from './lib/soak.js';
 
-const now = () => performance.timeOrigin + performance.now();
-const UPDATES_PER_TASK = 20;
-const INTERVAL_MS = 60; // above the 50 ms throttle, so no update is coalesced away
-
-interface Row {
-  scenario: string;
-  concurrency: number;
-  samples: number;
-  p50: string;
-  p99: string;
-  max: string;
-}
-const rows: Row[] = [];
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
-}
-
-/** Samples in ms; signed, because an abort may land before the client has read the cancel's answer. */
-function record(scenario: string, concurrency: number, samples: number[]): void {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const ms = (v: number) => v.toFixed(2);
-  rows.push({
-    scenario,
-    concurrency,
-    samples: samples.length,
-    p50: ms(percentile(sorted, 50)),
-    p99: ms(percentile(sorted, 99)),
-    max: ms(sorted.at(-1) ?? Number.NaN),
-  });
-}
-
-async function rawPubSub(url: string, concurrency: number): Promise<void> {
-  const pub = new Redis(url);
-  const sub = new Redis(url);
-  const samples: number[] = [];
-  await sub.subscribe('bench:raw');
-  sub.on('message', (_c, m: string) => samples.push(now() - Number(m)));
-  const total = concurrency * UPDATES_PER_TASK;
-  // Same shape as the task scenario: `concurrency` publishers, each every INTERVAL_MS.
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      for (let i = 0; i < UPDATES_PER_TASK; i++) {
-        await new Promise((r) => setTimeout(r, INTERVAL_MS));
-        await pub.publish('bench:raw', String(now()));
-      }
-    }),
-  );
-  await waitFor(() => samples.length >= total, { timeoutMs: 30_000 });
-  record('raw ioredis publish → message', concurrency, samples);
-  pub.disconnect();
-  sub.disconnect();
-}
-
-async function progressLatency(url: string, concurrency: number): Promise<void> {
-  const client = await connectClient(url);
-  const samples: number[] = [];
-  client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-    if (n.params.message) samples.push(now() - Number(n.params.message));
-  });
-  const ids = await Promise.all(
-    Array.from({ length: concurrency }, (_, i) =>
-      client.request(
-        {
-          method: 'tools/call',
-          params: {
-            name: 'bench_progress',
-            arguments: { count: UPDATES_PER_TASK, intervalMs: INTERVAL_MS },
-            task: {},
-            _meta: { progressToken: `b${i}` },
-          },
-        },
-        CreateTaskResultSchema,
-      ),
-    ),
-  );
-  await waitFor(() => samples.length >= concurrency * UPDATES_PER_TASK, { timeoutMs: 60_000 });
-  record('ctx.progress → client notification', concurrency, samples);
-  void ids;
-  await client.close();
-}
-
-async function cancelLatency(url: string, redisUrl: string, concurrency: number, prefix: string): Promise<void> {
-  // One task at a time gives one sample per round: take several rounds.
-  const rounds = concurrency === 1 ? 20 : 1;
-  const all = { answered: [] as number[], fromSend: [] as number[], roundTrip: [] as number[] };
-  for (let round = 0; round < rounds; round++) {
-    const s = await cancelRound(url, redisUrl, concurrency, `${prefix}:r${round}`);
-    all.answered.push(...s.answered);
-    all.fromSend.push(...s.fromSend);
-    all.roundTrip.push(...s.roundTrip);
-  }
-  record('tasks/cancel round trip (client)', concurrency, all.roundTrip);
-  record('tasks/cancel sent → signal aborted', concurrency, all.fromSend);
-  record('tasks/cancel answered → signal aborted', concurrency, all.answered);
-}
-
-async function cancelRound(url: string, redisUrl: string, concurrency: number, prefix: string) {
-  const client = await connectClient(url);
-  const r = new Redis(redisUrl);
-  const started = new Set<string>();
-  client.setNotificationHandler(ProgressNotificationSchema, (n) => void started.add(String(n.params.progressToken)));
-  const tasks = await Promise.all(
-    Array.from({ length: concurrency }, async (_, i) => {
-      const key = `${prefix}:bench:abort:${i}`;
-      const created = await client.request(
-        {
-          method: 'tools/call',
-          params: { name: 'bench_cancel', arguments: { key }, task: {}, _meta: { progressToken: `c${i}` } },
-        },
-        CreateTaskResultSchema,
-      );
-      return { taskId: created.task.taskId, key, token: `c${i}` };
-    }),
-  );
-  await waitFor(() => tasks.every((t) => started.has(t.token)), { timeoutMs: 30_000 });
-  const sent = new Map<string, number>();
-  const answered = new Map<string, number>();
-  await Promise.all(
-    tasks.map(async (t) => {
-      sent.set(t.key, now());
-      await client.experimental.tasks.cancelTask(t.taskId);
-      answered.set(t.key, now());
-    }),
-  );
-  const values = await waitFor(
-    async () => {
-      const v = await r.mget(tasks.map((t) => t.key));
-      return v.every((x) => x !== null) ? v : undefined;
-    },
-    { timeoutMs: 30_000 },
-  );
-  const samples: number[] = [];
-  const fromSend: number[] = [];
-  const roundTrip: number[] = [];
-  values.forEach((v, i) => {
-    const key = tasks[i]?.key ?? '';
-    samples.push(Number(v) - (answered.get(key) ?? 0));
-    fromSend.push(Number(v) - (sent.get(key) ?? 0));
-    roundTrip.push((answered.get(key) ?? 0) - (sent.get(key) ?? 0));
-  });
-  r.disconnect();
-  await client.close();
-  return { answered: samples, fromSend, roundTrip };
-}
-
-async function main(): Promise<void> {
-  const redis = await startRedis({ owned: true });
-  const prefix = uniquePrefix('bench');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, LOG_LEVEL: 'warn' };
-  try {
-    const gateway = await startGatewayProcess(env);
-    await startWorkerProcess({
-      ...env,
-      LOG_LEVEL: 'info',
-      TASKRELAY_TOOLS: `${ROOT}/bench/bench-tools.mjs`,
-      WORKER_CONCURRENCY: '128',
-    });
-    for (const concurrency of [1, 100]) {
-      await rawPubSub(redis.url, concurrency);
-      await progressLatency(gateway.url, concurrency);
-      await cancelLatency(gateway.url, redis.url, concurrency, prefix);
-    }
-    console.log('\ntaskrelay bench (latency in ms, loopback, 2-core machine)');
-    console.log('Negative "answered → aborted" values: the worker aborted before the client had read the answer.\n');
-    console.table(rows);
-  } finally {
-    await stopAll();
-    await redis.stop();
-  }
-}
-
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
+const { values: args } = parseArgs({
+  // `pnpm bench -- --quick` passes the `--` through; `pnpm bench --quick` does not.
+  args: process.argv.slice(2).filter((a) => a !== '--'),
+  options: {
+    quick: { type: 'boolean', default: false },
+    soak: { type: 'boolean', default: false },
+    load: { type: 'boolean', default: false },
+    minutes: { type: 'string' },
+    reps: { type: 'string' },
+    'window-ms': { type: 'string' },
+  },
+  allowPositionals: false,
 });
+
+const QUICK = args.quick === true;
+const REPS = Number(args.reps ?? (QUICK ? 2 : 5));
+const WINDOW_MS = Number(args['window-ms'] ?? (QUICK ? 1_000 : 5_000));
+/**
+ * Warm-up per target, in operations (capped in time): a gateway spends up to twice the CPU per operation during its
+ * first few thousand operations (JIT tiering), so a stack that only serves the scaling rows needs them before it is
+ * measured.
+ */
+const WARMUP_OPS = QUICK ? 2_000 : 6_000;
+const WARMUP_MS = QUICK ? 6_000 : 30_000;
+const CONCURRENCY = [1, 8, 32] as const;
+/** Short ttl for the throughput scenarios, so their terminal tasks do not pile up (the gateway's minimum is 1 s). */
+const CYCLE_TTL_MS = 1_000;
+/** Outlives one memory measurement; the next repetition's waits until these have expired. */
+const MEMORY_TTL_MS = QUICK ? 15_000 : 60_000;
+const MEMORY_TASKS = QUICK ? 400 : 2_000;
+const PROGRESS_UPDATES = QUICK ? 10 : 20;
+const PROGRESS_INTERVAL_MS = 75; // above the 50 ms default throttle: no update is coalesced away
+const CANCEL_ROUNDS_1 = QUICK ? 3 : 20;
+const CANCEL_ROUNDS_32 = QUICK ? 1 : 2;
+const WORKER_CONCURRENCY = 64;
+
+/** Anything started here, for the finally block and signals. */
+const cleanup: Array<() => Promise<void> | void> = [];
+let stopping = false;
+async function stopEverything(): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  for (const fn of cleanup.reverse()) await Promise.resolve(fn()).catch(() => undefined);
+  await stopAll();
+  removeProbeDir();
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`\n${signal}: stopping every process the benchmark started`);
+    void stopEverything().finally(() => process.exit(130));
+  });
+}
+
+async function startInfra(): Promise<{ redis: TestRedis; admin: RedisAdmin }> {
+  const redis = await startRedis({ owned: true });
+  cleanup.push(() => redis.stop());
+  const admin = new RedisAdmin(redis.url);
+  cleanup.push(() => admin.close());
+  await admin.init();
+  return { redis, admin };
+}
+
+function log(message: string): void {
+  process.stderr.write(`bench: ${message}\n`);
+}
+
+/** Runs one scenario of one repetition with a time bound; a failure is recorded, reported and the run goes on. */
+async function guarded(
+  results: Results,
+  name: string,
+  rep: number,
+  timeoutMs: number,
+  deps: Array<{ child: GatewayProcess['child']; pid: number; output(): string }>,
+  sessions: McpSession[],
+  fn: () => Promise<Record<string, number> | void>,
+): Promise<void> {
+  const started = Date.now();
+  try {
+    assertAlive(deps as never, name);
+    let timer: NodeJS.Timeout | undefined;
+    const metrics = await Promise.race([
+      fn(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    if (metrics) results.addAll(name, metrics);
+    log(`rep ${rep} ${name}: ${Date.now() - started} ms`);
+  } catch (error) {
+    for (const s of sessions) s.abortInflight();
+    const message = error instanceof Error ? error.message : String(error);
+    results.errors.push({ scenario: name, rep, message });
+    log(`rep ${rep} ${name}: FAILED: ${message}`);
+  }
+}
+
+interface Target {
+  name: string;
+  sessions: McpSession[];
+  cpu: CpuRoles;
+  totalRoles: string[];
+  deps: Array<{ child: GatewayProcess['child']; pid: number; output(): string }>;
+}
+
+function rowSpecs(): RowSpec[] {
+  const rows: RowSpec[] = [];
+  const g = 'floors';
+  rows.push(
+    { group: g, label: 'raw BullMQ no-op jobs, C=32', unit: 'jobs/s', id: 'floor.bullmq.c32.opsPerS' },
+    { group: g, label: 'raw BullMQ add→completed, C=1, p50', unit: 'ms', id: 'floor.bullmq.c1.p50' },
+    { group: g, label: 'raw BullMQ add→completed, C=1, p99', unit: 'ms', id: 'floor.bullmq.c1.p99' },
+    { group: g, label: 'raw BullMQ add→completed, C=32, p50', unit: 'ms', id: 'floor.bullmq.c32.p50' },
+    { group: g, label: 'raw BullMQ add→completed, C=32, p99', unit: 'ms', id: 'floor.bullmq.c32.p99' },
+    { group: g, label: 'raw BullMQ worker CPU per job, C=32', unit: 'CPU-ms', id: 'floor.bullmq.c32.cpu.worker' },
+    { group: g, label: 'raw BullMQ Redis CPU per job, C=32', unit: 'CPU-ms', id: 'floor.bullmq.c32.cpu.redis' },
+    { group: g, label: 'raw ioredis pub/sub, 1 publisher, p50', unit: 'ms', id: 'floor.pubsub.n1.p50' },
+    { group: g, label: 'raw ioredis pub/sub, 1 publisher, p99', unit: 'ms', id: 'floor.pubsub.n1.p99' },
+    { group: g, label: 'raw ioredis pub/sub, 32 publishers, p50', unit: 'ms', id: 'floor.pubsub.n32.p50' },
+    { group: g, label: 'raw ioredis pub/sub, 32 publishers, p99', unit: 'ms', id: 'floor.pubsub.n32.p99' },
+  );
+  for (const kind of ['task', 'plain'] as const) {
+    const group = kind === 'task' ? 'task cycle: tools/call+task → tasks/result' : 'plain call: tools/call';
+    for (const c of CONCURRENCY) {
+      const id = (t: string, k: string) => `${t}.${kind}.c${c}.${k}`;
+      rows.push(
+        {
+          group,
+          label: `C=${c} throughput`,
+          unit: 'ops/s',
+          id: id('tr', 'opsPerS'),
+          ref: { id: id('peer', 'opsPerS'), name: 'peer' },
+          better: 'higher',
+        },
+        {
+          group,
+          label: `C=${c} latency p50`,
+          unit: 'ms',
+          id: id('tr', 'p50'),
+          ref: { id: id('peer', 'p50'), name: 'peer' },
+          better: 'lower',
+        },
+        {
+          group,
+          label: `C=${c} latency p99`,
+          unit: 'ms',
+          id: id('tr', 'p99'),
+          ref: { id: id('peer', 'p99'), name: 'peer' },
+          better: 'lower',
+        },
+      );
+    }
+  }
+  for (const kind of ['task', 'plain'] as const) {
+    const group = `CPU per ${kind === 'task' ? 'task cycle' : 'plain call'}, C=32`;
+    const id = (t: string, k: string) => `${t}.${kind}.c32.cpu.${k}`;
+    const peer = { id: id('peer', 'server'), name: 'peer server' };
+    rows.push(
+      { group, label: 'gateway', unit: 'CPU-ms', id: id('tr', 'gateway'), ref: peer, better: 'lower' },
+      { group, label: 'worker', unit: 'CPU-ms', id: id('tr', 'worker') },
+      { group, label: 'Redis', unit: 'CPU-ms', id: id('tr', 'redis') },
+      {
+        group,
+        label: 'taskrelay total (gateway + worker + Redis)',
+        unit: 'CPU-ms',
+        id: id('tr', 'total'),
+        ref: peer,
+        better: 'lower',
+      },
+      {
+        group,
+        label: 'load generator',
+        unit: 'CPU-ms',
+        id: id('tr', 'loadgen'),
+        ref: { id: id('peer', 'loadgen'), name: 'at peer' },
+        better: 'lower',
+      },
+    );
+  }
+  {
+    const group = 'progress worker → client (GET stream)';
+    for (const n of [1, 32]) {
+      for (const p of ['p50', 'p99']) {
+        rows.push({
+          group,
+          label: `${n} task${n > 1 ? 's' : ''}, ${p}`,
+          unit: 'ms',
+          id: `tr.progress.n${n}.${p}`,
+          ref: { id: `floor.pubsub.n${n}.${p}`, name: 'raw pub/sub' },
+          better: 'lower',
+        });
+      }
+      rows.push({
+        group,
+        label: `${n} task${n > 1 ? 's' : ''}, updates missing`,
+        unit: 'count',
+        id: `tr.progress.n${n}.missing`,
+      });
+    }
+  }
+  {
+    const group = 'cancel: tasks/cancel sent → AbortSignal in the worker';
+    for (const n of [1, 32]) {
+      for (const p of ['p50', 'p99']) {
+        rows.push({
+          group,
+          label: `${n} task${n > 1 ? 's' : ''}, ${p}`,
+          unit: 'ms',
+          id: `tr.cancel.n${n}.${p}`,
+          ref: { id: `floor.pubsub.n${n}.${p}`, name: 'raw pub/sub' },
+          better: 'lower',
+        });
+      }
+      rows.push({
+        group,
+        label: `${n} task${n > 1 ? 's' : ''}, tasks/cancel round trip p50`,
+        unit: 'ms',
+        id: `tr.cancel.n${n}.rt50`,
+      });
+    }
+  }
+  {
+    const group = 'memory per task (after a full GC)';
+    rows.push(
+      { group, label: 'gateway heap per open task', unit: 'bytes', id: 'tr.memory.heapPerOpen' },
+      { group, label: 'Redis used_memory per open task', unit: 'bytes', id: 'tr.memory.redisPerOpen' },
+      {
+        group,
+        label: 'gateway heap per terminal task',
+        unit: 'bytes',
+        id: 'tr.memory.heapPerTerminal',
+        ref: { id: 'peer.memory.heapPerTerminal', name: 'peer heap' },
+        better: 'lower',
+      },
+      { group, label: 'Redis used_memory per terminal task', unit: 'bytes', id: 'tr.memory.redisPerTerminal' },
+      {
+        group,
+        label: 'gateway heap + Redis per terminal task',
+        unit: 'bytes',
+        id: 'tr.memory.totalPerTerminal',
+        ref: { id: 'peer.memory.totalPerTerminal', name: 'peer heap' },
+        better: 'lower',
+      },
+    );
+  }
+  {
+    const group = 'scaling: task cycle, C=32';
+    const peer = (k: string) => ({ id: `peer.task.c32.${k}`, name: 'peer' });
+    for (const [label, t] of [
+      ['1 gateway, 1 worker', 'tr'],
+      ['1 gateway, 2 workers', 'tr-w2'],
+      ['1 gateway, 4 workers', 'tr-w4'],
+      ['2 gateways, 2 workers', 'tr-g2'],
+    ] as const) {
+      rows.push(
+        {
+          group,
+          label: `${label}: throughput`,
+          unit: 'ops/s',
+          id: `${t}.task.c32.opsPerS`,
+          ref: peer('opsPerS'),
+          better: 'higher',
+        },
+        { group, label: `${label}: p99`, unit: 'ms', id: `${t}.task.c32.p99`, ref: peer('p99'), better: 'lower' },
+        {
+          group,
+          label: `${label}: CPU total per cycle`,
+          unit: 'CPU-ms',
+          id: `${t}.task.c32.cpu.total`,
+          ref: { id: 'peer.task.c32.cpu.server', name: 'peer server' },
+          better: 'lower',
+        },
+      );
+    }
+  }
+  return rows;
+}
+
+async function compare(): Promise<number> {
+  const startedAt = new Date();
+  const mode = QUICK ? 'quick' : 'full';
+  log(`mode ${mode}: ${REPS} repetitions, ${WINDOW_MS} ms windows; starting redis, peer, gateways, workers…`);
+  const { redis, admin } = await startInfra();
+  const info = machine(admin.version);
+  const results = new Results();
+  const redisPids = admin.pid > 0 ? [admin.pid] : [];
+  if (admin.pid <= 0)
+    results.errors.push({ scenario: 'setup', rep: 0, message: 'Redis pid unknown: its CPU is not counted' });
+
+  const prefixes = { tr: uniquePrefix('b1'), w2: uniquePrefix('b2'), w4: uniquePrefix('b4') };
+  const [peer, tr, w2, w4, floorWorker] = await Promise.all([
+    startPeer(),
+    startStack({
+      name: 'tr',
+      prefix: prefixes.tr,
+      redisUrl: redis.url,
+      gateways: 1,
+      workers: 1,
+      workerConcurrency: WORKER_CONCURRENCY,
+    }),
+    startStack({
+      name: 'tr-w2',
+      prefix: prefixes.w2,
+      redisUrl: redis.url,
+      gateways: 2,
+      workers: 2,
+      workerConcurrency: WORKER_CONCURRENCY,
+    }),
+    startStack({
+      name: 'tr-w4',
+      prefix: prefixes.w4,
+      redisUrl: redis.url,
+      gateways: 1,
+      workers: 4,
+      workerConcurrency: WORKER_CONCURRENCY,
+    }),
+    startFloorWorker(redis.url, 'bench-floor', 32),
+  ]);
+  const floor = new BullFloor(redis.url, 'bench-floor');
+  cleanup.push(() => floor.close());
+  await floor.ready();
+
+  const allSessions: McpSession[] = [];
+  const open = async (url: string | string[], n: number) => {
+    const s = await openSessions(url, n);
+    allSessions.push(...s);
+    return s;
+  };
+  cleanup.push(() => Promise.all(allSessions.map((s) => s.close())).then(() => undefined));
+  const [peerSessions, trSessions, w2Sessions, w2bSessions, w4Sessions] = await Promise.all([
+    open(peer.url, 32),
+    open(tr.gateways[0]!.url, 32),
+    open(w2.gateways[0]!.url, 32),
+    open(w2.gateways[1]!.url, 16),
+    open(w4.gateways[0]!.url, 32),
+  ]);
+  const stackTarget = (name: string, stack: Stack, sessions: McpSession[], gateways = stack.gateways): Target => ({
+    name,
+    sessions,
+    cpu: { gateway: gateways.map((p) => p.pid), worker: stack.workers.map((p) => p.pid), redis: redisPids },
+    totalRoles: ['gateway', 'worker', 'redis'],
+    deps: [...gateways, ...stack.workers],
+  });
+  const targets = {
+    peer: {
+      name: 'peer',
+      sessions: peerSessions,
+      cpu: { server: [peer.pid], redis: redisPids },
+      totalRoles: ['server'],
+      deps: [peer],
+    } as Target,
+    tr: stackTarget('tr', tr, trSessions),
+    w2: stackTarget('tr-w2', w2, w2Sessions, [w2.gateways[0]!]),
+    w4: stackTarget('tr-w4', w4, w4Sessions),
+    g2: stackTarget('tr-g2', w2, [...w2Sessions.slice(0, 16), ...w2bSessions]),
+  };
+  log(`started in ${Date.now() - startedAt.getTime()} ms; warming up`);
+
+  const runCycle = (
+    rep: number,
+    t: Target,
+    kind: 'task' | 'plain',
+    c: number,
+    durationMs = WINDOW_MS,
+    record = true,
+    maxOps?: number,
+  ) =>
+    guarded(
+      record ? results : new Results(),
+      `${t.name}.${kind}.c${c}`,
+      rep,
+      durationMs + 60_000,
+      t.deps,
+      t.sessions,
+      () =>
+        cycles({
+          sessions: t.sessions,
+          kind,
+          concurrency: c,
+          durationMs,
+          cpu: t.cpu,
+          totalRoles: t.totalRoles,
+          ttlMs: CYCLE_TTL_MS,
+          ...(maxOps === undefined ? {} : { maxOps }),
+        }),
+    );
+
+  for (const t of Object.values(targets)) {
+    await runCycle(0, t, 'task', 32, WARMUP_MS, false, WARMUP_OPS);
+    if (t.name === 'peer' || t.name === 'tr') await runCycle(0, t, 'plain', 32, WARMUP_MS / 2, false, WARMUP_OPS / 2);
+  }
+  await guarded(new Results(), 'floor.bullmq.warmup', 0, 60_000, [floorWorker], [], () =>
+    floor.run(8, WARMUP_MS / 3, { worker: [floorWorker.pid], redis: redisPids }),
+  );
+
+  let memoryQuietAt = 0;
+  for (let rep = 1; rep <= REPS; rep++) {
+    const repStarted = Date.now();
+    // Floors.
+    for (const c of [1, 32]) {
+      await guarded(results, `floor.bullmq.c${c}`, rep, WINDOW_MS + 60_000, [floorWorker], [], () =>
+        floor.run(c, WINDOW_MS, { worker: [floorWorker.pid], redis: redisPids }),
+      );
+    }
+    for (const n of [1, 32]) {
+      await guarded(results, `floor.pubsub.n${n}`, rep, 60_000, [], [], () =>
+        rawPubSub(redis.url, n, PROGRESS_UPDATES, PROGRESS_INTERVAL_MS),
+      );
+    }
+    // Peer and taskrelay, alternating which goes first from one repetition to the next.
+    const pair = rep % 2 === 1 ? [targets.peer, targets.tr] : [targets.tr, targets.peer];
+    for (const kind of ['task', 'plain'] as const) {
+      for (const c of CONCURRENCY) for (const t of pair) await runCycle(rep, t, kind, c);
+    }
+    // taskrelay only: progress and cancel latency.
+    for (const n of [1, 32]) {
+      await guarded(results, `tr.progress.n${n}`, rep, 60_000, targets.tr.deps, trSessions, () =>
+        progressLatency(trSessions, n, PROGRESS_UPDATES, PROGRESS_INTERVAL_MS),
+      );
+    }
+    for (const [n, rounds] of [
+      [1, CANCEL_ROUNDS_1],
+      [32, CANCEL_ROUNDS_32],
+    ] as const) {
+      await guarded(
+        results,
+        `tr.cancel.n${n}`,
+        rep,
+        30_000 + rounds * 20_000,
+        targets.tr.deps,
+        trSessions,
+        async () => {
+          const fromSend: number[] = [];
+          const roundTrip: number[] = [];
+          for (let r = 0; r < rounds; r++) {
+            const s = await cancelLatency(trSessions, redis.url, prefixes.tr, n);
+            fromSend.push(...s.fromSend);
+            roundTrip.push(...s.roundTrip);
+          }
+          const a = latency(fromSend);
+          const b = latency(roundTrip);
+          return { p50: a.p50, p99: a.p99, rt50: b.p50, rt99: b.p99 };
+        },
+      );
+    }
+    // Memory: wait until the previous repetition's memory tasks have expired, and the cycles' 1 s ttl tasks too.
+    const quietIn = Math.max(memoryQuietAt - Date.now(), CYCLE_TTL_MS + 2_000);
+    await sleep(quietIn);
+    await guarded(results, 'tr.memory', rep, 180_000, targets.tr.deps, trSessions, () =>
+      memoryPerTask({
+        sessions: trSessions,
+        gatewayPid: tr.gateways[0]!.pid,
+        admin,
+        count: MEMORY_TASKS,
+        ttlMs: MEMORY_TTL_MS,
+      }),
+    );
+    await guarded(results, 'peer.memory', rep, 120_000, [peer], peerSessions, () =>
+      peerMemoryPerTask(peerSessions, peer.pid, MEMORY_TASKS, MEMORY_TTL_MS),
+    );
+    memoryQuietAt = Date.now() + MEMORY_TTL_MS + 3_000;
+    // Scaling (the 1-worker row is tr.task.c32 above).
+    for (const t of [targets.w2, targets.w4, targets.g2]) await runCycle(rep, t, 'task', 32);
+    log(`rep ${rep} done in ${Date.now() - repStarted} ms`);
+  }
+
+  info.loadavgAtEnd = [];
+  const { loadavg } = await import('node:os');
+  info.loadavgAtEnd = loadavg().map((v) => Math.round(v * 100) / 100);
+  const rows = buildRows(results, rowSpecs());
+  const wallS = (Date.now() - startedAt.getTime()) / 1000;
+  const out: string[] = [];
+  out.push('');
+  out.push(
+    `taskrelay bench — ${mode} mode, ${REPS} interleaved repetitions, ${WINDOW_MS} ms windows, wall ${wallS.toFixed(0)} s`,
+  );
+  out.push(
+    `machine: ${info.cpuModel}, ${info.cores} cores, ${info.memoryGiB} GiB, node ${info.node}, redis ${info.redis}, ` +
+      `load average ${info.loadavgAtStart.join(' ')} → ${info.loadavgAtEnd.join(' ')}`,
+  );
+  out.push(
+    'ratio = taskrelay / reference (medians); ↑ higher is better, ↓ lower is better. CPU-ms = utime+stime per op.',
+  );
+  out.push('');
+  out.push(renderTable(rows));
+  if (results.errors.length > 0) {
+    out.push('');
+    out.push(`FAILED scenarios (${results.errors.length}):`);
+    for (const e of results.errors) out.push(`  rep ${e.rep} ${e.scenario}: ${e.message}`);
+  }
+  console.log(out.join('\n'));
+  const file = await writeResults(
+    {
+      mode,
+      startedAt: startedAt.toISOString(),
+      wallSeconds: wallS,
+      machine: info,
+      config: {
+        reps: REPS,
+        windowMs: WINDOW_MS,
+        warmupOps: WARMUP_OPS,
+        warmupCapMs: WARMUP_MS,
+        workerConcurrency: WORKER_CONCURRENCY,
+        cycleTtlMs: CYCLE_TTL_MS,
+        memoryTasks: MEMORY_TASKS,
+        progressUpdates: PROGRESS_UPDATES,
+        progressIntervalMs: PROGRESS_INTERVAL_MS,
+        cancelRounds: { n1: CANCEL_ROUNDS_1, n32: CANCEL_ROUNDS_32 },
+      },
+      rows,
+      metrics: Object.fromEntries([...results.values.keys()].sort().map((k) => [k, results.get(k) ?? null])),
+      errors: results.errors,
+    },
+    startedAt,
+  );
+  console.log(`\nresults: ${file}`);
+  return results.errors.length > 0 ? 1 : 0;
+}
+
+async function main(): Promise<number> {
+  try {
+    if (args.soak) {
+      const { redis, admin } = await startInfra();
+      return await runSoak({ redis, admin, minutes: Number(args.minutes ?? 5), cleanup, log });
+    }
+    if (args.load) {
+      const { redis, admin } = await startInfra();
+      return await runLoad({ redis, admin, cleanup, log });
+    }
+    return await compare();
+  } finally {
+    await stopEverything();
+  }
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  },
+);
