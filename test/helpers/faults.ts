@@ -215,7 +215,10 @@ export function textOf(result: CallToolResult | undefined): string {
 
 /** A Redis client for the test process itself; remember to disconnect it. */
 export function testRedis(url: string): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null });
+  const client = new Redis(url, { maxRetriesPerRequest: null });
+  // Outages are on purpose here; commands wait for the reconnect.
+  client.on('error', () => undefined);
+  return client;
 }
 
 /** Worker processes of one test file, by pid, so a test can kill exactly the one running a task. */
