@@ -58,6 +58,19 @@ export class FaultRecords {
     this.keys = faultKeys(prefix);
   }
 
+  /** The ids of every task a fault tool has recorded anything for. */
+  async taskIds(): Promise<string[]> {
+    const pattern = this.keys.events('*');
+    const ids: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      for (const key of keys) ids.push(key.slice(pattern.length - 1));
+    } while (cursor !== '0');
+    return ids;
+  }
+
   async events(taskId: string): Promise<FaultEvent[]> {
     const lines = await this.redis.lrange(this.keys.events(taskId), 0, -1);
     return lines.map((line) => JSON.parse(line) as FaultEvent);
