@@ -53,7 +53,7 @@ export class FaultRecords {
   private readonly keys: ReturnType<typeof faultKeys>;
   constructor(
     readonly redis: Redis,
-    prefix: string,
+    readonly prefix: string,
   ) {
     this.keys = faultKeys(prefix);
   }
