@@ -74,8 +74,9 @@ export interface GatewayProcess extends ManagedProcess {
   port: number;
 }
 
+/** Starts a gateway on a free port, or on `env.PORT` when given (a restart behind the same address). */
 export async function startGatewayProcess(env: Record<string, string | undefined>): Promise<GatewayProcess> {
-  const port = await getPort({ host: '127.0.0.1' });
+  const port = env['PORT'] ? Number(env['PORT']) : await getPort({ host: '127.0.0.1' });
   const proc = spawnNode(GATEWAY_MAIN, { HOST: '127.0.0.1', PORT: String(port), ...env });
   const base = `http://127.0.0.1:${port}`;
   await waitFor(

@@ -7,6 +7,10 @@
  *    `docker stop -t 0` (SIGTERM then SIGKILL at once, no save points configured) and removes the container;
  *    `restart()` starts a fresh container bound to the same host port. Like the spawned server, a restarted Redis is
  *    empty. Without a container runtime, step 3 fails with one error naming all three ways to get a Redis.
+ *
+ * `{ owned: true, appendOnly: true }` spawns a durable server instead (`--appendonly yes --appendfsync always`, so every
+ * acknowledged write is on disk): `kill()` then `restart()` brings it back on the same port from the same data dir,
+ * with everything it had acknowledged. It needs `redis-server` on PATH (a restarted container starts empty).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,8 +29,8 @@ export interface TestRedis {
   owned: boolean;
   stop(): Promise<void>;
   /**
-   * Kill the server without cleanup (SIGKILL; a container: `docker stop -t 0`); `restart()` brings it back, empty, on
-   * the same port.
+   * Kill the server without cleanup (SIGKILL; a container: `docker stop -t 0`); `restart()` brings it back on the same
+   * port: empty, or with everything acknowledged when started with `appendOnly`.
    */
   kill(): Promise<void>;
   restart(): Promise<void>;
@@ -49,9 +53,16 @@ async function ping(url: string): Promise<boolean> {
   }
 }
 
-export async function startRedis(options: { owned?: boolean } = {}): Promise<TestRedis> {
+export interface StartRedisOptions {
+  /** A server of this file's own (never `TEST_REDIS_URL`/`REDIS_URL`): it may be killed and restarted. */
+  owned?: boolean;
+  /** Durable across `kill()`/`restart()`: AOF with fsync on every write, same port and data dir. Implies `owned`. */
+  appendOnly?: boolean;
+}
+
+export async function startRedis(options: StartRedisOptions = {}): Promise<TestRedis> {
   const external = process.env['TEST_REDIS_URL'] ?? process.env['REDIS_URL'];
-  if (external && !options.owned) {
+  if (external && !options.owned && !options.appendOnly) {
     const port = Number(new URL(external).port || 6379);
     return {
       url: external,
@@ -64,16 +75,24 @@ export async function startRedis(options: { owned?: boolean } = {}): Promise<Tes
       restart: async () => undefined,
     };
   }
-  if (process.env['TASKRELAY_TEST_NO_SPAWN'] === '1' || !hasRedisServer()) return startContainer();
+  if (process.env['TASKRELAY_TEST_NO_SPAWN'] === '1' || !hasRedisServer()) {
+    if (options.appendOnly) {
+      throw new Error('startRedis({ appendOnly: true }) needs redis-server on PATH (apt-get install redis-server)');
+    }
+    return startContainer();
+  }
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'taskrelay-redis-'));
   let child: ChildProcess | undefined;
   const url = `redis://127.0.0.1:${port}`;
+  const persistence = options.appendOnly ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
   const launch = async () => {
     child = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-      { stdio: 'ignore' },
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir],
+      {
+        stdio: 'ignore',
+      },
     );
     await waitFor(() => ping(url), { timeoutMs: 10_000, message: `redis-server on port ${port} did not start` });
   };

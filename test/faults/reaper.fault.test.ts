@@ -1,0 +1,148 @@
+/**
+ * Fault suite, PROTOCOL.md §10.1–§10.3: nothing stays non-terminal for ever. The reaper (every
+ * TASKRELAY_REAPER_INTERVAL_MS, in some gateway) fails a task whose job never existed, was evicted, or sits in BullMQ's
+ * failed set, depending on no in-process event; a `tasks/result` waiter blocked before that is answered.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { UnrecoverableError, Worker } from 'bullmq';
+import { RedisTaskStore, createKeys } from '@taskrelay/shared';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait-for.js';
+import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import {
+  FAULT_TOOLS,
+  callAsTask,
+  taskResult,
+  testRedis,
+  textOf,
+  watchingClient,
+  type WatchingClient,
+} from '../helpers/faults.js';
+
+const IDEMPOTENCY_KEY = 'dev.taskrelay/idempotency-key';
+/** A reaper running every 500 ms answers well within this; today's code never does. */
+const REAPED_WITHIN_MS = 10_000;
+
+let redis: TestRedis;
+let r: Redis;
+
+beforeAll(async () => {
+  redis = await startRedis({ owned: true });
+  r = testRedis(redis.url);
+});
+
+afterAll(async () => {
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+/**
+ * A gateway whose catalog still lists the fault tools but with no worker consuming their queue: a worker published
+ * its catalog (a long heartbeat keeps it listed) and was SIGKILLed, so calls are accepted and their jobs wait.
+ */
+async function gatewayWithoutWorkers(label: string): Promise<{ prefix: string; gateway: GatewayProcess }> {
+  const prefix = uniquePrefix(label);
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  const [gateway, worker] = await Promise.all([
+    startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' }),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_HEARTBEAT_MS: '60000' }),
+  ]);
+  await worker.kill('SIGKILL');
+  return { prefix, gateway };
+}
+
+/** BullMQ's job hash of a task (jobId = taskId) on the default queue. */
+const jobKey = (prefix: string, taskId: string) => `${prefix}:${createKeys(prefix).queueName('default')}:${taskId}`;
+
+async function expectReapedFailed(watcher: WatchingClient, taskId: string, waiting: Promise<unknown>) {
+  const result = (await waiting) as Awaited<ReturnType<typeof taskResult>>;
+  expect(result.isError).toBe(true);
+  const task = await watcher.client.experimental.tasks.getTask(taskId);
+  expect(task.status).toBe('failed');
+  return { result, task };
+}
+
+describe('§10.3 the reaper, with no worker consuming the queue', () => {
+  let prefix: string;
+  let gateway: GatewayProcess;
+  let watcher: WatchingClient;
+
+  beforeAll(async () => {
+    ({ prefix, gateway } = await gatewayWithoutWorkers('f-reaper'));
+    watcher = await watchingClient(gateway.url);
+  });
+
+  afterAll(async () => {
+    await watcher?.close();
+  });
+
+  it('fails a task that was stored but never enqueued (its gateway died in between)', async () => {
+    // Exactly what a gateway writes before it enqueues (§4.2), then nothing: the gateway "died".
+    const store = new RedisTaskStore(r, createKeys(prefix));
+    const record = await store.create({
+      tool: 'steady',
+      queue: 'default',
+      principal: 'anonymous',
+      mode: 'task',
+      ttl: 60_000,
+      pollInterval: 1_000,
+    });
+    expect(await r.exists(jobKey(prefix, record.taskId))).toBe(0);
+    const waiting = taskResult(watcher.client, record.taskId, REAPED_WITHIN_MS);
+    await expectReapedFailed(watcher, record.taskId, waiting);
+  });
+
+  it('fails a queued task whose BullMQ job was evicted', async () => {
+    const taskId = await callAsTask(watcher.client, 'steady', { ms: 100 });
+    expect(await r.exists(jobKey(prefix, taskId))).toBe(1);
+    const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
+    expect(await r.del(jobKey(prefix, taskId))).toBe(1);
+    await expectReapedFailed(watcher, taskId, waiting);
+  });
+
+  it('gives a client retrying with the same idempotency key a fresh task once the never-started one was reaped', async () => {
+    const meta = { [IDEMPOTENCY_KEY]: `reaped-${prefix}` };
+    const first = await callAsTask(watcher.client, 'steady', { ms: 100 }, { meta });
+    const waiting = taskResult(watcher.client, first, REAPED_WITHIN_MS);
+    await r.del(jobKey(prefix, first));
+    await expectReapedFailed(watcher, first, waiting);
+
+    const retried = await callAsTask(watcher.client, 'steady', { ms: 100 }, { meta });
+    expect(retried).not.toBe(first);
+    expect((await watcher.client.experimental.tasks.getTask(retried)).status).toBe('working');
+  });
+});
+
+describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
+  it('fails a task whose job sits in the failed set while the task is still working, with BullMQ’s failedReason', async () => {
+    const { prefix, gateway } = await gatewayWithoutWorkers('f-reaper-failed');
+    const watcher = await watchingClient(gateway.url);
+    const taskId = await callAsTask(watcher.client, 'steady', { ms: 100 });
+    const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
+
+    // A bare BullMQ worker fails the job without touching the task (as a stall-failed job whose observer died).
+    const keys = createKeys(prefix);
+    const connection = testRedis(redis.url);
+    const raw = new Worker(
+      keys.queueName('default'),
+      async () => {
+        throw new UnrecoverableError('failed behind the task store’s back');
+      },
+      { connection, prefix: keys.bullPrefix },
+    );
+    try {
+      await waitFor(async () => (await r.zscore(`${prefix}:${keys.queueName('default')}:failed`, taskId)) !== null, {
+        message: 'the raw worker did not fail the job',
+      });
+    } finally {
+      await raw.close();
+      connection.disconnect();
+    }
+
+    const { result, task } = await expectReapedFailed(watcher, taskId, waiting);
+    expect(`${task.statusMessage ?? ''}\n${textOf(result)}`).toContain('failed behind the task store’s back');
+    await watcher.close();
+  });
+});
