@@ -576,11 +576,16 @@ class TaskWorker {
     entry.controller.abort('LOCK_LOST' satisfies CancelReason);
   }
 
-  /** No renewal for a whole BullMQ lock period (Redis unreachable, say): another worker may have the job by now. */
+  /**
+   * No renewal for half of `lockDurationMs` (Redis unreachable, say): BullMQ's lock (2/3 of it) is about to expire and
+   * another worker may take the job at the next stalled check, so this run stops first. Renewals normally come every
+   * sixth to third of `lockDurationMs`, so a healthy worker never gets here (PROTOCOL.md §10.4).
+   */
   private lockWatchdog(): void {
-    const cutoff = Date.now() - this.bullLockMs;
+    const limitMs = Math.round(this.options.lockDurationMs / 2);
+    const cutoff = Date.now() - limitMs;
     for (const [taskId, entry] of this.running) {
-      if (entry.lockRenewedAt < cutoff) this.loseLock(taskId, `no lock renewal for ${this.bullLockMs} ms`);
+      if (entry.lockRenewedAt < cutoff) this.loseLock(taskId, `no lock renewal for ${limitMs} ms`);
     }
   }
 
