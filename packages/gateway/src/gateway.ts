@@ -20,7 +20,7 @@ import {
   type Logger,
 } from '@taskrelay/shared';
 import { ToolCatalog } from './catalog.js';
-import { RedisEventStore } from './event-store.js';
+import { SessionEventStore } from './event-store.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
@@ -50,6 +50,8 @@ export interface GatewayHandle {
 interface Session {
   transport: StreamableHTTPServerTransport;
   server: Server;
+  /** SSE events kept for Last-Event-ID resumption; released when the session closes. */
+  events: SessionEventStore;
   principal: string;
   /** Last time a request for this session arrived or one of its streams closed. */
   lastSeenAt: number;
@@ -103,7 +105,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const authEnabled = options.authTokens !== undefined;
 
   const closeSession = (sessionId: string) => {
-    if (!sessions.delete(sessionId)) return;
+    const session = sessions.get(sessionId);
+    if (!session) return;
+    sessions.delete(sessionId);
+    session.events.release();
     router.retireSession(sessionId);
     metrics.sessions.set(sessions.size);
     log.debug({ sessionId }, 'session closed');
@@ -161,6 +166,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     () => {
       const cutoff = Date.now() - options.sessionIdleMs;
       for (const [sessionId, session] of sessions) {
+        session.events.prune();
         if (session.openResponses > 0 || session.lastSeenAt > cutoff) continue;
         log.info({ sessionId, idleMs: options.sessionIdleMs }, 'closing idle session');
         closeSession(sessionId);
@@ -177,13 +183,18 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         return;
       }
       const sessionId = randomUUID();
+      const events = new SessionEventStore({
+        ttlMs: options.eventTtlMs,
+        onResize: (delta) => metrics.sseEventBytes.inc(delta),
+      });
       const transport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => sessionId,
-        eventStore: new RedisEventStore(redis, keys, sessionId, options.eventTtlMs),
+        eventStore: events,
         onsessioninitialized: (id) => {
           sessions.set(id, {
             transport,
             server,
+            events,
             principal: principalOf(req),
             lastSeenAt: Date.now(),
             openResponses: 0,
