@@ -10,6 +10,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
+  FAIL_FAST_REDIS_OPTIONS,
   RedisTaskStore,
   createKeys,
   createLogger,
@@ -66,28 +67,30 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
-  // Commands fail fast while Redis is away (a JSON-RPC error, never a hung request); the subscriber waits it out.
-  const redis = createRedis(redisUrl, { maxRetriesPerRequest: 2 });
+  // Commands fail fast while Redis is away (a JSON-RPC error within ~2 s, never a hung request); the subscriber waits
+  // it out. BullMQ gets a connection of its own, so its scripts and traffic stay off the command connection.
+  const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
+  const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
   const subscriber = createRedis(redisUrl);
-  // Until both connections are up, connection errors belong to the one-line startup error, not to the log.
+  const connections = { redis, queue: queueRedis, subscriber };
+  // Until every connection is up, connection errors belong to the one-line startup error, not to the log.
   const quiet = () => undefined;
-  redis.on('error', quiet);
-  subscriber.on('error', quiet);
+  for (const client of Object.values(connections)) client.on('error', quiet);
   try {
-    await Promise.all([waitForRedis(redis), waitForRedis(subscriber)]);
+    await Promise.all(Object.values(connections).map((client) => waitForRedis(client)));
   } catch (error) {
-    redis.disconnect();
-    subscriber.disconnect();
+    for (const client of Object.values(connections)) client.disconnect();
     throw error;
   }
-  redis.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis error'));
-  subscriber.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
+  for (const [connection, client] of Object.entries(connections)) {
+    client.off('error', quiet).on('error', (error) => log.warn({ err: error, connection }, 'redis error'));
+  }
 
   const metrics = new GatewayMetrics();
   const store = new RedisTaskStore(redis, keys);
   const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
-  const dispatcher = new JobDispatcher(redis, keys, log);
+  const dispatcher = new JobDispatcher(queueRedis, keys, log);
   const router = new TaskRouter(subscriber, store, keys, log, metrics, {
     gatewayId,
     progressIntervalMs: options.progressIntervalMs,
@@ -260,7 +263,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         await closed;
         router.close();
         await dispatcher.close();
-        await redis.quit().catch(() => redis.disconnect());
+        await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
         log.info({ gatewayId }, 'gateway stopped');
       })()),
   };
