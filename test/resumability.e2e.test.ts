@@ -5,7 +5,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import {
+  ROOT,
+  readMetric,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
 import { RawSession, type SseEvent } from './helpers/raw-mcp.js';
 
 let redis: TestRedis;
@@ -82,5 +89,33 @@ describe('§9 session event store (resumability)', () => {
     await resumed.done;
     expect(progressOf(first.events, 'resume-1')).toEqual([1, 2, 3]);
     expect(progressOf(resumed.events, 'resume-1')).toEqual([4, 5, 6]);
+    expect(await session.close()).toBe(200);
+  });
+
+  it('keeps the events in the gateway, not in Redis, and releases them when the session closes', async () => {
+    const session = await RawSession.open(gateway.url);
+    const stream = session.openGetStream();
+    const gate = `${prefix}:gate:release`;
+    const created = await session.request('tools/call', {
+      name: 'gated',
+      arguments: { gate },
+      task: { ttl: 60_000 },
+      _meta: { progressToken: 'release-1' },
+    });
+    const taskId = created.result?.task?.taskId as string;
+    await r.rpush(gate, JSON.stringify({ progress: 1, total: 1 }), JSON.stringify({ done: true }));
+    await waitFor(async () => (await session.request('tasks/get', { taskId })).result?.status === 'completed');
+    await waitFor(() => progressOf(stream.events, 'release-1').includes(1));
+    expect(await readMetric(gateway.url, 'taskrelay_sse_event_store_bytes')).toBeGreaterThan(0);
+    // Nothing of the SSE traffic reached Redis: only the task's own keys carry the prefix.
+    const keys = await r.keys(`${prefix}:*`);
+    expect(keys.filter((k) => k.includes(':stream:'))).toEqual([]);
+
+    expect(await session.close()).toBe(200);
+    stream.close();
+    await stream.done;
+    await waitFor(async () => (await readMetric(gateway.url, 'taskrelay_sse_event_store_bytes')) === 0, {
+      message: 'the closed session still holds its events',
+    });
   });
 });

@@ -48,6 +48,13 @@ export class RawSession {
     });
   }
 
+  /** Ends the session (DELETE); returns the HTTP status. */
+  async close(): Promise<number> {
+    const res = await fetch(this.url, { method: 'DELETE', headers: this.headers() });
+    await res.body?.cancel();
+    return res.status;
+  }
+
   /** Sends a request and returns its JSON-RPC response (read from the SSE or JSON body). */
   async request(method: string, params: unknown): Promise<{ result?: any; error?: { code: number; message: string } }> {
     const id = this.nextId++;

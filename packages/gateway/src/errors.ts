@@ -2,7 +2,7 @@
  * The gateway's wire edge: the only place a taskrelay error code becomes a JSON-RPC number.
  */
 import { ErrorCode as JsonRpcCode, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { TaskrelayError, type ErrorCode } from '@taskrelay/shared';
+import { TaskrelayError, isRedisUnavailableError, type ErrorCode } from '@taskrelay/shared';
 
 const JSON_RPC_CODES: Partial<Record<ErrorCode, number>> = {
   TASK_NOT_FOUND: JsonRpcCode.InvalidParams,
@@ -11,19 +11,38 @@ const JSON_RPC_CODES: Partial<Record<ErrorCode, number>> = {
   INVALID_ARGUMENTS: JsonRpcCode.InvalidParams,
 };
 
+/**
+ * A JSON-RPC error as the client should read it. The SDK puts `error.message` on the wire, and McpError's message is
+ * prefixed `MCP error <code>: ` (which the client's McpError adds again): this one sends the message alone.
+ */
+export class WireError extends McpError {
+  constructor(code: number, message: string, data?: unknown) {
+    super(code, message, data);
+    this.message = message;
+  }
+}
+
 /** JSON-RPC -32601: the spec's answer to a taskSupport mismatch. */
-export class TaskSupportError extends McpError {
+export class TaskSupportError extends WireError {
   constructor(message: string) {
     super(JsonRpcCode.MethodNotFound, message);
   }
 }
 
+/** What every request that needs Redis answers while Redis is unreachable (CONTRACT §4). */
+export function taskStoreUnavailable(): WireError {
+  return new WireError(JsonRpcCode.InternalError, 'Task store unavailable: Redis is not answering; retry shortly', {
+    code: 'REDIS_UNAVAILABLE' satisfies ErrorCode,
+  });
+}
+
 export function toMcpError(error: unknown): McpError {
   if (error instanceof McpError) return error;
+  if (isRedisUnavailableError(error)) return taskStoreUnavailable();
   if (error instanceof TaskrelayError) {
-    return new McpError(JSON_RPC_CODES[error.code] ?? JsonRpcCode.InternalError, error.message, { code: error.code });
+    return new WireError(JSON_RPC_CODES[error.code] ?? JsonRpcCode.InternalError, error.message, { code: error.code });
   }
-  return new McpError(JsonRpcCode.InternalError, error instanceof Error ? error.message : String(error));
+  return new WireError(JsonRpcCode.InternalError, error instanceof Error ? error.message : String(error));
 }
 
 export function taskNotFound(taskId: string): TaskrelayError {

@@ -10,6 +10,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
+  FAIL_FAST_REDIS_OPTIONS,
   RedisTaskStore,
   createKeys,
   createLogger,
@@ -20,7 +21,7 @@ import {
   type Logger,
 } from '@taskrelay/shared';
 import { ToolCatalog } from './catalog.js';
-import { RedisEventStore } from './event-store.js';
+import { SessionEventStore } from './event-store.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
@@ -51,6 +52,8 @@ export interface GatewayHandle {
 interface Session {
   transport: StreamableHTTPServerTransport;
   server: Server;
+  /** SSE events kept for Last-Event-ID resumption; released when the session closes. */
+  events: SessionEventStore;
   principal: string;
   /** Last time a request for this session arrived or one of its streams closed. */
   lastSeenAt: number;
@@ -65,22 +68,24 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
-  // Commands fail fast while Redis is away (a JSON-RPC error, never a hung request); the subscriber waits it out.
-  const redis = createRedis(redisUrl, { maxRetriesPerRequest: 2 });
+  // Commands fail fast while Redis is away (a JSON-RPC error within ~2 s, never a hung request); the subscriber waits
+  // it out. BullMQ gets a connection of its own, so its scripts and traffic stay off the command connection.
+  const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
+  const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
   const subscriber = createRedis(redisUrl);
-  // Until both connections are up, connection errors belong to the one-line startup error, not to the log.
+  const connections = { redis, queue: queueRedis, subscriber };
+  // Until every connection is up, connection errors belong to the one-line startup error, not to the log.
   const quiet = () => undefined;
-  redis.on('error', quiet);
-  subscriber.on('error', quiet);
+  for (const client of Object.values(connections)) client.on('error', quiet);
   try {
-    await Promise.all([waitForRedis(redis), waitForRedis(subscriber)]);
+    await Promise.all(Object.values(connections).map((client) => waitForRedis(client)));
   } catch (error) {
-    redis.disconnect();
-    subscriber.disconnect();
+    for (const client of Object.values(connections)) client.disconnect();
     throw error;
   }
-  redis.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis error'));
-  subscriber.off('error', quiet).on('error', (error) => log.warn({ err: error }, 'redis subscriber error'));
+  for (const [connection, client] of Object.entries(connections)) {
+    client.off('error', quiet).on('error', (error) => log.warn({ err: error, connection }, 'redis error'));
+  }
 
   const metrics = new GatewayMetrics();
   const store = new RedisTaskStore(redis, keys, {
@@ -90,7 +95,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   });
   const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
-  const dispatcher = new JobDispatcher(redis, keys, log);
+  const dispatcher = new JobDispatcher(queueRedis, keys, log);
   const router = new TaskRouter(
     subscriber,
     (channel, message) => redis.publish(channel, message),
@@ -119,7 +124,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const authEnabled = options.authTokens !== undefined;
 
   const closeSession = (sessionId: string) => {
-    if (!sessions.delete(sessionId)) return;
+    const session = sessions.get(sessionId);
+    if (!session) return;
+    sessions.delete(sessionId);
+    session.events.release();
     router.retireSession(sessionId);
     metrics.sessions.set(sessions.size);
     log.debug({ sessionId }, 'session closed');
@@ -177,6 +185,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     () => {
       const cutoff = Date.now() - options.sessionIdleMs;
       for (const [sessionId, session] of sessions) {
+        session.events.prune();
         if (session.openResponses > 0 || session.lastSeenAt > cutoff) continue;
         log.info({ sessionId, idleMs: options.sessionIdleMs }, 'closing idle session');
         closeSession(sessionId);
@@ -193,13 +202,18 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         return;
       }
       const sessionId = randomUUID();
+      const events = new SessionEventStore({
+        ttlMs: options.eventTtlMs,
+        onResize: (delta) => metrics.sseEventBytes.inc(delta),
+      });
       const transport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => sessionId,
-        eventStore: new RedisEventStore(redis, keys, sessionId, options.eventTtlMs),
+        eventStore: events,
         onsessioninitialized: (id) => {
           sessions.set(id, {
             transport,
             server,
+            events,
             principal: principalOf(req),
             lastSeenAt: Date.now(),
             openResponses: 0,
@@ -266,7 +280,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         await closed;
         router.close();
         await dispatcher.close();
-        await redis.quit().catch(() => redis.disconnect());
+        await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
         log.info({ gatewayId }, 'gateway stopped');
       })()),
   };

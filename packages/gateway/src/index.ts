@@ -1,2 +1,2 @@
 export { startGateway, GATEWAY_VERSION, type StartGatewayOptions, type GatewayHandle } from './gateway.js';
-export { RedisEventStore } from './event-store.js';
+export { SessionEventStore, MAX_SESSION_EVENT_BYTES, type SessionEventStoreOptions } from './event-store.js';

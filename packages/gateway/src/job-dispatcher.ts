@@ -3,20 +3,47 @@
  */
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { CancelReason, CancelRequest, JobData, Keys, Logger } from '@taskrelay/shared';
+import {
+  TaskrelayError,
+  type CancelReason,
+  type CancelRequest,
+  type JobData,
+  type Keys,
+  type Logger,
+} from '@taskrelay/shared';
 import type { CatalogTool } from './catalog.js';
+
+/** Events BullMQ keeps per queue (its `events` stream): nothing of ours reads them, so a short tail is enough. */
+const QUEUE_EVENTS_MAX_LEN = 1_000;
+
+export interface JobDispatcherOptions {
+  /**
+   * How long a queue that was never connected may take to become ready before the call fails as "task store
+   * unavailable" (BullMQ would otherwise wait for Redis indefinitely). Default 2000 ms.
+   */
+  readyTimeoutMs?: number;
+}
 
 export class JobDispatcher {
   private readonly queues = new Map<string, Queue>();
+  private readonly readyTimeoutMs: number;
 
+  /**
+   * @param connection the dispatcher's own connection (fail-fast options, see `FAIL_FAST_REDIS_OPTIONS`), shared by its
+   *   queues, so BullMQ's scripts and traffic stay off the gateway's command connection. The caller closes it.
+   */
   constructor(
-    private readonly redis: Redis,
+    private readonly connection: Redis,
     private readonly keys: Keys,
     private readonly log: Logger,
-  ) {}
+    options: JobDispatcherOptions = {},
+  ) {
+    this.readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
+  }
 
   async enqueue(tool: CatalogTool, data: JobData): Promise<void> {
-    await this.queue(tool.queue).add(tool.name, data, {
+    const queue = await this.ready(tool.queue);
+    await queue.add(tool.name, data, {
       jobId: data.taskId,
       attempts: tool.attempts ?? 1,
       ...(tool.backoff === undefined
@@ -35,12 +62,12 @@ export class JobDispatcher {
   async cancel(taskId: string, queueName: string, reason: CancelReason): Promise<void> {
     try {
       // One script: removes the job unless a worker holds its lock (then the worker sees the cancel instead).
-      await this.queue(queueName).remove(taskId);
+      await (await this.ready(queueName)).remove(taskId);
     } catch (error) {
       this.log.debug({ taskId, err: error }, 'job not removed from queue');
     }
     const message: CancelRequest = { taskId, reason };
-    await this.redis.publish(this.keys.cancelChannel, JSON.stringify(message));
+    await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
   }
 
   async close(): Promise<void> {
@@ -48,10 +75,32 @@ export class JobDispatcher {
     this.queues.clear();
   }
 
+  /** The queue, once BullMQ has set it up; a queue first used while Redis is away fails fast instead of waiting. */
+  private async ready(name: string): Promise<Queue> {
+    const queue = this.queue(name);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(
+        () => reject(new TaskrelayError('REDIS_UNAVAILABLE', `Queue ${name} could not connect to Redis`)),
+        this.readyTimeoutMs,
+      );
+    });
+    try {
+      await Promise.race([queue.waitUntilReady(), timedOut]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return queue;
+  }
+
   private queue(name: string): Queue {
     let queue = this.queues.get(name);
     if (!queue) {
-      queue = new Queue(this.keys.queueName(name), { connection: this.redis, prefix: this.keys.bullPrefix });
+      queue = new Queue(this.keys.queueName(name), {
+        connection: this.connection,
+        prefix: this.keys.bullPrefix,
+        streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
+      });
       queue.on('error', (error) => this.log.warn({ err: error, queue: name }, 'queue error'));
       this.queues.set(name, queue);
     }

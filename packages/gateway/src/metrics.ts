@@ -47,6 +47,11 @@ export class GatewayMetrics {
     help: 'Running tasks whose progress this gateway forwards.',
     registers: [this.registry],
   });
+  readonly sseEventBytes = new Gauge({
+    name: 'taskrelay_sse_event_store_bytes',
+    help: 'Bytes of SSE events held in memory for Last-Event-ID resumption, over all sessions.',
+    registers: [this.registry],
+  });
   readonly callDuration = new Histogram({
     name: 'taskrelay_tool_call_seconds',
     help: 'Duration of plain (blocking) tools/call requests.',

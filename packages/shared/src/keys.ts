@@ -29,8 +29,6 @@ export interface Keys {
   readonly gatewayChannelSuffix: string;
   /** Channel: cancel wake-ups for workers. */
   readonly cancelChannel: string;
-  /** Stream of one SSE stream's events (the Redis event store, being replaced by an in-memory one). */
-  eventStream(streamId: string): string;
   /** BullMQ `prefix` option. */
   readonly bullPrefix: string;
   /** BullMQ queue name for a worker pool. */
@@ -61,7 +59,6 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     gatewayChannelSuffix,
     gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,
     cancelChannel: `${prefix}:cancel`,
-    eventStream: (streamId) => `${prefix}:stream:${streamId}`,
     bullPrefix: prefix,
     queueName,
     bullQueueKeyPrefix,

@@ -1,0 +1,72 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import getPort from 'get-port';
+import { ReplyError } from 'ioredis';
+import { TaskrelayError } from '../src/errors.js';
+import { FAIL_FAST_REDIS_OPTIONS, createRedis, isRedisUnavailableError, type Redis } from '../src/redis.js';
+
+const clients: Redis[] = [];
+const servers: Server[] = [];
+const sockets: Socket[] = [];
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) client.disconnect();
+  for (const socket of sockets.splice(0)) socket.destroy();
+  await Promise.all(servers.splice(0).map((server) => new Promise((resolve) => server.close(resolve))));
+});
+
+function failFastClient(port: number, options: Parameters<typeof createRedis>[1] = {}): Redis {
+  const client = createRedis(`redis://127.0.0.1:${port}`, { ...FAIL_FAST_REDIS_OPTIONS, ...options });
+  client.on('error', () => undefined);
+  clients.push(client);
+  return client;
+}
+
+const rejection = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+
+describe('what counts as Redis being unavailable', () => {
+  it('recognises what ioredis rejects with when nothing listens', async () => {
+    const client = failFastClient(await getPort({ host: '127.0.0.1' }));
+    const error = await rejection(client.get('k'));
+    expect(error).toBeInstanceOf(Error);
+    expect(isRedisUnavailableError(error)).toBe(true);
+  });
+
+  it('recognises a command that got no answer in time', async () => {
+    // Accepts connections and never answers: a Redis host that hangs.
+    const server = createServer((socket) => {
+      sockets.push(socket);
+      socket.on('error', () => undefined);
+    });
+    servers.push(server);
+    const port = await getPort({ host: '127.0.0.1' });
+    await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+    const client = failFastClient(port, { enableReadyCheck: false, commandTimeout: 100 });
+    const error = await rejection(client.get('k'));
+    expect((error as Error).message).toMatch(/timed out/);
+    expect(isRedisUnavailableError(error)).toBe(true);
+  });
+
+  it('recognises a connection that was closed', async () => {
+    const client = failFastClient(await getPort({ host: '127.0.0.1' }), { lazyConnect: true });
+    client.disconnect();
+    expect(isRedisUnavailableError(await rejection(client.get('k')))).toBe(true);
+  });
+
+  it('looks through causes and aggregates, and says no to errors Redis answered with', () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
+    expect(isRedisUnavailableError(new Error('Could not enqueue the job', { cause: refused }))).toBe(true);
+    expect(isRedisUnavailableError(new AggregateError([new Error('x'), refused]))).toBe(true);
+    expect(isRedisUnavailableError(new TaskrelayError('REDIS_UNAVAILABLE', 'down'))).toBe(true);
+
+    expect(isRedisUnavailableError(new ReplyError('ERR wrong number of arguments'))).toBe(false);
+    expect(isRedisUnavailableError(new TaskrelayError('TASK_NOT_FOUND', 'Task not found: x'))).toBe(false);
+    expect(isRedisUnavailableError(new Error('boom'))).toBe(false);
+    expect(isRedisUnavailableError('Connection is closed')).toBe(false);
+    expect(isRedisUnavailableError(undefined)).toBe(false);
+  });
+});
