@@ -8,9 +8,11 @@ import {
   JobDataSchema,
   NonRetryableError,
   RedisTaskStore,
+  TaskrelayError,
   createKeys,
   createLogger,
   createRedis,
+  isRedisUnavailableError,
   isTerminal,
   parseMessage,
   serializeError,
@@ -334,6 +336,14 @@ class TaskWorker {
     controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
     try {
       await this.runJob(job, token, taskId, controller, log);
+    } catch (error) {
+      // Redis went away while this run recorded its start or its outcome: not the tool's fault, so no attempt is
+      // used. The job goes back (or, with Redis still away, returns to the queue when its lock expires).
+      if (error instanceof TaskrelayError && error.code === 'REDIS_UNAVAILABLE') {
+        log.warn({ err: error.cause }, 'Redis unreachable while recording the run; handing the job back');
+        return await this.putBack(job, token, log, 'LOCK_LOST');
+      }
+      throw error;
     } finally {
       signal?.removeEventListener('abort', forward);
       clearTimeout(entry.graceTimer);
@@ -358,7 +368,7 @@ class TaskWorker {
     // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
     const deadlineAt =
       Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.options.lockDurationMs + queueTimeoutMs;
-    const started = await this.store.startRun(taskId, lock, attempt, deadlineAt);
+    const started = await bookkeeping(this.store.startRun(taskId, lock, attempt, deadlineAt));
     if (started.lockLost) {
       log.warn('job lock already lost at start; tool not run');
       throw new DelayedError();
@@ -490,7 +500,7 @@ class TaskWorker {
       if (result) {
         await ctx.flushProgress();
         ctx.close();
-        const written = await this.store.transition(taskId, 'completed', { result }, { lock });
+        const written = await bookkeeping(this.store.transition(taskId, 'completed', { result }, { lock }));
         if (written.ok) log.info('task completed');
         else if (written.lockLost) this.lostWhileWriting(log, 'result');
         else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
@@ -539,7 +549,9 @@ class TaskWorker {
     cause?: unknown,
   ): Promise<void> {
     const result: ToolResult = { content: [{ type: 'text', text: message }], isError: true };
-    const written = await this.store.transition(taskId, 'failed', { statusMessage: message, result, error }, { lock });
+    const written = await bookkeeping(
+      this.store.transition(taskId, 'failed', { statusMessage: message, result, error }, { lock }),
+    );
     if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
     else if (written.lockLost) this.lostWhileWriting(log, 'failure');
     else
@@ -548,11 +560,13 @@ class TaskWorker {
 
   /** The gateway cancels the task before it publishes; this only covers an abort that did not come from it. */
   private async ensureCancelled(taskId: string, lock: JobLock, log: Logger): Promise<void> {
-    const written = await this.store.transition(
-      taskId,
-      'cancelled',
-      { cancelReason: 'CLIENT_CANCELLED', statusMessage: 'Cancelled' },
-      { lock },
+    const written = await bookkeeping(
+      this.store.transition(
+        taskId,
+        'cancelled',
+        { cancelReason: 'CLIENT_CANCELLED', statusMessage: 'Cancelled' },
+        { lock },
+      ),
     );
     if (written.ok) log.info('task was not terminal; marked cancelled');
     else if (written.lockLost) this.lostWhileWriting(log, 'cancel');
@@ -742,6 +756,18 @@ function isNonRetryable(error: unknown): boolean {
 /** Runs started for the job, this one included (BullMQ counts every move to active). */
 function attemptOf(job: Job<unknown, void>): number {
   return Math.max(1, job.attemptsStarted || job.attemptsMade + 1);
+}
+
+/** Marks a failure of the worker's own Redis bookkeeping (as opposed to the tool's) as REDIS_UNAVAILABLE. */
+async function bookkeeping<T>(write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    if (isRedisUnavailableError(error)) {
+      throw new TaskrelayError('REDIS_UNAVAILABLE', 'Redis is unreachable', { cause: error });
+    }
+    throw error;
+  }
 }
 
 function minDefined(a: number | undefined, b: number | undefined): number | undefined {
