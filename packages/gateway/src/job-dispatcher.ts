@@ -49,9 +49,10 @@ export class JobDispatcher {
       ...(tool.backoff === undefined
         ? {}
         : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
-      // The task hash holds the result; the job is only the work item.
+      // The task hash holds the result; the job is only the work item. Failed ones (cancels included) stay a little
+      // while for inspection, bounded per queue (bounded Redis, issue 9).
       removeOnComplete: true,
-      removeOnFail: { age: 24 * 3600, count: 10_000 },
+      removeOnFail: { age: 3600, count: 1_000 },
     });
   }
 
