@@ -158,13 +158,20 @@ export class TaskRouter {
     });
     aborted.catch(() => undefined);
     let timer: NodeJS.Timeout | undefined;
+    // A task this gateway routes is not terminal yet (its route goes at the terminal event): the first read can wait
+    // for that event, saving a round trip on the common path (tools/call then tasks/result on the same gateway).
+    const routed = this.routes.get(taskId)?.record;
+    let read = routed === undefined || (authorize !== undefined && !authorize(routed));
     try {
       for (;;) {
         // Armed before the read, so a status event arriving during it is not missed.
         const woken = new Promise<void>((resolve) => (wake = resolve));
-        const record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
-        if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
-        if (isTerminal(record.status)) return record;
+        if (read) {
+          const record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
+          if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
+          if (isTerminal(record.status)) return record;
+        }
+        read = true;
         await Promise.race([
           woken,
           new Promise<void>((resolve) => (timer = setTimeout(resolve, this.fallbackPollMs))),

@@ -258,4 +258,15 @@ describe('§10 waiting for a task', () => {
     await expect(waiting).resolves.toMatchObject({ status: 'completed' });
     await expect(router.waitForTerminal('w1', { authorize: () => false })).rejects.toThrow(/not found/);
   });
+
+  it('waits for the terminal event of a task it routes without reading it first, then reads it once', async () => {
+    route('w1', 'tok');
+    watch.mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'completed' });
+    const waiting = router.waitForTerminal('w1', { authorize: () => true });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(watch).not.toHaveBeenCalled();
+    sub.status('w1', 'completed');
+    await expect(waiting).resolves.toMatchObject({ status: 'completed' });
+    expect(watch).toHaveBeenCalledTimes(1);
+  });
 });
