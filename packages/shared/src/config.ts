@@ -79,6 +79,7 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_TOOL_TIMEOUT_MS: int(1, 30 * 86_400_000).default(86_400_000),
   TASKRELAY_EVENT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),
+  GATEWAY_SHUTDOWN_GRACE_MS: int(0, 3_600_000).default(10_000),
 });
 
 const workerEnvSchema = z.object({
@@ -123,6 +124,11 @@ export interface GatewayConfig extends CommonConfig {
   eventTtlMs: number;
   /** A session with no open stream and no request for this long is closed (its tasks live on). */
   sessionIdleMs: number;
+  /**
+   * On SIGTERM/SIGINT, how long plain calls in flight may finish before they are ended with `GATEWAY_SHUTDOWN`.
+   * Default 10000 ms.
+   */
+  shutdownGraceMs: number;
 }
 
 export interface WorkerConfig extends CommonConfig {
@@ -174,6 +180,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxToolTimeoutMs: p.TASKRELAY_MAX_TOOL_TIMEOUT_MS,
     eventTtlMs: p.TASKRELAY_EVENT_TTL_MS,
     sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
+    shutdownGraceMs: p.GATEWAY_SHUTDOWN_GRACE_MS,
   };
 }
 
