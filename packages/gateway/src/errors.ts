@@ -36,6 +36,24 @@ export function taskStoreUnavailable(): WireError {
   });
 }
 
+/** A plain call still running when the drain's grace ran out: its task was cancelled with `GATEWAY_SHUTDOWN`. */
+export function callEndedByShutdown(): WireError {
+  return new WireError(
+    JsonRpcCode.InternalError,
+    'Gateway shut down before the call finished; the call was cancelled (GATEWAY_SHUTDOWN)',
+    { code: 'GATEWAY_SHUTDOWN' satisfies ErrorCode },
+  );
+}
+
+/** A `tasks/result` wait on a draining gateway: the task goes on, and any gateway can be asked again. */
+export function waitEndedByShutdown(): WireError {
+  return new WireError(
+    JsonRpcCode.InternalError,
+    'Gateway is shutting down; the task goes on: ask for its result again (another gateway can answer)',
+    { code: 'GATEWAY_SHUTDOWN' satisfies ErrorCode },
+  );
+}
+
 export function toMcpError(error: unknown): McpError {
   if (error instanceof McpError) return error;
   if (isRedisUnavailableError(error)) return taskStoreUnavailable();

@@ -22,6 +22,7 @@ import {
 } from '@taskrelay/shared';
 import { ToolCatalog } from './catalog.js';
 import { SessionEventStore } from './event-store.js';
+import { waitEndedByShutdown } from './errors.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
@@ -31,6 +32,9 @@ import { TaskRouter } from './task-router.js';
 import { TaskService } from './task-service.js';
 
 export const GATEWAY_VERSION = '0.1.0';
+
+/** After the drain ended the calls still running, how long they get to send their error before connections close. */
+const ENDED_CALLS_ANSWER_MS = 5_000;
 
 export interface StartGatewayOptions extends GatewayConfig {
   /** Default: a pino logger at `logLevel`. */
@@ -46,6 +50,12 @@ export interface GatewayHandle {
   readonly url: string;
   readonly port: number;
   readonly gatewayId: string;
+  /**
+   * Drains, then stops (PROTOCOL.md §11): accepts nothing new (the listener closes; a request on a kept-alive
+   * connection gets 503), ends pending `tasks/result` waits at once (their tasks go on), lets plain calls in flight
+   * finish for `shutdownGraceMs`, then cancels those still running with `GATEWAY_SHUTDOWN` and answers them with an
+   * error. Tasks are never cancelled by a drain. Idempotent.
+   */
   close(): Promise<void>;
 }
 
@@ -119,7 +129,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   });
   const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
   reaper.start();
-  const inflight = new InflightCalls();
+  // The drain waits, without polling, for the requests and plain calls in flight to settle.
+  let onSettled: (() => void) | undefined;
+  const settled = () => onSettled?.();
+  const inflight = new InflightCalls(settled);
+  /** /mcp POST responses not yet finished: the requests in flight. */
+  const posts = new Set<Response>();
+  let draining = false;
+  const drain = new AbortController();
   const sessions = new Map<string, Session>();
   const authEnabled = options.authTokens !== undefined;
 
@@ -135,6 +152,17 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
 
   const app = express();
   app.disable('x-powered-by');
+  // Once draining, only connections kept alive from before get here: every answer closes its connection.
+  app.use((req, res, next) => {
+    if (!draining) return next();
+    res.setHeader('Connection', 'close');
+    if (req.path === '/healthz') return next();
+    if (req.path === '/readyz') {
+      res.status(503).json({ status: 'shutting down' });
+      return;
+    }
+    jsonRpcError(res, 503, -32000, 'Gateway is shutting down');
+  });
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -196,6 +224,13 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   ).unref();
 
   app.post('/mcp', async (req: AuthedRequest, res: Response) => {
+    posts.add(res);
+    metrics.requestsInFlight.set(posts.size);
+    res.on('close', () => {
+      posts.delete(res);
+      metrics.requestsInFlight.set(posts.size);
+      settled();
+    });
     if (req.header('mcp-session-id') === undefined) {
       if (!isInitializeRequest(req.body)) {
         jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
@@ -224,7 +259,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         onsessionclosed: (id) => closeSession(id),
       });
       transport.onclose = () => closeSession(sessionId);
-      const server = createSessionServer({ service, metrics, authEnabled, version: GATEWAY_VERSION, inflight });
+      const server = createSessionServer({
+        service,
+        metrics,
+        authEnabled,
+        version: GATEWAY_VERSION,
+        inflight,
+        drainSignal: drain.signal,
+      });
       server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
       await server.connect(transport);
       await transport.handleRequest(req, res, req.body);
@@ -265,6 +307,21 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const url = `http://${hostForUrl}:${port}/mcp`;
   log.info({ url, gatewayId, auth: authEnabled }, 'gateway listening');
 
+  /** Resolves true once no request or plain call is in flight, false if `ms` pass first. */
+  const settle = (ms: number) =>
+    new Promise<boolean>((resolve) => {
+      const finish = (done: boolean) => {
+        clearTimeout(timer);
+        onSettled = undefined;
+        resolve(done);
+      };
+      const timer = setTimeout(() => finish(false), ms);
+      onSettled = () => {
+        if (posts.size === 0 && inflight.size === 0) finish(true);
+      };
+      onSettled();
+    });
+
   let closing: Promise<void> | undefined;
   return {
     url,
@@ -272,9 +329,25 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     gatewayId,
     close: () =>
       (closing ??= (async () => {
+        draining = true;
         clearInterval(idleSweep);
         await reaper.stop();
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+        http.closeIdleConnections();
+        log.info(
+          { gatewayId, graceMs: options.shutdownGraceMs, calls: inflight.size, requests: posts.size },
+          'draining: accepting no new requests',
+        );
+        // A tasks/result wait could last as long as its task: it ends now, and the client asks another gateway.
+        drain.abort(waitEndedByShutdown());
+        if (!(await settle(options.shutdownGraceMs))) {
+          log.info({ calls: inflight.size }, 'grace period over; ending the calls still running (GATEWAY_SHUTDOWN)');
+        }
+        // Even with none left: from here on a closing stream or transport is not a client's cancel.
+        await inflight.endAll();
+        if (!(await settle(ENDED_CALLS_ANSWER_MS))) {
+          log.warn({ calls: inflight.size, requests: posts.size }, 'requests still open after the drain; closing them');
+        }
         await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
         http.closeAllConnections();
         await closed;

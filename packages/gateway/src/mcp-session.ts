@@ -17,7 +17,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, type ProgressToken } from '@taskrelay/shared';
-import { toMcpError } from './errors.js';
+import { callEndedByShutdown, toMcpError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
@@ -48,6 +48,8 @@ export interface SessionServerOptions {
   authEnabled: boolean;
   version: string;
   inflight: InflightCalls;
+  /** Aborted when the gateway starts draining: pending `tasks/result` waits end (their tasks go on). */
+  drainSignal: AbortSignal;
 }
 
 type Extra = { authInfo?: { clientId: string } | undefined; sessionId?: string | undefined };
@@ -125,6 +127,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
         return { task: renderTask(record) };
       }
 
+      // The drain is already ending calls: do not start one only to cancel it.
+      if (options.inflight.ending) throw callEndedByShutdown();
       const started = Date.now();
       const record = await service.start({
         tool,
@@ -136,15 +140,18 @@ export function createSessionServer(options: SessionServerOptions): Server {
         requestedTtlMs: undefined,
         sendProgress: (params) => extra.sendNotification({ method: 'notifications/progress', params }),
       });
-      const unregister = options.inflight.register(extra.sessionId, extra.requestId, () =>
-        service.cancelCall(record, 'stream-closed'),
-      );
+      const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
+        cancel: () => service.cancelCall(record, 'stream-closed'),
+        shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),
+      });
       try {
-        const done = await service.waitForCall(record, extra.signal);
+        // Whoever ended the task first is in its record: a result that won the race with the drain still goes out.
+        const done = await service.waitForCall(record, call.signal);
+        if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
         metrics.callDuration.observe({ tool: tool.name }, (Date.now() - started) / 1000);
         return renderResult(done);
       } finally {
-        unregister();
+        call.done();
       }
     }),
   );
@@ -156,9 +163,14 @@ export function createSessionServer(options: SessionServerOptions): Server {
   server.setRequestHandler(GetTaskPayloadRequestSchema, (request, extra) =>
     wire(async () => {
       const { taskId } = request.params;
-      const record = await service.waitForTerminal(taskId, principalOf(extra), extra.signal);
-      const result: CallToolResult = renderResult(record);
-      return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
+      const wait = eitherSignal(extra.signal, options.drainSignal);
+      try {
+        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal);
+        const result: CallToolResult = renderResult(record);
+        return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
+      } finally {
+        wait.dispose();
+      }
     }),
   );
 
@@ -180,26 +192,105 @@ export function createSessionServer(options: SessionServerOptions): Server {
   return server;
 }
 
+/** Aborted when either is, with that one's reason; `dispose` detaches it from both (the drain signal lives long). */
+function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; dispose: () => void } {
+  const controller = new AbortController();
+  const fromA = () => controller.abort(a.reason);
+  const fromB = () => controller.abort(b.reason);
+  const dispose = () => {
+    a.removeEventListener('abort', fromA);
+    b.removeEventListener('abort', fromB);
+  };
+  if (a.aborted) fromA();
+  else if (b.aborted) fromB();
+  else {
+    a.addEventListener('abort', fromA, { once: true });
+    b.addEventListener('abort', fromB, { once: true });
+  }
+  return { signal: controller.signal, dispose };
+}
+
+export interface InflightCallHandlers {
+  /** Cancels the call as its client's: its response stream closed before the response was written. */
+  cancel: () => Promise<void>;
+  /** Ends the call because the gateway is shutting down: its task is cancelled with `GATEWAY_SHUTDOWN`. */
+  shutdown: () => Promise<void>;
+}
+
+export interface TrackedCall {
+  /**
+   * The request's signal, until the gateway starts ending calls: from then on the SDK aborting every handler as it
+   * closes the transports is not the client cancelling.
+   */
+  readonly signal: AbortSignal;
+  /** The call has answered. */
+  done(): void;
+}
+
+interface Entry {
+  handlers: InflightCallHandlers;
+}
+
 /**
- * Plain calls in flight, by session and JSON-RPC id: the HTTP layer cancels one when its response stream closes
- * before the response was written (the newest spec treats that as cancellation; tasks are never in here).
+ * Plain calls in flight, by session and JSON-RPC id (tasks are never in here): the HTTP layer cancels one when its
+ * response stream closes before the response was written (the newest spec treats that as cancellation), and a
+ * draining gateway ends those still running when its grace period is over.
  */
 export class InflightCalls {
-  private readonly calls = new Map<string, () => Promise<void>>();
+  private readonly calls = new Map<string, Entry>();
+  private endingCalls = false;
 
-  register(sessionId: string | undefined, requestId: string | number, cancel: () => Promise<void>): () => void {
+  /** @param onSettled called each time a call leaves the table (the drain waits for it to empty). */
+  constructor(private readonly onSettled: () => void = () => undefined) {}
+
+  get size(): number {
+    return this.calls.size;
+  }
+
+  /** True once `endAll` ran: no call may start, none is cancelled as the client's. */
+  get ending(): boolean {
+    return this.endingCalls;
+  }
+
+  track(
+    sessionId: string | undefined,
+    requestId: string | number,
+    requestSignal: AbortSignal,
+    handlers: InflightCallHandlers,
+  ): TrackedCall {
     const key = inflightKey(sessionId, requestId);
-    this.calls.set(key, cancel);
-    return () => {
-      if (this.calls.get(key) === cancel) this.calls.delete(key);
+    const entry: Entry = { handlers };
+    const controller = new AbortController();
+    const follow = () => {
+      if (!this.endingCalls) controller.abort(requestSignal.reason);
+    };
+    if (requestSignal.aborted) follow();
+    else requestSignal.addEventListener('abort', follow, { once: true });
+    this.calls.set(key, entry);
+    // A call that got here after the drain ended the others (its task was still being created) ends too.
+    if (this.endingCalls) void handlers.shutdown();
+    return {
+      signal: controller.signal,
+      done: () => {
+        requestSignal.removeEventListener('abort', follow);
+        if (this.calls.get(key) !== entry) return;
+        this.calls.delete(key);
+        this.onSettled();
+      },
     };
   }
 
   cancel(sessionId: string | undefined, requestId: string | number): boolean {
-    const cancel = this.calls.get(inflightKey(sessionId, requestId));
-    if (!cancel) return false;
-    void cancel();
+    const entry = this.calls.get(inflightKey(sessionId, requestId));
+    if (!entry || this.endingCalls) return false;
+    void entry.handlers.cancel();
     return true;
+  }
+
+  /** Ends every call in flight with `GATEWAY_SHUTDOWN` and resolves once each is cancelled (state first). */
+  async endAll(): Promise<void> {
+    this.endingCalls = true;
+    await Promise.allSettled([...this.calls.values()].map((entry) => entry.handlers.shutdown()));
   }
 }
 

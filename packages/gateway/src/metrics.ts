@@ -52,6 +52,11 @@ export class GatewayMetrics {
     help: 'Bytes of SSE events held in memory for Last-Event-ID resumption, over all sessions.',
     registers: [this.registry],
   });
+  readonly requestsInFlight = new Gauge({
+    name: 'taskrelay_requests_in_flight',
+    help: 'MCP POST requests whose response is not finished yet (plain calls, tasks/result waits, ...).',
+    registers: [this.registry],
+  });
   readonly callDuration = new Histogram({
     name: 'taskrelay_tool_call_seconds',
     help: 'Duration of plain (blocking) tools/call requests.',

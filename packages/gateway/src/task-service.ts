@@ -6,6 +6,7 @@ import type { Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   TaskrelayError,
   isTerminal,
+  type CancelReason,
   type JobData,
   type Logger,
   type ProgressToken,
@@ -49,7 +50,7 @@ export interface StartTaskInput {
   sendStatus?: (task: Task) => Promise<void>;
 }
 
-export type CancelTrigger = 'tasks/cancel' | 'notifications/cancelled' | 'stream-closed';
+export type CancelTrigger = 'tasks/cancel' | 'notifications/cancelled' | 'stream-closed' | 'gateway-shutdown';
 
 export class TaskService {
   constructor(
@@ -203,16 +204,24 @@ export class TaskService {
   }
 
   /** Cancels a plain call's task; a no-op when it already ended. */
-  async cancelCall(record: TaskRecord, trigger: CancelTrigger): Promise<void> {
+  async cancelCall(
+    record: TaskRecord,
+    trigger: CancelTrigger,
+    reason: CancelReason = 'CLIENT_CANCELLED',
+  ): Promise<void> {
     try {
-      await this.applyCancel(record, trigger);
+      await this.applyCancel(record, trigger, reason);
     } catch (error) {
       this.log.warn({ taskId: record.taskId, err: error }, 'cancel of a plain call failed');
     }
   }
 
-  private async applyCancel(record: TaskRecord, trigger: CancelTrigger): Promise<TaskRecord | undefined> {
-    const statusMessage = 'Cancelled by the client';
+  private async applyCancel(
+    record: TaskRecord,
+    trigger: CancelTrigger,
+    reason: CancelReason = 'CLIENT_CANCELLED',
+  ): Promise<TaskRecord | undefined> {
+    const statusMessage = reason === 'GATEWAY_SHUTDOWN' ? 'Gateway shutting down' : 'Cancelled by the client';
     const now = new Date();
     // Another gateway routes this task's progress: it acks once it retired the route, and only then is the client
     // answered, so no progress notification can follow the answer (PROTOCOL.md §10.9).
@@ -223,7 +232,7 @@ export class TaskService {
       .transition(
         record.taskId,
         'cancelled',
-        { statusMessage, cancelReason: 'CLIENT_CANCELLED' },
+        { statusMessage, cancelReason: reason },
         remoteOwner ? { ackTo: this.config.gatewayId } : {},
         now,
       )
@@ -243,16 +252,16 @@ export class TaskService {
     this.metrics.tasksCancelled.inc({ trigger });
     this.metrics.tasksFinished.inc({ status: 'cancelled' });
     this.log.info(
-      { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason: 'CLIENT_CANCELLED' },
+      { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',
     );
-    await this.dispatcher.cancel(record.taskId, record.queue, 'CLIENT_CANCELLED');
+    await this.dispatcher.cancel(record.taskId, record.queue, reason);
     return {
       ...record,
       status: 'cancelled',
       statusMessage,
       lastUpdatedAt: now.toISOString(),
-      cancelReason: 'CLIENT_CANCELLED',
+      cancelReason: reason,
     };
   }
 }

@@ -81,6 +81,7 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),
   TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
   TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
+  GATEWAY_SHUTDOWN_GRACE_MS: int(0, 3_600_000).default(10_000),
 });
 
 const workerEnvSchema = z.object({
@@ -130,6 +131,11 @@ export interface GatewayConfig extends CommonConfig {
   reaperIntervalMs: number;
   /** How long a job may wait for a worker before the reaper fails its task. Default 1 h. */
   queueTimeoutMs: number;
+  /**
+   * On SIGTERM/SIGINT, how long plain calls in flight may finish before they are ended with `GATEWAY_SHUTDOWN`.
+   * Default 10000 ms.
+   */
+  shutdownGraceMs: number;
 }
 
 export interface WorkerConfig extends CommonConfig {
@@ -185,6 +191,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
     reaperIntervalMs: p.TASKRELAY_REAPER_INTERVAL_MS,
     queueTimeoutMs: p.TASKRELAY_QUEUE_TIMEOUT_MS,
+    shutdownGraceMs: p.GATEWAY_SHUTDOWN_GRACE_MS,
   };
 }
 

@@ -11,6 +11,7 @@ describe('configuration', () => {
       prefix: 'taskrelay',
       logLevel: 'info',
       progressIntervalMs: 50,
+      shutdownGraceMs: 10_000,
     });
     expect(g.authTokens).toBeUndefined();
     expect(g.allowedOrigins).toBeUndefined();
@@ -33,6 +34,10 @@ describe('configuration', () => {
       /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/,
     );
     expect(() => loadGatewayConfig({ LOG_LEVEL: 'loud' })).toThrow(/LOG_LEVEL must be one of/);
+    expect(() => loadGatewayConfig({ GATEWAY_SHUTDOWN_GRACE_MS: '-1' })).toThrow(
+      /GATEWAY_SHUTDOWN_GRACE_MS must be at least 0/,
+    );
+    expect(loadGatewayConfig({ GATEWAY_SHUTDOWN_GRACE_MS: '0' }).shutdownGraceMs).toBe(0);
   });
 
   it('never echoes auth tokens in its error', () => {
