@@ -9,6 +9,7 @@ import type { Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   Coalescer,
   GatewayEventSchema,
+  isRedisUnavailableError,
   isTerminal,
   parseMessage,
   type Keys,
@@ -162,15 +163,27 @@ export class TaskRouter {
     // for that event, saving a round trip on the common path (tools/call then tasks/result on the same gateway).
     const routed = this.routes.get(taskId)?.record;
     let read = routed === undefined || (authorize !== undefined && !authorize(routed));
+    let first = true;
     try {
       for (;;) {
         // Armed before the read, so a status event arriving during it is not missed.
         const woken = new Promise<void>((resolve) => (wake = resolve));
         if (read) {
-          const record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
-          if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
-          if (isTerminal(record.status)) return record;
+          let record: TaskRecord | undefined | null = null;
+          try {
+            record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
+          } catch (error) {
+            // Only the first read answers "unavailable": a wait already under way rides out an outage (the task
+            // may well finish meanwhile), and the next poll or the subscriber's reconnect picks it up again.
+            if (first || signal?.aborted || !isRedisUnavailableError(error)) throw error;
+            this.log.debug({ taskId, err: error }, 'task read failed during a wait; waiting on');
+          }
+          if (record !== null) {
+            if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
+            if (isTerminal(record.status)) return record;
+          }
         }
+        first = false;
         read = true;
         await Promise.race([
           woken,

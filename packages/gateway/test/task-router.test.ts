@@ -269,4 +269,17 @@ describe('§10 waiting for a task', () => {
     await expect(waiting).resolves.toMatchObject({ status: 'completed' });
     expect(watch).toHaveBeenCalledTimes(1);
   });
+
+  it('rides out a Redis outage once the wait is under way, but answers "unavailable" on the first read', async () => {
+    const down = () => Object.assign(new Error('Connection is closed.'), { name: 'Error' });
+    watch
+      .mockResolvedValueOnce(record('w1', 'tok'))
+      .mockRejectedValueOnce(down())
+      .mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'completed' });
+    const waiting = router.waitForTerminal('w1');
+    for (let i = 0; i < 3; i++) await vi.advanceTimersByTimeAsync(2_000);
+    await expect(waiting).resolves.toMatchObject({ status: 'completed' });
+    watch.mockRejectedValueOnce(down());
+    await expect(router.waitForTerminal('w2')).rejects.toThrow(/Connection is closed/);
+  });
 });

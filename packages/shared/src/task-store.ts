@@ -232,6 +232,29 @@ export class RedisTaskStore {
     return replies.map(([, value]) => asStatus(value));
   }
 
+  /**
+   * Why each of many tasks is no longer live, in one round trip: its status, and for a terminal one the cancel reason
+   * or error code (a worker's sweep turns these into the abort reason of a run it still has).
+   */
+  async endStates(
+    taskIds: readonly string[],
+  ): Promise<Array<{ status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string }>> {
+    if (taskIds.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of taskIds) pipeline.hmget(this.keys.task(id), 'status', 'cancelReason', 'error');
+    const replies = (await pipeline.exec()) ?? [];
+    return replies.map(([, value]) => {
+      const [status, cancelReason, error] = (value as Array<string | null> | null) ?? [];
+      const state: { status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string } = {
+        status: asStatus(status),
+      };
+      if (cancelReason) state.cancelReason = cancelReason as CancelReason;
+      const code = parseJson<SerializedError>(error ?? undefined)?.code;
+      if (code !== undefined) state.errorCode = code;
+      return state;
+    });
+  }
+
   /** Atomically moves a task to `to` if the state machine allows it from its current status. */
   async transition(
     taskId: string,

@@ -639,16 +639,17 @@ class TaskWorker {
     if (entries.length === 0) return;
     this.sweeping = true;
     try {
-      const statuses = await this.store.statuses(entries.map(([taskId]) => taskId));
+      const states = await this.store.endStates(entries.map(([taskId]) => taskId));
       entries.forEach(([taskId, entry], i) => {
-        const status = statuses[i];
-        if (status !== undefined && !isTerminal(status)) return;
+        const state = states[i];
+        if (state?.status !== undefined && !isTerminal(state.status)) return;
         if (this.running.get(taskId) !== entry || entry.controller.signal.aborted) return;
+        const reason = sweptReason(state);
         this.log.info(
-          { taskId, principal: entry.principal, status: status ?? 'missing', reason: 'CLIENT_CANCELLED' },
+          { taskId, principal: entry.principal, status: state?.status ?? 'missing', reason },
           'task no longer live; aborting tool',
         );
-        entry.controller.abort('CLIENT_CANCELLED' satisfies CancelReason);
+        entry.controller.abort(reason);
       });
     } catch (error) {
       this.log.warn({ err: error }, 'cancel sweep failed');
@@ -751,6 +752,18 @@ function isNonRetryable(error: unknown): boolean {
   // A tools module may carry its own copy of shared or bullmq: trust the code and the name too.
   const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
   return code === 'NON_RETRYABLE' || name === 'UnrecoverableError';
+}
+
+/**
+ * The abort reason for a run whose task ended without it: the cancel's own reason, TIMEOUT for a deadline the reaper
+ * enforced, and LOCK_LOST when the outcome is someone else's (another run finished it, or it is gone).
+ */
+function sweptReason(
+  state: { status: string | undefined; cancelReason?: CancelReason; errorCode?: string } | undefined,
+): CancelReason {
+  if (state?.status === 'cancelled') return state.cancelReason ?? 'CLIENT_CANCELLED';
+  if (state?.status === 'failed' && state.errorCode === 'TIMEOUT') return 'TIMEOUT';
+  return 'LOCK_LOST';
 }
 
 /** Runs started for the job, this one included (BullMQ counts every move to active). */
