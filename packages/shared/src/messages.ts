@@ -58,7 +58,11 @@ export type CancelRequest = z.infer<typeof CancelRequestSchema>;
 export const JobDataSchema = z.object({
   taskId: z.string(),
   tool: z.string(),
-  arguments: z.record(z.string(), z.unknown()),
+  // Only checked to be an object: the tool's own schema validates its content, once (a record schema would walk and
+  // copy every argument a second time per job).
+  arguments: z.custom<Record<string, unknown>>((v) => typeof v === 'object' && v !== null && !Array.isArray(v), {
+    message: 'must be an object',
+  }),
   /** Abort the tool with TIMEOUT this long after it starts; absent means no limit. */
   timeoutMs: z.number().int().positive().optional(),
   /** How long the job may wait in the queue (again) before the reaper fails its task (PROTOCOL.md §10.2). */

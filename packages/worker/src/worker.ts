@@ -380,7 +380,8 @@ class TaskWorker {
     }
     const entry = this.running.get(taskId);
     if (entry?.controller === controller) entry.principal = task.principal;
-    log = log.child({ principal: task.principal });
+    // One child logger per job (made by the processor); the principal joins its bindings once known.
+    log.setBindings({ principal: task.principal });
 
     if (!parsed.success || parsed.data.taskId !== taskId) {
       const message = parsed.success
@@ -476,13 +477,14 @@ class TaskWorker {
       ctx.close();
       if (outcome.ok) log.info('tool returned after its task was cancelled; result discarded');
       await this.ensureCancelled(taskId, lock, log);
-      throw new UnrecoverableError('Task cancelled (CLIENT_CANCELLED)');
+      // The job ends done, not failed: a cancel is no failure, never retries, and its job is removed at once.
+      return;
     }
     if (reason === 'GATEWAY_SHUTDOWN') {
       // The gateway holding a plain call ended it and cancelled its task before telling us.
       ctx.close();
       log.info({ reason }, 'tool stopped: the gateway holding its call shut down');
-      throw new UnrecoverableError('Task cancelled (GATEWAY_SHUTDOWN)');
+      return;
     }
     // WORKER_SHUTDOWN: a finished result is still good; anything else goes back for another worker.
     if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) {

@@ -309,7 +309,8 @@ describe('§7 cancel flow', () => {
     await waitFor(() => aborts.get(taskId), { message: 'tool not aborted' });
     expect(aborts.get(taskId)).toBe('CLIENT_CANCELLED');
     expect(h.logs.find('cancel received; aborting tool', taskId)).toMatchObject({ reason: 'CLIENT_CANCELLED' });
-    await waitFor(async () => (await h.jobState(taskId)) === 'failed', { message: 'job not failed' });
+    // Done, not failed: the job is removed at once (no failed job left behind per cancel), and never retried.
+    await waitFor(async () => (await h.jobState(taskId)) === 'unknown', { message: 'job not removed' });
     expect(runs.get(taskId)).toBe(1);
     const task = await h.task(taskId);
     expect(task).toMatchObject({ status: 'cancelled', cancelReason: 'CLIENT_CANCELLED' });
