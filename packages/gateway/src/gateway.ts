@@ -359,9 +359,16 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   };
 }
 
+/** Longer than the idle timeouts of common clients and load balancers (60 s), so the server is not the one closing. */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
 function listen(app: express.Express, host: string, port: number): Promise<HttpServer> {
   return new Promise((resolve, reject) => {
     const server = app.listen(port, host, (error?: Error) => (error ? reject(error) : resolve(server)));
+    // Node closes an idle keep-alive connection after 5 s, racing clients that reuse it at that moment (ECONNRESET
+    // on their next request, seen in the soak). Keep idle connections longer than clients and proxies usually do.
+    server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+    server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
   });
 }
 
