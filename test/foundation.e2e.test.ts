@@ -144,6 +144,25 @@ describe('§4 calling a tool', () => {
     expect(task.statusMessage).toContain('disk full');
   });
 
+  it('answers a ProtocolError as that JSON-RPC error, on tasks/result and on a plain call (§13)', async () => {
+    const args = { code: -32602, message: 'range out of bounds', data: { field: 'n' } };
+    const created = await client.request(
+      { method: 'tools/call', params: { name: 'protocol_error', arguments: args, task: {} } },
+      CreateTaskResultSchema,
+    );
+    const fromTask = await client.experimental.tasks.getTaskResult(created.task.taskId, CallToolResultSchema).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(fromTask).toBeInstanceOf(McpError);
+    expect(fromTask).toMatchObject({ code: -32602, data: { field: 'n' } });
+    // One "MCP error -32602:" prefix (the client's own), not two.
+    expect((fromTask as McpError).message).toBe('MCP error -32602: range out of bounds');
+    const task = await client.experimental.tasks.getTask(created.task.taskId);
+    expect(task.status).toBe('failed');
+    await expectRpcError(client.callTool({ name: 'protocol_error', arguments: args }), -32602, /range out of bounds/);
+  });
+
   it('returns a failed plain call as an isError result', async () => {
     const result = await client.callTool({ name: 'fail_after', arguments: { delayMs: 1, message: 'nope' } });
     expect(result.isError).toBe(true);
