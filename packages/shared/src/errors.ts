@@ -92,7 +92,8 @@ export function serializeError(error: unknown): SerializedError {
   if (foreign?.name === 'ProtocolError' && typeof foreign.rpcCode === 'number' && Number.isInteger(foreign.rpcCode)) {
     const data: Record<string, unknown> = { rpcCode: foreign.rpcCode };
     if (foreign.rpcData !== undefined) data['rpcData'] = foreign.rpcData;
-    return { code: 'PROTOCOL_ERROR', message: String(foreign.message ?? 'Protocol error'), data };
+    const message = typeof foreign.message === 'string' ? foreign.message : 'Protocol error';
+    return { code: 'PROTOCOL_ERROR', message, data };
   }
   if (error instanceof Error) return { code: 'TOOL_FAILED', message: error.message || error.name };
   return { code: 'TOOL_FAILED', message: typeof error === 'string' ? error : 'Unknown error' };
