@@ -162,6 +162,7 @@ describe('stock worker entry point', () => {
       ['forbidden_task', 'forbidden'],
       ['ignore_signal', 'optional'],
       ['progress_burst', 'optional'],
+      ['protocol_error', 'optional'],
       ['required_task', 'required'],
       ['sleepy', 'optional'],
       ['sleepy_fragile', 'optional'],
