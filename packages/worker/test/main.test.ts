@@ -164,6 +164,7 @@ describe('stock worker entry point', () => {
       ['progress_burst', 'optional'],
       ['protocol_error', 'optional'],
       ['required_task', 'required'],
+      ['schema_2020', 'optional'],
       ['sleepy', 'optional'],
       ['sleepy_fragile', 'optional'],
       ['slow_timeout', 'optional'],
