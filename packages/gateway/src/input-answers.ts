@@ -19,7 +19,7 @@ export function checkAnswer(request: InputRequest, answer: unknown): AnswerCheck
   if (request.method === 'sampling/createMessage') {
     const parsed = CreateMessageResultSchema.safeParse(answer);
     if (!parsed.success) return { ok: false, message: `Not a CreateMessageResult: ${firstIssue(parsed.error)}` };
-    return { ok: true, answer: parsed.data as Record<string, unknown> };
+    return { ok: true, answer: parsed.data };
   }
   const parsed = ElicitResultSchema.safeParse(answer);
   if (!parsed.success) return { ok: false, message: `Not an ElicitResult: ${firstIssue(parsed.error)}` };
@@ -38,7 +38,7 @@ export function checkAnswer(request: InputRequest, answer: unknown): AnswerCheck
       return { ok: false, message: `The accepted content does not match the requested schema: ${detail}` };
     }
   }
-  return { ok: true, answer: parsed.data as Record<string, unknown> };
+  return { ok: true, answer: parsed.data };
 }
 
 function validatorFor(schema: Record<string, unknown>): ValidateFunction | undefined {
