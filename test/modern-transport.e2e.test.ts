@@ -280,6 +280,10 @@ describe('§14 2025-11-25 semantics kept', () => {
     }
     controller.abort();
     expect(lastEventId).toBeDefined();
+    // Resume once the gateway has seen the POST stream close (before that, the SDK answers 409 to a resumption).
+    await waitFor(async () => (await readMetric(gateway.url, 'taskrelay_requests_in_flight')) === 0, {
+      message: 'the gateway did not see the stream close',
+    });
     const resumed = session.openGetStream(lastEventId);
     const response = await waitFor(() => resumed.events.map((e) => e.data as Json).find((m) => m['id'] === 41), {
       timeoutMs: 10_000,

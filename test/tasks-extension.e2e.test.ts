@@ -150,7 +150,7 @@ describe('§13 the tasks extension on a 2025-11-25 session', () => {
     expect(error.data).toEqual({ requiredCapabilities: { extensions: { [EXT]: {} } } });
   });
 
-  it('lists the input request inline and takes its answer by tasks/update; a bad or second answer changes nothing', async () => {
+  it('lists the input request inline and takes its answer by tasks/update; a bad answer is refused, a second one changes nothing', async () => {
     const created = await call('wait_for_approval', { question: 'Ship it?' });
     const taskId = String(created['taskId']);
     const waiting = await until(taskId, 'input_required');
@@ -168,6 +168,8 @@ describe('§13 the tasks extension on a 2025-11-25 session', () => {
     });
     const done = await until(taskId, 'completed');
     expect(done['result']).toMatchObject({ structuredContent: { approved: true } });
-    expect((await rpcError(extUpdate(taskId, { '1': { action: 'decline' } }))).code).toBe(-32602);
+    // A second answer is acked (the update is eventually consistent) and changes nothing.
+    expect(await extUpdate(taskId, { '1': { action: 'decline' } })).toEqual({ resultType: 'complete' });
+    expect((await extGet(taskId))['result']).toMatchObject({ structuredContent: { approved: true } });
   });
 });

@@ -243,40 +243,36 @@ export class TaskService {
   }
 
   /**
-   * Answers input requests of a task the principal owns (PROTOCOL.md §12.3): each must be pending and valid, or
-   * nothing of it is stored and INVALID_ARGUMENTS says why; then the suspended job is promoted.
+   * Answers input requests of a task the principal owns (PROTOCOL.md §12.3). An answer to a pending request that does
+   * not fit it is refused with INVALID_ARGUMENTS saying why, and nothing of the call is stored. Answers to requests
+   * that are not pending (answered already, never asked, the task moved on) change nothing and are ignored: the
+   * extension's `tasks/update` is an eventually consistent ack. When the last pending request is answered, the
+   * suspended job is promoted. Returns the request numbers that were stored.
    */
-  async answer(taskId: string, principal: string, responses: Record<string, unknown>): Promise<void> {
+  async answer(taskId: string, principal: string, responses: Record<string, unknown>): Promise<string[]> {
     const record = await this.get(taskId, principal);
-    const entries = Object.entries(responses);
-    if (entries.length === 0) throw new TaskrelayError('INVALID_ARGUMENTS', 'inputResponses is empty');
-    for (const [key, response] of entries) {
+    const pending = new Set(record.status === 'input_required' ? (record.pendingInputs ?? []) : []);
+    const checked: Array<[string, Record<string, unknown>]> = [];
+    for (const [key, response] of Object.entries(responses)) {
       const request = record.inputRequests?.[key];
-      if (!request || record.pendingInput !== key || record.status !== 'input_required') {
-        throw new TaskrelayError(
-          'INVALID_ARGUMENTS',
-          `Input request ${key} of task ${taskId} is not waiting for an answer`,
-        );
+      if (!request || !pending.has(key)) {
+        this.log.info({ taskId, principal, inputRequest: key }, 'answer to a request that is not pending ignored');
+        continue;
       }
-      const checked = checkAnswer(request, response);
-      if (!checked.ok)
-        throw new TaskrelayError('INVALID_ARGUMENTS', `Answer to input request ${key}: ${checked.message}`);
-      const timeoutMs = this.config.maxToolTimeoutMs;
-      const outcome = await this.store.answerInput(
-        taskId,
-        key,
-        checked.answer,
-        Date.now() + this.config.queueTimeoutMs + timeoutMs,
-      );
-      if (!outcome.ok) {
-        throw new TaskrelayError(
-          'INVALID_ARGUMENTS',
-          `Input request ${key} of task ${taskId} is not waiting for an answer`,
-        );
-      }
-      this.log.info({ taskId, principal, inputRequest: key }, 'input request answered');
-      await this.dispatcher.promote(taskId, outcome.queue || record.queue);
+      const check = checkAnswer(request, response);
+      if (!check.ok) throw new TaskrelayError('INVALID_ARGUMENTS', `Answer to input request ${key}: ${check.message}`);
+      checked.push([key, check.answer]);
     }
+    const stored: string[] = [];
+    for (const [key, answer] of checked) {
+      const deadlineAt = Date.now() + this.config.queueTimeoutMs + this.config.maxToolTimeoutMs;
+      const outcome = await this.store.answerInput(taskId, key, answer, deadlineAt);
+      if (!outcome.ok) continue; // answered meanwhile by another route: the first answer stands
+      stored.push(key);
+      this.log.info({ taskId, principal, inputRequest: key }, 'input request answered');
+      if (outcome.resumed) await this.dispatcher.promote(taskId, outcome.queue || record.queue);
+    }
+    return stored;
   }
 
   /** Cancels a plain call's task; a no-op when it already ended. */

@@ -72,9 +72,10 @@ export function renderDetailedTask(record: TaskRecord): ExtDetailedTask {
     case 'pending': {
       if (record.status !== 'input_required') return { ...baseTask(record, 'working'), resultType: 'complete' };
       const inputRequests: Record<string, InputRequest> = {};
-      const pending = record.pendingInput;
-      const request = pending === undefined ? undefined : record.inputRequests?.[pending];
-      if (pending !== undefined && request) inputRequests[pending] = request;
+      for (const key of record.pendingInputs ?? []) {
+        const request = record.inputRequests?.[key];
+        if (request) inputRequests[key] = request;
+      }
       return { ...baseTask(record, 'input_required'), resultType: 'complete', inputRequests };
     }
     case 'cancelled':

@@ -136,6 +136,7 @@ describe('§13 the extension rendering', () => {
     const waiting = record({
       status: 'input_required',
       pendingInput: '2',
+      pendingInputs: ['2'],
       inputRequests: {
         '1': { method: 'elicitation/create', params: { message: 'first' } },
         '2': { method: 'sampling/createMessage', params: { messages: [], maxTokens: 5 } },

@@ -94,8 +94,10 @@ export interface TaskRecord {
   inputRequests?: Record<string, InputRequest>;
   /** The answers so far, by request number (§12.3). */
   inputResponses?: Record<string, unknown>;
-  /** The number of the request waiting for an answer, while `status` is `input_required`. */
+  /** The requests waiting for an answer while `status` is `input_required`: their numbers as a comma list. */
   pendingInput?: string;
+  /** `pendingInput` as a list. */
+  pendingInputs?: string[];
   /**
    * What the caller's client can answer (`elicitation`, `sampling`, ...), as the gateway saw it at creation.
    * Undefined when the creating gateway did not record it (then nothing is refused up front).

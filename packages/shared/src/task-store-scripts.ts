@@ -298,60 +298,90 @@ return out
 `;
 
 /**
- * A run suspends (PROTOCOL.md §12): lock-checked. With an input request it stores request `n`, moves the task to
- * `input_required` (a status event carrying `inputRequestId`) and sets the input deadline, unless the request is
- * already answered (then nothing is written and the answer is returned). A timed suspension only moves the deadline.
- * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 request number or '' (timed), 3 request JSON,
- * 4 now (ISO), 5 deadlineAt ms, 6 gateway channel prefix, 7 gateway channel suffix, 8 terminal statuses.
- * Returns {1} suspended, {2, answer JSON} already answered, {0, status or ''} missing or terminal, {-1} lock not held.
+ * A run suspends (PROTOCOL.md §12): lock-checked. With input requests (one or several asked at once) it stores each
+ * one not yet answered, adds it to the pending list (`pendingInput`, a comma list of request numbers), moves the task
+ * to `input_required` (a status event carrying `inputRequestId`, the newly pending numbers) and sets the input
+ * deadline. Requests already answered are returned instead. A timed suspension only moves the deadline.
+ * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 requests JSON (`[[n, requestJSON], ...]`, '' = timed),
+ * 3 now (ISO), 4 deadlineAt ms, 5 gateway channel prefix, 6 gateway channel suffix, 7 terminal statuses.
+ * Returns {1, answers} where answers is a flat list {n, answerJSON, ...} of the requests already answered (the run
+ * suspends when not all are); {0, status or ''} missing or terminal; {-1} lock not held.
  */
 export const SUSPEND_SCRIPT = `${PUBLISH_STATUS}
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {0, ''} end
-for s in string.gmatch(ARGV[8], '[^,]+') do
+for s in string.gmatch(ARGV[7], '[^,]+') do
   if s == status then return {0, status} end
 end
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end
 if ARGV[2] == '' then
-  redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[5])
-  return {1}
+  redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[4])
+  return {1, {}}
 end
-local answer = redis.call('HGET', KEYS[1], 'answer:' .. ARGV[2])
-if answer then return {2, answer} end
-if status == 'input_required' and redis.call('HGET', KEYS[1], 'pendingInput') == ARGV[2] then
-  return {1}
+local requests = cjson.decode(ARGV[2])
+local pendingRaw = redis.call('HGET', KEYS[1], 'pendingInput') or ''
+local pending = {}
+local order = {}
+for id in string.gmatch(pendingRaw, '[^,]+') do
+  pending[id] = true
+  order[#order + 1] = id
 end
-redis.call('HSET', KEYS[1], 'input:' .. ARGV[2], ARGV[3], 'pendingInput', ARGV[2], 'status', 'input_required',
-  'lastUpdatedAt', ARGV[4], 'deadlineAt', ARGV[5])
-local taskId = redis.call('HGET', KEYS[1], 'taskId')
-local event = {type = 'status', taskId = taskId, status = 'input_required', lastUpdatedAt = ARGV[4],
-  inputRequestId = ARGV[2]}
-local message = redis.call('HGET', KEYS[1], 'statusMessage')
-if message and message ~= '' then event.statusMessage = message end
-publish_status(KEYS[1], event, ARGV[6], ARGV[7])
-return {1}
+local answers = {}
+local added = {}
+for _, r in ipairs(requests) do
+  local n = tostring(r[1])
+  local answer = redis.call('HGET', KEYS[1], 'answer:' .. n)
+  if answer then
+    answers[#answers + 1] = n
+    answers[#answers + 1] = answer
+  elseif not pending[n] then
+    redis.call('HSET', KEYS[1], 'input:' .. n, r[2])
+    pending[n] = true
+    order[#order + 1] = n
+    added[#added + 1] = n
+  end
+end
+if #added > 0 then
+  redis.call('HSET', KEYS[1], 'pendingInput', table.concat(order, ','), 'status', 'input_required',
+    'lastUpdatedAt', ARGV[3], 'deadlineAt', ARGV[4])
+  local taskId = redis.call('HGET', KEYS[1], 'taskId')
+  local event = {type = 'status', taskId = taskId, status = 'input_required', lastUpdatedAt = ARGV[3],
+    inputRequestId = table.concat(added, ',')}
+  local message = redis.call('HGET', KEYS[1], 'statusMessage')
+  if message and message ~= '' then event.statusMessage = message end
+  publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+end
+return {1, answers}
 `;
 
 /**
- * An answer to input request `n` (PROTOCOL.md §12.3): accepted only while `n` is pending; when accepted the task is
- * back to `working` with the run deadline (status event).
+ * An answer to input request `n` (PROTOCOL.md §12.3): accepted only while `n` is pending. When it was the last one
+ * pending the task is back to `working` with the run deadline (status event); otherwise it stays `input_required`.
  * KEYS: 1 task. ARGV: 1 request number, 2 answer JSON, 3 now (ISO), 4 deadlineAt ms, 5 gateway channel prefix,
  * 6 gateway channel suffix.
- * Returns {1, queue} accepted; {0, status} not pending (answered already, never asked, or the task moved on);
- * {0, ''} missing.
+ * Returns {1, queue, 1 when the task is working again else 0}; {0, status} not pending (answered already, never
+ * asked, or the task moved on); {0, ''} missing.
  */
 export const ANSWER_SCRIPT = `${PUBLISH_STATUS}
 local h = redis.call('HMGET', KEYS[1], 'status', 'pendingInput', 'taskId', 'queue')
 if not h[1] then return {0, ''} end
-if h[1] ~= 'input_required' or h[2] ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'answer:' .. ARGV[1]) == 1 then
-  return {0, h[1]}
+if h[1] ~= 'input_required' or redis.call('HEXISTS', KEYS[1], 'answer:' .. ARGV[1]) == 1 then return {0, h[1]} end
+local rest = {}
+local found = false
+for id in string.gmatch(h[2] or '', '[^,]+') do
+  if id == ARGV[1] then found = true else rest[#rest + 1] = id end
 end
-redis.call('HSET', KEYS[1], 'answer:' .. ARGV[1], ARGV[2], 'status', 'working', 'lastUpdatedAt', ARGV[3],
-  'deadlineAt', ARGV[4])
+if not found then return {0, h[1]} end
+redis.call('HSET', KEYS[1], 'answer:' .. ARGV[1], ARGV[2], 'lastUpdatedAt', ARGV[3])
+if #rest > 0 then
+  redis.call('HSET', KEYS[1], 'pendingInput', table.concat(rest, ','))
+  return {1, h[4] or '', 0}
+end
+redis.call('HSET', KEYS[1], 'status', 'working', 'deadlineAt', ARGV[4])
 redis.call('HDEL', KEYS[1], 'pendingInput')
 publish_status(KEYS[1], {type = 'status', taskId = h[3], status = 'working', lastUpdatedAt = ARGV[3]}, ARGV[5],
   ARGV[6])
-return {1, h[4] or ''}
+return {1, h[4] or '', 1}
 `;
 
 /**

@@ -121,22 +121,28 @@ export interface ProgressUpdate {
 
 /** How `suspend` ended (PROTOCOL.md §12.2). */
 export type SuspendOutcome =
-  | { outcome: 'suspended' }
-  /** The request was answered before the run got to suspend: go on with this answer. */
-  | { outcome: 'answered'; answer: unknown }
+  /**
+   * `answers` holds the requests that were already answered (by number): the run goes on when every request it
+   * asked is in there, and is suspended otherwise (the others are pending now).
+   */
+  | { outcome: 'suspended'; answers: Record<string, unknown> }
   | { outcome: 'lock_lost' }
   /** The task is missing or terminal (`status` undefined when missing). */
   | { outcome: 'gone'; status: TaskStatus | undefined };
 
 export interface SuspendInput {
-  /** The input request to ask, as request number `n`; omitted for a timed suspension. */
-  request?: { n: number } & InputRequest;
+  /** The input requests to ask (asked at once), each as request number `n`; empty or omitted for a timed suspension. */
+  requests?: Array<{ n: number } & InputRequest>;
   /** The task's deadline while it is suspended (ms since epoch). */
   deadlineAt: number;
 }
 
-/** How `answerInput` ended: `queue` is the task's job queue, whose delayed job the caller promotes (§12.3). */
-export type AnswerOutcome = { ok: true; queue: string } | { ok: false; status: TaskStatus | undefined };
+/**
+ * How `answerInput` ended: `queue` is the task's job queue; `resumed` when that was the last pending request, so the
+ * task is `working` again and the caller promotes its delayed job (§12.3).
+ */
+export type AnswerOutcome =
+  { ok: true; queue: string; resumed: boolean } | { ok: false; status: TaskStatus | undefined };
 
 /** The largest serialised `ctx.state` (and `ctx.step` results together) a task may keep: 64 KiB. */
 export const MAX_STATE_BYTES = 65_536;
@@ -376,21 +382,26 @@ export class RedisTaskStore {
    * `input_required`, unless the request is already answered.
    */
   async suspend(taskId: string, lock: JobLock, input: SuspendInput, now = new Date()): Promise<SuspendOutcome> {
-    const request = input.request;
+    const requests = input.requests ?? [];
     const reply = (await this.scripts.taskrelaySuspend(
       this.keys.task(taskId),
       this.keys.bullJobLock(lock.queue, taskId),
       lock.token,
-      request === undefined ? '' : String(request.n),
-      request === undefined ? '' : JSON.stringify({ method: request.method, params: request.params }),
+      requests.length === 0
+        ? ''
+        : JSON.stringify(requests.map((r) => [r.n, JSON.stringify({ method: r.method, params: r.params })])),
       now.toISOString(),
       String(input.deadlineAt),
       this.keys.gatewayChannelPrefix,
       this.keys.gatewayChannelSuffix,
       TERMINAL_LIST,
-    )) as [number, string?];
-    if (reply[0] === 1) return { outcome: 'suspended' };
-    if (reply[0] === 2) return { outcome: 'answered', answer: parseJson<unknown>(reply[1]) };
+    )) as [number, (string[] | string)?];
+    if (reply[0] === 1) {
+      const flat = Array.isArray(reply[1]) ? reply[1] : [];
+      const answers: Record<string, unknown> = {};
+      for (let i = 0; i + 1 < flat.length; i += 2) answers[flat[i] ?? ''] = parseJson<unknown>(flat[i + 1]);
+      return { outcome: 'suspended', answers };
+    }
     if (reply[0] === -1) return { outcome: 'lock_lost' };
     return { outcome: 'gone', status: asStatus(reply[1]) };
   }
@@ -406,7 +417,7 @@ export class RedisTaskStore {
     deadlineAt: number,
     now = new Date(),
   ): Promise<AnswerOutcome> {
-    const [ok, value] = (await this.scripts.taskrelayAnswer(
+    const [ok, value, resumed] = (await this.scripts.taskrelayAnswer(
       this.keys.task(taskId),
       String(n),
       JSON.stringify(answer ?? null),
@@ -414,8 +425,8 @@ export class RedisTaskStore {
       String(deadlineAt),
       this.keys.gatewayChannelPrefix,
       this.keys.gatewayChannelSuffix,
-    )) as [number, string];
-    if (ok === 1) return { ok: true, queue: value };
+    )) as [number, string, number?];
+    if (ok === 1) return { ok: true, queue: value, resumed: resumed === 1 };
     return { ok: false, status: asStatus(value) };
   }
 
@@ -622,6 +633,7 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     state: parseJson<unknown>(h['state']),
     steps: parseJson<Record<string, unknown>>(h['steps']),
     pendingInput: h['pendingInput'],
+    pendingInputs: h['pendingInput'] === undefined ? undefined : h['pendingInput'].split(',').filter(Boolean),
     clientCapabilities: h['clientCaps'] === undefined ? undefined : h['clientCaps'].split(',').filter(Boolean),
   };
   let inputRequests: Record<string, InputRequest> | undefined;

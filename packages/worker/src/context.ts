@@ -212,8 +212,15 @@ export class TaskContext implements ToolContext {
   private readonly answered: Record<string, unknown>;
   /** Input requests of this run so far: the next one is number `requests + 1` (§12.2). */
   private requests = 0;
-  /** Input requests run one after another, so their numbers follow the order they were made in. */
-  private inputChain: Promise<unknown> = Promise.resolve();
+  /** Input requests of this turn, asked together by `flushBatch`. */
+  private batch: Array<{
+    n: number;
+    method: InputMethod;
+    params: Record<string, unknown>;
+    schema: z.ZodType;
+    resolve: (value: unknown) => void;
+    reject: (error: unknown) => void;
+  }> = [];
   /** Set once the run suspended: the worker delays the job instead of finishing it (§12.7). */
   suspension: Suspension | undefined;
 
@@ -348,43 +355,78 @@ export class TaskContext implements ToolContext {
     if (this.signal.aborted) throw new CancelledError(cancelReasonOf(this.signal));
   };
 
-  /** The n-th input request of the task: the stored answer, or a suspension (§12.2). */
+  /**
+   * The n-th input request of the task: the stored answer, or a suspension (§12.2). Requests made in the same turn
+   * (`Promise.all([ctx.elicit(a), ctx.elicit(b)])`) are asked together: both are pending at once.
+   */
   private ask(
     method: InputMethod,
     capability: string,
     params: Record<string, unknown>,
     answerSchema: z.ZodType,
   ): Promise<unknown> {
-    const run = async (): Promise<unknown> => {
-      this.throwIfSuspended();
-      const n = ++this.requests;
-      const key = String(n);
-      if (Object.hasOwn(this.answered, key)) return this.checkAnswer(method, this.answered[key], answerSchema);
-      this.throwIfCancelled();
-      if (this.clientCapabilities !== undefined && !this.clientCapabilities.includes(capability)) {
-        throw new TaskrelayError(
+    if (this.suspension) return Promise.reject(new SuspendedError());
+    const n = ++this.requests;
+    const key = String(n);
+    if (Object.hasOwn(this.answered, key)) {
+      try {
+        return Promise.resolve(this.checkAnswer(method, this.answered[key], answerSchema));
+      } catch (error) {
+        return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      }
+    }
+    if (this.signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(this.signal)));
+    if (this.clientCapabilities !== undefined && !this.clientCapabilities.includes(capability)) {
+      return Promise.reject(
+        new TaskrelayError(
           'CAPABILITY_MISSING',
           `The client of this task did not declare the ${capability} capability, so it cannot be asked (${method})`,
-        );
-      }
-      const durable = this.requireDurable(method === 'elicitation/create' ? 'elicit' : 'sample');
+        ),
+      );
+    }
+    return new Promise<unknown>((resolve, reject) => {
+      this.batch.push({ n, method, params, schema: answerSchema, resolve, reject });
+      if (this.batch.length === 1) setImmediate(() => void this.flushBatch());
+    });
+  }
+
+  /** Asks every request of this turn in one SUSPEND (§12.2): answered ones resolve, the rest suspend the run. */
+  private async flushBatch(): Promise<void> {
+    const batch = this.batch.splice(0);
+    if (batch.length === 0) return;
+    try {
+      const durable = this.requireDurable(batch[0]?.method === 'sampling/createMessage' ? 'sample' : 'elicit');
       const until = Date.now() + this.inputTimeoutMs;
       const outcome = await durable.suspend(this.taskId, this.requireLock(), {
-        request: { n, method, params },
+        requests: batch.map(({ n, method, params }) => ({ n, method, params })),
         deadlineAt: until,
       });
-      if (outcome.outcome === 'answered') {
-        this.answered[key] = outcome.answer;
-        return this.checkAnswer(method, outcome.answer, answerSchema);
-      }
       this.settleSuspend(outcome);
-      this.suspension = { kind: 'input', n, until };
-      this.log.info({ inputRequest: n, method }, 'input requested; run suspends until the answer');
-      throw new SuspendedError();
-    };
-    const next = this.inputChain.then(run, run);
-    this.inputChain = next.catch(() => undefined);
-    return next;
+      const answers = outcome.outcome === 'suspended' ? outcome.answers : {};
+      const waiting = batch.filter((entry) => !Object.hasOwn(answers, String(entry.n)));
+      if (waiting.length > 0) {
+        this.suspension = { kind: 'input', n: waiting[0]?.n ?? 0, until };
+        this.log.info(
+          { inputRequests: waiting.map((entry) => entry.n), methods: waiting.map((entry) => entry.method) },
+          'input requested; run suspends until the answers',
+        );
+      }
+      for (const entry of batch) {
+        const key = String(entry.n);
+        if (Object.hasOwn(answers, key)) {
+          this.answered[key] = answers[key];
+          try {
+            entry.resolve(this.checkAnswer(entry.method, answers[key], entry.schema));
+          } catch (error) {
+            entry.reject(error);
+          }
+        } else {
+          entry.reject(new SuspendedError());
+        }
+      }
+    } catch (error) {
+      for (const entry of batch) entry.reject(error);
+    }
   }
 
   private checkAnswer(method: InputMethod, answer: unknown, schema: z.ZodType): unknown {

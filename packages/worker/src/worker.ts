@@ -562,7 +562,8 @@ class TaskWorker {
     if (suspension.kind === 'input') {
       try {
         const task = await this.store.get(taskId);
-        if (!task || isTerminal(task.status) || task.pendingInput !== String(suspension.n)) {
+        // Every request answered (or the task ended) while the run was suspending: nobody else will promote it.
+        if (!task || task.status !== 'input_required') {
           await job.promote();
           log.info({ inputRequest: suspension.n }, 'answered (or ended) while suspending; job promoted');
           throw new DelayedError();

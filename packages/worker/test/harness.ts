@@ -130,7 +130,7 @@ export class Harness {
   /** The gateway's side of PROTOCOL.md §12.3: store the answer, then promote the delayed job. */
   async answer(taskId: string, n: number, answer: unknown): Promise<boolean> {
     const outcome = await this.store.answerInput(taskId, n, answer, Date.now() + 60_000);
-    if (outcome.ok) await this.promote(taskId);
+    if (outcome.ok && outcome.resumed) await this.promote(taskId);
     return outcome.ok;
   }
 

@@ -92,7 +92,22 @@ const swallower = defineTool({
   },
 });
 
-const tools = [askTwice, stepThenSuspend, sampler, busy, swallower, waitForApproval];
+const askTogether = defineTool({
+  name: 'ask_together',
+  description: 'Asks two questions at once.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    count(runs, ctx.taskId);
+    const schema = { type: 'object' as const, properties: { v: { type: 'string' } } };
+    const [a, b] = await Promise.all([
+      ctx.elicit({ message: 'A?', requestedSchema: schema }),
+      ctx.elicit({ message: 'B?', requestedSchema: schema }),
+    ]);
+    return { a: a.content?.['v'], b: b.content?.['v'] };
+  },
+});
+
+const tools = [askTwice, askTogether, stepThenSuspend, sampler, busy, swallower, waitForApproval];
 
 let redis: TestRedis;
 let h: Harness;
@@ -172,6 +187,21 @@ describe('§12.2 input requests', () => {
       { message: 'second question not asked' },
     );
     expect(t.inputResponses?.['1']).toEqual({ action: 'accept', content: { name: 'A' } });
+  });
+
+  it('asks questions made at once together, and resumes only when both are answered', async () => {
+    await h.start(tools);
+    const id = await h.enqueue('ask_together', {});
+    const waiting = await h.waitForStatus(id, 'input_required');
+    expect(waiting.pendingInputs).toEqual(['1', '2']);
+    expect(Object.keys(waiting.inputRequests ?? {})).toEqual(['1', '2']);
+    expect(await h.answer(id, 2, { action: 'accept', content: { v: 'second' } })).toBe(true);
+    const partly = await h.task(id);
+    expect([partly?.status, partly?.pendingInputs]).toEqual(['input_required', ['1']]);
+    expect(await h.answer(id, 1, { action: 'accept', content: { v: 'first' } })).toBe(true);
+    const done = await h.waitForStatus(id, 'completed');
+    expect(done.result?.structuredContent).toEqual({ a: 'first', b: 'second' });
+    expect(runs.get(id)).toBe(2);
   });
 
   it('resumes on another worker after the one that asked is gone', async () => {
