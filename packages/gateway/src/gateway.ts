@@ -121,6 +121,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     },
   );
   await router.start();
+  const auth = createAuthenticator(options, log);
+  const authEnabled = auth.enabled;
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
     defaultTtlMs: options.defaultTtlMs,
@@ -128,7 +130,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     pollIntervalMs: options.pollIntervalMs,
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
-    openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs),
+    // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
+    ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
   const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
   reaper.start();
@@ -143,8 +146,6 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   const sessions = new Map<string, Session>();
   /** Open sessions per principal (TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL). */
   const sessionCounts = new Map<string, number>();
-  const auth = createAuthenticator(options, log);
-  const authEnabled = auth.enabled;
   if (!authEnabled && !isLoopbackHost(options.host)) {
     log.warn(
       { host: options.host },
@@ -152,8 +153,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     );
   }
   const limits = new RequestLimits(redis, keys, log, {
-    callsPerWindow: options.rateLimitCalls,
-    taskOpsPerWindow: options.rateLimitTaskOps,
+    callsPerWindow: authEnabled ? options.rateLimitCalls : 0,
+    taskOpsPerWindow: authEnabled ? options.rateLimitTaskOps : 0,
     windowMs: options.rateLimitWindowMs,
     maxArgumentBytes: options.maxArgumentBytes,
     maxProgressTokenBytes: options.maxProgressTokenBytes,
