@@ -24,7 +24,7 @@ let authed: GatewayProcess;
 let authPrefix: string;
 
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank'].map((p) => `${p}:${p}-token`).join(',');
+const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina'].map((p) => `${p}:${p}-token`).join(',');
 const bearer = (principal: string) => ({ authorization: `Bearer ${principal}-token` });
 const INIT = {
   jsonrpc: '2.0',
@@ -53,6 +53,7 @@ beforeAll(async () => {
       TASKRELAY_RATE_LIMIT_TASK_OPS: '20',
       TASKRELAY_MAX_ARGUMENT_BYTES: '1024',
       TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: '64',
+      TASKRELAY_MAX_RESULT_BYTES: '1500',
     }),
   ]);
   await Promise.all([startWorkerProcess(openEnv), startWorkerProcess(authEnv)]);
@@ -354,6 +355,23 @@ describe('per-principal limits', () => {
     });
     expect(token.status).toBe(400);
     expect(token.body.error?.message).toMatch(/progressToken is longer than 64 bytes/);
+  });
+
+  it('answers a result over TASKRELAY_MAX_RESULT_BYTES with an error result, for plain calls and tasks/result', async () => {
+    const s = await session(authed, 'gina');
+    const small = await s.call('tools/call', {
+      name: 'build_report',
+      arguments: { report: 'r', items: 1, delayMs: 0 },
+    });
+    expect(small.body.result?.structuredContent).toEqual({ report: 'r', items: 1 });
+    const args = { report: 'y'.repeat(900), items: 1, delayMs: 0 };
+    const plain = await s.call('tools/call', { name: 'build_report', arguments: args });
+    expect(plain.body.result?.isError).toBe(true);
+    expect(plain.body.result?.content[0].text).toMatch(/larger than this gateway delivers \(1500 bytes\)/);
+    const task = await startTask(s, args);
+    const result = await s.call('tasks/result', { taskId: task.body.result.task.taskId });
+    expect(result.body.result?.isError).toBe(true);
+    expect(JSON.stringify(result.body)).not.toContain('y'.repeat(900));
   });
 });
 

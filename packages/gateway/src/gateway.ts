@@ -305,6 +305,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         version: GATEWAY_VERSION,
         inflight,
         drainSignal: drain.signal,
+        maxResultBytes: options.maxResultBytes,
       });
       server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
       await server.connect(transport);

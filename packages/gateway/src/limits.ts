@@ -6,7 +6,7 @@
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { ErrorCode as JsonRpcCode } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
 import { WireError } from './errors.js';
 import { jsonRpcError } from './http-guards.js';
@@ -123,6 +123,21 @@ async function consume(rl: RateLimiterRedis | undefined, key: string, points: nu
     if (rejection instanceof RateLimiterRes) return Math.max(1, rejection.msBeforeNext);
     throw rejection;
   }
+}
+
+/**
+ * A tool result no bigger than `maxBytes` as JSON, or an error result saying it was too big: the worker stored it,
+ * but the gateway does not push it through a client's stream (nor its session's replay buffer).
+ */
+export function capResult(result: CallToolResult, maxBytes: number): CallToolResult {
+  const size = jsonBytes(result);
+  if (size <= maxBytes) return result;
+  return {
+    content: [
+      { type: 'text', text: `The result (${size} bytes) is larger than this gateway delivers (${maxBytes} bytes)` },
+    ],
+    isError: true,
+  };
 }
 
 function jsonBytes(value: unknown): number {

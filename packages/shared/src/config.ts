@@ -107,6 +107,7 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_RATE_LIMIT_WINDOW_MS: int(1_000, 86_400_000).default(60_000),
   TASKRELAY_MAX_ARGUMENT_BYTES: int(2, 1024 * 1024 * 1024).default(262_144),
   TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: int(1, 65_536).default(256),
+  TASKRELAY_MAX_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024).default(16 * 1024 * 1024),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
   TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
   TASKRELAY_OAUTH_JWKS_URL: httpUrl.optional(),
@@ -191,6 +192,8 @@ export interface GatewayConfig extends CommonConfig {
   maxArgumentBytes: number;
   /** Largest `_meta.progressToken`, as JSON bytes. Default 256. */
   maxProgressTokenBytes: number;
+  /** Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result. */
+  maxResultBytes: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
   oauth: OAuthConfig | undefined;
 }
@@ -301,6 +304,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     rateLimitWindowMs: p.TASKRELAY_RATE_LIMIT_WINDOW_MS,
     maxArgumentBytes: p.TASKRELAY_MAX_ARGUMENT_BYTES,
     maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
+    maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
     oauth,
   };
 }
