@@ -5,13 +5,14 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import express, { type NextFunction, type Request, type Response } from 'express';
+import express, { type Request, type Response } from 'express';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   RedisTaskStore,
+  isLoopbackHost,
   createKeys,
   createLogger,
   createRedis,
@@ -23,7 +24,10 @@ import {
 import { ToolCatalog } from './catalog.js';
 import { SessionEventStore } from './event-store.js';
 import { waitEndedByShutdown } from './errors.js';
-import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
+import { createAuthenticator } from './auth/authenticate.js';
+import { hostGuard, httpErrorHandler, jsonBody, jsonRpcError, originGuard, requireJsonContent } from './http-guards.js';
+import { OpenTaskLimit, RequestLimits } from './limits.js';
+import { sanitizeOutgoing } from './safe-errors.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
@@ -75,7 +79,7 @@ interface Session {
   openResponses: number;
 }
 
-type AuthedRequest = Request & { auth?: AuthInfoLike };
+type AuthedRequest = Request & { auth?: { clientId: string } };
 
 export async function startGateway(options: StartGatewayOptions): Promise<GatewayHandle> {
   const log = options.logger ?? createLogger('gateway', { level: options.logLevel });
@@ -102,11 +106,9 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   }
 
   const metrics = new GatewayMetrics();
-  const store = new RedisTaskStore(redis, keys, {
-    reaperIntervalMs: options.reaperIntervalMs,
-    // A principal's index outlives every task in it: the longest ttl after the longest run.
-    indexTtlMs: options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs,
-  });
+  // A principal's index outlives every task in it: the longest ttl after the longest run.
+  const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
+  const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: options.reaperIntervalMs, indexTtlMs });
   const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
@@ -123,6 +125,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     },
   );
   await router.start();
+  const auth = createAuthenticator(options, log);
+  const authEnabled = auth.enabled;
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
     defaultTtlMs: options.defaultTtlMs,
@@ -130,6 +134,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     pollIntervalMs: options.pollIntervalMs,
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
+    // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
+    ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
   const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
   reaper.start();
@@ -142,12 +148,31 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   let draining = false;
   const drain = new AbortController();
   const sessions = new Map<string, Session>();
-  const authEnabled = options.authTokens !== undefined;
+  /** Open sessions per principal (TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL). */
+  const sessionCounts = new Map<string, number>();
+  if (!authEnabled && !isLoopbackHost(options.host)) {
+    log.warn(
+      { host: options.host },
+      'serving WITHOUT authentication on a non-loopback address (TASKRELAY_ALLOW_UNAUTHENTICATED): anyone who can reach it can run tools and see every task',
+    );
+  }
+  const limits = new RequestLimits(redis, keys, log, {
+    callsPerWindow: authEnabled ? options.rateLimitCalls : 0,
+    taskOpsPerWindow: authEnabled ? options.rateLimitTaskOps : 0,
+    windowMs: options.rateLimitWindowMs,
+    maxArgumentBytes: options.maxArgumentBytes,
+    maxProgressTokenBytes: options.maxProgressTokenBytes,
+  });
+
+  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
   const closeSession = (sessionId: string) => {
     const session = sessions.get(sessionId);
     if (!session) return;
     sessions.delete(sessionId);
+    const left = (sessionCounts.get(session.principal) ?? 1) - 1;
+    if (left > 0) sessionCounts.set(session.principal, left);
+    else sessionCounts.delete(session.principal);
     session.events.release();
     router.retireSession(sessionId);
     metrics.sessions.set(sessions.size);
@@ -180,15 +205,21 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     ]);
     res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable' });
   });
-  app.get('/metrics', async (_req, res) => {
+  // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
+  // whatever address the orchestrator uses (a pod IP).
+  app.use(hostGuard(options.allowedHosts, options.host));
+  app.use(auth.metadataRouter);
+  /** With authentication on, a valid token; mount it on any route that is not a probe (/admin/*, /metrics). */
+  const requireAuth = auth.requireAuth;
+  app.get('/metrics', requireAuth, async (_req, res) => {
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
 
-  app.use('/mcp', originGuard(options.allowedOrigins), bearerAuth(options.authTokens));
-  app.use('/mcp', express.json({ limit: '4mb' }));
-
-  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
+  // Authentication before the body is read: an anonymous caller costs no parsing.
+  app.use('/mcp', originGuard(options.allowedOrigins), requireAuth, requireJsonContent);
+  app.use('/mcp', jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }));
+  app.post('/mcp', limits.middleware(principalOf));
   const modern = createModernEndpoint({ service, metrics, log, version: GATEWAY_VERSION, inflight });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
@@ -247,6 +278,18 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
         return;
       }
+      const principal = principalOf(req);
+      const held = sessionCounts.get(principal) ?? 0;
+      if (options.maxSessionsPerPrincipal > 0 && held >= options.maxSessionsPerPrincipal) {
+        log.info({ principal, sessions: held }, 'session cap reached');
+        jsonRpcError(
+          res,
+          429,
+          -32000,
+          `Too many open sessions for this principal (at most ${options.maxSessionsPerPrincipal}): close one (DELETE /mcp) or reuse it`,
+        );
+        return;
+      }
       const sessionId = randomUUID();
       const events = new SessionEventStore({
         ttlMs: options.eventTtlMs,
@@ -256,20 +299,16 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         sessionIdGenerator: () => sessionId,
         eventStore: events,
         onsessioninitialized: (id) => {
-          sessions.set(id, {
-            transport,
-            server,
-            events,
-            principal: principalOf(req),
-            lastSeenAt: Date.now(),
-            openResponses: 0,
-          });
+          sessions.set(id, { transport, server, events, principal, lastSeenAt: Date.now(), openResponses: 0 });
+          sessionCounts.set(principal, (sessionCounts.get(principal) ?? 0) + 1);
           metrics.sessions.set(sessions.size);
-          log.debug({ sessionId: id, principal: principalOf(req) }, 'session opened');
+          log.debug({ sessionId: id, principal }, 'session opened');
         },
         onsessionclosed: (id) => closeSession(id),
       });
       transport.onclose = () => closeSession(sessionId);
+      const send = transport.send.bind(transport);
+      transport.send = (message, sendOptions) => send(sanitizeOutgoing(message, log, sessionId), sendOptions);
       const server = createSessionServer({
         service,
         metrics,
@@ -277,6 +316,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         version: GATEWAY_VERSION,
         inflight,
         drainSignal: drain.signal,
+        maxResultBytes: options.maxResultBytes,
       });
       server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
       await server.connect(transport);
@@ -312,20 +352,11 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   app.delete('/mcp', sessionRequest);
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
-  app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
-    if (res.headersSent) return next(error);
-    const status = (error as { status?: number }).status ?? 500;
-    if ((error as { type?: string }).type === 'entity.parse.failed') {
-      jsonRpcError(res, 400, -32700, 'Parse error: request body is not valid JSON');
-      return;
-    }
-    if (status < 500) {
-      jsonRpcError(res, status, -32600, `Invalid Request: ${(error as Error).message}`);
-      return;
-    }
-    log.error({ err: error }, 'unhandled request error');
-    jsonRpcError(res, 500, -32603, 'Internal error');
-  });
+  app.use(
+    httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
+      maxBodyBytes: options.maxBodyBytes,
+    }),
+  );
 
   const http = await listen(app, options.host, options.port);
   const port = (http.address() as AddressInfo).port;

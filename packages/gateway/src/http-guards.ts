@@ -1,13 +1,22 @@
 /**
- * HTTP guards in front of /mcp: Origin validation (403, as the transport spec requires) and bearer-token
- * authentication (401). Probes (/healthz, /readyz) and /metrics sit outside them.
+ * HTTP guards in front of /mcp, each answering with a JSON-RPC error body and the status the transport spec asks
+ * for: `Host` (403, DNS rebinding), `Origin` (403), `Content-Type` (415), the body's size (413, chunked bodies too)
+ * and nesting depth (400, checked on the raw bytes before they become objects). Probes (/healthz, /readyz) sit
+ * outside them.
  */
-import type { NextFunction, Request, Response } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
 const LOOPBACK_ORIGIN = /^http:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/;
+const LOOPBACK_HOSTNAMES = ['localhost', '127.0.0.1', '[::1]'];
 
-export function jsonRpcError(res: Response, httpStatus: number, code: number, message: string): void {
-  res.status(httpStatus).json({ jsonrpc: '2.0', error: { code, message }, id: null });
+export function jsonRpcError(
+  res: Response,
+  httpStatus: number,
+  code: number,
+  message: string,
+  id: string | number | null = null,
+): void {
+  res.status(httpStatus).json({ jsonrpc: '2.0', error: { code, message }, id });
 }
 
 export function originGuard(allowed: string[] | undefined) {
@@ -21,30 +30,132 @@ export function originGuard(allowed: string[] | undefined) {
   };
 }
 
-export interface AuthInfoLike {
-  token: string;
-  clientId: string;
-  scopes: string[];
+/**
+ * DNS-rebinding protection: the `Host` header must name this gateway. An entry without a port accepts that host on
+ * any port, an entry with one only that `host:port`. Default: the loopback names and the address it binds.
+ *
+ * The SDK's `hostHeaderValidation` compares hostnames only; CONTRACT §2 also accepts `host:port` entries, so this
+ * follows the SDK's parsing (the WHATWG URL parser) and adds the port rule.
+ */
+export function hostGuard(allowed: string[] | undefined, bindHost: string): RequestHandler {
+  const entries = allowed ?? [...LOOPBACK_HOSTNAMES, bindHost.includes(':') ? `[${bindHost}]` : bindHost];
+  const anyPort = new Set<string>();
+  const exact = new Set<string>();
+  for (const entry of entries) {
+    const parsed = parseHost(entry);
+    if (!parsed) continue;
+    if (parsed.port === '') anyPort.add(parsed.hostname);
+    else exact.add(`${parsed.hostname}:${parsed.port}`);
+  }
+  return (req, res, next) => {
+    const header = req.headers.host;
+    const parsed = header === undefined ? undefined : parseHost(header);
+    if (parsed && (anyPort.has(parsed.hostname) || exact.has(`${parsed.hostname}:${parsed.port || '80'}`))) {
+      return next();
+    }
+    jsonRpcError(
+      res,
+      403,
+      -32000,
+      header === undefined ? 'Forbidden: Host header required' : 'Forbidden: unknown Host',
+    );
+  };
 }
 
-/** Sets `req.auth`, which the SDK transport hands to handlers as `extra.authInfo`. */
-export function bearerAuth(tokens: Map<string, string> | undefined) {
-  return (req: Request & { auth?: AuthInfoLike }, res: Response, next: NextFunction): void => {
-    if (!tokens) return next();
-    const header = req.header('authorization') ?? '';
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
-    const principal = match?.[1] ? tokens.get(match[1]) : undefined;
-    if (!match?.[1] || principal === undefined) {
-      res.setHeader('WWW-Authenticate', 'Bearer realm="taskrelay"');
-      jsonRpcError(
-        res,
-        401,
-        -32001,
-        match ? 'Unauthorized: invalid bearer token' : 'Unauthorized: bearer token required',
-      );
-      return;
+function parseHost(value: string): { hostname: string; port: string } | undefined {
+  // Only host[:port]: anything with a path, credentials or spaces is not a Host header.
+  if (!/^[A-Za-z0-9.\-[\]:_]+$/.test(value)) return undefined;
+  try {
+    const url = new URL(`http://${value}`);
+    return { hostname: url.hostname.toLowerCase(), port: url.port };
+  } catch {
+    return undefined;
+  }
+}
+
+/** POST bodies must be JSON: anything else gets 415 before the body is read (never a handler seeing no body). */
+export function requireJsonContent(req: Request, res: Response, next: NextFunction): void {
+  if (req.method !== 'POST' || req.is('application/json')) return next();
+  jsonRpcError(res, 415, -32000, 'Unsupported Media Type: Content-Type must be application/json');
+}
+
+export class JsonTooDeepError extends Error {
+  readonly status = 400;
+  readonly type = 'json.too.deep';
+  constructor(readonly maxDepth: number) {
+    super(`JSON nesting deeper than ${maxDepth}`);
+  }
+}
+
+const OPEN_BRACE = 0x7b;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACE = 0x7d;
+const CLOSE_BRACKET = 0x5d;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/**
+ * True when `bytes` (JSON text) nests objects/arrays deeper than `maxDepth`: one pass over the bytes, no allocation,
+ * strings skipped. Run before `JSON.parse`, so a 4 MB `[[[[…` costs a scan instead of millions of arrays.
+ */
+export function jsonDepthExceeds(bytes: Uint8Array, maxDepth: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) inString = true;
+    else if (b === OPEN_BRACE || b === OPEN_BRACKET) {
+      if (++depth > maxDepth) return true;
+    } else if (b === CLOSE_BRACE || b === CLOSE_BRACKET) depth--;
+  }
+  return false;
+}
+
+/**
+ * express.json with the size limit (body-parser counts bytes as they arrive, chunked and decompressed bodies
+ * included, and stops reading at the limit: 413) and the depth check on the raw buffer before it is parsed.
+ */
+export function jsonBody(options: { maxBodyBytes: number; maxJsonDepth: number }): RequestHandler {
+  return express.json({
+    limit: options.maxBodyBytes,
+    // The SDK reads JSON-RPC from the parsed body; only application/json bodies get here (requireJsonContent).
+    type: 'application/json',
+    verify: (_req, _res, buf) => {
+      if (jsonDepthExceeds(buf, options.maxJsonDepth)) throw new JsonTooDeepError(options.maxJsonDepth);
+    },
+  });
+}
+
+/**
+ * The error handler at the end of the chain: malformed JSON, oversized or too-deep bodies get JSON-RPC errors with
+ * stable messages (never body-parser's or a stack's text), anything else a bare 500 with the details in the log.
+ */
+export function httpErrorHandler(
+  onUnexpected: (error: unknown) => void,
+  limits: { maxBodyBytes: number },
+): (error: unknown, req: Request, res: Response, next: NextFunction) => void {
+  return (error, _req, res, next) => {
+    if (res.headersSent) return next(error);
+    const { status, type } = error as { status?: number; type?: string };
+    if (type === 'entity.parse.failed') {
+      return jsonRpcError(res, 400, -32700, 'Parse error: request body is not valid JSON');
     }
-    req.auth = { token: match[1], clientId: principal, scopes: [] };
-    next();
+    if (type === 'entity.too.large') {
+      return jsonRpcError(res, 413, -32600, `Request body larger than ${limits.maxBodyBytes} bytes`);
+    }
+    if (error instanceof JsonTooDeepError) {
+      return jsonRpcError(res, 400, -32600, `Invalid Request: JSON nested deeper than ${error.maxDepth} levels`);
+    }
+    if (type === 'encoding.unsupported' || type === 'charset.unsupported') {
+      return jsonRpcError(res, 415, -32000, 'Unsupported Media Type: body encoding or charset not supported');
+    }
+    if (status !== undefined && status >= 400 && status < 500) {
+      return jsonRpcError(res, status, -32600, 'Invalid Request: the request body could not be read');
+    }
+    onUnexpected(error);
+    jsonRpcError(res, 500, -32603, 'Internal error');
   };
 }

@@ -19,6 +19,7 @@ import {
 import { z } from 'zod';
 import { TaskrelayError, isTerminal, type ProgressToken } from '@taskrelay/shared';
 import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
+import { capResult } from './limits.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
@@ -58,6 +59,8 @@ export interface SessionServerOptions {
   inflight: InflightCalls;
   /** Aborted when the gateway starts draining: pending `tasks/result` waits end (their tasks go on). */
   drainSignal: AbortSignal;
+  /** Largest tool result delivered, as JSON bytes (TASKRELAY_MAX_RESULT_BYTES). Default: no limit. */
+  maxResultBytes?: number;
 }
 
 type Extra = { authInfo?: { clientId: string } | undefined; sessionId?: string | undefined };
@@ -77,6 +80,7 @@ async function wire<T>(fn: () => Promise<T>): Promise<T> {
 
 export function createSessionServer(options: SessionServerOptions): Server {
   const { service, metrics } = options;
+  const maxResultBytes = options.maxResultBytes ?? Infinity;
   const capabilities: ServerCapabilities = {
     tools: {},
     tasks: {
@@ -187,7 +191,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
         const done = await service.waitForCall(record, call.signal);
         if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
         metrics.callDuration.observe({ tool: tool.name }, (Date.now() - started) / 1000);
-        return renderResult(done);
+        return capResult(renderResult(done), maxResultBytes);
       } finally {
         call.done();
       }
@@ -220,7 +224,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const wait = eitherSignal(extra.signal, options.drainSignal);
       try {
         const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal);
-        const result: CallToolResult = renderResult(record);
+        const result: CallToolResult = capResult(renderResult(record), maxResultBytes);
         return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
       } finally {
         wait.dispose();

@@ -19,6 +19,7 @@ import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { checkAnswer } from './input-answers.js';
 import { TaskSupportError, taskNotFound } from './errors.js';
 import type { JobDispatcher } from './job-dispatcher.js';
+import type { OpenTaskLimit } from './limits.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProgressParams, TaskRouter } from './task-router.js';
 
@@ -30,6 +31,8 @@ export interface TaskServiceConfig {
   maxToolTimeoutMs: number;
   /** How long a job may wait for a worker before the reaper fails its task (PROTOCOL.md §10.2). */
   queueTimeoutMs: number;
+  /** The per-principal cap on unfinished tasks (task mode). Default: none. */
+  openTasks?: Pick<OpenTaskLimit, 'check' | 'add'>;
 }
 
 /** A plain call's task is read once, by the waiter, right after it ends: it need not stay long (bounded Redis). */
@@ -143,6 +146,7 @@ export class TaskService {
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
       createInput.idempotencyKey = input.idempotencyKey;
     }
+    if (input.mode === 'task') await this.config.openTasks?.check(input.principal);
     const { record, created } = await this.store.createTask(createInput);
     if (!created) {
       this.log.info(
@@ -151,6 +155,7 @@ export class TaskService {
       );
       return record;
     }
+    if (input.mode === 'task') await this.config.openTasks?.add(input.principal, record.taskId);
     const route: Parameters<TaskRouter['register']>[0] = { record };
     if (input.sendProgress) route.sendProgress = input.sendProgress;
     if (input.sendStatus) route.sendStatus = input.sendStatus;
@@ -166,7 +171,9 @@ export class TaskService {
       await this.dispatcher.enqueue(tool, data);
     } catch (error) {
       this.router.retire(record.taskId, { flush: false });
-      const message = `Could not enqueue the job: ${error instanceof Error ? error.message : String(error)}`;
+      // The client reads this message: the Redis/BullMQ details stay in the log.
+      this.log.warn({ taskId: record.taskId, err: error }, 'could not enqueue the job');
+      const message = 'Could not enqueue the job';
       // The client is told the call failed, so the task must not run later: fail it now, or the reaper will (the
       // job does not exist) once Redis is back. Either way its idempotency key is freed for a retry.
       await this.store

@@ -67,6 +67,20 @@ const originList = z.string().transform((v) =>
     .filter(Boolean),
 );
 
+const scopeList = z.string().transform((v) => v.split(/\s+/).filter(Boolean));
+
+const httpUrl = z
+  .string()
+  .trim()
+  .refine((v) => /^https?:\/\//.test(v) && URL.canParse(v), { message: 'must be an http:// or https:// URL' });
+
+const flag = z
+  .string()
+  .trim()
+  .toLowerCase()
+  .refine((v) => ['1', 'true', 'yes', '0', 'false', 'no'].includes(v), { message: 'must be true or false' })
+  .transform((v) => ['1', 'true', 'yes'].includes(v));
+
 const gatewayEnvSchema = z.object({
   ...commonShape,
   HOST: z.string().trim().min(1).default('127.0.0.1'),
@@ -82,6 +96,24 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
   TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   GATEWAY_SHUTDOWN_GRACE_MS: int(0, 3_600_000).default(10_000),
+  TASKRELAY_ALLOWED_HOSTS: originList.optional(),
+  TASKRELAY_ALLOW_UNAUTHENTICATED: flag.default(false),
+  TASKRELAY_MAX_BODY_BYTES: int(1_024, 1024 * 1024 * 1024).default(1_048_576),
+  TASKRELAY_MAX_JSON_DEPTH: int(8, 10_000).default(64),
+  TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL: int(0, 10_000_000).default(1_000),
+  TASKRELAY_MAX_OPEN_TASKS: int(0, 10_000_000).default(1_000),
+  TASKRELAY_RATE_LIMIT_CALLS: int(0, 100_000_000).default(60_000),
+  TASKRELAY_RATE_LIMIT_TASK_OPS: int(0, 100_000_000).default(120_000),
+  TASKRELAY_RATE_LIMIT_WINDOW_MS: int(1_000, 86_400_000).default(60_000),
+  TASKRELAY_MAX_ARGUMENT_BYTES: int(2, 1024 * 1024 * 1024).default(262_144),
+  TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: int(1, 65_536).default(256),
+  TASKRELAY_MAX_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024).default(16 * 1024 * 1024),
+  TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
+  TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
+  TASKRELAY_OAUTH_JWKS_URL: httpUrl.optional(),
+  TASKRELAY_OAUTH_SCOPES: scopeList.optional(),
+  TASKRELAY_OAUTH_CLOCK_SKEW_MS: int(0, 300_000).default(30_000),
+  TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: int(0, 3_600_000).default(30_000),
 });
 
 const workerEnvSchema = z.object({
@@ -136,6 +168,49 @@ export interface GatewayConfig extends CommonConfig {
    * Default 10000 ms.
    */
   shutdownGraceMs: number;
+  /**
+   * Accepted `Host` header values (`host` on any port, or `host:port`); undefined means loopback names and `host`.
+   */
+  allowedHosts: string[] | undefined;
+  /** Serve without authentication on a non-loopback address (an explicit opt-in; warned about). Default false. */
+  allowUnauthenticated: boolean;
+  /** Largest request body, after any content decoding; bigger ones get 413. Default 1 MiB. */
+  maxBodyBytes: number;
+  /** Deepest nesting of a JSON body, checked on the raw bytes before parsing. Default 64. */
+  maxJsonDepth: number;
+  /** Open sessions one principal may hold on one gateway; 0 = no limit. Default 1000. */
+  maxSessionsPerPrincipal: number;
+  /** Non-terminal tasks one principal may hold (all gateways); 0 = no limit. Default 1000. */
+  maxOpenTasks: number;
+  /** `tools/call` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit. */
+  rateLimitCalls: number;
+  /** `tasks/*` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit. */
+  rateLimitTaskOps: number;
+  /** The rate limits' window. Default 60000 ms. */
+  rateLimitWindowMs: number;
+  /** Largest `tools/call` arguments, as JSON bytes. Default 256 KiB. */
+  maxArgumentBytes: number;
+  /** Largest `_meta.progressToken`, as JSON bytes. Default 256. */
+  maxProgressTokenBytes: number;
+  /** Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result. */
+  maxResultBytes: number;
+  /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
+  oauth: OAuthConfig | undefined;
+}
+
+export interface OAuthConfig {
+  /** Required `iss`. */
+  issuer: string;
+  /** Required `aud`: this gateway's resource URL (also `resource` in its RFC 9728 metadata). */
+  audience: string;
+  /** The issuer's JWKS. */
+  jwksUrl: string;
+  /** Scopes every token must carry (403 `insufficient_scope` otherwise). Default none. */
+  requiredScopes: string[];
+  /** Tolerance on `exp`/`nbf`/`iat`. Default 30000 ms. */
+  clockSkewMs: number;
+  /** How soon a token with an unknown `kid` may make the gateway fetch the JWKS again (rotation). Default 30000 ms. */
+  jwksCooldownMs: number;
 }
 
 export interface WorkerConfig extends CommonConfig {
@@ -177,6 +252,32 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   if (p.TASKRELAY_DEFAULT_TTL_MS > p.TASKRELAY_MAX_TTL_MS) {
     throw new ConfigError('Invalid configuration: TASKRELAY_DEFAULT_TTL_MS must not exceed TASKRELAY_MAX_TTL_MS');
   }
+  const oauthVars = [p.TASKRELAY_OAUTH_ISSUER, p.TASKRELAY_OAUTH_AUDIENCE, p.TASKRELAY_OAUTH_JWKS_URL];
+  if (oauthVars.some((v) => v !== undefined) && oauthVars.some((v) => v === undefined)) {
+    throw new ConfigError(
+      'Invalid configuration: TASKRELAY_OAUTH_ISSUER, TASKRELAY_OAUTH_AUDIENCE and TASKRELAY_OAUTH_JWKS_URL must be set together',
+    );
+  }
+  const oauth: OAuthConfig | undefined =
+    p.TASKRELAY_OAUTH_ISSUER !== undefined && p.TASKRELAY_OAUTH_AUDIENCE !== undefined && p.TASKRELAY_OAUTH_JWKS_URL
+      ? {
+          issuer: p.TASKRELAY_OAUTH_ISSUER,
+          audience: p.TASKRELAY_OAUTH_AUDIENCE,
+          jwksUrl: p.TASKRELAY_OAUTH_JWKS_URL,
+          requiredScopes: p.TASKRELAY_OAUTH_SCOPES ?? [],
+          clockSkewMs: p.TASKRELAY_OAUTH_CLOCK_SKEW_MS,
+          jwksCooldownMs: p.TASKRELAY_OAUTH_JWKS_COOLDOWN_MS,
+        }
+      : undefined;
+  if (oauth === undefined && p.TASKRELAY_OAUTH_SCOPES !== undefined) {
+    throw new ConfigError('Invalid configuration: TASKRELAY_OAUTH_SCOPES needs TASKRELAY_OAUTH_ISSUER to be set');
+  }
+  const authOn = p.TASKRELAY_AUTH_TOKENS !== undefined || oauth !== undefined;
+  if (!authOn && !isLoopbackHost(p.HOST) && !p.TASKRELAY_ALLOW_UNAUTHENTICATED) {
+    throw new ConfigError(
+      `Invalid configuration: HOST ${p.HOST} is not a loopback address and no authentication is configured; set TASKRELAY_AUTH_TOKENS or TASKRELAY_OAUTH_*, or TASKRELAY_ALLOW_UNAUTHENTICATED=true to serve anyone who can reach it`,
+    );
+  }
   return {
     ...common(p),
     host: p.HOST,
@@ -192,7 +293,26 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     reaperIntervalMs: p.TASKRELAY_REAPER_INTERVAL_MS,
     queueTimeoutMs: p.TASKRELAY_QUEUE_TIMEOUT_MS,
     shutdownGraceMs: p.GATEWAY_SHUTDOWN_GRACE_MS,
+    allowedHosts: p.TASKRELAY_ALLOWED_HOSTS,
+    allowUnauthenticated: p.TASKRELAY_ALLOW_UNAUTHENTICATED,
+    maxBodyBytes: p.TASKRELAY_MAX_BODY_BYTES,
+    maxJsonDepth: p.TASKRELAY_MAX_JSON_DEPTH,
+    maxSessionsPerPrincipal: p.TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL,
+    maxOpenTasks: p.TASKRELAY_MAX_OPEN_TASKS,
+    rateLimitCalls: p.TASKRELAY_RATE_LIMIT_CALLS,
+    rateLimitTaskOps: p.TASKRELAY_RATE_LIMIT_TASK_OPS,
+    rateLimitWindowMs: p.TASKRELAY_RATE_LIMIT_WINDOW_MS,
+    maxArgumentBytes: p.TASKRELAY_MAX_ARGUMENT_BYTES,
+    maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
+    maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
+    oauth,
   };
+}
+
+/** `localhost`, 127.0.0.0/8 or `::1` (with or without brackets). */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127(\.\d{1,3}){3}$/.test(h);
 }
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {

@@ -37,6 +37,10 @@ export interface Keys {
   readonly bullQueueKeyPrefix: string;
   /** BullMQ's lock key of one job, whose value is the token of the worker holding it. */
   bullJobLock(queue: string, jobId: string): string;
+  /** Sorted set of a principal's possibly non-terminal task ids (the open-task cap), scored by creation time. */
+  principalOpenTasks(principal: string): string;
+  /** Key prefix of the per-principal rate-limit counters of one limit (`calls`, `task-ops`). */
+  rateLimitPrefix(limit: string): string;
 }
 
 export function createKeys(prefix = 'taskrelay'): Keys {
@@ -63,5 +67,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     queueName,
     bullQueueKeyPrefix,
     bullJobLock: (queue, jobId) => `${bullQueueKeyPrefix}${queue}:${jobId}:lock`,
+    principalOpenTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:open`,
+    rateLimitPrefix: (limit) => `${prefix}:ratelimit:${limit}`,
   };
 }

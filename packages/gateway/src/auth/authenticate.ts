@@ -1,0 +1,54 @@
+/**
+ * Authentication for every route that needs it (/mcp, /metrics, /admin): the SDK's `requireBearerAuth` over
+ * taskrelay's verifier (static tokens and/or OAuth JWTs), and the RFC 9728 Protected Resource Metadata that its 401s
+ * point to when OAuth is on.
+ */
+import { Router, type RequestHandler } from 'express';
+import { requireBearerAuth } from '@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js';
+import { metadataHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/metadata.js';
+import { getOAuthProtectedResourceMetadataUrl } from '@modelcontextprotocol/sdk/server/auth/router.js';
+import type { GatewayConfig, Logger } from '@taskrelay/shared';
+import { TokenVerifier } from './token-verifier.js';
+
+export interface Authenticator {
+  /** True when static tokens or OAuth are configured. */
+  readonly enabled: boolean;
+  /**
+   * Requires a valid bearer token and sets `req.auth` (principal in `clientId`); a pass-through when authentication
+   * is off. Mount it in front of anything that is not a probe.
+   */
+  readonly requireAuth: RequestHandler;
+  /** Serves `/.well-known/oauth-protected-resource[/<path>]` when OAuth is on; an empty router otherwise. */
+  readonly metadataRouter: Router;
+}
+
+const passThrough: RequestHandler = (_req, _res, next) => next();
+
+export function createAuthenticator(config: Pick<GatewayConfig, 'authTokens' | 'oauth'>, log: Logger): Authenticator {
+  const metadataRouter = Router();
+  const enabled = config.authTokens !== undefined || config.oauth !== undefined;
+  if (!enabled) return { enabled, requireAuth: passThrough, metadataRouter };
+  const verifier = new TokenVerifier({ staticTokens: config.authTokens, oauth: config.oauth, log });
+  const { oauth } = config;
+  let resourceMetadataUrl: string | undefined;
+  if (oauth) {
+    const resource = new URL(oauth.audience);
+    resourceMetadataUrl = getOAuthProtectedResourceMetadataUrl(resource);
+    const metadata = {
+      resource: oauth.audience,
+      authorization_servers: [oauth.issuer],
+      bearer_methods_supported: ['header'],
+      ...(oauth.requiredScopes.length > 0 ? { scopes_supported: oauth.requiredScopes } : {}),
+      resource_name: 'taskrelay gateway',
+    };
+    // RFC 9728 §3.1: the path-specific location, plus the root one for clients that look there.
+    metadataRouter.use(new URL(resourceMetadataUrl).pathname, metadataHandler(metadata));
+    metadataRouter.use('/.well-known/oauth-protected-resource', metadataHandler(metadata));
+  }
+  const requireAuth = requireBearerAuth({
+    verifier,
+    requiredScopes: oauth?.requiredScopes ?? [],
+    ...(resourceMetadataUrl === undefined ? {} : { resourceMetadataUrl }),
+  });
+  return { enabled, requireAuth, metadataRouter };
+}

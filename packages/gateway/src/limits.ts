@@ -1,0 +1,189 @@
+/**
+ * Per-principal limits (reference §9: rate limits on task operations, a cap on concurrent tasks, a maximum ttl):
+ * request rates counted in Redis with `rate-limiter-flexible` so they hold across gateways, the open-task cap, and
+ * the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
+ */
+import type { Request, Response, NextFunction, RequestHandler } from 'express';
+import type { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
+import { WireError } from './errors.js';
+import { jsonRpcError } from './http-guards.js';
+
+export interface RequestLimitsOptions {
+  /** `tools/call` requests per principal per window; 0 = no limit. */
+  callsPerWindow: number;
+  /** `tasks/*` requests per principal per window; 0 = no limit. */
+  taskOpsPerWindow: number;
+  windowMs: number;
+  maxArgumentBytes: number;
+  maxProgressTokenBytes: number;
+}
+
+type Message = { method?: unknown; id?: unknown; params?: unknown };
+
+/** The rate limit and size checks on a parsed /mcp POST body, before the SDK sees it. */
+export class RequestLimits {
+  private readonly calls: RateLimiterRedis | undefined;
+  private readonly taskOps: RateLimiterRedis | undefined;
+
+  constructor(
+    redis: Redis,
+    keys: Keys,
+    private readonly log: Logger,
+    private readonly options: RequestLimitsOptions,
+  ) {
+    this.calls = limiter(redis, keys.rateLimitPrefix('calls'), options.callsPerWindow, options.windowMs);
+    this.taskOps = limiter(redis, keys.rateLimitPrefix('task-ops'), options.taskOpsPerWindow, options.windowMs);
+  }
+
+  /** Express middleware for POST /mcp, after authentication and body parsing. */
+  middleware(principalOf: (req: Request) => string): RequestHandler {
+    return (req: Request, res: Response, next: NextFunction) => {
+      const body: unknown = req.body;
+      const messages: unknown[] = Array.isArray(body) ? body : [body];
+      if (messages.length === 0)
+        return jsonRpcError(res, 400, JsonRpcCode.InvalidRequest, 'Invalid Request: empty batch');
+      let calls = 0;
+      let taskOps = 0;
+      for (const m of messages) {
+        if (typeof m !== 'object' || m === null || Array.isArray(m)) {
+          return jsonRpcError(res, 400, JsonRpcCode.InvalidRequest, 'Invalid Request: not a JSON-RPC message object');
+        }
+        const msg = m as Message;
+        const id = typeof msg.id === 'string' || typeof msg.id === 'number' ? msg.id : null;
+        const problem = this.sizeProblem(msg);
+        if (problem) return jsonRpcError(res, problem.status, JsonRpcCode.InvalidParams, problem.message, id);
+        if (msg.method === 'tools/call') calls++;
+        else if (typeof msg.method === 'string' && msg.method.startsWith('tasks/')) taskOps++;
+      }
+      if (calls === 0 && taskOps === 0) return next();
+      const principal = principalOf(req);
+      void Promise.all([consume(this.calls, principal, calls), consume(this.taskOps, principal, taskOps)]).then(
+        ([a, b]) => {
+          const retryMs = Math.max(a ?? 0, b ?? 0);
+          if (retryMs === 0) return next();
+          this.log.info({ principal, calls, taskOps }, 'rate limit reached');
+          res.setHeader('Retry-After', String(Math.max(1, Math.ceil(retryMs / 1000))));
+          jsonRpcError(
+            res,
+            429,
+            JsonRpcCode.InvalidRequest,
+            `Too many requests: rate limit for this principal reached; retry after ${Math.ceil(retryMs / 1000)} s`,
+          );
+        },
+        next,
+      );
+    };
+  }
+
+  private sizeProblem(msg: Message): { status: number; message: string } | undefined {
+    const params = msg.params;
+    if (typeof params !== 'object' || params === null) return undefined;
+    const { arguments: args, _meta: meta } = params as { arguments?: unknown; _meta?: unknown };
+    const token =
+      typeof meta === 'object' && meta !== null ? (meta as { progressToken?: unknown }).progressToken : undefined;
+    if (token !== undefined && jsonBytes(token) > this.options.maxProgressTokenBytes) {
+      return {
+        status: 400,
+        message: `Invalid params: _meta.progressToken is longer than ${this.options.maxProgressTokenBytes} bytes`,
+      };
+    }
+    if (msg.method === 'tools/call' && args !== undefined && jsonBytes(args) > this.options.maxArgumentBytes) {
+      return {
+        status: 413,
+        message: `Invalid params: arguments are larger than ${this.options.maxArgumentBytes} bytes`,
+      };
+    }
+    return undefined;
+  }
+}
+
+function limiter(redis: Redis, keyPrefix: string, points: number, windowMs: number): RateLimiterRedis | undefined {
+  if (points === 0) return undefined;
+  const duration = Math.max(1, Math.round(windowMs / 1000));
+  return new RateLimiterRedis({
+    storeClient: redis,
+    keyPrefix,
+    points,
+    duration,
+    // While Redis is away each gateway counts alone, rather than letting everything through or failing requests.
+    insuranceLimiter: new RateLimiterMemory({ keyPrefix, points, duration }),
+  });
+}
+
+/** ms until the principal may retry, 0 when the points were granted. */
+async function consume(rl: RateLimiterRedis | undefined, key: string, points: number): Promise<number> {
+  if (!rl || points === 0) return 0;
+  try {
+    await rl.consume(key, points);
+    return 0;
+  } catch (rejection) {
+    if (rejection instanceof RateLimiterRes) return Math.max(1, rejection.msBeforeNext);
+    throw rejection;
+  }
+}
+
+/**
+ * A tool result no bigger than `maxBytes` as JSON, or an error result saying it was too big: the worker stored it,
+ * but the gateway does not push it through a client's stream (nor its session's replay buffer).
+ */
+export function capResult(result: CallToolResult, maxBytes: number): CallToolResult {
+  const size = jsonBytes(result);
+  if (size <= maxBytes) return result;
+  return {
+    content: [
+      { type: 'text', text: `The result (${size} bytes) is larger than this gateway delivers (${maxBytes} bytes)` },
+    ],
+    isError: true,
+  };
+}
+
+function jsonBytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value) ?? '');
+}
+
+/**
+ * The per-principal cap on non-terminal tasks. A sorted set per principal holds the ids of tasks it created; it is
+ * pruned (terminal or expired ids dropped) only when it reaches the cap, so a create below the cap costs one ZCARD.
+ * Gateways racing at the cap may overshoot it by the creates in flight: it is a resource guard, not an invariant.
+ */
+export class OpenTaskLimit {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly max: number,
+    /** How long the set outlives its newest task (the longest ttl after the longest run). */
+    private readonly indexTtlMs: number,
+  ) {}
+
+  async check(principal: string): Promise<void> {
+    if (this.max === 0) return;
+    const key = this.keys.principalOpenTasks(principal);
+    if ((await this.redis.zcard(key)) < this.max) return;
+    const ids = await this.redis.zrange(key, 0, -1);
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hget(this.keys.task(id), 'status');
+    const statuses = (await pipeline.exec()) ?? [];
+    const ended = ids.filter((_id, i) => {
+      const status = statuses[i]?.[1];
+      return typeof status !== 'string' || isTerminal(status as TaskStatus);
+    });
+    if (ended.length > 0) await this.redis.zrem(key, ...ended);
+    const open = ids.length - ended.length;
+    if (open >= this.max) {
+      throw new WireError(
+        JsonRpcCode.InvalidRequest,
+        `Too many open tasks: this principal has ${open} unfinished tasks (at most ${this.max}); wait for one to end or cancel one`,
+        { code: 'TOO_MANY_OPEN_TASKS' },
+      );
+    }
+  }
+
+  async add(principal: string, taskId: string): Promise<void> {
+    if (this.max === 0) return;
+    const key = this.keys.principalOpenTasks(principal);
+    await this.redis.multi().zadd(key, Date.now(), taskId).pexpire(key, this.indexTtlMs).exec();
+  }
+}

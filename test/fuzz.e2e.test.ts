@@ -1,0 +1,356 @@
+/**
+ * Hostile input against live gateways (one with static-token auth, one without): fast-check generates thousands of
+ * mutated JSON-RPC requests, headers and bodies. Nothing may answer 5xx, hang, or crash the process, and afterwards
+ * every task the run created is still consistent: readable by its owner with a valid status, unknown to anyone else.
+ *
+ * CI mode: TASKRELAY_FUZZ_RUNS requests (default 3000, about 10 s). Long mode for local runs: TASKRELAY_FUZZ_RUNS=50000.
+ */
+import { request as httpRequest } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+
+const RUNS = Number(process.env['TASKRELAY_FUZZ_RUNS'] ?? 3000);
+/** Longer than any request the generators can make legitimately slow (plain calls are bounded to a few ms of work). */
+const REQUEST_TIMEOUT_MS = 15_000;
+
+let redis: TestRedis;
+let authed: GatewayProcess;
+let open: GatewayProcess;
+const sessions: Record<string, string> = {};
+const created: Array<{ taskId: string; principal: 'alice' | 'bob'; expiresAt: number }> = [];
+
+const INIT = {
+  jsonrpc: '2.0',
+  id: 0,
+  method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'fuzz', version: '0' } },
+};
+
+interface Answer {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+/** One raw HTTP exchange (Host, Transfer-Encoding and bytes are ours); GET streams are closed once headers arrive. */
+function exchange(
+  port: number,
+  method: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, method, path: '/mcp', headers }, (res) => {
+      const contentType = String(res.headers['content-type'] ?? '');
+      const status = res.statusCode ?? 0;
+      if (method === 'GET' && contentType.includes('text/event-stream')) {
+        res.destroy();
+        resolve({ status, contentType, body: '' });
+        return;
+      }
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status, contentType, body: text }));
+      res.on('error', reject);
+    });
+    req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+async function openSession(gw: GatewayProcess, token?: string): Promise<string> {
+  const res = await fetch(gw.url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
+    body: JSON.stringify(INIT),
+  });
+  await res.text();
+  const id = res.headers.get('mcp-session-id');
+  if (!id) throw new Error(`initialize answered ${res.status}`);
+  return id;
+}
+
+async function reopenSessions(): Promise<void> {
+  sessions['alice'] = await openSession(authed, 'alice-token');
+  sessions['bob'] = await openSession(authed, 'bob-token');
+  sessions['anon'] = await openSession(open);
+}
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const authEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('fuzz-auth') };
+  const openEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('fuzz-open') };
+  [authed, open] = await Promise.all([
+    startGatewayProcess({ ...authEnv, TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token', LOG_LEVEL: 'warn' }),
+    startGatewayProcess({ ...openEnv, LOG_LEVEL: 'warn' }),
+  ]);
+  await Promise.all([startWorkerProcess(authEnv), startWorkerProcess(openEnv)]);
+  await reopenSessions();
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+const METHODS = [
+  'initialize',
+  'ping',
+  'tools/list',
+  'tools/call',
+  'tasks/get',
+  'tasks/result',
+  'tasks/list',
+  'tasks/cancel',
+  'tasks/update',
+  'notifications/initialized',
+  'notifications/cancelled',
+  'notifications/progress',
+  'resources/list',
+  'prompts/get',
+  'completion/complete',
+  'logging/setLevel',
+  '',
+  '__proto__',
+  'constructor',
+];
+
+/** `KNOWN` becomes the newest task the run created (either principal's): owners and strangers both ask for it. */
+const taskIds = fc.oneof(fc.constantFrom(...['nope', '', '../../etc', '*', '\u0000']), fc.string(), {
+  weight: 3,
+  arbitrary: fc.constant('KNOWN'),
+});
+
+/** tools/call arguments that either fail validation or finish within milliseconds (no legitimately slow call). */
+const toolCall = fc.oneof(
+  fc.record({
+    name: fc.constantFrom('build_report', 'fail_after', 'wait_for_approval', 'nope', ''),
+    arguments: fc.oneof(fc.jsonValue(), fc.object()),
+  }),
+  fc.record({
+    name: fc.constant('build_report'),
+    arguments: fc.record({
+      report: fc.string({ maxLength: 20 }),
+      items: fc.integer({ min: 1, max: 3 }),
+      delayMs: fc.integer({ min: 0, max: 5 }),
+    }),
+  }),
+  fc.record({
+    name: fc.constant('fail_after'),
+    arguments: fc.record({ delayMs: fc.integer({ min: 0, max: 5 }), message: fc.string({ maxLength: 20 }) }),
+  }),
+);
+
+/** A task call that should succeed (sometimes with an odd ttl, token or idempotency key). */
+const taskCall = fc.record(
+  {
+    name: fc.constant('build_report'),
+    arguments: fc.record({
+      report: fc.string({ maxLength: 20 }),
+      items: fc.integer({ min: 1, max: 3 }),
+      delayMs: fc.integer({ min: 0, max: 5 }),
+    }),
+    task: fc.oneof(fc.constant({}), fc.record({ ttl: fc.oneof(fc.integer(), fc.double(), fc.jsonValue()) })),
+    _meta: fc.record(
+      {
+        progressToken: fc.oneof(fc.string({ maxLength: 30 }), fc.integer()),
+        'dev.taskrelay/idempotency-key': fc.string({ minLength: 1, maxLength: 10 }),
+      },
+      { requiredKeys: [] },
+    ),
+  },
+  { requiredKeys: ['name', 'arguments', 'task'] },
+);
+
+const params = fc.oneof(
+  fc.jsonValue(),
+  toolCall,
+  taskCall,
+  taskCall,
+  fc.record({ taskId: taskIds }),
+  fc.record(
+    {
+      // Not wait_for_approval: its task waits for an answer forever, and a tasks/result on it rightly blocks.
+      name: fc.constantFrom('build_report', 'fail_after'),
+      arguments: fc.record({ report: fc.string(), items: fc.integer({ min: 1, max: 3 }) }),
+      task: fc.oneof(fc.constant({}), fc.record({ ttl: fc.oneof(fc.integer(), fc.double(), fc.jsonValue()) })),
+      _meta: fc.record(
+        {
+          progressToken: fc.oneof(fc.string(), fc.integer(), fc.jsonValue()),
+          'dev.taskrelay/idempotency-key': fc.oneof(fc.string(), fc.jsonValue()),
+        },
+        { requiredKeys: [] },
+      ),
+    },
+    { requiredKeys: ['name'] },
+  ),
+  fc.record({ cursor: fc.oneof(fc.string(), fc.jsonValue()) }),
+);
+
+const message = fc.oneof(
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      jsonrpc: fc.constant('2.0'),
+      id: fc.integer({ min: 1, max: 1_000_000 }),
+      method: fc.constant('tools/call'),
+      params: taskCall,
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      jsonrpc: fc.constant('2.0'),
+      id: fc.integer({ min: 1, max: 1_000_000 }),
+      method: fc.constantFrom('tasks/get', 'tasks/result', 'tasks/cancel', 'tasks/list'),
+      params: fc.record({ taskId: taskIds }),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      jsonrpc: fc.constant('2.0'),
+      id: fc.integer({ min: 1, max: 1_000_000 }),
+      method: fc.constantFrom(...METHODS),
+      params,
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record(
+      {
+        jsonrpc: fc.oneof(fc.constant('2.0'), fc.jsonValue()),
+        id: fc.oneof(fc.integer(), fc.string(), fc.constant(null), fc.jsonValue()),
+        method: fc.oneof(fc.constantFrom(...METHODS), fc.string(), fc.jsonValue()),
+        params,
+      },
+      { requiredKeys: [] },
+    ),
+  },
+);
+
+/** The JSON text of a body, or hostile bytes that are not JSON-RPC at all. */
+const body = fc.oneof(
+  { weight: 6, arbitrary: message.map((m) => JSON.stringify(m)) },
+  { weight: 2, arbitrary: fc.array(fc.oneof(message, fc.jsonValue()), { maxLength: 4 }).map((b) => JSON.stringify(b)) },
+  { weight: 1, arbitrary: fc.string() },
+  { weight: 1, arbitrary: message.map((m) => JSON.stringify(m).slice(0, -3)) },
+  { weight: 1, arbitrary: fc.integer({ min: 1, max: 5000 }).map((n) => `${'['.repeat(n)}${']'.repeat(n)}`) },
+  { weight: 1, arbitrary: fc.constantFrom('', 'null', '[null]', '[]', '{}', '"x"', '1e999', '{"__proto__":{"a":1}}') },
+);
+
+/** Mostly the valid value, so most requests get past the HTTP checks into the JSON-RPC layer; sometimes a bad one. */
+const mostly = <T>(valid: T, ...bad: T[]) =>
+  fc.oneof({ weight: 8, arbitrary: fc.constant(valid) }, { weight: 1, arbitrary: fc.constantFrom(...bad) });
+
+const request = fc.record({
+  target: fc.constantFrom('alice', 'alice', 'bob', 'anon', 'anon', 'none', 'wrong'),
+  httpMethod: mostly('POST', 'GET', 'DELETE', 'PUT', 'PATCH'),
+  session: mostly('own', 'other', 'garbage', 'none'),
+  contentType: mostly(
+    'application/json',
+    'application/json; charset=utf-8',
+    'application/json; charset=latin-9',
+    'text/plain',
+    'multipart/form-data',
+    '',
+  ),
+  accept: mostly('application/json, text/event-stream', 'application/json', 'text/event-stream', '*/*', ''),
+  protocolVersion: mostly('2025-11-25', '2025-06-18', '1999-01-01', '', 'x'.repeat(300)),
+  host: mostly('127.0.0.1', 'localhost', 'evil.example', '127.0.0.1:1', ''),
+  lastEventId: fc.option(fc.oneof(fc.string(), fc.constant('_GET_stream abc.1')), { nil: undefined, freq: 1 }),
+  origin: fc.option(fc.constantFrom('http://localhost', 'https://evil.example', 'null'), { nil: undefined, freq: 1 }),
+  body,
+});
+
+type FuzzRequest = typeof request extends fc.Arbitrary<infer T> ? T : never;
+
+function headersFor(r: FuzzRequest, port: number, knownTask: string | undefined): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const token = { alice: 'alice-token', bob: 'bob-token', wrong: 'mallory-token' }[r.target as string];
+  if (token) headers['authorization'] = `Bearer ${token}`;
+  const own = r.target === 'anon' ? sessions['anon'] : sessions[r.target === 'bob' ? 'bob' : 'alice'];
+  const other = r.target === 'bob' ? sessions['alice'] : sessions['bob'];
+  const session = { own, other, garbage: 'b5c0a8e2-0000-4000-8000-000000000000', none: undefined }[r.session];
+  if (session) headers['mcp-session-id'] = session;
+  if (r.contentType) headers['content-type'] = r.contentType;
+  if (r.accept) headers['accept'] = r.accept;
+  if (r.protocolVersion) headers['mcp-protocol-version'] = r.protocolVersion;
+  headers['host'] = r.host === '127.0.0.1' || r.host === 'localhost' ? `${r.host}:${port}` : r.host;
+  if (r.lastEventId !== undefined) headers['last-event-id'] = r.lastEventId.replace(/[^\x20-\x7e]/g, '');
+  if (r.origin) headers['origin'] = r.origin;
+  void knownTask;
+  return headers;
+}
+
+describe('hostile input against live gateways', () => {
+  it(`answers ${RUNS} mutated requests without a 5xx, a hang or a crash, and leaves tasks consistent`, async () => {
+    const statuses = new Map<number, number>();
+    await fc.assert(
+      fc.asyncProperty(request, async (r) => {
+        const gw = r.target === 'anon' ? open : authed;
+        const known = created.at(-1)?.taskId;
+        const text = known ? r.body.replaceAll('KNOWN', known) : r.body;
+        const headers = headersFor(r, gw.port, known);
+        const withBody = r.httpMethod === 'POST' || r.httpMethod === 'PUT' || r.httpMethod === 'PATCH';
+        const answer = await exchange(gw.port, r.httpMethod, headers, withBody ? text : undefined);
+        statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1);
+        // A DELETE of a shared session ended it: open a fresh one for the requests that follow.
+        if (r.httpMethod === 'DELETE' && answer.status === 200) await reopenSessions();
+        expect(answer.status, `${r.httpMethod} ${JSON.stringify(headers)} ${text.slice(0, 300)}`).toBeLessThan(500);
+        // Record the tasks the run created, to check them afterwards.
+        for (const match of answer.body.matchAll(/\{"taskId":"[^"]+","status":"working"[^}]*\}/g)) {
+          const task = JSON.parse(match[0]) as { taskId: string; ttl: number };
+          if (r.target === 'alice' || r.target === 'bob') {
+            created.push({ taskId: task.taskId, principal: r.target, expiresAt: Date.now() + task.ttl });
+          }
+        }
+      }),
+      { numRuns: RUNS, endOnFailure: true },
+    );
+    expect(authed.child.exitCode).toBeNull();
+    expect(open.child.exitCode).toBeNull();
+    for (const gw of [authed, open]) {
+      expect((await fetch(gw.url.replace(/\/mcp$/, '/readyz'))).status).toBe(200);
+    }
+    // Every task is its owner's, with a valid status, and unknown to the other principal.
+    const owners = { alice: await openSession(authed, 'alice-token'), bob: await openSession(authed, 'bob-token') };
+    const get = async (principal: 'alice' | 'bob', taskId: string) => {
+      const res = await fetch(authed.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${principal}-token`,
+          'mcp-session-id': owners[principal],
+          'mcp-protocol-version': '2025-11-25',
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tasks/get', params: { taskId } }),
+      });
+      const raw = await res.text();
+      const data = raw.includes('data:') ? (/data: (\{.*\})/.exec(raw)?.[1] ?? raw) : raw;
+      return JSON.parse(data) as { result?: { status: string }; error?: { code: number } };
+    };
+    // Tasks whose granted ttl (the fuzz asks for any) may have run out are rightly gone.
+    const alive = created.filter((t) => t.expiresAt > Date.now() + 30_000);
+    expect(alive.length).toBeGreaterThan(0);
+    for (const { taskId, principal } of alive.slice(-50)) {
+      const mine = await get(principal, taskId);
+      expect(['working', 'input_required', 'completed', 'failed', 'cancelled']).toContain(mine.result?.status);
+      const theirs = await get(principal === 'alice' ? 'bob' : 'alice', taskId);
+      expect(theirs.error?.code).toBe(-32602);
+    }
+    console.info(
+      `fuzz: ${RUNS} requests, ${created.length} tasks (${alive.length} checked), statuses ${JSON.stringify([...statuses])}`,
+    );
+  });
+});
