@@ -220,7 +220,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   app.use('/mcp', originGuard(options.allowedOrigins), requireAuth, requireJsonContent);
   app.use('/mcp', jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }));
   app.post('/mcp', limits.middleware(principalOf));
-  const modern = createModernEndpoint({ service, metrics, log, version: GATEWAY_VERSION, inflight });
+  const modern = createModernEndpoint({
+    service,
+    metrics,
+    log,
+    version: GATEWAY_VERSION,
+    inflight,
+    maxResultBytes: options.maxResultBytes,
+  });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
   const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {

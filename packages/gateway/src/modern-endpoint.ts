@@ -10,7 +10,9 @@ import { z } from 'zod';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, isTerminal, type Logger, type ProgressToken } from '@taskrelay/shared';
 import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
+import { capResult } from './limits.js';
 import type { GatewayMetrics } from './metrics.js';
+import { sanitizeOutgoing } from './safe-errors.js';
 import { type InflightCalls, idempotencyKeyOf } from './mcp-session.js';
 import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
@@ -41,6 +43,8 @@ export interface ModernEndpointOptions {
   log: Logger;
   version: string;
   inflight: InflightCalls;
+  /** Largest tool result delivered (TASKRELAY_MAX_RESULT_BYTES); a bigger one becomes an isError result. */
+  maxResultBytes?: number;
 }
 
 type Params = Record<string, unknown> & { _meta?: Record<string, unknown> };
@@ -204,7 +208,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       const done = await service.waitForCall(record, new AbortController().signal);
       if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
       if (closed.signal.aborted) return undefined; // nobody to answer
-      const result = renderResult(done) as Result;
+      const result = capResult(renderResult(done), options.maxResultBytes ?? Infinity) as Result;
       if (stream) {
         stream.end({ jsonrpc: '2.0', id: rpc.id, result: { ...result, resultType: 'complete' } });
         return undefined;
@@ -305,7 +309,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     } catch (error) {
       if (!(error instanceof McpError)) log.debug({ err: error, method }, 'request failed');
       if (res.headersSent) return;
-      send(res, 200, { jsonrpc: '2.0', id, error: errorObject(error) });
+      send(res, 200, { jsonrpc: '2.0', id, error: errorObject(error) }, log);
     }
   };
 }
@@ -336,8 +340,10 @@ function acceptsEventStream(req: Request): boolean {
   return (req.header('accept') ?? '').includes('text/event-stream');
 }
 
-function send(res: Response, status: number, body: unknown): void {
-  res.status(status).json(body);
+function send(res: Response, status: number, body: unknown, log?: Logger): void {
+  // Errors that reveal nothing (SECURITY.md): the same filter as the 2025-era sessions' transport.
+  const message = log ? sanitizeOutgoing(body as Parameters<typeof sanitizeOutgoing>[0], log, undefined) : body;
+  res.status(status).json(message);
 }
 
 /** A response that became an SSE stream: progress notifications, then the response, then the end. */
