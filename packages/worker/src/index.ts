@@ -5,4 +5,17 @@ export { CancelledError, NonRetryableError } from './errors.js';
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';
 export { demoTools } from './demo-tools.js';
+export { defineJobApiTool, loadJobApiTools, parseJobApiFile } from './job-api/index.js';
+export type {
+  ExternalOutcome,
+  JobApiHookInfo,
+  JobApiHooks,
+  JobApiHttpRequest,
+  JobApiHttpResponse,
+  JobApiPhase,
+  JobApiSpecInput,
+  JobApiToolOptions,
+  PollReading,
+  SubmittedJob,
+} from './job-api/index.js';
 export type { CancelReason, ToolResult } from '@taskrelay/shared';

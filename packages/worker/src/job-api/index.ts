@@ -1,0 +1,11 @@
+export { defineJobApiTool } from './define-job-api-tool.js';
+export type {
+  JobApiHookInfo,
+  JobApiHooks,
+  JobApiToolOptions,
+  PollReading,
+  SubmittedJob,
+} from './define-job-api-tool.js';
+export type { JobApiHttpRequest, JobApiHttpResponse, JobApiPhase } from './http.js';
+export { loadJobApiTools, parseJobApiFile } from './config-file.js';
+export type { ExternalOutcome, JobApiSpecInput } from './spec.js';

@@ -1,0 +1,303 @@
+/**
+ * Job-API tools (CONTRACT.md §6, PROTOCOL.md §12.9) run directly against the example fake batch service, with an
+ * in-memory stand-in for the durable half of the context (state, step, suspend) that replays runs the way the worker
+ * does: a suspended run ends, the next one starts from the top with the stored state.
+ */
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { ConfigError, createLogger, type ToolResult } from '@taskrelay/shared';
+import { TaskContext } from '../src/context.js';
+import type { ToolDefinition } from '../src/define-tool.js';
+import { defineJobApiTool, parseJobApiFile } from '../src/job-api/index.js';
+import { getPath, renderString, renderValue } from '../src/job-api/template.js';
+import {
+  JOB_API_CONFIG,
+  startBatchService,
+  type BatchService,
+  type BatchStats,
+} from '../../../test/fixtures/job-api-service.js';
+import { stopAll } from '../../../test/helpers/processes.js';
+import { waitFor } from '../../../test/helpers/wait-for.js';
+
+class SuspendedError extends Error {
+  override name = 'SuspendedError';
+}
+
+interface Driven {
+  result?: ToolResult;
+  error?: unknown;
+  runs: number;
+  suspends: number[];
+  progress: Array<{ progress: number; total?: number; message?: string }>;
+  state: Record<string, unknown>;
+}
+
+/**
+ * Runs a tool to its end the way the worker would across suspensions: each run gets a fresh context over the same
+ * stored state. `controller` aborts the current run (a cancel).
+ */
+async function drive(
+  tool: ToolDefinition,
+  args: Record<string, unknown>,
+  options: { taskId?: string; controller?: AbortController; state?: Record<string, unknown>; maxRuns?: number } = {},
+): Promise<Driven> {
+  const taskId = options.taskId ?? `task-${Math.random().toString(16).slice(2)}`;
+  const controller = options.controller ?? new AbortController();
+  const out: Driven = { runs: 0, suspends: [], progress: [], state: options.state ?? {} };
+  const input = tool.inputSchema.parse(args);
+  for (;;) {
+    out.runs += 1;
+    if (out.runs > (options.maxRuns ?? 200)) throw new Error('too many runs');
+    const ctx = new TaskContext({
+      taskId,
+      tool: tool.name,
+      attempt: out.runs,
+      signal: controller.signal,
+      store: {
+        recordProgress: (_id, update) => {
+          out.progress.push(update);
+          return Promise.resolve('accepted' as const);
+        },
+      },
+      progressIntervalMs: 0,
+      logger: createLogger('worker', { level: 'silent' }),
+    });
+    const durable = Object.assign(ctx, {
+      state: {
+        get: () => structuredClone(out.state),
+        set: (value: unknown) => {
+          out.state = structuredClone(value) as Record<string, unknown>;
+          return Promise.resolve();
+        },
+      },
+      step: async <T>(name: string, fn: () => T | Promise<T>): Promise<T> => {
+        const steps = (out.state['steps'] ?? {}) as Record<string, unknown>;
+        if (name in steps) return steps[name] as T;
+        const value = await fn();
+        out.state = { ...out.state, steps: { ...steps, [name]: value } };
+        return value;
+      },
+      suspend: ({ forMs }: { forMs: number }): Promise<never> => {
+        out.suspends.push(forMs);
+        return Promise.reject(new SuspendedError('suspended'));
+      },
+    });
+    try {
+      out.result = (await tool.run(input, durable)) as ToolResult;
+      await ctx.flushProgress();
+      return out;
+    } catch (error) {
+      await ctx.flushProgress();
+      if (error instanceof SuspendedError) {
+        await new Promise((resolve) => setTimeout(resolve, out.suspends.at(-1)));
+        continue;
+      }
+      out.error = error;
+      return out;
+    }
+  }
+}
+
+let service: BatchService;
+const env = () => ({ BATCH_URL: service.url, BATCH_TOKEN: 'secret-token' });
+let tools: Map<string, ToolDefinition>;
+
+beforeAll(async () => {
+  service = await startBatchService({ BATCH_TOKEN: 'secret-token' });
+  tools = new Map(
+    parseJobApiFile(readFileSync(JOB_API_CONFIG, 'utf8'), { yaml: true, env: env() }).map((t) => [t.name, t]),
+  );
+});
+afterAll(() => stopAll());
+beforeEach(() => service.control({ reset: true }));
+
+const tool = (name: string) => tools.get(name) as ToolDefinition;
+
+describe('templates and paths', () => {
+  const scope = { args: { clip: 'a b/c', n: 3, nested: { x: [1, 2] } }, taskId: 't1', id: 'j/1' };
+
+  it('URL-encodes values inside URLs, and keeps a lone token typed in a body', () => {
+    expect(renderString('http://h/jobs/{{id}}?c={{args.clip}}', scope, { encode: true })).toBe(
+      'http://h/jobs/j%2F1?c=a%20b%2Fc',
+    );
+    expect(renderValue({ count: '{{args.n}}', all: '{{args}}', text: 'n={{args.n}}' }, scope)).toEqual({
+      count: 3,
+      all: scope.args,
+      text: 'n=3',
+    });
+  });
+
+  it('reads dot paths into objects and arrays, and undefined for a missing step', () => {
+    expect(getPath({ a: { b: [{ c: 7 }] } }, 'a.b.0.c')).toBe(7);
+    expect(getPath({ a: 1 }, 'a.b')).toBeUndefined();
+    expect(getPath({ a: 1 }, '.')).toEqual({ a: 1 });
+  });
+});
+
+describe('the TASKRELAY_JOB_APIS file', () => {
+  const minimal = (patch: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      tools: [
+        {
+          name: 'render_video',
+          description: 'Renders.',
+          submit: { url: 'http://127.0.0.1:1/jobs', id: 'job.id' },
+          poll: { url: 'http://127.0.0.1:1/jobs/{{id}}', status: 'state', statusMap: { done: 'completed' } },
+          ...patch,
+        },
+      ],
+    });
+  const error = (text: string, env: Record<string, string> = {}) => {
+    try {
+      parseJobApiFile(text, { env });
+    } catch (e) {
+      expect(e).toBeInstanceOf(ConfigError);
+      return (e as Error).message;
+    }
+    throw new Error('accepted');
+  };
+
+  it('builds tools whose published inputSchema is the file one', () => {
+    const loaded = parseJobApiFile(readFileSync(JOB_API_CONFIG, 'utf8'), { yaml: true, env: env() });
+    expect(loaded.map((t) => t.name)).toEqual(['batch_job', 'batch_job_suspending']);
+    expect(loaded[0]?.descriptor.inputSchema).toMatchObject({ type: 'object', required: ['label'] });
+    expect(loaded[0]?.descriptor.taskSupport).toBe('optional');
+  });
+
+  it('names the tool and the field of a bad value, in one line', () => {
+    const message = error(minimal({ poll: { url: 'http://h/{{id}}', status: 's', statusMap: { done: 'finished' } } }));
+    expect(message).toMatch(/tool render_video: poll\.statusMap\.done: must be one of working, completed/);
+    expect(message).not.toMatch(/\n/);
+  });
+
+  it('names an unknown field, an unknown template and a URL that is none', () => {
+    expect(error(minimal({ pol: {} }))).toMatch(/tool render_video: pol: unknown field/);
+    expect(error(minimal({ cancel: { url: 'http://h/{{jobid}}' } }))).toMatch(
+      /tool render_video: cancel\.url: unknown template \{\{jobid\}\}/,
+    );
+    expect(error(minimal({ cancel: { url: 'render.internal/x' } }))).toMatch(
+      /tool render_video: cancel\.url: must be an http/,
+    );
+    expect(error('{"tools": [{"description": "x"}]}')).toMatch(/tools\.0: name:/);
+    expect(error('{"tools": [')).toMatch(/not valid JSON/);
+  });
+
+  it('names a missing environment variable and the field that needs it', () => {
+    const message = error(minimal({ headers: { Authorization: 'Bearer ${env:RENDER_TOKEN}' } }));
+    expect(message).toMatch(/tool render_video: headers\.Authorization needs environment variable RENDER_TOKEN/);
+    expect(() =>
+      parseJobApiFile(minimal({ headers: { Authorization: 'Bearer ${env:RENDER_TOKEN}' } }), {
+        env: { RENDER_TOKEN: 'x' },
+      }),
+    ).not.toThrow();
+  });
+});
+
+describe('§12.9 polling an external job', () => {
+  it('submits once, reports the upstream progress and returns the result', async () => {
+    const run = await drive(tool('batch_job'), { label: 'a', steps: 4, stepMs: 60 });
+    expect(run.error).toBeUndefined();
+    expect(run.result?.structuredContent).toMatchObject({ steps: 4, input: { label: 'a', steps: 4 } });
+    expect(run.progress.at(-1)).toEqual({ progress: 4, total: 4, message: 'finished' });
+    expect(run.progress.length).toBeGreaterThan(1);
+    expect((await service.stats()).submits).toBe(1);
+  });
+
+  it('suspends between long polls and replays without a second submit', async () => {
+    const run = await drive(tool('batch_job_suspending'), { label: 'b', steps: 3, stepMs: 100 });
+    expect(run.error).toBeUndefined();
+    expect(run.runs).toBeGreaterThan(1);
+    expect(run.suspends.every((ms) => ms === 200)).toBe(true);
+    expect(run.result?.structuredContent).toMatchObject({ steps: 3 });
+    expect((await service.stats()).submits).toBe(1);
+    expect(run.state['steps']).toMatchObject({ submit: { id: expect.any(String), statusUrl: expect.any(String) } });
+  });
+
+  it('sends the task id as Idempotency-Key, so a submit repeated after a crash finds the same job', async () => {
+    const taskId = 'task-idem';
+    await drive(tool('batch_job'), { label: 'c', steps: 1, stepMs: 10 }, { taskId });
+    // A run that crashed after the upstream accepted but before the step was stored submits again, same key:
+    await drive(tool('batch_job'), { label: 'c', steps: 1, stepMs: 10 }, { taskId });
+    expect(await service.stats()).toMatchObject({ submits: 2, jobsCreated: 1 });
+  });
+
+  it('fails with the upstream message when the external job fails', async () => {
+    const run = await drive(tool('batch_job'), { label: 'd', steps: 2, stepMs: 20, fail: 'render node on fire' });
+    expect((run.error as Error).message).toBe('render node on fire');
+    expect((run.error as { code?: string }).code).toBe('NON_RETRYABLE');
+  });
+
+  it('fails without retry, with the upstream message, on a permanent 4xx', async () => {
+    const bad = defineJobApiTool({
+      name: 'bad_steps',
+      description: 'x',
+      inputSchema: z.object({}),
+      headers: { Authorization: 'Bearer secret-token' },
+      submit: { url: `${service.url}/jobs`, body: { steps: -1 }, id: 'job.id' },
+      poll: { url: `${service.url}/jobs/{{id}}`, status: 'state', statusMap: { done: 'completed' } },
+    });
+    const failed = await drive(bad, {});
+    expect((failed.error as Error).message).toMatch(/HTTP 422: steps must be an integer 0\.\.100000/);
+    expect((failed.error as { code?: string }).code).toBe('NON_RETRYABLE');
+    expect((await service.stats()).submits).toBe(1);
+  });
+
+  it('rides out a flaky upstream: 5xx, answers that never come, slow answers', async () => {
+    await service.control({ flaky: ['500', 'timeout', 'slow', 'ok', '500', 'ok'], slowMs: 150, hangMs: 5_000 });
+    const run = await drive(tool('batch_job'), { label: 'f', steps: 3, stepMs: 50 });
+    expect(run.error).toBeUndefined();
+    expect(run.result?.structuredContent).toMatchObject({ steps: 3 });
+    const stats = await service.stats();
+    expect(stats.jobsCreated).toBe(1);
+  });
+
+  it('calls the external cancel once when the task is cancelled, and stops polling', async () => {
+    const controller = new AbortController();
+    const pending = drive(tool('batch_job'), { label: 'g', steps: 1000, stepMs: 50 }, { controller });
+    await waitForStats((s) => s.polls >= 2);
+    controller.abort('CLIENT_CANCELLED');
+    const run = await pending;
+    expect((run.error as { reason?: string }).reason).toBe('CLIENT_CANCELLED');
+    const after = await service.stats();
+    expect(after.cancels).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await service.stats()).polls).toBe(after.polls);
+  });
+
+  it('does not cancel the external job when the run only hands its job back (shutdown)', async () => {
+    const controller = new AbortController();
+    const pending = drive(tool('batch_job'), { label: 'h', steps: 1000, stepMs: 50 }, { controller });
+    await waitForStats((s) => s.polls >= 1);
+    controller.abort('WORKER_SHUTDOWN');
+    const run = await pending;
+    expect((run.error as { reason?: string }).reason).toBe('WORKER_SHUTDOWN');
+    expect((await service.stats()).cancels).toBe(0);
+  });
+
+  it('lets a request hook sign every request (custom auth)', async () => {
+    const signed = defineJobApiTool({
+      name: 'signed',
+      description: 'x',
+      inputSchema: z.object({ label: z.string() }),
+      submit: { url: `${service.url}/jobs`, id: 'job.id', body: { label: '{{args.label}}', steps: 1, stepMs: 10 } },
+      poll: {
+        url: `${service.url}/jobs/{{id}}`,
+        intervalMs: 20,
+        status: 'state',
+        statusMap: { done: 'completed', queued: 'working', running: 'working' },
+      },
+      result: { path: 'state' },
+      hooks: {
+        request: (request) => ({ ...request, headers: { ...request.headers, authorization: 'Bearer secret-token' } }),
+      },
+    });
+    const run = await drive(signed, { label: 'i' });
+    expect(run.error).toBeUndefined();
+    expect(run.result?.structuredContent).toEqual({ value: 'done' });
+  });
+});
+
+async function waitForStats(condition: (s: BatchStats) => boolean): Promise<void> {
+  await waitFor(async () => condition(await service.stats()), { message: 'batch service counters' });
+}
