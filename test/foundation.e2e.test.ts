@@ -60,7 +60,7 @@ describe('§3 tool catalog and heartbeat', () => {
       type: 'object',
       properties: { report: { type: 'string' }, items: { type: 'integer' } },
     });
-    expect(byName.has('wait_for_approval')).toBe(false);
+    expect(byName.get('wait_for_approval')?.execution?.taskSupport).toBe('required');
   });
 });
 

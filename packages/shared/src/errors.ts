@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'TIMEOUT',
   'JOB_LOST',
   'LOCK_LOST',
+  'CAPABILITY_MISSING',
   'INTERNAL',
 ] as const;
 

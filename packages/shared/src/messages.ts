@@ -29,6 +29,8 @@ export const StatusEventSchema = z.object({
   cancelReason: CancelReasonSchema.optional(),
   /** A gateway answering a cancel for a task this gateway owns waits for an `ack` on its own channel. */
   ackTo: z.string().optional(),
+  /** On a move to `input_required`: the number of the request now waiting (its params are in the hash, §12.2). */
+  inputRequestId: z.string().optional(),
 });
 export type StatusEvent = z.infer<typeof StatusEventSchema>;
 

@@ -86,4 +86,29 @@ export interface TaskRecord {
   deadlineAt?: number;
   /** Runs started so far (1 on the first; a takeover after a crash is a new run). */
   attempt?: number;
+  /** The tool's durable per-task state (PROTOCOL.md §12.1). */
+  state?: unknown;
+  /** Results of `ctx.step`, by step name (§12.1). */
+  steps?: Record<string, unknown>;
+  /** Every input request the task made, by request number (§12.2); answered ones stay, for the timeline. */
+  inputRequests?: Record<string, InputRequest>;
+  /** The answers so far, by request number (§12.3). */
+  inputResponses?: Record<string, unknown>;
+  /** The number of the request waiting for an answer, while `status` is `input_required`. */
+  pendingInput?: string;
+  /**
+   * What the caller's client can answer (`elicitation`, `sampling`, ...), as the gateway saw it at creation.
+   * Undefined when the creating gateway did not record it (then nothing is refused up front).
+   */
+  clientCapabilities?: string[];
+}
+
+/** The methods a tool's input request becomes on the wire (§12.2). */
+export const INPUT_METHODS = ['elicitation/create', 'sampling/createMessage'] as const;
+export type InputMethod = (typeof INPUT_METHODS)[number];
+
+/** A question a task asks its client: the MCP request's method and params, kept as given. */
+export interface InputRequest {
+  method: InputMethod;
+  params: Record<string, unknown>;
 }

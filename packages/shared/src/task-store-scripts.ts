@@ -165,7 +165,9 @@ for s in string.gmatch(ARGV[5], '[^,]+') do
 end
 if not terminal then
   if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {'__lock_lost'} end
-  redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[2], 'attempt', ARGV[4])
+  -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
+  if status ~= 'input_required' then redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[2]) end
+  redis.call('HSET', KEYS[1], 'attempt', ARGV[4])
   if redis.call('HEXISTS', KEYS[1], 'startedAt') == 0 then redis.call('HSET', KEYS[1], 'startedAt', ARGV[3]) end
 end
 return redis.call('HGETALL', KEYS[1])
@@ -230,7 +232,11 @@ for _, taskId in ipairs(due) do
     local code, message
     if deadline and now >= deadline then
       code = 'TIMEOUT'
-      message = 'Task deadline passed: no worker finished it in time'
+      if h[1] == 'input_required' then
+        message = 'Task deadline passed: its input request was not answered in time'
+      else
+        message = 'Task deadline passed: no worker finished it in time'
+      end
     else
       local jobKey = ARGV[6] .. (h[3] or '') .. ':' .. taskId
       if redis.call('EXISTS', jobKey) == 0 then
@@ -289,4 +295,77 @@ for i = 1, #rows, 2 do
   end
 end
 return out
+`;
+
+/**
+ * A run suspends (PROTOCOL.md §12): lock-checked. With an input request it stores request `n`, moves the task to
+ * `input_required` (a status event carrying `inputRequestId`) and sets the input deadline, unless the request is
+ * already answered (then nothing is written and the answer is returned). A timed suspension only moves the deadline.
+ * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 request number or '' (timed), 3 request JSON,
+ * 4 now (ISO), 5 deadlineAt ms, 6 gateway channel prefix, 7 gateway channel suffix, 8 terminal statuses.
+ * Returns {1} suspended, {2, answer JSON} already answered, {0, status or ''} missing or terminal, {-1} lock not held.
+ */
+export const SUSPEND_SCRIPT = `${PUBLISH_STATUS}
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {0, ''} end
+for s in string.gmatch(ARGV[8], '[^,]+') do
+  if s == status then return {0, status} end
+end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {-1} end
+if ARGV[2] == '' then
+  redis.call('HSET', KEYS[1], 'deadlineAt', ARGV[5])
+  return {1}
+end
+local answer = redis.call('HGET', KEYS[1], 'answer:' .. ARGV[2])
+if answer then return {2, answer} end
+if status == 'input_required' and redis.call('HGET', KEYS[1], 'pendingInput') == ARGV[2] then
+  return {1}
+end
+redis.call('HSET', KEYS[1], 'input:' .. ARGV[2], ARGV[3], 'pendingInput', ARGV[2], 'status', 'input_required',
+  'lastUpdatedAt', ARGV[4], 'deadlineAt', ARGV[5])
+local taskId = redis.call('HGET', KEYS[1], 'taskId')
+local event = {type = 'status', taskId = taskId, status = 'input_required', lastUpdatedAt = ARGV[4],
+  inputRequestId = ARGV[2]}
+local message = redis.call('HGET', KEYS[1], 'statusMessage')
+if message and message ~= '' then event.statusMessage = message end
+publish_status(KEYS[1], event, ARGV[6], ARGV[7])
+return {1}
+`;
+
+/**
+ * An answer to input request `n` (PROTOCOL.md §12.3): accepted only while `n` is pending; when accepted the task is
+ * back to `working` with the run deadline (status event).
+ * KEYS: 1 task. ARGV: 1 request number, 2 answer JSON, 3 now (ISO), 4 deadlineAt ms, 5 gateway channel prefix,
+ * 6 gateway channel suffix.
+ * Returns {1, queue} accepted; {0, status} not pending (answered already, never asked, or the task moved on);
+ * {0, ''} missing.
+ */
+export const ANSWER_SCRIPT = `${PUBLISH_STATUS}
+local h = redis.call('HMGET', KEYS[1], 'status', 'pendingInput', 'taskId', 'queue')
+if not h[1] then return {0, ''} end
+if h[1] ~= 'input_required' or h[2] ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'answer:' .. ARGV[1]) == 1 then
+  return {0, h[1]}
+end
+redis.call('HSET', KEYS[1], 'answer:' .. ARGV[1], ARGV[2], 'status', 'working', 'lastUpdatedAt', ARGV[3],
+  'deadlineAt', ARGV[4])
+redis.call('HDEL', KEYS[1], 'pendingInput')
+publish_status(KEYS[1], {type = 'status', taskId = h[3], status = 'working', lastUpdatedAt = ARGV[3]}, ARGV[5],
+  ARGV[6])
+return {1, h[4] or ''}
+`;
+
+/**
+ * A run writes its durable state (PROTOCOL.md §12.1): lock-checked, refused once the task is terminal.
+ * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 field ('state' or 'steps'), 3 JSON, 4 terminal statuses.
+ * Returns 1 written, 0 missing or terminal, -1 lock not held.
+ */
+export const SET_STATE_SCRIPT = `
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return 0 end
+for s in string.gmatch(ARGV[4], '[^,]+') do
+  if s == status then return 0 end
+end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+return 1
 `;

@@ -3,11 +3,14 @@ import type { Redis } from 'ioredis';
 import { TaskrelayError, type SerializedError } from './errors.js';
 import type { Keys } from './keys.js';
 import {
+  ANSWER_SCRIPT,
   CREATE_SCRIPT,
   LIST_SCRIPT,
   PROGRESS_SCRIPT,
   REAP_SCRIPT,
+  SET_STATE_SCRIPT,
   START_SCRIPT,
+  SUSPEND_SCRIPT,
   TRANSITION_SCRIPT,
   WATCH_SCRIPT,
 } from './task-store-scripts.js';
@@ -17,6 +20,7 @@ import {
   allowedSources,
   isTerminal,
   type CancelReason,
+  type InputRequest,
   type ProgressToken,
   type TaskMode,
   type TaskRecord,
@@ -40,6 +44,8 @@ export interface CreateTaskInput {
   deadlineAt?: number;
   /** The principal's idempotency key (task mode): a second create with it returns the first task. */
   idempotencyKey?: string;
+  /** What the caller's client can answer (`elicitation`, `sampling`): `ctx.elicit` refuses what it cannot (§12). */
+  clientCapabilities?: readonly string[];
 }
 
 export interface CreateOutcome {
@@ -113,6 +119,28 @@ export interface ProgressUpdate {
   message?: string;
 }
 
+/** How `suspend` ended (PROTOCOL.md §12.2). */
+export type SuspendOutcome =
+  | { outcome: 'suspended' }
+  /** The request was answered before the run got to suspend: go on with this answer. */
+  | { outcome: 'answered'; answer: unknown }
+  | { outcome: 'lock_lost' }
+  /** The task is missing or terminal (`status` undefined when missing). */
+  | { outcome: 'gone'; status: TaskStatus | undefined };
+
+export interface SuspendInput {
+  /** The input request to ask, as request number `n`; omitted for a timed suspension. */
+  request?: { n: number } & InputRequest;
+  /** The task's deadline while it is suspended (ms since epoch). */
+  deadlineAt: number;
+}
+
+/** How `answerInput` ended: `queue` is the task's job queue, whose delayed job the caller promotes (§12.3). */
+export type AnswerOutcome = { ok: true; queue: string } | { ok: false; status: TaskStatus | undefined };
+
+/** The largest serialised `ctx.state` (and `ctx.step` results together) a task may keep: 64 KiB. */
+export const MAX_STATE_BYTES = 65_536;
+
 export interface TaskPage {
   tasks: TaskRecord[];
   nextCursor?: string;
@@ -176,6 +204,7 @@ export class RedisTaskStore {
     if (input.progressToken !== undefined) fields['progressToken'] = JSON.stringify(input.progressToken);
     if (input.deadlineAt !== undefined) fields['deadlineAt'] = String(input.deadlineAt);
     if (idemKey !== undefined) fields['idemKey'] = idemKey;
+    if (input.clientCapabilities !== undefined) fields['clientCaps'] = input.clientCapabilities.join(',');
     const taskKey = this.keys.task(taskId);
     const reply = (await this.scripts.taskrelayCreate(
       taskKey,
@@ -343,6 +372,83 @@ export class RedisTaskStore {
   }
 
   /**
+   * A run suspends (PROTOCOL.md §12.2, §12.6): lock-checked. With `request`, stores it as pending and moves the task to
+   * `input_required`, unless the request is already answered.
+   */
+  async suspend(taskId: string, lock: JobLock, input: SuspendInput, now = new Date()): Promise<SuspendOutcome> {
+    const request = input.request;
+    const reply = (await this.scripts.taskrelaySuspend(
+      this.keys.task(taskId),
+      this.keys.bullJobLock(lock.queue, taskId),
+      lock.token,
+      request === undefined ? '' : String(request.n),
+      request === undefined ? '' : JSON.stringify({ method: request.method, params: request.params }),
+      now.toISOString(),
+      String(input.deadlineAt),
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
+      TERMINAL_LIST,
+    )) as [number, string?];
+    if (reply[0] === 1) return { outcome: 'suspended' };
+    if (reply[0] === 2) return { outcome: 'answered', answer: parseJson<unknown>(reply[1]) };
+    if (reply[0] === -1) return { outcome: 'lock_lost' };
+    return { outcome: 'gone', status: asStatus(reply[1]) };
+  }
+
+  /**
+   * Stores the answer to input request `n` while it is pending and moves the task back to `working` with `deadlineAt`
+   * (PROTOCOL.md §12.3). A second answer, an unknown request or a task that moved on is refused, unchanged.
+   */
+  async answerInput(
+    taskId: string,
+    n: number | string,
+    answer: unknown,
+    deadlineAt: number,
+    now = new Date(),
+  ): Promise<AnswerOutcome> {
+    const [ok, value] = (await this.scripts.taskrelayAnswer(
+      this.keys.task(taskId),
+      String(n),
+      JSON.stringify(answer ?? null),
+      now.toISOString(),
+      String(deadlineAt),
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
+    )) as [number, string];
+    if (ok === 1) return { ok: true, queue: value };
+    return { ok: false, status: asStatus(value) };
+  }
+
+  /**
+   * A run's durable state write (PROTOCOL.md §12.1): `field` is `state` (the tool's value) or `steps` (`ctx.step`
+   * results). Lock-checked; refused once the task is terminal.
+   * @throws RangeError when the value serialises to more than `MAX_STATE_BYTES`.
+   */
+  async setState(
+    taskId: string,
+    lock: JobLock,
+    field: 'state' | 'steps',
+    value: unknown,
+  ): Promise<'written' | 'gone' | 'lock_lost'> {
+    const json = JSON.stringify(value ?? null);
+    if (Buffer.byteLength(json) > MAX_STATE_BYTES) {
+      throw new RangeError(
+        `ctx.${field === 'state' ? 'state' : 'step'} value is over ${MAX_STATE_BYTES} bytes as JSON`,
+      );
+    }
+    const reply = (await this.scripts.taskrelaySetState(
+      this.keys.task(taskId),
+      this.keys.bullJobLock(lock.queue, taskId),
+      lock.token,
+      field,
+      json,
+      TERMINAL_LIST,
+    )) as number;
+    if (reply === 1) return 'written';
+    return reply === -1 ? 'lock_lost' : 'gone';
+  }
+
+  /**
    * One reaper pass (PROTOCOL.md §10.3), when `holder` gets (or already has) the lease: fails the due tasks whose
    * deadline passed or whose job is gone or failed, and schedules the others' next look.
    */
@@ -416,6 +522,9 @@ const SCRIPTS = {
   taskrelayWatch: { numberOfKeys: 1, lua: WATCH_SCRIPT },
   taskrelayReap: { numberOfKeys: 2, lua: REAP_SCRIPT },
   taskrelayList: { numberOfKeys: 1, lua: LIST_SCRIPT },
+  taskrelaySuspend: { numberOfKeys: 2, lua: SUSPEND_SCRIPT },
+  taskrelayAnswer: { numberOfKeys: 1, lua: ANSWER_SCRIPT },
+  taskrelaySetState: { numberOfKeys: 2, lua: SET_STATE_SCRIPT },
 } as const;
 type ScriptName = keyof typeof SCRIPTS;
 type ScriptCommands = Record<ScriptName, ScriptCommand>;
@@ -510,7 +619,23 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     cancelReason: h['cancelReason'] as CancelReason | undefined,
     deadlineAt: parseNumber(h['deadlineAt']),
     attempt: parseNumber(h['attempt']),
+    state: parseJson<unknown>(h['state']),
+    steps: parseJson<Record<string, unknown>>(h['steps']),
+    pendingInput: h['pendingInput'],
+    clientCapabilities: h['clientCaps'] === undefined ? undefined : h['clientCaps'].split(',').filter(Boolean),
   };
+  let inputRequests: Record<string, InputRequest> | undefined;
+  let inputResponses: Record<string, unknown> | undefined;
+  for (const [field, value] of Object.entries(h)) {
+    if (field.startsWith('input:')) {
+      const request = parseJson<InputRequest>(value);
+      if (request) (inputRequests ??= {})[field.slice(6)] = request;
+    } else if (field.startsWith('answer:')) {
+      (inputResponses ??= {})[field.slice(7)] = parseJson<unknown>(value);
+    }
+  }
+  if (inputRequests) optional.inputRequests = inputRequests;
+  if (inputResponses) optional.inputResponses = inputResponses;
   for (const [key, value] of Object.entries(optional)) {
     if (value !== undefined) (record as unknown as Record<string, unknown>)[key] = value;
   }

@@ -1,5 +1,94 @@
-import { Coalescer, type JobLock, type Logger, type ProgressUpdate, type RedisTaskStore } from '@taskrelay/shared';
-import { CancelledError, cancelReasonOf } from './errors.js';
+import { z } from 'zod';
+import {
+  Coalescer,
+  TaskrelayError,
+  type InputMethod,
+  type JobLock,
+  type Logger,
+  type ProgressUpdate,
+  type RedisTaskStore,
+  type TaskRecord,
+} from '@taskrelay/shared';
+import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
+
+/** A primitive property of an elicitation's `requestedSchema` (MCP restricts forms to flat objects of these). */
+export type ElicitValue = string | number | boolean | string[];
+
+/** What `ctx.elicit` asks: MCP's `elicitation/create` params (form mode). */
+export interface ElicitParams {
+  /** The question, shown to the user. */
+  message: string;
+  /** A flat JSON Schema object: `{ type: 'object', properties: { name: { type: 'string', ... } }, required? }`. */
+  requestedSchema: {
+    type: 'object';
+    properties: Record<string, Record<string, unknown>>;
+    required?: string[];
+    [key: string]: unknown;
+  };
+  [key: string]: unknown;
+}
+
+/** The user's answer: `accept` with `content` matching the schema, or `decline` / `cancel` without. */
+export interface ElicitAnswer {
+  action: 'accept' | 'decline' | 'cancel';
+  content?: Record<string, ElicitValue>;
+}
+
+/** What `ctx.sample` asks: MCP's `sampling/createMessage` params. */
+export interface SampleParams {
+  messages: Array<{ role: 'user' | 'assistant'; content: Record<string, unknown> | Array<Record<string, unknown>> }>;
+  maxTokens: number;
+  systemPrompt?: string;
+  [key: string]: unknown;
+}
+
+/** The client's `CreateMessageResult`. */
+export interface SampleAnswer {
+  role: 'user' | 'assistant';
+  content: Record<string, unknown> | Array<Record<string, unknown>>;
+  model: string;
+  stopReason?: string;
+  [key: string]: unknown;
+}
+
+/** The tool's durable per-task state (PROTOCOL.md §12.1). */
+export interface ToolState {
+  /** The value as this run started, or as last `set`; undefined before the first `set` of the task. */
+  get<T = unknown>(): T | undefined;
+  /**
+   * Stores `value` (JSON, at most 64 KiB) on the task, durably: the next run of the task, on any worker, sees it.
+   * @throws RangeError when the value is too big; CancelledError (`LOCK_LOST`) when this run no longer owns the task.
+   */
+  set(value: unknown): Promise<void>;
+}
+
+const ElicitParamsSchema = z.looseObject({
+  message: z.string().min(1, { message: 'must not be empty' }),
+  requestedSchema: z.looseObject({
+    type: z.literal('object'),
+    properties: z.record(z.string(), z.record(z.string(), z.unknown())),
+    required: z.array(z.string()).optional(),
+  }),
+});
+
+const SampleParamsSchema = z.looseObject({
+  messages: z.array(z.looseObject({ role: z.enum(['user', 'assistant']), content: z.unknown() })).min(1),
+  maxTokens: z.number().int().positive(),
+});
+
+const ElicitAnswerSchema = z.looseObject({
+  action: z.enum(['accept', 'decline', 'cancel']),
+  content: z.record(z.string(), z.unknown()).optional(),
+});
+
+const SampleAnswerSchema = z.looseObject({
+  role: z.enum(['user', 'assistant']),
+  content: z.unknown(),
+  model: z.string(),
+});
+
+/** Why and until when a run suspended (PROTOCOL.md §12). */
+export type Suspension = { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number };
 
 /**
  * What a tool's `run` receives besides its input. Every member is safe to destructure
@@ -44,6 +133,31 @@ export interface ToolContext {
   sleep(ms: number): Promise<void>;
   /** Throws a `CancelledError` when the signal has aborted; otherwise does nothing. */
   throwIfCancelled(): void;
+  /** Durable per-task state: what a resumed run needs to skip work already done (PROTOCOL.md §12.1). */
+  readonly state: ToolState;
+  /**
+   * Runs `fn` once per task and returns its (JSON) result; every later run of the task gets the stored result without
+   * running `fn` again. A crash between `fn` finishing and the write runs it again (at-least-once).
+   */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /**
+   * Asks the user a question (MCP elicitation, form mode) and resolves with the answer. The task is
+   * `input_required` meanwhile and the run suspends: the handler runs again from the top when the answer comes, and
+   * this call (the same n-th question) then resolves at once. Ask questions in the same order on every run.
+   *
+   * @throws SuspendedError (as a rejection) when the run suspends: let it propagate.
+   * @throws TaskrelayError `CAPABILITY_MISSING` when the caller's client cannot answer elicitation requests.
+   */
+  elicit(params: ElicitParams): Promise<ElicitAnswer>;
+  /** Asks the client's model (MCP sampling), like `elicit`. @throws as `elicit`. */
+  sample(params: SampleParams): Promise<SampleAnswer>;
+  /**
+   * Ends this run and runs the handler again from the top in `forMs` ms, on any worker, without holding a slot in
+   * between (a poll every few minutes for hours). Always rejects with `SuspendedError`: let it propagate.
+   */
+  suspend(options: { forMs: number }): Promise<never>;
+  /** The answers to this task's input requests so far, by request number (`'1'`, `'2'`, ...). */
+  readonly answers: Readonly<Record<string, unknown>>;
 }
 
 export interface TaskContextOptions {
@@ -61,6 +175,14 @@ export interface TaskContextOptions {
   progressIntervalMs: number;
   /** Already bound to the task (`taskId`, `tool`). */
   logger: Logger;
+  /** The task as the run started: its state, step results, answers and the client's capabilities (§12). */
+  record?: TaskRecord;
+  /** The task store's suspend and state writes (§12); without them `elicit`, `sample`, `suspend`, `state.set` throw. */
+  durable?: Pick<RedisTaskStore, 'suspend' | 'setState'>;
+  /** How long an input request may wait for its answer (the tool's `inputTimeoutMs`). Default 24 h. */
+  inputTimeoutMs?: number;
+  /** How long a resumed job may wait in the queue (the task's queue timeout), for a timed suspension's deadline. */
+  queueTimeoutMs?: number;
 }
 
 /**
@@ -81,6 +203,19 @@ export class TaskContext implements ToolContext {
   private readonly writes = new Set<Promise<void>>();
   private lastProgress: number | undefined;
   private closed = false;
+  private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState'> | undefined;
+  private readonly inputTimeoutMs: number;
+  private readonly queueTimeoutMs: number;
+  private readonly clientCapabilities: readonly string[] | undefined;
+  private stateValue: unknown;
+  private steps: Record<string, unknown>;
+  private readonly answered: Record<string, unknown>;
+  /** Input requests of this run so far: the next one is number `requests + 1` (§12.2). */
+  private requests = 0;
+  /** Input requests run one after another, so their numbers follow the order they were made in. */
+  private inputChain: Promise<unknown> = Promise.resolve();
+  /** Set once the run suspended: the worker delays the job instead of finishing it (§12.7). */
+  suspension: Suspension | undefined;
 
   constructor(options: TaskContextOptions) {
     this.taskId = options.taskId;
@@ -95,7 +230,74 @@ export class TaskContext implements ToolContext {
       minIntervalMs: options.progressIntervalMs,
       send: (update) => this.write(update),
     });
+    this.durable = options.durable;
+    this.inputTimeoutMs = options.inputTimeoutMs ?? 86_400_000;
+    this.queueTimeoutMs = options.queueTimeoutMs ?? 3_600_000;
+    this.clientCapabilities = options.record?.clientCapabilities;
+    this.stateValue = options.record?.state;
+    this.steps = { ...options.record?.steps };
+    this.answered = { ...options.record?.inputResponses };
   }
+
+  get answers(): Readonly<Record<string, unknown>> {
+    return { ...this.answered };
+  }
+
+  readonly state: ToolState = {
+    get: <T = unknown>(): T | undefined => this.stateValue as T | undefined,
+    set: async (value: unknown): Promise<void> => {
+      this.throwIfSuspended();
+      this.throwIfCancelled();
+      await this.writeDurable('state', value);
+      this.stateValue = structuredClone(value);
+    },
+  };
+
+  readonly step = async <T>(name: string, fn: () => T | Promise<T>): Promise<T> => {
+    if (typeof name !== 'string' || name === '') throw new TypeError('ctx.step needs a non-empty name');
+    if (typeof fn !== 'function') throw new TypeError('ctx.step needs a function');
+    if (Object.hasOwn(this.steps, name)) return this.steps[name] as T;
+    this.throwIfSuspended();
+    this.throwIfCancelled();
+    const value = await fn();
+    const steps = { ...this.steps, [name]: value === undefined ? null : value };
+    await this.writeDurable('steps', steps);
+    this.steps = steps;
+    return value;
+  };
+
+  readonly elicit = (params: ElicitParams): Promise<ElicitAnswer> => {
+    const parsed = ElicitParamsSchema.safeParse(params);
+    if (!parsed.success) {
+      return Promise.reject(new TypeError(`ctx.elicit: ${issueText(parsed.error)}`));
+    }
+    return this.ask('elicitation/create', 'elicitation', parsed.data, ElicitAnswerSchema) as Promise<ElicitAnswer>;
+  };
+
+  readonly sample = (params: SampleParams): Promise<SampleAnswer> => {
+    const parsed = SampleParamsSchema.safeParse(params);
+    if (!parsed.success) {
+      return Promise.reject(new TypeError(`ctx.sample: ${issueText(parsed.error)}`));
+    }
+    return this.ask('sampling/createMessage', 'sampling', parsed.data, SampleAnswerSchema) as Promise<SampleAnswer>;
+  };
+
+  readonly suspend = async (options: { forMs: number }): Promise<never> => {
+    const forMs = options?.forMs;
+    if (typeof forMs !== 'number' || !Number.isFinite(forMs) || forMs < 0) {
+      throw new RangeError(`ctx.suspend needs a finite, non-negative forMs (got ${String(forMs)})`);
+    }
+    this.throwIfSuspended();
+    this.throwIfCancelled();
+    const durable = this.requireDurable('suspend');
+    const until = Date.now() + forMs;
+    const outcome = await durable.suspend(this.taskId, this.requireLock(), {
+      deadlineAt: until + this.queueTimeoutMs,
+    });
+    this.settleSuspend(outcome);
+    this.suspension ??= { kind: 'time', until };
+    throw new SuspendedError();
+  };
 
   readonly progress = (progress: number, total?: number, message?: string): void => {
     if (typeof progress !== 'number' || !Number.isFinite(progress)) {
@@ -146,6 +348,89 @@ export class TaskContext implements ToolContext {
     if (this.signal.aborted) throw new CancelledError(cancelReasonOf(this.signal));
   };
 
+  /** The n-th input request of the task: the stored answer, or a suspension (§12.2). */
+  private ask(
+    method: InputMethod,
+    capability: string,
+    params: Record<string, unknown>,
+    answerSchema: z.ZodType,
+  ): Promise<unknown> {
+    const run = async (): Promise<unknown> => {
+      this.throwIfSuspended();
+      const n = ++this.requests;
+      const key = String(n);
+      if (Object.hasOwn(this.answered, key)) return this.checkAnswer(method, this.answered[key], answerSchema);
+      this.throwIfCancelled();
+      if (this.clientCapabilities !== undefined && !this.clientCapabilities.includes(capability)) {
+        throw new TaskrelayError(
+          'CAPABILITY_MISSING',
+          `The client of this task did not declare the ${capability} capability, so it cannot be asked (${method})`,
+        );
+      }
+      const durable = this.requireDurable(method === 'elicitation/create' ? 'elicit' : 'sample');
+      const until = Date.now() + this.inputTimeoutMs;
+      const outcome = await durable.suspend(this.taskId, this.requireLock(), {
+        request: { n, method, params },
+        deadlineAt: until,
+      });
+      if (outcome.outcome === 'answered') {
+        this.answered[key] = outcome.answer;
+        return this.checkAnswer(method, outcome.answer, answerSchema);
+      }
+      this.settleSuspend(outcome);
+      this.suspension = { kind: 'input', n, until };
+      this.log.info({ inputRequest: n, method }, 'input requested; run suspends until the answer');
+      throw new SuspendedError();
+    };
+    const next = this.inputChain.then(run, run);
+    this.inputChain = next.catch(() => undefined);
+    return next;
+  }
+
+  private checkAnswer(method: InputMethod, answer: unknown, schema: z.ZodType): unknown {
+    const parsed = schema.safeParse(answer);
+    if (!parsed.success) {
+      throw new TaskrelayError('INTERNAL', `The stored answer to ${method} is malformed: ${issueText(parsed.error)}`);
+    }
+    return parsed.data;
+  }
+
+  /** Turns a refused suspend into the error the handler sees; a `suspended` outcome passes. */
+  private settleSuspend(outcome: Awaited<ReturnType<RedisTaskStore['suspend']>>): void {
+    if (outcome.outcome === 'lock_lost') {
+      this.onLockLost?.();
+      throw new CancelledError('LOCK_LOST');
+    }
+    if (outcome.outcome === 'gone') {
+      throw new CancelledError(this.signal.aborted ? cancelReasonOf(this.signal) : 'CLIENT_CANCELLED');
+    }
+  }
+
+  private async writeDurable(field: 'state' | 'steps', value: unknown): Promise<void> {
+    const durable = this.requireDurable(field === 'state' ? 'state.set' : 'step');
+    const outcome = await durable.setState(this.taskId, this.requireLock(), field, value);
+    if (outcome === 'lock_lost') {
+      this.onLockLost?.();
+      throw new CancelledError('LOCK_LOST');
+    }
+    if (outcome === 'gone') {
+      throw new CancelledError(this.signal.aborted ? cancelReasonOf(this.signal) : 'CLIENT_CANCELLED');
+    }
+  }
+
+  private requireDurable(what: string): Pick<RedisTaskStore, 'suspend' | 'setState'> {
+    if (!this.durable) throw new TaskrelayError('INTERNAL', `ctx.${what} is not available in this context`);
+    return this.durable;
+  }
+
+  private requireLock(): JobLock {
+    return this.lock ?? { queue: '', token: '' };
+  }
+
+  private throwIfSuspended(): void {
+    if (this.suspension) throw new SuspendedError();
+  }
+
   /** Writes the pending progress value (if any) and waits for every write in flight. Never rejects. */
   async flushProgress(): Promise<void> {
     this.coalescer.flush();
@@ -177,4 +462,9 @@ export class TaskContext implements ToolContext {
       .finally(() => this.writes.delete(write));
     this.writes.add(write);
   }
+}
+
+function issueText(error: z.ZodError): string {
+  const issue = error.issues[0];
+  return `${issue?.path.map(String).join('.') || 'params'} ${issue?.message ?? 'is invalid'}`;
 }

@@ -68,6 +68,11 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   maxStalls?: number;
   /**
+   * How long a task of this tool may wait for the answer to an input request (`ctx.elicit`, `ctx.sample`) before it
+   * fails with `TIMEOUT`. The wait holds no worker slot (PROTOCOL.md §12). Default `86400000` (24 h).
+   */
+  inputTimeoutMs?: number;
+  /**
    * Runs the tool. Return a string (one text item), a full `CallToolResult` (an object with a `content` array, used
    * as is), or any other value (validated against `outputSchema` when set; a plain object becomes
    * `structuredContent`, and its JSON the text content). Throw to fail; honour `ctx.signal`.
@@ -91,6 +96,7 @@ export interface ToolDefinition<
   readonly attempts: number;
   readonly backoff: Backoff;
   readonly maxStalls: number;
+  readonly inputTimeoutMs: number;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
@@ -105,6 +111,7 @@ const ToolOptionsSchema = z.object({
   attempts: z.number().int().min(1).max(1000).default(1),
   backoff: BackoffSchema.default({ type: 'exponential', delayMs: 1000, jitter: 0.5 }),
   maxStalls: z.number().int().min(0).max(1000).default(10),
+  inputTimeoutMs: z.number().int().positive().default(86_400_000),
 });
 
 /**
@@ -122,7 +129,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
     throw new TypeError(`${label}: ${issue?.path.join('.') || 'options'} ${issue?.message ?? 'is invalid'}`);
   }
-  const { name, title, description, taskSupport, timeoutMs, attempts, backoff, maxStalls } = parsed.data;
+  const { name, title, description, taskSupport, timeoutMs, attempts, backoff, maxStalls, inputTimeoutMs } =
+    parsed.data;
   // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
   if (zodKind(options.inputSchema) !== 'object') {
     throw new TypeError(`defineTool(${name}): inputSchema must be a zod object schema (z.object({...}))`);
@@ -159,6 +167,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     attempts,
     backoff,
     maxStalls,
+    inputTimeoutMs,
     descriptor,
     run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
   });

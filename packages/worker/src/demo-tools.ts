@@ -42,5 +42,33 @@ export const failAfter = defineTool({
   },
 });
 
+export const waitForApproval = defineTool({
+  name: 'wait_for_approval',
+  title: 'Wait for approval',
+  description:
+    'Asks the user a yes/no question and completes with their answer. The task waits in input_required, holding no worker, until the user answers.',
+  inputSchema: z.object({
+    question: z.string().min(1).describe('The yes/no question to ask the user'),
+  }),
+  outputSchema: z.object({ approved: z.boolean() }),
+  taskSupport: 'required',
+  async run({ question }, ctx) {
+    const answer = await ctx.elicit({
+      message: question,
+      requestedSchema: {
+        type: 'object',
+        properties: { approved: { type: 'boolean', title: 'Approve?', description: question } },
+        required: ['approved'],
+      },
+    });
+    // Decline and cancel are a "no": the user did not approve.
+    const approved = answer.action === 'accept' && answer.content?.['approved'] === true;
+    return {
+      content: [{ type: 'text', text: approved ? `Approved: ${question}` : `Not approved: ${question}` }],
+      structuredContent: { approved },
+    };
+  },
+});
+
 /** Every demo tool, as the stock worker serves them when `TASKRELAY_TOOLS` is unset. */
-export const demoTools: readonly ToolDefinition[] = [buildReport, failAfter];
+export const demoTools: readonly ToolDefinition[] = [buildReport, waitForApproval, failAfter];

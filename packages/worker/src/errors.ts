@@ -34,3 +34,15 @@ export function cancelReasonOf(signal: AbortSignal): CancelReason {
   if (reason instanceof CancelledError) return reason.reason;
   return 'CLIENT_CANCELLED';
 }
+
+/**
+ * What `ctx.elicit`, `ctx.sample` and `ctx.suspend` reject with when the run suspends (PROTOCOL.md §12.7): the job
+ * waits without a worker and a later run replays the handler. Let it propagate; whatever the handler returns or
+ * throws after it is discarded.
+ */
+export class SuspendedError extends Error {
+  constructor(message = 'Run suspended: the task resumes in a later run') {
+    super(message);
+    this.name = 'SuspendedError';
+  }
+}

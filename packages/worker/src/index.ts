@@ -1,7 +1,15 @@
 export { defineTool, isToolDefinition, toolJsonSchema } from './define-tool.js';
 export type { ToolDefinition, ToolInputSchema, ToolOptions, ToolReturn } from './define-tool.js';
-export type { ToolContext } from './context.js';
-export { CancelledError, NonRetryableError } from './errors.js';
+export type {
+  ElicitAnswer,
+  ElicitParams,
+  ElicitValue,
+  SampleAnswer,
+  SampleParams,
+  ToolContext,
+  ToolState,
+} from './context.js';
+export { CancelledError, NonRetryableError, SuspendedError } from './errors.js';
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';
 export { demoTools } from './demo-tools.js';

@@ -26,9 +26,9 @@ import {
   type ToolResult,
   type WorkerCatalog,
 } from '@taskrelay/shared';
-import { TaskContext } from './context.js';
+import { TaskContext, type Suspension } from './context.js';
 import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
-import { cancelReasonOf } from './errors.js';
+import { SuspendedError, cancelReasonOf } from './errors.js';
 
 /** Options of `startWorker`. Only `tools` and a Redis URL are required. */
 export interface WorkerOptions {
@@ -428,6 +428,10 @@ class TaskWorker {
       onLockLost: () => this.loseLock(taskId, 'progress write refused'),
       progressIntervalMs: this.options.progressIntervalMs,
       logger: log,
+      record: task,
+      durable: this.store,
+      inputTimeoutMs: tool.inputTimeoutMs,
+      queueTimeoutMs,
     });
 
     // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
@@ -435,7 +439,8 @@ class TaskWorker {
     let timeoutTransition: Promise<void> | undefined;
     const timeoutMessage = `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`;
     const onTimeout = () => {
-      if (controller.signal.aborted) return;
+      // A run that suspended is over: its time no longer counts (§12.7).
+      if (controller.signal.aborted || ctx.suspension) return;
       log.info({ reason: 'TIMEOUT', timeoutMs }, 'tool timed out; aborting it');
       controller.abort('TIMEOUT' satisfies CancelReason);
       ctx.close();
@@ -486,6 +491,11 @@ class TaskWorker {
       log.info({ reason }, 'tool stopped: the gateway holding its call shut down');
       return;
     }
+    if (ctx.suspension) {
+      await ctx.flushProgress();
+      ctx.close();
+      return this.suspendJob(job, token, taskId, ctx.suspension, outcome, log);
+    }
     // WORKER_SHUTDOWN: a finished result is still good; anything else goes back for another worker.
     if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) {
       ctx.close();
@@ -521,6 +531,52 @@ class TaskWorker {
     }
     log.warn({ err: error, attempts, attemptsMade: job.attemptsMade + 1 }, 'tool failed; the job will be retried');
     throw error instanceof Error ? error : new Error(serializeError(error).message);
+  }
+
+  /**
+   * The run suspended (PROTOCOL.md §12): the job goes to BullMQ's delayed set, holding no slot, until its answer
+   * promotes it or the time is up. No attempt is used. Then the no-lost-wake-up check of §12.4.
+   */
+  private async suspendJob(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    taskId: string,
+    suspension: Suspension,
+    outcome: RunOutcome,
+    log: Logger,
+  ): Promise<never> {
+    if (outcome.ok || !(outcome.error instanceof SuspendedError || isSuspendedError(outcome.error))) {
+      log.warn('tool went on after its run suspended; what it returned or threw is discarded');
+    }
+    // An input wait is delayed past its deadline, so the reaper (not a replay) ends a task nobody answers.
+    const until = suspension.kind === 'input' ? suspension.until + this.options.lockDurationMs : suspension.until;
+    try {
+      await job.moveToDelayed(until, token);
+    } catch (error) {
+      log.info(
+        { err: error },
+        'suspended job not delayed (its lock is gone); it is already with, or returns to, the queue',
+      );
+      throw new DelayedError();
+    }
+    if (suspension.kind === 'input') {
+      try {
+        const task = await this.store.get(taskId);
+        if (!task || isTerminal(task.status) || task.pendingInput !== String(suspension.n)) {
+          await job.promote();
+          log.info({ inputRequest: suspension.n }, 'answered (or ended) while suspending; job promoted');
+          throw new DelayedError();
+        }
+      } catch (error) {
+        if (error instanceof DelayedError) throw error;
+        // Not fatal: the gateway's promote after the answer, or the delay, brings the job back.
+        log.warn({ err: error }, 'could not re-check the task after suspending');
+      }
+      log.info({ inputRequest: suspension.n, until }, 'run suspended until the input request is answered');
+    } else {
+      log.info({ until }, 'run suspended');
+    }
+    throw new DelayedError();
   }
 
   /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4); the task stays `working`. */
@@ -747,6 +803,11 @@ class TaskWorker {
     client.on('error', (error: unknown) => this.log.warn({ err: error, connection: role }, 'Redis connection error'));
     return client;
   }
+}
+
+/** A `SuspendedError` from any copy of this package. */
+function isSuspendedError(error: unknown): boolean {
+  return (error as { name?: unknown } | undefined)?.name === 'SuspendedError';
 }
 
 function isNonRetryable(error: unknown): boolean {

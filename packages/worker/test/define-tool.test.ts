@@ -141,9 +141,10 @@ describe('published JSON Schema', () => {
 });
 
 describe('demo tools', () => {
-  it('are build_report and fail_after, both with optional task support', () => {
+  it('are build_report and fail_after (optional task support) and wait_for_approval (tasks only)', () => {
     expect(demoTools.map((t) => [t.name, t.taskSupport])).toEqual([
       ['build_report', 'optional'],
+      ['wait_for_approval', 'required'],
       ['fail_after', 'optional'],
     ]);
     expect(failAfter.descriptor.inputSchema).toMatchObject({ required: ['delayMs', 'message'] });

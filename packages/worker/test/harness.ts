@@ -50,6 +50,8 @@ export class LogCapture extends Writable {
 export interface EnqueueOptions {
   timeoutMs?: number;
   attempts?: number;
+  /** What the caller's client can answer (recorded on the task as the gateway does). */
+  clientCapabilities?: string[];
   /** Create the task hash but do not add the job (the test adds it with `addJob`). */
   jobless?: boolean;
 }
@@ -100,6 +102,7 @@ export class Harness {
       ttl: 60_000,
       pollInterval: 100,
       gatewayId: this.gatewayId,
+      ...(options.clientCapabilities === undefined ? {} : { clientCapabilities: options.clientCapabilities }),
     });
     if (!options.jobless) await this.addJob(task.taskId, tool, args, options);
     return task.taskId;
@@ -122,6 +125,19 @@ export class Harness {
     if (!outcome.ok) throw new Error(`task ${taskId} could not be cancelled (status ${outcome.status ?? 'missing'})`);
     const request: CancelRequest = { taskId, reason: 'CLIENT_CANCELLED' };
     if (publish) await this.redis.publish(this.keys.cancelChannel, JSON.stringify(request));
+  }
+
+  /** The gateway's side of PROTOCOL.md §12.3: store the answer, then promote the delayed job. */
+  async answer(taskId: string, n: number, answer: unknown): Promise<boolean> {
+    const outcome = await this.store.answerInput(taskId, n, answer, Date.now() + 60_000);
+    if (outcome.ok) await this.promote(taskId);
+    return outcome.ok;
+  }
+
+  /** Promotes the task's delayed job, if it is delayed. */
+  async promote(taskId: string): Promise<void> {
+    const job = await this.queue.getJob(taskId);
+    await job?.promote().catch(() => undefined);
   }
 
   task(taskId: string): Promise<TaskRecord | undefined> {

@@ -124,7 +124,7 @@ describe('stock worker entry point', () => {
   it('serves the demo tools by default, runs build_report and fail_after, and drains on SIGTERM', async () => {
     const r = run({ REDIS_URL: redis.url, TASKRELAY_PREFIX: h.prefix });
     const ready = await waitFor(() => readyLine(r), { message: 'no worker ready line' });
-    expect(ready).toMatchObject({ queue: 'default', tools: ['build_report', 'fail_after'] });
+    expect(ready).toMatchObject({ queue: 'default', tools: ['build_report', 'wait_for_approval', 'fail_after'] });
 
     const report = await h.enqueue('build_report', { report: 'q3', items: 3, delayMs: 1 });
     const failing = await h.enqueue('fail_after', { delayMs: 1, message: 'as requested' }, { attempts: 3 });
