@@ -6,7 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, createLogger, type ToolResult } from '@taskrelay/shared';
+import { ConfigError, createLogger, type TaskRecord, type ToolResult } from '@taskrelay/shared';
+import { SuspendedError } from '../src/errors.js';
 import { TaskContext } from '../src/context.js';
 import type { ToolDefinition } from '../src/define-tool.js';
 import { defineJobApiTool, parseJobApiFile } from '../src/job-api/index.js';
@@ -20,35 +21,36 @@ import {
 import { stopAll } from '../../../test/helpers/processes.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 
-class SuspendedError extends Error {
-  override name = 'SuspendedError';
-}
-
 interface Driven {
   result?: ToolResult;
   error?: unknown;
   runs: number;
   suspends: number[];
   progress: Array<{ progress: number; total?: number; message?: string }>;
-  state: Record<string, unknown>;
+  /** The task's stored step results, as the task hash would hold them. */
+  steps: Record<string, unknown>;
 }
 
 /**
- * Runs a tool to its end the way the worker would across suspensions: each run gets a fresh context over the same
- * stored state. `controller` aborts the current run (a cancel).
+ * Runs a tool to its end the way the worker does across suspensions (PROTOCOL.md §12.6): each run gets a fresh
+ * `TaskContext` over the steps stored so far; a suspended run ends and the next starts from the top after `forMs`.
+ * `controller` aborts the current run (a cancel); `cancelledInStore` makes the store refuse durable writes as for a
+ * terminal task.
  */
 async function drive(
   tool: ToolDefinition,
   args: Record<string, unknown>,
-  options: { taskId?: string; controller?: AbortController; state?: Record<string, unknown>; maxRuns?: number } = {},
+  options: { taskId?: string; controller?: AbortController; cancelledInStore?: () => boolean } = {},
 ): Promise<Driven> {
   const taskId = options.taskId ?? `task-${Math.random().toString(16).slice(2)}`;
   const controller = options.controller ?? new AbortController();
-  const out: Driven = { runs: 0, suspends: [], progress: [], state: options.state ?? {} };
+  const out: Driven = { runs: 0, suspends: [], progress: [], steps: {} };
+  const gone = () => options.cancelledInStore?.() ?? false;
   const input = tool.inputSchema.parse(args);
   for (;;) {
     out.runs += 1;
-    if (out.runs > (options.maxRuns ?? 200)) throw new Error('too many runs');
+    if (out.runs > 200) throw new Error('too many runs');
+    let suspendedFor: number | undefined;
     const ctx = new TaskContext({
       taskId,
       tool: tool.name,
@@ -62,35 +64,29 @@ async function drive(
       },
       progressIntervalMs: 0,
       logger: createLogger('worker', { level: 'silent' }),
-    });
-    const durable = Object.assign(ctx, {
-      state: {
-        get: () => structuredClone(out.state),
-        set: (value: unknown) => {
-          out.state = structuredClone(value) as Record<string, unknown>;
-          return Promise.resolve();
+      record: { steps: structuredClone(out.steps) } as unknown as TaskRecord,
+      durable: {
+        setState: (_id, _lock, field, value) => {
+          if (gone()) return Promise.resolve('gone' as const);
+          if (field === 'steps') out.steps = structuredClone(value) as Record<string, unknown>;
+          return Promise.resolve('written' as const);
         },
-      },
-      step: async <T>(name: string, fn: () => T | Promise<T>): Promise<T> => {
-        const steps = (out.state['steps'] ?? {}) as Record<string, unknown>;
-        if (name in steps) return steps[name] as T;
-        const value = await fn();
-        out.state = { ...out.state, steps: { ...steps, [name]: value } };
-        return value;
-      },
-      suspend: ({ forMs }: { forMs: number }): Promise<never> => {
-        out.suspends.push(forMs);
-        return Promise.reject(new SuspendedError('suspended'));
+        suspend: () =>
+          Promise.resolve(
+            gone() ? { outcome: 'gone' as const, status: 'cancelled' as const } : { outcome: 'suspended' as const },
+          ),
       },
     });
     try {
-      out.result = (await tool.run(input, durable)) as ToolResult;
+      out.result = (await tool.run(input, ctx)) as ToolResult;
       await ctx.flushProgress();
       return out;
     } catch (error) {
       await ctx.flushProgress();
       if (error instanceof SuspendedError) {
-        await new Promise((resolve) => setTimeout(resolve, out.suspends.at(-1)));
+        suspendedFor = ctx.suspension?.kind === 'time' ? ctx.suspension.until - Date.now() : 0;
+        out.suspends.push(suspendedFor);
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, suspendedFor ?? 0)));
         continue;
       }
       out.error = error;
@@ -208,10 +204,10 @@ describe('§12.9 polling an external job', () => {
     const run = await drive(tool('batch_job_suspending'), { label: 'b', steps: 3, stepMs: 100 });
     expect(run.error).toBeUndefined();
     expect(run.runs).toBeGreaterThan(1);
-    expect(run.suspends.every((ms) => ms === 200)).toBe(true);
+    expect(run.suspends.every((ms) => ms > 100 && ms <= 200)).toBe(true);
     expect(run.result?.structuredContent).toMatchObject({ steps: 3 });
     expect((await service.stats()).submits).toBe(1);
-    expect(run.state['steps']).toMatchObject({ submit: { id: expect.any(String), statusUrl: expect.any(String) } });
+    expect(run.steps).toMatchObject({ submit: { id: expect.any(String), statusUrl: expect.any(String) } });
   });
 
   it('sends the task id as Idempotency-Key, so a submit repeated after a crash finds the same job', async () => {

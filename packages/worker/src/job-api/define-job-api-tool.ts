@@ -6,7 +6,7 @@ import type { z } from 'zod';
 import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
 import type { ToolContext } from '../context.js';
 import { defineTool, type ToolDefinition, type ToolInputSchema } from '../define-tool.js';
-import { CancelledError, cancelReasonOf } from '../errors.js';
+import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
   redact,
   sendWithRetry,
@@ -79,13 +79,6 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
   hooks?: JobApiHooks;
 }
 
-/** The durable half of `ToolContext` (PROTOCOL.md §12.1, §12.6). */
-interface DurableContext {
-  state: { get<T = unknown>(): T | undefined; set(value: unknown): Promise<void> };
-  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
-  suspend(options: { forMs: number }): Promise<never>;
-}
-
 /** What the `submit` step stores with the task: everything a later run needs to find the external job. */
 export interface SubmittedJob {
   id: string;
@@ -142,19 +135,14 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
 
 /** `SuspendedError` by name too: a tools module may carry its own copy of this package. */
 function isSuspended(error: unknown): boolean {
-  return (
-    error instanceof Error && (error.name === 'SuspendedError' || (error as { code?: unknown }).code === 'SUSPENDED')
-  );
+  return error instanceof SuspendedError || (error instanceof Error && error.name === 'SuspendedError');
 }
 
-function durable(ctx: ToolContext): DurableContext {
-  const candidate = ctx as unknown as Partial<DurableContext>;
-  if (typeof candidate.step !== 'function' || typeof candidate.suspend !== 'function' || !candidate.state) {
-    throw new NonRetryableError(
-      'Job-API tools need durable task state (ctx.step, ctx.suspend), which this worker lacks',
-    );
-  }
-  return candidate as DurableContext;
+/** The reason that ends a task for good and so must stop the external job: a client cancel or a timeout. */
+function endingReason(error: unknown, signal: AbortSignal): 'CLIENT_CANCELLED' | 'TIMEOUT' | undefined {
+  // The step write or the suspend script can find the task cancelled before the signal aborts (a missed message).
+  const reason = signal.aborted ? cancelReasonOf(signal) : error instanceof CancelledError ? error.reason : undefined;
+  return reason === 'CLIENT_CANCELLED' || reason === 'TIMEOUT' ? reason : undefined;
 }
 
 /** One run of a job-API tool: resume or submit, then poll until the external job ends or the run suspends. */
@@ -177,45 +165,47 @@ class JobApiRun {
 
   async run(): Promise<ToolResult> {
     const { ctx } = this;
-    const store = durable(ctx);
-    // Stored before the first poll: every later run (resume, takeover, retry) finds it and never submits again.
-    const job = await store.step<SubmittedJob>('submit', () => this.submit());
-    this.scope.id = job.id;
-    if (job.statusUrl !== undefined) this.scope.statusUrl = job.statusUrl;
-    const runStartedAt = Date.now();
     try {
-      for (;;) {
-        ctx.throwIfCancelled();
-        const reading = await this.poll();
-        this.report(reading);
-        if (reading.outcome === 'completed') return await this.result(reading);
-        if (reading.outcome === 'failed') {
-          throw new NonRetryableError(reading.error ?? `External job ${job.id} failed (status "${reading.status}")`, {
-            data: { externalId: job.id, status: reading.status },
-          });
-        }
-        if (reading.outcome === 'cancelled') {
-          throw new NonRetryableError(`External job ${job.id} was cancelled upstream (status "${reading.status}")`, {
-            data: { externalId: job.id, status: reading.status },
-          });
-        }
-        const { intervalMs, suspendFromMs, maxRunMs } = this.spec.poll;
-        if (intervalMs >= suspendFromMs || Date.now() - runStartedAt + intervalMs > maxRunMs) {
-          ctx.log.debug({ externalId: job.id, forMs: intervalMs }, 'suspending until the next poll');
-          await store.suspend({ forMs: intervalMs });
-        }
-        await ctx.sleep(intervalMs);
-      }
+      // Stored before the first poll: every later run (resume, takeover, retry) finds it and never submits again.
+      // `submit` sets scope.id as soon as the upstream answers, so a cancel seen by the step's own write still
+      // reaches the external job.
+      const job = await ctx.step<SubmittedJob>('submit', () => this.submit());
+      this.scope.id = job.id;
+      if (job.statusUrl !== undefined) this.scope.statusUrl = job.statusUrl;
+      return await this.pollUntilDone(job);
     } catch (error) {
       if (isSuspended(error)) throw error;
-      if (ctx.signal.aborted) {
-        const reason = cancelReasonOf(ctx.signal);
-        // A client cancel or a timeout ends the task: stop the external job too. A shutdown or a lost lock does not
-        // (another run resumes polling it).
-        if (reason === 'CLIENT_CANCELLED' || reason === 'TIMEOUT') await this.cancelExternal(reason);
-        throw error instanceof CancelledError ? error : new CancelledError(reason);
-      }
+      const reason = endingReason(error, ctx.signal);
+      if (reason !== undefined) await this.cancelExternal(reason);
       throw error;
+    }
+  }
+
+  /** Polls until the external job ends (its result, or its failure), suspending between polls when they are far apart. */
+  private async pollUntilDone(job: SubmittedJob): Promise<ToolResult> {
+    const { ctx } = this;
+    const { intervalMs, suspendFromMs, maxRunMs } = this.spec.poll;
+    const runStartedAt = Date.now();
+    for (;;) {
+      ctx.throwIfCancelled();
+      const reading = await this.poll();
+      this.report(reading);
+      if (reading.outcome === 'completed') return this.result(reading);
+      if (reading.outcome === 'failed') {
+        throw new NonRetryableError(reading.error ?? `External job ${job.id} failed (status "${reading.status}")`, {
+          data: { externalId: job.id, status: reading.status },
+        });
+      }
+      if (reading.outcome === 'cancelled') {
+        throw new NonRetryableError(`External job ${job.id} was cancelled upstream (status "${reading.status}")`, {
+          data: { externalId: job.id, status: reading.status },
+        });
+      }
+      // §12.9: a long wait holds no slot; a short one waits here, and a run polls here for at most maxRunMs.
+      if (intervalMs >= suspendFromMs || Date.now() - runStartedAt + intervalMs > maxRunMs) {
+        await ctx.suspend({ forMs: intervalMs });
+      }
+      await ctx.sleep(intervalMs);
     }
   }
 
@@ -243,6 +233,8 @@ class JobApiRun {
         `The submit answer has no job id at ${submit.id ?? submit.statusUrl ?? '?'}: ${excerpt(response.text)}`,
       );
     }
+    this.scope.id = externalId;
+    if (resolvedStatusUrl !== undefined) this.scope.statusUrl = resolvedStatusUrl;
     this.ctx.log.info(
       { externalId, statusUrl: resolvedStatusUrl && redact(resolvedStatusUrl) },
       'external job submitted',
