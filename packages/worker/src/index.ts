@@ -15,7 +15,9 @@ export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions }
 export { demoTools } from './demo-tools.js';
 export { defineJobApiTool, loadJobApiTools, parseJobApiFile } from './job-api/index.js';
 export type {
+  CancelledTask,
   ExternalOutcome,
+  JobApiToolDefinition,
   JobApiHookInfo,
   JobApiHooks,
   JobApiHttpRequest,

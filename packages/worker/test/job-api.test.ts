@@ -10,7 +10,7 @@ import { ConfigError, createLogger, type TaskRecord, type ToolResult } from '@ta
 import { SuspendedError } from '../src/errors.js';
 import { TaskContext } from '../src/context.js';
 import type { ToolDefinition } from '../src/define-tool.js';
-import { defineJobApiTool, parseJobApiFile } from '../src/job-api/index.js';
+import { defineJobApiTool, parseJobApiFile, type JobApiToolDefinition } from '../src/job-api/index.js';
 import { getPath, renderString, renderValue } from '../src/job-api/template.js';
 import {
   JOB_API_CONFIG,
@@ -269,6 +269,34 @@ describe('§12.9 polling an external job', () => {
     const run = await pending;
     expect((run.error as { reason?: string }).reason).toBe('WORKER_SHUTDOWN');
     expect((await service.stats()).cancels).toBe(0);
+  });
+
+  it('a cancel seen by the durable write (no abort yet) still cancels the external job', async () => {
+    let cancelled = false;
+    const pending = drive(
+      tool('batch_job_suspending'),
+      { label: 'j', steps: 1000, stepMs: 50 },
+      { cancelledInStore: () => cancelled },
+    );
+    await waitForStats((s) => s.polls >= 2);
+    cancelled = true;
+    const run = await pending;
+    expect((run.error as { reason?: string }).reason).toBe('CLIENT_CANCELLED');
+    expect((await service.stats()).cancels).toBe(1);
+  });
+
+  it('onCancelled cancels the job an earlier run submitted, and does nothing before a submit', async () => {
+    const controller = new AbortController();
+    const pending = drive(tool('batch_job_suspending'), { label: 'k', steps: 1000, stepMs: 50 }, { controller });
+    await waitForStats((s) => s.polls >= 1);
+    controller.abort('WORKER_SHUTDOWN');
+    const { steps } = await pending;
+    const definition = tool('batch_job_suspending') as JobApiToolDefinition;
+    const log = createLogger('worker', { level: 'silent' });
+    await definition.onCancelled({ taskId: 't-none', arguments: { label: 'k' }, steps: {}, log });
+    expect((await service.stats()).cancels).toBe(0);
+    await definition.onCancelled({ taskId: 't-k', arguments: { label: 'k' }, steps, log });
+    expect((await service.stats()).cancels).toBe(1);
   });
 
   it('lets a request hook sign every request (custom auth)', async () => {

@@ -3,7 +3,7 @@
  * (CONTRACT.md §6, PROTOCOL.md §12.9). The `TASKRELAY_JOB_APIS` file form is built on it.
  */
 import type { z } from 'zod';
-import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
+import { NonRetryableError, type Backoff, type Logger, type TaskSupport, type ToolResult } from '@taskrelay/shared';
 import type { ToolContext } from '../context.js';
 import { defineTool, type ToolDefinition, type ToolInputSchema } from '../define-tool.js';
 import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
@@ -79,6 +79,25 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
   hooks?: JobApiHooks;
 }
 
+/**
+ * A task cancelled while no run of it was active (its job waited, suspended, between two polls): what the worker
+ * hands `onCancelled` when it picks the promoted job up and finds the task cancelled (PROTOCOL.md §12.9).
+ */
+export interface CancelledTask {
+  taskId: string;
+  /** The task's arguments, as the job carries them. */
+  arguments: Record<string, unknown>;
+  /** The task's stored `ctx.step` results. */
+  steps: Readonly<Record<string, unknown>>;
+  log: Logger;
+}
+
+/** A job-API tool: a tool definition plus what stops its external job when the task is cancelled between runs. */
+export type JobApiToolDefinition<I extends ToolInputSchema = ToolInputSchema> = ToolDefinition<I> & {
+  /** Calls the external cancel of the task's submitted job, if it has one. Never rejects. */
+  onCancelled(task: CancelledTask): Promise<void>;
+};
+
 /** What the `submit` step stores with the task: everything a later run needs to find the external job. */
 export interface SubmittedJob {
   id: string;
@@ -103,7 +122,7 @@ export interface PollReading {
  *
  * @throws TypeError naming the tool and the field when an option is invalid.
  */
-export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolOptions<I>): ToolDefinition<I> {
+export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolOptions<I>): JobApiToolDefinition<I> {
   const label = typeof options?.name === 'string' ? `defineJobApiTool(${options.name})` : 'defineJobApiTool';
   const parsed = JobApiSpecSchema.safeParse({
     headers: options.headers,
@@ -118,7 +137,7 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
   const hooks = options.hooks ?? {};
   if (hooks.fetch === undefined && typeof fetch !== 'function') throw new TypeError(`${label}: no global fetch`);
 
-  return defineTool({
+  const definition = defineTool({
     name: options.name,
     ...(options.title === undefined ? {} : { title: options.title }),
     description: options.description,
@@ -129,8 +148,17 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
     ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
     ...(options.maxStalls === undefined ? {} : { maxStalls: options.maxStalls }),
     run: (input: z.output<I>, ctx: ToolContext) =>
-      new JobApiRun(spec, hooks, input as Record<string, unknown>, ctx).run(),
+      new JobApiRun(spec, hooks, input as Record<string, unknown>, ctx).run(ctx),
   });
+  const onCancelled = async (task: CancelledTask): Promise<void> => {
+    const job = task.steps['submit'] as SubmittedJob | undefined;
+    if (typeof job?.id !== 'string') return; // never submitted: nothing upstream to stop
+    const input = options.inputSchema.safeParse(task.arguments);
+    const args = (input.success ? input.data : task.arguments) as Record<string, unknown>;
+    const base: RunBase = { taskId: task.taskId, log: task.log, signal: new AbortController().signal };
+    await new JobApiRun(spec, hooks, args, base).cancelStored(job);
+  };
+  return Object.freeze({ ...definition, onCancelled });
 }
 
 /** `SuspendedError` by name too: a tools module may carry its own copy of this package. */
@@ -145,6 +173,9 @@ function endingReason(error: unknown, signal: AbortSignal): 'CLIENT_CANCELLED' |
   return reason === 'CLIENT_CANCELLED' || reason === 'TIMEOUT' ? reason : undefined;
 }
 
+/** What a run needs of its context besides polling: who it is, where to log, when to stop. */
+type RunBase = Pick<ToolContext, 'taskId' | 'log' | 'signal'>;
+
 /** One run of a job-API tool: resume or submit, then poll until the external job ends or the run suspends. */
 class JobApiRun {
   private readonly scope: TemplateScope;
@@ -156,15 +187,14 @@ class JobApiRun {
     private readonly spec: JobApiSpec,
     private readonly hooks: JobApiHooks,
     private readonly args: Record<string, unknown>,
-    private readonly ctx: ToolContext,
+    private readonly ctx: RunBase,
   ) {
     this.scope = { args, taskId: ctx.taskId };
     this.policy = spec.http;
     this.fetch = hooks.fetch ?? fetch;
   }
 
-  async run(): Promise<ToolResult> {
-    const { ctx } = this;
+  async run(ctx: ToolContext): Promise<ToolResult> {
     try {
       // Stored before the first poll: every later run (resume, takeover, retry) finds it and never submits again.
       // `submit` sets scope.id as soon as the upstream answers, so a cancel seen by the step's own write still
@@ -172,7 +202,7 @@ class JobApiRun {
       const job = await ctx.step<SubmittedJob>('submit', () => this.submit());
       this.scope.id = job.id;
       if (job.statusUrl !== undefined) this.scope.statusUrl = job.statusUrl;
-      return await this.pollUntilDone(job);
+      return await this.pollUntilDone(job, ctx);
     } catch (error) {
       if (isSuspended(error)) throw error;
       const reason = endingReason(error, ctx.signal);
@@ -182,14 +212,13 @@ class JobApiRun {
   }
 
   /** Polls until the external job ends (its result, or its failure), suspending between polls when they are far apart. */
-  private async pollUntilDone(job: SubmittedJob): Promise<ToolResult> {
-    const { ctx } = this;
+  private async pollUntilDone(job: SubmittedJob, ctx: ToolContext): Promise<ToolResult> {
     const { intervalMs, suspendFromMs, maxRunMs } = this.spec.poll;
     const runStartedAt = Date.now();
     for (;;) {
       ctx.throwIfCancelled();
       const reading = await this.poll();
-      this.report(reading);
+      report(reading, ctx);
       if (reading.outcome === 'completed') return this.result(reading);
       if (reading.outcome === 'failed') {
         throw new NonRetryableError(reading.error ?? `External job ${job.id} failed (status "${reading.status}")`, {
@@ -291,6 +320,13 @@ class JobApiRun {
     };
   }
 
+  /** The cancel of a job submitted by an earlier run (`onCancelled`). */
+  async cancelStored(job: SubmittedJob): Promise<void> {
+    this.scope.id = job.id;
+    if (job.statusUrl !== undefined) this.scope.statusUrl = job.statusUrl;
+    await this.cancelExternal('CLIENT_CANCELLED');
+  }
+
   /** At most once per run; the run that sees the cancel is the one that calls it (PROTOCOL.md §12.9). */
   private async cancelExternal(reason: string): Promise<void> {
     const { cancel } = this.spec;
@@ -379,15 +415,16 @@ class JobApiRun {
     if (this.scope.id !== undefined) info.id = this.scope.id;
     return info;
   }
+}
 
-  private report(reading: PollReading): void {
-    if (reading.progress === undefined) return;
-    if (reading.outcome === 'completed' && reading.total !== undefined) {
-      this.ctx.progress(reading.total, reading.total, reading.message);
-      return;
-    }
-    this.ctx.progress(reading.progress, reading.total, reading.message);
+/** The upstream's progress as task progress; a completed job reports its total (100/100 before the result). */
+function report(reading: PollReading, ctx: Pick<ToolContext, 'progress'>): void {
+  if (reading.progress === undefined) return;
+  if (reading.outcome === 'completed' && reading.total !== undefined) {
+    ctx.progress(reading.total, reading.total, reading.message);
+    return;
   }
+  ctx.progress(reading.progress, reading.total, reading.message);
 }
 
 /** An id or URL from a `header:NAME` or a body path: a string or a number, else undefined. */

@@ -1,6 +1,8 @@
 export { defineJobApiTool } from './define-job-api-tool.js';
 export type {
+  CancelledTask,
   JobApiHookInfo,
+  JobApiToolDefinition,
   JobApiHooks,
   JobApiToolOptions,
   PollReading,
