@@ -9,6 +9,7 @@
  *                             an `Idempotency-Key` header already seen returns the same job (no new job)
  *   GET    /jobs/<id>         {state: queued|running|done|error|canceled, progress:{done,total}, note, error?:{message}}
  *   GET    /jobs/<id>/result  {output:{...}} once done (409 before)
+ *   GET    /jobs/<id>/log     a line of plain text (a non-JSON result)
  *   DELETE /jobs/<id>         cancels it (409 when it already ended)
  * A job advances one step every `stepMs` (default 200) up to `steps` (default 10), then ends `done`, or `error` with
  * the message in `fail` when given. `BATCH_TOKEN` set: every /jobs request needs `Authorization: Bearer <token>`.
@@ -175,6 +176,11 @@ async function handle(req, res) {
     stats.results += 1;
     if (view(job).state !== 'done') return send(res, 409, { error: { message: `job ${job.id} is ${job.state}` } });
     return send(res, 200, { output: { jobId: job.id, steps: job.steps, input: job.input } });
+  }
+  if (req.method === 'GET' && parts[2] === 'log' && parts.length === 3) {
+    res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+    res.end(`job ${job.id}: ${view(job).state} after ${job.done} of ${job.steps} steps\n`);
+    return undefined;
   }
   if (req.method === 'DELETE' && parts.length === 2) {
     stats.cancels += 1;

@@ -299,6 +299,58 @@ describe('§12.9 polling an external job', () => {
     expect((await service.stats()).cancels).toBe(1);
   });
 
+  it('returns a non-JSON result as text, and sends query parameters', async () => {
+    const urls: string[] = [];
+    const textual = defineJobApiTool({
+      name: 'textual',
+      description: 'x',
+      inputSchema: z.object({ label: z.string() }),
+      headers: { Authorization: 'Bearer secret-token' },
+      submit: { url: `${service.url}/jobs`, id: 'job.id', body: { label: '{{args.label}}', steps: 1, stepMs: 10 } },
+      poll: {
+        url: `${service.url}/jobs/{{id}}`,
+        query: { verbose: true, who: '{{args.label}}' },
+        intervalMs: 20,
+        status: 'state',
+        statusMap: { done: 'completed', queued: 'working', running: 'working' },
+      },
+      result: { url: `${service.url}/jobs/{{id}}/log`, format: 'text' },
+      hooks: {
+        fetch: (input, init) => {
+          urls.push(String(input));
+          return fetch(input, init);
+        },
+      },
+    });
+    const run = await drive(textual, { label: 'a&b' });
+    expect(run.result?.content).toEqual([
+      { type: 'text', text: expect.stringMatching(/^job .*: done after 1 of 1 steps\n$/) },
+    ]);
+    expect(run.result?.structuredContent).toEqual({ value: expect.stringMatching(/done after 1 of 1/) });
+    expect(urls.some((u) => u.endsWith('?verbose=true&who=a%26b'))).toBe(true);
+  });
+
+  it('gives up on a job that runs past poll.maxWaitMs, cancelling it upstream', async () => {
+    const impatient = defineJobApiTool({
+      name: 'impatient',
+      description: 'x',
+      inputSchema: z.object({}),
+      headers: { Authorization: 'Bearer secret-token' },
+      submit: { url: `${service.url}/jobs`, id: 'job.id', body: { steps: 1000, stepMs: 50 } },
+      poll: {
+        url: `${service.url}/jobs/{{id}}`,
+        intervalMs: 20,
+        maxWaitMs: 200,
+        status: 'state',
+        statusMap: { done: 'completed', queued: 'working', running: 'working' },
+      },
+      cancel: { url: `${service.url}/jobs/{{id}}` },
+    });
+    const run = await drive(impatient, {});
+    expect((run.error as Error).message).toMatch(/did not end within 200 ms/);
+    expect((await service.stats()).cancels).toBe(1);
+  });
+
   it('lets a request hook sign every request (custom auth)', async () => {
     const signed = defineJobApiTool({
       name: 'signed',

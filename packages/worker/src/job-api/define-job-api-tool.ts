@@ -65,7 +65,10 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
   inputSchema: I;
   /** Default `'optional'`. */
   taskSupport?: TaskSupport;
-  /** The whole task (every run, every poll) fails `TIMEOUT` after this. Default: the gateway's cap only. */
+  /**
+   * Each run (one stretch of polling) is aborted with `TIMEOUT` after this, which fails the task and cancels the
+   * external job; `poll.maxWaitMs` bounds the whole wait instead. Default: the gateway's cap only.
+   */
   timeoutMs?: number;
   /**
    * Runs before the task fails, counting the first: an upstream unreachable for a whole retry series fails a run;
@@ -102,6 +105,8 @@ export type JobApiToolDefinition<I extends ToolInputSchema = ToolInputSchema> = 
 export interface SubmittedJob {
   id: string;
   statusUrl?: string;
+  /** When the upstream accepted it (ms since epoch), for `poll.maxWaitMs`. */
+  submittedAt?: number;
 }
 
 /** One poll answer, read through the status map and paths. */
@@ -154,7 +159,7 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
     const job = task.steps['submit'] as SubmittedJob | undefined;
     if (typeof job?.id !== 'string') return; // never submitted: nothing upstream to stop
     const input = options.inputSchema.safeParse(task.arguments);
-    const args = (input.success ? input.data : task.arguments) as Record<string, unknown>;
+    const args = input.success ? input.data : task.arguments;
     const base: RunBase = { taskId: task.taskId, log: task.log, signal: new AbortController().signal };
     await new JobApiRun(spec, hooks, args, base).cancelStored(job);
   };
@@ -213,7 +218,7 @@ class JobApiRun {
 
   /** Polls until the external job ends (its result, or its failure), suspending between polls when they are far apart. */
   private async pollUntilDone(job: SubmittedJob, ctx: ToolContext): Promise<ToolResult> {
-    const { intervalMs, suspendFromMs, maxRunMs } = this.spec.poll;
+    const { intervalMs, suspendFromMs, maxRunMs, maxWaitMs } = this.spec.poll;
     const runStartedAt = Date.now();
     for (;;) {
       ctx.throwIfCancelled();
@@ -227,6 +232,12 @@ class JobApiRun {
       }
       if (reading.outcome === 'cancelled') {
         throw new NonRetryableError(`External job ${job.id} was cancelled upstream (status "${reading.status}")`, {
+          data: { externalId: job.id, status: reading.status },
+        });
+      }
+      if (maxWaitMs !== undefined && job.submittedAt !== undefined && Date.now() - job.submittedAt > maxWaitMs) {
+        await this.cancelExternal('TIMEOUT');
+        throw new NonRetryableError(`External job ${job.id} did not end within ${maxWaitMs} ms (poll.maxWaitMs)`, {
           data: { externalId: job.id, status: reading.status },
         });
       }
@@ -268,7 +279,9 @@ class JobApiRun {
       { externalId, statusUrl: resolvedStatusUrl && redact(resolvedStatusUrl) },
       'external job submitted',
     );
-    return resolvedStatusUrl === undefined ? { id: externalId } : { id: externalId, statusUrl: resolvedStatusUrl };
+    const job: SubmittedJob = { id: externalId, submittedAt: Date.now() };
+    if (resolvedStatusUrl !== undefined) job.statusUrl = resolvedStatusUrl;
+    return job;
   }
 
   private async poll(): Promise<PollReading> {

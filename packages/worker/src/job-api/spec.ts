@@ -93,6 +93,11 @@ export const PollSpecSchema = request('GET')
     suspendFromMs: z.number().int().min(0).default(5000),
     /** Extension: a run that has polled this long in-process suspends at its next wait anyway. Default 60000. */
     maxRunMs: z.number().int().min(0).default(60_000),
+    /**
+     * Extension: fail the task (and cancel the external job) when the job has not ended this long after its submit,
+     * across every run. Default: none (the tool's `timeoutMs` bounds each run, not the whole wait).
+     */
+    maxWaitMs: z.number().int().positive().optional(),
     status: bodyPath,
     statusMap: z.record(z.string(), z.enum(TASK_OUTCOMES, { message: `must be one of ${TASK_OUTCOMES.join(', ')}` })),
     progress: bodyPath.optional(),
