@@ -144,28 +144,74 @@ describe('§4 calling a tool', () => {
     expect(task.statusMessage).toContain('disk full');
   });
 
+  it('answers a ProtocolError as that JSON-RPC error, on tasks/result and on a plain call (§13)', async () => {
+    const args = { code: -32602, message: 'range out of bounds', data: { field: 'n' } };
+    const created = await client.request(
+      { method: 'tools/call', params: { name: 'protocol_error', arguments: args, task: {} } },
+      CreateTaskResultSchema,
+    );
+    const fromTask = await client.experimental.tasks.getTaskResult(created.task.taskId, CallToolResultSchema).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(fromTask).toBeInstanceOf(McpError);
+    expect(fromTask).toMatchObject({ code: -32602, data: { field: 'n' } });
+    // One "MCP error -32602:" prefix (the client's own), not two.
+    expect((fromTask as McpError).message).toBe('MCP error -32602: range out of bounds');
+    const task = await client.experimental.tasks.getTask(created.task.taskId);
+    expect(task.status).toBe('failed');
+    await expectRpcError(client.callTool({ name: 'protocol_error', arguments: args }), -32602, /range out of bounds/);
+  });
+
   it('returns a failed plain call as an isError result', async () => {
     const result = await client.callTool({ name: 'fail_after', arguments: { delayMs: 1, message: 'nope' } });
     expect(result.isError).toBe(true);
     expect(JSON.stringify(result.content)).toContain('nope');
   });
 
-  it('rejects bad arguments with -32602 naming the field', async () => {
-    await expectRpcError(
-      client.callTool({ name: 'build_report', arguments: { report: 'x', items: 'many' } }),
-      -32602,
-      /items/,
+  it('answers bad arguments with an isError tool result naming the field (SEP-1303)', async () => {
+    const cases: Array<[Record<string, unknown>, RegExp]> = [
+      [{ report: 'x', items: 'many' }, /items/],
+      [{ items: 1 }, /report.*required/],
+      [{ report: 'x', items: 0 }, /items/],
+    ];
+    for (const [args, message] of cases) {
+      const result = await client.callTool({ name: 'build_report', arguments: args });
+      expect(result.isError).toBe(true);
+      expect(JSON.stringify(result.content)).toMatch(message);
+      // No doubled "MCP error -32602:" prefix: the text is the message alone.
+      expect(JSON.stringify(result.content)).not.toMatch(/MCP error/);
+    }
+  });
+
+  it('answers a task call with bad arguments with a task that failed naming the field, and runs nothing', async () => {
+    const created = await client.request(
+      { method: 'tools/call', params: { name: 'build_report', arguments: { report: 'x' }, task: {} } },
+      CreateTaskResultSchema,
     );
-    await expectRpcError(
-      client.callTool({ name: 'build_report', arguments: { items: 1 } }),
-      -32602,
-      /report.*required/,
-    );
-    await expectRpcError(
-      client.callTool({ name: 'build_report', arguments: { report: 'x', items: 0 } }),
-      -32602,
-      /items/,
-    );
+    const task = await client.experimental.tasks.getTask(created.task.taskId);
+    expect(task.status).toBe('failed');
+    const result = await client.experimental.tasks.getTaskResult(created.task.taskId, CallToolResultSchema);
+    expect(result.isError).toBe(true);
+    expect(JSON.stringify(result.content)).toMatch(/items.*required/);
+  });
+
+  it('validates with JSON Schema 2020-12: a tuple argument is accepted, a format is checked, $schema is listed', async () => {
+    const { tools } = await client.listTools();
+    const listed = tools.find((t) => t.name === 'schema_2020');
+    expect(listed?.inputSchema['$schema']).toBe('https://json-schema.org/draft/2020-12/schema');
+    const ok = await client.callTool({ name: 'schema_2020', arguments: { point: [1, 2], email: 'a@b.example' } });
+    expect(ok.isError).toBeFalsy();
+    expect(ok.structuredContent).toEqual({ point: [1, 2], email: 'a@b.example' });
+    const badFormat = await client.callTool({ name: 'schema_2020', arguments: { point: [1, 2], email: 'nope' } });
+    expect(badFormat.isError).toBe(true);
+    expect(JSON.stringify(badFormat.content)).toMatch(/email/);
+    const badTuple = await client.callTool({
+      name: 'schema_2020',
+      arguments: { point: [1, 2, 3], email: 'a@b.example' },
+    });
+    expect(badTuple.isError).toBe(true);
+    expect(JSON.stringify(badTuple.content)).toMatch(/point/);
   });
 
   it('rejects an unknown tool with a JSON-RPC error', async () => {

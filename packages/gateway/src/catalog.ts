@@ -3,15 +3,10 @@
  * what it knows of a tool is what a live worker published.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormatsPlugin from 'ajv-formats';
 import type { Redis } from 'ioredis';
-import {
-  TaskrelayError,
-  WorkerCatalogSchema,
-  parseMessage,
-  type Keys,
-  type Logger,
-  type ToolDescriptor,
-} from '@taskrelay/shared';
+import { WorkerCatalogSchema, parseMessage, type Keys, type Logger, type ToolDescriptor } from '@taskrelay/shared';
 
 export interface CatalogTool extends ToolDescriptor {
   /** The worker pool (queue) that runs this tool. */
@@ -26,8 +21,10 @@ export interface ToolCatalogOptions {
 export class ToolCatalog {
   private cached: { at: number; tools: Map<string, CatalogTool> } | undefined;
   private inflight: Promise<Map<string, CatalogTool>> | undefined;
-  private readonly validators = new Map<string, { schemaJson: string; validate: ValidateFunction }>();
-  private readonly ajv = new Ajv({ allErrors: false, strict: false });
+  private readonly validators = new Map<string, { schemaJson: string; validate: ValidateFunction | undefined }>();
+  /** zod 4 and MCP (SEP-1613) speak JSON Schema 2020-12; a schema that names draft-07 (or older) gets that dialect. */
+  private readonly ajv2020: Ajv2020;
+  private readonly ajv07: Ajv;
   private readonly cacheMs: number;
 
   constructor(
@@ -37,6 +34,14 @@ export class ToolCatalog {
     options: ToolCatalogOptions = {},
   ) {
     this.cacheMs = options.cacheMs ?? 1000;
+    // Ajv's warnings (unknown keywords, ignored formats) go to the gateway's log, never to the console.
+    const logger = {
+      log: (...args: unknown[]) => this.log.debug({ ajv: args.map(String).join(' ') }, 'ajv'),
+      warn: (...args: unknown[]) => this.log.debug({ ajv: args.map(String).join(' ') }, 'ajv warning'),
+      error: (...args: unknown[]) => this.log.warn({ ajv: args.map(String).join(' ') }, 'ajv error'),
+    };
+    this.ajv2020 = addFormats(new Ajv2020({ allErrors: false, strict: false, logger }));
+    this.ajv07 = addFormats(new Ajv({ allErrors: false, strict: false, logger }));
   }
 
   async list(): Promise<CatalogTool[]> {
@@ -47,17 +52,34 @@ export class ToolCatalog {
     return (await this.load()).get(name);
   }
 
-  /** Validates arguments against the tool's published JSON Schema; throws INVALID_ARGUMENTS naming the field. */
-  validate(tool: CatalogTool, args: Record<string, unknown>): void {
+  /**
+   * Validates arguments against the tool's published JSON Schema. Returns undefined when they match, else a message
+   * naming the field (CONTRACT §4: the caller gets it as an `isError` tool result, SEP-1303).
+   */
+  validate(tool: CatalogTool, args: Record<string, unknown>): string | undefined {
     const schemaJson = JSON.stringify(tool.inputSchema);
     let entry = this.validators.get(tool.name);
     if (entry?.schemaJson !== schemaJson) {
-      entry = { schemaJson, validate: this.ajv.compile(tool.inputSchema) };
+      entry = { schemaJson, validate: this.compile(tool) };
       this.validators.set(tool.name, entry);
     }
-    if (entry.validate(args)) return;
-    const detail = describeAjvError(entry.validate.errors?.[0]);
-    throw new TaskrelayError('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${detail}`);
+    // A schema Ajv cannot compile is checked by the worker alone (its zod schema), not refused here.
+    if (!entry.validate || entry.validate(args)) return undefined;
+    return `Invalid arguments for tool ${tool.name}: ${describeAjvError(entry.validate.errors?.[0])}`;
+  }
+
+  private compile(tool: CatalogTool): ValidateFunction | undefined {
+    const dialect = tool.inputSchema['$schema'];
+    const older = typeof dialect === 'string' && /draft-0[467]/.test(dialect);
+    try {
+      return older ? this.ajv07.compile(tool.inputSchema) : this.ajv2020.compile(tool.inputSchema);
+    } catch (error) {
+      this.log.warn(
+        { err: error, tool: tool.name },
+        'tool input schema does not compile; its arguments are checked by the worker only',
+      );
+      return undefined;
+    }
   }
 
   private async load(): Promise<Map<string, CatalogTool>> {
@@ -85,6 +107,12 @@ export class ToolCatalog {
     this.log.trace({ workers: workerIds.length, tools: tools.size }, 'catalog refreshed');
     return tools;
   }
+}
+
+/** ajv-formats is CommonJS: its default export arrives wrapped under ESM. */
+function addFormats<T extends Ajv | Ajv2020>(ajv: T): T {
+  const plugin = addFormatsPlugin as unknown as { default?: (a: T) => T } & ((a: T) => T);
+  return (plugin.default ?? plugin)(ajv);
 }
 
 function describeAjvError(error: ErrorObject | undefined): string {

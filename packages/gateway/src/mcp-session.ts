@@ -108,7 +108,16 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const principal = principalOf(extra);
       const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
       const idempotencyKey = task === undefined ? undefined : idempotencyKeyOf(request.params._meta);
-      const tool = await service.resolveCall(name, args, task !== undefined);
+      const { tool, invalid } = await service.resolveCall(name, args, task !== undefined);
+      if (invalid !== undefined) {
+        // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.
+        if (task === undefined) return { content: [{ type: 'text', text: invalid }], isError: true };
+        const record = await service.rejectTask(
+          { tool, principal, sessionId: extra.sessionId, requestedTtlMs: task.ttl ?? undefined },
+          invalid,
+        );
+        return { task: renderTask(record) };
+      }
 
       if (task !== undefined) {
         const record = await service.start({

@@ -67,8 +67,16 @@ export class TaskService {
     return this.catalog.list();
   }
 
-  /** Finds the tool and checks the call against it: the spec's -32602 and -32601 cases. */
-  async resolveCall(name: string, args: Record<string, unknown>, asTask: boolean): Promise<CatalogTool> {
+  /**
+   * Finds the tool and checks the call against it: the spec's -32602 (unknown tool) and -32601 (task support) cases
+   * are thrown; arguments that do not match the schema are returned as `invalid` (a message naming the field), since
+   * the caller gets those as an `isError` tool result (SEP-1303).
+   */
+  async resolveCall(
+    name: string,
+    args: Record<string, unknown>,
+    asTask: boolean,
+  ): Promise<{ tool: CatalogTool; invalid?: string }> {
     const tool = await this.catalog.find(name);
     if (!tool) throw new TaskrelayError('TOOL_NOT_FOUND', `Unknown tool: ${name}`);
     if (asTask && tool.taskSupport === 'forbidden') {
@@ -77,8 +85,37 @@ export class TaskService {
     if (!asTask && tool.taskSupport === 'required') {
       throw new TaskSupportError(`Tool ${name} requires task augmentation: send params.task (taskSupport: required)`);
     }
-    this.catalog.validate(tool, args);
-    return tool;
+    const invalid = this.catalog.validate(tool, args);
+    return invalid === undefined ? { tool } : { tool, invalid };
+  }
+
+  /**
+   * A task call whose arguments do not match the tool's schema: the task is stored already `failed` with the
+   * `isError` result naming the field, and no job runs (the client gets the usual task flow and reads the error).
+   */
+  async rejectTask(
+    input: Pick<StartTaskInput, 'tool' | 'principal' | 'sessionId' | 'requestedTtlMs'>,
+    message: string,
+  ): Promise<TaskRecord> {
+    const { record } = await this.store.createTask({
+      tool: input.tool.name,
+      queue: input.tool.queue,
+      principal: input.principal,
+      mode: 'task',
+      ttl: grantTtl(input.requestedTtlMs, this.config),
+      pollInterval: this.config.pollIntervalMs,
+      sessionId: input.sessionId,
+      gatewayId: this.config.gatewayId,
+    });
+    const fields = {
+      statusMessage: message,
+      result: { content: [{ type: 'text', text: message }], isError: true },
+      error: { code: 'INVALID_ARGUMENTS' as const, message },
+    };
+    const outcome = await this.store.transition(record.taskId, 'failed', fields);
+    this.metrics.tasksCreated.inc({ tool: input.tool.name, mode: 'task' });
+    this.log.info({ taskId: record.taskId, tool: input.tool.name, principal: input.principal }, message);
+    return (await this.store.get(record.taskId)) ?? { ...record, status: outcome.ok ? 'failed' : record.status };
   }
 
   /**

@@ -1,9 +1,80 @@
 /**
- * The 2025-11-25 rendering of a stored task. The `io.modelcontextprotocol/tasks` extension will be a second
- * rendering of the same `TaskRecord`, beside this one.
+ * The renderings of one stored task (PROTOCOL.md §13). The stored `TaskRecord` knows no wire format; each era's
+ * shapes are made here: `renderTask` / `renderResult` for 2025-11-25 `tasks/*`, and (task-wire-ext.ts) the
+ * `io.modelcontextprotocol/tasks` extension. `outcomeOf` is the one classification both use, so they always agree.
  */
 import { RELATED_TASK_META_KEY, type CallToolResult, type Task } from '@modelcontextprotocol/sdk/types.js';
-import type { TaskRecord } from '@taskrelay/shared';
+import type { ErrorCode, TaskRecord } from '@taskrelay/shared';
+import { WireError } from './errors.js';
+
+/** A JSON-RPC error object as the wire carries it. */
+export interface RpcErrorObject {
+  code: number;
+  message: string;
+  data?: unknown;
+}
+
+/**
+ * How a task ended, independent of the wire (§13):
+ * - `result`: the tool answered, possibly with a tool error (`isError: true`, which a model can read and correct);
+ * - `error`: a JSON-RPC error — the tool threw `ProtocolError`, or taskrelay could not run it (`JOB_LOST`, ...);
+ * - `cancelled`; or `pending` while the task is not terminal.
+ */
+export type TaskOutcome =
+  | { kind: 'pending' }
+  | { kind: 'cancelled' }
+  | { kind: 'result'; result: CallToolResult }
+  | { kind: 'error'; error: RpcErrorObject; result: CallToolResult };
+
+/** Failures that are taskrelay's, not the tool's: a JSON-RPC internal error in the extension rendering. */
+const SYSTEM_FAILURES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'JOB_LOST',
+  'LOCK_LOST',
+  'INTERNAL',
+  'TOOL_NOT_FOUND',
+  'REDIS_UNAVAILABLE',
+]);
+
+const INTERNAL_ERROR = -32603;
+
+export function outcomeOf(record: TaskRecord): TaskOutcome {
+  switch (record.status) {
+    case 'working':
+    case 'input_required':
+      return { kind: 'pending' };
+    case 'cancelled':
+      return { kind: 'cancelled' };
+    case 'completed':
+      return { kind: 'result', result: storedResult(record) };
+    case 'failed': {
+      const error = record.error;
+      if (error?.code === 'PROTOCOL_ERROR') {
+        const rpcCode = error.data?.['rpcCode'];
+        const rpc: RpcErrorObject = {
+          code: typeof rpcCode === 'number' && Number.isInteger(rpcCode) ? rpcCode : INTERNAL_ERROR,
+          message: error.message,
+        };
+        if (error.data?.['rpcData'] !== undefined) rpc.data = error.data['rpcData'];
+        return { kind: 'error', error: rpc, result: storedResult(record) };
+      }
+      if (error && SYSTEM_FAILURES.has(error.code as ErrorCode)) {
+        return {
+          kind: 'error',
+          error: { code: INTERNAL_ERROR, message: error.message, data: { code: error.code } },
+          result: storedResult(record),
+        };
+      }
+      return { kind: 'result', result: storedResult(record) };
+    }
+  }
+}
+
+/** The tool's stored CallToolResult, or one made from the error (a task failed before its tool could answer). */
+function storedResult(record: TaskRecord): CallToolResult {
+  if (record.result) return record.result as CallToolResult;
+  const message = record.error?.message ?? `Task ended ${record.status} without a result`;
+  return { content: [{ type: 'text', text: message }], isError: true };
+}
 
 export function renderTask(record: TaskRecord): Task {
   const task: Task = {
@@ -18,16 +89,26 @@ export function renderTask(record: TaskRecord): Task {
   return task;
 }
 
-/** The tool's CallToolResult for a terminal task: completed and failed store one; a cancelled task gets an error one. */
+/**
+ * What 2025-11-25 `tasks/result` (and a plain call) answers for a terminal task: the tool's CallToolResult (a tool
+ * error is `isError`); a cancelled task gets an error one.
+ * @throws WireError the stored JSON-RPC error, when the tool ended its task with `ProtocolError`.
+ */
 export function renderResult(record: TaskRecord): CallToolResult {
-  if (record.result && (record.status === 'completed' || record.status === 'failed')) {
-    return record.result as CallToolResult;
+  const outcome = outcomeOf(record);
+  switch (outcome.kind) {
+    case 'result':
+      return outcome.result;
+    case 'error':
+      // taskrelay's own failures keep their isError result here, as before the extension existed; a tool's
+      // ProtocolError has none and is answered as the JSON-RPC error it is.
+      if (record.error?.code !== 'PROTOCOL_ERROR') return outcome.result;
+      throw new WireError(outcome.error.code, outcome.error.message, outcome.error.data);
+    case 'cancelled':
+      return { content: [{ type: 'text', text: 'Task was cancelled' }], isError: true };
+    case 'pending':
+      return { content: [{ type: 'text', text: `Task is still ${record.status}` }], isError: true };
   }
-  if (record.status === 'cancelled') {
-    return { content: [{ type: 'text', text: 'Task was cancelled' }], isError: true };
-  }
-  const message = record.error?.message ?? `Task ended ${record.status} without a result`;
-  return { content: [{ type: 'text', text: message }], isError: true };
 }
 
 export function relatedTaskMeta(taskId: string): Record<string, unknown> {

@@ -18,6 +18,7 @@ export const ERROR_CODES = [
   'JOB_LOST',
   'LOCK_LOST',
   'CAPABILITY_MISSING',
+  'PROTOCOL_ERROR',
   'INTERNAL',
 ] as const;
 
@@ -53,6 +54,26 @@ export class NonRetryableError extends TaskrelayError {
   }
 }
 
+/**
+ * Thrown by a tool to end its task with a JSON-RPC error rather than a tool error (PROTOCOL.md §13): the task is
+ * `failed` with `error {code, message, data}` in both renderings, and `tasks/result` / a plain call answers that
+ * JSON-RPC error. Never retried. Use it for protocol-level failures (`-32602` invalid params the schema could not
+ * express, say); an ordinary `throw` is a tool execution error, which a model can read and correct.
+ */
+export class ProtocolError extends TaskrelayError {
+  /** The JSON-RPC error code (an integer; `-32603` when given anything else). */
+  readonly rpcCode: number;
+  readonly rpcData: unknown;
+
+  constructor(code: number, message: string, data?: unknown) {
+    const rpcCode = Number.isInteger(code) ? code : -32603;
+    super('PROTOCOL_ERROR', message, { data: data === undefined ? { rpcCode } : { rpcCode, rpcData: data } });
+    this.name = 'ProtocolError';
+    this.rpcCode = rpcCode;
+    this.rpcData = data;
+  }
+}
+
 /** The serialised form of an error that crosses Redis. */
 export interface SerializedError {
   code: ErrorCode;
@@ -65,6 +86,14 @@ export function serializeError(error: unknown): SerializedError {
     return error.data === undefined
       ? { code: error.code, message: error.message }
       : { code: error.code, message: error.message, data: error.data };
+  }
+  // A tools module may bundle its own copy of this package: trust the shape of a ProtocolError too.
+  const foreign = error as { name?: unknown; rpcCode?: unknown; rpcData?: unknown; message?: unknown } | null;
+  if (foreign?.name === 'ProtocolError' && typeof foreign.rpcCode === 'number' && Number.isInteger(foreign.rpcCode)) {
+    const data: Record<string, unknown> = { rpcCode: foreign.rpcCode };
+    if (foreign.rpcData !== undefined) data['rpcData'] = foreign.rpcData;
+    const message = typeof foreign.message === 'string' ? foreign.message : 'Protocol error';
+    return { code: 'PROTOCOL_ERROR', message, data };
   }
   if (error instanceof Error) return { code: 'TOOL_FAILED', message: error.message || error.name };
   return { code: 'TOOL_FAILED', message: typeof error === 'string' ? error : 'Unknown error' };

@@ -179,7 +179,7 @@ export function isToolDefinition(value: unknown): value is ToolDefinition {
 }
 
 /**
- * The JSON Schema a catalog publishes for a zod schema: `z.toJSONSchema(schema, { io })` without `$schema`. MCP
+ * The JSON Schema a catalog publishes for a zod schema: `z.toJSONSchema(schema, { io })`, `$schema` kept. MCP
  * wants tool input and output schemas to describe objects, so anything else is rejected.
  *
  * @param io `'input'` (default) describes what callers send, `'output'` what a parse produces.
@@ -199,10 +199,9 @@ export function toolJsonSchema(
       { cause: error },
     );
   }
-  const rest = { ...json };
-  delete rest['$schema'];
-  if (rest['type'] !== 'object') throw new TypeError(`${label} must describe an object (JSON Schema type "object")`);
-  return rest;
+  // `$schema` stays: it names the dialect (2020-12) the gateway validates with, and MCP clients read it (SEP-1613).
+  if (json['type'] !== 'object') throw new TypeError(`${label} must describe an object (JSON Schema type "object")`);
+  return json;
 }
 
 /**

@@ -4,7 +4,7 @@
  */
 import { CANCEL_REASONS, TaskrelayError, type CancelReason } from '@taskrelay/shared';
 
-export { NonRetryableError } from '@taskrelay/shared';
+export { NonRetryableError, ProtocolError } from '@taskrelay/shared';
 
 /**
  * Rejects `ctx.sleep` and is thrown by `ctx.throwIfCancelled` once the task's signal has aborted. `reason` says why:

@@ -606,10 +606,16 @@ class TaskWorker {
     log: Logger,
     cause?: unknown,
   ): Promise<void> {
-    const result: ToolResult = { content: [{ type: 'text', text: message }], isError: true };
-    const written = await bookkeeping(
-      this.store.transition(taskId, 'failed', { statusMessage: message, result, error }, { lock }),
-    );
+    // A JSON-RPC error is no tool result: the task carries the error alone (PROTOCOL.md §13).
+    const fields =
+      error.code === 'PROTOCOL_ERROR'
+        ? { statusMessage: message, error }
+        : {
+            statusMessage: message,
+            result: { content: [{ type: 'text', text: message }], isError: true } satisfies ToolResult,
+            error,
+          };
+    const written = await bookkeeping(this.store.transition(taskId, 'failed', fields, { lock }));
     if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
     else if (written.lockLost) this.lostWhileWriting(log, 'failure');
     else
@@ -814,7 +820,7 @@ function isNonRetryable(error: unknown): boolean {
   if (error instanceof NonRetryableError || error instanceof UnrecoverableError) return true;
   // A tools module may carry its own copy of shared or bullmq: trust the code and the name too.
   const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
-  return code === 'NON_RETRYABLE' || name === 'UnrecoverableError';
+  return code === 'NON_RETRYABLE' || code === 'PROTOCOL_ERROR' || name === 'UnrecoverableError';
 }
 
 /**

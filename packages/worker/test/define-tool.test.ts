@@ -64,7 +64,7 @@ describe('defineTool options', () => {
     expect(noop.descriptor).toEqual({
       name: 'noop',
       description: 'Does nothing.',
-      inputSchema: { type: 'object', properties: {} },
+      inputSchema: { $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object', properties: {} },
       taskSupport: 'optional',
       attempts: 1,
       backoff: { type: 'exponential', delayMs: 1000, jitter: 0.5 },
@@ -120,9 +120,9 @@ describe('defineTool options', () => {
 });
 
 describe('published JSON Schema', () => {
-  it('is the input JSON Schema without $schema, defaults kept and defaulted fields optional', () => {
+  it('is the input JSON Schema naming its 2020-12 dialect, defaults kept and defaulted fields optional', () => {
     const schema = toolJsonSchema(buildReport.inputSchema);
-    expect(schema).not.toHaveProperty('$schema');
+    expect(schema['$schema']).toBe('https://json-schema.org/draft/2020-12/schema');
     expect(schema).toMatchObject({
       type: 'object',
       properties: {

@@ -1,0 +1,96 @@
+/**
+ * The `io.modelcontextprotocol/tasks` extension (SEP-2663) rendering of a stored task (PROTOCOL.md §13): flat
+ * `CreateTaskResult`, `DetailedTask` with the result, error or pending input requests inline. Same record, same
+ * `outcomeOf` as the 2025-11-25 rendering; only the shapes differ.
+ */
+import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
+import type { InputRequest, TaskRecord, TaskStatus } from '@taskrelay/shared';
+import { outcomeOf, type RpcErrorObject } from './task-wire.js';
+
+/** The extension's id, as clients declare it per request and servers advertise it. */
+export const TASKS_EXTENSION_ID = 'io.modelcontextprotocol/tasks';
+/** `_meta` key of the client capabilities a request carries (SEP-2575). */
+export const CLIENT_CAPABILITIES_META_KEY = 'io.modelcontextprotocol/clientCapabilities';
+/** JSON-RPC "Missing Required Client Capability": only a task will do, and the request did not declare the extension. */
+export const MISSING_CLIENT_CAPABILITY = -32021;
+
+/** The extension's `Task`: integer milliseconds under their new names, no `ttl` / `pollInterval`. */
+export interface ExtTask {
+  taskId: string;
+  status: TaskStatus;
+  statusMessage?: string;
+  createdAt: string;
+  lastUpdatedAt: string;
+  ttlMs: number | null;
+  pollIntervalMs?: number;
+}
+
+export type ExtCreateTaskResult = ExtTask & { resultType: 'task' };
+
+export type ExtDetailedTask = ExtTask & {
+  resultType: 'complete';
+  result?: Record<string, unknown>;
+  error?: RpcErrorObject;
+  inputRequests?: Record<string, InputRequest>;
+};
+
+/** True when a request's `_meta` declares the extension (the choice is per request, CONTRACT §4). */
+export function declaresTasksExtension(meta: Record<string, unknown> | undefined): boolean {
+  const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY];
+  if (typeof capabilities !== 'object' || capabilities === null) return false;
+  const extensions = (capabilities as { extensions?: unknown }).extensions;
+  return typeof extensions === 'object' && extensions !== null && TASKS_EXTENSION_ID in extensions;
+}
+
+function baseTask(record: TaskRecord, status: TaskStatus): ExtTask {
+  const task: ExtTask = {
+    taskId: record.taskId,
+    status,
+    createdAt: record.createdAt,
+    lastUpdatedAt: record.lastUpdatedAt,
+    ttlMs: Math.round(record.ttl),
+    pollIntervalMs: Math.max(1, Math.round(record.pollInterval)),
+  };
+  if (record.statusMessage !== undefined) task.statusMessage = record.statusMessage;
+  return task;
+}
+
+export function renderCreateTaskExt(record: TaskRecord): ExtCreateTaskResult {
+  return { ...baseTask(record, record.status === 'input_required' ? 'input_required' : 'working'), resultType: 'task' };
+}
+
+/**
+ * `tasks/get` (and `notifications/tasks`): a tool error is a `completed` task whose result has `isError` (SEP-2663
+ * keeps `failed` for JSON-RPC errors); a JSON-RPC error is `failed` with `error` and no result; an
+ * `input_required` task lists its pending request.
+ */
+export function renderDetailedTask(record: TaskRecord): ExtDetailedTask {
+  const outcome = outcomeOf(record);
+  switch (outcome.kind) {
+    case 'pending': {
+      if (record.status !== 'input_required') return { ...baseTask(record, 'working'), resultType: 'complete' };
+      const inputRequests: Record<string, InputRequest> = {};
+      const pending = record.pendingInput;
+      const request = pending === undefined ? undefined : record.inputRequests?.[pending];
+      if (pending !== undefined && request) inputRequests[pending] = request;
+      return { ...baseTask(record, 'input_required'), resultType: 'complete', inputRequests };
+    }
+    case 'cancelled':
+      return { ...baseTask(record, 'cancelled'), resultType: 'complete' };
+    case 'result':
+      return { ...baseTask(record, 'completed'), resultType: 'complete', result: withoutRelatedTask(outcome.result) };
+    case 'error':
+      return { ...baseTask(record, 'failed'), resultType: 'complete', error: outcome.error };
+  }
+}
+
+/** The related-task `_meta` key is 2025-11-25 vocabulary: the extension's `taskId` is at the root. */
+function withoutRelatedTask(result: Record<string, unknown>): Record<string, unknown> {
+  const meta = result['_meta'];
+  if (typeof meta !== 'object' || meta === null || !(RELATED_TASK_META_KEY in meta)) return { ...result };
+  const { [RELATED_TASK_META_KEY]: _dropped, ...rest } = meta as Record<string, unknown>;
+  const copy: Record<string, unknown> = { ...result };
+  if (Object.keys(rest).length > 0) copy['_meta'] = rest;
+  else delete copy['_meta'];
+  return copy;
+}
