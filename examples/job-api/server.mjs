@@ -12,7 +12,7 @@
  *   GET    /jobs/<id>/log     a line of plain text (a non-JSON result)
  *   DELETE /jobs/<id>         cancels it (409 when it already ended)
  * A job advances one step every `stepMs` (default 200) up to `steps` (default 10), then ends `done`, or `error` with
- * the message in `fail` when given. `BATCH_TOKEN` set: every /jobs request needs `Authorization: Bearer <token>`.
+ * the message in `fail` when given. With `manual: true` it advances only when told (`/_jobs/<id>/advance`). `BATCH_TOKEN` set: every /jobs request needs `Authorization: Bearer <token>`.
  *
  * Control, for tests and demos (no auth):
  *   GET  /_stats      {submits, jobsCreated, cancels, polls, results, requests}  (submits counts every POST /jobs)
@@ -20,7 +20,9 @@
  *                     `flaky` is a pattern cycled over the /jobs requests that follow: "500" answers 503, "timeout"
  *                     holds the answer `hangMs` (default 30000) then drops the connection, "slow" answers after
  *                     `slowMs` (default 300), "ok" answers at once. [] turns it off.
- *   POST /_jobs/<id>/fail {message}   ends a running job `error` now.
+ *   POST /_jobs/<id>/advance {steps?}  moves a `manual` job on (default 1 step; it ends `done` at `steps`).
+ *   POST /_jobs/<id>/fail {message}    ends a running job `error` now.
+ *   <id> may be `latest`: the job created last.
  *
  * Prints one line `fake batch service listening on http://127.0.0.1:<port>` when ready.
  */
@@ -33,6 +35,7 @@ const token = process.env.BATCH_TOKEN;
 const jobs = new Map();
 const byIdempotencyKey = new Map();
 const stats = { submits: 0, jobsCreated: 0, cancels: 0, polls: 0, results: 0, requests: 0 };
+let lastJobId;
 let flaky = [];
 let flakyIndex = 0;
 let slowMs = 300;
@@ -41,7 +44,7 @@ let hangMs = 30_000;
 function view(job) {
   const now = Date.now();
   if (job.state === 'queued' || job.state === 'running') {
-    const done = Math.min(job.steps, Math.floor((now - job.startedAt) / job.stepMs));
+    const done = job.manual ? job.done : Math.min(job.steps, Math.floor((now - job.startedAt) / job.stepMs));
     job.done = done;
     if (done >= job.steps) {
       job.state = job.fail === undefined ? 'done' : 'error';
@@ -115,8 +118,15 @@ async function handle(req, res) {
     if (typeof body.hangMs === 'number') hangMs = body.hangMs;
     return send(res, 200, { flaky, slowMs, hangMs });
   }
+  if (req.method === 'POST' && parts[0] === '_jobs' && parts[2] === 'advance') {
+    const job = jobs.get(parts[1] === 'latest' ? lastJobId : parts[1]);
+    if (!job) return send(res, 404, { error: { message: `no job ${parts[1]}` } });
+    const body = (await readBody(req)) ?? {};
+    job.done = Math.min(job.steps, job.done + (Number.isInteger(body.steps) ? body.steps : 1));
+    return send(res, 200, view(job));
+  }
   if (req.method === 'POST' && parts[0] === '_jobs' && parts[2] === 'fail') {
-    const job = jobs.get(parts[1]);
+    const job = jobs.get(parts[1] === 'latest' ? lastJobId : parts[1]);
     if (!job) return send(res, 404, { error: { message: `no job ${parts[1]}` } });
     const body = (await readBody(req)) ?? {};
     view(job);
@@ -155,12 +165,14 @@ async function handle(req, res) {
       steps,
       stepMs: typeof body.stepMs === 'number' ? body.stepMs : 200,
       fail: typeof body.fail === 'string' ? body.fail : undefined,
+      manual: body.manual === true,
       input: body,
       state: 'queued',
       done: 0,
       startedAt: Date.now(),
     };
     jobs.set(id, job);
+    lastJobId = id;
     if (typeof key === 'string') byIdempotencyKey.set(key, id);
     stats.jobsCreated += 1;
     return send(res, 202, { job: view(job) }, { location: `/jobs/${id}` });

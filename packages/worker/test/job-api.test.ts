@@ -192,16 +192,28 @@ describe('the TASKRELAY_JOB_APIS file', () => {
 
 describe('§12.9 polling an external job', () => {
   it('submits once, reports the upstream progress and returns the result', async () => {
-    const run = await drive(tool('batch_job'), { label: 'a', steps: 4, stepMs: 60 });
+    const pending = drive(tool('batch_job'), { label: 'a', steps: 4, manual: true });
+    await waitForStats((s) => s.polls >= 1);
+    await service.advance('latest', 2);
+    const polled = (await service.stats()).polls;
+    await waitForStats((s) => s.polls > polled + 1);
+    await service.advance('latest', 2);
+    const run = await pending;
     expect(run.error).toBeUndefined();
     expect(run.result?.structuredContent).toMatchObject({ steps: 4, input: { label: 'a', steps: 4 } });
-    expect(run.progress.at(-1)).toEqual({ progress: 4, total: 4, message: 'finished' });
-    expect(run.progress.length).toBeGreaterThan(1);
+    expect(run.progress).toEqual([
+      { progress: 0, total: 4, message: 'step 0 of 4' },
+      { progress: 2, total: 4, message: 'step 2 of 4' },
+      { progress: 4, total: 4, message: 'finished' },
+    ]);
     expect((await service.stats()).submits).toBe(1);
   });
 
   it('suspends between long polls and replays without a second submit', async () => {
-    const run = await drive(tool('batch_job_suspending'), { label: 'b', steps: 3, stepMs: 100 });
+    const pending = drive(tool('batch_job_suspending'), { label: 'b', steps: 3, manual: true });
+    await waitForStats((s) => s.polls >= 2);
+    await service.advance('latest', 3);
+    const run = await pending;
     expect(run.error).toBeUndefined();
     expect(run.runs).toBeGreaterThan(1);
     expect(run.suspends.every((ms) => ms > 100 && ms <= 200)).toBe(true);
