@@ -89,14 +89,18 @@ class User {
     return this.current;
   }
 
-  /** Runs a request; on failure drops the session so the next call reconnects. */
-  async request<T>(send: (client: Client) => Promise<T>): Promise<T> {
+  /**
+   * Runs a request; on failure drops the session and tries once more on a new one. A user whose tasks all ended
+   * before the gateway restart still holds a session the restarted gateway never knew (404): a client reconnects.
+   */
+  async request<T>(send: (client: Client) => Promise<T>, retry = true): Promise<T> {
     const client = await this.client();
     try {
       return await send(client);
     } catch (error) {
       if (this.current && (await this.current) === client) this.current = undefined;
-      throw error;
+      if (!retry) throw error;
+      return this.request(send, false);
     }
   }
 
@@ -132,8 +136,10 @@ describe('chaos: 100 tasks while workers and the gateway are SIGKILLed and resta
         for (let i = u; i < TASKS; i += USERS) {
           const token = `chaos-${i}`;
           const ms = 500 + ((i * 379) % 1_501);
-          const taskId = await user.request((c) =>
-            callAsTask(c, 'chaos_job', { ms, stepMs: 100 }, { progressToken: token }),
+          // Not retried: a second create would be a second task.
+          const taskId = await user.request(
+            (c) => callAsTask(c, 'chaos_job', { ms, stepMs: 100 }, { progressToken: token }),
+            false,
           );
           submitted.push({ taskId, user, token });
         }

@@ -7,7 +7,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   FAIL_FAST_REDIS_OPTIONS,
@@ -25,6 +25,7 @@ import { SessionEventStore } from './event-store.js';
 import { waitEndedByShutdown } from './errors.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
+import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
 import { GatewayMetrics } from './metrics.js';
 import { Reaper } from './reaper.js';
@@ -32,6 +33,9 @@ import { TaskRouter } from './task-router.js';
 import { TaskService } from './task-service.js';
 
 export const GATEWAY_VERSION = '0.1.0';
+
+/** The versions spoken on 2025-era sessions (SDK 1.32.2); any other `MCP-Protocol-Version` is sessionless. */
+const SESSION_PROTOCOL_VERSIONS: ReadonlySet<string> = new Set(SUPPORTED_PROTOCOL_VERSIONS);
 
 /** After the drain ended the calls still running, how long they get to send their error before connections close. */
 const ENDED_CALLS_ANSWER_MS = 5_000;
@@ -185,6 +189,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   app.use('/mcp', express.json({ limit: '4mb' }));
 
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
+  const modern = createModernEndpoint({ service, metrics, log, version: GATEWAY_VERSION, inflight });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
   const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {
@@ -231,6 +236,12 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
       metrics.requestsInFlight.set(posts.size);
       settled();
     });
+    // 2026-07-28 (and any version no 2025-era session speaks): sessionless, one request per POST (PROTOCOL.md §14).
+    const version = req.header('mcp-protocol-version')?.trim();
+    if (version !== undefined && !SESSION_PROTOCOL_VERSIONS.has(version)) {
+      await modern(req, res, principalOf(req));
+      return;
+    }
     if (req.header('mcp-session-id') === undefined) {
       if (!isInitializeRequest(req.body)) {
         jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
@@ -274,11 +285,26 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     }
     const session = sessionOf(req, res);
     if (!session) return;
-    watchPlainCalls(req, res, inflight);
+    // On 2025-11-25 a closed response stream is no cancel: the client may resume it with Last-Event-ID (§14).
     await session.transport.handleRequest(req, res, req.body);
   });
 
   const sessionRequest = async (req: AuthedRequest, res: Response) => {
+    // No GET stream or DELETE without a session, and none at all on the sessionless 2026-07-28 transport.
+    const version = req.header('mcp-protocol-version')?.trim();
+    const sessionless = version !== undefined && !SESSION_PROTOCOL_VERSIONS.has(version);
+    if (sessionless || req.header('mcp-session-id') === undefined) {
+      res.setHeader('Allow', 'POST');
+      jsonRpcError(
+        res,
+        405,
+        -32000,
+        sessionless
+          ? `Method Not Allowed: ${req.method} /mcp is not part of the ${version ?? MODERN_PROTOCOL_VERSION} transport`
+          : `Method Not Allowed: ${req.method} /mcp needs a session; send initialize first`,
+      );
+      return;
+    }
     const session = sessionOf(req, res);
     if (session) await session.transport.handleRequest(req, res);
   };
@@ -369,24 +395,5 @@ function listen(app: express.Express, host: string, port: number): Promise<HttpS
     // on their next request, seen in the soak). Keep idle connections longer than clients and proxies usually do.
     server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
     server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
-  });
-}
-
-/**
- * A plain tools/call whose response stream closes before the response is written was cancelled by its client
- * (2026-07-28 transports); a task-augmented call is not: its task outlives the request.
- */
-function watchPlainCalls(req: Request, res: Response, inflight: InflightCalls): void {
-  const messages: unknown[] = Array.isArray(req.body) ? (req.body as unknown[]) : [req.body];
-  const ids = messages.flatMap((m) => {
-    const msg = m as { method?: unknown; id?: unknown; params?: { task?: unknown } };
-    const plainCall = msg.method === 'tools/call' && msg.params?.task === undefined;
-    return plainCall && (typeof msg.id === 'string' || typeof msg.id === 'number') ? [msg.id] : [];
-  });
-  if (ids.length === 0) return;
-  const sessionId = req.header('mcp-session-id');
-  res.on('close', () => {
-    if (res.writableFinished) return;
-    for (const id of ids) inflight.cancel(sessionId, id);
   });
 }

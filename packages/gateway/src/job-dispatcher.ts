@@ -71,6 +71,19 @@ export class JobDispatcher {
     await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
   }
 
+  /**
+   * Moves a suspended task's delayed job to the wait list, so a worker resumes it now (PROTOCOL.md §12.3). A job that
+   * is not delayed (still active, already resumed, gone) is left alone: the worker's own check covers it (§12.4).
+   */
+  async promote(taskId: string, queueName: string): Promise<void> {
+    try {
+      const job = await (await this.ready(queueName)).getJob(taskId);
+      await job?.promote();
+    } catch (error) {
+      this.log.debug({ taskId, err: error }, 'job not promoted (not delayed)');
+    }
+  }
+
   async close(): Promise<void> {
     await Promise.all([...this.queues.values()].map((q) => q.close()));
     this.queues.clear();

@@ -16,12 +16,20 @@ import {
   type Task,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import { TaskrelayError, type ProgressToken } from '@taskrelay/shared';
-import { callEndedByShutdown, toMcpError } from './errors.js';
+import { z } from 'zod';
+import { TaskrelayError, isTerminal, type ProgressToken } from '@taskrelay/shared';
+import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
 import { relatedTaskMeta, renderResult, renderTask } from './task-wire.js';
+import {
+  MISSING_CLIENT_CAPABILITY,
+  TASKS_EXTENSION_ID,
+  declaresTasksExtension,
+  renderCreateTaskExt,
+  renderDetailedTask,
+} from './task-wire-ext.js';
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
 
@@ -76,6 +84,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
       requests: { tools: { call: {} } },
       ...(options.authEnabled ? { list: {} } : {}),
     },
+    // The SEP-2663 extension is served beside 2025-11-25 tasks, chosen per request (PROTOCOL.md §13).
+    extensions: { [TASKS_EXTENSION_ID]: {} },
   };
   const server = new Server({ name: 'taskrelay-gateway', version: options.version }, { capabilities });
 
@@ -107,16 +117,35 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const args = request.params.arguments ?? {};
       const principal = principalOf(extra);
       const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
-      const idempotencyKey = task === undefined ? undefined : idempotencyKeyOf(request.params._meta);
-      const { tool, invalid } = await service.resolveCall(name, args, task !== undefined);
+      // An extension client asks for nothing: the server decides, and makes a task of every call that may be one.
+      const ext = declaresTasksExtension(request.params._meta);
+      const { tool, invalid } = await service.resolveCall(name, args, ext ? 'auto' : task !== undefined);
+      const asTask = ext ? tool.taskSupport !== 'forbidden' : task !== undefined;
+      const idempotencyKey = asTask ? idempotencyKeyOf(request.params._meta) : undefined;
+      const requestedTtlMs = ext ? undefined : (task?.ttl ?? undefined);
       if (invalid !== undefined) {
         // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.
-        if (task === undefined) return { content: [{ type: 'text', text: invalid }], isError: true };
+        if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
         const record = await service.rejectTask(
-          { tool, principal, sessionId: extra.sessionId, requestedTtlMs: task.ttl ?? undefined },
+          { tool, principal, sessionId: extra.sessionId, requestedTtlMs },
           invalid,
         );
-        return { task: renderTask(record) };
+        return ext ? renderCreateTaskExt(record) : { task: renderTask(record) };
+      }
+
+      if (asTask && ext) {
+        // No progress notifications on extension tasks (SEP-2663): statusMessage carries progress.
+        const record = await service.start({
+          tool,
+          args,
+          mode: 'task',
+          principal,
+          sessionId: extra.sessionId,
+          progressToken: undefined,
+          requestedTtlMs,
+          idempotencyKey,
+        });
+        return renderCreateTaskExt(record);
       }
 
       if (task !== undefined) {
@@ -166,12 +195,28 @@ export function createSessionServer(options: SessionServerOptions): Server {
   );
 
   server.setRequestHandler(GetTaskRequestSchema, (request, extra) =>
-    wire(async () => renderTask(await service.get(request.params.taskId, principalOf(extra)))),
+    wire(async () => {
+      const record = await service.get(request.params.taskId, principalOf(extra));
+      return declaresTasksExtension(request.params._meta) ? renderDetailedTask(record) : renderTask(record);
+    }),
+  );
+
+  // The extension's answer route: `tasks/update {inputResponses}` (PROTOCOL.md §12.3, §13); an ack, nothing more.
+  server.setRequestHandler(UpdateTaskRequestSchema, (request, extra) =>
+    wire(async () => {
+      requireExtension(request.params._meta, 'tasks/update');
+      await service.answer(request.params.taskId, principalOf(extra), request.params.inputResponses);
+      return { resultType: 'complete' };
+    }),
   );
 
   server.setRequestHandler(GetTaskPayloadRequestSchema, (request, extra) =>
     wire(async () => {
       const { taskId } = request.params;
+      // The extension has no tasks/result: results are inline in tasks/get.
+      if (declaresTasksExtension(request.params._meta)) {
+        throw new WireError(-32601, 'Method not found: tasks/result is not part of the tasks extension; use tasks/get');
+      }
       const wait = eitherSignal(extra.signal, options.drainSignal);
       try {
         const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal);
@@ -195,10 +240,42 @@ export function createSessionServer(options: SessionServerOptions): Server {
   }
 
   server.setRequestHandler(CancelTaskRequestSchema, (request, extra) =>
-    wire(async () => renderTask(await service.cancel(request.params.taskId, principalOf(extra)))),
+    wire(async () => {
+      const { taskId } = request.params;
+      if (!declaresTasksExtension(request.params._meta))
+        return renderTask(await service.cancel(taskId, principalOf(extra)));
+      // The extension's cancel is an ack, idempotent on a terminal task; an unknown task is still -32602.
+      const record = await service.get(taskId, principalOf(extra));
+      if (!isTerminal(record.status)) {
+        await service.cancel(taskId, principalOf(extra)).catch((error: unknown) => {
+          if (!(error instanceof TaskrelayError && error.code === 'TASK_TERMINAL')) throw error;
+        });
+      }
+      return { resultType: 'complete' };
+    }),
   );
 
   return server;
+}
+
+/** The extension's `tasks/update` (the SDK 1.32.2 has no schema for it). */
+const UpdateTaskRequestSchema = z.object({
+  method: z.literal('tasks/update'),
+  params: z.looseObject({
+    taskId: z.string(),
+    inputResponses: z.record(z.string(), z.unknown()),
+    _meta: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+
+/** -32021 "Missing Required Client Capability" for a method only the extension has, asked without declaring it. */
+function requireExtension(meta: Record<string, unknown> | undefined, method: string): void {
+  if (declaresTasksExtension(meta)) return;
+  throw new WireError(
+    MISSING_CLIENT_CAPABILITY,
+    `${method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["io.modelcontextprotocol/clientCapabilities"].extensions`,
+    { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
+  );
 }
 
 /** Aborted when either is, with that one's reason; `dispose` detaches it from both (the drain signal lives long). */

@@ -16,6 +16,7 @@ import {
   type TaskRecord,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
+import { checkAnswer } from './input-answers.js';
 import { TaskSupportError, taskNotFound } from './errors.js';
 import type { JobDispatcher } from './job-dispatcher.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -75,14 +76,15 @@ export class TaskService {
   async resolveCall(
     name: string,
     args: Record<string, unknown>,
-    asTask: boolean,
+    /** `'auto'`: the server decides (the tasks extension), so task support is never a mismatch. */
+    asTask: boolean | 'auto',
   ): Promise<{ tool: CatalogTool; invalid?: string }> {
     const tool = await this.catalog.find(name);
     if (!tool) throw new TaskrelayError('TOOL_NOT_FOUND', `Unknown tool: ${name}`);
-    if (asTask && tool.taskSupport === 'forbidden') {
+    if (asTask === true && tool.taskSupport === 'forbidden') {
       throw new TaskSupportError(`Tool ${name} does not support task-augmented calls (taskSupport: forbidden)`);
     }
-    if (!asTask && tool.taskSupport === 'required') {
+    if (asTask === false && tool.taskSupport === 'required') {
       throw new TaskSupportError(`Tool ${name} requires task augmentation: send params.task (taskSupport: required)`);
     }
     const invalid = this.catalog.validate(tool, args);
@@ -238,6 +240,43 @@ export class TaskService {
       throw now ? terminalError(now) : taskNotFound(taskId);
     }
     return outcome;
+  }
+
+  /**
+   * Answers input requests of a task the principal owns (PROTOCOL.md §12.3): each must be pending and valid, or
+   * nothing of it is stored and INVALID_ARGUMENTS says why; then the suspended job is promoted.
+   */
+  async answer(taskId: string, principal: string, responses: Record<string, unknown>): Promise<void> {
+    const record = await this.get(taskId, principal);
+    const entries = Object.entries(responses);
+    if (entries.length === 0) throw new TaskrelayError('INVALID_ARGUMENTS', 'inputResponses is empty');
+    for (const [key, response] of entries) {
+      const request = record.inputRequests?.[key];
+      if (!request || record.pendingInput !== key || record.status !== 'input_required') {
+        throw new TaskrelayError(
+          'INVALID_ARGUMENTS',
+          `Input request ${key} of task ${taskId} is not waiting for an answer`,
+        );
+      }
+      const checked = checkAnswer(request, response);
+      if (!checked.ok)
+        throw new TaskrelayError('INVALID_ARGUMENTS', `Answer to input request ${key}: ${checked.message}`);
+      const timeoutMs = this.config.maxToolTimeoutMs;
+      const outcome = await this.store.answerInput(
+        taskId,
+        key,
+        checked.answer,
+        Date.now() + this.config.queueTimeoutMs + timeoutMs,
+      );
+      if (!outcome.ok) {
+        throw new TaskrelayError(
+          'INVALID_ARGUMENTS',
+          `Input request ${key} of task ${taskId} is not waiting for an answer`,
+        );
+      }
+      this.log.info({ taskId, principal, inputRequest: key }, 'input request answered');
+      await this.dispatcher.promote(taskId, outcome.queue || record.queue);
+    }
   }
 
   /** Cancels a plain call's task; a no-op when it already ended. */

@@ -23,6 +23,8 @@ export interface ExtTask {
   lastUpdatedAt: string;
   ttlMs: number | null;
   pollIntervalMs?: number;
+  /** A JSON-RPC result is an open object. */
+  [key: string]: unknown;
 }
 
 export type ExtCreateTaskResult = ExtTask & { resultType: 'task' };

@@ -1,0 +1,370 @@
+/**
+ * The 2026-07-28 Streamable HTTP transport on the same `/mcp` endpoint (PROTOCOL.md §14): every request stands alone
+ * — no `initialize`, no session, no GET stream — and carries the client's capabilities in its `_meta`. Written here
+ * as a small JSON-RPC path over the same TaskService as the 2025-11-25 sessions, rather than with the v2 SDK: v2
+ * serves this era but has no task runtime, and taskrelay needs one task store and one set of flows for both eras.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Request, Response } from 'express';
+import { z } from 'zod';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { TaskrelayError, isTerminal, type Logger, type ProgressToken } from '@taskrelay/shared';
+import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
+import type { GatewayMetrics } from './metrics.js';
+import { type InflightCalls, idempotencyKeyOf } from './mcp-session.js';
+import type { ProgressParams } from './task-router.js';
+import type { TaskService } from './task-service.js';
+import { renderResult } from './task-wire.js';
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  MISSING_CLIENT_CAPABILITY,
+  TASKS_EXTENSION_ID,
+  declaresTasksExtension,
+  renderCreateTaskExt,
+  renderDetailedTask,
+} from './task-wire-ext.js';
+
+export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+export const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion';
+const SERVER_INFO_META_KEY = 'io.modelcontextprotocol/serverInfo';
+
+/** JSON-RPC codes of the 2026-07-28 transport. */
+const HEADER_MISMATCH = -32020;
+const UNSUPPORTED_VERSION = -32022;
+const INVALID_REQUEST = -32600;
+const METHOD_NOT_FOUND = -32601;
+const INVALID_PARAMS = -32602;
+
+export interface ModernEndpointOptions {
+  service: TaskService;
+  metrics: GatewayMetrics;
+  log: Logger;
+  version: string;
+  inflight: InflightCalls;
+}
+
+type Params = Record<string, unknown> & { _meta?: Record<string, unknown> };
+
+interface Rpc {
+  id: string | number;
+  method: string;
+  params: Params;
+  principal: string;
+  req: Request;
+  res: Response;
+}
+
+type Result = Record<string, unknown>;
+type Handler = (rpc: Rpc) => Promise<Result | undefined>;
+
+const RequestSchema = z.object({
+  jsonrpc: z.literal('2.0'),
+  id: z.union([z.string(), z.number().int()]).optional(),
+  method: z.string().min(1),
+  params: z.record(z.string(), z.unknown()).optional(),
+});
+
+/** Which body field `Mcp-Name` mirrors, per method (SEP-2243, SEP-2663 routing headers). */
+const NAME_FIELD: Record<string, string> = {
+  'tools/call': 'name',
+  'prompts/get': 'name',
+  'resources/read': 'uri',
+  'tasks/get': 'taskId',
+  'tasks/update': 'taskId',
+  'tasks/cancel': 'taskId',
+};
+
+/** Methods the 2026-07-28 tasks extension removed: answered -32601 before anything else is looked at. */
+const REMOVED = new Set(['tasks/result', 'tasks/list']);
+
+export function createModernEndpoint(options: ModernEndpointOptions) {
+  const { service, log } = options;
+
+  const handlers: Record<string, Handler> = {
+    'server/discover': () =>
+      Promise.resolve({
+        supportedVersions: [MODERN_PROTOCOL_VERSION],
+        capabilities: { tools: {}, extensions: { [TASKS_EXTENSION_ID]: {} } },
+        ttlMs: 0,
+        cacheScope: 'private',
+        _meta: { [SERVER_INFO_META_KEY]: { name: 'taskrelay-gateway', version: options.version } },
+      }),
+    ping: () => Promise.resolve({}),
+    'tools/list': async () => ({
+      tools: (await service.listTools()).map((tool) => {
+        const listed: Result = { name: tool.name, description: tool.description, inputSchema: tool.inputSchema };
+        if (tool.title !== undefined) listed['title'] = tool.title;
+        if (tool.outputSchema !== undefined) listed['outputSchema'] = tool.outputSchema;
+        return listed;
+      }),
+      ttlMs: 0,
+      cacheScope: 'private',
+    }),
+    'tools/call': (rpc) => callTool(rpc),
+    'tasks/get': async (rpc) => {
+      requireExtension(rpc);
+      return renderDetailedTask(await service.get(taskIdOf(rpc), rpc.principal));
+    },
+    'tasks/update': async (rpc) => {
+      requireExtension(rpc);
+      const responses = rpc.params['inputResponses'];
+      if (typeof responses !== 'object' || responses === null || Array.isArray(responses)) {
+        throw new WireError(INVALID_PARAMS, 'tasks/update needs params.inputResponses, an object');
+      }
+      await service.answer(taskIdOf(rpc), rpc.principal, responses as Record<string, unknown>);
+      return {};
+    },
+    'tasks/cancel': async (rpc) => {
+      requireExtension(rpc);
+      const taskId = taskIdOf(rpc);
+      const record = await service.get(taskId, rpc.principal);
+      if (!isTerminal(record.status)) {
+        await service.cancel(taskId, rpc.principal).catch((error: unknown) => {
+          if (!(error instanceof TaskrelayError && error.code === 'TASK_TERMINAL')) throw error;
+        });
+      }
+      return {};
+    },
+  };
+
+  async function callTool(rpc: Rpc): Promise<Result | undefined> {
+    const { params, principal } = rpc;
+    const name = params['name'];
+    if (typeof name !== 'string') throw new WireError(INVALID_PARAMS, 'tools/call needs params.name, a string');
+    const rawArgs = params['arguments'] ?? {};
+    if (typeof rawArgs !== 'object' || rawArgs === null || Array.isArray(rawArgs)) {
+      throw new WireError(INVALID_PARAMS, 'tools/call params.arguments must be an object');
+    }
+    const args = rawArgs as Record<string, unknown>;
+    const ext = declaresTasksExtension(params._meta);
+    // A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663).
+    const { tool, invalid } = await service.resolveCall(name, args, 'auto');
+    if (tool.taskSupport === 'required' && !ext) {
+      throw new WireError(
+        MISSING_CLIENT_CAPABILITY,
+        `Tool ${name} runs only as a task: declare the ${TASKS_EXTENSION_ID} extension in _meta["${CLIENT_CAPABILITIES_META_KEY}"]`,
+        { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
+      );
+    }
+    const asTask = ext && tool.taskSupport !== 'forbidden';
+    if (invalid !== undefined) {
+      if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
+      const record = await service.rejectTask(
+        { tool, principal, sessionId: undefined, requestedTtlMs: undefined },
+        invalid,
+      );
+      return renderCreateTaskExt(record);
+    }
+    if (asTask) {
+      const record = await service.start({
+        tool,
+        args,
+        mode: 'task',
+        principal,
+        sessionId: undefined,
+        progressToken: undefined,
+        requestedTtlMs: undefined,
+        idempotencyKey: idempotencyKeyOf(params._meta),
+      });
+      return renderCreateTaskExt(record);
+    }
+
+    if (options.inflight.ending) throw callEndedByShutdown();
+    // Progress of a plain call flows on its own response stream, which becomes SSE once there is progress to send.
+    const progressToken = params._meta?.['progressToken'] as ProgressToken | undefined;
+    const stream = progressToken !== undefined && acceptsEventStream(rpc.req) ? new SseResponse(rpc.res) : undefined;
+    const record = await service.start({
+      tool,
+      args,
+      mode: 'call',
+      principal,
+      sessionId: undefined,
+      progressToken,
+      requestedTtlMs: undefined,
+      ...(stream
+        ? {
+            sendProgress: (progress: ProgressParams) =>
+              Promise.resolve(stream.send({ jsonrpc: '2.0', method: 'notifications/progress', params: progress })),
+          }
+        : {}),
+    });
+    // On this transport a closed response stream is the client's cancel (MUST; PROTOCOL.md §14).
+    const closed = new AbortController();
+    const onClose = () => {
+      if (!rpc.res.writableFinished) closed.abort();
+    };
+    rpc.res.on('close', onClose);
+    const call = options.inflight.track(`modern:${randomUUID()}`, rpc.id, closed.signal, {
+      cancel: () => service.cancelCall(record, 'stream-closed'),
+      shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),
+    });
+    const cancelOnClose = () => void service.cancelCall(record, 'stream-closed');
+    call.signal.addEventListener('abort', cancelOnClose, { once: true });
+    try {
+      const done = await service.waitForCall(record, new AbortController().signal);
+      if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
+      if (closed.signal.aborted) return undefined; // nobody to answer
+      const result = renderResult(done) as Result;
+      if (stream) {
+        stream.end({ jsonrpc: '2.0', id: rpc.id, result: { ...result, resultType: 'complete' } });
+        return undefined;
+      }
+      return result;
+    } catch (error) {
+      if (!stream) throw error;
+      stream.end({ jsonrpc: '2.0', id: rpc.id, error: errorObject(error) });
+      return undefined;
+    } finally {
+      call.signal.removeEventListener('abort', cancelOnClose);
+      rpc.res.off('close', onClose);
+      call.done();
+    }
+  }
+
+  /** Handles one POST whose `MCP-Protocol-Version` is not a 2025-era version. */
+  return async function handle(req: Request, res: Response, principal: string): Promise<void> {
+    const header = (req.header('mcp-protocol-version') ?? '').trim();
+    const parsed = RequestSchema.safeParse(req.body);
+    if (!parsed.success) {
+      const detail = Array.isArray(req.body)
+        ? 'batches are not supported'
+        : 'the body must be one JSON-RPC 2.0 request object';
+      send(res, 400, {
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: INVALID_REQUEST, message: `Invalid Request: ${detail}` },
+      });
+      return;
+    }
+    const { id, method } = parsed.data;
+    const params: Params = parsed.data.params ?? {};
+    const fail = (status: number, code: number, message: string, data?: unknown) =>
+      send(res, status, {
+        jsonrpc: '2.0',
+        id: id ?? null,
+        error: data === undefined ? { code, message } : { code, message, data },
+      });
+
+    if (header !== MODERN_PROTOCOL_VERSION) {
+      return fail(400, UNSUPPORTED_VERSION, 'Unsupported protocol version', {
+        supported: [MODERN_PROTOCOL_VERSION, '2025-11-25', '2025-06-18', '2025-03-26'],
+        requested: header,
+      });
+    }
+    // A notification (no id) gets no answer on this transport; nothing taskrelay serves needs one.
+    if (id === undefined) {
+      res.status(202).end();
+      return;
+    }
+    // Routing headers mirror the body, so intermediaries can route without parsing it (SEP-2243).
+    const methodHeader = req.header('mcp-method')?.trim();
+    if (methodHeader !== method) {
+      return fail(
+        400,
+        HEADER_MISMATCH,
+        methodHeader === undefined
+          ? 'Mcp-Method header is required'
+          : `Mcp-Method header (${methodHeader}) does not match the body method (${method})`,
+      );
+    }
+    if (REMOVED.has(method)) {
+      return fail(
+        200,
+        METHOD_NOT_FOUND,
+        `Method not found: ${method} is not part of the ${MODERN_PROTOCOL_VERSION} tasks surface; use tasks/get`,
+      );
+    }
+    const handler = handlers[method];
+    if (!handler) return fail(200, METHOD_NOT_FOUND, `Method not found: ${method}`);
+    const meta = params._meta;
+    const missing = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY].filter((k) => meta?.[k] === undefined);
+    if (missing.length > 0)
+      return fail(400, INVALID_PARAMS, `Invalid params: missing _meta keys: ${missing.join(', ')}`);
+    if (meta?.[PROTOCOL_VERSION_META_KEY] !== header) {
+      return fail(400, HEADER_MISMATCH, 'MCP-Protocol-Version header does not match _meta.protocolVersion');
+    }
+    const nameField = NAME_FIELD[method];
+    const bodyName = nameField === undefined ? undefined : params[nameField];
+    if (typeof bodyName === 'string') {
+      const nameHeader = req.header('mcp-name')?.trim();
+      if (nameHeader !== bodyName) {
+        return fail(
+          400,
+          HEADER_MISMATCH,
+          nameHeader === undefined
+            ? `Mcp-Name header is required for ${method}`
+            : `Mcp-Name header does not match params.${nameField ?? 'name'}`,
+        );
+      }
+    }
+
+    try {
+      const result = await handler({ id, method, params, principal, req, res });
+      if (result === undefined || res.headersSent) return;
+      send(res, 200, { jsonrpc: '2.0', id, result: { ...result, resultType: result['resultType'] ?? 'complete' } });
+    } catch (error) {
+      if (!(error instanceof McpError)) log.debug({ err: error, method }, 'request failed');
+      if (res.headersSent) return;
+      send(res, 200, { jsonrpc: '2.0', id, error: errorObject(error) });
+    }
+  };
+}
+
+function requireExtension(rpc: Rpc): void {
+  if (declaresTasksExtension(rpc.params._meta)) return;
+  throw new WireError(
+    MISSING_CLIENT_CAPABILITY,
+    `${rpc.method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["${CLIENT_CAPABILITIES_META_KEY}"].extensions`,
+    { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
+  );
+}
+
+function taskIdOf(rpc: Rpc): string {
+  const taskId = rpc.params['taskId'];
+  if (typeof taskId !== 'string') throw new WireError(INVALID_PARAMS, `${rpc.method} needs params.taskId, a string`);
+  return taskId;
+}
+
+function errorObject(error: unknown): { code: number; message: string; data?: unknown } {
+  const mcp = toMcpError(error);
+  // McpError prefixes its message with "MCP error <code>: "; the wire carries the message alone.
+  const message = mcp.message.replace(/^MCP error -?\d+: /, '');
+  return mcp.data === undefined ? { code: mcp.code, message } : { code: mcp.code, message, data: mcp.data };
+}
+
+function acceptsEventStream(req: Request): boolean {
+  return (req.header('accept') ?? '').includes('text/event-stream');
+}
+
+function send(res: Response, status: number, body: unknown): void {
+  res.status(status).json(body);
+}
+
+/** A response that became an SSE stream: progress notifications, then the response, then the end. */
+class SseResponse {
+  private started = false;
+
+  constructor(private readonly res: Response) {}
+
+  send(message: unknown): void {
+    if (this.res.writableEnded || this.res.destroyed) return;
+    this.start();
+    this.res.write(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+  }
+
+  end(message: unknown): void {
+    if (!this.started) {
+      if (!this.res.headersSent) this.res.status(200).json(message);
+      return;
+    }
+    this.send(message);
+    this.res.end();
+  }
+
+  private start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    this.res.flushHeaders();
+  }
+}

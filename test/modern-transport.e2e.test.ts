@@ -1,0 +1,293 @@
+/**
+ * Issue 8, PROTOCOL.md §14: the sessionless 2026-07-28 transport on the same /mcp endpoint, beside 2025-11-25
+ * sessions, over the same stored tasks. Raw HTTP, as a 2026 client sends it (routing headers, per-request _meta).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  readMetric,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+import { RawSession, readSse } from './helpers/raw-mcp.js';
+
+const V = '2026-07-28';
+const EXT = 'io.modelcontextprotocol/tasks';
+type Json = Record<string, any>;
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let nextId = 1;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('modern') };
+  gateway = await startGatewayProcess(env);
+  await Promise.all([
+    startWorkerProcess(env),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
+  ]);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+interface SendOptions {
+  ext?: boolean;
+  headers?: Record<string, string | undefined>;
+  meta?: Json;
+  signal?: AbortSignal;
+  accept?: string;
+}
+
+function nameOf(method: string, params: Json): string | undefined {
+  if (method === 'tools/call') return params['name'] as string;
+  if (method.startsWith('tasks/')) return params['taskId'] as string | undefined;
+  return undefined;
+}
+
+/** One 2026-07-28 request: routing headers and the per-request _meta a 2026 client sends. */
+function post(method: string, params: Json = {}, options: SendOptions = {}): Promise<Response> {
+  const capabilities = options.ext ? { extensions: { [EXT]: {} } } : {};
+  const body = {
+    jsonrpc: '2.0',
+    id: nextId++,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': V,
+        'io.modelcontextprotocol/clientCapabilities': capabilities,
+        'io.modelcontextprotocol/clientInfo': { name: 'raw-2026', version: '0' },
+        ...options.meta,
+      },
+    },
+  };
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: options.accept ?? 'application/json, text/event-stream',
+    'mcp-protocol-version': V,
+    'mcp-method': method,
+  };
+  const name = nameOf(method, params);
+  if (name !== undefined) headers['mcp-name'] = name;
+  for (const [k, v] of Object.entries(options.headers ?? {})) {
+    if (v === undefined) delete headers[k];
+    else headers[k] = v;
+  }
+  return fetch(gateway.url, { method: 'POST', headers, body: JSON.stringify(body), signal: options.signal ?? null });
+}
+
+async function rpc(
+  method: string,
+  params: Json = {},
+  options: SendOptions = {},
+): Promise<{ status: number; body: Json }> {
+  const res = await post(method, params, options);
+  return { status: res.status, body: (await res.json()) as Json };
+}
+
+async function result(method: string, params: Json = {}, options: SendOptions = {}): Promise<Json> {
+  const { status, body } = await rpc(method, params, options);
+  if (body['error']) throw new Error(`${method} → ${status} ${JSON.stringify(body['error'])}`);
+  return body['result'] as Json;
+}
+
+async function until(taskId: string, status: string): Promise<Json> {
+  return waitFor(
+    async () => {
+      const task = await result('tasks/get', { taskId }, { ext: true });
+      return task['status'] === status ? task : undefined;
+    },
+    { timeoutMs: 15_000, message: `task ${taskId} did not become ${status}` },
+  );
+}
+
+describe('§14 the 2026-07-28 transport', () => {
+  it('answers server/discover with the version, capabilities and the tasks extension, no initialize needed', async () => {
+    const discovered = await result('server/discover');
+    expect(discovered).toMatchObject({
+      resultType: 'complete',
+      supportedVersions: [V],
+      capabilities: { tools: {}, extensions: { [EXT]: {} } },
+      ttlMs: 0,
+      cacheScope: 'private',
+    });
+    expect(discovered['capabilities']).not.toHaveProperty('tasks');
+  });
+
+  it('lists tools and runs a plain call, each result marked complete', async () => {
+    const listed = await result('tools/list');
+    expect(listed['resultType']).toBe('complete');
+    expect((listed['tools'] as Json[]).map((t) => t['name'])).toContain('build_report');
+    const called = await result('tools/call', {
+      name: 'build_report',
+      arguments: { report: 'm', items: 2, delayMs: 1 },
+    });
+    expect(called).toMatchObject({ resultType: 'complete', structuredContent: { report: 'm', items: 2 } });
+  });
+
+  it('runs a task only for a request that declares the extension, and renders it flat', async () => {
+    const sync = await result('tools/call', { name: 'sleepy', arguments: { ms: 10 } });
+    expect(sync).toMatchObject({ resultType: 'complete', structuredContent: { ms: 10 } });
+    const created = await result('tools/call', { name: 'sleepy', arguments: { ms: 50 } }, { ext: true });
+    expect(created).toMatchObject({ resultType: 'task', status: 'working' });
+    const done = await until(String(created['taskId']), 'completed');
+    expect(done['result']).toMatchObject({ structuredContent: { ms: 50 } });
+  });
+
+  it('answers -32021 with the required capability for a task-only tool, and for tasks/* without the extension', async () => {
+    const required = await rpc('tools/call', { name: 'wait_for_approval', arguments: { question: 'q' } });
+    expect(required.body['error']).toMatchObject({
+      code: -32021,
+      data: { requiredCapabilities: { extensions: { [EXT]: {} } } },
+    });
+    for (const method of ['tasks/get', 'tasks/update', 'tasks/cancel']) {
+      const gated = await rpc(method, { taskId: 'x', inputResponses: {} });
+      expect(gated.body['error']?.code).toBe(-32021);
+    }
+  });
+
+  it('answers -32601 to the methods the extension removed', async () => {
+    for (const method of ['tasks/result', 'tasks/list']) {
+      expect((await rpc(method, { taskId: 'x' }, { ext: true })).body['error']?.code).toBe(-32601);
+    }
+  });
+
+  it('checks the routing headers against the body (-32020, HTTP 400), trimming whitespace', async () => {
+    const mismatch = await rpc('tools/list', {}, { headers: { 'mcp-method': 'prompts/list' } });
+    expect([mismatch.status, mismatch.body['error']?.code]).toEqual([400, -32020]);
+    const missing = await rpc('tools/list', {}, { headers: { 'mcp-method': undefined } });
+    expect([missing.status, missing.body['error']?.code]).toEqual([400, -32020]);
+    const noName = await rpc(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 1 } },
+      { headers: { 'mcp-name': undefined } },
+    );
+    expect([noName.status, noName.body['error']?.code]).toEqual([400, -32020]);
+    const wrongName = await rpc(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 1 } },
+      { headers: { 'mcp-name': 'echo' } },
+    );
+    expect([wrongName.status, wrongName.body['error']?.code]).toEqual([400, -32020]);
+    const padded = await rpc(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 1 } },
+      { headers: { 'mcp-name': '  sleepy  ' } },
+    );
+    expect(padded.body['result']).toMatchObject({ resultType: 'complete' });
+  });
+
+  it('refuses a request without the per-request _meta, or for a version it does not speak', async () => {
+    const noMeta = await fetch(gateway.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'mcp-protocol-version': V, 'mcp-method': 'tools/list' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }),
+    });
+    expect(noMeta.status).toBe(400);
+    expect(((await noMeta.json()) as Json)['error']).toMatchObject({ code: -32602, message: /missing _meta keys/ });
+    const future = await rpc('tools/list', {}, { headers: { 'mcp-protocol-version': '2099-01-01' } });
+    expect([future.status, future.body['error']?.code]).toEqual([400, -32022]);
+  });
+
+  it('answers GET and DELETE with 405 on this transport, and a GET before initialize too', async () => {
+    for (const method of ['GET', 'DELETE']) {
+      const res = await fetch(gateway.url, { method, headers: { 'mcp-protocol-version': V } });
+      expect(res.status).toBe(405);
+      expect(res.headers.get('allow')).toBe('POST');
+      await res.body?.cancel();
+    }
+    const early = await fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream' } });
+    expect(early.status).toBe(405);
+    await early.body?.cancel();
+  });
+
+  it('cancels a plain call whose response stream the client closes (MUST on this transport)', async () => {
+    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
+    const controller = new AbortController();
+    const res = await post(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 30_000, stepMs: 50 } },
+      { meta: { progressToken: 'p' }, signal: controller.signal },
+    );
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    for await (const event of readSse(res)) {
+      if ((event.data as Json)['method'] === 'notifications/progress') break;
+    }
+    controller.abort();
+    await waitFor(
+      async () =>
+        (await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })) === before + 1,
+      { message: 'closing the stream did not cancel the call' },
+    );
+  });
+
+  it('does not cancel a task when the stream of the tools/call that made it closes', async () => {
+    const key = `k-${Date.now()}`;
+    const controller = new AbortController();
+    const first = post(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } },
+      { ext: true, meta: { 'dev.taskrelay/idempotency-key': key }, signal: controller.signal },
+    );
+    controller.abort();
+    await first.catch(() => undefined);
+    // The same idempotency key names the task, whether or not the first request got as far as creating it.
+    const again = await result(
+      'tools/call',
+      { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } },
+      { ext: true, meta: { 'dev.taskrelay/idempotency-key': key } },
+    );
+    await until(String(again['taskId']), 'completed');
+  });
+
+  it('shows the same task to a 2025-11-25 session of the same principal', async () => {
+    const created = await result('tools/call', { name: 'sleepy', arguments: { ms: 20 } }, { ext: true });
+    const taskId = String(created['taskId']);
+    await until(taskId, 'completed');
+    const session = await RawSession.open(gateway.url);
+    const v1 = await session.request('tasks/get', { taskId });
+    expect(v1.result).toMatchObject({ taskId, status: 'completed' });
+    await session.close();
+  });
+});
+
+describe('§14 2025-11-25 semantics kept', () => {
+  it('does not cancel a plain call whose stream closes; Last-Event-ID resumption still delivers the result', async () => {
+    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
+    const session = await RawSession.open(gateway.url);
+    const controller = new AbortController();
+    const res = await session.post(
+      {
+        jsonrpc: '2.0',
+        id: 41,
+        method: 'tools/call',
+        params: { name: 'sleepy', arguments: { ms: 800, stepMs: 50 }, _meta: { progressToken: 'p41' } },
+      },
+      controller.signal,
+    );
+    let lastEventId: string | undefined;
+    for await (const event of readSse(res)) {
+      if (event.id !== undefined) lastEventId = event.id;
+      if ((event.data as Json)['method'] === 'notifications/progress') break;
+    }
+    controller.abort();
+    expect(lastEventId).toBeDefined();
+    const resumed = session.openGetStream(lastEventId);
+    const response = await waitFor(() => resumed.events.map((e) => e.data as Json).find((m) => m['id'] === 41), {
+      timeoutMs: 10_000,
+      message: 'no result on the resumed stream',
+    });
+    resumed.close();
+    expect(response['result']).toMatchObject({ structuredContent: { ms: 800 } });
+    expect(await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })).toBe(before);
+    await session.close();
+  });
+});
