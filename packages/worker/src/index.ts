@@ -13,4 +13,19 @@ export { CancelledError, NonRetryableError, ProtocolError, SuspendedError } from
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';
 export { demoTools } from './demo-tools.js';
+export { defineJobApiTool, loadJobApiTools, parseJobApiFile } from './job-api/index.js';
+export type {
+  CancelledTask,
+  ExternalOutcome,
+  JobApiToolDefinition,
+  JobApiHookInfo,
+  JobApiHooks,
+  JobApiHttpRequest,
+  JobApiHttpResponse,
+  JobApiPhase,
+  JobApiSpecInput,
+  JobApiToolOptions,
+  PollReading,
+  SubmittedJob,
+} from './job-api/index.js';
 export type { CancelReason, ToolResult } from '@taskrelay/shared';

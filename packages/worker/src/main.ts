@@ -17,6 +17,7 @@ import {
 } from '@taskrelay/shared';
 import { demoTools } from './demo-tools.js';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
+import { loadJobApiTools } from './job-api/index.js';
 import { startWorker, type WorkerHandle } from './worker.js';
 
 async function main(): Promise<void> {
@@ -24,6 +25,9 @@ async function main(): Promise<void> {
   const redisUrl = requireRedisUrl(config);
   const logger = createLogger('worker', { level: config.logLevel });
   const tools = config.toolsModule === undefined ? [...demoTools] : await loadTools(config.toolsModule);
+  // CONTRACT §6: served beside the other tools; read here until shared's config owns the variable.
+  const jobApis = process.env['TASKRELAY_JOB_APIS']?.trim();
+  if (jobApis) tools.push(...(await loadJobApiTools(resolve(process.cwd(), jobApis))));
 
   const probe = createRedis(redisUrl, { lazyConnect: false });
   probe.on('error', () => undefined);
