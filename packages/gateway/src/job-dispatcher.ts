@@ -62,8 +62,13 @@ export class JobDispatcher {
    */
   async cancel(taskId: string, queueName: string, reason: CancelReason): Promise<void> {
     try {
-      // One script: removes the job unless a worker holds its lock (then the worker sees the cancel instead).
-      await (await this.ready(queueName)).remove(taskId);
+      const queue = await this.ready(queueName);
+      // A delayed job (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task cancelled and
+      // lets the tool stop what it started outside (`onCancelled`). A waiting one is removed, unless a worker holds
+      // its lock (then that worker sees the cancel instead).
+      const job = await queue.getJob(taskId);
+      if (job && (await job.isDelayed())) await job.promote();
+      else await queue.remove(taskId);
     } catch (error) {
       this.log.debug({ taskId, err: error }, 'job not removed from queue');
     }

@@ -4,6 +4,7 @@ import {
   NonRetryableError,
   TaskSupportSchema,
   type Backoff,
+  type Logger,
   type TaskSupport,
   type ToolDescriptor,
   type ToolResult,
@@ -73,11 +74,31 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   inputTimeoutMs?: number;
   /**
+   * Called when a task of this tool was cancelled while no run of it was active (suspended between polls, waiting for
+   * an answer): one last run finds the task cancelled and calls this instead of `run`, so the tool can stop what it
+   * started outside (an external job whose id is in `steps`). Only for tasks that stored steps or state. At least
+   * once: a worker crashing inside it runs it again elsewhere. A cancel that arrives while `run` is running aborts
+   * its `ctx.signal` instead. Default: none.
+   */
+  onCancelled?(task: CancelledTaskInfo): void | Promise<void>;
+  /**
    * Runs the tool. Return a string (one text item), a full `CallToolResult` (an object with a `content` array, used
    * as is), or any other value (validated against `outputSchema` when set; a plain object becomes
    * `structuredContent`, and its JSON the text content). Throw to fail; honour `ctx.signal`.
    */
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
+}
+
+/** What `onCancelled` is told about the cancelled task. */
+export interface CancelledTaskInfo {
+  taskId: string;
+  /** The task's arguments, as its job carries them (not yet validated). */
+  arguments: Record<string, unknown>;
+  /** The task's stored `ctx.step` results. */
+  steps: Readonly<Record<string, unknown>>;
+  /** The task's stored `ctx.state`. */
+  state: unknown;
+  log: Logger;
 }
 
 /** A tool as `defineTool` returns it: the options with defaults applied, branded, and its published descriptor. */
@@ -97,6 +118,7 @@ export interface ToolDefinition<
   readonly backoff: Backoff;
   readonly maxStalls: number;
   readonly inputTimeoutMs: number;
+  readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
@@ -168,6 +190,12 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     backoff,
     maxStalls,
     inputTimeoutMs,
+    onCancelled:
+      typeof options.onCancelled === 'function'
+        ? async (task: CancelledTaskInfo) => {
+            await options.onCancelled?.(task);
+          }
+        : undefined,
     descriptor,
     run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
   });

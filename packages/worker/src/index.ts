@@ -1,5 +1,5 @@
 export { defineTool, isToolDefinition, toolJsonSchema } from './define-tool.js';
-export type { ToolDefinition, ToolInputSchema, ToolOptions, ToolReturn } from './define-tool.js';
+export type { CancelledTaskInfo, ToolDefinition, ToolInputSchema, ToolOptions, ToolReturn } from './define-tool.js';
 export type {
   ElicitAnswer,
   ElicitParams,

@@ -22,6 +22,7 @@ import {
   type Logger,
   type Redis,
   type SerializedError,
+  type TaskRecord,
   type ToolDescriptor,
   type ToolResult,
   type WorkerCatalog,
@@ -376,6 +377,7 @@ class TaskWorker {
     const task = started.record;
     if (!task || isTerminal(task.status)) {
       log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
+      if (task?.status === 'cancelled') await this.notifyCancelled(job, task, log);
       return;
     }
     const entry = this.running.get(taskId);
@@ -578,6 +580,24 @@ class TaskWorker {
       log.info({ until }, 'run suspended');
     }
     throw new DelayedError();
+  }
+
+  /**
+   * The run of a task cancelled while no run held it (PROTOCOL.md §12.8): the tool's `onCancelled` stops what earlier
+   * runs started outside, when they stored anything to find it by. Its failure is logged; the job ends either way.
+   */
+  private async notifyCancelled(job: Job<unknown, void>, task: TaskRecord, log: Logger): Promise<void> {
+    const parsed = JobDataSchema.safeParse(job.data);
+    if (!parsed.success) return;
+    const tool = this.tools.get(parsed.data.tool);
+    const steps = task.steps ?? {};
+    if (!tool?.onCancelled || (Object.keys(steps).length === 0 && task.state === undefined)) return;
+    try {
+      await tool.onCancelled({ taskId: task.taskId, arguments: parsed.data.arguments, steps, state: task.state, log });
+      log.info('onCancelled ran for a task cancelled between runs');
+    } catch (error) {
+      log.warn({ err: error }, 'onCancelled failed');
+    }
   }
 
   /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4); the task stays `working`. */

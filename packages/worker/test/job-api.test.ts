@@ -73,7 +73,9 @@ async function drive(
         },
         suspend: () =>
           Promise.resolve(
-            gone() ? { outcome: 'gone' as const, status: 'cancelled' as const } : { outcome: 'suspended' as const },
+            gone()
+              ? { outcome: 'gone' as const, status: 'cancelled' as const }
+              : { outcome: 'suspended' as const, answers: {} },
           ),
       },
     });
@@ -305,9 +307,9 @@ describe('§12.9 polling an external job', () => {
     const { steps } = await pending;
     const definition = tool('batch_job_suspending') as JobApiToolDefinition;
     const log = createLogger('worker', { level: 'silent' });
-    await definition.onCancelled({ taskId: 't-none', arguments: { label: 'k' }, steps: {}, log });
+    await definition.onCancelled({ taskId: 't-none', arguments: { label: 'k' }, steps: {}, state: undefined, log });
     expect((await service.stats()).cancels).toBe(0);
-    await definition.onCancelled({ taskId: 't-k', arguments: { label: 'k' }, steps, log });
+    await definition.onCancelled({ taskId: 't-k', arguments: { label: 'k' }, steps, state: undefined, log });
     expect((await service.stats()).cancels).toBe(1);
   });
 

@@ -3,9 +3,9 @@
  * (CONTRACT.md §6, PROTOCOL.md §12.9). The `TASKRELAY_JOB_APIS` file form is built on it.
  */
 import type { z } from 'zod';
-import { NonRetryableError, type Backoff, type Logger, type TaskSupport, type ToolResult } from '@taskrelay/shared';
+import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
 import type { ToolContext } from '../context.js';
-import { defineTool, type ToolDefinition, type ToolInputSchema } from '../define-tool.js';
+import { defineTool, type CancelledTaskInfo, type ToolDefinition, type ToolInputSchema } from '../define-tool.js';
 import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
   redact,
@@ -86,14 +86,7 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
  * A task cancelled while no run of it was active (its job waited, suspended, between two polls): what the worker
  * hands `onCancelled` when it picks the promoted job up and finds the task cancelled (PROTOCOL.md §12.9).
  */
-export interface CancelledTask {
-  taskId: string;
-  /** The task's arguments, as the job carries them. */
-  arguments: Record<string, unknown>;
-  /** The task's stored `ctx.step` results. */
-  steps: Readonly<Record<string, unknown>>;
-  log: Logger;
-}
+export type CancelledTask = CancelledTaskInfo;
 
 /** A job-API tool: a tool definition plus what stops its external job when the task is cancelled between runs. */
 export type JobApiToolDefinition<I extends ToolInputSchema = ToolInputSchema> = ToolDefinition<I> & {
@@ -154,15 +147,16 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
     ...(options.maxStalls === undefined ? {} : { maxStalls: options.maxStalls }),
     run: (input: z.output<I>, ctx: ToolContext) =>
       new JobApiRun(spec, hooks, input as Record<string, unknown>, ctx).run(ctx),
+    onCancelled: (task: CancelledTask) => onCancelled(task),
   });
-  const onCancelled = async (task: CancelledTask): Promise<void> => {
+  async function onCancelled(task: CancelledTask): Promise<void> {
     const job = task.steps['submit'] as SubmittedJob | undefined;
     if (typeof job?.id !== 'string') return; // never submitted: nothing upstream to stop
     const input = options.inputSchema.safeParse(task.arguments);
     const args = input.success ? input.data : task.arguments;
     const base: RunBase = { taskId: task.taskId, log: task.log, signal: new AbortController().signal };
     await new JobApiRun(spec, hooks, args, base).cancelStored(job);
-  };
+  }
   return Object.freeze({ ...definition, onCancelled });
 }
 
