@@ -71,6 +71,18 @@ export class JobDispatcher {
     await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
   }
 
+  /**
+   * Wakes a suspended task's delayed job so a worker resumes it at once (PROTOCOL.md §12.3, §12.8). A job that is not
+   * delayed (still active, already promoted, or removed) is left as it is.
+   */
+  async promote(taskId: string, queueName: string): Promise<void> {
+    try {
+      await (await (await this.ready(queueName)).getJob(taskId))?.promote();
+    } catch (error) {
+      this.log.debug({ taskId, err: error }, 'job not promoted (not delayed)');
+    }
+  }
+
   async close(): Promise<void> {
     await Promise.all([...this.queues.values()].map((q) => q.close()));
     this.queues.clear();

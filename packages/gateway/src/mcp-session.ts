@@ -11,12 +11,14 @@ import {
   GetTaskRequestSchema,
   ListTasksRequestSchema,
   ListToolsRequestSchema,
+  SetLevelRequestSchema,
   type CallToolResult,
   type ServerCapabilities,
   type Task,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, type ProgressToken } from '@taskrelay/shared';
+import { ClientChannel } from './client-channel.js';
 import { callEndedByShutdown, toMcpError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProgressParams } from './task-router.js';
@@ -71,6 +73,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
   const { service, metrics } = options;
   const capabilities: ServerCapabilities = {
     tools: {},
+    logging: {},
     tasks: {
       cancel: {},
       requests: { tools: { call: {} } },
@@ -78,6 +81,22 @@ export function createSessionServer(options: SessionServerOptions): Server {
     },
   };
   const server = new Server({ name: 'taskrelay-gateway', version: options.version }, { capabilities });
+  // Input requests, their answers and tools' log messages for this session's client (PROTOCOL.md §12.9, §13).
+  let sessionId: string | undefined;
+  const channel = new ClientChannel({
+    server,
+    get sessionId() {
+      return sessionId;
+    },
+    log: service.log,
+    answer: (record, n, raw) => service.answerInput(record, n, raw),
+  });
+  server.onclose = () => channel.close();
+  // The session's level, for every tool log message of this session's calls and tasks.
+  server.setRequestHandler(SetLevelRequestSchema, (request) => {
+    channel.setLevel(request.params.level);
+    return {};
+  });
 
   server.setRequestHandler(ListToolsRequestSchema, () =>
     wire(async () => ({
@@ -100,13 +119,16 @@ export function createSessionServer(options: SessionServerOptions): Server {
   const sendTaskProgress = (params: ProgressParams) =>
     server.notification({ method: 'notifications/progress', params });
   const sendTaskStatus = (t: Task) => server.notification({ method: 'notifications/tasks/status', params: t });
+  const taskSink = channel.sink(undefined, 'task');
 
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
     wire(async () => {
       const { name, task } = request.params;
       const args = request.params.arguments ?? {};
       const principal = principalOf(extra);
+      sessionId ??= extra.sessionId;
       const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
+      const clientCapabilities = channel.capabilities();
       const idempotencyKey = task === undefined ? undefined : idempotencyKeyOf(request.params._meta);
       const tool = await service.resolveCall(name, args, task !== undefined);
 
@@ -123,6 +145,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
           // After CreateTaskResult the request stream is gone: the session's GET stream is the only route left.
           sendProgress: sendTaskProgress,
           sendStatus: sendTaskStatus,
+          sink: taskSink,
+          clientCapabilities,
         });
         return { task: renderTask(record) };
       }
@@ -139,6 +163,9 @@ export function createSessionServer(options: SessionServerOptions): Server {
         progressToken,
         requestedTtlMs: undefined,
         sendProgress: (params) => extra.sendNotification({ method: 'notifications/progress', params }),
+        // A plain call has only its own request stream: its questions and logs go there.
+        sink: channel.sink(extra.requestId, 'call'),
+        clientCapabilities,
       });
       const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
         cancel: () => service.cancelCall(record, 'stream-closed'),
@@ -165,7 +192,10 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const { taskId } = request.params;
       const wait = eitherSignal(extra.signal, options.drainSignal);
       try {
-        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal);
+        sessionId ??= extra.sessionId;
+        // The spec's side channel: the task's input requests go out on this response stream while it waits.
+        const stream = { sessionId: extra.sessionId, sink: channel.sink(extra.requestId, 'task') };
+        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal, stream);
         const result: CallToolResult = renderResult(record);
         return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
       } finally {
