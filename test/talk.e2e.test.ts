@@ -227,14 +227,18 @@ describe('§12 input requests (elicitation)', () => {
     const { client, elicitations } = await talkingClient();
     const taskId = await startTask(client, 'wait_for_approval', { question: 'Survive a crash?' });
     const asked = await waitFor(() => elicitations[0]);
-    const askedBy = (w: ManagedProcess) =>
-      w.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'input requested; run suspends until the answer');
-    const asker = await waitFor(() => stockWorkers.find(askedBy), { message: 'no worker logged the question' });
+    // The task waits with its job parked (delayed), owned by no worker: then the worker that asked dies.
+    const parkedBy = (w: ManagedProcess) =>
+      w.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'run suspended until the input request is answered');
+    const asker = await waitFor(() => stockWorkers.find(parkedBy), { message: 'no worker parked the job' });
     await asker.kill('SIGKILL');
     const other = stockWorkers.find((w) => w !== asker);
     asked.answer({ action: 'accept', content: { approved: true } });
     expect(approved(await result(client, taskId))).toBe(true);
-    expect(other?.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'task completed')).toBe(true);
+    // Its stdout may trail the result it wrote: wait for the line.
+    await waitFor(() => other?.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'task completed'), {
+      message: 'the other worker did not complete the task',
+    });
     // Keep two stock workers for the tests after this one.
     stockWorkers = [other!, await startWorkerProcess(env)];
     await client.close();
