@@ -1,5 +1,5 @@
 /**
- * CONTRACT.md §6, PROTOCOL.md §12.9: job-API tools from a `TASKRELAY_JOB_APIS` file, over the example fake batch
+ * CONTRACT.md §6, PROTOCOL.md §12.10: job-API tools from a `TASKRELAY_JOB_APIS` file, over the example fake batch
  * service, through real gateway and worker processes: progress, the upstream's failure, cancel reaching the upstream
  * once, a worker killed mid-poll resuming without a second submit, a flaky upstream, and bad files refused at start.
  */
@@ -77,7 +77,7 @@ const until = (condition: (s: BatchStats) => boolean, message: string) =>
 const tokenProgress = (token: string) => progress.filter((p) => p.progressToken === token);
 const status = async (taskId: string) => (await client.experimental.tasks.getTask(taskId)).status;
 
-describe('§12.9 job-API tools through gateway and worker', () => {
+describe('§12.10 job-API tools through gateway and worker', () => {
   let worker: ManagedProcess;
   beforeAll(async () => {
     worker = await startWorkerProcess(env);
@@ -152,7 +152,7 @@ describe('§12.9 job-API tools through gateway and worker', () => {
   });
 
   // Needs the worker to call the tool's onCancelled for a cancelled task whose delayed job the gateway promotes instead
-  // of removing (PROTOCOL.md §12.9; the two small changes to worker.ts and job-dispatcher.ts are with the integrator).
+  // of removing (PROTOCOL.md §12.10; the two small changes to worker.ts and job-dispatcher.ts are with the integrator).
   // Until then a cancel that lands while the run is suspended does not reach the upstream.
   it('a task cancelled while its run is suspended still cancels the external job, once', async () => {
     const taskId = await startTask('batch_job_suspending', { label: 'c2', steps: 10_000, stepMs: 100 });
@@ -177,7 +177,7 @@ describe('§12.9 job-API tools through gateway and worker', () => {
   });
 });
 
-describe('§12.9 a worker lost mid-poll', () => {
+describe('§12.10 a worker lost mid-poll', () => {
   it('a SIGKILLed worker’s job resumes polling the same external job on another worker, never submitting again', async () => {
     const first = await startWorkerProcess(env);
     const taskId = await startTask('batch_job', { label: 'k1', steps: 25, stepMs: 100 });

@@ -19,7 +19,9 @@ import {
 } from './helpers/processes.js';
 
 const EXT = 'io.modelcontextprotocol/tasks';
-const extMeta = { 'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } } };
+const extMeta = {
+  'io.modelcontextprotocol/clientCapabilities': { elicitation: {}, sampling: {}, extensions: { [EXT]: {} } },
+};
 const Loose = z.looseObject({});
 type Loose = Record<string, unknown>;
 

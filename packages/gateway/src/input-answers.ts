@@ -1,12 +1,18 @@
 /**
- * Checks an answer to a task's input request before it is stored (PROTOCOL.md §12.5): the shape of the MCP result,
- * and for an accepted elicitation its `content` against the request's `requestedSchema` (JSON Schema 2020-12). Both
- * answer routes use it: the 2025-11-25 response to `elicitation/create` / `sampling/createMessage`, and the
- * extension's `tasks/update {inputResponses}`.
+ * Checks a client's answer to one of a task's input requests before it is stored (PROTOCOL.md §12.5): an elicitation
+ * answer is an `ElicitResult` whose `content`, on `accept`, satisfies the request's `requestedSchema` (JSON Schema
+ * 2020-12, the dialect MCP names); a sampling answer is a `CreateMessageResult` (with tool use when the request
+ * offered tools). Both answer routes use it: the 2025-11-25 response to the gateway's request, and the extension's
+ * `tasks/update {inputResponses}`.
  */
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
-import { CreateMessageResultSchema, ElicitResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CreateMessageResultSchema,
+  CreateMessageResultWithToolsSchema,
+  ElicitResultSchema,
+} from '@modelcontextprotocol/sdk/types.js';
 import type { InputRequest } from '@taskrelay/shared';
+import type { z } from 'zod';
 
 export type AnswerCheck = { ok: true; answer: Record<string, unknown> } | { ok: false; message: string };
 
@@ -15,30 +21,25 @@ const ajv = new Ajv2020({ allErrors: false, strict: false, logger: false });
 const compiled = new Map<string, ValidateFunction | undefined>();
 const MAX_COMPILED = 500;
 
-export function checkAnswer(request: InputRequest, answer: unknown): AnswerCheck {
-  if (request.method === 'sampling/createMessage') {
-    const parsed = CreateMessageResultSchema.safeParse(answer);
-    if (!parsed.success) return { ok: false, message: `Not a CreateMessageResult: ${firstIssue(parsed.error)}` };
-    return { ok: true, answer: parsed.data };
-  }
-  const parsed = ElicitResultSchema.safeParse(answer);
-  if (!parsed.success) return { ok: false, message: `Not an ElicitResult: ${firstIssue(parsed.error)}` };
-  const result = parsed.data as { action: string; content?: Record<string, unknown> };
-  if (result.action !== 'accept') return { ok: true, answer: { action: result.action } };
-  const schema = request.params['requestedSchema'];
-  if (typeof schema === 'object' && schema !== null) {
-    const validate = validatorFor(schema as Record<string, unknown>);
-    if (validate && !validate(result.content ?? {})) {
-      const error = validate.errors?.[0];
-      const field = error?.instancePath ? error.instancePath.split('/').filter(Boolean).join('.') : 'content';
-      const detail =
-        error?.keyword === 'required'
-          ? `${String((error.params as { missingProperty?: unknown }).missingProperty)} is required`
-          : `${field} ${error?.message ?? 'is invalid'}`;
-      return { ok: false, message: `The accepted content does not match the requested schema: ${detail}` };
+export function checkAnswer(request: InputRequest, raw: unknown): AnswerCheck {
+  if (request.method === 'elicitation/create') {
+    const parsed = ElicitResultSchema.safeParse(raw);
+    if (!parsed.success) return { ok: false, message: `not an ElicitResult: ${issueText(parsed.error)}` };
+    const { _meta: _ignored, ...answer } = parsed.data;
+    const schema = request.params['requestedSchema'];
+    if (answer.action === 'accept' && typeof schema === 'object' && schema !== null) {
+      const validate = validatorFor(schema as Record<string, unknown>);
+      if (validate && !validate(answer.content ?? {})) {
+        return { ok: false, message: `content does not match requestedSchema: ${ajvText(validate)}` };
+      }
     }
+    return { ok: true, answer };
   }
-  return { ok: true, answer: parsed.data };
+  const withTools = request.params['tools'] !== undefined || request.params['toolChoice'] !== undefined;
+  const parsed = (withTools ? CreateMessageResultWithToolsSchema : CreateMessageResultSchema).safeParse(raw);
+  if (!parsed.success) return { ok: false, message: `not a CreateMessageResult: ${issueText(parsed.error)}` };
+  const { _meta: _ignored, ...answer } = parsed.data;
+  return { ok: true, answer };
 }
 
 function validatorFor(schema: Record<string, unknown>): ValidateFunction | undefined {
@@ -48,14 +49,24 @@ function validatorFor(schema: Record<string, unknown>): ValidateFunction | undef
   try {
     validate = ajv.compile(schema);
   } catch {
-    validate = undefined; // a schema Ajv cannot compile: only the result's shape is checked
+    validate = undefined; // a schema Ajv cannot compile: only the answer's shape is checked
   }
   if (compiled.size >= MAX_COMPILED) compiled.clear();
   compiled.set(key, validate);
   return validate;
 }
 
-function firstIssue(error: { issues: Array<{ path: PropertyKey[]; message: string }> }): string {
+function ajvText(validate: ValidateFunction): string {
+  const error = validate.errors?.[0];
+  if (!error) return 'is invalid';
+  if (error.keyword === 'required') {
+    return `${String((error.params as { missingProperty?: unknown }).missingProperty)} is required`;
+  }
+  const field = error.instancePath ? error.instancePath.split('/').filter(Boolean).join('.') : 'content';
+  return `${field} ${error.message ?? 'is invalid'}`;
+}
+
+function issueText(error: z.ZodError): string {
   const issue = error.issues[0];
   return `${issue?.path.map(String).join('.') || 'result'} ${issue?.message ?? 'is invalid'}`;
 }

@@ -11,6 +11,7 @@ import {
   GetTaskRequestSchema,
   ListTasksRequestSchema,
   ListToolsRequestSchema,
+  SetLevelRequestSchema,
   type CallToolResult,
   type ServerCapabilities,
   type Task,
@@ -18,6 +19,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { TaskrelayError, isTerminal, type ProgressToken } from '@taskrelay/shared';
+import { ClientChannel } from './client-channel.js';
 import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
 import { capResult } from './limits.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -30,6 +32,7 @@ import {
   declaresTasksExtension,
   renderCreateTaskExt,
   renderDetailedTask,
+  requestClientCapabilities,
 } from './task-wire-ext.js';
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
@@ -83,6 +86,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
   const maxResultBytes = options.maxResultBytes ?? Infinity;
   const capabilities: ServerCapabilities = {
     tools: {},
+    logging: {},
     tasks: {
       cancel: {},
       requests: { tools: { call: {} } },
@@ -92,6 +96,22 @@ export function createSessionServer(options: SessionServerOptions): Server {
     extensions: { [TASKS_EXTENSION_ID]: {} },
   };
   const server = new Server({ name: 'taskrelay-gateway', version: options.version }, { capabilities });
+  // Input requests, their answers and tools' log messages for this session's client (PROTOCOL.md §12.9, §15).
+  let sessionId: string | undefined;
+  const channel = new ClientChannel({
+    server,
+    get sessionId() {
+      return sessionId;
+    },
+    log: service.log,
+    answer: (record, n, raw) => service.answerInput(record, n, raw),
+  });
+  server.onclose = () => channel.close();
+  // The session's level, for every tool log message of this session's calls and tasks.
+  server.setRequestHandler(SetLevelRequestSchema, (request) => {
+    channel.setLevel(request.params.level);
+    return {};
+  });
 
   server.setRequestHandler(ListToolsRequestSchema, () =>
     wire(async () => ({
@@ -114,13 +134,16 @@ export function createSessionServer(options: SessionServerOptions): Server {
   const sendTaskProgress = (params: ProgressParams) =>
     server.notification({ method: 'notifications/progress', params });
   const sendTaskStatus = (t: Task) => server.notification({ method: 'notifications/tasks/status', params: t });
+  const taskSink = channel.sink(undefined, 'task');
 
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
     wire(async () => {
       const { name, task } = request.params;
       const args = request.params.arguments ?? {};
       const principal = principalOf(extra);
+      sessionId ??= extra.sessionId;
       const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
+      const clientCapabilities = channel.capabilities();
       // An extension client asks for nothing: the server decides, and makes a task of every call that may be one.
       const ext = declaresTasksExtension(request.params._meta);
       const { tool, invalid } = await service.resolveCall(name, args, ext ? 'auto' : task !== undefined);
@@ -148,6 +171,9 @@ export function createSessionServer(options: SessionServerOptions): Server {
           progressToken: undefined,
           requestedTtlMs,
           idempotencyKey,
+          // Its input requests are answered by tasks/update, its progress is its statusMessage (SEP-2663); what it
+          // can answer is declared with the request.
+          clientCapabilities: [...new Set([...clientCapabilities, ...requestClientCapabilities(request.params._meta)])],
         });
         return renderCreateTaskExt(record);
       }
@@ -165,6 +191,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
           // After CreateTaskResult the request stream is gone: the session's GET stream is the only route left.
           sendProgress: sendTaskProgress,
           sendStatus: sendTaskStatus,
+          sink: taskSink,
+          clientCapabilities,
         });
         return { task: renderTask(record) };
       }
@@ -181,6 +209,9 @@ export function createSessionServer(options: SessionServerOptions): Server {
         progressToken,
         requestedTtlMs: undefined,
         sendProgress: (params) => extra.sendNotification({ method: 'notifications/progress', params }),
+        // A plain call has only its own request stream: its questions and logs go there.
+        sink: channel.sink(extra.requestId, 'call'),
+        clientCapabilities,
       });
       const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
         cancel: () => service.cancelCall(record, 'stream-closed'),
@@ -223,7 +254,10 @@ export function createSessionServer(options: SessionServerOptions): Server {
       }
       const wait = eitherSignal(extra.signal, options.drainSignal);
       try {
-        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal);
+        sessionId ??= extra.sessionId;
+        // The spec's side channel: the task's input requests go out on this response stream while it waits.
+        const stream = { sessionId: extra.sessionId, sink: channel.sink(extra.requestId, 'task') };
+        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal, stream);
         const result: CallToolResult = capResult(renderResult(record), maxResultBytes);
         return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
       } finally {

@@ -24,6 +24,7 @@ import {
   declaresTasksExtension,
   renderCreateTaskExt,
   renderDetailedTask,
+  requestClientCapabilities,
 } from './task-wire-ext.js';
 
 export const MODERN_PROTOCOL_VERSION = '2026-07-28';
@@ -169,6 +170,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
         progressToken: undefined,
         requestedTtlMs: undefined,
         idempotencyKey: idempotencyKeyOf(params._meta),
+        clientCapabilities: requestClientCapabilities(params._meta),
       });
       return renderCreateTaskExt(record);
     }

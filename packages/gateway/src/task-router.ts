@@ -5,7 +5,7 @@
  * forwarded.
  */
 import type { Redis } from 'ioredis';
-import type { Task } from '@modelcontextprotocol/sdk/types.js';
+import type { LoggingMessageNotification, Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   Coalescer,
   GatewayEventSchema,
@@ -18,6 +18,7 @@ import {
   type ProgressToken,
   type RedisTaskStore,
   type AckEvent,
+  type LogEvent,
   type StatusEvent,
   type TaskMode,
   type TaskRecord,
@@ -34,8 +35,29 @@ export interface ProgressParams {
   _meta?: Record<string, unknown>;
 }
 
+/**
+ * One stream of the caller's session (its GET stream, or a request's response stream) that a task's input requests
+ * and log messages can go out on (PROTOCOL.md §12, §15). Each method sends in the background and never throws.
+ */
+export interface CallerSink {
+  /** Sends the task's pending input request on this stream, once per request, and handles the answer. */
+  deliverInput(record: TaskRecord): void;
+  /** Stops waiting on this stream for an answer to the task's request `n` (any, when undefined). */
+  withdrawInput(taskId: string, n?: string): void;
+  /** Sends a tool's log message, when the session's level lets it through. */
+  sendLog(taskId: string, params: LoggingMessageNotification['params']): void;
+}
+
+/** An open `tasks/result` request: the spec's side channel for a task's input requests. */
+export interface ResultStream {
+  sessionId: string | undefined;
+  sink: CallerSink;
+}
+
 export interface RouteInput {
   record: TaskRecord;
+  /** The caller's stream for input requests and logs: the GET stream (tasks) or the `tools/call` stream (calls). */
+  sink?: CallerSink;
   /** Sends one notifications/progress to the caller; absent when the request carried no progress token. */
   sendProgress?: (params: ProgressParams) => Promise<void>;
   /** Sends notifications/tasks/status (task mode only). */
@@ -45,6 +67,7 @@ export interface RouteInput {
 interface Route {
   record: TaskRecord;
   mode: TaskMode;
+  sink: CallerSink | undefined;
   coalescer: Coalescer<ProgressEvent> | undefined;
   sendStatus: ((task: Task) => Promise<void>) | undefined;
 }
@@ -60,6 +83,11 @@ export interface WaitOptions {
   signal?: AbortSignal | undefined;
   /** Whether the caller may see this task; a refused or missing one is "not found". Default: any. */
   authorize?: (record: TaskRecord) => boolean;
+  /**
+   * The waiting `tasks/result` stream: once the task is known to be the caller's, its input requests go out on it
+   * (the pending one at once) until the wait ends (PROTOCOL.md §12.9).
+   */
+  stream?: ResultStream | undefined;
 }
 
 /** Publishes on Redis (the gateway's command connection): for acks to other gateways. */
@@ -69,6 +97,7 @@ export class TaskRouter {
   private readonly routes = new Map<string, Route>();
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly acks = new Map<string, () => void>();
+  private readonly resultStreams = new Map<string, Set<ResultStream>>();
   private readonly fallbackPollMs: number;
   private connectedOnce = false;
 
@@ -116,7 +145,7 @@ export class TaskRouter {
             },
           })
         : undefined;
-    this.routes.set(taskId, { record, mode: record.mode, coalescer, sendStatus: input.sendStatus });
+    this.routes.set(taskId, { record, mode: record.mode, sink: input.sink, coalescer, sendStatus: input.sendStatus });
     this.metrics.routes.set(this.routes.size);
   }
 
@@ -131,6 +160,7 @@ export class TaskRouter {
     this.metrics.routes.set(this.routes.size);
     if (options.flush) route.coalescer?.flush();
     else route.coalescer?.cancel();
+    route.sink?.withdrawInput(taskId);
   }
 
   /** A session went away: its tasks go on, but nothing can be forwarded to it any more. */
@@ -164,6 +194,17 @@ export class TaskRouter {
     const routed = this.routes.get(taskId)?.record;
     let read = routed === undefined || (authorize !== undefined && !authorize(routed));
     let first = true;
+    let streamOpen = false;
+    const openStream = (record: TaskRecord) => {
+      if (!options.stream || streamOpen) return;
+      streamOpen = true;
+      const streams = this.resultStreams.get(taskId) ?? new Set();
+      this.resultStreams.set(taskId, streams);
+      streams.add(options.stream);
+      // A client that asks for the result while the task waits gets the pending request on this stream (again).
+      if (record.status === 'input_required') this.deliverInput(taskId, [options.stream.sink], record);
+    };
+    if (!read && routed) openStream(routed);
     try {
       for (;;) {
         // Armed before the read, so a status event arriving during it is not missed.
@@ -181,6 +222,7 @@ export class TaskRouter {
           if (record !== null) {
             if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
             if (isTerminal(record.status)) return record;
+            openStream(record);
           }
         }
         first = false;
@@ -195,6 +237,12 @@ export class TaskRouter {
     } finally {
       clearTimeout(timer);
       if (onAbort) signal?.removeEventListener('abort', onAbort);
+      if (streamOpen && options.stream) {
+        options.stream.sink.withdrawInput(taskId);
+        const streams = this.resultStreams.get(taskId);
+        streams?.delete(options.stream);
+        if (streams?.size === 0) this.resultStreams.delete(taskId);
+      }
       set.delete(waker);
       if (set.size === 0 && this.waiters.get(taskId) === set) this.waiters.delete(taskId);
     }
@@ -253,6 +301,10 @@ export class TaskRouter {
       this.onAck(event);
       return;
     }
+    if (event.type === 'log') {
+      this.onLog(event);
+      return;
+    }
     const route = this.routes.get(event.taskId);
     if (!route?.coalescer) {
       this.metrics.progressDropped.inc();
@@ -265,8 +317,59 @@ export class TaskRouter {
     this.acks.get(event.taskId)?.();
   }
 
+  /** A tool's log message: to the caller only, on its open `tasks/result` stream if any, else its route's stream. */
+  private onLog(event: LogEvent): void {
+    const route = this.routes.get(event.taskId);
+    if (!route?.sink) return;
+    let sink = route.sink;
+    for (const stream of this.resultStreams.get(event.taskId) ?? []) {
+      if (stream.sessionId === route.record.sessionId) sink = stream.sink;
+    }
+    const params: LoggingMessageNotification['params'] = { level: event.level, data: event.data };
+    if (event.logger !== undefined) params.logger = event.logger;
+    sink.sendLog(event.taskId, params);
+  }
+
+  /**
+   * Sends the task's pending input request: on the given sinks, or on every open `tasks/result` stream for it, or,
+   * with none open, on the route's own stream (PROTOCOL.md §12.9). Reads the request from the hash when `known` lacks it.
+   */
+  private deliverInput(taskId: string, sinks?: CallerSink[], known?: TaskRecord): void {
+    const send = (record: TaskRecord) => {
+      if (record.status !== 'input_required') return;
+      const targets = sinks ?? [...(this.resultStreams.get(taskId) ?? [])].map((s) => s.sink);
+      if (targets.length === 0) {
+        const route = this.routes.get(taskId);
+        if (route?.sink) targets.push(route.sink);
+      }
+      for (const sink of targets) sink.deliverInput(record);
+    };
+    const pending = known?.pendingInputs ?? [];
+    if (known && pending.length > 0 && pending.every((n) => known.inputRequests?.[n] !== undefined)) {
+      send(known);
+      return;
+    }
+    this.store.get(taskId).then(
+      (record) => {
+        if (record) send(record);
+      },
+      (error: unknown) => this.log.warn({ taskId, err: error }, 'could not read the pending input request'),
+    );
+  }
+
+  /** The task moved on (answered, or ended): nothing is waited for on any of its streams here any more. */
+  private withdrawInput(taskId: string, route: Route | undefined): void {
+    route?.sink?.withdrawInput(taskId);
+    for (const stream of this.resultStreams.get(taskId) ?? []) stream.sink.withdrawInput(taskId);
+  }
+
   private onStatus(event: StatusEvent): void {
     const route = this.routes.get(event.taskId);
+    if (event.status === 'input_required' && event.inputRequestId !== undefined) {
+      if (route || this.resultStreams.has(event.taskId)) this.deliverInput(event.taskId);
+    } else {
+      this.withdrawInput(event.taskId, route);
+    }
     if (route) {
       const terminal = isTerminal(event.status);
       if (terminal) {
@@ -305,6 +408,8 @@ export class TaskRouter {
         const taskId = taskIds[i];
         if (taskId === undefined) return;
         if (status === undefined || isTerminal(status)) this.retire(taskId, { flush: false });
+        // A request asked while the subscriber was away goes out now (a stream that already has it is skipped).
+        if (status === 'input_required') this.deliverInput(taskId);
         for (const wake of this.waiters.get(taskId) ?? []) wake();
       });
       this.log.info({ tasks: taskIds.length }, 'subscriber reconnected; task routes reconciled');

@@ -21,7 +21,7 @@ import { TaskSupportError, taskNotFound } from './errors.js';
 import type { JobDispatcher } from './job-dispatcher.js';
 import type { OpenTaskLimit } from './limits.js';
 import type { GatewayMetrics } from './metrics.js';
-import type { ProgressParams, TaskRouter } from './task-router.js';
+import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
 
 export interface TaskServiceConfig {
   gatewayId: string;
@@ -52,7 +52,14 @@ export interface StartTaskInput {
   idempotencyKey?: string | undefined;
   sendProgress?: (params: ProgressParams) => Promise<void>;
   sendStatus?: (task: Task) => Promise<void>;
+  /** Where the task's input requests and log messages go (PROTOCOL.md §12.9, §15). */
+  sink?: CallerSink;
+  /** What the caller's client declared it can answer (`elicitation`, `sampling`): `ctx.elicit` refuses the rest. */
+  clientCapabilities?: string[];
 }
+
+/** How an answer to an input request ended: stored (the task resumes), invalid (asked again), refused (too late). */
+export type InputAnswerOutcome = 'stored' | 'invalid' | 'refused';
 
 export type CancelTrigger = 'tasks/cancel' | 'notifications/cancelled' | 'stream-closed' | 'gateway-shutdown';
 
@@ -63,7 +70,7 @@ export class TaskService {
     private readonly dispatcher: JobDispatcher,
     private readonly router: TaskRouter,
     private readonly metrics: GatewayMetrics,
-    private readonly log: Logger,
+    readonly log: Logger,
     private readonly config: TaskServiceConfig,
   ) {}
 
@@ -143,6 +150,7 @@ export class TaskService {
       progressToken: input.progressToken,
       deadlineAt: Date.now() + this.config.queueTimeoutMs + timeoutMs,
     };
+    if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
       createInput.idempotencyKey = input.idempotencyKey;
     }
@@ -159,6 +167,7 @@ export class TaskService {
     const route: Parameters<TaskRouter['register']>[0] = { record };
     if (input.sendProgress) route.sendProgress = input.sendProgress;
     if (input.sendStatus) route.sendStatus = input.sendStatus;
+    if (input.sink) route.sink = input.sink;
     this.router.register(route);
     const data: JobData = {
       taskId: record.taskId,
@@ -211,12 +220,52 @@ export class TaskService {
     return record;
   }
 
-  /** tasks/result: one read (which also registers this gateway as a waiter), then status events. */
-  async waitForTerminal(taskId: string, principal: string, signal?: AbortSignal): Promise<TaskRecord> {
+  /**
+   * tasks/result: one read (which also registers this gateway as a waiter), then status events. The task's input
+   * requests go out on `stream` while it waits (PROTOCOL.md §12.9).
+   */
+  async waitForTerminal(
+    taskId: string,
+    principal: string,
+    signal?: AbortSignal,
+    stream?: ResultStream,
+  ): Promise<TaskRecord> {
     return this.router.waitForTerminal(taskId, {
       signal,
       authorize: (record) => record.principal === principal && record.mode === 'task',
+      stream,
     });
+  }
+
+  /**
+   * A client's answer to input request `n` of `record` (PROTOCOL.md §12.3, §12.5): checked against the request, then
+   * stored while the request is pending (the task goes back to `working`), then the suspended job is promoted.
+   */
+  async answerInput(record: TaskRecord, n: string, raw: unknown): Promise<InputAnswerOutcome> {
+    const log = this.log.child({ taskId: record.taskId, inputRequest: n });
+    const request = record.inputRequests?.[n];
+    if (!request) return 'refused';
+    const checked = checkAnswer(request, raw);
+    if (!checked.ok) {
+      log.warn({ method: request.method, reason: checked.message }, 'bad answer to an input request; asking again');
+      return 'invalid';
+    }
+    const tool = await this.catalog.find(record.tool).catch(() => undefined);
+    const timeoutMs = Math.min(tool?.timeoutMs ?? this.config.maxToolTimeoutMs, this.config.maxToolTimeoutMs);
+    const outcome = await this.store.answerInput(
+      record.taskId,
+      n,
+      checked.answer,
+      Date.now() + this.config.queueTimeoutMs + timeoutMs,
+    );
+    if (!outcome.ok) {
+      log.info({ status: outcome.status ?? 'missing' }, 'answer refused: the request is no longer pending');
+      return 'refused';
+    }
+    // The task resumes once its last pending request is answered (several may be asked at once, §12.2).
+    if (outcome.resumed) await this.dispatcher.promote(record.taskId, outcome.queue || record.queue);
+    log.info({ method: request.method, resumed: outcome.resumed }, 'input request answered');
+    return 'stored';
   }
 
   /** Waits for a plain call's task; an abort of `signal` cancels it (notifications/cancelled). */
@@ -335,6 +384,8 @@ export class TaskService {
       'task cancelled',
     );
     await this.dispatcher.cancel(record.taskId, record.queue, reason);
+    // A suspended job the remove could not take: woken, a worker finds the task cancelled and ends it (§12.8).
+    if (record.status === 'input_required') await this.dispatcher.promote(record.taskId, record.queue);
     return {
       ...record,
       status: 'cancelled',

@@ -44,6 +44,16 @@ export function declaresTasksExtension(meta: Record<string, unknown> | undefined
   return typeof extensions === 'object' && extensions !== null && TASKS_EXTENSION_ID in extensions;
 }
 
+/**
+ * What a request's per-request client capabilities say the client can answer (`elicitation`, `sampling`): the
+ * extension's clients declare them with the request, not at a session's `initialize`.
+ */
+export function requestClientCapabilities(meta: Record<string, unknown> | undefined): string[] {
+  const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY];
+  if (typeof capabilities !== 'object' || capabilities === null) return [];
+  return ['elicitation', 'sampling'].filter((name) => name in capabilities);
+}
+
 function baseTask(record: TaskRecord, status: TaskStatus): ExtTask {
   const task: ExtTask = {
     taskId: record.taskId,

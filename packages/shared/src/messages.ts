@@ -3,7 +3,7 @@
  * these schemas on the receiving side.
  */
 import { z } from 'zod';
-import { CANCEL_REASONS, TASK_STATUSES } from './task-model.js';
+import { CANCEL_REASONS, LOG_LEVELS, TASK_STATUSES } from './task-model.js';
 
 export const TaskStatusSchema = z.enum(TASK_STATUSES);
 export const CancelReasonSchema = z.enum(CANCEL_REASONS);
@@ -41,11 +41,22 @@ export const AckEventSchema = z.object({
 });
 export type AckEvent = z.infer<typeof AckEventSchema>;
 
+/** §15: a tool's log message (`ctx.notify`), published by the log script on the owning gateway's channel. */
+export const LogEventSchema = z.object({
+  type: z.literal('log'),
+  taskId: z.string(),
+  level: z.enum(LOG_LEVELS),
+  data: z.unknown(),
+  logger: z.string().optional(),
+});
+export type LogEvent = z.infer<typeof LogEventSchema>;
+
 /** Everything on one gateway's channel. */
 export const GatewayEventSchema = z.discriminatedUnion('type', [
   ProgressEventSchema,
   StatusEventSchema,
   AckEventSchema,
+  LogEventSchema,
 ]);
 export type GatewayEvent = z.infer<typeof GatewayEventSchema>;
 

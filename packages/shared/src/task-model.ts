@@ -46,6 +46,13 @@ export const CANCEL_REASONS = [
 ] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 
+/**
+ * MCP's log levels (RFC 5424 severities), least severe first: a session's `logging/setLevel` lets through its level
+ * and every later one (PROTOCOL.md §15).
+ */
+export const LOG_LEVELS = ['debug', 'info', 'notice', 'warning', 'error', 'critical', 'alert', 'emergency'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
 /** A progress token is opaque: a string or an integer, echoed exactly as received. */
 export type ProgressToken = string | number;
 

@@ -151,6 +151,29 @@ return 1
 `;
 
 /**
+ * A tool's log message (PROTOCOL.md §15): published on the owning gateway's channel, never stored; refused for a
+ * missing or terminal task and, lock-checked, for a run that lost its job. The payload is built here around the
+ * caller's JSON so the data is not decoded and encoded again.
+ * KEYS: 1 task, 2 the job's lock key. ARGV: 1 level, 2 data JSON, 3 logger JSON or '', 4 gateway channel prefix,
+ * 5 gateway channel suffix, 6 terminal statuses (comma list), 7 lock token ('' = no lock check).
+ * Returns 1 published, 0 no gateway holds the caller's session, -1 missing, -2 terminal, -3 lock not held.
+ */
+export const LOG_SCRIPT = `
+local h = redis.call('HMGET', KEYS[1], 'status', 'gatewayId', 'taskId')
+if not h[1] then return -1 end
+for s in string.gmatch(ARGV[6], '[^,]+') do
+  if s == h[1] then return -2 end
+end
+if ARGV[7] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[7] then return -3 end
+if not h[2] or h[2] == '' then return 0 end
+local payload = '{"type":"log","taskId":' .. cjson.encode(h[3]) .. ',"level":' .. cjson.encode(ARGV[1]) ..
+  ',"data":' .. ARGV[2]
+if ARGV[3] ~= '' then payload = payload .. ',"logger":' .. ARGV[3] end
+redis.call('PUBLISH', ARGV[4] .. h[2] .. ARGV[5], payload .. '}')
+return 1
+`;
+
+/**
  * A run starts (PROTOCOL.md §10.2): the lock holder records it and moves the deadline.
  * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 deadlineAt ms, 3 now (ISO), 4 attempt,
  * 5 terminal statuses (comma list).

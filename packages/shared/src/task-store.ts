@@ -6,6 +6,7 @@ import {
   ANSWER_SCRIPT,
   CREATE_SCRIPT,
   LIST_SCRIPT,
+  LOG_SCRIPT,
   PROGRESS_SCRIPT,
   REAP_SCRIPT,
   SET_STATE_SCRIPT,
@@ -21,6 +22,7 @@ import {
   isTerminal,
   type CancelReason,
   type InputRequest,
+  type LogLevel,
   type ProgressToken,
   type TaskMode,
   type TaskRecord,
@@ -109,6 +111,17 @@ export type TransitionOutcome =
   | { ok: false; status: TaskStatus | undefined; lockLost?: true };
 
 export type ProgressOutcome = 'accepted' | 'stale' | 'missing' | 'terminal' | 'lock_lost';
+
+/** How `recordLog` ended: `unrouted` when no gateway holds the caller's session (nobody to tell). */
+export type LogOutcome = 'published' | 'unrouted' | 'missing' | 'terminal' | 'lock_lost';
+
+/** One tool log message (PROTOCOL.md §15): MCP's `notifications/message` params. */
+export interface LogMessage {
+  level: LogLevel;
+  /** Any JSON value. */
+  data: unknown;
+  logger?: string;
+}
 
 /** What `startRun` finds: the task (undefined when missing), or that the lock is no longer this run's. */
 export type StartOutcome = { lockLost: false; record: TaskRecord | undefined } | { lockLost: true };
@@ -378,6 +391,37 @@ export class RedisTaskStore {
   }
 
   /**
+   * Publishes a tool's log message to the gateway holding the caller's session (PROTOCOL.md §15); nothing is stored.
+   * Refused once the task is terminal, and for a run that no longer holds `lock`.
+   */
+  async recordLog(taskId: string, message: LogMessage, lock?: JobLock): Promise<LogOutcome> {
+    const taskKey = this.keys.task(taskId);
+    const reply = (await this.scripts.taskrelayLog(
+      taskKey,
+      lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey,
+      message.level,
+      JSON.stringify(message.data ?? null),
+      message.logger === undefined ? '' : JSON.stringify(message.logger),
+      this.keys.gatewayChannelPrefix,
+      this.keys.gatewayChannelSuffix,
+      TERMINAL_LIST,
+      lock?.token ?? '',
+    )) as number;
+    switch (reply) {
+      case 1:
+        return 'published';
+      case 0:
+        return 'unrouted';
+      case -2:
+        return 'terminal';
+      case -3:
+        return 'lock_lost';
+      default:
+        return 'missing';
+    }
+  }
+
+  /**
    * A run suspends (PROTOCOL.md §12.2, §12.6): lock-checked. With `request`, stores it as pending and moves the task to
    * `input_required`, unless the request is already answered.
    */
@@ -529,6 +573,7 @@ const SCRIPTS = {
   taskrelayCreate: { numberOfKeys: 4, lua: CREATE_SCRIPT },
   taskrelayTransition: { numberOfKeys: 3, lua: TRANSITION_SCRIPT },
   taskrelayProgress: { numberOfKeys: 2, lua: PROGRESS_SCRIPT },
+  taskrelayLog: { numberOfKeys: 2, lua: LOG_SCRIPT },
   taskrelayStart: { numberOfKeys: 2, lua: START_SCRIPT },
   taskrelayWatch: { numberOfKeys: 1, lua: WATCH_SCRIPT },
   taskrelayReap: { numberOfKeys: 2, lua: REAP_SCRIPT },

@@ -1,8 +1,11 @@
 import { z } from 'zod';
 import {
   Coalescer,
+  LOG_LEVELS,
   TaskrelayError,
   type InputMethod,
+  type LogLevel,
+  type LogMessage,
   type JobLock,
   type Logger,
   type ProgressUpdate,
@@ -87,6 +90,9 @@ const SampleAnswerSchema = z.looseObject({
   model: z.string(),
 });
 
+/** The largest `ctx.notify` data, serialised: 64 KiB. */
+export const MAX_LOG_BYTES = 65_536;
+
 /** Why and until when a run suspended (PROTOCOL.md §12). */
 export type Suspension = { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number };
 
@@ -123,8 +129,18 @@ export interface ToolContext {
    * @throws RangeError when `progress` or `total` is not a finite number.
    */
   progress(progress: number, total?: number, message?: string): void;
-  /** A pino logger whose lines carry `taskId` and `tool`. */
+  /** A pino logger whose lines carry `taskId` and `tool` (the worker's own log; the client never sees it). */
   readonly log: Logger;
+  /**
+   * Sends a log message to the task's caller (MCP `notifications/message`, PROTOCOL.md §15): `level` is one of MCP's
+   * `debug`, `info`, `notice`, `warning`, `error`, `critical`, `alert`, `emergency`; `data` any JSON value (at most
+   * 64 KiB serialised); `logger` an optional name. Synchronous and cheap like `progress`: written in the background,
+   * in order, never after the task ended; a failed write is logged, never thrown. The caller's session decides what
+   * it sees (`logging/setLevel`; default `info` and above).
+   *
+   * @throws TypeError when `level` is not an MCP log level; RangeError when `data` is too big.
+   */
+  notify(level: LogLevel, data: unknown, logger?: string): void;
   /**
    * Resolves after `ms` milliseconds; rejects with a `CancelledError` as soon as the signal aborts.
    *
@@ -165,8 +181,8 @@ export interface TaskContextOptions {
   tool: string;
   attempt: number;
   signal: AbortSignal;
-  /** Where progress goes; only `recordProgress` is used. */
-  store: Pick<RedisTaskStore, 'recordProgress'>;
+  /** Where progress (`recordProgress`) and log messages (`recordLog`; without it `notify` only logs locally) go. */
+  store: Pick<RedisTaskStore, 'recordProgress'> & Partial<Pick<RedisTaskStore, 'recordLog'>>;
   /** The job lock every progress write is checked against (PROTOCOL.md §10.4). Default: none. */
   lock?: JobLock;
   /** Called when a progress write is refused because the lock is gone. */
@@ -196,7 +212,7 @@ export class TaskContext implements ToolContext {
   readonly signal: AbortSignal;
   readonly log: Logger;
 
-  private readonly store: Pick<RedisTaskStore, 'recordProgress'>;
+  private readonly store: Pick<RedisTaskStore, 'recordProgress'> & Partial<Pick<RedisTaskStore, 'recordLog'>>;
   private readonly lock: JobLock | undefined;
   private readonly onLockLost: (() => void) | undefined;
   private readonly coalescer: Coalescer<ProgressUpdate>;
@@ -326,6 +342,44 @@ export class TaskContext implements ToolContext {
     if (total !== undefined) update.total = total;
     if (message !== undefined) update.message = String(message);
     this.coalescer.push(update);
+  };
+
+  readonly notify = (level: LogLevel, data: unknown, logger?: string): void => {
+    if (!(LOG_LEVELS as readonly unknown[]).includes(level)) {
+      throw new TypeError(`ctx.notify: level must be one of ${LOG_LEVELS.join(', ')} (got ${String(level)})`);
+    }
+    const json = JSON.stringify(data ?? null) as string | undefined;
+    if (json === undefined) throw new TypeError('ctx.notify: data must be a JSON value');
+    if (Buffer.byteLength(json) > MAX_LOG_BYTES) {
+      throw new RangeError(`ctx.notify: data is over ${MAX_LOG_BYTES} bytes as JSON`);
+    }
+    if (this.closed) {
+      this.log.debug({ level }, 'log message after the run ended dropped');
+      return;
+    }
+    const recordLog = this.store.recordLog?.bind(this.store);
+    if (!recordLog) {
+      this.log.info({ level, data }, 'log message (no client route in this context)');
+      return;
+    }
+    const message: LogMessage = { level, data };
+    if (logger !== undefined) message.logger = String(logger);
+    // In the same write set as progress: flushProgress waits for it, so every message is published before the task's
+    // terminal status and reaches the caller before the result.
+    const write: Promise<void> = recordLog(this.taskId, message, this.lock)
+      .then(
+        (outcome) => {
+          if (outcome === 'lock_lost') {
+            this.log.warn({ level }, 'log message refused: this worker no longer holds the job');
+            this.onLockLost?.();
+          } else if (outcome !== 'published') {
+            this.log.debug({ level, outcome }, 'log message not published');
+          }
+        },
+        (error: unknown) => this.log.warn({ err: error, level }, 'log message write failed'),
+      )
+      .finally(() => this.writes.delete(write));
+    this.writes.add(write);
   };
 
   readonly sleep = (ms: number): Promise<void> => {

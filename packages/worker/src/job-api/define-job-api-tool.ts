@@ -1,6 +1,6 @@
 /**
  * `defineJobApiTool`: a tool that wraps an existing HTTP job service (submit, poll, result, cancel) as an MCP task
- * (CONTRACT.md §6, PROTOCOL.md §12.9). The `TASKRELAY_JOB_APIS` file form is built on it.
+ * (CONTRACT.md §6, PROTOCOL.md §12.10). The `TASKRELAY_JOB_APIS` file form is built on it.
  */
 import type { z } from 'zod';
 import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
@@ -84,7 +84,7 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
 
 /**
  * A task cancelled while no run of it was active (its job waited, suspended, between two polls): what the worker
- * hands `onCancelled` when it picks the promoted job up and finds the task cancelled (PROTOCOL.md §12.9).
+ * hands `onCancelled` when it picks the promoted job up and finds the task cancelled (PROTOCOL.md §12.10).
  */
 export type CancelledTask = CancelledTaskInfo;
 
@@ -235,7 +235,7 @@ class JobApiRun {
           data: { externalId: job.id, status: reading.status },
         });
       }
-      // §12.9: a long wait holds no slot; a short one waits here, and a run polls here for at most maxRunMs.
+      // §12.10: a long wait holds no slot; a short one waits here, and a run polls here for at most maxRunMs.
       if (intervalMs >= suspendFromMs || Date.now() - runStartedAt + intervalMs > maxRunMs) {
         await ctx.suspend({ forMs: intervalMs });
       }
@@ -334,7 +334,7 @@ class JobApiRun {
     await this.cancelExternal('CLIENT_CANCELLED');
   }
 
-  /** At most once per run; the run that sees the cancel is the one that calls it (PROTOCOL.md §12.9). */
+  /** At most once per run; the run that sees the cancel is the one that calls it (PROTOCOL.md §12.10). */
   private async cancelExternal(reason: string): Promise<void> {
     const { cancel } = this.spec;
     if (this.cancelled || cancel === undefined || this.scope.id === undefined) return;

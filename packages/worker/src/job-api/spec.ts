@@ -87,7 +87,7 @@ export const PollSpecSchema = request('GET')
     /** Between two polls. Default 1000. */
     intervalMs: z.number().int().min(10, { message: 'must be at least 10' }).default(1000),
     /**
-     * Extension: intervals at least this long suspend the run (no worker slot held, PROTOCOL.md §12.9); shorter ones
+     * Extension: intervals at least this long suspend the run (no worker slot held, PROTOCOL.md §12.10); shorter ones
      * wait in the run. Default 5000.
      */
     suspendFromMs: z.number().int().min(0).default(5000),
