@@ -114,6 +114,7 @@ const COLOURS: Record<string, string> = {
   input_required: '\u001b[36m',
 };
 const RESET = '\u001b[0m';
+const ERASE_TO_END = '\u001b[0K';
 
 interface BarPayload {
   label: string;
@@ -142,7 +143,9 @@ class BarReporter implements Reporter {
   open(n: number, label: string): CallView {
     const payload: BarPayload = { label: `#${n} ${label}`, status: 'starting', message: '', unknownTotal: true };
     const bar: SingleBar = this.bars.create(1, 0, payload);
-    const log = (text: string) => this.bars.log(`#${n} ${text}\n`);
+    // cli-progress clears only the first row it logs over: end each line with erase-to-end-of-line, or what is left
+    // of the bar drawn there before shows after the text.
+    const log = (text: string) => this.bars.log(`#${n} ${text}${ERASE_TO_END}\n`);
     let ended = false;
     return {
       task: (task) => {
