@@ -26,6 +26,7 @@ import { waitEndedByShutdown } from './errors.js';
 import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http-guards.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
+import { AdminQueries } from './admin/queries.js';
 import { GatewayMetrics } from './metrics.js';
 import { Reaper } from './reaper.js';
 import { TaskRouter } from './task-router.js';
@@ -93,11 +94,16 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     for (const client of Object.values(connections)) client.disconnect();
     throw error;
   }
-  for (const [connection, client] of Object.entries(connections)) {
-    client.off('error', quiet).on('error', (error) => log.warn({ err: error, connection }, 'redis error'));
-  }
-
   const metrics = new GatewayMetrics();
+  for (const [connection, client] of Object.entries(connections)) {
+    client.off('error', quiet).on('error', (error) => {
+      metrics.redisErrors.inc({ connection });
+      log.warn({ err: error, connection }, 'redis error');
+    });
+    client.on('reconnecting', () => metrics.redisReconnects.inc({ connection }));
+  }
+  const admin = new AdminQueries(redis, queueRedis, keys);
+  metrics.watchFleet(admin);
   const store = new RedisTaskStore(redis, keys, {
     reaperIntervalMs: options.reaperIntervalMs,
     // A principal's index outlives every task in it: the longest ttl after the longest run.
@@ -282,7 +288,11 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     const session = sessionOf(req, res);
     if (session) await session.transport.handleRequest(req, res);
   };
-  app.get('/mcp', sessionRequest);
+  app.get('/mcp', (req: AuthedRequest, res: Response) => {
+    metrics.streams.inc();
+    res.on('close', () => metrics.streams.dec());
+    return sessionRequest(req, res);
+  });
   app.delete('/mcp', sessionRequest);
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
@@ -352,6 +362,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         http.closeAllConnections();
         await closed;
         router.close();
+        await admin.close();
         await dispatcher.close();
         await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
         log.info({ gatewayId }, 'gateway stopped');

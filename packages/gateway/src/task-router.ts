@@ -104,6 +104,7 @@ export class TaskRouter {
       sendProgress && token !== undefined
         ? new Coalescer<ProgressEvent>({
             minIntervalMs: this.options.progressIntervalMs,
+            onCoalesced: () => this.metrics.progressCoalesced.inc(),
             send: (event) => {
               const params: ProgressParams = { progressToken: token, progress: event.progress };
               if (event.total !== undefined) params.total = event.total;
@@ -274,7 +275,7 @@ export class TaskRouter {
         // out — before the status notification, and before any waiter answers. Not after a cancel: the client may
         // already have been told the task is cancelled.
         this.retire(event.taskId, { flush: event.status !== 'cancelled' });
-        this.metrics.tasksFinished.inc({ status: event.status });
+        this.metrics.taskEnded(route.record.tool, event.status, route.record.createdAt);
       }
       if (route.sendStatus) {
         const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };

@@ -193,6 +193,7 @@ export class TaskService {
 
   /** State first: the task is `cancelled` in Redis before this returns; then the worker is told. */
   async cancel(taskId: string, principal: string): Promise<TaskRecord> {
+    const stopTimer = this.metrics.cancelLatency.startTimer({ trigger: 'tasks/cancel' });
     const record = await this.get(taskId, principal);
     if (isTerminal(record.status)) throw terminalError(record);
     const outcome = await this.applyCancel(record, 'tasks/cancel');
@@ -200,6 +201,7 @@ export class TaskService {
       const now = await this.store.get(taskId);
       throw now ? terminalError(now) : taskNotFound(taskId);
     }
+    stopTimer();
     return outcome;
   }
 
@@ -250,7 +252,7 @@ export class TaskService {
       this.log.debug({ taskId: record.taskId, owner }, 'no cancel ack from the owning gateway (gone?)');
     }
     this.metrics.tasksCancelled.inc({ trigger });
-    this.metrics.tasksFinished.inc({ status: 'cancelled' });
+    this.metrics.taskEnded(record.tool, 'cancelled', record.createdAt);
     this.log.info(
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',

@@ -61,6 +61,9 @@ export interface TaskContextOptions {
   progressIntervalMs: number;
   /** Already bound to the task (`taskId`, `tool`). */
   logger: Logger;
+  /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
+  onProgressCoalesced?: () => void;
+  onProgressWritten?: () => void;
 }
 
 /**
@@ -93,7 +96,11 @@ export class TaskContext implements ToolContext {
     this.onLockLost = options.onLockLost;
     this.coalescer = new Coalescer<ProgressUpdate>({
       minIntervalMs: options.progressIntervalMs,
-      send: (update) => this.write(update),
+      send: (update) => {
+        options.onProgressWritten?.();
+        this.write(update);
+      },
+      ...(options.onProgressCoalesced ? { onCoalesced: options.onProgressCoalesced } : {}),
     });
   }
 

@@ -5,4 +5,5 @@ export { CancelledError, NonRetryableError } from './errors.js';
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';
 export { demoTools } from './demo-tools.js';
+export { WorkerMetrics, serveMetrics, type MetricsServer } from './metrics.js';
 export type { CancelReason, ToolResult } from '@taskrelay/shared';

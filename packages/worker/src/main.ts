@@ -17,6 +17,7 @@ import {
 } from '@taskrelay/shared';
 import { demoTools } from './demo-tools.js';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
+import { WorkerMetrics, serveMetrics, type MetricsServer } from './metrics.js';
 import { startWorker, type WorkerHandle } from './worker.js';
 
 async function main(): Promise<void> {
@@ -33,6 +34,7 @@ async function main(): Promise<void> {
     probe.disconnect();
   }
 
+  const metrics = new WorkerMetrics();
   const handle = await startWorker({
     redisUrl,
     prefix: config.prefix,
@@ -46,9 +48,29 @@ async function main(): Promise<void> {
     abortGraceMs: config.abortGraceMs,
     cancelSweepMs: config.cancelSweepMs,
     logger,
+    metrics,
   });
-  logger.info({ workerId: handle.workerId, queue: handle.queue, tools: tools.map((t) => t.name) }, 'worker ready');
-  handleSignals(handle, logger);
+  let metricsServer: MetricsServer | undefined;
+  if (config.metricsPort !== undefined) {
+    metricsServer = await serveMetrics(metrics.registry, config.metricsHost, config.metricsPort).catch(
+      async (error: unknown) => {
+        await handle.close({ graceMs: 0 });
+        throw new ConfigError(
+          `Invalid configuration: WORKER_METRICS_PORT ${config.metricsPort} cannot be served: ${oneLine(error)}`,
+        );
+      },
+    );
+  }
+  logger.info(
+    {
+      workerId: handle.workerId,
+      queue: handle.queue,
+      tools: tools.map((t) => t.name),
+      metricsPort: metricsServer?.port,
+    },
+    'worker ready',
+  );
+  handleSignals(handle, logger, metricsServer);
 }
 
 /** Every tool definition a module exports: named exports, the default export, and arrays of either. */
@@ -74,7 +96,11 @@ async function loadTools(modulePath: string): Promise<ToolDefinition[]> {
   return [...found];
 }
 
-function handleSignals(handle: WorkerHandle, logger: ReturnType<typeof createLogger>): void {
+function handleSignals(
+  handle: WorkerHandle,
+  logger: ReturnType<typeof createLogger>,
+  metricsServer: MetricsServer | undefined,
+): void {
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -83,7 +109,7 @@ function handleSignals(handle: WorkerHandle, logger: ReturnType<typeof createLog
     }
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    handle.close().then(
+    Promise.all([handle.close(), metricsServer?.close()]).then(
       () => process.exit(0),
       (error: unknown) => {
         console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
