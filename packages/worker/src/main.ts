@@ -51,12 +51,13 @@ async function main(): Promise<void> {
     metrics,
   });
   let metricsServer: MetricsServer | undefined;
-  if (config.metricsPort !== undefined) {
-    metricsServer = await serveMetrics(metrics.registry, config.metricsHost, config.metricsPort).catch(
+  const metricsPort = config.metricsPort;
+  if (metricsPort !== undefined) {
+    metricsServer = await serveMetrics(metrics.registry, config.metricsHost, metricsPort).catch(
       async (error: unknown) => {
         await handle.close({ graceMs: 0 });
         throw new ConfigError(
-          `Invalid configuration: WORKER_METRICS_PORT ${config.metricsPort} cannot be served: ${oneLine(error)}`,
+          `Invalid configuration: WORKER_METRICS_PORT ${metricsPort} cannot be served: ${oneLine(error)}`,
         );
       },
     );
