@@ -27,6 +27,7 @@ import { bearerAuth, jsonRpcError, originGuard, type AuthInfoLike } from './http
 import { JobDispatcher } from './job-dispatcher.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
 import { AdminQueries } from './admin/queries.js';
+import { createAdminRouter } from './admin/router.js';
 import { GatewayMetrics } from './metrics.js';
 import { Reaper } from './reaper.js';
 import { TaskRouter } from './task-router.js';
@@ -186,6 +187,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
+
+  // The operator pages: behind the same Origin and bearer checks as /mcp.
+  app.use(
+    '/admin',
+    originGuard(options.allowedOrigins),
+    bearerAuth(options.authTokens),
+    createAdminRouter({ queries: admin, log }),
+  );
 
   app.use('/mcp', originGuard(options.allowedOrigins), bearerAuth(options.authTokens));
   app.use('/mcp', express.json({ limit: '4mb' }));
