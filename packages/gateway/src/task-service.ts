@@ -42,6 +42,8 @@ export interface StartTaskInput {
   mode: TaskMode;
   principal: string;
   sessionId: string | undefined;
+  /** The JSON-RPC id of the tools/call, for log correlation. */
+  requestId?: string | number | undefined;
   progressToken: ProgressToken | undefined;
   requestedTtlMs: number | undefined;
   /** `_meta["dev.taskrelay/idempotency-key"]` of a task call (1..200 characters). */
@@ -122,7 +124,10 @@ export class TaskService {
       arguments: input.args,
       timeoutMs,
       queueTimeoutMs: this.config.queueTimeoutMs,
+      principal: input.principal,
     };
+    if (input.sessionId !== undefined) data.sessionId = input.sessionId;
+    if (input.requestId !== undefined) data.requestId = String(input.requestId);
     try {
       await this.dispatcher.enqueue(tool, data);
     } catch (error) {
@@ -148,10 +153,12 @@ export class TaskService {
     this.log.info(
       {
         taskId: record.taskId,
+        jobId: record.taskId,
         tool: tool.name,
         mode: input.mode,
         principal: input.principal,
         sessionId: input.sessionId,
+        requestId: input.requestId,
       },
       'task created',
     );

@@ -341,7 +341,13 @@ class TaskWorker {
     const controller = new AbortController();
     const entry: RunningJob = { controller, graceTimer: undefined, lockRenewedAt: Date.now() };
     this.running.set(taskId, entry);
-    const log = this.log.child({ taskId, tool: job.name, attempt: attemptOf(job) });
+    const log = this.log.child({
+      taskId,
+      jobId: taskId,
+      tool: job.name,
+      attempt: attemptOf(job),
+      ...correlationOf(job),
+    });
     const startedAt = Date.now();
     this.metrics.jobsStarted.inc({ tool: job.name });
     if (job.attemptsMade === 0 && job.stalledCounter === 0) {
@@ -776,6 +782,16 @@ class TaskWorker {
     client.on('reconnecting', () => this.options.metrics.redisReconnects.inc({ connection: role }));
     return client;
   }
+}
+
+/** The gateway-side fields of a job (principal, session, request), for log lines; absent ones are left out. */
+function correlationOf(job: Job<unknown, void>): Record<string, string> {
+  const data = (job.data ?? {}) as Record<string, unknown>;
+  const fields: Record<string, string> = {};
+  for (const key of ['principal', 'sessionId', 'requestId'] as const) {
+    if (typeof data[key] === 'string') fields[key] = data[key];
+  }
+  return fields;
 }
 
 function isNonRetryable(error: unknown): boolean {
