@@ -25,7 +25,7 @@ async function prettyStream() {
   if (!process.stdout.isTTY || process.env['LOG_FORMAT'] === 'json') return undefined;
   try {
     const { default: pretty } = await import('pino-pretty');
-    return pretty({ colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+    return pretty({ colorize: true, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
   } catch {
     return undefined; // not installed: plain JSON lines
   }
