@@ -24,7 +24,10 @@ function toHtml(text) {
     if (sgr) {
       if (open) html += '</span>';
       open = false;
-      const colour = sgr[1].split(';').map(Number).find((c) => COLOURS[c]);
+      const colour = sgr[1]
+        .split(';')
+        .map(Number)
+        .find((c) => COLOURS[c]);
       if (colour) {
         html += `<span style="color:${COLOURS[colour]}">`;
         open = true;

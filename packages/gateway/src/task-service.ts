@@ -14,6 +14,7 @@ import {
   type TaskMode,
   type TaskPage,
   type TaskRecord,
+  startTaskSpan,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { TaskSupportError, taskNotFound } from './errors.js';
@@ -118,6 +119,14 @@ export class TaskService {
     if (input.sendProgress) route.sendProgress = input.sendProgress;
     if (input.sendStatus) route.sendStatus = input.sendStatus;
     this.router.register(route);
+    const span = startTaskSpan(`tools/call ${tool.name}`, {
+      'taskrelay.task_id': record.taskId,
+      'taskrelay.tool': tool.name,
+      'taskrelay.mode': input.mode,
+      'taskrelay.principal': input.principal,
+      'mcp.session_id': input.sessionId,
+      'rpc.jsonrpc.request_id': input.requestId === undefined ? undefined : String(input.requestId),
+    });
     const data: JobData = {
       taskId: record.taskId,
       tool: tool.name,
@@ -128,6 +137,7 @@ export class TaskService {
     };
     if (input.sessionId !== undefined) data.sessionId = input.sessionId;
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
+    if (span.carrier) data.trace = span.carrier;
     try {
       await this.dispatcher.enqueue(tool, data);
     } catch (error) {
@@ -147,8 +157,10 @@ export class TaskService {
           { dropIdempotency: true },
         )
         .catch(() => undefined);
+      span.end(error);
       throw error;
     }
+    span.end();
     this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
     this.log.info(
       {

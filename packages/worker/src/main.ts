@@ -13,7 +13,9 @@ import {
   loadWorkerConfig,
   oneLine,
   requireRedisUrl,
+  startTracing,
   waitForRedis,
+  type Tracing,
 } from '@taskrelay/shared';
 import { demoTools } from './demo-tools.js';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
@@ -34,6 +36,7 @@ async function main(): Promise<void> {
     probe.disconnect();
   }
 
+  const tracing = await startTracing('taskrelay-worker');
   const metrics = new WorkerMetrics();
   const handle = await startWorker({
     redisUrl,
@@ -71,7 +74,7 @@ async function main(): Promise<void> {
     },
     'worker ready',
   );
-  handleSignals(handle, logger, metricsServer);
+  handleSignals(handle, logger, metricsServer, tracing);
 }
 
 /** Every tool definition a module exports: named exports, the default export, and arrays of either. */
@@ -101,6 +104,7 @@ function handleSignals(
   handle: WorkerHandle,
   logger: ReturnType<typeof createLogger>,
   metricsServer: MetricsServer | undefined,
+  tracing: Tracing,
 ): void {
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
@@ -110,13 +114,15 @@ function handleSignals(
     }
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    Promise.all([handle.close(), metricsServer?.close()]).then(
-      () => process.exit(0),
-      (error: unknown) => {
-        console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
-        process.exit(1);
-      },
-    );
+    Promise.all([handle.close(), metricsServer?.close()])
+      .then(() => tracing.shutdown())
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

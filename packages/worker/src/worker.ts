@@ -25,6 +25,7 @@ import {
   type ToolDescriptor,
   type ToolResult,
   type WorkerCatalog,
+  withJobSpan,
 } from '@taskrelay/shared';
 import { TaskContext } from './context.js';
 import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
@@ -357,7 +358,18 @@ class TaskWorker {
     signal?.addEventListener('abort', forward, { once: true });
     controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
     try {
-      await this.runJob(job, token, taskId, controller, log);
+      const data = (job.data ?? {}) as { trace?: Record<string, string> };
+      await withJobSpan(
+        `run ${job.name}`,
+        data.trace,
+        {
+          'taskrelay.task_id': taskId,
+          'taskrelay.tool': job.name,
+          'taskrelay.attempt': attemptOf(job),
+          'taskrelay.worker_id': this.workerId,
+        },
+        () => this.runJob(job, token, taskId, controller, log),
+      );
     } catch (error) {
       // Redis went away while this run recorded its start or its outcome: not the tool's fault, so no attempt is
       // used. The job goes back (or, with Redis still away, returns to the queue when its lock expires).
