@@ -15,12 +15,16 @@ if (!input || !output) {
 const COLOURS = { 31: '#f85149', 32: '#3fb950', 33: '#d29922', 34: '#4aa3ff', 35: '#a371f7', 36: '#39c5cf' };
 const escape = (s) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
+const ESC = String.fromCharCode(27);
+const ESCAPE_SEQUENCE = new RegExp(`(${ESC}\\[[0-9;?]*[A-Za-z])`);
+const SGR = new RegExp(`^${ESC}\\[([0-9;]*)m$`);
+
 /** SGR colour codes to spans; every other escape sequence is dropped. */
 function toHtml(text) {
   let html = '';
   let open = false;
-  for (const part of text.split(/(\u001b\[[0-9;?]*[A-Za-z])/)) {
-    const sgr = /^\u001b\[([0-9;]*)m$/.exec(part);
+  for (const part of text.split(ESCAPE_SEQUENCE)) {
+    const sgr = SGR.exec(part);
     if (sgr) {
       if (open) html += '</span>';
       open = false;
@@ -32,7 +36,7 @@ function toHtml(text) {
         html += `<span style="color:${COLOURS[colour]}">`;
         open = true;
       }
-    } else if (!part.startsWith('\u001b')) html += escape(part);
+    } else if (!part.startsWith(ESC)) html += escape(part);
   }
   return open ? `${html}</span>` : html;
 }
