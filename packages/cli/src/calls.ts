@@ -10,7 +10,7 @@ import {
   type CallToolResult,
   type Task,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { CallView, Outcome } from './output.js';
+import type { CallView, Outcome, Progress } from './output.js';
 
 /** `tasks/result` and plain calls block for as long as the tool runs: far past the SDK's 60 s default. */
 const LONG_WAIT_MS = 7 * 24 * 3600_000;
@@ -65,6 +65,9 @@ function startPlainCall(client: Client, spec: CallSpec, view: CallView): Run {
 function startTaskCall(client: Client, spec: CallSpec, view: CallView): Run {
   let created: (taskId: string | undefined) => void = () => undefined;
   const taskIdKnown = new Promise<string | undefined>((resolve) => (created = resolve));
+  // Progress comes on the session's stream and may beat the CreateTaskResult: hold it until the task is shown.
+  let early: Progress[] | undefined = [];
+  const onProgress = (p: Progress) => (early ? early.push(p) : view.progress(p));
   const done = (async (): Promise<Outcome> => {
     let taskId: string | undefined;
     try {
@@ -74,11 +77,13 @@ function startTaskCall(client: Client, spec: CallSpec, view: CallView): Run {
           params: { name: spec.tool, arguments: spec.args, task: spec.ttlMs === undefined ? {} : { ttl: spec.ttlMs } },
         },
         CreateTaskResultSchema,
-        { onprogress: (p) => view.progress(p) },
+        { onprogress: onProgress },
       );
       taskId = task.taskId;
       created(taskId);
       view.task(task);
+      for (const p of early ?? []) view.progress(p);
+      early = undefined;
       return await followTask(client, taskId, view);
     } catch (error) {
       created(undefined);

@@ -21,6 +21,7 @@ import {
   type StatusEvent,
   type TaskMode,
   type TaskRecord,
+  type TaskStatus,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -123,13 +124,15 @@ export class TaskRouter {
 
   /**
    * Stops forwarding for a task. `flush` sends a coalesced value that is still pending (it was published before the
-   * task ended); otherwise it is dropped.
+   * task ended); otherwise it is dropped. `endedAs`: the task reached this terminal status; whoever retires the route
+   * first (the status event or the local cancel, which race) counts it, once.
    */
-  retire(taskId: string, options: { flush: boolean }): void {
+  retire(taskId: string, options: { flush: boolean; endedAs?: TaskStatus }): void {
     const route = this.routes.get(taskId);
     if (!route) return;
     this.routes.delete(taskId);
     this.metrics.routes.set(this.routes.size);
+    if (options.endedAs) this.metrics.taskEnded(route.record.tool, options.endedAs, route.record.createdAt);
     if (options.flush) route.coalescer?.flush();
     else route.coalescer?.cancel();
   }
@@ -274,8 +277,7 @@ export class TaskRouter {
         // Every progress event of this task was published before this status event, so a pending one still goes
         // out — before the status notification, and before any waiter answers. Not after a cancel: the client may
         // already have been told the task is cancelled.
-        this.retire(event.taskId, { flush: event.status !== 'cancelled' });
-        this.metrics.taskEnded(route.record.tool, event.status, route.record.createdAt);
+        this.retire(event.taskId, { flush: event.status !== 'cancelled', endedAs: event.status });
       }
       if (route.sendStatus) {
         const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };

@@ -266,12 +266,11 @@ export class TaskService {
       return undefined;
     }
     // Nothing more is forwarded for this task, even an update already on its way.
-    this.router.retire(record.taskId, { flush: false });
+    this.router.retire(record.taskId, { flush: false, endedAs: 'cancelled' });
     if (ack && !(await ack.wait())) {
       this.log.debug({ taskId: record.taskId, owner }, 'no cancel ack from the owning gateway (gone?)');
     }
     this.metrics.tasksCancelled.inc({ trigger });
-    this.metrics.taskEnded(record.tool, 'cancelled', record.createdAt);
     this.log.info(
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',
