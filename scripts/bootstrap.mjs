@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 /** Build order matters for `tsc -b` only through project references, but keep the dependency order anyway. */
-const PACKAGES = ['shared', 'worker', 'gateway'];
+const PACKAGES = ['shared', 'worker', 'gateway', 'cli'];
 const isWindows = process.platform === 'win32';
 
 function log(message) {

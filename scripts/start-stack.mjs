@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // `pnpm start`: the whole stack in one command. Without REDIS_URL it starts a private redis-server on a free port
 // (data in a temp dir), then one gateway and one demo worker as child processes, prints the MCP URL once the gateway
-// is ready, and stops everything on Ctrl-C. Plain Node, no dependencies. Children log pino JSON to our stdout.
+// is ready, and stops everything on Ctrl-C. Children log pino JSON; on a terminal it is shown through pino-pretty
+// (a dev dependency; LOG_FORMAT=json keeps the JSON lines, and so does a stdout that is not a terminal).
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
@@ -17,6 +18,18 @@ const REDIS_START_TIMEOUT_MS = 10_000;
 const READY_TIMEOUT_MS = 30_000;
 
 const host = process.env['HOST'] ?? '127.0.0.1';
+/** One pino-pretty stream shared by the children, so their lines never interleave mid-line. */
+const prettyLogs = await prettyStream();
+
+async function prettyStream() {
+  if (!process.stdout.isTTY || process.env['LOG_FORMAT'] === 'json') return undefined;
+  try {
+    const { default: pretty } = await import('pino-pretty');
+    return pretty({ colorize: true, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  } catch {
+    return undefined; // not installed: plain JSON lines
+  }
+}
 const port = process.env['PORT'] ?? '3000';
 
 /** @type {{ name: string, child: import('node:child_process').ChildProcess }[]} */
@@ -96,9 +109,25 @@ function fail(message) {
 // ---------------------------------------------------------------------------------------------------------------
 // Children
 
+/** Whole lines only into the shared pretty stream, so two children's output never mixes within a line. */
+function pipeLines(from, to) {
+  let rest = '';
+  from.setEncoding('utf8');
+  from.on('data', (chunk) => {
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop() ?? '';
+    for (const line of lines) to.write(`${line}\n`);
+  });
+  from.on('end', () => {
+    if (rest) to.write(`${rest}\n`);
+  });
+}
+
 function start(name, command, args, env) {
   // Own process group: a terminal Ctrl-C reaches only us, and we stop the children in order (apps, then Redis).
-  const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  const stdout = prettyLogs && name !== 'redis-server' ? 'pipe' : 'inherit';
+  const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', stdout, 'inherit'], detached: true });
+  if (stdout === 'pipe') pipeLines(child.stdout, prettyLogs);
   children.push({ name, child });
   child.on('error', (error) => fail(`could not start ${name}: ${error.message}`));
   child.on('exit', (code, signal) => {

@@ -31,6 +31,8 @@ import { sanitizeOutgoing } from './safe-errors.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
+import { AdminQueries } from './admin/queries.js';
+import { createAdminRouter } from './admin/router.js';
 import { GatewayMetrics } from './metrics.js';
 import { Reaper } from './reaper.js';
 import { TaskRouter } from './task-router.js';
@@ -101,11 +103,16 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     for (const client of Object.values(connections)) client.disconnect();
     throw error;
   }
-  for (const [connection, client] of Object.entries(connections)) {
-    client.off('error', quiet).on('error', (error) => log.warn({ err: error, connection }, 'redis error'));
-  }
-
   const metrics = new GatewayMetrics();
+  for (const [connection, client] of Object.entries(connections)) {
+    client.off('error', quiet).on('error', (error) => {
+      metrics.redisErrors.inc({ connection });
+      log.warn({ err: error, connection }, 'redis error');
+    });
+    client.on('reconnecting', () => metrics.redisReconnects.inc({ connection }));
+  }
+  const admin = new AdminQueries(redis, queueRedis, keys);
+  metrics.watchFleet(admin);
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: options.reaperIntervalMs, indexTtlMs });
@@ -215,6 +222,9 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
+
+  // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
+  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: admin, log }));
 
   // Authentication before the body is read: an anonymous caller costs no parsing.
   app.use('/mcp', originGuard(options.allowedOrigins), requireAuth, requireJsonContent);
@@ -355,7 +365,11 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     const session = sessionOf(req, res);
     if (session) await session.transport.handleRequest(req, res);
   };
-  app.get('/mcp', sessionRequest);
+  app.get('/mcp', (req: AuthedRequest, res: Response) => {
+    metrics.streams.inc();
+    res.on('close', () => metrics.streams.dec());
+    return sessionRequest(req, res);
+  });
   app.delete('/mcp', sessionRequest);
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
@@ -416,6 +430,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         http.closeAllConnections();
         await closed;
         router.close();
+        await admin.close();
         await dispatcher.close();
         await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
         log.info({ gatewayId }, 'gateway stopped');

@@ -2,25 +2,29 @@
 /**
  * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (CONTRACT.md §2).
  */
-import { loadGatewayConfig, createLogger, oneLine } from '@taskrelay/shared';
+import { loadGatewayConfig, createLogger, oneLine, startTracing } from '@taskrelay/shared';
 import { startGateway } from './gateway.js';
 
 async function main(): Promise<void> {
   const config = loadGatewayConfig();
   const logger = createLogger('gateway', { level: config.logLevel });
+  const tracing = await startTracing('taskrelay-gateway');
   const gateway = await startGateway({ ...config, logger });
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    gateway.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
+    gateway
+      .close()
+      .then(() => tracing.shutdown())
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          logger.error({ err: error }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

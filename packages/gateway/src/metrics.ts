@@ -1,4 +1,9 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { AdminQueries } from './admin/queries.js';
+
+/** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
+const DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
+const CANCEL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 /** The gateway's Prometheus metrics; one registry per gateway so tests can run several in one process. */
 export class GatewayMetrics {
@@ -11,8 +16,8 @@ export class GatewayMetrics {
   });
   readonly tasksFinished = new Counter({
     name: 'taskrelay_tasks_finished_total',
-    help: 'Tasks created by this gateway that reached a terminal status, by status.',
-    labelNames: ['status'] as const,
+    help: 'Tasks created by this gateway that reached a terminal status, by tool and status.',
+    labelNames: ['tool', 'status'] as const,
     registers: [this.registry],
   });
   readonly tasksCancelled = new Counter({
@@ -35,6 +40,42 @@ export class GatewayMetrics {
   readonly progressDropped = new Counter({
     name: 'taskrelay_progress_dropped_total',
     help: 'Progress events dropped: no route on this gateway (unknown, expired, terminal or foreign task).',
+    registers: [this.registry],
+  });
+  readonly progressCoalesced = new Counter({
+    name: 'taskrelay_progress_coalesced_total',
+    help: 'Progress events merged by the per-task throttle before reaching the client (a newer value replaced them).',
+    registers: [this.registry],
+  });
+  readonly taskDuration = new Histogram({
+    name: 'taskrelay_task_duration_seconds',
+    help: 'From task creation to its terminal status, for tasks created by this gateway, by tool and status.',
+    labelNames: ['tool', 'status'] as const,
+    buckets: DURATION_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly cancelLatency = new Histogram({
+    name: 'taskrelay_cancel_seconds',
+    help: 'tasks/cancel: from the request to the answer (state written, owning gateway acknowledged), by trigger.',
+    labelNames: ['trigger'] as const,
+    buckets: CANCEL_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly redisErrors = new Counter({
+    name: 'taskrelay_redis_errors_total',
+    help: "Errors reported by this process's Redis connections, by connection.",
+    labelNames: ['connection'] as const,
+    registers: [this.registry],
+  });
+  readonly redisReconnects = new Counter({
+    name: 'taskrelay_redis_reconnects_total',
+    help: "Reconnect attempts of this process's Redis connections, by connection.",
+    labelNames: ['connection'] as const,
+    registers: [this.registry],
+  });
+  readonly streams = new Gauge({
+    name: 'taskrelay_sse_streams_active',
+    help: 'Standalone GET /mcp SSE streams open on this gateway.',
     registers: [this.registry],
   });
   readonly sessions = new Gauge({
@@ -67,5 +108,54 @@ export class GatewayMetrics {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_gateway_' });
+  }
+
+  /**
+   * Fleet-wide gauges read from Redis at scrape time (never on a request's path): queue depth by queue and state, and
+   * live tasks by tool and status. Every gateway reports the same fleet values; aggregate them with `max`, not `sum`.
+   */
+  watchFleet(queries: AdminQueries): void {
+    new Gauge({
+      name: 'taskrelay_queue_jobs',
+      help: 'BullMQ jobs per worker pool (queue) and state, fleet-wide.',
+      labelNames: ['queue', 'state'] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const { queue, counts } of await queries.queueDepths().catch(() => [])) {
+          for (const [state, count] of Object.entries(counts)) this.set({ queue, state }, count);
+        }
+      },
+    });
+    new Gauge({
+      name: 'taskrelay_tasks_live',
+      help: 'Non-terminal tasks (queued or running) by tool and status, fleet-wide (at most 1000 read).',
+      labelNames: ['tool', 'status'] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        const counts = await queries.liveCounts().catch(() => new Map<string, never>());
+        for (const { tool, status, count } of counts.values()) this.set({ tool, status }, count);
+      },
+    });
+    new Gauge({
+      name: 'taskrelay_workers_live',
+      help: 'Workers with a live heartbeat, by queue, fleet-wide.',
+      labelNames: ['queue'] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        const byQueue = new Map<string, number>();
+        for (const w of await queries.workers().catch(() => [])) byQueue.set(w.queue, (byQueue.get(w.queue) ?? 0) + 1);
+        for (const [queue, count] of byQueue) this.set({ queue }, count);
+      },
+    });
+  }
+
+  /** A task created here ended: count it and observe its duration. */
+  taskEnded(tool: string, status: string, createdAt: string): void {
+    this.tasksFinished.inc({ tool, status });
+    const ms = Date.now() - Date.parse(createdAt);
+    if (Number.isFinite(ms)) this.taskDuration.observe({ tool, status }, Math.max(0, ms) / 1000);
   }
 }

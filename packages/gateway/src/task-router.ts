@@ -22,6 +22,7 @@ import {
   type StatusEvent,
   type TaskMode,
   type TaskRecord,
+  type TaskStatus,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -133,6 +134,7 @@ export class TaskRouter {
       sendProgress && token !== undefined
         ? new Coalescer<ProgressEvent>({
             minIntervalMs: this.options.progressIntervalMs,
+            onCoalesced: () => this.metrics.progressCoalesced.inc(),
             send: (event) => {
               const params: ProgressParams = { progressToken: token, progress: event.progress };
               if (event.total !== undefined) params.total = event.total;
@@ -151,13 +153,15 @@ export class TaskRouter {
 
   /**
    * Stops forwarding for a task. `flush` sends a coalesced value that is still pending (it was published before the
-   * task ended); otherwise it is dropped.
+   * task ended); otherwise it is dropped. `endedAs`: the task reached this terminal status; whoever retires the route
+   * first (the status event or the local cancel, which race) counts it, once.
    */
-  retire(taskId: string, options: { flush: boolean }): void {
+  retire(taskId: string, options: { flush: boolean; endedAs?: TaskStatus }): void {
     const route = this.routes.get(taskId);
     if (!route) return;
     this.routes.delete(taskId);
     this.metrics.routes.set(this.routes.size);
+    if (options.endedAs) this.metrics.taskEnded(route.record.tool, options.endedAs, route.record.createdAt);
     if (options.flush) route.coalescer?.flush();
     else route.coalescer?.cancel();
     route.sink?.withdrawInput(taskId);
@@ -376,8 +380,7 @@ export class TaskRouter {
         // Every progress event of this task was published before this status event, so a pending one still goes
         // out — before the status notification, and before any waiter answers. Not after a cancel: the client may
         // already have been told the task is cancelled.
-        this.retire(event.taskId, { flush: event.status !== 'cancelled' });
-        this.metrics.tasksFinished.inc({ status: event.status });
+        this.retire(event.taskId, { flush: event.status !== 'cancelled', endedAs: event.status });
       }
       if (route.sendStatus) {
         const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };

@@ -14,6 +14,7 @@ import {
   type TaskMode,
   type TaskPage,
   type TaskRecord,
+  startTaskSpan,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { checkAnswer } from './input-answers.js';
@@ -46,6 +47,8 @@ export interface StartTaskInput {
   mode: TaskMode;
   principal: string;
   sessionId: string | undefined;
+  /** The JSON-RPC id of the tools/call, for log correlation. */
+  requestId?: string | number | undefined;
   progressToken: ProgressToken | undefined;
   requestedTtlMs: number | undefined;
   /** `_meta["dev.taskrelay/idempotency-key"]` of a task call (1..200 characters). */
@@ -169,13 +172,25 @@ export class TaskService {
     if (input.sendStatus) route.sendStatus = input.sendStatus;
     if (input.sink) route.sink = input.sink;
     this.router.register(route);
+    const span = startTaskSpan(`tools/call ${tool.name}`, {
+      'taskrelay.task_id': record.taskId,
+      'taskrelay.tool': tool.name,
+      'taskrelay.mode': input.mode,
+      'taskrelay.principal': input.principal,
+      'mcp.session_id': input.sessionId,
+      'rpc.jsonrpc.request_id': input.requestId === undefined ? undefined : String(input.requestId),
+    });
     const data: JobData = {
       taskId: record.taskId,
       tool: tool.name,
       arguments: input.args,
       timeoutMs,
       queueTimeoutMs: this.config.queueTimeoutMs,
+      principal: input.principal,
     };
+    if (input.sessionId !== undefined) data.sessionId = input.sessionId;
+    if (input.requestId !== undefined) data.requestId = String(input.requestId);
+    if (span.carrier) data.trace = span.carrier;
     try {
       await this.dispatcher.enqueue(tool, data);
     } catch (error) {
@@ -197,16 +212,20 @@ export class TaskService {
           { dropIdempotency: true },
         )
         .catch(() => undefined);
+      span.end(error);
       throw error;
     }
+    span.end();
     this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
     this.log.info(
       {
         taskId: record.taskId,
+        jobId: record.taskId,
         tool: tool.name,
         mode: input.mode,
         principal: input.principal,
         sessionId: input.sessionId,
+        requestId: input.requestId,
       },
       'task created',
     );
@@ -288,6 +307,7 @@ export class TaskService {
 
   /** State first: the task is `cancelled` in Redis before this returns; then the worker is told. */
   async cancel(taskId: string, principal: string): Promise<TaskRecord> {
+    const stopTimer = this.metrics.cancelLatency.startTimer({ trigger: 'tasks/cancel' });
     const record = await this.get(taskId, principal);
     if (isTerminal(record.status)) throw terminalError(record);
     const outcome = await this.applyCancel(record, 'tasks/cancel');
@@ -295,6 +315,7 @@ export class TaskService {
       const now = await this.store.get(taskId);
       throw now ? terminalError(now) : taskNotFound(taskId);
     }
+    stopTimer();
     return outcome;
   }
 
@@ -373,12 +394,11 @@ export class TaskService {
       return undefined;
     }
     // Nothing more is forwarded for this task, even an update already on its way.
-    this.router.retire(record.taskId, { flush: false });
+    this.router.retire(record.taskId, { flush: false, endedAs: 'cancelled' });
     if (ack && !(await ack.wait())) {
       this.log.debug({ taskId: record.taskId, owner }, 'no cancel ack from the owning gateway (gone?)');
     }
     this.metrics.tasksCancelled.inc({ trigger });
-    this.metrics.tasksFinished.inc({ status: 'cancelled' });
     this.log.info(
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',

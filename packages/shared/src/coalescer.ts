@@ -7,6 +7,8 @@ export interface CoalescerOptions<T> {
   /** Minimum time between two sends, in milliseconds. 0 disables coalescing. */
   minIntervalMs: number;
   send: (value: T) => void;
+  /** Called when a pending value is replaced by a newer one (it is never sent): the throttle's merge count. */
+  onCoalesced?: () => void;
   /** Injected for tests; defaults to Date.now. */
   now?: () => number;
 }
@@ -27,6 +29,7 @@ export class Coalescer<T> {
       this.emit(value);
       return;
     }
+    if (this.pending) this.options.onCoalesced?.();
     this.pending = { value };
     this.timer ??= setTimeout(() => this.flush(), Math.max(0, this.options.minIntervalMs - elapsed));
   }

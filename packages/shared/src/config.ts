@@ -130,6 +130,8 @@ const workerEnvSchema = z.object({
   WORKER_ABORT_GRACE_MS: int(0, 3_600_000).default(5_000),
   WORKER_CANCEL_SWEEP_MS: int(50, 600_000).default(2_000),
   WORKER_SHUTDOWN_GRACE_MS: int(0, 86_400_000).default(30_000),
+  WORKER_METRICS_PORT: int(1, 65_535).optional(),
+  HOST: z.string().trim().min(1).default('127.0.0.1'),
 });
 
 export interface CommonConfig {
@@ -224,6 +226,10 @@ export interface WorkerConfig extends CommonConfig {
   cancelSweepMs: number;
   /** On SIGTERM, how long running jobs may finish before they are aborted and handed back. Default 30000 ms. */
   shutdownGraceMs: number;
+  /** When set, Prometheus `/metrics` is served on this port (`WORKER_METRICS_PORT`). Default: unset, no listener. */
+  metricsPort: number | undefined;
+  /** Address the metrics listener binds (`HOST`, as for the gateway). Default `127.0.0.1`. */
+  metricsHost: string;
 }
 
 function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
@@ -327,6 +333,8 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
     abortGraceMs: p.WORKER_ABORT_GRACE_MS,
     cancelSweepMs: p.WORKER_CANCEL_SWEEP_MS,
     shutdownGraceMs: p.WORKER_SHUTDOWN_GRACE_MS,
+    metricsPort: p.WORKER_METRICS_PORT,
+    metricsHost: p.HOST,
   };
 }
 

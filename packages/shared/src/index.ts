@@ -7,3 +7,4 @@ export * from './messages.js';
 export * from './redis.js';
 export * from './task-model.js';
 export * from './task-store.js';
+export * from './tracing.js';

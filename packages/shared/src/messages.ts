@@ -80,6 +80,13 @@ export const JobDataSchema = z.object({
   timeoutMs: z.number().int().positive().optional(),
   /** How long the job may wait in the queue (again) before the reaper fails its task (PROTOCOL.md §10.2). */
   queueTimeoutMs: z.number().int().positive().optional(),
+  /** Correlation, so worker log lines carry the same fields as the gateway's (PROTOCOL.md §4). */
+  principal: z.string().optional(),
+  sessionId: z.string().optional(),
+  /** The JSON-RPC id of the tools/call that created the task, as a string. */
+  requestId: z.string().optional(),
+  /** W3C trace context (`traceparent`, `tracestate`) of the request that created the task. */
+  trace: z.record(z.string(), z.string()).optional(),
 });
 export type JobData = z.infer<typeof JobDataSchema>;
 

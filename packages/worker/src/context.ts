@@ -199,6 +199,9 @@ export interface TaskContextOptions {
   inputTimeoutMs?: number;
   /** How long a resumed job may wait in the queue (the task's queue timeout), for a timed suspension's deadline. */
   queueTimeoutMs?: number;
+  /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
+  onProgressCoalesced?: () => void;
+  onProgressWritten?: () => void;
 }
 
 /**
@@ -251,7 +254,11 @@ export class TaskContext implements ToolContext {
     this.onLockLost = options.onLockLost;
     this.coalescer = new Coalescer<ProgressUpdate>({
       minIntervalMs: options.progressIntervalMs,
-      send: (update) => this.write(update),
+      send: (update) => {
+        options.onProgressWritten?.();
+        this.write(update);
+      },
+      ...(options.onProgressCoalesced ? { onCoalesced: options.onProgressCoalesced } : {}),
     });
     this.durable = options.durable;
     this.inputTimeoutMs = options.inputTimeoutMs ?? 86_400_000;

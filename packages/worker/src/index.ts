@@ -28,4 +28,5 @@ export type {
   PollReading,
   SubmittedJob,
 } from './job-api/index.js';
+export { WorkerMetrics, serveMetrics, type MetricsServer } from './metrics.js';
 export type { CancelReason, ToolResult } from '@taskrelay/shared';

@@ -13,11 +13,14 @@ import {
   loadWorkerConfig,
   oneLine,
   requireRedisUrl,
+  startTracing,
   waitForRedis,
+  type Tracing,
 } from '@taskrelay/shared';
 import { demoTools } from './demo-tools.js';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { loadJobApiTools } from './job-api/index.js';
+import { WorkerMetrics, serveMetrics, type MetricsServer } from './metrics.js';
 import { startWorker, type WorkerHandle } from './worker.js';
 
 async function main(): Promise<void> {
@@ -37,6 +40,8 @@ async function main(): Promise<void> {
     probe.disconnect();
   }
 
+  const tracing = await startTracing('taskrelay-worker');
+  const metrics = new WorkerMetrics();
   const handle = await startWorker({
     redisUrl,
     prefix: config.prefix,
@@ -50,9 +55,30 @@ async function main(): Promise<void> {
     abortGraceMs: config.abortGraceMs,
     cancelSweepMs: config.cancelSweepMs,
     logger,
+    metrics,
   });
-  logger.info({ workerId: handle.workerId, queue: handle.queue, tools: tools.map((t) => t.name) }, 'worker ready');
-  handleSignals(handle, logger);
+  let metricsServer: MetricsServer | undefined;
+  const metricsPort = config.metricsPort;
+  if (metricsPort !== undefined) {
+    metricsServer = await serveMetrics(metrics.registry, config.metricsHost, metricsPort).catch(
+      async (error: unknown) => {
+        await handle.close({ graceMs: 0 });
+        throw new ConfigError(
+          `Invalid configuration: WORKER_METRICS_PORT ${metricsPort} cannot be served: ${oneLine(error)}`,
+        );
+      },
+    );
+  }
+  logger.info(
+    {
+      workerId: handle.workerId,
+      queue: handle.queue,
+      tools: tools.map((t) => t.name),
+      metricsPort: metricsServer?.port,
+    },
+    'worker ready',
+  );
+  handleSignals(handle, logger, metricsServer, tracing);
 }
 
 /** Every tool definition a module exports: named exports, the default export, and arrays of either. */
@@ -78,7 +104,12 @@ async function loadTools(modulePath: string): Promise<ToolDefinition[]> {
   return [...found];
 }
 
-function handleSignals(handle: WorkerHandle, logger: ReturnType<typeof createLogger>): void {
+function handleSignals(
+  handle: WorkerHandle,
+  logger: ReturnType<typeof createLogger>,
+  metricsServer: MetricsServer | undefined,
+  tracing: Tracing,
+): void {
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -87,13 +118,15 @@ function handleSignals(handle: WorkerHandle, logger: ReturnType<typeof createLog
     }
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    handle.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
-        process.exit(1);
-      },
-    );
+    Promise.all([handle.close(), metricsServer?.close()])
+      .then(() => tracing.shutdown())
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error(`taskrelay-worker: shutdown failed: ${oneLine(error)}`);
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

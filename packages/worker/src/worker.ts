@@ -26,10 +26,12 @@ import {
   type ToolDescriptor,
   type ToolResult,
   type WorkerCatalog,
+  withJobSpan,
 } from '@taskrelay/shared';
 import { TaskContext, type Suspension } from './context.js';
 import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
 import { SuspendedError, cancelReasonOf } from './errors.js';
+import { WorkerMetrics } from './metrics.js';
 
 /** Options of `startWorker`. Only `tools` and a Redis URL are required. */
 export interface WorkerOptions {
@@ -74,6 +76,8 @@ export interface WorkerOptions {
   workerId?: string;
   /** pino logger. Default: `createLogger('worker')` (JSON lines on stdout, level from `LOG_LEVEL`). */
   logger?: Logger;
+  /** Where this worker counts its runs, waits, cancels and slots. Default: a new `WorkerMetrics` of its own. */
+  metrics?: WorkerMetrics;
 }
 
 /** `WorkerOptions` with every default applied. */
@@ -91,6 +95,7 @@ export interface ResolvedWorkerOptions {
   cancelSweepMs: number;
   workerId: string;
   logger: Logger;
+  metrics: WorkerMetrics;
 }
 
 export interface CloseOptions {
@@ -149,6 +154,7 @@ const WorkerOptionsSchema = z
         message: 'must be a pino logger',
       })
       .optional(),
+    metrics: z.instanceof(WorkerMetrics, { message: 'must be a WorkerMetrics' }).optional(),
   })
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
@@ -183,6 +189,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     cancelSweepMs: o.cancelSweepMs,
     workerId: o.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
     logger: o.logger ?? createLogger('worker'),
+    metrics: o.metrics ?? new WorkerMetrics(),
   };
 }
 
@@ -204,6 +211,8 @@ interface RunningJob {
   principal?: string;
   /** When BullMQ last renewed (or took) this job's lock: the lock watchdog's clock (PROTOCOL.md §10.4). */
   lockRenewedAt: number;
+  /** When its signal aborted (the cancel-latency clock). */
+  abortedAt?: number;
 }
 
 type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
@@ -232,6 +241,7 @@ class TaskWorker {
   private readonly subscriber: Redis;
   private readonly bullConnection: Redis;
   private readonly store: RedisTaskStore;
+  private readonly metrics: WorkerMetrics;
   private bullWorker: Worker | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private sweepTimer: NodeJS.Timeout | undefined;
@@ -250,6 +260,8 @@ class TaskWorker {
     this.queue = options.queue;
     this.keys = createKeys(options.prefix);
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
+    this.metrics = options.metrics;
+    this.metrics.watchSlots(() => this.running.size, options.concurrency);
     this.tools = new Map(options.tools.map((tool) => [tool.name, tool]));
     this.descriptors = options.tools.map((tool) => tool.descriptor);
     this.redis = this.connect('commands');
@@ -331,12 +343,34 @@ class TaskWorker {
     const controller = new AbortController();
     const entry: RunningJob = { controller, graceTimer: undefined, lockRenewedAt: Date.now() };
     this.running.set(taskId, entry);
-    const log = this.log.child({ taskId, tool: job.name, attempt: attemptOf(job) });
+    const log = this.log.child({
+      taskId,
+      jobId: taskId,
+      tool: job.name,
+      attempt: attemptOf(job),
+      ...correlationOf(job),
+    });
+    const startedAt = Date.now();
+    this.metrics.jobsStarted.inc({ tool: job.name });
+    if (job.attemptsMade === 0 && job.stalledCounter === 0) {
+      this.metrics.queueWait.observe({ tool: job.name }, Math.max(0, startedAt - job.timestamp) / 1000);
+    }
     const forward = () => controller.abort(cancelReasonOf(signal as AbortSignal));
     signal?.addEventListener('abort', forward, { once: true });
     controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
     try {
-      await this.runJob(job, token, taskId, controller, log);
+      const data = (job.data ?? {}) as { trace?: Record<string, string> };
+      await withJobSpan(
+        `run ${job.name}`,
+        data.trace,
+        {
+          'taskrelay.task_id': taskId,
+          'taskrelay.tool': job.name,
+          'taskrelay.attempt': attemptOf(job),
+          'taskrelay.worker_id': this.workerId,
+        },
+        () => this.runJob(job, token, taskId, controller, log),
+      );
     } catch (error) {
       // Redis went away while this run recorded its start or its outcome: not the tool's fault, so no attempt is
       // used. The job goes back (or, with Redis still away, returns to the queue when its lock expires).
@@ -348,6 +382,12 @@ class TaskWorker {
     } finally {
       signal?.removeEventListener('abort', forward);
       clearTimeout(entry.graceTimer);
+      const endedAt = Date.now();
+      this.metrics.runDuration.observe({ tool: job.name }, (endedAt - startedAt) / 1000);
+      if (entry.abortedAt !== undefined) {
+        const reason = cancelReasonOf(controller.signal);
+        this.metrics.cancelLatency.observe({ reason }, (endedAt - entry.abortedAt) / 1000);
+      }
       if (this.running.get(taskId) === entry) this.running.delete(taskId);
     }
   };
@@ -434,6 +474,8 @@ class TaskWorker {
       durable: this.store,
       inputTimeoutMs: tool.inputTimeoutMs,
       queueTimeoutMs,
+      onProgressCoalesced: () => this.metrics.progressCoalesced.inc(),
+      onProgressWritten: () => this.metrics.progressWritten.inc(),
     });
 
     // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
@@ -690,6 +732,7 @@ class TaskWorker {
 
   private onAbort(entry: RunningJob, log: Logger): void {
     const reason = cancelReasonOf(entry.controller.signal);
+    entry.abortedAt = Date.now();
     log.debug({ reason }, 'tool signal aborted');
     entry.graceTimer = setTimeout(() => {
       log.warn(
@@ -827,7 +870,11 @@ class TaskWorker {
   private connect(role: string): Redis {
     // Named so `CLIENT LIST` tells the connections of each worker apart.
     const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
-    client.on('error', (error: unknown) => this.log.warn({ err: error, connection: role }, 'Redis connection error'));
+    client.on('error', (error: unknown) => {
+      this.options.metrics.redisErrors.inc({ connection: role });
+      this.log.warn({ err: error, connection: role }, 'Redis connection error');
+    });
+    client.on('reconnecting', () => this.options.metrics.redisReconnects.inc({ connection: role }));
     return client;
   }
 }
@@ -835,6 +882,16 @@ class TaskWorker {
 /** A `SuspendedError` from any copy of this package. */
 function isSuspendedError(error: unknown): boolean {
   return (error as { name?: unknown } | undefined)?.name === 'SuspendedError';
+}
+
+/** The gateway-side fields of a job (principal, session, request), for log lines; absent ones are left out. */
+function correlationOf(job: Job<unknown, void>): Record<string, string> {
+  const data = (job.data ?? {}) as Record<string, unknown>;
+  const fields: Record<string, string> = {};
+  for (const key of ['principal', 'sessionId', 'requestId'] as const) {
+    if (typeof data[key] === 'string') fields[key] = data[key];
+  }
+  return fields;
 }
 
 function isNonRetryable(error: unknown): boolean {

@@ -1,0 +1,60 @@
+/** One MCP session with the gateway, on the SDK's client, with what the CLI needs around it. */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema, type ElicitRequest, type ElicitResult } from '@modelcontextprotocol/sdk/types.js';
+
+export const CLI_VERSION = '0.1.0';
+
+/**
+ * Answers an elicitation request (a tool asking the user something). The hook for `input_required` tasks: the CLI
+ * declares the `elicitation` capability only when one is given (on a TTY), and the SDK routes the server's
+ * `elicitation/create` requests — also those carried by a blocked `tasks/result` — here.
+ */
+export type ElicitationHandler = (request: ElicitRequest['params']) => Promise<ElicitResult>;
+
+export interface ConnectOptions {
+  url: string;
+  token: string | undefined;
+  elicit?: ElicitationHandler;
+}
+
+export interface Connection {
+  client: Client;
+  /**
+   * Waits for every message already handed to the transport (a `notifications/cancelled` sent on abort, a
+   * `tasks/cancel`), then ends the session. Exiting before that could drop the cancel on the floor.
+   */
+  close(): Promise<void>;
+}
+
+export async function connect(options: ConnectOptions): Promise<Connection> {
+  const headers: Record<string, string> = {};
+  if (options.token !== undefined) headers['Authorization'] = `Bearer ${options.token}`;
+  const transport = new StreamableHTTPClientTransport(new URL(options.url), { requestInit: { headers } });
+  const sends = new Set<Promise<void>>();
+  const send = transport.send.bind(transport);
+  transport.send = (message, sendOptions) => {
+    const sent = send(message, sendOptions);
+    sends.add(sent);
+    const forget = () => sends.delete(sent);
+    sent.then(forget, forget);
+    return sent;
+  };
+  const client = new Client(
+    { name: 'taskrelay-cli', version: CLI_VERSION },
+    { capabilities: options.elicit ? { elicitation: { form: {} } } : {} },
+  );
+  if (options.elicit) {
+    const elicit = options.elicit;
+    client.setRequestHandler(ElicitRequestSchema, (request) => elicit(request.params));
+  }
+  await client.connect(transport);
+  return {
+    client,
+    close: async () => {
+      await Promise.allSettled([...sends]);
+      await transport.terminateSession().catch(() => undefined);
+      await client.close();
+    },
+  };
+}

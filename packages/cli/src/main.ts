@@ -1,0 +1,246 @@
+#!/usr/bin/env node
+/**
+ * `taskrelay`: the command line for a taskrelay gateway (CONTRACT.md §7). Live bars on a TTY, plain lines otherwise,
+ * JSON lines with `--json`. Exit codes: 0 completed, 1 failed or `isError`, 2 usage error, 130 cancelled.
+ */
+import { Command, CommanderError, Option } from 'commander';
+import { ListToolsResultSchema, type Task } from '@modelcontextprotocol/sdk/types.js';
+import { positiveInt, parseToolArguments } from './args.js';
+import { startCall, watchTask, type Run } from './calls.js';
+import { connect, type Connection } from './connection.js';
+import { terminalElicitation } from './elicit.js';
+import { EXIT, UsageError, worstExit, type ExitCode } from './errors.js';
+import {
+  SILENT_VIEW,
+  createReporter,
+  outcomeLine,
+  resultText,
+  taskLine,
+  type CallView,
+  type OutputMode,
+  type Outcome,
+} from './output.js';
+
+const DEFAULT_URL = 'http://127.0.0.1:3000/mcp';
+/** After Ctrl-C, how long the cancels may take before the CLI exits anyway. */
+const CANCEL_WAIT_MS = 10_000;
+
+interface GlobalOptions {
+  url: string;
+  token?: string;
+  json?: boolean;
+}
+
+const out = process.stdout;
+
+function mode(options: GlobalOptions): OutputMode {
+  if (options.json) return 'json';
+  return out.isTTY ? 'tty' : 'plain';
+}
+
+function exitCodeOf(outcome: Outcome): ExitCode {
+  if (outcome.status === 'cancelled') return EXIT.cancelled;
+  return outcome.status === 'failed' || outcome.result?.isError ? EXIT.failed : EXIT.ok;
+}
+
+async function withConnection<T>(options: GlobalOptions, use: (c: Connection) => Promise<T>): Promise<T> {
+  const interactive = mode(options) === 'tty' && process.stdin.isTTY;
+  const connection = await connect({
+    url: options.url,
+    token: options.token,
+    ...(interactive ? { elicit: terminalElicitation(process.stdin, out) } : {}),
+  });
+  try {
+    return await use(connection);
+  } finally {
+    await connection.close();
+  }
+}
+
+function writeJson(line: Record<string, unknown>): void {
+  out.write(`${JSON.stringify(line)}\n`);
+}
+
+function printTask(options: GlobalOptions, task: Task): void {
+  if (options.json) writeJson({ type: 'task', task });
+  else out.write(`${taskLine(task)}\n`);
+}
+
+/**
+ * Runs calls to the end with one view each. The first Ctrl-C cancels them all and waits (bounded) for the cancels to
+ * be acknowledged; a second exits at once.
+ */
+async function runAll(options: GlobalOptions, labels: string[], start: (n: number, view: CallView) => Run) {
+  const reporter = createReporter(mode(options), out, labels.length);
+  const runs: Run[] = [];
+  let interrupted = false;
+  const onSigint = () => {
+    if (interrupted) process.exit(EXIT.cancelled);
+    interrupted = true;
+    const cancels = Promise.allSettled(runs.map((run) => run.cancel()));
+    const timer = setTimeout(() => process.exit(EXIT.cancelled), CANCEL_WAIT_MS);
+    void cancels.finally(() => clearTimeout(timer));
+  };
+  process.on('SIGINT', onSigint);
+  try {
+    for (const [i, label] of labels.entries()) runs.push(start(i + 1, reporter.open(i + 1, label)));
+    const outcomes = await Promise.all(runs.map((run) => run.done));
+    reporter.close();
+    if (mode(options) === 'tty') for (const [i, o] of outcomes.entries()) out.write(`#${i + 1} ${outcomeLine(o)}\n`);
+    const code = worstExit(outcomes.map(exitCodeOf));
+    return interrupted ? EXIT.cancelled : code;
+  } finally {
+    reporter.close();
+    process.off('SIGINT', onSigint);
+  }
+}
+
+function buildProgram(setExit: (code: ExitCode) => void): Command {
+  const program = new Command('taskrelay')
+    .description('Call tools on a taskrelay gateway and follow their tasks.')
+    .addOption(new Option('--url <url>', 'gateway MCP endpoint').env('TASKRELAY_URL').default(DEFAULT_URL))
+    .addOption(new Option('--token <token>', 'bearer token').env('TASKRELAY_TOKEN'))
+    .option('--json', 'one JSON object per line')
+    .showHelpAfterError(false)
+    .exitOverride()
+    .configureOutput({ writeErr: () => undefined });
+  const globals = () => program.opts<GlobalOptions>();
+
+  program
+    .command('tools')
+    .description('list the tools served by live workers')
+    .action(async () => {
+      const options = globals();
+      await withConnection(options, async ({ client }) => {
+        const { tools } = await client.request({ method: 'tools/list', params: {} }, ListToolsResultSchema);
+        for (const tool of tools) {
+          if (options.json) writeJson({ type: 'tool', tool });
+          else {
+            const support = tool.execution?.taskSupport ?? 'forbidden';
+            out.write(`${tool.name.padEnd(24)} ${support.padEnd(9)} ${tool.description ?? ''}\n`);
+          }
+        }
+      });
+    });
+
+  program
+    .command('call')
+    .description('call a tool; key=value arguments (values parsed as JSON when they parse; {i} = call number)')
+    .argument('<tool>', 'tool name')
+    .argument('[args...]', 'key=value arguments')
+    .option('--task', 'call as a task (params.task): survives disconnects, cancellable with tasks/cancel')
+    .option('--ttl <ms>', 'task ttl in ms (implies --task)', positiveInt('--ttl'))
+    .option('--parallel <n>', 'run N calls at once, each with its own bar', positiveInt('--parallel'), 1)
+    .action(async (tool: string, pairs: string[], opts: { task?: boolean; ttl?: number; parallel: number }) => {
+      const options = globals();
+      const labels = Array.from({ length: opts.parallel }, () => tool);
+      const specs = labels.map((_, i) => ({
+        tool,
+        args: parseToolArguments(pairs, i + 1),
+        task: opts.task === true || opts.ttl !== undefined,
+        ttlMs: opts.ttl,
+      }));
+      await withConnection(options, async ({ client }) => {
+        setExit(await runAll(options, labels, (n, view) => startCall(client, specs[n - 1]!, view)));
+      });
+    });
+
+  program
+    .command('watch')
+    .description('follow tasks until they end (Ctrl-C stops watching; the tasks go on)')
+    .argument('<ids...>', 'task ids')
+    .action(async (ids: string[]) => {
+      const options = globals();
+      await withConnection(options, async ({ client }) => {
+        setExit(await runAll(options, ids, (n, view) => watchTask(client, ids[n - 1]!, view)));
+      });
+    });
+
+  program
+    .command('get')
+    .description("print a task's status")
+    .argument('<id>', 'task id')
+    .action(async (id: string) => {
+      const options = globals();
+      await withConnection(options, async ({ client }) =>
+        printTask(options, await client.experimental.tasks.getTask(id)),
+      );
+    });
+
+  program
+    .command('result')
+    .description("wait for a task's result and print it")
+    .argument('<id>', 'task id')
+    .action(async (id: string) => {
+      const options = globals();
+      await withConnection(options, async ({ client }) => {
+        // A watch that shows nothing until the end: same exit codes as `call`.
+        const outcome = await watchTask(client, id, SILENT_VIEW).done;
+        if (options.json) writeJson({ type: 'result', status: outcome.status, taskId: id, result: outcome.result });
+        else out.write(`${resultText(outcome.result) || outcomeLine(outcome)}\n`);
+        setExit(exitCodeOf(outcome));
+      });
+    });
+
+  program
+    .command('cancel')
+    .description('cancel a task')
+    .argument('<id>', 'task id')
+    .action(async (id: string) => {
+      const options = globals();
+      await withConnection(options, async ({ client }) => {
+        const task = await client.experimental.tasks.cancelTask(id);
+        printTask(options, task);
+      });
+    });
+
+  program
+    .command('list')
+    .description("list the caller's tasks (offered by the gateway only when authentication is on)")
+    .action(async () => {
+      const options = globals();
+      await withConnection(options, async ({ client }) => {
+        let cursor: string | undefined;
+        do {
+          const page = await client.experimental.tasks.listTasks(cursor);
+          for (const task of page.tasks) printTask(options, task);
+          cursor = page.nextCursor;
+        } while (cursor !== undefined);
+      });
+    });
+
+  return program;
+}
+
+async function main(): Promise<ExitCode> {
+  let code: ExitCode = EXIT.ok;
+  const program = buildProgram((c) => (code = c));
+  if (process.argv.length <= 2) {
+    process.stderr.write(`${program.helpInformation()}`);
+    return EXIT.usage;
+  }
+  try {
+    await program.parseAsync(process.argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      if (error.code === 'commander.helpDisplayed' || error.code === 'commander.version') return EXIT.ok;
+      process.stderr.write(`taskrelay: ${error.message.replace(/^error: /, '')}\n`);
+      return EXIT.usage;
+    }
+    if (error instanceof UsageError) {
+      process.stderr.write(`taskrelay: ${error.message}\n`);
+      return EXIT.usage;
+    }
+    process.stderr.write(`taskrelay: ${error instanceof Error ? error.message : String(error)}\n`);
+    return EXIT.failed;
+  }
+  return code;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`taskrelay: ${String(error)}\n`);
+    process.exit(EXIT.failed);
+  },
+);

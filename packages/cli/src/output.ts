@@ -1,0 +1,198 @@
+/**
+ * The three ways the CLI shows running calls (CONTRACT.md §7): live bars on a TTY (one per call, each redrawn in its
+ * own row, so concurrent calls never mix), one plain line per update otherwise, or one JSON object per line.
+ */
+import { MultiBar, type SingleBar } from 'cli-progress';
+import type { CallToolResult, Task } from '@modelcontextprotocol/sdk/types.js';
+
+export interface Progress {
+  progress: number;
+  total?: number;
+  message?: string;
+}
+
+/** How a call or a watched task ended. */
+export interface Outcome {
+  status: 'completed' | 'failed' | 'cancelled';
+  taskId?: string;
+  result?: CallToolResult;
+  /** Why it failed when there is no tool result (a JSON-RPC error, a lost connection). */
+  error?: string;
+}
+
+/** One running call's view: its bar, its prefixed lines, or its JSON lines. */
+export interface CallView {
+  task(task: Task): void;
+  progress(update: Progress): void;
+  end(outcome: Outcome): void;
+}
+
+export interface Reporter {
+  /** A view for call number `n` (1-based) of `label` (the tool name or the watched task id). */
+  open(n: number, label: string): CallView;
+  /** Ends live output (bars stop redrawing); prints nothing more after. */
+  close(): void;
+}
+
+/** A view that shows nothing (`taskrelay result` prints only the ending). */
+export const SILENT_VIEW: CallView = { task: () => undefined, progress: () => undefined, end: () => undefined };
+
+export type OutputMode = 'tty' | 'plain' | 'json';
+
+export function createReporter(mode: OutputMode, stream: NodeJS.WriteStream, calls: number): Reporter {
+  if (mode === 'json') return new JsonReporter(stream);
+  if (mode === 'plain') return new PlainReporter(stream, calls > 1);
+  return new BarReporter(stream);
+}
+
+/** The text a human reads from a tool result: its text blocks, else its structured content as JSON. */
+export function resultText(result: CallToolResult | undefined): string {
+  if (!result) return '';
+  const texts = result.content.flatMap((block) => (block.type === 'text' ? [block.text] : []));
+  if (texts.length > 0) return texts.join('\n');
+  return result.structuredContent ? JSON.stringify(result.structuredContent) : '';
+}
+
+export function outcomeLine(outcome: Outcome): string {
+  const detail = outcome.error ?? resultText(outcome.result);
+  return detail ? `${outcome.status}: ${detail}` : outcome.status;
+}
+
+export function taskLine(task: Task): string {
+  return [task.taskId, task.status, task.statusMessage ?? ''].join('  ').trimEnd();
+}
+
+class JsonReporter implements Reporter {
+  constructor(private readonly out: NodeJS.WritableStream) {}
+
+  open(n: number, label: string): CallView {
+    const write = (line: Record<string, unknown>) => this.out.write(`${JSON.stringify({ ...line, call: n })}\n`);
+    let taskId: string | undefined;
+    return {
+      task: (task) => {
+        taskId = task.taskId;
+        write({ type: 'task', task });
+      },
+      progress: (p) =>
+        write({ type: 'progress', tool: label, taskId, progress: p.progress, total: p.total, message: p.message }),
+      end: (o) => write({ type: 'result', status: o.status, taskId: o.taskId, result: o.result, error: o.error }),
+    };
+  }
+
+  close(): void {}
+}
+
+class PlainReporter implements Reporter {
+  constructor(
+    private readonly out: NodeJS.WritableStream,
+    private readonly numbered: boolean,
+  ) {}
+
+  open(n: number, label: string): CallView {
+    const prefix = this.numbered ? `[${n}] ` : '';
+    const write = (text: string) => this.out.write(`${prefix}${text}\n`);
+    let lastStatus: string | undefined;
+    return {
+      task: (task) => {
+        if (lastStatus === undefined) write(`task ${task.taskId} ${task.status}`);
+        else if (task.status !== lastStatus) write(`status ${task.status}`);
+        lastStatus = task.status;
+      },
+      progress: (p) => write(`${label} ${fraction(p)}${p.message ? ` ${p.message}` : ''}`),
+      end: (o) => write(outcomeLine(o)),
+    };
+  }
+
+  close(): void {}
+}
+
+const BAR_WIDTH = 30;
+const COLOURS: Record<string, string> = {
+  completed: '\u001b[32m',
+  failed: '\u001b[31m',
+  cancelled: '\u001b[33m',
+  input_required: '\u001b[36m',
+};
+const RESET = '\u001b[0m';
+const ERASE_TO_END = '\u001b[0K';
+
+interface BarPayload {
+  label: string;
+  status: string;
+  message: string;
+  /** The server gave no total: show a count, not a fraction of an invented total. */
+  unknownTotal: boolean;
+}
+
+class BarReporter implements Reporter {
+  private readonly bars: MultiBar;
+
+  constructor(private readonly out: NodeJS.WriteStream) {
+    this.bars = new MultiBar({
+      stream: out,
+      hideCursor: true,
+      clearOnComplete: false,
+      stopOnComplete: false,
+      gracefulExit: false,
+      // Redraw on every update (throttled to fps), so each bar follows its own call.
+      fps: 20,
+      format: (_options, params, payload: BarPayload) => renderBar(params.value, params.total, payload, out.columns),
+    });
+  }
+
+  open(n: number, label: string): CallView {
+    const payload: BarPayload = { label: `#${n} ${label}`, status: 'starting', message: '', unknownTotal: true };
+    const bar: SingleBar = this.bars.create(1, 0, payload);
+    // cli-progress clears only the first row it logs over: end each line with erase-to-end-of-line, or what is left
+    // of the bar drawn there before shows after the text.
+    const log = (text: string) => this.bars.log(`#${n} ${text}${ERASE_TO_END}\n`);
+    let ended = false;
+    return {
+      task: (task) => {
+        if (payload.status === 'starting') log(`task ${task.taskId}`);
+        payload.status = task.status;
+        bar.update(payload);
+      },
+      progress: (p) => {
+        if (ended) return;
+        payload.message = p.message ?? '';
+        payload.unknownTotal = p.total === undefined;
+        if (payload.status === 'starting') payload.status = 'working';
+        bar.setTotal(p.total ?? Math.max(p.progress, 1));
+        bar.update(p.progress, payload);
+      },
+      end: (o) => {
+        ended = true;
+        payload.status = o.status;
+        payload.message = o.error ?? (oneLineOf(resultText(o.result)) || payload.message);
+        if (o.status === 'completed' && !o.result?.isError) bar.update(bar.getTotal(), payload);
+        else bar.update(payload);
+      },
+    };
+  }
+
+  close(): void {
+    this.bars.stop();
+  }
+}
+
+function renderBar(value: number, total: number, p: BarPayload, columns: number | undefined): string {
+  const share = p.unknownTotal || total <= 0 ? 0 : Math.min(1, value / total);
+  const filled = Math.round(share * BAR_WIDTH);
+  const bar = '█'.repeat(filled) + '░'.repeat(BAR_WIDTH - filled);
+  const count = p.unknownTotal ? `${value}` : `${value}/${total} ${Math.floor(share * 100)}%`;
+  const colour = COLOURS[p.status];
+  const status = colour ? `${colour}${p.status}${RESET}` : p.status;
+  const line = `${p.label.padEnd(20)} ${bar} ${count.padStart(13)} ${status} ${p.message}`;
+  // A line wider than the terminal wraps and breaks the row-per-bar redraw: cut it (by code points; ANSI adds 9).
+  const width = (columns ?? 120) - 1 + (colour ? COLOURS[p.status]!.length + RESET.length : 0);
+  return [...line].slice(0, width).join('');
+}
+
+function fraction(p: Progress): string {
+  return p.total === undefined ? `${p.progress}` : `${p.progress}/${p.total}`;
+}
+
+function oneLineOf(text: string): string {
+  return text.split('\n')[0] ?? '';
+}

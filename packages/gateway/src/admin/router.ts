@@ -1,0 +1,125 @@
+/**
+ * The operator pages under `/admin` (CONTRACT.md §3): bull-board at `/admin/queues`, and beside it the live tasks page
+ * (`/admin/tasks`, a task's detail at `/admin/tasks/<id>`) fed by two read-only JSON routes under `/admin/api`.
+ * Mounted behind the gateway's auth, like `/mcp`.
+ */
+import { createBullBoard } from '@bull-board/api';
+import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import { ExpressAdapter } from '@bull-board/express';
+import express, { type Request, type Response, type Router } from 'express';
+import type { Logger, TaskRecord } from '@taskrelay/shared';
+import { TASKS_PAGE } from './tasks-page.js';
+import type { AdminQueries } from './queries.js';
+
+/** Finished tasks the page keeps showing (read again each poll, so they vanish when their ttl ends). */
+const RECENT_TASKS = 200;
+
+export interface AdminRouterOptions {
+  queries: AdminQueries;
+  log: Logger;
+  /** Where the router is mounted. Default `/admin`. */
+  basePath?: string;
+}
+
+export function createAdminRouter(options: AdminRouterOptions): Router {
+  const { queries, log } = options;
+  const base = options.basePath ?? '/admin';
+  const router = express.Router();
+
+  const serverAdapter = new ExpressAdapter().setBasePath(`${base}/queues`);
+  const board = createBullBoard({
+    queues: [],
+    serverAdapter,
+    options: { uiConfig: { boardTitle: 'taskrelay queues' } },
+  });
+  let shownQueues = '';
+  /**
+   * Pools come and go with their workers: bull-board shows those of live workers (and `default`), read-only (a job
+   * retried or removed by hand would fight the task store, which is the record).
+   */
+  const refreshQueues = async () => {
+    const names = await queries.queueNames();
+    if (names.join(',') === shownQueues) return;
+    shownQueues = names.join(',');
+    board.replaceQueues(names.map((name) => new BullMQAdapter(queries.queue(name), { readOnlyMode: true })));
+  };
+  router.use('/queues', (_req, _res, next) => {
+    refreshQueues().then(
+      () => next(),
+      (error: unknown) => next(error),
+    );
+  });
+  router.use('/queues', serverAdapter.getRouter() as Router);
+
+  /**
+   * Tasks seen live by this page, kept after they end: the live set holds only non-terminal tasks, and there is no
+   * fleet-wide index of finished ones.
+   */
+  const recent = new Map<string, true>();
+  const remember = (tasks: TaskRecord[]) => {
+    for (const t of tasks) {
+      recent.delete(t.taskId);
+      recent.set(t.taskId, true);
+    }
+    while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
+  };
+
+  router.get('/api/overview', async (_req: Request, res: Response) => {
+    const [workers, queues, live] = await Promise.all([queries.workers(), queries.queueDepths(), queries.liveTasks()]);
+    remember(live);
+    const liveIds = new Set(live.map((t) => t.taskId));
+    const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
+    const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
+    for (const t of finished) gone.delete(t.taskId);
+    for (const id of gone) recent.delete(id);
+    const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
+    res.json({ now: Date.now(), workers, queues, tasks });
+  });
+
+  router.get('/api/tasks/:id', async (req: Request, res: Response) => {
+    const detail = await queries.task(String(req.params['id']));
+    if (!detail) {
+      res.status(404).json({ error: 'task not found (unknown or expired)' });
+      return;
+    }
+    res.json(detail);
+  });
+
+  const page = (_req: Request, res: Response) => {
+    res.setHeader(
+      'Content-Security-Policy',
+      "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
+    );
+    res.type('html').send(TASKS_PAGE);
+  };
+  router.get('/tasks', page);
+  router.get('/tasks/:id', page);
+  router.get('/', (_req, res) => res.redirect(`${base}/tasks`));
+
+  router.use((error: unknown, _req: Request, res: Response, next: (e?: unknown) => void) => {
+    if (res.headersSent) return next(error);
+    log.warn({ err: error }, 'admin request failed');
+    res
+      .status(503)
+      .json({ error: `admin view unavailable: ${error instanceof Error ? error.message : String(error)}` });
+  });
+  return router;
+}
+
+/** What the list shows of a task: never its arguments or result. */
+function summary(t: TaskRecord) {
+  return {
+    taskId: t.taskId,
+    tool: t.tool,
+    queue: t.queue,
+    status: t.status,
+    statusMessage: t.statusMessage,
+    progress: t.progress,
+    total: t.total,
+    principal: t.principal,
+    mode: t.mode,
+    attempt: t.attempt,
+    createdAt: t.createdAt,
+    lastUpdatedAt: t.lastUpdatedAt,
+  };
+}

@@ -1,0 +1,163 @@
+/**
+ * The live tasks page: one self-contained HTML document (no build step, no external assets) that polls
+ * `/admin/api/overview` every second, or `/admin/api/tasks/<id>` on a task's detail. Text goes in through
+ * `textContent` only, so nothing a tool or a client wrote can become markup.
+ */
+export const TASKS_PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>taskrelay · tasks</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+  :root { --bg:#0f1419; --panel:#182028; --line:#263240; --text:#d8dee6; --dim:#8a97a6; --accent:#4aa3ff;
+          --ok:#3fb950; --bad:#f85149; --warn:#d29922; --info:#a371f7; }
+  * { box-sizing: border-box; }
+  body { margin:0; font:14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; background:var(--bg); color:var(--text); }
+  header { display:flex; gap:24px; align-items:center; padding:12px 24px; background:var(--panel); border-bottom:1px solid var(--line); }
+  header h1 { font-size:18px; margin:0; }
+  header nav a { color:var(--dim); text-decoration:none; margin-right:16px; }
+  header nav a.on, header nav a:hover { color:var(--text); }
+  #updated { margin-left:auto; color:var(--dim); font-size:12px; }
+  main { padding:16px 24px; }
+  .cards { display:flex; gap:12px; margin-bottom:16px; }
+  .card { background:var(--panel); border:1px solid var(--line); border-radius:6px; padding:10px 16px; min-width:140px; }
+  .card b { display:block; font-size:22px; }
+  .card span { color:var(--dim); font-size:12px; }
+  section { background:var(--panel); border:1px solid var(--line); border-radius:6px; margin-bottom:16px; }
+  section h2 { font-size:14px; margin:0; padding:8px 12px; border-bottom:1px solid var(--line); color:var(--dim); text-transform:uppercase; letter-spacing:.05em; }
+  table { width:100%; border-collapse:collapse; }
+  th, td { text-align:left; padding:6px 12px; border-bottom:1px solid var(--line); vertical-align:middle; }
+  th { color:var(--dim); font-weight:500; font-size:12px; }
+  tr:last-child td { border-bottom:none; }
+  td.mono, .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size:12px; }
+  a { color:var(--accent); }
+  .badge { display:inline-block; padding:1px 8px; border-radius:10px; font-size:12px; border:1px solid currentColor; }
+  .s-working { color:var(--accent); } .s-input_required { color:var(--info); } .s-completed { color:var(--ok); }
+  .s-failed { color:var(--bad); } .s-cancelled { color:var(--warn); }
+  .bar { width:160px; height:10px; background:var(--line); border-radius:5px; overflow:hidden; display:inline-block; vertical-align:middle; }
+  .bar i { display:block; height:100%; background:var(--accent); }
+  .bar.done i { background:var(--ok); }
+  .pct { color:var(--dim); font-size:12px; margin-left:6px; }
+  .tools span { display:inline-block; background:var(--line); border-radius:4px; padding:0 6px; margin:1px 4px 1px 0; font-size:12px; }
+  .empty { color:var(--dim); padding:10px 12px; }
+  ol.timeline { list-style:none; margin:0; padding:8px 12px; }
+  ol.timeline li { padding:4px 0 4px 16px; border-left:2px solid var(--line); position:relative; }
+  ol.timeline li::before { content:""; position:absolute; left:-6px; top:9px; width:10px; height:10px; border-radius:50%; background:var(--accent); }
+  dl { display:grid; grid-template-columns: 160px 1fr; margin:0; padding:8px 12px; gap:4px 12px; }
+  dt { color:var(--dim); }
+  pre { margin:0; padding:8px 12px; white-space:pre-wrap; word-break:break-all; }
+  #error { color:var(--bad); padding:8px 24px; }
+</style>
+</head>
+<body>
+<header>
+  <h1>taskrelay</h1>
+  <nav><a href="../tasks" id="nav-tasks" class="on">Tasks</a><a href="../queues" id="nav-queues">Queues</a><a href="../../metrics" id="nav-metrics">Metrics</a></nav>
+  <span id="updated"></span>
+</header>
+<div id="error" hidden></div>
+<main id="main"></main>
+<script>
+(() => {
+  const base = location.pathname.replace(/\\/tasks(\\/.*)?$/, '');
+  document.getElementById('nav-tasks').href = base + '/tasks';
+  document.getElementById('nav-queues').href = base + '/queues';
+  document.getElementById('nav-metrics').href = base.replace(/\\/admin$/, '') + '/metrics';
+  const detailId = (location.pathname.match(/\\/tasks\\/([^/]+)$/) || [])[1];
+  const main = document.getElementById('main');
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null) continue;
+      if (k === 'text') node.textContent = String(v); else node.setAttribute(k, String(v));
+    }
+    for (const c of children) if (c !== undefined && c !== null) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return node;
+  }
+  function age(iso, now) {
+    const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+    if (s < 60) return s + 's';
+    if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
+    return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+  }
+  function badge(status) { return el('span', { class: 'badge s-' + status, text: status }); }
+  function progressBar(t) {
+    if (t.progress === undefined || t.progress === null) {
+      return el('span', { class: 'pct', text: t.attempt === undefined && t.status === 'working' ? 'queued' : '—' });
+    }
+    const share = t.total ? Math.min(1, t.progress / t.total) : 0;
+    const bar = el('span', { class: 'bar' + (t.status === 'completed' ? ' done' : '') }, el('i', { style: 'width:' + (share * 100).toFixed(1) + '%' }));
+    const label = t.total ? t.progress + '/' + t.total + ' · ' + Math.floor(share * 100) + '%' : String(t.progress);
+    return el('span', {}, bar, el('span', { class: 'pct', text: label }));
+  }
+  function table(headers, rows, empty) {
+    if (rows.length === 0) return el('div', { class: 'empty', text: empty });
+    return el('table', {}, el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { text: h })))),
+      el('tbody', {}, ...rows.map((cells) => el('tr', {}, ...cells.map((c) => c instanceof Node && c.tagName === 'TD' ? c : el('td', {}, c))))));
+  }
+  function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
+
+  function renderOverview(data) {
+    const now = data.now;
+    const waiting = data.queues.reduce((n, q) => n + (q.counts.waiting || 0) + (q.counts.prioritized || 0) + (q.counts.delayed || 0), 0);
+    const active = data.queues.reduce((n, q) => n + (q.counts.active || 0), 0);
+    const live = data.tasks.filter((t) => t.status === 'working' || t.status === 'input_required').length;
+    main.replaceChildren(
+      el('div', { class: 'cards' }, card(data.workers.length, 'live workers'), card(waiting, 'jobs queued'), card(active, 'jobs running'), card(live, 'live tasks')),
+      el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'queue', 'tools', 'heartbeat'],
+        data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), w.queue,
+          el('span', { class: 'tools' }, ...w.tools.map((t) => el('span', { text: t.name }))), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
+        'No live worker.')),
+      el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed'],
+        data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent('q-' + q.queue), text: q.queue }),
+          (q.counts.waiting || 0) + (q.counts.prioritized || 0), q.counts.active || 0, q.counts.delayed || 0, q.counts.failed || 0]),
+        'No queue.')),
+      el('section', { id: 'tasks' }, el('h2', { text: 'Tasks' }), table(['task', 'tool', 'status', 'progress', 'message', 'principal', 'age'],
+        data.tasks.map((t) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(t.taskId), text: t.taskId })),
+          t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
+        'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
+    );
+  }
+
+  function renderDetail(d) {
+    const t = d.task;
+    const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
+      ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
+      ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
+    if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' attempt(s) made' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
+    const sections = [
+      el('p', {}, el('a', { href: base + '/tasks', text: '← all tasks' })),
+      el('section', { id: 'task' }, el('h2', { text: 'Task' }), el('dl', {}, ...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]))),
+      el('section', { id: 'timeline' }, el('h2', { text: 'Timeline' }), el('ol', { class: 'timeline' },
+        ...d.timeline.map((e) => el('li', {}, el('span', { class: 'mono', text: e.at + '  ' }), el('b', { text: e.event }), e.detail ? ' — ' + e.detail : '')))),
+    ];
+    if (t.error) sections.push(el('section', {}, el('h2', { text: 'Error' }), el('pre', { class: 'mono', text: JSON.stringify(t.error, null, 2) })));
+    if (t.result) sections.push(el('section', {}, el('h2', { text: 'Result' }), el('pre', { class: 'mono', text: JSON.stringify(t.result, null, 2) })));
+    main.replaceChildren(...sections);
+  }
+
+  const errorBox = document.getElementById('error');
+  async function poll() {
+    try {
+      const url = detailId ? base + '/api/tasks/' + detailId : base + '/api/overview';
+      const res = await fetch(url, { headers: { accept: 'application/json' } });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.error || body.error?.message || res.statusText);
+      errorBox.hidden = true;
+      if (detailId) renderDetail(body); else renderOverview(body);
+      document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+      document.body.dataset.loaded = 'true';
+    } catch (e) {
+      errorBox.hidden = false;
+      errorBox.textContent = 'Could not load: ' + e.message;
+    }
+  }
+  poll();
+  setInterval(poll, 1000);
+})();
+</script>
+</body>
+</html>
+`;

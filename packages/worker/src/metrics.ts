@@ -1,0 +1,112 @@
+/**
+ * A worker's Prometheus metrics, and the small HTTP listener that serves them (`WORKER_METRICS_PORT`). One registry
+ * per worker, so several workers in one process (tests, embedding) do not collide.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+const WAIT_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
+const RUN_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
+const CANCEL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30];
+
+export class WorkerMetrics {
+  readonly registry = new Registry();
+  readonly jobsStarted = new Counter({
+    name: 'taskrelay_worker_jobs_started_total',
+    help: 'Runs started by this worker, by tool (a retry or a takeover after a crash is a new run).',
+    labelNames: ['tool'] as const,
+    registers: [this.registry],
+  });
+  readonly queueWait = new Histogram({
+    name: 'taskrelay_queue_wait_seconds',
+    help: 'From enqueue to the first run starting, by tool.',
+    labelNames: ['tool'] as const,
+    buckets: WAIT_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly runDuration = new Histogram({
+    name: 'taskrelay_worker_run_seconds',
+    help: "One run of a tool's handler on this worker, from start to its slot being free, by tool.",
+    labelNames: ['tool'] as const,
+    buckets: RUN_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly cancelLatency = new Histogram({
+    name: 'taskrelay_worker_cancel_seconds',
+    help: "From a run's signal aborting to its slot being free (how fast handlers honour a cancel), by reason.",
+    labelNames: ['reason'] as const,
+    buckets: CANCEL_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly progressWritten = new Counter({
+    name: 'taskrelay_worker_progress_writes_total',
+    help: 'Progress updates written to Redis (after the throttle).',
+    registers: [this.registry],
+  });
+  readonly progressCoalesced = new Counter({
+    name: 'taskrelay_worker_progress_coalesced_total',
+    help: "ctx.progress() values merged by the worker's per-task throttle (a newer value replaced them).",
+    registers: [this.registry],
+  });
+  readonly redisErrors = new Counter({
+    name: 'taskrelay_redis_errors_total',
+    help: "Errors reported by this process's Redis connections, by connection.",
+    labelNames: ['connection'] as const,
+    registers: [this.registry],
+  });
+  readonly redisReconnects = new Counter({
+    name: 'taskrelay_redis_reconnects_total',
+    help: "Reconnect attempts of this process's Redis connections, by connection.",
+    labelNames: ['connection'] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_worker_' });
+  }
+
+  /** Busy and idle slots, read at scrape time. */
+  watchSlots(busy: () => number, concurrency: number): void {
+    new Gauge({
+      name: 'taskrelay_worker_slots',
+      help: 'Job slots of this worker (WORKER_CONCURRENCY), by state: busy or idle.',
+      labelNames: ['state'] as const,
+      registers: [this.registry],
+      collect() {
+        const n = busy();
+        this.set({ state: 'busy' }, n);
+        this.set({ state: 'idle' }, Math.max(0, concurrency - n));
+      },
+    });
+  }
+}
+
+export interface MetricsServer {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/** Serves `GET /metrics` (Prometheus text format) on `host:port`; anything else is 404. */
+export function serveMetrics(registry: Registry, host: string, port: number): Promise<MetricsServer> {
+  const server: Server = createServer((req, res) => {
+    if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
+      res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found\n');
+      return;
+    }
+    registry.metrics().then(
+      (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
+      (error: unknown) => res.writeHead(500, { 'Content-Type': 'text/plain' }).end(`${String(error)}\n`),
+    );
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve({
+        port: (server.address() as AddressInfo).port,
+        close: () => new Promise<void>((done) => server.close(() => done())),
+      });
+    });
+  });
+}

@@ -1,0 +1,213 @@
+/**
+ * Issue 13, CONTRACT.md §7: the `taskrelay` CLI off a TTY (plain lines, `--json` lines) against a real stack, its
+ * exit codes, and Ctrl-C (SIGINT) cancelling what it started.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  connectClient,
+  readMetric,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+import { runCli, startCli } from './helpers/cli.js';
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let authed: GatewayProcess;
+let client: Client;
+let env: Record<string, string>;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const prefix = uniquePrefix('cli');
+  const base = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  gateway = await startGatewayProcess(base);
+  authed = await startGatewayProcess({ ...base, TASKRELAY_AUTH_TOKENS: 'alice:s3cret' });
+  await startWorkerProcess(base);
+  client = await connectClient(gateway.url);
+  env = { TASKRELAY_URL: gateway.url };
+});
+
+afterAll(async () => {
+  await client?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+/** Progress lines of one call: each its own, strictly increasing, the last at `total`. */
+function expectProgressLines(lines: string[], prefix: string, total: number, report: string): void {
+  expect(lines.length).toBeGreaterThan(0);
+  const values = lines.map((line) => {
+    const match = new RegExp(
+      `^${prefix.replace(/[[\]]/g, '\\$&')}build_report (\\d+)/${total} Processed \\1 of ${total} items for ${report}$`,
+    ).exec(line);
+    expect(match, line).not.toBeNull();
+    return Number(match![1]);
+  });
+  expect(values.at(-1)).toBe(total);
+  for (let i = 1; i < values.length; i++) expect(values[i]!).toBeGreaterThan(values[i - 1]!);
+}
+
+async function taskStatus(taskId: string): Promise<string> {
+  return (await client.experimental.tasks.getTask(taskId)).status;
+}
+
+describe('taskrelay CLI off a TTY', () => {
+  it('lists the live tools, one per line', async () => {
+    const run = await runCli(['tools'], env);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/^build_report\s+optional\s+Builds a report/m);
+    expect(run.stdout).toMatch(/^fail_after\s+optional/m);
+  });
+
+  it('prints one plain line per progress update, then the result, and exits 0', async () => {
+    const run = await runCli(['call', 'build_report', 'report=q3', 'items=4', 'delayMs=20'], env);
+    expect(run.code).toBe(0);
+    const lines = run.stdout.trim().split('\n');
+    expect(lines.at(-1)).toBe('completed: Report "q3" built from 4 items');
+    // The throttle may merge updates (the newest wins): every line is one update, increasing, ending at 4/4.
+    expectProgressLines(lines.slice(0, -1), '', 4, 'q3');
+  });
+
+  it('keeps every parallel call on its own numbered lines, with {i} giving each its own arguments', async () => {
+    const run = await runCli(
+      ['call', 'build_report', 'report=r{i}', 'items={i}', 'delayMs=10', '--task', '--parallel', '3'],
+      env,
+    );
+    expect(run.code).toBe(0);
+    for (const n of [1, 2, 3]) {
+      const mine = run.stdout.split('\n').filter((l) => l.startsWith(`[${n}] `));
+      // Call n processes n items, each line naming its own report: nothing of another call leaks in.
+      expect(mine[0]).toMatch(new RegExp(`^\\[${n}\\] task [0-9a-f]+ working$`));
+      expect(mine.at(-1)).toBe(`[${n}] completed: Report "r${n}" built from ${n} items`);
+      expect(mine.at(-2)).toBe(`[${n}] status completed`);
+      expectProgressLines(mine.slice(1, -2), `[${n}] `, n, `r${n}`);
+    }
+  });
+
+  it('writes JSON lines (task, progress, result) with --json, and the task is completed', async () => {
+    const run = await runCli(
+      ['--json', 'call', 'build_report', 'report=j', 'items=3', 'delayMs=10', '--ttl', '60000'],
+      env,
+    );
+    expect(run.code).toBe(0);
+    const types = run.lines.map((l) => l['type']);
+    expect(types[0]).toBe('task');
+    expect(types.at(-1)).toBe('result');
+    const created = run.lines[0]!['task'] as { taskId: string; ttl: number };
+    expect(created.ttl).toBe(60_000);
+    const progress = run.lines.filter((l) => l['type'] === 'progress');
+    expect(progress.length).toBeGreaterThan(0);
+    expect(progress.at(-1)).toMatchObject({ progress: 3, total: 3, taskId: created.taskId, tool: 'build_report' });
+    const values = progress.map((p) => p['progress'] as number);
+    expect(values).toEqual([...values].sort((a, b) => a - b));
+    expect(new Set(values).size).toBe(values.length);
+    const result = run.lines.at(-1)!;
+    expect(result['status']).toBe('completed');
+    expect((result['result'] as { structuredContent: unknown }).structuredContent).toEqual({ report: 'j', items: 3 });
+    expect(await taskStatus(created.taskId)).toBe('completed');
+  });
+
+  it('exits 1 with the message when the tool fails', async () => {
+    const run = await runCli(['call', 'fail_after', 'delayMs=10', 'message=disk full', '--task'], env);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toContain('failed: disk full');
+  });
+
+  it('exits 1 with the gateway error for an unknown tool', async () => {
+    const run = await runCli(['call', 'no_such_tool'], env);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toContain('Unknown tool: no_such_tool');
+  });
+
+  it.each([
+    [['call', 'build_report', 'items'], /argument "items" is not key=value/],
+    [['call', 'build_report', '--parallel', '0'], /--parallel must be a positive integer/],
+    [['call'], /missing required argument 'tool'/],
+    [['frobnicate'], /unknown command 'frobnicate'/],
+    [['--nope', 'tools'], /unknown option '--nope'/],
+  ])('exits 2 with one line for the usage error in %j', async (args, message) => {
+    const run = await runCli(args, env);
+    expect(run.code).toBe(2);
+    expect(run.stderr.trim().split('\n')).toHaveLength(1);
+    expect(run.stderr).toMatch(message);
+  });
+
+  it('gets, waits for and cancels tasks by id', async () => {
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'build_report', arguments: { report: 'c', items: 1000, delayMs: 50 }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    const id = created.task.taskId;
+    const got = await runCli(['--json', 'get', id], env);
+    expect(got.code).toBe(0);
+    expect(got.lines[0]).toMatchObject({ type: 'task', task: { taskId: id, status: 'working' } });
+
+    const waiting = startCli(['result', id], env);
+    const cancelled = await runCli(['cancel', id], env);
+    expect(cancelled.code).toBe(0);
+    expect(cancelled.stdout).toMatch(new RegExp(`^${id}\\s+cancelled`));
+    // `result` of a task that ends cancelled exits 130, as a cancelled call does.
+    expect(await waiting.exited).toBe(130);
+
+    const again = await runCli(['cancel', id], env);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/terminal|cancelled/i);
+  });
+
+  it('lists only the caller’s tasks with its token, and says why without one', async () => {
+    const mine = await runCli(['--json', 'call', 'build_report', 'report=a', 'items=1', 'delayMs=0', '--task'], {
+      TASKRELAY_URL: authed.url,
+      TASKRELAY_TOKEN: 's3cret',
+    });
+    expect(mine.code).toBe(0);
+    const id = (mine.lines[0]!['task'] as { taskId: string }).taskId;
+    const listed = await runCli(['--json', '--url', authed.url, '--token', 's3cret', 'list'], {});
+    expect(listed.code).toBe(0);
+    expect(listed.lines.map((l) => (l['task'] as { taskId: string }).taskId)).toEqual([id]);
+
+    const anonymous = await runCli(['list', '--url', authed.url], {});
+    expect(anonymous.code).toBe(1);
+    expect(anonymous.stderr).toMatch(/401|Unauthorized|Authorization header|bearer token required/i);
+  });
+
+  it('cancels a running task call on Ctrl-C (tasks/cancel) and exits 130', async () => {
+    const run = startCli(['--json', 'call', 'build_report', 'report=int', 'items=1000', 'delayMs=50', '--task'], env);
+    await waitFor(() => run.lines().some((l) => l['type'] === 'progress'), {
+      timeoutMs: 15_000,
+      message: 'no progress from the CLI',
+    });
+    const taskId = (run.lines()[0]!['task'] as { taskId: string }).taskId;
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(130);
+    expect(await taskStatus(taskId)).toBe('cancelled');
+    expect(run.lines().at(-1)).toMatchObject({ type: 'result', status: 'cancelled', taskId });
+  });
+
+  it('cancels a running plain call on Ctrl-C (notifications/cancelled) and exits 130', async () => {
+    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', {
+      trigger: 'notifications/cancelled',
+    });
+    const run = startCli(['call', 'build_report', 'report=plain', 'items=1000', 'delayMs=50'], env);
+    await waitFor(() => run.stdout().includes('build_report 1/1000'), {
+      timeoutMs: 15_000,
+      message: 'no progress from the CLI',
+    });
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(130);
+    expect(run.stdout().trim().split('\n').at(-1)).toBe('cancelled');
+    // The gateway got the cancel before the CLI exited.
+    expect(
+      await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'notifications/cancelled' }),
+    ).toBe(before + 1);
+  });
+});

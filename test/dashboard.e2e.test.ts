@@ -1,0 +1,162 @@
+/**
+ * Issue 13: the operator pages in a real browser (headless Chromium): the live tasks page shows workers with their
+ * tools, queue depth, and each task's status, moving progress bar, message, principal and age; a task's detail shows
+ * its timeline; bull-board lists the queue. With auth on, `/admin` needs a token. Screenshots go to `.tmp/`.
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+
+const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+const SHOTS = resolve(ROOT, '.tmp');
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let authed: GatewayProcess;
+let client: Client;
+let browser: Browser;
+let page: Page;
+let admin: string;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('dash') };
+  gateway = await startGatewayProcess(env);
+  authed = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'ops:0pstoken' });
+  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '2' });
+  client = await connectClient(gateway.url);
+  admin = gateway.url.replace(/\/mcp$/, '/admin');
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  mkdirSync(SHOTS, { recursive: true });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await client?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+async function startTask(report: string, items: number, delayMs: number): Promise<string> {
+  const created = await client.request(
+    {
+      method: 'tools/call',
+      params: { name: 'build_report', arguments: { report, items, delayMs }, task: { ttl: 120_000 } },
+    },
+    CreateTaskResultSchema,
+  );
+  return created.task.taskId;
+}
+
+/** The cells of a task's row on the page, as text. */
+async function row(taskId: string): Promise<string[] | undefined> {
+  const cells = await page.locator(`#tasks tr:has(a:text-is("${taskId}")) td`).allInnerTexts();
+  return cells.length > 0 ? cells : undefined;
+}
+
+describe('admin pages in Chromium', () => {
+  it('show workers, queue depth and live tasks with moving progress bars, and a task timeline', async () => {
+    const fast = await startTask('sales', 400, 25);
+    const slow = await startTask('returns', 400, 60);
+    const queued = await startTask('backlog', 5, 10); // concurrency 2: waits for a slot
+    await page.goto(`${admin}/tasks`);
+
+    await waitFor(
+      async () => (await row(fast))?.[3]?.match(/^\d+\/400/) && (await row(slow))?.[3]?.match(/^\d+\/400/),
+      {
+        timeoutMs: 15_000,
+        message: 'the two running tasks never showed progress',
+      },
+    );
+    const workers = await page.locator('#workers').innerText();
+    expect(workers).toContain('build_report');
+    expect(workers).toContain('fail_after');
+    expect(workers).toMatch(/\d+s ago/);
+    const queues = await page.locator('#queues tbody tr').first().locator('td').allInnerTexts();
+    expect(queues).toEqual(['default', '1', '2', '0', '0']);
+    const queuedRow = (await row(queued))!;
+    expect(queuedRow[3]).toBe('queued');
+    expect(queuedRow.slice(1, 3)).toEqual(['build_report', 'working']);
+    expect(queuedRow[5]).toBe('anonymous');
+
+    // Each bar moves on its own and names its own report.
+    const first = (await row(fast))!;
+    expect(first[4]).toMatch(/^Processed \d+ of 400 items for sales$/);
+    expect((await row(slow))![4]).toMatch(/^Processed \d+ of 400 items for returns$/);
+    const done = (cells: string[]) => Number(/^(\d+)\//.exec(cells[3]!)![1]);
+    await waitFor(async () => done((await row(fast))!) > done(first), {
+      timeoutMs: 10_000,
+      message: 'the progress bar did not move',
+    });
+    const width = await page.locator(`#tasks tr:has(a:text-is("${fast}")) .bar i`).getAttribute('style');
+    expect(Number.parseFloat(/width:([\d.]+)%/.exec(width ?? '')?.[1] ?? '0')).toBeGreaterThan(0);
+    await page.screenshot({ path: join(SHOTS, 'dashboard-tasks.png') });
+
+    // A cancelled task stays listed with its status.
+    await client.experimental.tasks.cancelTask(slow);
+    await waitFor(async () => (await row(slow))?.[2] === 'cancelled', {
+      timeoutMs: 10_000,
+      message: 'the cancelled task never showed cancelled',
+    });
+
+    await page.locator(`a:text-is("${fast}")`).click();
+    await page.waitForURL(`**/admin/tasks/${fast}`);
+    await waitFor(async () => (await page.locator('#timeline li').count()) >= 4, {
+      timeoutMs: 10_000,
+      message: 'the timeline never showed',
+    });
+    const timeline = await page.locator('#timeline li').allInnerTexts();
+    expect(timeline.map((t) => /\s(\w+)( —|$)/.exec(t)?.[1])).toEqual(['created', 'queued', 'started', 'progress']);
+    expect(await page.locator('#task').innerText()).toContain('Processed');
+    await page.screenshot({ path: join(SHOTS, 'dashboard-task.png') });
+
+    await client.experimental.tasks.cancelTask(fast);
+  });
+
+  it('serve bull-board at /admin/queues with the worker pool listed', async () => {
+    await startTask('on-the-board', 2_000, 50);
+    await page.goto(`${admin}/queues`);
+    await page.getByText('q-default').first().waitFor({ timeout: 15_000 });
+    await page.getByText('q-default').first().click();
+    await page.waitForURL('**/admin/queues/queue/q-default**');
+    // The running job shows with its name (the tool) once bull-board loaded the queue.
+    await page.getByText('build_report').first().waitFor({ timeout: 15_000 });
+    await page.screenshot({ path: join(SHOTS, 'dashboard-queues.png') });
+  });
+
+  it('need a token when auth is on', async () => {
+    const base = authed.url.replace(/\/mcp$/, '/admin');
+    for (const path of ['/tasks', '/api/overview', '/queues']) {
+      expect((await fetch(`${base}${path}`)).status, path).toBe(401);
+      const ok = await fetch(`${base}${path}`, { headers: { Authorization: 'Bearer 0pstoken' } });
+      expect(ok.status, path).toBe(200);
+    }
+  });
+});

@@ -1,0 +1,141 @@
+/**
+ * Issue 13: Prometheus metrics on the gateway (`/metrics`) and on a worker (`WORKER_METRICS_PORT`): tasks created and
+ * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import getPort from 'get-port';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  WORKER_MAIN,
+  connectClient,
+  readMetric,
+  spawnNode,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let client: Client;
+let env: Record<string, string>;
+/** readMetric() wants an `/mcp` URL and reads its sibling `/metrics`. */
+let workerUrl: string;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('metrics') };
+  gateway = await startGatewayProcess(env);
+  const metricsPort = await getPort({ host: '127.0.0.1' });
+  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '1', WORKER_METRICS_PORT: String(metricsPort) });
+  workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
+  client = await connectClient(gateway.url);
+});
+
+afterAll(async () => {
+  await client?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+async function startTask(items: number, delayMs: number): Promise<string> {
+  const created = await client.request(
+    {
+      method: 'tools/call',
+      params: { name: 'build_report', arguments: { report: 'm', items, delayMs }, task: { ttl: 60_000 } },
+    },
+    CreateTaskResultSchema,
+  );
+  return created.task.taskId;
+}
+
+const g = (name: string, labels: Record<string, string> = {}) => readMetric(gateway.url, name, labels);
+const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);
+const tool = 'build_report';
+
+describe('metrics', () => {
+  it('count a completed task by tool and status on the gateway, and its wait and run on the worker', async () => {
+    const result = await client.callTool(
+      { name: tool, arguments: { report: 'plain', items: 3, delayMs: 5 } },
+      CallToolResultSchema,
+      { onprogress: () => undefined },
+    );
+    expect(result.isError).toBeFalsy();
+    expect(await g('taskrelay_tasks_created_total', { tool, mode: 'call' })).toBe(1);
+    await waitFor(async () => (await g('taskrelay_tasks_finished_total', { tool, status: 'completed' })) === 1, {
+      timeoutMs: 5_000,
+      message: 'tasks_finished_total{completed} never reached 1',
+    });
+    expect(await g('taskrelay_task_duration_seconds_count', { tool, status: 'completed' })).toBe(1);
+    expect(await g('taskrelay_progress_notifications_total')).toBeGreaterThan(0);
+    expect(await w('taskrelay_worker_jobs_started_total', { tool })).toBe(1);
+    expect(await w('taskrelay_queue_wait_seconds_count', { tool })).toBe(1);
+    await waitFor(async () => (await w('taskrelay_worker_run_seconds_count', { tool })) === 1, {
+      timeoutMs: 5_000,
+      message: 'worker_run_seconds never counted the run',
+    });
+  });
+
+  it('show a running task, busy slots and queue depth, then the cancel and its latency on both sides', async () => {
+    const running = await startTask(100_000, 20);
+    await waitFor(async () => (await w('taskrelay_worker_slots', { state: 'busy' })) === 1, {
+      timeoutMs: 10_000,
+      message: 'the worker never showed a busy slot',
+    });
+    expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
+    // Concurrency 1: a second task waits in the queue.
+    const queued = await startTask(1, 0);
+    await waitFor(async () => (await g('taskrelay_queue_jobs', { queue: 'default', state: 'waiting' })) === 1, {
+      timeoutMs: 5_000,
+      message: 'queue depth never showed the waiting job',
+    });
+    expect(await g('taskrelay_queue_jobs', { queue: 'default', state: 'active' })).toBe(1);
+    expect(await g('taskrelay_tasks_live', { tool, status: 'working' })).toBe(2);
+    expect(await g('taskrelay_workers_live', { queue: 'default' })).toBe(1);
+
+    await client.experimental.tasks.cancelTask(running);
+    expect(await g('taskrelay_cancel_seconds_count', { trigger: 'tasks/cancel' })).toBe(1);
+    expect(await g('taskrelay_tasks_finished_total', { tool, status: 'cancelled' })).toBe(1);
+    await waitFor(
+      async () => (await w('taskrelay_worker_cancel_seconds_count', { reason: 'CLIENT_CANCELLED' })) === 1,
+      {
+        timeoutMs: 10_000,
+        message: 'the worker never observed the cancel latency',
+      },
+    );
+    // The slot freed by the cancel runs the queued task.
+    await waitFor(async () => (await client.experimental.tasks.getTask(queued)).status === 'completed', {
+      timeoutMs: 10_000,
+      message: 'the queued task never completed',
+    });
+    await waitFor(async () => (await g('taskrelay_tasks_live', { tool, status: 'working' })) === 0, {
+      timeoutMs: 5_000,
+      message: 'live tasks never dropped to 0',
+    });
+  });
+
+  it('name every metric of both processes taskrelay_*', async () => {
+    for (const url of [gateway.url, workerUrl]) {
+      const text = await (await fetch(url.replace(/\/mcp$/, '/metrics'))).text();
+      const names = text
+        .split('\n')
+        .filter((l) => l.startsWith('# TYPE '))
+        .map((l) => l.split(' ')[2]!);
+      expect(names.length).toBeGreaterThan(10);
+      expect(names.filter((n) => !n.startsWith('taskrelay_'))).toEqual([]);
+    }
+    expect((await fetch(workerUrl.replace(/\/mcp$/, '/other'))).status).toBe(404);
+  });
+
+  it('stops a worker with one line when WORKER_METRICS_PORT is invalid', async () => {
+    const proc = spawnNode(WORKER_MAIN, { ...env, WORKER_METRICS_PORT: '70000' });
+    expect(await proc.exited).toBe(1);
+    expect(proc.output().trim()).toBe(
+      'taskrelay-worker: Invalid configuration: WORKER_METRICS_PORT must be at most 65535 (got "70000")',
+    );
+  });
+});
