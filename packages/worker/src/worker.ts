@@ -25,6 +25,7 @@ import {
   type ToolDescriptor,
   type ToolResult,
   type WorkerCatalog,
+  toolPool,
 } from '@taskrelay/shared';
 import { TaskContext } from './context.js';
 import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
@@ -41,8 +42,9 @@ export interface WorkerOptions {
   /** The tools this worker serves (from `defineTool`). At least one; names must be unique. */
   tools: readonly ToolDefinition[];
   /**
-   * The queue this worker consumes. Workers serving different tool sets use different queues; the gateway routes each
-   * tool to the queue of a live worker that serves it. Default `'default'`.
+   * The name of this worker's pool. The BullMQ queue it consumes is this name plus a digest of its tool names, so
+   * workers with different tool sets never share a queue, whatever this says; the gateway routes each call to the pool
+   * of a live worker that serves the tool. Default `'default'`.
    */
   queue?: string;
   /** Jobs run at once by this worker. Default `8`. */
@@ -103,6 +105,7 @@ export interface CloseOptions {
 /** A running worker. */
 export interface WorkerHandle {
   readonly workerId: string;
+  /** The pool this worker consumes: its `queue` option plus a digest of its tool names (PROTOCOL.md §3.2). */
   readonly queue: string;
   /**
    * Stops the heartbeat (the catalog is removed), stops taking jobs, waits up to `graceMs` for running tools, aborts
@@ -246,7 +249,12 @@ class TaskWorker {
   constructor(options: ResolvedWorkerOptions) {
     this.options = options;
     this.workerId = options.workerId;
-    this.queue = options.queue;
+    // The BullMQ queue is the pool of this tool set (PROTOCOL.md §3.2), never the bare name: a worker only takes jobs of
+    // tools it serves.
+    this.queue = toolPool(
+      options.queue,
+      options.tools.map((tool) => tool.name),
+    );
     this.keys = createKeys(options.prefix);
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     this.tools = new Map(options.tools.map((tool) => [tool.name, tool]));
