@@ -25,6 +25,8 @@ import {
   type ToolDescriptor,
   type ToolResult,
   type WorkerCatalog,
+  isClusterPrefix,
+  isRedisTarget,
   toolPool,
 } from '@taskrelay/shared';
 import { TaskContext } from './context.js';
@@ -33,7 +35,11 @@ import { cancelReasonOf } from './errors.js';
 
 /** Options of `startWorker`. Only `tools` and a Redis URL are required. */
 export interface WorkerOptions {
-  /** Redis URL: `redis://host:port/db`, or `rediss://` for TLS. Required unless `connection` is given. */
+  /**
+   * Redis URL: `redis://host:port/db`, `rediss://` for TLS, `redis+cluster://host:port,host:port` for a Redis Cluster
+   * (then `prefix` must be wrapped in `{}`), or `redis+sentinel://host:port,host:port/<master name>`. Required unless
+   * `connection` is given.
+   */
   redisUrl?: string;
   /** The Redis URL under BullMQ's name for it; used when `redisUrl` is not given. */
   connection?: string;
@@ -117,7 +123,9 @@ export interface WorkerHandle {
 const redisUrlSchema = z
   .string()
   .trim()
-  .refine((v) => /^rediss?:\/\/\S+$/.test(v) && URL.canParse(v), { message: 'must be a redis:// or rediss:// URL' });
+  .refine((v) => isRedisTarget(v), {
+    message: 'must be a redis://, rediss://, redis+cluster:// or redis+sentinel:// target',
+  });
 
 const ms = (min: number) =>
   z
@@ -155,6 +163,10 @@ const WorkerOptionsSchema = z
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
     path: ['redisUrl'],
+  })
+  .refine((o) => !(o.redisUrl ?? o.connection ?? '').startsWith('redis+cluster:') || isClusterPrefix(o.prefix), {
+    message: 'must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay}',
+    path: ['prefix'],
   });
 
 /** Applies the defaults of `WorkerOptions`; throws a one-line `ConfigError` for anything invalid. */
