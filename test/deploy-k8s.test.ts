@@ -38,13 +38,17 @@ interface Manifest {
   apiVersion: string;
   kind: string;
   metadata: { name: string; labels?: Record<string, string> };
-  spec?: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- checked by validate() first
+  /** Read after validate() has checked it against the API schema. */
+  spec?: any;
   data?: Record<string, string>;
 }
 
 const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
 const manifests: Manifest[] = files.flatMap((file) =>
-  parseAllDocuments(readFileSync(resolve(DIR, file), 'utf8')).map((doc) => ({ file, ...(doc.toJSON() as Manifest) })),
+  parseAllDocuments(readFileSync(resolve(DIR, file), 'utf8')).map((doc) => ({
+    ...(doc.toJSON() as Omit<Manifest, 'file'>),
+    file,
+  })),
 );
 const byKind = (kind: string) => manifests.filter((m) => m.kind === kind);
 const config = byKind('ConfigMap').find((m) => m.metadata.name === 'taskrelay')?.data ?? {};
