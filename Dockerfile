@@ -1,4 +1,5 @@
-# One image for both processes; docker-compose.yml picks the entry point with `command`:
+# One image for both processes (multi-stage: the runtime stage has production dependencies and dist only, and runs as
+# the non-root `node` user); docker-compose.yml picks the entry point with `command`:
 #   node packages/gateway/dist/main.js   (the default)
 #   node packages/worker/dist/main.js
 ARG NODE_IMAGE=node:20-slim
@@ -39,6 +40,13 @@ COPY --from=prod-deps --chown=node:node /app ./
 COPY --from=build --chown=node:node /app/packages/shared/dist packages/shared/dist
 COPY --from=build --chown=node:node /app/packages/worker/dist packages/worker/dist
 COPY --from=build --chown=node:node /app/packages/gateway/dist packages/gateway/dist
+# A tools module mounted from outside /app (TASKRELAY_TOOLS=/tools/tools.js) imports '@taskrelay/worker' and 'zod':
+# Node looks for node_modules in every parent directory up to /node_modules, so they resolve from there. A module
+# with other dependencies brings its own node_modules beside it.
+RUN mkdir -p /node_modules/@taskrelay \
+ && ln -s /app/packages/worker /node_modules/@taskrelay/worker \
+ && ln -s /app/packages/shared /node_modules/@taskrelay/shared \
+ && ln -s "$(readlink -f /app/packages/worker/node_modules/zod)" /node_modules/zod
 USER node
 EXPOSE 3000
 STOPSIGNAL SIGTERM

@@ -159,6 +159,16 @@ function freePort() {
   });
 }
 
+/** Resolves when host:port can be listened on; rejects with the listen error (EADDRINUSE, EACCES…) otherwise. */
+function checkPortFree(listenHost, listenPort) {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', reject);
+    server.listen(Number(listenPort), listenHost, () => server.close(() => resolve()));
+  });
+}
+
 /** One raw RESP `PING` over TCP: true on `+PONG`. */
 function redisPing(redisPort) {
   return new Promise((resolve) => {
@@ -283,6 +293,15 @@ async function main() {
     }
   }
 
+  // Whatever else answers on the port would pass the readiness check below and be announced as taskrelay.
+  try {
+    await checkPortFree(host, port);
+  } catch (error) {
+    const why = error && error.code === 'EADDRINUSE' ? 'is already in use' : `cannot be listened on (${error.message})`;
+    say(`${host}:${port} ${why}: stop whatever listens there, or start with another PORT (PORT=3100 pnpm start)`);
+    process.exit(1);
+  }
+
   let redisUrl = process.env['REDIS_URL'];
   const privateRedis = !redisUrl;
   if (!redisUrl) {
@@ -306,7 +325,9 @@ async function main() {
     fail(`the gateway did not report ready at ${base}/readyz within ${READY_TIMEOUT_MS / 1000} s`);
     return;
   }
-  if (!stopping) banner(`${base}/mcp`, redisUrl, privateRedis);
+  // Ready, and still ours: a gateway that lost a race for the port has exited (and failed the stack) by now.
+  const gateway = children.find((c) => c.name === 'gateway')?.child;
+  if (!stopping && gateway && gateway.exitCode === null) banner(`${base}/mcp`, redisUrl, privateRedis);
 }
 
 main().catch((error) => fail(`failed to start: ${error instanceof Error ? error.message : String(error)}`));

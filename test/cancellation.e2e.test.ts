@@ -81,7 +81,10 @@ describe('§7 cancel flow', () => {
     const queued = await startTask('sleepy', { ms: 30_000, stepMs: 100 });
     const cancelled = await client.experimental.tasks.cancelTask(queued);
     expect(cancelled.status).toBe('cancelled');
-    const queue = new Queue(createKeys(prefix).queueName('default'), {
+    // The job waits in the pool the gateway routed it to (PROTOCOL.md §3.2), stored as the task's queue.
+    const pool = (await hash(queued))['queue'] ?? '';
+    expect(pool).not.toBe('');
+    const queue = new Queue(createKeys(prefix).queueName(pool), {
       connection: r,
       prefix: createKeys(prefix).bullPrefix,
     });

@@ -6,6 +6,10 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toolPool } from '@taskrelay/shared';
+
+/** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
+const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']);
 import { chromium, type Browser, type Page } from 'playwright-core';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -100,7 +104,7 @@ describe('admin pages in Chromium', () => {
     expect(workers).toContain('fail_after');
     expect(workers).toMatch(/\d+s ago/);
     const queues = await page.locator('#queues tbody tr').first().locator('td').allInnerTexts();
-    expect(queues).toEqual(['default', '1', '2', '0', '0']);
+    expect(queues).toEqual([DEMO_POOL, '1', '2', '0', '0']);
     const queuedRow = (await row(queued))!;
     expect(queuedRow[3]).toBe('queued');
     expect(queuedRow.slice(1, 3)).toEqual(['build_report', 'working']);

@@ -3,6 +3,10 @@
  * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toolPool } from '@taskrelay/shared';
+
+/** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
+const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']);
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -89,13 +93,13 @@ describe('metrics', () => {
     expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
     // Concurrency 1: a second task waits in the queue.
     const queued = await startTask(1, 0);
-    await waitFor(async () => (await g('taskrelay_queue_jobs', { queue: 'default', state: 'waiting' })) === 1, {
+    await waitFor(async () => (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'waiting' })) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',
     });
-    expect(await g('taskrelay_queue_jobs', { queue: 'default', state: 'active' })).toBe(1);
+    expect(await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'active' })).toBe(1);
     expect(await g('taskrelay_tasks_live', { tool, status: 'working' })).toBe(2);
-    expect(await g('taskrelay_workers_live', { queue: 'default' })).toBe(1);
+    expect(await g('taskrelay_workers_live', { queue: DEMO_POOL })).toBe(1);
 
     await client.experimental.tasks.cancelTask(running);
     expect(await g('taskrelay_cancel_seconds_count', { trigger: 'tasks/cancel' })).toBe(1);

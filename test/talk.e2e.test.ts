@@ -210,7 +210,9 @@ describe('§12 input requests (elicitation)', () => {
     await waitFor(() => asked.signal.aborted, { message: 'the pending request was not withdrawn' });
     const keys = createKeys(prefix);
     const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
-    const queue = new Queue(keys.queueName('default'), { connection, prefix: keys.bullPrefix });
+    // The task's own pool queue (workers' queues carry a digest of their tool names, PROTOCOL.md §3.2).
+    const pool = (await connection.hget(keys.task(taskId), 'queue')) ?? '';
+    const queue = new Queue(keys.queueName(pool), { connection, prefix: keys.bullPrefix });
     try {
       await waitFor(async () => (await queue.getJob(taskId)) === undefined, {
         message: 'the suspended job is still there',

@@ -6,7 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { UnrecoverableError, Worker } from 'bullmq';
-import { RedisTaskStore, createKeys } from '@taskrelay/shared';
+import { pathToFileURL } from 'node:url';
+import { RedisTaskStore, createKeys, toolPool } from '@taskrelay/shared';
+import { isToolDefinition } from '@taskrelay/worker';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
 import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
@@ -53,8 +55,16 @@ async function gatewayWithoutWorkers(label: string): Promise<{ prefix: string; g
   return { prefix, gateway };
 }
 
-/** BullMQ's job hash of a task (jobId = taskId) on the default queue. */
-const jobKey = (prefix: string, taskId: string) => `${prefix}:${createKeys(prefix).queueName('default')}:${taskId}`;
+/** The fault worker's pool (PROTOCOL.md §3.2): the queue its calls' jobs wait in. */
+const FAULT_POOL = toolPool(
+  'default',
+  Object.values((await import(pathToFileURL(FAULT_TOOLS).href)) as Record<string, unknown>)
+    .filter(isToolDefinition)
+    .map((tool) => tool.name),
+);
+
+/** BullMQ's job hash of a task (jobId = taskId) in the fault worker's pool. */
+const jobKey = (prefix: string, taskId: string) => `${prefix}:${createKeys(prefix).queueName(FAULT_POOL)}:${taskId}`;
 
 async function expectReapedFailed(watcher: WatchingClient, taskId: string, waiting: Promise<unknown>) {
   const result = (await waiting) as Awaited<ReturnType<typeof taskResult>>;
@@ -126,14 +136,14 @@ describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
     const keys = createKeys(prefix);
     const connection = testRedis(redis.url);
     const raw = new Worker(
-      keys.queueName('default'),
+      keys.queueName(FAULT_POOL),
       async () => {
         throw new UnrecoverableError('failed behind the task store’s back');
       },
       { connection, prefix: keys.bullPrefix },
     );
     try {
-      await waitFor(async () => (await r.zscore(`${prefix}:${keys.queueName('default')}:failed`, taskId)) !== null, {
+      await waitFor(async () => (await r.zscore(`${prefix}:${keys.queueName(FAULT_POOL)}:failed`, taskId)) !== null, {
         message: 'the raw worker did not fail the job',
       });
     } finally {

@@ -86,7 +86,12 @@ export async function startGatewayProcess(env: Record<string, string | undefined
       return res?.status === 200;
     },
     { timeoutMs: 20_000, message: 'gateway did not become ready' },
-  );
+  ).catch((error: unknown) => {
+    // What the gateway said is what tells a slow start from a stuck one.
+    throw new Error(
+      `${error instanceof Error ? error.message : String(error)}; its output:\n${proc.output().slice(-3_000)}`,
+    );
+  });
   return Object.assign(proc, { url: `${base}/mcp`, port });
 }
 

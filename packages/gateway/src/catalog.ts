@@ -9,8 +9,20 @@ import type { Redis } from 'ioredis';
 import { WorkerCatalogSchema, parseMessage, type Keys, type Logger, type ToolDescriptor } from '@taskrelay/shared';
 
 export interface CatalogTool extends ToolDescriptor {
-  /** The worker pool (queue) that runs this tool. */
+  /**
+   * The worker pool (BullMQ queue) this call goes to: one whose live workers serve the tool (PROTOCOL.md §3.2). When
+   * several pools serve it, `find` picks one per call, weighted by their live workers.
+   */
   queue: string;
+}
+
+/** One read of the live catalogs. */
+interface CatalogSnapshot {
+  at: number;
+  /** Tool name → its newest descriptor and one pool entry per live worker serving it. */
+  tools: Map<string, { descriptor: ToolDescriptor; pools: string[] }>;
+  /** Pools with at least one live worker. */
+  pools: Set<string>;
 }
 
 export interface ToolCatalogOptions {
@@ -19,12 +31,16 @@ export interface ToolCatalogOptions {
 }
 
 export class ToolCatalog {
-  private cached: { at: number; tools: Map<string, CatalogTool> } | undefined;
-  private inflight: Promise<Map<string, CatalogTool>> | undefined;
+  private cached: CatalogSnapshot | undefined;
+  private inflight: Promise<CatalogSnapshot> | undefined;
+  /** Tools and pools seen served before: one warning when the last worker serving one goes. */
+  private readonly served = new Set<string>();
+  private readonly servedPools = new Set<string>();
   private readonly validators = new Map<string, { schemaJson: string; validate: ValidateFunction | undefined }>();
   /** zod 4 and MCP (SEP-1613) speak JSON Schema 2020-12; a schema that names draft-07 (or older) gets that dialect. */
   private readonly ajv2020: Ajv2020;
   private readonly ajv07: Ajv;
+
   private readonly cacheMs: number;
 
   constructor(
@@ -45,11 +61,30 @@ export class ToolCatalog {
   }
 
   async list(): Promise<CatalogTool[]> {
-    return [...(await this.load()).values()];
+    return [...(await this.load()).tools.values()].map(({ descriptor, pools }) => ({
+      ...descriptor,
+      queue: pools[0] ?? '',
+    }));
   }
 
+  /** The tool, with the pool this call goes to; undefined when no live worker serves it. */
   async find(name: string): Promise<CatalogTool | undefined> {
-    return (await this.load()).get(name);
+    const entry = (await this.load()).tools.get(name);
+    if (!entry) return undefined;
+    const queue = entry.pools[Math.floor(Math.random() * entry.pools.length)] ?? '';
+    return { ...entry.descriptor, queue };
+  }
+
+  /**
+   * Why a task that no worker has started yet may wait for ever, or undefined when a live worker of its pool serves
+   * it: what `tasks/get` shows as its `statusMessage` (PROTOCOL.md §3.2).
+   */
+  async unservedReason(tool: string, queue: string): Promise<string | undefined> {
+    const snapshot = await this.load();
+    if (snapshot.pools.has(queue)) return undefined;
+    return snapshot.tools.has(tool)
+      ? `Waiting: no live worker consumes pool ${queue}, where this task was queued (tool ${tool} is served by another pool now)`
+      : `Waiting: no live worker serves tool ${tool}; the task runs once one starts`;
   }
 
   /**
@@ -82,15 +117,15 @@ export class ToolCatalog {
     }
   }
 
-  private async load(): Promise<Map<string, CatalogTool>> {
-    if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached.tools;
+  private async load(): Promise<CatalogSnapshot> {
+    if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached;
     this.inflight ??= this.read().finally(() => {
       this.inflight = undefined;
     });
     return this.inflight;
   }
 
-  private async read(): Promise<Map<string, CatalogTool>> {
+  private async read(): Promise<CatalogSnapshot> {
     const now = Date.now();
     const workerIds = await this.redis.zrangebyscore(this.keys.workers, now, '+inf');
     const raws = workerIds.length > 0 ? await this.redis.mget(workerIds.map((id) => this.keys.workerCatalog(id))) : [];
@@ -99,13 +134,39 @@ export class ToolCatalog {
       .filter((c) => c !== undefined)
       // Newest heartbeat last, so during a rolling deploy the newest definition of a tool wins.
       .sort((a, b) => a.heartbeatAt - b.heartbeatAt);
-    const tools = new Map<string, CatalogTool>();
+    const tools = new Map<string, { descriptor: ToolDescriptor; pools: string[] }>();
+    const pools = new Set<string>();
     for (const catalog of catalogs) {
-      for (const tool of catalog.tools) tools.set(tool.name, { ...tool, queue: catalog.queue });
+      pools.add(catalog.queue);
+      for (const tool of catalog.tools) {
+        const entry = tools.get(tool.name);
+        if (entry) {
+          entry.descriptor = tool;
+          entry.pools.push(catalog.queue);
+        } else {
+          tools.set(tool.name, { descriptor: tool, pools: [catalog.queue] });
+        }
+      }
     }
-    this.cached = { at: now, tools };
-    this.log.trace({ workers: workerIds.length, tools: tools.size }, 'catalog refreshed');
-    return tools;
+    for (const name of this.served) {
+      if (tools.has(name)) continue;
+      this.served.delete(name);
+      this.log.warn({ tool: name }, 'no live worker serves this tool any more; its queued calls wait until one starts');
+    }
+    for (const name of tools.keys()) this.served.add(name);
+    for (const pool of this.servedPools) {
+      if (pools.has(pool)) continue;
+      this.servedPools.delete(pool);
+      this.log.warn(
+        { queue: pool },
+        'no live worker consumes this pool any more; jobs waiting in it wait until one starts',
+      );
+    }
+    for (const pool of pools) this.servedPools.add(pool);
+    const snapshot: CatalogSnapshot = { at: now, tools, pools };
+    this.cached = snapshot;
+    this.log.trace({ workers: workerIds.length, tools: tools.size, pools: pools.size }, 'catalog refreshed');
+    return snapshot;
   }
 }
 

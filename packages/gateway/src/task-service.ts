@@ -236,7 +236,21 @@ export class TaskService {
   async get(taskId: string, principal: string): Promise<TaskRecord> {
     const record = await this.store.get(taskId);
     if (!record || record.principal !== principal || record.mode !== 'task') throw taskNotFound(taskId);
-    return record;
+    return this.withWaitingReason(record);
+  }
+
+  /**
+   * A task no worker has started whose pool has no live worker would wait silently until the queue timeout: say so in
+   * its `statusMessage` (PROTOCOL.md §3.2). Only on reads; the stored record is unchanged.
+   */
+  private async withWaitingReason(record: TaskRecord): Promise<TaskRecord> {
+    if (record.status !== 'working' || record.attempt !== undefined || record.statusMessage !== undefined)
+      return record;
+    const reason = await this.catalog.unservedReason(record.tool, record.queue).catch(() => undefined);
+    if (reason === undefined) return record;
+    // The catalog warns once when the tool's or pool's last worker goes; this is per poll.
+    this.log.debug({ taskId: record.taskId, tool: record.tool, queue: record.queue }, reason);
+    return { ...record, statusMessage: reason };
   }
 
   /**

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
+import { clusterTarget, isClusterPrefix, sentinelTarget, type RedisNode } from './redis.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -29,6 +30,31 @@ const redisUrl = z
   .trim()
   .refine((v) => /^rediss?:\/\/[^\s]+$/.test(v) && URL.canParse(v), { message: 'must be a redis:// or rediss:// URL' });
 
+/** `host:port,host:port`: Redis Cluster seed nodes or Sentinels. */
+const nodeList = z.string().transform((value, ctx) => {
+  const nodes: RedisNode[] = [];
+  for (const item of value
+    .split(',')
+    .map((v) => v.trim())
+    .filter(Boolean)) {
+    const match = /^(\[[0-9a-fA-F:]+\]|[^\s:/[\]]+):(\d{1,5})$/.exec(item);
+    const port = Number(match?.[2]);
+    if (!match?.[1] || !(port >= 1 && port <= 65_535)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be a comma list of host:port (bad entry ${JSON.stringify(item)})`,
+      });
+      return z.NEVER;
+    }
+    nodes.push({ host: match[1].replace(/^\[|\]$/g, ''), port });
+  }
+  if (nodes.length === 0) {
+    ctx.addIssue({ code: 'custom', message: 'must list at least one host:port' });
+    return z.NEVER;
+  }
+  return nodes;
+});
+
 const prefix = z
   .string()
   .trim()
@@ -37,6 +63,13 @@ const prefix = z
 
 const commonShape = {
   REDIS_URL: redisUrl.optional(),
+  REDIS_CLUSTER_NODES: nodeList.optional(),
+  REDIS_SENTINELS: nodeList.optional(),
+  REDIS_SENTINEL_NAME: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
+    .optional(),
   TASKRELAY_PREFIX: prefix.default('taskrelay'),
   LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
@@ -135,7 +168,11 @@ const workerEnvSchema = z.object({
 });
 
 export interface CommonConfig {
-  /** Redis connection URL; undefined when not set (the entry points require it). */
+  /**
+   * Where Redis is, as `createRedis` takes it: `REDIS_URL`, or the `redis+cluster://` / `redis+sentinel://` target
+   * built from `REDIS_CLUSTER_NODES` / `REDIS_SENTINELS` (which win over `REDIS_URL`); undefined when none is set (the
+   * entry points require one).
+   */
   redisUrl: string | undefined;
   /** Prefix of every Redis key and channel. Default `taskrelay`. */
   prefix: string;
@@ -245,8 +282,29 @@ function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
 }
 
 function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof workerEnvSchema>): CommonConfig {
+  let redisTarget = parsed.REDIS_URL;
+  if (parsed.REDIS_CLUSTER_NODES) {
+    if (parsed.REDIS_SENTINELS) {
+      throw new ConfigError('Invalid configuration: set REDIS_CLUSTER_NODES or REDIS_SENTINELS, not both');
+    }
+    // Every key and channel carries the prefix: in braces it is their one hash slot, which the Lua scripts (several
+    // keys each) and BullMQ need.
+    if (!isClusterPrefix(parsed.TASKRELAY_PREFIX)) {
+      throw new ConfigError(
+        `Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} with REDIS_CLUSTER_NODES, e.g. {${parsed.TASKRELAY_PREFIX.replace(/[{}]/g, '')}} (got ${JSON.stringify(parsed.TASKRELAY_PREFIX)})`,
+      );
+    }
+    redisTarget = clusterTarget(parsed.REDIS_CLUSTER_NODES);
+  } else if (parsed.REDIS_SENTINELS) {
+    if (!parsed.REDIS_SENTINEL_NAME) {
+      throw new ConfigError(
+        'Invalid configuration: REDIS_SENTINEL_NAME (the master name) is required with REDIS_SENTINELS',
+      );
+    }
+    redisTarget = sentinelTarget(parsed.REDIS_SENTINELS, parsed.REDIS_SENTINEL_NAME);
+  }
   return {
-    redisUrl: parsed.REDIS_URL,
+    redisUrl: redisTarget,
     prefix: parsed.TASKRELAY_PREFIX,
     logLevel: parsed.LOG_LEVEL,
     progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
@@ -342,6 +400,11 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
 export function requireRedisUrl(config: CommonConfig): string {
   if (!config.redisUrl) {
     throw new ConfigError('Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)');
+  }
+  if (config.redisUrl.startsWith('redis+cluster:') && !isClusterPrefix(config.prefix)) {
+    throw new ConfigError(
+      `Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} on a Redis Cluster (got ${JSON.stringify(config.prefix)})`,
+    );
   }
   return config.redisUrl;
 }

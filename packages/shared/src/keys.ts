@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * Every Redis key and channel name taskrelay uses. No other file builds a key string; the Lua scripts receive the
  * prefixes they append ids to from here.
@@ -70,4 +72,18 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     principalOpenTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:open`,
     rateLimitPrefix: (limit) => `${prefix}:ratelimit:${limit}`,
   };
+}
+
+/**
+ * The worker pool a worker joins (PROTOCOL.md §3.2): its configured queue name plus a digest of the sorted names of
+ * the tools it serves. Workers with the same tool set share one BullMQ queue; a worker with another tool set gets a
+ * queue of its own, so a job is only ever taken by a worker that serves its tool, whatever `queue` says. Names only,
+ * not schemas: a rolling deploy that changes a description keeps the pool (and the jobs waiting in it).
+ */
+export function toolPool(queue: string, toolNames: readonly string[]): string {
+  const digest = createHash('sha256')
+    .update([...new Set(toolNames)].sort().join('\n'))
+    .digest('hex')
+    .slice(0, 12);
+  return `${queue}.${digest}`;
 }

@@ -1,14 +1,116 @@
-import { Redis, type RedisOptions } from 'ioredis';
-import { TaskrelayError } from './errors.js';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { ConfigError, TaskrelayError } from './errors.js';
 
 export { Redis } from 'ioredis';
 
+/** One `host:port` of a Redis Cluster seed list or a Sentinel list. */
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
 /**
- * Creates an ioredis client from a URL. `maxRetriesPerRequest: null` is what BullMQ needs for blocking connections
- * and lets commands wait through a reconnect instead of failing.
+ * Where Redis is. One string carries it through every layer (config, `startWorker({ redisUrl })`, `startGateway`):
+ * - `redis://…` / `rediss://…` (TLS): one server;
+ * - `redis+cluster://host:port,host:port`: a Redis Cluster, through these seed nodes;
+ * - `redis+sentinel://host:port,host:port/<master name>`: the master the Sentinels name.
  */
-export function createRedis(url: string, options: RedisOptions = {}): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true, ...options });
+export type RedisTarget =
+  | { kind: 'standalone'; url: string }
+  | { kind: 'cluster'; nodes: RedisNode[] }
+  | { kind: 'sentinel'; sentinels: RedisNode[]; name: string };
+
+const CLUSTER_SCHEME = 'redis+cluster://';
+const SENTINEL_SCHEME = 'redis+sentinel://';
+
+const formatNode = ({ host, port }: RedisNode) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+export function clusterTarget(nodes: readonly RedisNode[]): string {
+  return `${CLUSTER_SCHEME}${nodes.map(formatNode).join(',')}`;
+}
+
+export function sentinelTarget(sentinels: readonly RedisNode[], name: string): string {
+  return `${SENTINEL_SCHEME}${sentinels.map(formatNode).join(',')}/${name}`;
+}
+
+/**
+ * True when every key built from `prefix` hashes to one Redis Cluster slot: the prefix starts with a non-empty
+ * `{hash tag}` (Redis hashes only what is inside the first braces).
+ */
+export function isClusterPrefix(prefix: string): boolean {
+  return /^\{[^{}]+\}/.test(prefix);
+}
+
+function parseNodes(list: string, what: string): RedisNode[] {
+  return list.split(',').map((item) => {
+    const match = /^(\[[0-9a-fA-F:]+\]|[^\s:/[\]]+):(\d{1,5})$/.exec(item.trim());
+    if (!match?.[1])
+      throw new ConfigError(`Invalid Redis target: ${what} must be host:port (got ${JSON.stringify(item)})`);
+    return { host: match[1].replace(/^\[|\]$/g, ''), port: Number(match[2]) };
+  });
+}
+
+/** Parses a target string (see `RedisTarget`); throws a one-line `ConfigError` for anything else. */
+export function parseRedisTarget(target: string): RedisTarget {
+  if (target.startsWith(CLUSTER_SCHEME)) {
+    return { kind: 'cluster', nodes: parseNodes(target.slice(CLUSTER_SCHEME.length), 'a cluster node') };
+  }
+  if (target.startsWith(SENTINEL_SCHEME)) {
+    const rest = target.slice(SENTINEL_SCHEME.length);
+    const slash = rest.lastIndexOf('/');
+    const name = slash > 0 ? rest.slice(slash + 1) : '';
+    if (!name)
+      throw new ConfigError('Invalid Redis target: redis+sentinel:// needs /<master name> after the sentinels');
+    return { kind: 'sentinel', sentinels: parseNodes(rest.slice(0, slash), 'a sentinel'), name };
+  }
+  if (/^rediss?:\/\/\S+$/.test(target) && URL.canParse(target)) return { kind: 'standalone', url: target };
+  throw new ConfigError(
+    `Invalid Redis target: must be redis://, rediss://, ${CLUSTER_SCHEME} or ${SENTINEL_SCHEME} (got ${JSON.stringify(target)})`,
+  );
+}
+
+/** True when `target` is a target `createRedis` takes. */
+export function isRedisTarget(target: string): boolean {
+  try {
+    parseRedisTarget(target);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** What a client was made for, for one-line errors (a cluster has no single host). */
+const described = new WeakMap<object, string>();
+
+/**
+ * Creates an ioredis client for a target (see `RedisTarget`). `maxRetriesPerRequest: null` is what BullMQ needs for
+ * blocking connections and lets commands wait through a reconnect instead of failing.
+ *
+ * A cluster client is an ioredis `Cluster`, returned under the `Redis` type: everything taskrelay and BullMQ call on it
+ * (commands, scripts, `multi` within one slot, pub/sub, `duplicate`, `quit`) exists on both. Per-node options
+ * (timeouts, retries, the connection name) go to every node; `retryStrategy` becomes the cluster's.
+ */
+export function createRedis(target: string, options: RedisOptions = {}): Redis {
+  const parsed = parseRedisTarget(target);
+  const merged: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, ...options };
+  let client: Redis;
+  if (parsed.kind === 'cluster') {
+    const { retryStrategy, lazyConnect, ...redisOptions } = merged;
+    const cluster = new Cluster(parsed.nodes, {
+      redisOptions,
+      enableReadyCheck: true,
+      lazyConnect: lazyConnect ?? false,
+      ...(retryStrategy ? { clusterRetryStrategy: (times: number) => retryStrategy(times) } : {}),
+    });
+    client = cluster as unknown as Redis;
+    described.set(client, `cluster ${parsed.nodes.map(formatNode).join(',')}`);
+  } else if (parsed.kind === 'sentinel') {
+    client = new Redis({ ...merged, sentinels: parsed.sentinels, name: parsed.name });
+    described.set(client, `sentinel master ${parsed.name} via ${parsed.sentinels.map(formatNode).join(',')}`);
+  } else {
+    client = new Redis(parsed.url, merged);
+  }
+  return client;
 }
 
 /**
@@ -42,6 +144,9 @@ const UNAVAILABLE_MESSAGES = [
   /^Stream isn't writeable/, // enableOfflineQueue: false
   /^Reached the max retries per request limit/, // MaxRetriesPerRequestError
   /^(LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN) /, // a server that is up but cannot serve yet
+  /^Failed to refresh slots cache/, // a cluster none of whose nodes answers
+  /^None of the startup nodes is available/,
+  /^All sentinels are unreachable/,
 ];
 
 /**
@@ -63,7 +168,7 @@ export function isRedisUnavailableError(error: unknown): boolean {
       cause?: unknown;
       errors?: unknown;
     };
-    if (name === 'MaxRetriesPerRequestError') return true;
+    if (name === 'MaxRetriesPerRequestError' || name === 'ClusterAllFailedError') return true;
     if (typeof code === 'string' && UNAVAILABLE_ERRNOS.has(code)) return true;
     if (typeof message === 'string' && UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(message))) return true;
     pending.push(cause);
@@ -102,6 +207,8 @@ export async function waitForRedis(client: Redis, timeoutMs = 5_000): Promise<vo
 }
 
 function describe(client: Redis): string {
+  const known = described.get(client);
+  if (known) return known;
   const { host, port } = client.options;
   return `${host ?? '127.0.0.1'}:${port ?? 6379}`;
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../src/errors.js';
 import { loadGatewayConfig, loadWorkerConfig, requireRedisUrl } from '../src/config.js';
+import { parseRedisTarget } from '../src/redis.js';
 
 describe('configuration', () => {
   it('applies the contract defaults', () => {
@@ -53,5 +54,67 @@ describe('configuration', () => {
   it('requires REDIS_URL only where asked', () => {
     expect(() => requireRedisUrl(loadWorkerConfig({}))).toThrow(/REDIS_URL is required/);
     expect(requireRedisUrl(loadWorkerConfig({ REDIS_URL: 'redis://127.0.0.1:1' }))).toBe('redis://127.0.0.1:1');
+  });
+});
+
+describe('Redis Cluster, Sentinel and TLS configuration', () => {
+  it('uses REDIS_CLUSTER_NODES instead of REDIS_URL, with a {prefix}', () => {
+    const w = loadWorkerConfig({
+      REDIS_CLUSTER_NODES: '127.0.0.1:7000, 127.0.0.1:7001,[::1]:7002',
+      REDIS_URL: 'redis://ignored:1',
+      TASKRELAY_PREFIX: '{acme}',
+    });
+    expect(requireRedisUrl(w)).toBe('redis+cluster://127.0.0.1:7000,127.0.0.1:7001,[::1]:7002');
+    expect(parseRedisTarget(requireRedisUrl(w))).toEqual({
+      kind: 'cluster',
+      nodes: [
+        { host: '127.0.0.1', port: 7000 },
+        { host: '127.0.0.1', port: 7001 },
+        { host: '::1', port: 7002 },
+      ],
+    });
+  });
+
+  it('refuses a cluster without a {prefix}, or with a bad node list, in one line', () => {
+    expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000' })).toThrow(
+      /^Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\} with REDIS_CLUSTER_NODES, e\.g\. \{taskrelay\} \(got "taskrelay"\)$/,
+    );
+    expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000', TASKRELAY_PREFIX: 'a{b}' })).toThrow(
+      /must be wrapped in \{\}/,
+    );
+    expect(() => loadWorkerConfig({ REDIS_CLUSTER_NODES: '127.0.0.1', TASKRELAY_PREFIX: '{a}' })).toThrow(
+      /^Invalid configuration: REDIS_CLUSTER_NODES must be a comma list of host:port \(bad entry "127\.0\.0\.1"\)/,
+    );
+    expect(() => loadWorkerConfig({ REDIS_CLUSTER_NODES: 'h:99999', TASKRELAY_PREFIX: '{a}' })).toThrow(
+      /REDIS_CLUSTER_NODES must be a comma list/,
+    );
+    // The API path too: a cluster target with a bare prefix never reaches Redis.
+    expect(() => requireRedisUrl({ ...loadWorkerConfig({}), redisUrl: 'redis+cluster://h:1' })).toThrow(
+      /TASKRELAY_PREFIX must be wrapped in \{\}/,
+    );
+  });
+
+  it('accepts Sentinels with a master name', () => {
+    const g = loadGatewayConfig({ REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'mymaster' });
+    expect(parseRedisTarget(requireRedisUrl(g))).toEqual({
+      kind: 'sentinel',
+      sentinels: [
+        { host: 's1', port: 26379 },
+        { host: 's2', port: 26379 },
+      ],
+      name: 'mymaster',
+    });
+    expect(() => loadGatewayConfig({ REDIS_SENTINELS: 's1:26379' })).toThrow(/REDIS_SENTINEL_NAME .* is required/);
+    expect(() =>
+      loadGatewayConfig({ REDIS_SENTINELS: 's1:1', REDIS_SENTINEL_NAME: 'm', REDIS_CLUSTER_NODES: 'h:1' }),
+    ).toThrow(/not both/);
+  });
+
+  it('accepts rediss:// for TLS', () => {
+    const w = loadWorkerConfig({ REDIS_URL: 'rediss://user:pw@redis.example:6380/2' });
+    expect(parseRedisTarget(requireRedisUrl(w))).toEqual({
+      kind: 'standalone',
+      url: 'rediss://user:pw@redis.example:6380/2',
+    });
   });
 });

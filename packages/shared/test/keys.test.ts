@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createKeys } from '../src/keys.js';
+import { createKeys, toolPool } from '../src/keys.js';
 
 describe('key naming', () => {
   it('puts every key and channel under the prefix', () => {
@@ -37,5 +37,17 @@ describe('key naming', () => {
   it('keeps principals and idempotency keys from forging other keys', () => {
     const k = createKeys('p');
     expect(k.idempotency('a:b', 'x:y')).toBe('p:idem:a%3Ab:x%3Ay');
+  });
+});
+
+describe('tool pools (PROTOCOL.md §3.2)', () => {
+  it('gives workers with the same tool names one pool, whatever their order', () => {
+    expect(toolPool('default', ['b', 'a'])).toBe(toolPool('default', ['a', 'b']));
+    expect(toolPool('default', ['a', 'b'])).toMatch(/^default\.[0-9a-f]{12}$/);
+  });
+
+  it('gives another tool set, or another queue name, another pool', () => {
+    expect(toolPool('default', ['a'])).not.toBe(toolPool('default', ['a', 'b']));
+    expect(toolPool('default', ['a'])).not.toBe(toolPool('team', ['a']));
   });
 });

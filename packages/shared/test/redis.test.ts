@@ -3,7 +3,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 import getPort from 'get-port';
 import { ReplyError } from 'ioredis';
 import { TaskrelayError } from '../src/errors.js';
-import { FAIL_FAST_REDIS_OPTIONS, createRedis, isRedisUnavailableError, type Redis } from '../src/redis.js';
+import { Cluster } from 'ioredis';
+import {
+  FAIL_FAST_REDIS_OPTIONS,
+  createRedis,
+  isRedisUnavailableError,
+  parseRedisTarget,
+  waitForRedis,
+  type Redis,
+} from '../src/redis.js';
 
 const clients: Redis[] = [];
 const servers: Server[] = [];
@@ -68,5 +76,55 @@ describe('what counts as Redis being unavailable', () => {
     expect(isRedisUnavailableError(new Error('boom'))).toBe(false);
     expect(isRedisUnavailableError('Connection is closed')).toBe(false);
     expect(isRedisUnavailableError(undefined)).toBe(false);
+  });
+});
+
+describe('Redis targets (standalone, TLS, Cluster, Sentinel)', () => {
+  it('makes a TLS client for rediss://', () => {
+    const client = createRedis('rediss://127.0.0.1:6380/1', { lazyConnect: true });
+    clients.push(client);
+    expect(client.options.tls).toBeDefined();
+    expect(client.options).toMatchObject({ host: '127.0.0.1', port: 6380, db: 1 });
+  });
+
+  it('makes a Cluster client for redis+cluster://, with per-node options on every node', () => {
+    const client = createRedis('redis+cluster://127.0.0.1:7000,127.0.0.1:7001', {
+      lazyConnect: true,
+      connectionName: 'x',
+      ...FAIL_FAST_REDIS_OPTIONS,
+    });
+    clients.push(client);
+    expect(client).toBeInstanceOf(Cluster);
+    const cluster = client as unknown as Cluster;
+    expect(cluster.options.redisOptions).toMatchObject({ connectionName: 'x', commandTimeout: 2_000 });
+    expect(cluster.options.clusterRetryStrategy?.(3, new Error('x'))).toBe(150);
+  });
+
+  it('makes a Sentinel client for redis+sentinel://', () => {
+    const client = createRedis('redis+sentinel://127.0.0.1:26379,[::1]:26380/mymaster', { lazyConnect: true });
+    clients.push(client);
+    expect(client.options).toMatchObject({
+      name: 'mymaster',
+      sentinels: [
+        { host: '127.0.0.1', port: 26379 },
+        { host: '::1', port: 26380 },
+      ],
+    });
+  });
+
+  it('refuses anything else with one line', () => {
+    expect(() => createRedis('http://127.0.0.1:1')).toThrow(/^Invalid Redis target: must be redis:\/\//);
+    expect(() => parseRedisTarget('redis+sentinel://h:1')).toThrow(/needs \/<master name>/);
+    expect(() => parseRedisTarget('redis+cluster://nope')).toThrow(/a cluster node must be host:port/);
+  });
+
+  it('reports an unreachable cluster as Redis unavailable, naming the seed nodes', async () => {
+    const port = await getPort({ host: '127.0.0.1' });
+    const client = createRedis(`redis+cluster://127.0.0.1:${port}`, { retryStrategy: () => null });
+    client.on('error', () => undefined);
+    clients.push(client);
+    const error = await rejection(waitForRedis(client, 1_000));
+    expect(isRedisUnavailableError(error)).toBe(true);
+    expect((error as Error).message).toMatch(new RegExp(`cluster 127\\.0\\.0\\.1:${port}`));
   });
 });

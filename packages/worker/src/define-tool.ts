@@ -154,6 +154,16 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
   const { name, title, description, taskSupport, timeoutMs, attempts, backoff, maxStalls, inputTimeoutMs } =
     parsed.data;
   // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
+  for (const [field, schema] of [
+    ['inputSchema', options.inputSchema],
+    ['outputSchema', options.outputSchema],
+  ] as const) {
+    if (isZod3Schema(schema)) {
+      throw new TypeError(
+        `defineTool(${name}): ${field} is a zod 3 schema; @taskrelay/worker needs zod 4 (install zod@^4, or import { z } from 'zod/v4' on zod 3.25)`,
+      );
+    }
+  }
   if (zodKind(options.inputSchema) !== 'object') {
     throw new TypeError(`defineTool(${name}): inputSchema must be a zod object schema (z.object({...}))`);
   }
@@ -270,6 +280,13 @@ function zodKind(value: unknown): string | undefined {
   return typeof kind === 'string' && typeof (value as { safeParse?: unknown }).safeParse === 'function'
     ? kind
     : undefined;
+}
+
+/** A zod 3 schema (`_def.typeName`, no zod 4 `_zod` internals): told apart so the error can name the version. */
+function isZod3Schema(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null || '_zod' in value) return false;
+  const def = (value as { _def?: { typeName?: unknown } })._def;
+  return typeof def?.typeName === 'string';
 }
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {

@@ -27,6 +27,9 @@ import {
   type ToolResult,
   type WorkerCatalog,
   withJobSpan,
+  isClusterPrefix,
+  isRedisTarget,
+  toolPool,
 } from '@taskrelay/shared';
 import { TaskContext, type Suspension } from './context.js';
 import { describeIssues, isToolDefinition, toToolResult, type ToolDefinition } from './define-tool.js';
@@ -35,7 +38,11 @@ import { WorkerMetrics } from './metrics.js';
 
 /** Options of `startWorker`. Only `tools` and a Redis URL are required. */
 export interface WorkerOptions {
-  /** Redis URL: `redis://host:port/db`, or `rediss://` for TLS. Required unless `connection` is given. */
+  /**
+   * Redis URL: `redis://host:port/db`, `rediss://` for TLS, `redis+cluster://host:port,host:port` for a Redis Cluster
+   * (then `prefix` must be wrapped in `{}`), or `redis+sentinel://host:port,host:port/<master name>`. Required unless
+   * `connection` is given.
+   */
   redisUrl?: string;
   /** The Redis URL under BullMQ's name for it; used when `redisUrl` is not given. */
   connection?: string;
@@ -44,8 +51,9 @@ export interface WorkerOptions {
   /** The tools this worker serves (from `defineTool`). At least one; names must be unique. */
   tools: readonly ToolDefinition[];
   /**
-   * The queue this worker consumes. Workers serving different tool sets use different queues; the gateway routes each
-   * tool to the queue of a live worker that serves it. Default `'default'`.
+   * The name of this worker's pool. The BullMQ queue it consumes is this name plus a digest of its tool names, so
+   * workers with different tool sets never share a queue, whatever this says; the gateway routes each call to the pool
+   * of a live worker that serves the tool. Default `'default'`.
    */
   queue?: string;
   /** Jobs run at once by this worker. Default `8`. */
@@ -109,6 +117,7 @@ export interface CloseOptions {
 /** A running worker. */
 export interface WorkerHandle {
   readonly workerId: string;
+  /** The pool this worker consumes: its `queue` option plus a digest of its tool names (PROTOCOL.md §3.2). */
   readonly queue: string;
   /**
    * Stops the heartbeat (the catalog is removed), stops taking jobs, waits up to `graceMs` for running tools, aborts
@@ -120,7 +129,9 @@ export interface WorkerHandle {
 const redisUrlSchema = z
   .string()
   .trim()
-  .refine((v) => /^rediss?:\/\/\S+$/.test(v) && URL.canParse(v), { message: 'must be a redis:// or rediss:// URL' });
+  .refine((v) => isRedisTarget(v), {
+    message: 'must be a redis://, rediss://, redis+cluster:// or redis+sentinel:// target',
+  });
 
 const ms = (min: number) =>
   z
@@ -159,6 +170,10 @@ const WorkerOptionsSchema = z
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
     path: ['redisUrl'],
+  })
+  .refine((o) => !(o.redisUrl ?? o.connection ?? '').startsWith('redis+cluster:') || isClusterPrefix(o.prefix), {
+    message: 'must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay}',
+    path: ['prefix'],
   });
 
 /** Applies the defaults of `WorkerOptions`; throws a one-line `ConfigError` for anything invalid. */
@@ -257,7 +272,12 @@ class TaskWorker {
   constructor(options: ResolvedWorkerOptions) {
     this.options = options;
     this.workerId = options.workerId;
-    this.queue = options.queue;
+    // The BullMQ queue is the pool of this tool set (PROTOCOL.md §3.2), never the bare name: a worker only takes jobs of
+    // tools it serves.
+    this.queue = toolPool(
+      options.queue,
+      options.tools.map((tool) => tool.name),
+    );
     this.keys = createKeys(options.prefix);
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     this.metrics = options.metrics;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { z as z3 } from 'zod3';
 import { NonRetryableError } from '@taskrelay/shared';
 import { defineTool, isToolDefinition, toToolResult, toolJsonSchema } from '../src/define-tool.js';
 import { buildReport, demoTools, failAfter } from '../src/demo-tools.js';
@@ -109,6 +110,16 @@ describe('defineTool options', () => {
     expect(() => defineTool({ ...base, name: 'ok', inputSchema: z.string() as never })).toThrow(
       /inputSchema must be a zod object schema/,
     );
+  });
+
+  it('rejects a zod 3 schema with an error that names the zod version it needs', () => {
+    const base = { name: 'old', description: 'x', run: () => 'x' };
+    expect(() => defineTool({ ...base, inputSchema: z3.object({ a: z3.string() }) as never })).toThrow(
+      /defineTool\(old\): inputSchema is a zod 3 schema; @taskrelay\/worker needs zod 4/,
+    );
+    expect(() =>
+      defineTool({ ...base, inputSchema: z.object({}), outputSchema: z3.object({ b: z3.number() }) as never }),
+    ).toThrow(/outputSchema is a zod 3 schema/);
   });
 
   it('isToolDefinition recognises definitions and nothing else', () => {

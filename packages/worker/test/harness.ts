@@ -63,8 +63,10 @@ export class Harness {
   readonly logs = new LogCapture();
   readonly redis: Redis;
   readonly store: RedisTaskStore;
-  readonly queue: Queue;
   private readonly queueConnection: Redis;
+  private readonly queues = new Map<string, Queue>();
+  /** The pool jobs go to: the last started worker's (PROTOCOL.md §3.2), or the one `usePool` named. */
+  private pool = 'default';
   private readonly handles: WorkerHandle[] = [];
   private readonly clients: Redis[] = [];
 
@@ -72,10 +74,24 @@ export class Harness {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.queueConnection = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.store = new RedisTaskStore(this.redis, this.keys);
-    this.queue = new Queue(this.keys.queueName('default'), {
-      connection: this.queueConnection,
-      prefix: this.keys.bullPrefix,
-    });
+  }
+
+  /** The BullMQ queue of the current pool. */
+  get queue(): Queue {
+    let queue = this.queues.get(this.pool);
+    if (!queue) {
+      queue = new Queue(this.keys.queueName(this.pool), {
+        connection: this.queueConnection,
+        prefix: this.keys.bullPrefix,
+      });
+      this.queues.set(this.pool, queue);
+    }
+    return queue;
+  }
+
+  /** Sends the next jobs to this pool (a worker process this harness did not start). */
+  usePool(pool: string): void {
+    this.pool = pool;
   }
 
   /** Starts a worker on this harness's prefix; closed by `close()`. */
@@ -89,6 +105,7 @@ export class Harness {
       ...options,
     });
     this.handles.push(handle);
+    this.pool = handle.queue;
     return handle;
   }
 
@@ -96,7 +113,7 @@ export class Harness {
   async enqueue(tool: string, args: Record<string, unknown>, options: EnqueueOptions = {}): Promise<string> {
     const task = await this.store.create({
       tool,
-      queue: 'default',
+      queue: this.pool,
       principal: 'test',
       mode: 'task',
       ttl: 60_000,
@@ -170,7 +187,7 @@ export class Harness {
 
   async close(): Promise<void> {
     await Promise.all(this.handles.map((h) => h.close({ graceMs: 0 })));
-    await this.queue.close();
+    await Promise.all([...this.queues.values()].map((q) => q.close()));
     // Nothing else uses this prefix: remove what the test wrote instead of ever flushing a shared server.
     let cursor = '0';
     do {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import getPort from 'get-port';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { WorkerCatalogSchema } from '@taskrelay/shared';
+import { WorkerCatalogSchema, toolPool } from '@taskrelay/shared';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { Harness } from './harness.js';
@@ -124,7 +124,11 @@ describe('stock worker entry point', () => {
   it('serves the demo tools by default, runs build_report and fail_after, and drains on SIGTERM', async () => {
     const r = run({ REDIS_URL: redis.url, TASKRELAY_PREFIX: h.prefix });
     const ready = await waitFor(() => readyLine(r), { message: 'no worker ready line' });
-    expect(ready).toMatchObject({ queue: 'default', tools: ['build_report', 'wait_for_approval', 'fail_after'] });
+    expect(ready).toMatchObject({
+      queue: toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']),
+      tools: ['build_report', 'wait_for_approval', 'fail_after'],
+    });
+    h.usePool(toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']));
 
     const report = await h.enqueue('build_report', { report: 'q3', items: 3, delayMs: 1 });
     const failing = await h.enqueue('fail_after', { delayMs: 1, message: 'as requested' }, { attempts: 3 });
@@ -171,6 +175,7 @@ describe('stock worker entry point', () => {
     ]);
     expect(catalog.tools.find((t) => t.name === 'slow_timeout')?.timeoutMs).toBe(200);
     expect(catalog.tools.find((t) => t.name === 'flaky')?.attempts).toBe(2);
+    h.usePool(catalog.queue);
 
     const echoed = await h.enqueue('echo', { hello: 'world' });
     expect((await h.waitForStatus(echoed, 'completed')).result?.structuredContent).toEqual({ hello: 'world' });

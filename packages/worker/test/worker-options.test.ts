@@ -31,6 +31,21 @@ describe('worker options', () => {
     );
   });
 
+  it('accept Cluster and Sentinel targets, and refuse a cluster without a {prefix}', () => {
+    const cluster = 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001';
+    expect(resolveWorkerOptions({ redisUrl: cluster, prefix: '{tr}', tools: [tool('a')], logger }).redisUrl).toBe(
+      cluster,
+    );
+    expect(() => resolveWorkerOptions({ redisUrl: cluster, tools: [tool('a')], logger })).toThrow(
+      /^Invalid worker options: prefix must be wrapped in \{\} on a Redis Cluster/,
+    );
+    const sentinel = 'redis+sentinel://127.0.0.1:26379/mymaster';
+    expect(resolveWorkerOptions({ redisUrl: sentinel, tools: [tool('a')], logger }).redisUrl).toBe(sentinel);
+    expect(() => resolveWorkerOptions({ redisUrl: 'http://h:1', tools: [tool('a')], logger })).toThrow(
+      /redisUrl must be a redis:\/\/, rediss:\/\/, redis\+cluster:\/\/ or redis\+sentinel:\/\/ target/,
+    );
+  });
+
   it('reject two tools with one name', async () => {
     await expect(
       startWorker({ redisUrl: 'redis://127.0.0.1:6379', tools: [tool('a'), tool('a')], logger }),

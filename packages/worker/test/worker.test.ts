@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { NonRetryableError, WorkerCatalogSchema, type WorkerCatalog } from '@taskrelay/shared';
+import { NonRetryableError, WorkerCatalogSchema, toolPool, type WorkerCatalog } from '@taskrelay/shared';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import type { ToolContext } from '../src/context.js';
@@ -163,13 +163,14 @@ describe('§3 tool catalog and heartbeat', () => {
       WorkerCatalogSchema.parse(JSON.parse((await h.redis.get(key)) ?? 'null'));
 
     const first = await read();
+    const pool = toolPool('default', ['echo', 'steps']);
     expect(first).toEqual({
       workerId: 'w-catalog',
-      queue: 'default',
+      queue: pool,
       tools: [echo.descriptor, steps.descriptor],
       heartbeatAt: expect.any(Number) as number,
     });
-    expect(handle).toMatchObject({ workerId: 'w-catalog', queue: 'default' });
+    expect(handle).toMatchObject({ workerId: 'w-catalog', queue: pool });
     const expiry = Number(await h.redis.zscore(h.keys.workers, 'w-catalog'));
     expect(expiry).toBe(first.heartbeatAt + 600);
     const pttl = await h.redis.pttl(key);
@@ -229,7 +230,7 @@ describe('§5 running a job', () => {
     const task = await h.waitForStatus(taskId, 'failed');
     expect(task.error).toEqual({
       code: 'TOOL_NOT_FOUND',
-      message: `Tool elsewhere is not served by worker ${handle.workerId} (queue default)`,
+      message: `Tool elsewhere is not served by worker ${handle.workerId} (queue ${handle.queue})`,
     });
     expect(task.result?.isError).toBe(true);
   });

@@ -66,9 +66,9 @@ export class AdminQueries {
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
   }
 
-  /** The worker pools to show: those of live workers, and `default`. */
+  /** The worker pools to show: those of live workers (each a pool name plus its tool-set digest, PROTOCOL.md §3.2). */
   async queueNames(): Promise<string[]> {
-    const names = new Set(['default']);
+    const names = new Set<string>();
     for (const worker of await this.workers()) names.add(worker.queue);
     return [...names].sort();
   }

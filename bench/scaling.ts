@@ -1,0 +1,131 @@
+/**
+ * Scaling figures for docs/SCALING.md: closed-loop plain calls of a zero-work tool through G gateways and W workers
+ * on one Redis (or a 3-master Redis Cluster), measuring calls per second, latency, and Redis CPU per call (from
+ * `INFO cpu`), which says how many calls per second one Redis core can carry, i.e. where Redis becomes the limit.
+ *
+ *   pnpm build && npx tsx bench/scaling.ts [--seconds 5] [--callers 32] [--cluster]
+ *
+ * Loopback only; everything started is stopped by PID. No thresholds: it prints a table.
+ */
+import { parseArgs } from 'node:util';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { Redis } from 'ioredis';
+import { startRedis, uniquePrefix } from '../test/helpers/redis.js';
+import { startRedisCluster } from '../test/helpers/redis-cluster.js';
+import { connectClient, startGatewayProcess, startWorkerProcess, stopAll } from '../test/helpers/processes.js';
+
+const { values } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== '--'),
+  options: {
+    seconds: { type: 'string', default: '5' },
+    callers: { type: 'string', default: '32' },
+    cluster: { type: 'boolean', default: false },
+  },
+});
+const SECONDS = Number(values.seconds);
+const CALLERS = Number(values.callers);
+const SHAPES: Array<[gateways: number, workers: number]> = [
+  [1, 1],
+  [1, 2],
+  [2, 2],
+  [2, 4],
+];
+
+/** Redis CPU seconds (user + sys) of each node. */
+async function redisCpu(nodes: Redis[]): Promise<number[]> {
+  return Promise.all(
+    nodes.map(async (node) => {
+      const info = await node.info('cpu');
+      let total = 0;
+      for (const field of ['used_cpu_user', 'used_cpu_sys']) {
+        total += Number(new RegExp(`${field}:([0-9.]+)`).exec(info)?.[1] ?? 0);
+      }
+      return total;
+    }),
+  );
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+}
+
+async function measure(clients: Client[], nodes: Redis[]) {
+  const call = (c: Client) =>
+    c.request(
+      { method: 'tools/call', params: { name: 'build_report', arguments: { report: 's', items: 1, delayMs: 0 } } },
+      CallToolResultSchema,
+    );
+  const loop = async (i: number, until: number, latencies: number[] | undefined) => {
+    const client = clients[i % clients.length]!;
+    while (Date.now() < until) {
+      const start = performance.now();
+      const result = await call(client);
+      if (result.isError) throw new Error(`call failed: ${JSON.stringify(result.content)}`);
+      latencies?.push(performance.now() - start);
+    }
+  };
+  // Warm-up, then the window.
+  await Promise.all(Array.from({ length: CALLERS }, (_, i) => loop(i, Date.now() + 1_000, undefined)));
+  const latencies: number[] = [];
+  const cpuBefore = await redisCpu(nodes);
+  const started = performance.now();
+  await Promise.all(Array.from({ length: CALLERS }, (_, i) => loop(i, Date.now() + SECONDS * 1_000, latencies)));
+  const elapsedS = (performance.now() - started) / 1_000;
+  const perNode = (await redisCpu(nodes)).map((after, i) => after - (cpuBefore[i] ?? 0));
+  const cpuS = perNode.reduce((a, b) => a + b, 0);
+  latencies.sort((a, b) => a - b);
+  const perSecond = latencies.length / elapsedS;
+  const redisCpuMsPerCall = (cpuS * 1_000) / latencies.length;
+  return {
+    callsPerSecond: Math.round(perSecond),
+    p50Ms: Number(percentile(latencies, 50).toFixed(1)),
+    p99Ms: Number(percentile(latencies, 99).toFixed(1)),
+    redisCpuPercent: Math.round((cpuS / elapsedS) * 100),
+    redisCpuUsPerCall: Math.round(redisCpuMsPerCall * 1_000),
+    /** The busiest node's share of the Redis CPU (a cluster: the master of the prefix's slot). */
+    busiestNodePercent: Math.round((Math.max(...perNode) / cpuS) * 100),
+    /** Calls per second one fully used Redis core could carry at this cost per call. */
+    redisCeilingCallsPerSecond: Math.round(1_000 / redisCpuMsPerCall),
+  };
+}
+
+async function main(): Promise<void> {
+  const rows: Array<Record<string, unknown>> = [];
+  let stopRedis: () => Promise<void>;
+  let base: Record<string, string>;
+  let nodes: Redis[];
+  if (values.cluster) {
+    const cluster = await startRedisCluster(3);
+    stopRedis = cluster.stop;
+    base = { REDIS_CLUSTER_NODES: cluster.nodes.join(',') };
+    nodes = cluster.ports.map((port) => cluster.node(port));
+  } else {
+    const redis = await startRedis({ owned: true });
+    stopRedis = redis.stop;
+    base = { REDIS_URL: redis.url };
+    nodes = [new Redis(redis.url)];
+  }
+  try {
+    for (const [g, w] of SHAPES) {
+      const prefix = values.cluster ? `{${uniquePrefix('scale')}}` : uniquePrefix('scale');
+      const env = { ...base, TASKRELAY_PREFIX: prefix, WORKER_CONCURRENCY: '16' };
+      const gateways = await Promise.all(Array.from({ length: g }, () => startGatewayProcess(env)));
+      const workers = await Promise.all(Array.from({ length: w }, () => startWorkerProcess(env)));
+      const clients = await Promise.all(gateways.map((gw) => connectClient(gw.url)));
+      rows.push({ gateways: g, workers: w, ...(await measure(clients, nodes)) });
+      await Promise.all(clients.map((c) => c.close()));
+      await Promise.all([...workers, ...gateways].map((p) => p.kill('SIGTERM')));
+    }
+  } finally {
+    await stopAll();
+    if (!values.cluster) for (const node of nodes) node.disconnect();
+    await stopRedis();
+  }
+  console.log(
+    `${values.cluster ? '3-master Redis Cluster, one {prefix}' : 'one Redis'}; ${CALLERS} callers; ${SECONDS} s`,
+  );
+  console.table(rows);
+}
+
+await main();

@@ -1,0 +1,131 @@
+/**
+ * docker-compose.yml against the contract, offline (no container engine here or in CI): every service's command runs
+ * a built entry point the image holds, its environment is what that process reads (README configuration table) with
+ * values its config loader accepts; Redis is durable and health-checked; the gateway's healthcheck is /readyz;
+ * workers scale. `docker-compose config -q` validates the file itself (.ci/run installs docker-compose 1.29).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ROOT } from './helpers/processes.js';
+import { envProblems, processOf } from './helpers/deploy-contract.js';
+
+interface Service {
+  image?: string;
+  build?: string | { context: string };
+  command?: string[];
+  environment?: Record<string, string>;
+  ports?: string[];
+  volumes?: string[];
+  healthcheck?: { test: string[] };
+  container_name?: string;
+  stop_grace_period?: string;
+  profiles?: string[];
+  depends_on?: Record<string, { condition: string }>;
+}
+
+const compose = parse(readFileSync(resolve(ROOT, 'docker-compose.yml'), 'utf8')) as {
+  services: Record<string, Service>;
+  volumes: Record<string, unknown>;
+};
+const dockerfile = readFileSync(resolve(ROOT, 'Dockerfile'), 'utf8');
+const services = Object.entries(compose.services);
+const hasCompose = spawnSync('docker-compose', ['version'], { stdio: 'ignore' }).status === 0;
+
+/** The command a service runs: its own, or its image's CMD (the example project's Dockerfile). */
+function commandOf(service: Service): string[] {
+  if (service.command) return service.command;
+  const context = typeof service.build === 'string' ? service.build : service.build?.context;
+  if (!context) return [];
+  const cmd = /^CMD (\[.*\])$/m.exec(readFileSync(resolve(ROOT, context, 'Dockerfile'), 'utf8'))?.[1];
+  return cmd ? (JSON.parse(cmd) as string[]) : [];
+}
+
+const seconds = (duration: string | undefined) => {
+  const m = /^(\d+)s$/.exec(duration ?? '');
+  return m ? Number(m[1]) : 0;
+};
+
+describe('docker-compose.yml', () => {
+  it.runIf(hasCompose)('is valid for docker-compose, with every profile', () => {
+    const checked = spawnSync(
+      'docker-compose',
+      ['-f', 'docker-compose.yml', '--profile', 'custom', '--profile', 'mounted', 'config', '-q'],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
+    expect(checked.stderr).toBe('');
+    expect(checked.status).toBe(0);
+  });
+
+  it('runs Redis with AOF, noeviction, a healthcheck and a named volume', () => {
+    const redis = compose.services['redis'];
+    expect(redis?.command).toEqual(expect.arrayContaining(['--appendonly', 'yes']));
+    expect(redis?.command?.join(' ')).toMatch(/--maxmemory-policy noeviction/);
+    expect(redis?.healthcheck?.test).toEqual(expect.arrayContaining(['redis-cli', 'ping']));
+    const volume = redis?.volumes?.[0]?.split(':')[0] ?? '';
+    expect(Object.keys(compose.volumes)).toContain(volume);
+  });
+
+  it("gives every taskrelay service a built entry point, the contract's environment and Redis before it starts", () => {
+    const problems: string[] = [];
+    let runs = 0;
+    for (const [name, service] of services) {
+      if (name === 'redis') continue;
+      const command = commandOf(service);
+      const kind = processOf(command);
+      if (!kind) {
+        problems.push(`${name}: command ${JSON.stringify(command)} runs no taskrelay entry point`);
+        continue;
+      }
+      runs++;
+      const script = command.find((c) => c.endsWith('main.js')) ?? '';
+      // The stock image copies packages/<kind>/dist; the example image installs the package into node_modules.
+      if (script.startsWith('packages/')) {
+        expect(existsSync(resolve(ROOT, script)), `${script} (run pnpm build)`).toBe(true);
+        expect(dockerfile).toContain(`/app/packages/${kind}/dist packages/${kind}/dist`);
+      } else {
+        expect(script).toBe(`node_modules/@taskrelay/${kind}/dist/main.js`);
+      }
+      for (const p of envProblems(kind, service.environment ?? {})) problems.push(`${name}: ${p}`);
+      if (!service.environment?.['REDIS_URL']?.startsWith('redis://redis:')) problems.push(`${name}: REDIS_URL`);
+      if (service.depends_on?.['redis']?.condition !== 'service_healthy') problems.push(`${name}: depends_on redis`);
+      const tools = service.environment?.['TASKRELAY_TOOLS'];
+      if (tools) {
+        const mount = service.volumes?.map((v) => v.split(':')).find(([, target]) => tools.startsWith(`${target}/`));
+        if (!mount?.[0] || !existsSync(resolve(ROOT, mount[0], tools.slice((mount[1] ?? '').length + 1)))) {
+          problems.push(`${name}: TASKRELAY_TOOLS ${tools} is not a mounted file`);
+        }
+      }
+    }
+    expect(problems).toEqual([]);
+    expect(runs).toBeGreaterThanOrEqual(4);
+  });
+
+  it('health-checks the gateway on /readyz and publishes it on loopback only', () => {
+    const gateway = compose.services['gateway'];
+    expect(gateway?.healthcheck?.test.join(' ')).toMatch(/\/readyz/);
+    expect(gateway?.ports?.every((p) => p.startsWith('127.0.0.1:'))).toBe(true);
+    expect(gateway?.environment?.['HOST']).toBe('0.0.0.0');
+  });
+
+  it('lets workers scale (no fixed name or host port) and stop after their drain', () => {
+    for (const [name, service] of services) {
+      if (processOf(commandOf(service)) !== 'worker') continue;
+      expect(service.container_name, name).toBeUndefined();
+      expect(service.ports, name).toBeUndefined();
+      // WORKER_SHUTDOWN_GRACE_MS (30 s) plus WORKER_ABORT_GRACE_MS (5 s) before Docker's SIGKILL.
+      expect(seconds(service.stop_grace_period), name).toBeGreaterThanOrEqual(35);
+    }
+  });
+
+  it('builds images in stages, with production dependencies only, running as a non-root user', () => {
+    for (const file of [dockerfile, readFileSync(resolve(ROOT, 'examples/custom-worker/Dockerfile'), 'utf8')]) {
+      expect(file.match(/^FROM /gm)?.length ?? 0).toBeGreaterThanOrEqual(2);
+      expect(file).toMatch(/--prod\b|--omit=dev/);
+      const runtime = file.slice(file.lastIndexOf('\nFROM '));
+      expect(runtime).toMatch(/^USER node$/m);
+    }
+  });
+});

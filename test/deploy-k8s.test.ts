@@ -1,0 +1,202 @@
+/**
+ * deploy/k8s, offline: every manifest loads into its kubernetes-models (or KEDA) model and passes `validate()` (the
+ * API's own OpenAPI schemas, no cluster, nothing downloaded); then the contract: each container runs a built entry
+ * point with the environment that process reads (README configuration table, config loaders), gateways are probed
+ * on /readyz and /healthz, grace periods cover the drains, PodDisruptionBudgets select their pods, and the KEDA
+ * trigger watches the BullMQ wait list the demo workers really consume (checked on a real Redis with BullMQ). The
+ * worker liveness probe (`dist/alive.js`) is run for real.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { ConfigMap, Service } from 'kubernetes-models/v1';
+import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
+import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import { createKeys, toolPool } from '@taskrelay/shared';
+import { demoTools } from '@taskrelay/worker';
+import { envProblems, processOf } from './helpers/deploy-contract.js';
+import { ROOT, startWorkerProcess, stopAll } from './helpers/processes.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+
+const DIR = resolve(ROOT, 'deploy/k8s');
+const MODELS: Record<string, new (data: never) => { validate(): void }> = {
+  'v1/ConfigMap': ConfigMap,
+  'v1/Service': Service,
+  'apps/v1/Deployment': Deployment,
+  'apps/v1/StatefulSet': StatefulSet,
+  'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
+  'keda.sh/v1alpha1/ScaledObject': ScaledObject,
+};
+
+interface Manifest {
+  file: string;
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; labels?: Record<string, string> };
+  /** Read after validate() has checked it against the API schema. */
+  spec?: any;
+  data?: Record<string, string>;
+}
+
+const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
+const manifests: Manifest[] = files.flatMap((file) =>
+  parseAllDocuments(readFileSync(resolve(DIR, file), 'utf8')).map((doc) => ({
+    ...(doc.toJSON() as Omit<Manifest, 'file'>),
+    file,
+  })),
+);
+const byKind = (kind: string) => manifests.filter((m) => m.kind === kind);
+const config = byKind('ConfigMap').find((m) => m.metadata.name === 'taskrelay')?.data ?? {};
+const workloads = [...byKind('Deployment'), ...byKind('StatefulSet')];
+
+/** The command a container runs: its own, or (the example image) its Dockerfile's CMD. */
+function commandOf(container: { command?: string[]; image: string }): string[] {
+  if (container.command) return container.command;
+  if (container.image.startsWith('taskrelay-custom-worker:')) {
+    const dockerfile = readFileSync(resolve(ROOT, 'examples/custom-worker/Dockerfile'), 'utf8');
+    return JSON.parse(/^CMD (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
+  }
+  return [];
+}
+
+function envOf(container: { env?: Array<{ name: string; value: string }>; envFrom?: unknown[] }) {
+  const env: Record<string, string> = container.envFrom ? { ...config } : {};
+  for (const { name, value } of container.env ?? []) env[name] = value;
+  return env;
+}
+
+describe('deploy/k8s manifests', () => {
+  it('are all listed in kustomization.yaml', () => {
+    const kustomization = parseAllDocuments(readFileSync(resolve(DIR, 'kustomization.yaml'), 'utf8'))[0]?.toJSON() as {
+      resources: string[];
+    };
+    expect([...kustomization.resources].sort()).toEqual([...files].sort());
+  });
+
+  it('each validate against the Kubernetes (and KEDA) API schemas', () => {
+    expect(manifests.length).toBeGreaterThanOrEqual(10);
+    for (const manifest of manifests) {
+      const { file, ...doc } = manifest;
+      const Model = MODELS[`${doc.apiVersion}/${doc.kind}`];
+      expect(Model, `${file}: no model for ${doc.apiVersion} ${doc.kind}`).toBeDefined();
+      expect(() => new Model!(doc as never).validate(), `${file}: ${doc.kind} ${doc.metadata.name}`).not.toThrow();
+    }
+  });
+
+  it("run built entry points with the contract's environment, non-root", () => {
+    const problems: string[] = [];
+    const kinds = new Set<string>();
+    for (const workload of workloads) {
+      const pod = workload.spec.template.spec;
+      for (const container of pod.containers) {
+        if (container.image.startsWith('redis:')) continue;
+        const kind = processOf(commandOf(container));
+        if (!kind) {
+          problems.push(`${workload.metadata.name}: runs no taskrelay entry point`);
+          continue;
+        }
+        kinds.add(kind);
+        for (const p of envProblems(kind, envOf(container))) problems.push(`${workload.metadata.name}: ${p}`);
+        expect(pod.securityContext?.runAsNonRoot, workload.metadata.name).toBe(true);
+      }
+    }
+    expect(problems).toEqual([]);
+    expect([...kinds].sort()).toEqual(['gateway', 'worker']);
+  });
+
+  it('probe gateways on /readyz and /healthz at the port they listen on, and give every drain its time', () => {
+    for (const workload of byKind('Deployment')) {
+      const pod = workload.spec.template.spec;
+      const container = pod.containers[0];
+      const env = envOf(container);
+      const kind = processOf(commandOf(container));
+      const grace = pod.terminationGracePeriodSeconds as number;
+      if (kind === 'gateway') {
+        const port = container.ports.find((p: { name: string }) => p.name === container.readinessProbe.httpGet.port);
+        expect(String(port.containerPort)).toBe(env['PORT']);
+        expect(container.readinessProbe.httpGet.path).toBe('/readyz');
+        expect(container.livenessProbe.httpGet.path).toBe('/healthz');
+        expect(grace).toBeGreaterThan(Number(env['GATEWAY_SHUTDOWN_GRACE_MS'] ?? 10_000) / 1000);
+      } else {
+        expect(container.livenessProbe.exec.command.join(' '), workload.metadata.name).toMatch(/dist\/alive\.js$/);
+        const drainS =
+          (Number(env['WORKER_SHUTDOWN_GRACE_MS'] ?? 30_000) + Number(env['WORKER_ABORT_GRACE_MS'] ?? 5_000)) / 1000;
+        expect(grace, workload.metadata.name).toBeGreaterThan(drainS);
+      }
+    }
+  });
+
+  it('cover every Deployment with a PodDisruptionBudget that selects its pods', () => {
+    for (const deployment of byKind('Deployment')) {
+      const labels = deployment.spec.template.metadata.labels as Record<string, string>;
+      const budget = byKind('PodDisruptionBudget').find((b) =>
+        Object.entries(b.spec.selector.matchLabels as Record<string, string>).every(([k, v]) => labels[k] === v),
+      );
+      expect(budget, deployment.metadata.name).toBeDefined();
+    }
+  });
+});
+
+describe('worker autoscaling (KEDA)', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(async () => {
+    await stopAll();
+    await redis?.stop();
+  });
+
+  it('scales the demo worker Deployment on the wait list its pool really uses', async () => {
+    const scaled = byKind('ScaledObject')[0];
+    expect(scaled?.spec.scaleTargetRef.name).toBe('taskrelay-worker');
+    const trigger = scaled?.spec.triggers[0];
+    expect(trigger.type).toBe('redis');
+    expect(config['REDIS_URL']).toBe(`redis://${trigger.metadata.address}`);
+    const pool = toolPool(
+      'default',
+      demoTools.map((t) => t.name),
+    );
+    const keys = createKeys(config['TASKRELAY_PREFIX']);
+    expect(trigger.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:wait`);
+
+    // That key is BullMQ's wait list: a waiting job of that queue shows in its LLEN.
+    const prefix = uniquePrefix('keda');
+    const testKeys = createKeys(prefix);
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const queue = new Queue(testKeys.queueName(pool), { connection, prefix: testKeys.bullPrefix });
+    try {
+      await queue.add('build_report', {}, { jobId: 'j1' });
+      const listName = trigger.metadata.listName.replace(`${keys.prefix}:`, `${prefix}:`);
+      expect(await connection.llen(listName)).toBe(1);
+    } finally {
+      await queue.close();
+      connection.disconnect();
+    }
+  });
+
+  it("the worker liveness probe passes while this host's worker heartbeats, and fails when none does", async () => {
+    const alive = (env: Record<string, string>) =>
+      spawnSync(process.execPath, ['packages/worker/dist/alive.js'], {
+        cwd: ROOT,
+        env: { ...process.env, ...env },
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('alive') };
+    const none = alive(env);
+    expect(none.stderr).toMatch(/no live heartbeat from a worker of/);
+    expect(none.status).toBe(1);
+    const worker = await startWorkerProcess(env);
+    expect(alive(env).status).toBe(0);
+    await worker.kill('SIGTERM');
+    expect(alive(env).status).toBe(1);
+    // Redis away: not this pod's fault.
+    expect(alive({ ...env, REDIS_URL: 'redis://127.0.0.1:1' }).status).toBe(0);
+  });
+});

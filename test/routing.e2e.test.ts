@@ -1,0 +1,137 @@
+/**
+ * PROTOCOL.md §3.2 routing by tool, end to end: workers with different tool sets, started with the same (default)
+ * queue as a user following the README would, each get only calls for tools they serve; a queued task whose pool has
+ * no live worker says so in its `statusMessage` and the gateway log, and runs once a worker of its pool is back.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema, CreateTaskResultSchema, GetTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from './helpers/processes.js';
+
+const CALLS = 60;
+
+let redis: TestRedis;
+
+beforeAll(async () => {
+  redis = await startRedis();
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+describe('§3.2 a job is only taken by a worker that serves its tool', () => {
+  let gateway: GatewayProcess;
+  let workers: ManagedProcess[];
+  let client: Client;
+
+  beforeAll(async () => {
+    // Both on the default queue (no TASKRELAY_QUEUE): what a user starting a second worker per the README gets.
+    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('route') };
+    gateway = await startGatewayProcess(env);
+    workers = await Promise.all([
+      startWorkerProcess(env),
+      startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS }),
+    ]);
+    client = await connectClient(gateway.url);
+  });
+
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it('runs every call of two workers with different tool sets on the same queue, none misrouted', async () => {
+    const calls = Array.from({ length: CALLS }, (_, i) =>
+      i % 2 === 0
+        ? client.request({ method: 'tools/call', params: { name: 'echo', arguments: { i } } }, CallToolResultSchema)
+        : client.request(
+            {
+              method: 'tools/call',
+              params: { name: 'build_report', arguments: { report: `r${i}`, items: 1, delayMs: 0 } },
+            },
+            CallToolResultSchema,
+          ),
+    );
+    const results = await Promise.all(calls);
+    const failed = results.filter((r) => r.isError);
+    expect(failed).toEqual([]);
+    results.forEach((r, i) => {
+      expect(r.structuredContent).toEqual(i % 2 === 0 ? { i } : { report: `r${i}`, items: 1 });
+    });
+    for (const worker of workers) expect(worker.output()).not.toContain('is not served by worker');
+  });
+});
+
+describe('§3.2 a queued task whose pool has no live worker', () => {
+  let gateway: GatewayProcess;
+  let client: Client;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('unserved') };
+    gateway = await startGatewayProcess(env);
+    client = await connectClient(gateway.url);
+  });
+
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  async function callAsTask(name: string, args: Record<string, unknown>): Promise<string> {
+    const created = await client.request(
+      { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 } } },
+      CreateTaskResultSchema,
+    );
+    return created.task.taskId;
+  }
+
+  const getTask = (taskId: string) => client.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema);
+
+  it('says so in its statusMessage and the gateway log, and runs once a worker serving it is back', async () => {
+    const workerEnv = { ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '1', WORKER_HEARTBEAT_MS: '200' };
+    const first = await startWorkerProcess(workerEnv);
+    // The only slot is busy (jobs are taken in order), so the echo task stays queued; then its only worker dies
+    // without a word.
+    const busy = await callAsTask('sleepy', { ms: 600_000, stepMs: 100 });
+    const queued = await callAsTask('echo', { waiting: true });
+    expect((await getTask(queued)).statusMessage).toBeUndefined();
+    await first.kill('SIGKILL');
+
+    const waiting = await waitFor(
+      async () => {
+        const task = await getTask(queued);
+        return task.statusMessage?.includes('no live worker') ? task : undefined;
+      },
+      { timeoutMs: 10_000, message: 'no statusMessage about the missing worker' },
+    );
+    expect(waiting.status).toBe('working');
+    expect(waiting.statusMessage).toMatch(/no live worker serves tool echo/);
+    await waitFor(() =>
+      gateway.logs().some((l) => l['level'] === 40 && l['tool'] === 'echo' && /no live worker/.test(String(l['msg']))),
+    );
+
+    await startWorkerProcess({ ...workerEnv, WORKER_CONCURRENCY: '2' });
+    const done = await waitFor(
+      async () => {
+        const task = await getTask(queued);
+        return task.status === 'completed' ? task : undefined;
+      },
+      { timeoutMs: 15_000, message: 'the queued task did not run once its worker was back' },
+    );
+    expect(done.statusMessage).toBeUndefined();
+    await client
+      .request({ method: 'tasks/cancel', params: { taskId: busy } }, GetTaskResultSchema)
+      .catch(() => undefined);
+  });
+});
