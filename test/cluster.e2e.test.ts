@@ -12,6 +12,7 @@ import {
   GetTaskResultSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
+import { z } from 'zod';
 import { createKeys } from '@taskrelay/shared';
 import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
 import { uniquePrefix } from './helpers/redis.js';
@@ -113,6 +114,45 @@ describe('the task path on a 3-master cluster', () => {
       { message: 'the worker did not stop the cancelled tool' },
     );
     expect((await getTask(taskId)).status).toBe('cancelled');
+  });
+
+  it('asks its user mid-task, parks the job, and resumes on the answer (input_required on a cluster)', async () => {
+    const extMeta = {
+      'io.modelcontextprotocol/clientCapabilities': {
+        elicitation: {},
+        extensions: { 'io.modelcontextprotocol/tasks': {} },
+      },
+    };
+    const Loose = z.looseObject({});
+    const created = await client.request(
+      { method: 'tools/call', params: { name: 'wait_for_approval', arguments: { question: 'Ship?' }, _meta: extMeta } },
+      Loose,
+    );
+    const taskId = String(created['taskId']);
+    const get = () => client.request({ method: 'tasks/get', params: { taskId, _meta: extMeta } }, Loose);
+    const waiting = await waitFor(
+      async () => ((await get())['status'] === 'input_required' ? await get() : undefined),
+      {
+        timeoutMs: 20_000,
+        message: 'the task never asked its question',
+      },
+    );
+    expect(waiting['inputRequests']).toMatchObject({ '1': { method: 'elicitation/create' } });
+    // The job waits in BullMQ's delayed set, in the prefix's slot, held by no worker.
+    const pool = (await redis.hget(createKeys(prefix).task(taskId), 'queue')) ?? '';
+    expect(await redis.zscore(`${prefix}:q-${pool}:delayed`, taskId)).not.toBeNull();
+    await client.request(
+      {
+        method: 'tasks/update',
+        params: { taskId, inputResponses: { '1': { action: 'accept', content: { approved: true } } }, _meta: extMeta },
+      },
+      Loose,
+    );
+    const done = await waitFor(async () => ((await get())['status'] === 'completed' ? await get() : undefined), {
+      timeoutMs: 20_000,
+      message: 'the answer did not resume the task',
+    });
+    expect(done['result']).toMatchObject({ structuredContent: { approved: true } });
   });
 
   it("hands a killed worker's job to another worker, and a restarted gateway still answers for the task", async () => {

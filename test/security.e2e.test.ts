@@ -24,7 +24,9 @@ let authed: GatewayProcess;
 let authPrefix: string;
 
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina'].map((p) => `${p}:${p}-token`).join(',');
+const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivy']
+  .map((p) => `${p}:${p}-token`)
+  .join(',');
 const bearer = (principal: string) => ({ authorization: `Bearer ${principal}-token` });
 const INIT = {
   jsonrpc: '2.0',
@@ -415,6 +417,76 @@ describe('ops endpoints and ownership with auth on', () => {
     expect(resumed.status).toBe(404);
     await resumed.body?.cancel();
     await owner.call('tasks/cancel', { taskId });
+  });
+});
+
+describe('ownership on the extension routes and the 2026-07-28 transport', () => {
+  const EXT = 'io.modelcontextprotocol/tasks';
+  const extMeta = { 'io.modelcontextprotocol/clientCapabilities': { elicitation: {}, extensions: { [EXT]: {} } } };
+
+  /** One sessionless 2026-07-28 request as `principal`. */
+  async function modern(principal: string, method: string, params: Record<string, unknown>): Promise<RpcBody> {
+    const res = await fetch(authed.url, {
+      method: 'POST',
+      headers: {
+        ...JSON_HEADERS,
+        ...bearer(principal),
+        'mcp-protocol-version': '2026-07-28',
+        'mcp-method': method,
+        'mcp-name': String(params['taskId'] ?? params['name'] ?? ''),
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method,
+        params: {
+          ...params,
+          _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', ...extMeta },
+        },
+      }),
+    });
+    return (await res.json()) as RpcBody;
+  }
+
+  it('answers another principal exactly like an unknown task on tasks/get, tasks/update and tasks/cancel', async () => {
+    const owner = await session(authed, 'ivy');
+    const created = await owner.call('tools/call', {
+      name: 'wait_for_approval',
+      arguments: { question: 'Mine?' },
+      _meta: extMeta,
+    });
+    const taskId: string = created.body.result.taskId;
+    await waitFor(
+      async () => (await owner.call('tasks/get', { taskId, _meta: extMeta })).body.result?.status === 'input_required',
+      { message: 'the task never asked its question' },
+    );
+    const unknownId = `${taskId.slice(0, -4)}zzzz`;
+    const hank = await session(authed, 'hank');
+    const calls: Array<[string, Record<string, unknown>]> = [
+      ['tasks/get', {}],
+      ['tasks/update', { inputResponses: { '1': { action: 'accept', content: { approved: true } } } }],
+      ['tasks/cancel', {}],
+    ];
+    for (const [method, extra] of calls) {
+      const viaSession = await hank.call(method, { taskId, ...extra, _meta: extMeta });
+      const unknownSession = await hank.call(method, { taskId: unknownId, ...extra, _meta: extMeta });
+      const viaModern = await modern('hank', method, { taskId, ...extra });
+      const unknownModern = await modern('hank', method, { taskId: unknownId, ...extra });
+      for (const [foreign, unknown] of [
+        [viaSession.body, unknownSession.body],
+        [viaModern, unknownModern],
+      ] as const) {
+        expect(foreign.error?.code, method).toBe(-32602);
+        expect(foreign.error?.message.replace(taskId, 'ID'), method).toBe(
+          unknown.error?.message.replace(unknownId, 'ID'),
+        );
+      }
+    }
+    // Nothing reached the task: still waiting, no answer stored, not cancelled.
+    const still = (await owner.call('tasks/get', { taskId, _meta: extMeta })).body.result;
+    expect(still.status).toBe('input_required');
+    expect(Object.keys(still.inputRequests)).toEqual(['1']);
+    await owner.call('tasks/cancel', { taskId, _meta: extMeta });
   });
 });
 
