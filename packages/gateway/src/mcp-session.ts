@@ -27,12 +27,12 @@ import type { ProgressParams } from './task-router.js';
 import type { TaskService } from './task-service.js';
 import { relatedTaskMeta, renderResult, renderTask } from './task-wire.js';
 import {
-  MISSING_CLIENT_CAPABILITY,
   TASKS_EXTENSION_ID,
   declaresTasksExtension,
   renderCreateTaskExt,
   renderDetailedTask,
   requestClientCapabilities,
+  requireTasksExtension,
 } from './task-wire-ext.js';
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
@@ -241,7 +241,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
   // The extension's answer route: `tasks/update {inputResponses}` (PROTOCOL.md §12.3, §13); an ack, nothing more.
   server.setRequestHandler(UpdateTaskRequestSchema, (request, extra) =>
     wire(async () => {
-      requireExtension(request.params._meta, 'tasks/update');
+      requireTasksExtension(request.params._meta, 'tasks/update');
       await service.answer(request.params.taskId, principalOf(extra), request.params.inputResponses);
       return { resultType: 'complete' };
     }),
@@ -307,16 +307,6 @@ const UpdateTaskRequestSchema = z.object({
     _meta: z.record(z.string(), z.unknown()).optional(),
   }),
 });
-
-/** -32021 "Missing Required Client Capability" for a method only the extension has, asked without declaring it. */
-function requireExtension(meta: Record<string, unknown> | undefined, method: string): void {
-  if (declaresTasksExtension(meta)) return;
-  throw new WireError(
-    MISSING_CLIENT_CAPABILITY,
-    `${method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["io.modelcontextprotocol/clientCapabilities"].extensions`,
-    { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
-  );
-}
 
 /** Aborted when either is, with that one's reason; `dispose` detaches it from both (the drain signal lives long). */
 function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; dispose: () => void } {

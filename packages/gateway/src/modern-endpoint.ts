@@ -25,6 +25,7 @@ import {
   renderCreateTaskExt,
   renderDetailedTask,
   requestClientCapabilities,
+  requireTasksExtension,
 } from './task-wire-ext.js';
 
 export const MODERN_PROTOCOL_VERSION = '2026-07-28';
@@ -107,11 +108,11 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     }),
     'tools/call': (rpc) => callTool(rpc),
     'tasks/get': async (rpc) => {
-      requireExtension(rpc);
+      requireTasksExtension(rpc.params._meta, rpc.method);
       return renderDetailedTask(await service.get(taskIdOf(rpc), rpc.principal));
     },
     'tasks/update': async (rpc) => {
-      requireExtension(rpc);
+      requireTasksExtension(rpc.params._meta, rpc.method);
       const responses = rpc.params['inputResponses'];
       if (typeof responses !== 'object' || responses === null || Array.isArray(responses)) {
         throw new WireError(INVALID_PARAMS, 'tasks/update needs params.inputResponses, an object');
@@ -120,7 +121,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       return {};
     },
     'tasks/cancel': async (rpc) => {
-      requireExtension(rpc);
+      requireTasksExtension(rpc.params._meta, rpc.method);
       const taskId = taskIdOf(rpc);
       const record = await service.get(taskId, rpc.principal);
       if (!isTerminal(record.status)) {
@@ -314,15 +315,6 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       send(res, 200, { jsonrpc: '2.0', id, error: errorObject(error) }, log);
     }
   };
-}
-
-function requireExtension(rpc: Rpc): void {
-  if (declaresTasksExtension(rpc.params._meta)) return;
-  throw new WireError(
-    MISSING_CLIENT_CAPABILITY,
-    `${rpc.method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["${CLIENT_CAPABILITIES_META_KEY}"].extensions`,
-    { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
-  );
 }
 
 function taskIdOf(rpc: Rpc): string {

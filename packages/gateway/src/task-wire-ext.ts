@@ -5,6 +5,7 @@
  */
 import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
 import type { InputRequest, TaskRecord, TaskStatus } from '@taskrelay/shared';
+import { WireError } from './errors.js';
 import { outcomeOf, type RpcErrorObject } from './task-wire.js';
 
 /** The extension's id, as clients declare it per request and servers advertise it. */
@@ -42,6 +43,16 @@ export function declaresTasksExtension(meta: Record<string, unknown> | undefined
   if (typeof capabilities !== 'object' || capabilities === null) return false;
   const extensions = (capabilities as { extensions?: unknown }).extensions;
   return typeof extensions === 'object' && extensions !== null && TASKS_EXTENSION_ID in extensions;
+}
+
+/** `-32021` with `data.requiredCapabilities` for `method`, asked without declaring the extension (SEP-2575). */
+export function requireTasksExtension(meta: Record<string, unknown> | undefined, method: string): void {
+  if (declaresTasksExtension(meta)) return;
+  throw new WireError(
+    MISSING_CLIENT_CAPABILITY,
+    `${method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["${CLIENT_CAPABILITIES_META_KEY}"].extensions`,
+    { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
+  );
 }
 
 /**
