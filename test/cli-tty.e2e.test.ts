@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -148,6 +149,38 @@ describe('taskrelay CLI on a TTY', () => {
     for (const n of [1, 2, 3]) {
       expect((await client.experimental.tasks.getTask(first.taskIds.get(n)!)).status).toBe('cancelled');
     }
+  });
+});
+
+describe('taskrelay CLI answers a tool’s question on a TTY', () => {
+  it('prompts for wait_for_approval, sends the answer, and the task completes approved (exit 0)', async () => {
+    const exitFile = join(dir, 'exit-elicit');
+    const outFile = join(dir, 'out-elicit');
+    const command =
+      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Ship it?' ` +
+      `--task; echo $? > ${exitFile}`;
+    tmux('new-session', '-d', '-s', 'ask', '-x', '130', '-y', '16', '-c', ROOT, command);
+    tmux('pipe-pane', '-t', 'ask', '-o', `cat >> ${outFile}`);
+    let shown = '';
+    await waitFor(
+      () => {
+        shown = tmux('capture-pane', '-p', '-t', 'ask');
+        return /Ship it\?/.test(shown) && /Approve\? \[y\/n\]:/.test(shown);
+      },
+      { timeoutMs: 20_000, message: 'the question never showed' },
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}; the screen:\n${shown}`);
+    });
+    tmux('send-keys', '-t', 'ask', 'y', 'Enter');
+    await waitFor(() => existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '', {
+      timeoutMs: 20_000,
+      message: 'the CLI did not exit after the answer',
+    });
+    expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
+    const taskId = /task ([0-9a-f]{32})/.exec(readFileSync(outFile, 'utf8'))?.[1];
+    expect(taskId).toBeDefined();
+    const result = await client.experimental.tasks.getTaskResult(taskId!, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ approved: true });
   });
 });
 

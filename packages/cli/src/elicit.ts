@@ -1,7 +1,7 @@
 /**
  * Answers a tool's question on the terminal (elicitation, form mode): one prompt per field of the requested schema.
- * Only offered on a TTY. The gateway does not yet move tasks to `input_required` (another issue), so this path is
- * wired but not exercised end to end; `connection.ts` declares the capability when this handler is given.
+ * Only offered on a TTY (`connection.ts` declares the capability when this handler is given); an empty answer cancels.
+ * Tested end to end with `wait_for_approval` in test/cli-tty.e2e.test.ts.
  */
 import { createInterface } from 'node:readline/promises';
 import type { ElicitResult } from '@modelcontextprotocol/sdk/types.js';
