@@ -124,6 +124,12 @@ interface BarPayload {
   unknownTotal: boolean;
 }
 
+/**
+ * While live bars are drawn, other text must go above them (the bars redraw their rows many times a second and would
+ * overwrite it): the prompt of a tool's question uses this (elicit.ts). Undefined when no bars are shown.
+ */
+export let printAboveBars: ((text: string) => void) | undefined;
+
 class BarReporter implements Reporter {
   private readonly bars: MultiBar;
 
@@ -138,6 +144,7 @@ class BarReporter implements Reporter {
       fps: 20,
       format: (_options, params, payload: BarPayload) => renderBar(params.value, params.total, payload, out.columns),
     });
+    printAboveBars = (text) => this.bars.log(`${text}${ERASE_TO_END}\n`);
   }
 
   open(n: number, label: string): CallView {
@@ -172,6 +179,7 @@ class BarReporter implements Reporter {
   }
 
   close(): void {
+    printAboveBars = undefined;
     this.bars.stop();
   }
 }
