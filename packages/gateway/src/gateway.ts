@@ -28,6 +28,7 @@ import { createAuthenticator } from './auth/authenticate.js';
 import { hostGuard, httpErrorHandler, jsonBody, jsonRpcError, originGuard, requireJsonContent } from './http-guards.js';
 import { OpenTaskLimit, RequestLimits } from './limits.js';
 import { sanitizeOutgoing } from './safe-errors.js';
+import { namePrimingEvents } from './sse-priming.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
 import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
@@ -324,6 +325,9 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         onsessionclosed: (id) => closeSession(id),
       });
       transport.onclose = () => closeSession(sessionId);
+      // Priming events named, so clients that JSON-parse every data line skip them (@ai-sdk/mcp).
+      if (!namePrimingEvents(transport))
+        log.debug('SDK transport has no priming hook; priming events left as they are');
       const send = transport.send.bind(transport);
       transport.send = (message, sendOptions) => send(sanitizeOutgoing(message, log, sessionId), sendOptions);
       const server = createSessionServer({

@@ -1,0 +1,54 @@
+/**
+ * Issue 8: a popular client nobody here wrote, `@ai-sdk/mcp`, lists and calls taskrelay's tools without logging an
+ * error: no `Failed to parse message` for the SSE priming events (they are named `event: priming`), no failed GET.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createMCPClient } from '@ai-sdk/mcp';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { RawSession } from './helpers/raw-mcp.js';
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('ai-sdk') };
+  gateway = await startGatewayProcess(env);
+  await startWorkerProcess(env);
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+describe('§14 @ai-sdk/mcp against taskrelay', () => {
+  it('lists the tools and calls one, with no error reported', async () => {
+    const errors: string[] = [];
+    const client = await createMCPClient({
+      transport: { type: 'http', url: gateway.url },
+      onUncaughtError: (error: unknown) => errors.push(error instanceof Error ? error.message : String(error)),
+    });
+    try {
+      const tools = await client.tools();
+      expect(Object.keys(tools)).toEqual(expect.arrayContaining(['build_report', 'fail_after']));
+      const result = await tools['build_report']!.execute(
+        { report: 'ai', items: 2, delayMs: 1 },
+        { toolCallId: 'call-1', messages: [] },
+      );
+      expect(result).toMatchObject({ structuredContent: { report: 'ai', items: 2 } });
+    } finally {
+      await client.close();
+    }
+    expect(errors).toEqual([]);
+  });
+
+  it('names the priming event of each response stream, so it is no message', async () => {
+    const session = await RawSession.open(gateway.url);
+    const res = await session.post({ jsonrpc: '2.0', id: 5, method: 'tools/list', params: {} });
+    const text = await res.text();
+    expect(text).toMatch(/^id: [^\n]+\nevent: priming\ndata: \n\n/);
+    await session.close();
+  });
+});
