@@ -248,6 +248,58 @@ describe('§14 the 2026-07-28 transport', () => {
     await until(String(again['taskId']), 'completed');
   });
 
+  it('streams notifications/tasks on subscriptions/listen until the tasks end, acknowledging only known ones', async () => {
+    const caps = { 'io.modelcontextprotocol/clientCapabilities': { elicitation: {}, extensions: { [EXT]: {} } } };
+    const created = await result(
+      'tools/call',
+      { name: 'wait_for_approval', arguments: { question: 'Go?' } },
+      {
+        ext: true,
+        meta: caps,
+      },
+    );
+    const taskId = String(created['taskId']);
+    const res = await post(
+      'subscriptions/listen',
+      { notifications: { taskIds: [taskId, '0'.repeat(32)] } },
+      { ext: true },
+    );
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const messages: Json[] = [];
+    let answered = false;
+    for await (const event of readSse(res)) {
+      const message = event.data as Json;
+      messages.push(message);
+      const params = message['params'] as Json | undefined;
+      // The task waits for its answer until we give it: the stream must report that, then the end.
+      if (!answered && message['method'] === 'notifications/tasks' && params?.['status'] === 'input_required') {
+        answered = true;
+        await result(
+          'tasks/update',
+          { taskId, inputResponses: { '1': { action: 'accept', content: { approved: true } } } },
+          {
+            ext: true,
+          },
+        );
+      }
+    }
+    const [ack, ...rest] = messages;
+    expect(ack).toMatchObject({
+      method: 'notifications/subscriptions/acknowledged',
+      params: { notifications: { taskIds: [taskId] } },
+    });
+    const statuses = rest
+      .filter((m) => m['method'] === 'notifications/tasks')
+      .map((m) => (m['params'] as Json)['status'] as string);
+    expect(answered).toBe(true);
+    expect(statuses).toContain('input_required');
+    expect(statuses.at(-1)).toBe('completed');
+    const last = rest.filter((m) => m['method'] === 'notifications/tasks').at(-1)?.['params'] as Json;
+    expect(last).toMatchObject({ taskId, result: { structuredContent: { approved: true } } });
+    // The stream ends with the listen request's own result.
+    expect(rest.at(-1)).toMatchObject({ result: { resultType: 'complete' } });
+  });
+
   it('shows the same task to a 2025-11-25 session of the same principal', async () => {
     const created = await result('tools/call', { name: 'sleepy', arguments: { ms: 20 } }, { ext: true });
     const taskId = String(created['taskId']);

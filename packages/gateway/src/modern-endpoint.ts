@@ -80,6 +80,11 @@ const NAME_FIELD: Record<string, string> = {
   'tasks/cancel': 'taskId',
 };
 
+/** How often a `subscriptions/listen` stream re-reads its tasks, and how many one stream may follow. */
+const LISTEN_POLL_MS = 250;
+const MAX_LISTEN_TASKS = 100;
+const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
+
 /** Methods the 2026-07-28 tasks extension removed: answered -32601 before anything else is looked at. */
 const REMOVED = new Set(['tasks/result', 'tasks/list']);
 
@@ -131,7 +136,72 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       }
       return {};
     },
+    'subscriptions/listen': (rpc) => listen(rpc),
   };
+
+  /**
+   * `subscriptions/listen {notifications: {taskIds}}` (PROTOCOL.md §14): an SSE stream that acknowledges the task ids
+   * the caller may see, then sends `notifications/tasks` (the `DetailedTask` `tasks/get` would return) each time one
+   * of them changes, and ends with a result once all are terminal. The client ends it earlier by closing the stream.
+   * The tasks are read from Redis every `LISTEN_POLL_MS` (one round trip for all of them), so any gateway serves any
+   * task's subscription.
+   */
+  async function listen(rpc: Rpc): Promise<Result | undefined> {
+    const notifications = rpc.params['notifications'];
+    const taskIds = (notifications as { taskIds?: unknown } | undefined)?.taskIds;
+    if (taskIds === undefined) {
+      throw new WireError(INVALID_PARAMS, 'subscriptions/listen serves notifications.taskIds only (task status)');
+    }
+    if (
+      !Array.isArray(taskIds) ||
+      !taskIds.every((id) => typeof id === 'string') ||
+      taskIds.length > MAX_LISTEN_TASKS
+    ) {
+      throw new WireError(
+        INVALID_PARAMS,
+        `notifications.taskIds must be an array of at most ${MAX_LISTEN_TASKS} task ids`,
+      );
+    }
+    requireTasksExtension(rpc.params._meta, rpc.method);
+    // Another principal's or an unknown task is left out of the acknowledgement, alike.
+    const owned: string[] = [];
+    for (const taskId of new Set(taskIds)) {
+      const record = await service.get(taskId, rpc.principal).catch(() => undefined);
+      if (record) owned.push(taskId);
+    }
+    const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
+    const stream = new SseResponse(rpc.res);
+    stream.send({
+      jsonrpc: '2.0',
+      method: 'notifications/subscriptions/acknowledged',
+      params: { notifications: { taskIds: owned }, _meta: meta },
+    });
+    const sent = new Map<string, string>();
+    let closed = false;
+    rpc.res.on('close', () => {
+      closed = true;
+    });
+    for (;;) {
+      const records = await Promise.all(owned.map((id) => service.get(id, rpc.principal).catch(() => undefined)));
+      let open = 0;
+      records.forEach((record, i) => {
+        const taskId = owned[i] ?? '';
+        if (!record) return; // expired: nothing more will come for it
+        const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
+        if (sent.get(taskId) !== version) {
+          sent.set(taskId, version);
+          const { resultType: _complete, ...task } = renderDetailedTask(record);
+          stream.send({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } });
+        }
+        if (!isTerminal(record.status)) open++;
+      });
+      if (open === 0 || closed || options.inflight.ending) break;
+      await new Promise((resolve) => setTimeout(resolve, LISTEN_POLL_MS));
+      if (closed) break;
+    }
+    if (!closed) stream.end({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } });
+    return undefined;
+  }
 
   async function callTool(rpc: Rpc): Promise<Result | undefined> {
     const { params, principal } = rpc;
