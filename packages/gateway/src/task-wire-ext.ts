@@ -102,7 +102,12 @@ export function renderDetailedTask(record: TaskRecord): ExtDetailedTask {
     case 'cancelled':
       return { ...baseTask(record, 'cancelled'), resultType: 'complete' };
     case 'result':
-      return { ...baseTask(record, 'completed'), resultType: 'complete', result: withoutRelatedTask(outcome.result) };
+      // The inlined result is a 2026-07-28 CallToolResult, which names its own `resultType`.
+      return {
+        ...baseTask(record, 'completed'),
+        resultType: 'complete',
+        result: { resultType: 'complete', ...withoutRelatedTask(outcome.result) },
+      };
     case 'error':
       return { ...baseTask(record, 'failed'), resultType: 'complete', error: outcome.error };
   }

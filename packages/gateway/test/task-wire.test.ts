@@ -129,7 +129,10 @@ describe('§13 the extension rendering', () => {
         _meta: { 'io.modelcontextprotocol/related-task': { taskId: 't1' } },
       },
     });
-    expect(renderDetailedTask(done).result).toEqual({ content: [{ type: 'text', text: 'ok' }] });
+    expect(renderDetailedTask(done).result).toEqual({
+      resultType: 'complete',
+      content: [{ type: 'text', text: 'ok' }],
+    });
   });
 
   it('lists the pending input request of an input_required task, keyed by its number', () => {
