@@ -236,3 +236,12 @@ export const test_elicitation_sep1330_enums = defineTool({
     );
   },
 });
+
+/** json-schema-2020-12: `$schema`, `$defs` (a `$ref`'d address) and `additionalProperties: false` kept in tools/list. */
+const Address = z.object({ street: z.string().optional(), city: z.string().optional() }).meta({ id: 'address' });
+export const json_schema_2020_12_tool = defineTool({
+  name: 'json_schema_2020_12_tool',
+  description: 'Tool with JSON Schema 2020-12 features',
+  inputSchema: z.strictObject({ name: z.string().optional(), address: Address.optional() }),
+  run: ({ name, address }) => `Hello ${name ?? 'anonymous'}${address?.city ? ` of ${address.city}` : ''}`,
+});
