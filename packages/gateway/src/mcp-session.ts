@@ -216,7 +216,6 @@ export function createSessionServer(options: SessionServerOptions): Server {
         clientCapabilities,
       });
       const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
-        cancel: () => service.cancelCall(record, 'stream-closed'),
         shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),
       });
       try {
@@ -327,8 +326,6 @@ function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; di
 }
 
 export interface InflightCallHandlers {
-  /** Cancels the call as its client's: its response stream closed before the response was written. */
-  cancel: () => Promise<void>;
   /** Ends the call because the gateway is shutting down: its task is cancelled with `GATEWAY_SHUTDOWN`. */
   shutdown: () => Promise<void>;
 }
@@ -348,9 +345,9 @@ interface Entry {
 }
 
 /**
- * Plain calls in flight, by session and JSON-RPC id (tasks are never in here): the HTTP layer cancels one when its
- * response stream closes before the response was written (the newest spec treats that as cancellation), and a
- * draining gateway ends those still running when its grace period is over.
+ * Plain calls in flight, by session and JSON-RPC id (tasks are never in here): a draining gateway ends those still
+ * running when its grace period is over, and from then on a request's aborted signal is no client cancel (on the
+ * 2026-07-28 transport a closed response stream is one, PROTOCOL.md §14).
  */
 export class InflightCalls {
   private readonly calls = new Map<string, Entry>();
@@ -394,13 +391,6 @@ export class InflightCalls {
         this.onSettled();
       },
     };
-  }
-
-  cancel(sessionId: string | undefined, requestId: string | number): boolean {
-    const entry = this.calls.get(inflightKey(sessionId, requestId));
-    if (!entry || this.endingCalls) return false;
-    void entry.handlers.cancel();
-    return true;
   }
 
   /** Ends every call in flight with `GATEWAY_SHUTDOWN` and resolves once each is cancelled (state first). */

@@ -272,7 +272,6 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     };
     rpc.res.on('close', onClose);
     const call = options.inflight.track(`modern:${randomUUID()}`, rpc.id, closed.signal, {
-      cancel: () => service.cancelCall(record, 'stream-closed'),
       shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),
     });
     const cancelOnClose = () => void service.cancelCall(record, 'stream-closed');
