@@ -46,7 +46,9 @@ describe('§14 @ai-sdk/mcp against taskrelay', () => {
 
   it('names the priming event of each response stream, so it is no message', async () => {
     const session = await RawSession.open(gateway.url);
-    const res = await session.post({ jsonrpc: '2.0', id: 5, method: 'tools/list', params: {} });
+    // A request that may wait, so its answer streams (one answered at once comes as JSON, with no priming event).
+    const res = await session.post({ jsonrpc: '2.0', id: 5, method: 'tasks/result', params: { taskId: 'nope' } });
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
     const text = await res.text();
     expect(text).toMatch(/^id: [^\n]+\nevent: priming\ndata: \n\n/);
     await session.close();

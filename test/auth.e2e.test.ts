@@ -76,15 +76,19 @@ describe('authentication and task ownership', () => {
     const result = await again.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toEqual({ report: 'r', items: 2 });
     const mallory = await connectClient(gateway.url, bob);
-    for (const attempt of [
+    // Settled as they are made: all three are in flight at once, and any may fail first.
+    const attempts = [
       mallory.experimental.tasks.getTask(taskId),
       mallory.experimental.tasks.getTaskResult(taskId, CallToolResultSchema),
       mallory.experimental.tasks.cancelTask(taskId),
-    ]) {
-      const error = await attempt.then(
+    ].map((attempt) =>
+      attempt.then(
         () => undefined,
         (e: unknown) => e,
-      );
+      ),
+    );
+    for (const attempt of attempts) {
+      const error = await attempt;
       expect(error).toBeInstanceOf(McpError);
       expect((error as McpError).code).toBe(-32602);
     }

@@ -62,12 +62,16 @@ export class SessionEventStore implements EventStore {
   }
 
   async storeEvent(streamId: StreamId, message: JSONRPCMessage): Promise<EventId> {
+    return this.storeJson(streamId, JSON.stringify(message));
+  }
+
+  /** Stores an event already serialised (the transport writes the same JSON), and returns its id at once. */
+  storeJson(streamId: StreamId, json: string): EventId {
     const seq = ++this.lastSeq;
     const eventId = `${streamId}${SEPARATOR}${this.epoch}.${seq}`;
     if (this.released) return eventId;
     const now = this.now();
     this.prune(now);
-    const json = JSON.stringify(message);
     const bytes = Buffer.byteLength(json) + Buffer.byteLength(streamId);
     // Too big to keep: it still goes out live with its id, and a resume after it replays what follows.
     if (bytes > this.maxBytes) return eventId;
@@ -76,6 +80,11 @@ export class SessionEventStore implements EventStore {
     this.heldBytes += bytes;
     this.onResize(bytes);
     return eventId;
+  }
+
+  /** The stream of an id this store issued; undefined for any other id (answered 400). */
+  streamOf(eventId: EventId): StreamId | undefined {
+    return this.parse(eventId)?.streamId;
   }
 
   /** The stream of an id this store issued; undefined for any other id (the SDK then answers 400). */
@@ -98,6 +107,20 @@ export class SessionEventStore implements EventStore {
     for (let event = this.next(parsed.streamId, after); event; event = this.next(parsed.streamId, after)) {
       after = event.seq;
       await send(`${event.streamId}${SEPARATOR}${this.epoch}.${event.seq}`, JSON.parse(event.json) as JSONRPCMessage);
+    }
+    return parsed.streamId;
+  }
+
+  /**
+   * The same replay with the stored JSON as it is and a synchronous `send` (the session transport writes it as it
+   * is); returns the stream id, or undefined for an id this store did not issue.
+   */
+  replayJsonAfter(lastEventId: EventId, send: (eventId: EventId, json: string) => void): StreamId | undefined {
+    const parsed = this.parse(lastEventId);
+    if (!parsed) return undefined;
+    this.prune(this.now());
+    for (let event = this.next(parsed.streamId, parsed.seq); event; event = this.next(parsed.streamId, event.seq)) {
+      send(`${event.streamId}${SEPARATOR}${this.epoch}.${event.seq}`, event.json);
     }
     return parsed.streamId;
   }

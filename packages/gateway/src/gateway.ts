@@ -6,7 +6,6 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Request, type Response } from 'express';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
@@ -23,15 +22,15 @@ import {
 } from '@taskrelay/shared';
 import { ToolCatalog } from './catalog.js';
 import { SessionEventStore } from './event-store.js';
+import { SessionTransport } from './session-transport.js';
 import { waitEndedByShutdown } from './errors.js';
 import { createAuthenticator } from './auth/authenticate.js';
 import { hostGuard, httpErrorHandler, jsonBody, jsonRpcError, originGuard, requireJsonContent } from './http-guards.js';
 import { OpenTaskLimit, RequestLimits } from './limits.js';
 import { sanitizeOutgoing } from './safe-errors.js';
-import { namePrimingEvents } from './sse-priming.js';
 import { JobDispatcher } from './job-dispatcher.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
-import { ANONYMOUS_PRINCIPAL, InflightCalls, createSessionServer } from './mcp-session.js';
+import { ANONYMOUS_PRINCIPAL, InflightCalls, answersAtOnce, createSessionServer } from './mcp-session.js';
 import { AdminQueries } from './admin/queries.js';
 import { createAdminRouter } from './admin/router.js';
 import { GatewayMetrics } from './metrics.js';
@@ -71,7 +70,7 @@ export interface GatewayHandle {
 }
 
 interface Session {
-  transport: StreamableHTTPServerTransport;
+  transport: SessionTransport;
   server: Server;
   /** SSE events kept for Last-Event-ID resumption; released when the session closes. */
   events: SessionEventStore;
@@ -313,9 +312,9 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         ttlMs: options.eventTtlMs,
         onResize: (delta) => metrics.sseEventBytes.inc(delta),
       });
-      const transport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => sessionId,
-        eventStore: events,
+      const transport = new SessionTransport({
+        sessionId,
+        events,
         onsessioninitialized: (id) => {
           sessions.set(id, { transport, server, events, principal, lastSeenAt: Date.now(), openResponses: 0 });
           sessionCounts.set(principal, (sessionCounts.get(principal) ?? 0) + 1);
@@ -323,13 +322,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
           log.debug({ sessionId: id, principal }, 'session opened');
         },
         onsessionclosed: (id) => closeSession(id),
+        filter: (message) => sanitizeOutgoing(message, log, sessionId),
+        answersAtOnce,
       });
       transport.onclose = () => closeSession(sessionId);
-      // Priming events named, so clients that JSON-parse every data line skip them (@ai-sdk/mcp).
-      if (!namePrimingEvents(transport))
-        log.debug('SDK transport has no priming hook; priming events left as they are');
-      const send = transport.send.bind(transport);
-      transport.send = (message, sendOptions) => send(sanitizeOutgoing(message, log, sessionId), sendOptions);
       const server = createSessionServer({
         service,
         metrics,

@@ -13,6 +13,7 @@ import {
   ListToolsRequestSchema,
   SetLevelRequestSchema,
   type CallToolResult,
+  type JSONRPCRequest,
   type ServerCapabilities,
   type Task,
   type Tool,
@@ -51,6 +52,31 @@ export function idempotencyKeyOf(meta: Record<string, unknown> | undefined): str
     );
   }
   return value;
+}
+
+/** Requests whose handler below answers at once and sends nothing on the request's own stream. */
+const ANSWERED_AT_ONCE = new Set([
+  'initialize',
+  'ping',
+  'tools/list',
+  'logging/setLevel',
+  'tasks/get',
+  'tasks/list',
+  'tasks/cancel',
+  'tasks/update',
+]);
+
+/**
+ * Whether a session request is answered at once, with nothing else on its stream (the transport then answers it as
+ * JSON, PROTOCOL.md §9): the task-mode `tools/call` of 2025-11-25 (its progress and questions go to the GET stream)
+ * and the task and listing methods. Not a plain call, not `tasks/result` (both wait, and stream), and not a call of
+ * the tasks extension (it may become a plain call).
+ */
+export function answersAtOnce(request: JSONRPCRequest): boolean {
+  if (ANSWERED_AT_ONCE.has(request.method)) return true;
+  if (request.method !== 'tools/call') return false;
+  const params = request.params as { task?: unknown; _meta?: Record<string, unknown> } | undefined;
+  return typeof params?.task === 'object' && params.task !== null && !declaresTasksExtension(params._meta);
 }
 
 export interface SessionServerOptions {

@@ -1,0 +1,457 @@
+/**
+ * The Streamable HTTP transport of one 2025-era session (PROTOCOL.md §9, §14), written on node's own request and
+ * response objects. It behaves as the SDK 1.32.2 `StreamableHTTPServerTransport` does — the same status codes, error
+ * bodies, SSE framing, priming events, Last-Event-ID replay and request-to-stream routing, which is what the SDK's
+ * `Server` (our handlers, cancellation, server-to-client requests) relies on — without its bridge to web streams:
+ * that transport converts every request into a fetch `Request`, answers with a `ReadableStream` and pipes it back
+ * through `@hono/node-server`, which cost about a fifth of the gateway's CPU per task cycle (docs/PERFORMANCE.md).
+ *
+ * Differences from the SDK's, on purpose:
+ * - priming events are named (`event: priming`), so clients that JSON-parse every `data:` line skip them
+ *   (`@ai-sdk/mcp`), while SDK clients still record their id;
+ * - each message is serialised once, for the event store and the wire alike;
+ * - what goes out passes `filter` first (safe errors, SECURITY.md).
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import {
+  DEFAULT_NEGOTIATED_PROTOCOL_VERSION,
+  JSONRPCMessageSchema,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  isInitializeRequest,
+  isJSONRPCErrorResponse,
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  type InitializeRequest,
+  type JSONRPCMessage,
+  type JSONRPCRequest,
+  type MessageExtraInfo,
+  type RequestId,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { SessionEventStore } from './event-store.js';
+
+/** The standalone (GET) stream's id, as the SDK names it. */
+const STANDALONE_STREAM_ID = '_GET_stream';
+/** The SDK's limit on messages in one POST. */
+const MAX_BATCH_SIZE = 100;
+/** Interval of `: keepalive` comments on open SSE streams (the SDK's default). */
+const KEEP_ALIVE_MS = 15_000;
+
+const SSE_HEADERS = {
+  'Content-Type': 'text/event-stream',
+  'Cache-Control': 'no-cache, no-transform',
+  Connection: 'keep-alive',
+  'X-Accel-Buffering': 'no',
+} as const;
+
+export interface SessionTransportOptions {
+  sessionId: string;
+  /** Where SSE events are kept for Last-Event-ID resumption. */
+  events: SessionEventStore;
+  /** Called once, when the `initialize` request of the session arrives. */
+  onsessioninitialized?: (sessionId: string) => void;
+  /** Called on DELETE, before the transport closes. */
+  onsessionclosed?: (sessionId: string) => void;
+  /** Rewrites each outgoing message (e.g. safe errors). Default: none. */
+  filter?: (message: JSONRPCMessage) => JSONRPCMessage;
+  /** Keep-alive comment interval on SSE streams; 0 disables. Default 15 s. */
+  keepAliveMs?: number;
+  /**
+   * Requests whose handler answers at once and sends nothing else on the request's stream (task creation,
+   * `tasks/get`, …): a POST made only of these is answered as one `application/json` body, as the spec allows, rather
+   * than an SSE stream of a priming event and the answer. Should anything else be sent for it first, the response
+   * becomes an SSE stream then. Default: none (every POST with a request is an SSE stream).
+   */
+  answersAtOnce?: (request: JSONRPCRequest) => boolean;
+}
+
+/** One open response: an SSE stream, or a POST whose answer may still go out as one JSON body. */
+interface Stream {
+  res: ServerResponse;
+  keepAlive: NodeJS.Timeout | undefined;
+  /** `json`: nothing written yet, the answers go out as `application/json` unless another message comes first. */
+  state: 'json' | 'sse';
+  /** The client can resume this stream (protocol 2025-11-25 or later): it gets a priming event. */
+  resumable: boolean;
+}
+
+type AuthedRequest = IncomingMessage & { auth?: AuthInfo };
+
+export class SessionTransport implements Transport {
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+  onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void;
+
+  /** Set once the session is initialized; the SDK server reads it for every handler's `extra.sessionId`. */
+  sessionId: string | undefined;
+
+  private readonly options: SessionTransportOptions;
+  private readonly events: SessionEventStore;
+  private readonly keepAliveMs: number;
+  private started = false;
+  private initialized = false;
+  private closed = false;
+  /** Open SSE responses by stream id (a POST's own stream, or the GET stream). */
+  private readonly streams = new Map<string, Stream>();
+  /** Which stream a client request's messages and response go to. */
+  private readonly requestStream = new Map<RequestId, string>();
+  /** Request streams whose client holds an event id (it can resume them), so a response is kept for replay. */
+  private readonly resumable = new Set<string>();
+  /** Responses ready for a POST whose other requests are still running. */
+  private readonly responses = new Map<RequestId, JSONRPCMessage>();
+
+  constructor(options: SessionTransportOptions) {
+    this.options = options;
+    this.events = options.events;
+    this.keepAliveMs = options.keepAliveMs ?? KEEP_ALIVE_MS;
+  }
+
+  start(): Promise<void> {
+    if (this.started) throw new Error('Transport already started');
+    this.started = true;
+    return Promise.resolve();
+  }
+
+  /** Serves one request of this session: POST (with its parsed body), GET or DELETE. */
+  handleRequest(req: AuthedRequest, res: ServerResponse, parsedBody?: unknown): Promise<void> {
+    if (this.closed) jsonError(res, 404, -32001, 'Session not found');
+    else if (req.method === 'POST') this.handlePost(req, res, parsedBody);
+    else if (req.method === 'GET') this.handleGet(req, res);
+    else if (req.method === 'DELETE') this.handleDelete(req, res);
+    else {
+      res.setHeader('Allow', 'GET, POST, DELETE');
+      jsonError(res, 405, -32000, 'Method not allowed.');
+    }
+    return Promise.resolve();
+  }
+
+  private handlePost(req: AuthedRequest, res: ServerResponse, body: unknown): void {
+    const accept = req.headers.accept;
+    if (!accept?.includes('application/json') || !accept.includes('text/event-stream')) {
+      return this.fail(
+        res,
+        406,
+        -32000,
+        'Not Acceptable: Client must accept both application/json and text/event-stream',
+      );
+    }
+    // Content-Type and the body itself are checked before the body is read (http-guards.ts).
+    if (Array.isArray(body) && body.length > MAX_BATCH_SIZE) {
+      return this.fail(res, 400, -32600, `Invalid Request: Batch must not exceed ${MAX_BATCH_SIZE} messages`);
+    }
+    let messages: JSONRPCMessage[];
+    try {
+      messages = Array.isArray(body) ? body.map((m) => JSONRPCMessageSchema.parse(m)) : [JSONRPCMessageSchema.parse(body)];
+    } catch {
+      return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
+    }
+    const initialize = messages.find((m) => isInitializeRequest(m)) as InitializeRequest | undefined;
+    if (initialize) {
+      if (this.initialized) return this.fail(res, 400, -32600, 'Invalid Request: Server already initialized');
+      if (messages.length > 1) {
+        return this.fail(res, 400, -32600, 'Invalid Request: Only one initialization request is allowed');
+      }
+      this.sessionId = this.options.sessionId;
+      this.initialized = true;
+      this.options.onsessioninitialized?.(this.sessionId);
+    } else {
+      if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
+    }
+    const extra = this.extraOf(req);
+    if (!messages.some(isJSONRPCRequest)) {
+      // Only notifications and responses: accepted, nothing to stream.
+      res.writeHead(202).end();
+      for (const message of messages) this.onmessage?.(message, extra);
+      return;
+    }
+    const streamId = randomUUID();
+    const requests = messages.filter(isJSONRPCRequest);
+    const version = initialize ? initialize.params.protocolVersion : header(req, 'mcp-protocol-version');
+    // Clients of 2025-11-25 and later can resume from the priming event's id before any message arrived.
+    const resumable = (version ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION) >= '2025-11-25';
+    const answersAtOnce = this.options.answersAtOnce;
+    const stream: Stream = {
+      res,
+      keepAlive: undefined,
+      state: answersAtOnce && requests.every((r) => answersAtOnce(r)) ? 'json' : 'sse',
+      resumable,
+    };
+    this.streams.set(streamId, stream);
+    for (const request of requests) this.requestStream.set(request.id, streamId);
+    res.on('close', () => this.onStreamClosed(streamId, stream));
+    if (stream.state === 'sse') this.startSse(streamId, stream);
+    for (const message of messages) {
+      this.onmessage?.(
+        message,
+        resumable && isJSONRPCRequest(message)
+          ? {
+              ...extra,
+              closeSSEStream: () => this.closeSSEStream(message.id),
+              closeStandaloneSSEStream: () => this.closeStandaloneSSEStream(),
+            }
+          : extra,
+      );
+    }
+  }
+
+  /** Turns a POST's response into an SSE stream: headers, the priming event (resumable clients), keep-alives. */
+  private startSse(streamId: string, stream: Stream): void {
+    stream.state = 'sse';
+    const headers: Record<string, string> = { ...SSE_HEADERS };
+    if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
+    stream.res.writeHead(200, headers);
+    if (stream.resumable) {
+      const id = this.events.storeJson(streamId, '{}');
+      stream.res.write(`id: ${id}\nevent: priming\ndata: \n\n`);
+      this.resumable.add(streamId);
+    } else {
+      stream.res.flushHeaders();
+    }
+    stream.keepAlive = this.keepAlive(stream.res);
+  }
+
+  private handleGet(req: AuthedRequest, res: ServerResponse): void {
+    if (!req.headers.accept?.includes('text/event-stream')) {
+      return this.fail(res, 406, -32000, 'Not Acceptable: Client must accept text/event-stream');
+    }
+    if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
+    const lastEventId = header(req, 'last-event-id');
+    if (lastEventId) return this.replay(lastEventId, res);
+    if (this.streams.has(STANDALONE_STREAM_ID)) {
+      return this.fail(res, 409, -32000, 'Conflict: Only one SSE stream is allowed per session');
+    }
+    this.openSse(res);
+    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', resumable: true };
+    this.streams.set(STANDALONE_STREAM_ID, stream);
+    res.on('close', () => this.onStreamClosed(STANDALONE_STREAM_ID, stream));
+  }
+
+  /** A GET with Last-Event-ID: the events after it, then the stream goes on live on this response. */
+  private replay(lastEventId: string, res: ServerResponse): void {
+    const streamId = this.events.streamOf(lastEventId);
+    if (streamId === undefined) return this.fail(res, 400, -32000, 'Invalid event ID format');
+    if (this.streams.has(streamId)) {
+      return this.fail(res, 409, -32000, 'Conflict: Stream already has an active connection');
+    }
+    this.openSse(res);
+    // Synchronous: nothing can be stored for this stream between the replay and its registration below.
+    this.events.replayJsonAfter(lastEventId, (eventId, json) => writeEvent(res, eventId, json));
+    if (this.closed || res.destroyed) {
+      res.end();
+      return;
+    }
+    // A reconnect re-registers the stream id: the predecessor's response ends.
+    const previous = this.streams.get(streamId);
+    if (previous) this.endStream(streamId, previous);
+    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', resumable: true };
+    this.streams.set(streamId, stream);
+    this.resumable.add(streamId);
+    res.on('close', () => this.onStreamClosed(streamId, stream));
+  }
+
+  private handleDelete(req: AuthedRequest, res: ServerResponse): void {
+    if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
+    try {
+      this.options.onsessionclosed?.(this.sessionId ?? this.options.sessionId);
+      res.writeHead(200).end();
+    } finally {
+      void this.close();
+    }
+  }
+
+  async send(raw: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+    const message = this.options.filter ? this.options.filter(raw) : raw;
+    const isResponse = isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message);
+    const requestId = isResponse ? message.id : options?.relatedRequestId;
+    if (requestId === undefined) {
+      if (isResponse) {
+        throw new Error('Cannot send a response on a standalone SSE stream unless resuming a previous client request');
+      }
+      // Kept even while no GET stream is open, for a replay on reconnect.
+      const json = JSON.stringify(message);
+      const eventId = this.events.storeJson(STANDALONE_STREAM_ID, json);
+      const standalone = this.streams.get(STANDALONE_STREAM_ID);
+      if (standalone) writeEvent(standalone.res, eventId, json);
+      return Promise.resolve();
+    }
+    const streamId = this.requestStream.get(requestId);
+    if (streamId === undefined) throw new Error(`No connection established for request ID: ${String(requestId)}`);
+    const stream = this.streams.get(streamId);
+    if (!isResponse) {
+      // Something other than the answer: the response becomes an SSE stream, if it was still to be JSON.
+      if (stream?.state === 'json') this.startSse(streamId, stream);
+      this.sendEvent(streamId, stream, JSON.stringify(message), false);
+      return Promise.resolve();
+    }
+    this.responses.set(requestId, message);
+    const related = [...this.requestStream].filter(([, sid]) => sid === streamId).map(([id]) => id);
+    const last = related.every((id) => this.responses.has(id));
+    if (stream?.state === 'json') {
+      if (!last) return Promise.resolve();
+      const answers = related.map((id) => this.responses.get(id));
+      this.releaseRequests(related);
+      this.streams.delete(streamId);
+      const headers: Record<string, string> = { 'Content-Type': 'application/json' };
+      if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
+      if (!stream.res.writableEnded && !stream.res.destroyed) {
+        stream.res.writeHead(200, headers).end(JSON.stringify(answers.length === 1 ? answers[0] : answers));
+      }
+      return Promise.resolve();
+    }
+    this.sendEvent(streamId, stream, JSON.stringify(message), last);
+    if (!last) return Promise.resolve();
+    this.releaseRequests(related);
+    const wasResumable = this.resumable.delete(streamId);
+    if (stream) {
+      // Every response of the POST is out: its stream has ended with the last one.
+      clearInterval(stream.keepAlive);
+      if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
+      return Promise.resolve();
+    }
+    // The stream went away. A client holding an event id gets the response by replay; otherwise it is undeliverable.
+    if (this.closed || wasResumable) return Promise.resolve();
+    throw new Error(`No connection established for request ID: ${String(requestId)}`);
+  }
+
+  /** Stores a message for replay and writes it on the stream if it is open; `end` ends the response with it. */
+  private sendEvent(streamId: string, stream: Stream | undefined, json: string, end: boolean): void {
+    // Kept even when the stream is gone (a disconnect, closeSSEStream), so a resume replays it.
+    const eventId = this.events.storeJson(streamId, json);
+    if (!stream || stream.res.writableEnded || stream.res.destroyed) return;
+    const text = `event: message\nid: ${eventId}\ndata: ${json}\n\n`;
+    if (end) stream.res.end(text);
+    else stream.res.write(text);
+    this.resumable.add(streamId);
+  }
+
+  private releaseRequests(ids: RequestId[]): void {
+    for (const id of ids) {
+      this.responses.delete(id);
+      this.requestStream.delete(id);
+    }
+  }
+
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    for (const [streamId, stream] of [...this.streams]) this.endStream(streamId, stream);
+    this.streams.clear();
+    this.responses.clear();
+    this.resumable.clear();
+    this.onclose?.();
+    return Promise.resolve();
+  }
+
+  /** Ends a request's SSE stream; the client reconnects with Last-Event-ID (polling during long operations). */
+  closeSSEStream(requestId: RequestId): void {
+    const streamId = this.requestStream.get(requestId);
+    const stream = streamId === undefined ? undefined : this.streams.get(streamId);
+    if (streamId !== undefined && stream?.state === 'sse') this.endStream(streamId, stream);
+  }
+
+  /** Ends the GET stream; the client reconnects. */
+  closeStandaloneSSEStream(): void {
+    const stream = this.streams.get(STANDALONE_STREAM_ID);
+    if (stream) this.endStream(STANDALONE_STREAM_ID, stream);
+  }
+
+  private extraOf(req: AuthedRequest): MessageExtraInfo {
+    const extra: MessageExtraInfo = {
+      requestInfo: {
+        headers: req.headers,
+        get url() {
+          return new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
+        },
+      },
+    };
+    if (req.auth) extra.authInfo = req.auth;
+    return extra;
+  }
+
+  private validSession(req: IncomingMessage, res: ServerResponse): boolean {
+    if (!this.initialized) {
+      this.fail(res, 400, -32000, 'Bad Request: Server not initialized');
+      return false;
+    }
+    const sessionId = header(req, 'mcp-session-id');
+    if (!sessionId) {
+      this.fail(res, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      return false;
+    }
+    if (sessionId !== this.sessionId) {
+      this.fail(res, 404, -32001, 'Session not found');
+      return false;
+    }
+    return true;
+  }
+
+  private validVersion(req: IncomingMessage, res: ServerResponse): boolean {
+    const version = header(req, 'mcp-protocol-version');
+    if (version === undefined || SUPPORTED_PROTOCOL_VERSIONS.includes(version)) return true;
+    this.fail(
+      res,
+      400,
+      -32000,
+      `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
+    );
+    return false;
+  }
+
+  private openSse(res: ServerResponse): void {
+    const headers: Record<string, string> = { ...SSE_HEADERS };
+    if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
+    res.writeHead(200, headers);
+    res.flushHeaders();
+  }
+
+  private keepAlive(res: ServerResponse): NodeJS.Timeout | undefined {
+    if (this.closed || !(this.keepAliveMs >= 1)) return undefined;
+    const timer = setInterval(() => {
+      if (res.writableEnded || res.destroyed) clearInterval(timer);
+      else res.write(': keepalive\n\n');
+    }, this.keepAliveMs);
+    timer.unref();
+    return timer;
+  }
+
+  private endStream(streamId: string, stream: Stream): void {
+    clearInterval(stream.keepAlive);
+    if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
+    // A response still to be JSON has no stream to end: the session is gone before its answer.
+    if (stream.state === 'json') jsonError(stream.res, 404, -32001, 'Session not found');
+    else if (!stream.res.writableEnded) stream.res.end();
+  }
+
+  /** The client closed the response: only this stream's registration goes (a resume may have replaced it). */
+  private onStreamClosed(streamId: string, stream: Stream): void {
+    clearInterval(stream.keepAlive);
+    if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
+  }
+
+  private fail(res: ServerResponse, status: number, code: number, message: string): void {
+    this.onerror?.(new Error(message));
+    jsonError(res, status, code, message);
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function writeEvent(res: ServerResponse, eventId: string, json: string): boolean {
+  if (res.writableEnded || res.destroyed) return false;
+  res.write(`event: message\nid: ${eventId}\ndata: ${json}\n\n`);
+  return true;
+}
+
+function jsonError(res: ServerResponse, status: number, code: number, message: string): void {
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const body = JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null });
+  res.writeHead(status, { 'Content-Type': 'application/json' }).end(body);
+}
