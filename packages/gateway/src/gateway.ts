@@ -25,7 +25,15 @@ import { SessionEventStore } from './event-store.js';
 import { SessionTransport } from './session-transport.js';
 import { waitEndedByShutdown } from './errors.js';
 import { createAuthenticator } from './auth/authenticate.js';
-import { hostGuard, httpErrorHandler, jsonBody, jsonRpcError, originGuard, requireJsonContent } from './http-guards.js';
+import {
+  chain,
+  hostGuard,
+  httpErrorHandler,
+  jsonBody,
+  jsonRpcError,
+  originGuard,
+  requireJsonContent,
+} from './http-guards.js';
 import { OpenTaskLimit, RequestLimits } from './limits.js';
 import { sanitizeOutgoing } from './safe-errors.js';
 import { JobDispatcher } from './job-dispatcher.js';
@@ -215,21 +223,20 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
   // whatever address the orchestrator uses (a pod IP).
   app.use(hostGuard(options.allowedHosts, options.host));
-  app.use(auth.metadataRouter);
   /** With authentication on, a valid token; mount it on any route that is not a probe (/admin/*, /metrics). */
   const requireAuth = auth.requireAuth;
-  app.get('/metrics', requireAuth, async (_req, res) => {
-    res.setHeader('Content-Type', metrics.registry.contentType);
-    res.send(await metrics.registry.metrics());
-  });
-
-  // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
-  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: admin, log }));
-
-  // Authentication before the body is read: an anonymous caller costs no parsing.
-  app.use('/mcp', originGuard(options.allowedOrigins), requireAuth, requireJsonContent);
-  app.use('/mcp', jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }));
-  app.post('/mcp', limits.middleware(principalOf));
+  // The /mcp guards first and as one layer: they run on every request. Authentication before the body is read: an
+  // anonymous caller costs no parsing.
+  app.use(
+    '/mcp',
+    chain([
+      originGuard(options.allowedOrigins),
+      ...(authEnabled ? [requireAuth] : []),
+      requireJsonContent,
+      jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
+    ]),
+  );
+  const limitRequest = limits.middleware(principalOf);
   const modern = createModernEndpoint({
     service,
     metrics,
@@ -276,7 +283,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     Math.min(60_000, Math.max(250, Math.floor(options.sessionIdleMs / 4))),
   ).unref();
 
-  app.post('/mcp', async (req: AuthedRequest, res: Response) => {
+  const post = async (req: AuthedRequest, res: Response) => {
     posts.add(res);
     metrics.requestsInFlight.set(posts.size);
     res.on('close', () => {
@@ -344,7 +351,10 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     if (!session) return;
     // On 2025-11-25 a closed response stream is no cancel: the client may resume it with Last-Event-ID (§14).
     await session.transport.handleRequest(req, res, req.body);
-  });
+  };
+  app.post('/mcp', (req: AuthedRequest, res: Response, next) =>
+    limitRequest(req, res, () => void post(req, res).catch(next)),
+  );
 
   const sessionRequest = async (req: AuthedRequest, res: Response) => {
     // No GET stream or DELETE without a session, and none at all on the sessionless 2026-07-28 transport.
@@ -371,6 +381,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     return sessionRequest(req, res);
   });
   app.delete('/mcp', sessionRequest);
+
+  app.use(auth.metadataRouter);
+  app.get('/metrics', requireAuth, async (_req, res) => {
+    res.setHeader('Content-Type', metrics.registry.contentType);
+    res.send(await metrics.registry.metrics());
+  });
+  // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
+  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: admin, log }));
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(

@@ -19,6 +19,28 @@ export function jsonRpcError(
   res.status(httpStatus).json({ jsonrpc: '2.0', error: { code, message }, id });
 }
 
+/**
+ * Several middlewares run as one express layer, in order (each may answer, call `next`, or pass an error on). The
+ * `/mcp` guards run on every request: as one layer, express matches one path instead of one per guard.
+ */
+export function chain(handlers: RequestHandler[]): RequestHandler {
+  return (req, res, next) => {
+    let i = 0;
+    const step = (error?: unknown): void => {
+      if (error !== undefined && error !== null && error !== 'route') return next(error);
+      const handler = handlers[i++];
+      if (!handler) return next();
+      try {
+        const returned = handler(req, res, step) as unknown;
+        if (returned instanceof Promise) returned.catch(next);
+      } catch (thrown) {
+        next(thrown);
+      }
+    };
+    step();
+  };
+}
+
 export function originGuard(allowed: string[] | undefined) {
   const set = allowed ? new Set(allowed) : undefined;
   return (req: Request, res: Response, next: NextFunction): void => {

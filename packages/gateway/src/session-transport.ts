@@ -20,10 +20,7 @@ import {
   DEFAULT_NEGOTIATED_PROTOCOL_VERSION,
   JSONRPCMessageSchema,
   SUPPORTED_PROTOCOL_VERSIONS,
-  isInitializeRequest,
-  isJSONRPCErrorResponse,
-  isJSONRPCRequest,
-  isJSONRPCResultResponse,
+  InitializeRequestSchema,
   type InitializeRequest,
   type JSONRPCMessage,
   type JSONRPCRequest,
@@ -147,7 +144,13 @@ export class SessionTransport implements Transport {
     } catch {
       return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
     }
-    const initialize = messages.find((m) => isInitializeRequest(m)) as InitializeRequest | undefined;
+    let initialize: InitializeRequest | undefined;
+    const first = messages.find((m) => isRequest(m) && m.method === 'initialize');
+    if (first) {
+      const parsed = InitializeRequestSchema.safeParse(first);
+      if (!parsed.success) return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
+      initialize = parsed.data;
+    }
     if (initialize) {
       if (this.initialized) return this.fail(res, 400, -32600, 'Invalid Request: Server already initialized');
       if (messages.length > 1) {
@@ -160,14 +163,14 @@ export class SessionTransport implements Transport {
       if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
     }
     const extra = this.extraOf(req);
-    if (!messages.some(isJSONRPCRequest)) {
+    if (!messages.some(isRequest)) {
       // Only notifications and responses: accepted, nothing to stream.
       res.writeHead(202).end();
       for (const message of messages) this.onmessage?.(message, extra);
       return;
     }
     const streamId = randomUUID();
-    const requests = messages.filter(isJSONRPCRequest);
+    const requests = messages.filter(isRequest);
     const version = initialize ? initialize.params.protocolVersion : header(req, 'mcp-protocol-version');
     // Clients of 2025-11-25 and later can resume from the priming event's id before any message arrived.
     const resumable = (version ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION) >= '2025-11-25';
@@ -185,7 +188,7 @@ export class SessionTransport implements Transport {
     for (const message of messages) {
       this.onmessage?.(
         message,
-        resumable && isJSONRPCRequest(message)
+        resumable && isRequest(message)
           ? {
               ...extra,
               closeSSEStream: () => this.closeSSEStream(message.id),
@@ -263,7 +266,7 @@ export class SessionTransport implements Transport {
 
   async send(raw: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
     const message = this.options.filter ? this.options.filter(raw) : raw;
-    const isResponse = isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message);
+    const isResponse = 'result' in message || 'error' in message;
     const requestId = isResponse ? message.id : options?.relatedRequestId;
     if (requestId === undefined) {
       if (isResponse) {
@@ -434,6 +437,14 @@ export class SessionTransport implements Transport {
     this.onerror?.(new Error(message));
     jsonError(res, status, code, message);
   }
+}
+
+/**
+ * A request, told apart by shape: the message already passed `JSONRPCMessageSchema` (the SDK's `isJSONRPCRequest` is
+ * a second zod parse of the whole message, for each check).
+ */
+function isRequest(message: JSONRPCMessage): message is JSONRPCRequest {
+  return 'method' in message && 'id' in message;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

@@ -23,6 +23,7 @@ import {
   type TaskMode,
   type TaskRecord,
   type TaskStatus,
+  terminalRecord,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -96,7 +97,8 @@ export type Publish = (channel: string, message: string) => Promise<unknown>;
 
 export class TaskRouter {
   private readonly routes = new Map<string, Route>();
-  private readonly waiters = new Map<string, Set<() => void>>();
+  /** Waiters of `waitForTerminal`, woken by any status event of their task (with it, when it tells the outcome). */
+  private readonly waiters = new Map<string, Set<(told?: TaskRecord) => void>>();
   private readonly acks = new Map<string, () => void>();
   private readonly resultStreams = new Map<string, Set<ResultStream>>();
   private readonly fallbackPollMs: number;
@@ -181,10 +183,10 @@ export class TaskRouter {
   async waitForTerminal(taskId: string, options: WaitOptions = {}): Promise<TaskRecord> {
     const { signal, authorize } = options;
     signal?.throwIfAborted();
-    let wake: () => void = () => undefined;
+    let wake: (told?: TaskRecord) => void = () => undefined;
     const set = this.waiters.get(taskId) ?? new Set();
     this.waiters.set(taskId, set);
-    const waker = () => wake();
+    const waker = (told?: TaskRecord) => wake(told);
     set.add(waker);
     let onAbort: (() => void) | undefined;
     const aborted = new Promise<never>((_resolve, reject) => {
@@ -212,7 +214,7 @@ export class TaskRouter {
     try {
       for (;;) {
         // Armed before the read, so a status event arriving during it is not missed.
-        const woken = new Promise<void>((resolve) => (wake = resolve));
+        const woken = new Promise<TaskRecord | undefined>((resolve) => (wake = resolve));
         if (read) {
           let record: TaskRecord | undefined | null = null;
           try {
@@ -231,12 +233,17 @@ export class TaskRouter {
         }
         first = false;
         read = true;
-        await Promise.race([
+        const told = await Promise.race([
           woken,
-          new Promise<void>((resolve) => (timer = setTimeout(resolve, this.fallbackPollMs))),
+          new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), this.fallbackPollMs))),
           aborted,
         ]);
         clearTimeout(timer);
+        // The terminal event told the outcome of a task routed here: no read (§6.4).
+        if (told) {
+          if (authorize && !authorize(told)) throw taskNotFound(taskId);
+          return told;
+        }
       }
     } finally {
       clearTimeout(timer);
@@ -400,7 +407,9 @@ export class TaskRouter {
         this.log.debug({ taskId: event.taskId, err: error }, 'cancel ack not published'),
       );
     }
-    for (const wake of this.waiters.get(event.taskId) ?? []) wake();
+    // A terminal event that carries the outcome, for a task routed here, answers the waiters as it is.
+    const told = route && event.final && isTerminal(event.status) ? terminalRecord(route.record, event) : undefined;
+    for (const wake of this.waiters.get(event.taskId) ?? []) wake(told);
   }
 
   private async reconcile(): Promise<void> {

@@ -270,6 +270,16 @@ describe('§10 waiting for a task', () => {
     expect(watch).toHaveBeenCalledTimes(1);
   });
 
+  it('answers from a terminal event that carries the outcome, without any read (§6.4)', async () => {
+    route('w1', 'tok');
+    const waiting = router.waitForTerminal('w1', { authorize: (r) => r.principal === 'p' });
+    await vi.advanceTimersByTimeAsync(0);
+    const result = { content: [{ type: 'text', text: 'done' }], structuredContent: { n: 1 } };
+    sub.status('w1', 'completed', { final: true, result: JSON.stringify(result), statusMessage: 'ok' });
+    await expect(waiting).resolves.toMatchObject({ taskId: 'w1', status: 'completed', statusMessage: 'ok', result });
+    expect(watch).not.toHaveBeenCalled();
+  });
+
   it('rides out a Redis outage once the wait is under way, but answers "unavailable" on the first read', async () => {
     const down = () => Object.assign(new Error('Connection is closed.'), { name: 'Error' });
     watch

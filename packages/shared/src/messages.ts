@@ -31,6 +31,14 @@ export const StatusEventSchema = z.object({
   ackTo: z.string().optional(),
   /** On a move to `input_required`: the number of the request now waiting (its params are in the hash, §12.2). */
   inputRequestId: z.string().optional(),
+  /**
+   * A terminal event that carries the task's outcome (§6.4): `result` and `error` as stored in the hash (JSON text;
+   * absent when the task has none), so the gateway that routes the task answers its waiters without reading it.
+   * Absent when the outcome is too big to publish: the waiters read the hash.
+   */
+  final: z.literal(true).optional(),
+  result: z.string().optional(),
+  error: z.string().optional(),
 });
 export type StatusEvent = z.infer<typeof StatusEventSchema>;
 

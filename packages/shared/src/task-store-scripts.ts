@@ -108,6 +108,11 @@ local message = redis.call('HGET', KEYS[1], 'statusMessage')
 if message and message ~= '' then event.statusMessage = message end
 if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[9] ~= '' then event.ackTo = ARGV[9] end
+if ARGV[12] == '1' then
+  event.final = true
+  event.result = extra.result
+  event.error = extra.error
+end
 publish_status(KEYS[1], event, ARGV[7], ARGV[8])
 if ARGV[4] == '1' then
   finish(KEYS[1], KEYS[2], taskId, ARGV[11] == '1')

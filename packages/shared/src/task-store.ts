@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { TaskrelayError, type SerializedError } from './errors.js';
 import type { Keys } from './keys.js';
+import type { StatusEvent } from './messages.js';
 import {
   ANSWER_SCRIPT,
   CREATE_SCRIPT,
@@ -172,6 +173,9 @@ export function newTaskId(): string {
 
 const TERMINAL_LIST = TERMINAL_STATUSES.join(',');
 
+/** Largest outcome (result + error JSON, in UTF-16 units) a terminal status event carries; a bigger one is read. */
+export const MAX_EVENT_OUTCOME_CHARS = 64 * 1024;
+
 /**
  * The Redis task store. Gateway and worker both use it; every status change goes through `transition`, which checks
  * the state machine atomically (Lua), so a terminal task never changes.
@@ -332,6 +336,10 @@ export class RedisTaskStore {
       options.ackTo ?? '',
       options.deadlineAt === undefined ? '' : String(options.deadlineAt),
       options.dropIdempotency === true ? '1' : '0',
+      // A terminal event carries the outcome when it is small (§6.4): the routing gateway then needs no read.
+      isTerminal(to) && (extra['result']?.length ?? 0) + (extra['error']?.length ?? 0) <= MAX_EVENT_OUTCOME_CHARS
+        ? '1'
+        : '0',
     )) as [number, string];
     if (ok === 1) return { ok: true, status: to };
     if (ok === -1) return { ok: false, status: asStatus(status), lockLost: true };
@@ -630,6 +638,30 @@ function asStatus(value: unknown): TaskStatus | undefined {
   return typeof value === 'string' && (TASK_STATUSES as readonly string[]).includes(value)
     ? (value as TaskStatus)
     : undefined;
+}
+
+/**
+ * A task as its terminal status event tells it (PROTOCOL.md §6.4): `base` (what the gateway knew of it: the record it
+ * created) with the event's status, time, message and outcome. Only for an event with `final`.
+ */
+export function terminalRecord(base: TaskRecord, event: StatusEvent): TaskRecord {
+  const {
+    statusMessage: _message,
+    result: _result,
+    error: _error,
+    cancelReason: _reason,
+    pendingInput: _pending,
+    pendingInputs: _pendings,
+    ...rest
+  } = base;
+  const record: TaskRecord = { ...rest, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
+  if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
+  if (event.cancelReason !== undefined) record.cancelReason = event.cancelReason;
+  const result = parseJson<ToolResult>(event.result);
+  if (result !== undefined) record.result = result;
+  const error = parseJson<SerializedError>(event.error);
+  if (error !== undefined) record.error = error;
+  return record;
 }
 
 function parseJson<T>(value: string | undefined): T | undefined {
