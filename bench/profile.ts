@@ -19,7 +19,7 @@ import { stopAll, type ManagedProcess } from '../test/helpers/processes.js';
 import { waitFor } from '../test/helpers/wait-for.js';
 import { openSessions, type McpSession } from './lib/mcp-http.js';
 import { RedisAdmin, probeDir, removeProbeDir, startPeer, startStack } from './lib/procs.js';
-import { cycles } from './lib/scenarios.js';
+import { cycles, type CpuRoles } from './lib/scenarios.js';
 
 const { values: args } = parseArgs({
   args: process.argv.slice(2).filter((a) => a !== '--'),
@@ -134,7 +134,7 @@ async function main(): Promise<void> {
       {
         name: 'taskrelay',
         sessions: await openSessions(gateway.url, C),
-        cpu: { gateway: [gateway.pid], worker: [worker.pid], redis: redisPids },
+        cpu: { gateway: [gateway.pid], worker: [worker.pid], redis: redisPids } as CpuRoles,
         totalRoles: ['gateway', 'worker', 'redis'],
         profiled: [
           { proc: gateway, name: 'gateway' },
@@ -144,7 +144,7 @@ async function main(): Promise<void> {
       {
         name: 'peer',
         sessions: await openSessions(peer.url, C),
-        cpu: { server: [peer.pid] },
+        cpu: { server: [peer.pid] } as CpuRoles,
         totalRoles: ['server'],
         profiled: [{ proc: peer, name: 'peer' }],
       },

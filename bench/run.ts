@@ -76,6 +76,13 @@ const PROGRESS_INTERVAL_MS = 75; // above the 50 ms default throttle: no update 
 const CANCEL_ROUNDS_1 = QUICK ? 3 : 20;
 const CANCEL_ROUNDS_32 = QUICK ? 1 : 2;
 const WORKER_CONCURRENCY = 64;
+/**
+ * Slot-bound scaling: task cycles of `bench_hold` (HOLD_MS) from HOLD_CLIENTS clients. One worker's 64 slots finish at
+ * most 64 / HOLD_MS tasks per second, so the rows show capacity added by workers (and gateways) while the gateway
+ * still has CPU to spare, the case of tools that wait on I/O.
+ */
+const HOLD_MS = 100;
+const HOLD_CLIENTS = 128;
 
 /** Anything started here, for the finally block and signals. */
 const cleanup: Array<() => Promise<void> | void> = [];
@@ -315,6 +322,29 @@ function rowSpecs(): RowSpec[] {
       );
     }
   }
+  {
+    const group = `scaling: slot-bound tool (bench_hold ${HOLD_MS} ms, ${WORKER_CONCURRENCY} slots per worker), C=${HOLD_CLIENTS}`;
+    const one = { id: `tr.hold.c${HOLD_CLIENTS}.opsPerS`, name: '1 worker' };
+    const ceiling = (workers: number) => Math.round((workers * WORKER_CONCURRENCY * 1000) / HOLD_MS);
+    for (const [label, t, workers] of [
+      ['1 gateway, 1 worker', 'tr', 1],
+      ['1 gateway, 2 workers', 'tr-w2', 2],
+      ['1 gateway, 4 workers', 'tr-w4', 4],
+      ['2 gateways, 2 workers', 'tr-g2', 2],
+    ] as const) {
+      rows.push(
+        {
+          group,
+          label: `${label}: throughput (slots allow ${Math.min(ceiling(workers), Math.round((HOLD_CLIENTS * 1000) / HOLD_MS))})`,
+          unit: 'ops/s',
+          id: `${t}.hold.c${HOLD_CLIENTS}.opsPerS`,
+          ...(t === 'tr' ? {} : { ref: one }),
+          better: 'higher',
+        },
+        { group, label: `${label}: latency p50`, unit: 'ms', id: `${t}.hold.c${HOLD_CLIENTS}.p50` },
+      );
+    }
+  }
   return rows;
 }
 
@@ -406,10 +436,11 @@ async function compare(): Promise<number> {
     durationMs = WINDOW_MS,
     record = true,
     maxOps?: number,
+    tool?: { name: string; arguments: Record<string, unknown> },
   ) =>
     guarded(
       record ? results : new Results(),
-      `${t.name}.${kind}.c${c}`,
+      `${t.name}.${tool ? 'hold' : kind}.c${c}`,
       rep,
       durationMs + 60_000,
       t.deps,
@@ -424,11 +455,14 @@ async function compare(): Promise<number> {
           totalRoles: t.totalRoles,
           ttlMs: CYCLE_TTL_MS,
           ...(maxOps === undefined ? {} : { maxOps }),
+          ...(tool === undefined ? {} : { tool }),
         }),
     );
 
   for (const t of Object.values(targets)) {
-    await runCycle(0, t, 'task', 32, WARMUP_MS, false, WARMUP_OPS);
+    // Each worker of a stack must see the warm-up's number of jobs too: scale it with the workers.
+    const workers = Math.max(1, t.cpu['worker']?.length ?? 1);
+    await runCycle(0, t, 'task', 32, WARMUP_MS * workers, false, WARMUP_OPS * workers);
     if (t.name === 'peer' || t.name === 'tr') await runCycle(0, t, 'plain', 32, WARMUP_MS / 2, false, WARMUP_OPS / 2);
   }
   await guarded(new Results(), 'floor.bullmq.warmup', 0, 60_000, [floorWorker], [], () =>
@@ -503,6 +537,10 @@ async function compare(): Promise<number> {
     memoryQuietAt = Date.now() + MEMORY_TTL_MS + 3_000;
     // Scaling (the 1-worker row is tr.task.c32 above).
     for (const t of [targets.w2, targets.w4, targets.g2]) await runCycle(rep, t, 'task', 32);
+    const hold = { name: 'bench_hold', arguments: { ms: HOLD_MS } };
+    for (const t of [targets.tr, targets.w2, targets.w4, targets.g2]) {
+      await runCycle(rep, t, 'task', HOLD_CLIENTS, WINDOW_MS, true, undefined, hold);
+    }
     log(`rep ${rep} done in ${Date.now() - repStarted} ms`);
   }
 

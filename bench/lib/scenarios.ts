@@ -49,6 +49,8 @@ export interface CycleOptions {
   ttlMs: number;
   /** Stop issuing once this many operations have started (warm-ups: a count, with durationMs as the cap). */
   maxOps?: number;
+  /** The tool called. Default `bench_noop` with no arguments. */
+  tool?: { name: string; arguments: Record<string, unknown> };
 }
 
 /**
@@ -57,7 +59,8 @@ export interface CycleOptions {
  * `tools/call` + `params.task` → `tasks/result`; a plain call is `tools/call` without `task`. Tool: `bench_noop`.
  */
 export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
-  if (o.sessions.length < o.concurrency) throw new Error(`need ${o.concurrency} sessions, have ${o.sessions.length}`);
+  if (o.sessions.length === 0) throw new Error('no sessions');
+  const tool = o.tool ?? { name: 'bench_noop', arguments: {} };
   const samples: number[] = [];
   let errors = 0;
   let firstError = '';
@@ -67,22 +70,19 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
   const maxOps = o.maxOps ?? Infinity;
   let issued = 0;
   await Promise.all(
-    o.sessions.slice(0, o.concurrency).map(async (session) => {
+    // One virtual client per session; beyond as many clients as sessions, they share sessions round-robin.
+    Array.from({ length: o.concurrency }, (_, i) => o.sessions[i % o.sessions.length]!).map(async (session) => {
       while (now() < deadline && issued++ < maxOps) {
         const t0 = now();
         try {
           if (o.kind === 'task') {
-            const created = await session.call('tools/call', {
-              name: 'bench_noop',
-              arguments: {},
-              task: { ttl: o.ttlMs },
-            });
+            const created = await session.call('tools/call', { ...tool, task: { ttl: o.ttlMs } });
             const taskId = created?.task?.taskId as string | undefined;
             if (!taskId) throw new Error(`no task in ${JSON.stringify(created).slice(0, 200)}`);
             const result = await session.call('tasks/result', { taskId });
             if (result?.isError) throw new Error(`tool error: ${JSON.stringify(result).slice(0, 200)}`);
           } else {
-            const result = await session.call('tools/call', { name: 'bench_noop', arguments: {} });
+            const result = await session.call('tools/call', tool);
             if (result?.isError || !Array.isArray(result?.content)) {
               throw new Error(`unexpected result: ${JSON.stringify(result).slice(0, 200)}`);
             }

@@ -31,7 +31,7 @@ export function chain(handlers: RequestHandler[]): RequestHandler {
       const handler = handlers[i++];
       if (!handler) return next();
       try {
-        const returned = handler(req, res, step) as unknown;
+        const returned: unknown = handler(req, res, step);
         if (returned instanceof Promise) returned.catch(next);
       } catch (thrown) {
         next(thrown);

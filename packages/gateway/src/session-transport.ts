@@ -140,7 +140,9 @@ export class SessionTransport implements Transport {
     }
     let messages: JSONRPCMessage[];
     try {
-      messages = Array.isArray(body) ? body.map((m) => JSONRPCMessageSchema.parse(m)) : [JSONRPCMessageSchema.parse(body)];
+      messages = Array.isArray(body)
+        ? body.map((m) => JSONRPCMessageSchema.parse(m))
+        : [JSONRPCMessageSchema.parse(body)];
     } catch {
       return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
     }

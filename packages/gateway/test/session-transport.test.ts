@@ -63,9 +63,12 @@ beforeEach(async () => {
     const answer = () => void transport.send({ jsonrpc: '2.0', id, result: { method } });
     if (method === 'noisy') {
       void transport
-        .send({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'x' } }, {
-          relatedRequestId: id,
-        })
+        .send(
+          { jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'x' } },
+          {
+            relatedRequestId: id,
+          },
+        )
         .then(answer);
     } else if (method === 'slow') held.set(id, answer);
     else setImmediate(answer);
