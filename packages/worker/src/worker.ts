@@ -442,8 +442,11 @@ class TaskWorker {
     }
     const entry = this.running.get(taskId);
     if (entry?.controller === controller) entry.principal = task.principal;
-    // One child logger per job (made by the processor); the principal joins its bindings once known.
-    log.setBindings({ principal: task.principal });
+    // One child logger per job (made by the processor); the principal joins its bindings once known, unless the job's
+    // correlation fields already carried it (a gateway's jobs do: no second pass of the bindings through redaction).
+    if ((job.data as { principal?: unknown } | undefined)?.principal !== task.principal) {
+      log.setBindings({ principal: task.principal });
+    }
 
     if (!parsed.success || parsed.data.taskId !== taskId) {
       const message = parsed.success
