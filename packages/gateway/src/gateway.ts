@@ -330,7 +330,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
         },
         onsessionclosed: (id) => closeSession(id),
         filter: (message) => sanitizeOutgoing(message, log, sessionId),
-        answersAtOnce,
+        answersAtOnce: (request) => answersAtOnce(request, (taskId) => router.recentlyEnded(taskId) !== undefined),
       });
       transport.onclose = () => closeSession(sessionId);
       const server = createSessionServer({

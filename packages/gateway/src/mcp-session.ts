@@ -69,13 +69,18 @@ const ANSWERED_AT_ONCE = new Set([
 /**
  * Whether a session request is answered at once, with nothing else on its stream (the transport then answers it as
  * JSON, PROTOCOL.md §9): the task-mode `tools/call` of 2025-11-25 (its progress and questions go to the GET stream)
- * and the task and listing methods. Not a plain call, not `tasks/result` (both wait, and stream), and not a call of
- * the tasks extension (it may become a plain call).
+ * and the task and listing methods; `tasks/result` for a task that `endedHere` says just ended on this gateway. Not a
+ * plain call, not any other `tasks/result` (both wait, and stream), and not a call of the tasks extension (it may
+ * become a plain call).
  */
-export function answersAtOnce(request: JSONRPCRequest): boolean {
+export function answersAtOnce(request: JSONRPCRequest, endedHere?: (taskId: string) => boolean): boolean {
   if (ANSWERED_AT_ONCE.has(request.method)) return true;
+  const params = request.params as { task?: unknown; taskId?: unknown; _meta?: Record<string, unknown> } | undefined;
+  // A `tasks/result` for a task this gateway saw end a moment ago is answered from memory, at once (§6.4).
+  if (request.method === 'tasks/result') {
+    return typeof params?.taskId === 'string' && endedHere !== undefined && endedHere(params.taskId);
+  }
   if (request.method !== 'tools/call') return false;
-  const params = request.params as { task?: unknown; _meta?: Record<string, unknown> } | undefined;
   return typeof params?.task === 'object' && params.task !== null && !declaresTasksExtension(params._meta);
 }
 

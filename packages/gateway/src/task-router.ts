@@ -95,11 +95,23 @@ export interface WaitOptions {
 /** Publishes on Redis (the gateway's command connection): for acks to other gateways. */
 export type Publish = (channel: string, message: string) => Promise<unknown>;
 
+/** How long, at most, a task that ended is answered from memory (§6.4), how many are kept, and the margin kept
+ * before its hash's expiry. */
+const ENDED_KEEP_MS = 5_000;
+const ENDED_MAX = 10_000;
+const ENDED_MARGIN_MS = 250;
+
 export class TaskRouter {
   private readonly routes = new Map<string, Route>();
   /** Waiters of `waitForTerminal`, woken by any status event of their task (with it, when it tells the outcome). */
   private readonly waiters = new Map<string, Set<(told?: TaskRecord) => void>>();
   private readonly acks = new Map<string, () => void>();
+  /**
+   * Tasks routed here that ended in the last few seconds, as their final event told them (§6.4), oldest first: a
+   * `tasks/result` for one is answered from here, with no read. Terminal records never change; an entry goes before
+   * its task's hash expires.
+   */
+  private readonly ended = new Map<string, { record: TaskRecord; until: number }>();
   private readonly resultStreams = new Map<string, Set<ResultStream>>();
   private readonly fallbackPollMs: number;
   private connectedOnce = false;
@@ -183,6 +195,11 @@ export class TaskRouter {
   async waitForTerminal(taskId: string, options: WaitOptions = {}): Promise<TaskRecord> {
     const { signal, authorize } = options;
     signal?.throwIfAborted();
+    const known = this.recentlyEnded(taskId);
+    if (known) {
+      if (authorize && !authorize(known)) throw taskNotFound(taskId);
+      return known;
+    }
     let wake: (told?: TaskRecord) => void = () => undefined;
     const set = this.waiters.get(taskId) ?? new Set();
     this.waiters.set(taskId, set);
@@ -292,7 +309,31 @@ export class TaskRouter {
     return this.routes.size;
   }
 
+  /** A task routed here that ended a moment ago, as its final event told it; undefined when not known here. */
+  recentlyEnded(taskId: string): TaskRecord | undefined {
+    const entry = this.ended.get(taskId);
+    if (!entry) return undefined;
+    if (entry.until > Date.now()) return entry.record;
+    this.ended.delete(taskId);
+    return undefined;
+  }
+
+  private remember(record: TaskRecord): void {
+    const now = Date.now();
+    // Gone well before the hash expires (its ttl runs from the end), however long the task is kept.
+    const expiresAt = (Date.parse(record.lastUpdatedAt) || now) + record.ttl - ENDED_MARGIN_MS;
+    const until = Math.min(now + ENDED_KEEP_MS, expiresAt);
+    if (until <= now) return;
+    this.ended.set(record.taskId, { record, until });
+    // Oldest first: drop the expired, and the oldest beyond the cap.
+    for (const [taskId, entry] of this.ended) {
+      if (entry.until > now && this.ended.size <= ENDED_MAX) break;
+      this.ended.delete(taskId);
+    }
+  }
+
   close(): void {
+    this.ended.clear();
     for (const taskId of [...this.routes.keys()]) this.retire(taskId, { flush: false });
     this.subscriber.disconnect();
   }
@@ -409,6 +450,7 @@ export class TaskRouter {
     }
     // A terminal event that carries the outcome, for a task routed here, answers the waiters as it is.
     const told = route && event.final && isTerminal(event.status) ? terminalRecord(route.record, event) : undefined;
+    if (told) this.remember(told);
     for (const wake of this.waiters.get(event.taskId) ?? []) wake(told);
   }
 

@@ -280,6 +280,22 @@ describe('§10 waiting for a task', () => {
     expect(watch).not.toHaveBeenCalled();
   });
 
+  it('answers a task that ended here a moment ago from memory, until shortly before its hash expires (§6.4)', async () => {
+    route('w1', 'tok');
+    sub.status('w1', 'failed', { final: true, error: JSON.stringify({ code: 'X', message: 'boom' }) });
+    expect(router.recentlyEnded('w1')).toMatchObject({ status: 'failed', error: { code: 'X' } });
+    await expect(router.waitForTerminal('w1', { authorize: () => true })).resolves.toMatchObject({ status: 'failed' });
+    await expect(router.waitForTerminal('w1', { authorize: () => false })).rejects.toThrow(/not found/);
+    expect(watch).not.toHaveBeenCalled();
+    // The record's ttl is 60 s; memory keeps it 5 s at most.
+    await vi.advanceTimersByTimeAsync(5_001);
+    expect(router.recentlyEnded('w1')).toBeUndefined();
+    // A task without `final` (its outcome too big to publish) is not kept.
+    route('w2', 'tok');
+    sub.status('w2', 'completed');
+    expect(router.recentlyEnded('w2')).toBeUndefined();
+  });
+
   it('rides out a Redis outage once the wait is under way, but answers "unavailable" on the first read', async () => {
     const down = () => Object.assign(new Error('Connection is closed.'), { name: 'Error' });
     watch
