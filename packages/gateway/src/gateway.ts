@@ -196,8 +196,14 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
 
   const app = express();
   app.disable('x-powered-by');
-  // Once draining, only connections kept alive from before get here: every answer closes its connection.
+  // POST /mcp, the hot path, as one layer ahead of all others: the same guards in the same order as the routes below,
+  // without express matching each of their paths on every request.
   app.use((req, res, next) => {
+    if (req.method !== 'POST' || req.path !== '/mcp') return next();
+    mcpPost(req, res, next);
+  });
+  // Once draining, only connections kept alive from before get here: every answer closes its connection.
+  const drainGuard: express.RequestHandler = (req, res, next) => {
     if (!draining) return next();
     res.setHeader('Connection', 'close');
     if (req.path === '/healthz') return next();
@@ -206,7 +212,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
       return;
     }
     jsonRpcError(res, 503, -32000, 'Gateway is shutting down');
-  });
+  };
+  app.use(drainGuard);
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -222,21 +229,27 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   });
   // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
   // whatever address the orchestrator uses (a pod IP).
-  app.use(hostGuard(options.allowedHosts, options.host));
+  const checkHost = hostGuard(options.allowedHosts, options.host);
+  app.use(checkHost);
   /** With authentication on, a valid token; mount it on any route that is not a probe (/admin/*, /metrics). */
   const requireAuth = auth.requireAuth;
   // The /mcp guards first and as one layer: they run on every request. Authentication before the body is read: an
   // anonymous caller costs no parsing.
-  app.use(
-    '/mcp',
-    chain([
-      originGuard(options.allowedOrigins),
-      ...(authEnabled ? [requireAuth] : []),
-      requireJsonContent,
-      jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
-    ]),
-  );
+  const mcpGuards = chain([
+    originGuard(options.allowedOrigins),
+    ...(authEnabled ? [requireAuth] : []),
+    requireJsonContent,
+    jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
+  ]);
+  app.use('/mcp', mcpGuards);
   const limitRequest = limits.middleware(principalOf);
+  const mcpPost = chain([
+    drainGuard,
+    checkHost,
+    mcpGuards,
+    limitRequest,
+    (req, res, next) => void post(req, res).catch(next),
+  ]);
   const modern = createModernEndpoint({
     service,
     metrics,
