@@ -1,5 +1,5 @@
 /**
- * PROTOCOL.md §9.0 and §6.4, against a live gateway and demo worker: which session POSTs are answered as one JSON body
+ * PROTOCOL.md §9.0 and §6.7, against a live gateway and demo worker: which session POSTs are answered as one JSON body
  * and which stream, and that a `tasks/result` for a task this gateway saw end is answered at once, from memory.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -242,14 +242,9 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
   ]);
   app.use('/mcp', mcpGuards);
-  const limitRequest = limits.middleware(principalOf);
-  const mcpPost = chain([
-    drainGuard,
-    checkHost,
-    mcpGuards,
-    limitRequest,
-    (req, res, next) => void post(req, res).catch(next),
-  ]);
+  /** The POST handler behind the guards: rate limits and sizes, then the request. */
+  const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
+  const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
   const modern = createModernEndpoint({
     service,
     metrics,
@@ -365,9 +360,8 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     // On 2025-11-25 a closed response stream is no cancel: the client may resume it with Last-Event-ID (§14).
     await session.transport.handleRequest(req, res, req.body);
   };
-  app.post('/mcp', (req: AuthedRequest, res: Response, next) =>
-    limitRequest(req, res, () => void post(req, res).catch(next)),
-  );
+  // Reached only by paths the first layer leaves to express (`/mcp/`).
+  app.post('/mcp', handlePost);
 
   const sessionRequest = async (req: AuthedRequest, res: Response) => {
     // No GET stream or DELETE without a session, and none at all on the sessionless 2026-07-28 transport.

@@ -27,7 +27,8 @@ export function chain(handlers: RequestHandler[]): RequestHandler {
   return (req, res, next) => {
     let i = 0;
     const step = (error?: unknown): void => {
-      if (error !== undefined && error !== null && error !== 'route') return next(error);
+      // An error (or express's 'route') goes to express itself, as from any middleware.
+      if (error !== undefined && error !== null) return next(error);
       const handler = handlers[i++];
       if (!handler) return next();
       try {

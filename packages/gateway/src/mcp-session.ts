@@ -76,7 +76,7 @@ const ANSWERED_AT_ONCE = new Set([
 export function answersAtOnce(request: JSONRPCRequest, endedHere?: (taskId: string) => boolean): boolean {
   if (ANSWERED_AT_ONCE.has(request.method)) return true;
   const params = request.params as { task?: unknown; taskId?: unknown; _meta?: Record<string, unknown> } | undefined;
-  // A `tasks/result` for a task this gateway saw end a moment ago is answered from memory, at once (§6.4).
+  // A `tasks/result` for a task this gateway saw end a moment ago is answered from memory, at once (§6.7).
   if (request.method === 'tasks/result') {
     return typeof params?.taskId === 'string' && endedHere !== undefined && endedHere(params.taskId);
   }

@@ -70,8 +70,8 @@ interface Stream {
   keepAlive: NodeJS.Timeout | undefined;
   /** `json`: nothing written yet, the answers go out as `application/json` unless another message comes first. */
   state: 'json' | 'sse';
-  /** The client can resume this stream (protocol 2025-11-25 or later): it gets a priming event. */
-  resumable: boolean;
+  /** The client can resume streams (protocol 2025-11-25 or later): an SSE stream starts with a priming event. */
+  priming: boolean;
 }
 
 type AuthedRequest = IncomingMessage & { auth?: AuthInfo };
@@ -181,7 +181,7 @@ export class SessionTransport implements Transport {
       res,
       keepAlive: undefined,
       state: answersAtOnce && requests.every((r) => answersAtOnce(r)) ? 'json' : 'sse',
-      resumable,
+      priming: resumable,
     };
     this.streams.set(streamId, stream);
     for (const request of requests) this.requestStream.set(request.id, streamId);
@@ -207,7 +207,7 @@ export class SessionTransport implements Transport {
     const headers: Record<string, string> = { ...SSE_HEADERS };
     if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
     stream.res.writeHead(200, headers);
-    if (stream.resumable) {
+    if (stream.priming) {
       const id = this.events.storeJson(streamId, '{}');
       stream.res.write(`id: ${id}\nevent: priming\ndata: \n\n`);
       this.resumable.add(streamId);
@@ -228,7 +228,7 @@ export class SessionTransport implements Transport {
       return this.fail(res, 409, -32000, 'Conflict: Only one SSE stream is allowed per session');
     }
     this.openSse(res);
-    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', resumable: true };
+    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', priming: true };
     this.streams.set(STANDALONE_STREAM_ID, stream);
     res.on('close', () => this.onStreamClosed(STANDALONE_STREAM_ID, stream));
   }
@@ -250,7 +250,7 @@ export class SessionTransport implements Transport {
     // A reconnect re-registers the stream id: the predecessor's response ends.
     const previous = this.streams.get(streamId);
     if (previous) this.endStream(streamId, previous);
-    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', resumable: true };
+    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', priming: true };
     this.streams.set(streamId, stream);
     this.resumable.add(streamId);
     res.on('close', () => this.onStreamClosed(streamId, stream));
@@ -279,7 +279,7 @@ export class SessionTransport implements Transport {
       const eventId = this.events.storeJson(STANDALONE_STREAM_ID, json);
       const standalone = this.streams.get(STANDALONE_STREAM_ID);
       if (standalone) writeEvent(standalone.res, eventId, json);
-      return Promise.resolve();
+      return;
     }
     const streamId = this.requestStream.get(requestId);
     if (streamId === undefined) throw new Error(`No connection established for request ID: ${String(requestId)}`);
@@ -288,13 +288,13 @@ export class SessionTransport implements Transport {
       // Something other than the answer: the response becomes an SSE stream, if it was still to be JSON.
       if (stream?.state === 'json') this.startSse(streamId, stream);
       this.sendEvent(streamId, stream, JSON.stringify(message), false);
-      return Promise.resolve();
+      return;
     }
     this.responses.set(requestId, message);
     const related = [...this.requestStream].filter(([, sid]) => sid === streamId).map(([id]) => id);
     const last = related.every((id) => this.responses.has(id));
     if (stream?.state === 'json') {
-      if (!last) return Promise.resolve();
+      if (!last) return;
       const answers = related.map((id) => this.responses.get(id));
       this.releaseRequests(related);
       this.streams.delete(streamId);
@@ -303,20 +303,20 @@ export class SessionTransport implements Transport {
       if (!stream.res.writableEnded && !stream.res.destroyed) {
         stream.res.writeHead(200, headers).end(JSON.stringify(answers.length === 1 ? answers[0] : answers));
       }
-      return Promise.resolve();
+      return;
     }
     this.sendEvent(streamId, stream, JSON.stringify(message), last);
-    if (!last) return Promise.resolve();
+    if (!last) return;
     this.releaseRequests(related);
     const wasResumable = this.resumable.delete(streamId);
     if (stream) {
       // Every response of the POST is out: its stream has ended with the last one.
       clearInterval(stream.keepAlive);
       if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
-      return Promise.resolve();
+      return;
     }
     // The stream went away. A client holding an event id gets the response by replay; otherwise it is undeliverable.
-    if (this.closed || wasResumable) return Promise.resolve();
+    if (this.closed || wasResumable) return;
     throw new Error(`No connection established for request ID: ${String(requestId)}`);
   }
 
@@ -325,7 +325,7 @@ export class SessionTransport implements Transport {
     // Kept even when the stream is gone (a disconnect, closeSSEStream), so a resume replays it.
     const eventId = this.events.storeJson(streamId, json);
     if (!stream || stream.res.writableEnded || stream.res.destroyed) return;
-    const text = `event: message\nid: ${eventId}\ndata: ${json}\n\n`;
+    const text = eventText(eventId, json);
     if (end) stream.res.end(text);
     else stream.res.write(text);
     this.resumable.add(streamId);
@@ -454,10 +454,13 @@ function header(req: IncomingMessage, name: string): string | undefined {
   return Array.isArray(value) ? value[0] : value;
 }
 
-function writeEvent(res: ServerResponse, eventId: string, json: string): boolean {
-  if (res.writableEnded || res.destroyed) return false;
-  res.write(`event: message\nid: ${eventId}\ndata: ${json}\n\n`);
-  return true;
+/** One SSE `message` event, framed as the SDK frames it. */
+function eventText(eventId: string, json: string): string {
+  return `event: message\nid: ${eventId}\ndata: ${json}\n\n`;
+}
+
+function writeEvent(res: ServerResponse, eventId: string, json: string): void {
+  if (!res.writableEnded && !res.destroyed) res.write(eventText(eventId, json));
 }
 
 function jsonError(res: ServerResponse, status: number, code: number, message: string): void {

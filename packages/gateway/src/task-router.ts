@@ -95,7 +95,7 @@ export interface WaitOptions {
 /** Publishes on Redis (the gateway's command connection): for acks to other gateways. */
 export type Publish = (channel: string, message: string) => Promise<unknown>;
 
-/** How long, at most, a task that ended is answered from memory (§6.4), how many are kept, and the margin kept
+/** How long, at most, a task that ended is answered from memory (§6.7), how many are kept, and the margin kept
  * before its hash's expiry. */
 const ENDED_KEEP_MS = 5_000;
 const ENDED_MAX = 10_000;
@@ -107,7 +107,7 @@ export class TaskRouter {
   private readonly waiters = new Map<string, Set<(told?: TaskRecord) => void>>();
   private readonly acks = new Map<string, () => void>();
   /**
-   * Tasks routed here that ended in the last few seconds, as their final event told them (§6.4), oldest first: a
+   * Tasks routed here that ended in the last few seconds, as their final event told them (§6.7), oldest first: a
    * `tasks/result` for one is answered from here, with no read. Terminal records never change; an entry goes before
    * its task's hash expires.
    */
@@ -195,11 +195,13 @@ export class TaskRouter {
   async waitForTerminal(taskId: string, options: WaitOptions = {}): Promise<TaskRecord> {
     const { signal, authorize } = options;
     signal?.throwIfAborted();
+    /** A terminal record known without a read: the caller's, or "not found". */
+    const answer = (record: TaskRecord) => {
+      if (authorize && !authorize(record)) throw taskNotFound(taskId);
+      return record;
+    };
     const known = this.recentlyEnded(taskId);
-    if (known) {
-      if (authorize && !authorize(known)) throw taskNotFound(taskId);
-      return known;
-    }
+    if (known) return answer(known);
     let wake: (told?: TaskRecord) => void = () => undefined;
     const set = this.waiters.get(taskId) ?? new Set();
     this.waiters.set(taskId, set);
@@ -256,11 +258,8 @@ export class TaskRouter {
           aborted,
         ]);
         clearTimeout(timer);
-        // The terminal event told the outcome of a task routed here: no read (§6.4).
-        if (told) {
-          if (authorize && !authorize(told)) throw taskNotFound(taskId);
-          return told;
-        }
+        // The terminal event told the outcome of a task routed here: no read (§6.7).
+        if (told) return answer(told);
       }
     } finally {
       clearTimeout(timer);

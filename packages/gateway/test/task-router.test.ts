@@ -270,7 +270,7 @@ describe('§10 waiting for a task', () => {
     expect(watch).toHaveBeenCalledTimes(1);
   });
 
-  it('answers from a terminal event that carries the outcome, without any read (§6.4)', async () => {
+  it('answers from a terminal event that carries the outcome, without any read (§6.7)', async () => {
     route('w1', 'tok');
     const waiting = router.waitForTerminal('w1', { authorize: (r) => r.principal === 'p' });
     await vi.advanceTimersByTimeAsync(0);
@@ -280,7 +280,7 @@ describe('§10 waiting for a task', () => {
     expect(watch).not.toHaveBeenCalled();
   });
 
-  it('answers a task that ended here a moment ago from memory, until shortly before its hash expires (§6.4)', async () => {
+  it('answers a task that ended here a moment ago from memory, until shortly before its hash expires (§6.7)', async () => {
     route('w1', 'tok');
     sub.status('w1', 'failed', { final: true, error: JSON.stringify({ code: 'X', message: 'boom' }) });
     expect(router.recentlyEnded('w1')).toMatchObject({ status: 'failed', error: { code: 'X' } });

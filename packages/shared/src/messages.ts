@@ -32,7 +32,7 @@ export const StatusEventSchema = z.object({
   /** On a move to `input_required`: the number of the request now waiting (its params are in the hash, §12.2). */
   inputRequestId: z.string().optional(),
   /**
-   * A terminal event that carries the task's outcome (§6.4): `result` and `error` as stored in the hash (JSON text;
+   * A terminal event that carries the task's outcome (§6.7): `result` and `error` as stored in the hash (JSON text;
    * absent when the task has none), so the gateway that routes the task answers its waiters without reading it.
    * Absent when the outcome is too big to publish: the waiters read the hash.
    */

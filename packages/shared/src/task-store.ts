@@ -336,7 +336,7 @@ export class RedisTaskStore {
       options.ackTo ?? '',
       options.deadlineAt === undefined ? '' : String(options.deadlineAt),
       options.dropIdempotency === true ? '1' : '0',
-      // A terminal event carries the outcome when it is small (§6.4): the routing gateway then needs no read.
+      // A terminal event carries the outcome when it is small (§6.7): the routing gateway then needs no read.
       isTerminal(to) && (extra['result']?.length ?? 0) + (extra['error']?.length ?? 0) <= MAX_EVENT_OUTCOME_CHARS
         ? '1'
         : '0',
@@ -641,7 +641,7 @@ function asStatus(value: unknown): TaskStatus | undefined {
 }
 
 /**
- * A task as its terminal status event tells it (PROTOCOL.md §6.4): `base` (what the gateway knew of it: the record it
+ * A task as its terminal status event tells it (PROTOCOL.md §6.7): `base` (what the gateway knew of it: the record it
  * created) with the event's status, time, message and outcome. Only for an event with `final`.
  */
 export function terminalRecord(base: TaskRecord, event: StatusEvent): TaskRecord {
