@@ -121,7 +121,7 @@ export default defineConfig(
         'error',
         { considerDefaultExhaustiveForUnions: true, requireDefaultForNonUnion: false },
       ],
-      // `??` instead of `||` for defaults (STYLE.md): flags numbers and objects (`port || 3000`); strings and booleans,
+      // `??` instead of `||` for defaults: flags numbers and objects (`port || 3000`); strings and booleans,
       // where an empty or false value falling back is usually what is meant, stay allowed.
       '@typescript-eslint/prefer-nullish-coalescing': [
         'error',

@@ -1,6 +1,6 @@
 /**
- * CONTRACT.md §2–4: with TASKRELAY_AUTH_TOKENS set, every /mcp request needs a bearer token and tasks belong to the
- * principal, never the session (reference §9).
+ * docs/CONFIGURATION.md, docs/HTTP.md, docs/MCP.md: with TASKRELAY_AUTH_TOKENS set, every /mcp request needs a bearer token and tasks belong to the
+ * principal, never the session (the MCP tasks specification, security considerations).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';

@@ -1,5 +1,5 @@
 /**
- * Issue 13, CONTRACT.md §7: `taskrelay call --parallel 3` on a real terminal (a tmux pane on a private tmux server):
+ * Issue 13, docs/CLI.md: `taskrelay call --parallel 3` on a real terminal (a tmux pane on a private tmux server):
  * one live bar per call, each moving on its own and never mixed; cancelling one leaves the others running; Ctrl-C
  * cancels the rest (tasks/cancel) and exits 130.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 13, CONTRACT.md §7: the `taskrelay` CLI off a TTY (plain lines, `--json` lines) against a real stack, its
+ * Issue 13, docs/CLI.md: the `taskrelay` CLI off a TTY (plain lines, `--json` lines) against a real stack, its
  * exit codes, and Ctrl-C (SIGINT) cancelling what it started.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

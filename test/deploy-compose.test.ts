@@ -1,6 +1,6 @@
 /**
  * docker-compose.yml against the contract, offline (no container engine here or in CI): every service's command runs
- * a built entry point the image holds, its environment is what that process reads (README configuration table) with
+ * a built entry point the image holds, its environment is what that process reads (docs/CONFIGURATION.md) with
  * values its config loader accepts; Redis is durable and health-checked; the gateway's healthcheck is /readyz;
  * workers scale. `docker-compose config -q` validates the file itself (.ci/run installs docker-compose 1.29).
  */

@@ -1,7 +1,7 @@
 /**
  * deploy/k8s, offline: every manifest loads into its kubernetes-models (or KEDA) model and passes `validate()` (the
  * API's own OpenAPI schemas, no cluster, nothing downloaded); then the contract: each container runs a built entry
- * point with the environment that process reads (README configuration table, config loaders), gateways are probed
+ * point with the environment that process reads (docs/CONFIGURATION.md, config loaders), gateways are probed
  * on /readyz and /healthz, grace periods cover the drains, PodDisruptionBudgets select their pods, and the KEDA
  * trigger watches the BullMQ wait list the demo workers really consume (checked on a real Redis with BullMQ). The
  * worker liveness probe (`dist/alive.js`) is run for real.

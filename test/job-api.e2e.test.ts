@@ -1,5 +1,5 @@
 /**
- * CONTRACT.md §6, PROTOCOL.md §12.10: job-API tools from a `TASKRELAY_JOB_APIS` file, over the example fake batch
+ * docs/JOB-API.md, PROTOCOL.md §12.10: job-API tools from a `TASKRELAY_JOB_APIS` file, over the example fake batch
  * service, through real gateway and worker processes: progress, the upstream's failure, cancel reaching the upstream
  * once, a worker killed mid-poll resuming without a second submit, a flaky upstream, and bad files refused at start.
  */

@@ -1,5 +1,5 @@
 /**
- * CONTRACT.md §2–3: the gateway as an OAuth 2.1 resource server. A local JWKS server publishes keys made with `jose`;
+ * docs/CONFIGURATION.md, docs/HTTP.md: the gateway as an OAuth 2.1 resource server. A local JWKS server publishes keys made with `jose`;
  * tokens are signed here. Static tokens stay on beside OAuth.
  */
 import { createServer, type Server } from 'node:http';
@@ -131,7 +131,7 @@ async function session(bearer: string) {
 
 const metadataUrl = () => new URL('/.well-known/oauth-protected-resource/mcp', audience).href;
 
-describe('OAuth resource server (CONTRACT §2–3)', () => {
+describe('OAuth resource server (docs/CONFIGURATION.md, docs/HTTP.md)', () => {
   it('serves RFC 9728 metadata naming this resource and its authorization server', async () => {
     for (const path of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource']) {
       const res = await fetch(new URL(path, audience));

@@ -1,5 +1,5 @@
 /**
- * CONTRACT.md §2–4 and reference §9 against live gateways, as an attacker would try them: transport checks (Host,
+ * docs/CONFIGURATION.md, docs/HTTP.md, docs/MCP.md and the MCP tasks specification, security considerations against live gateways, as an attacker would try them: transport checks (Host,
  * Content-Type, Accept, MCP-Protocol-Version, sessions, Last-Event-ID), errors that reveal nothing, the body limits,
  * the per-principal limits, ops endpoints behind auth and task ownership on every route.
  */
@@ -144,7 +144,7 @@ function rawRequest(
   });
 }
 
-describe('transport checks (CONTRACT §3)', () => {
+describe('transport checks (docs/HTTP.md)', () => {
   it('answers a POST with a non-JSON Content-Type 415 with a JSON-RPC error, with or without a session', async () => {
     const s = await session(open);
     for (const headers of [

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * A small fake batch-job service, the kind taskrelay's job-API tools wrap (CONTRACT.md §6). No dependencies:
+ * A small fake batch-job service, the kind taskrelay's job-API tools wrap (docs/JOB-API.md). No dependencies:
  *
  *   node examples/job-api/server.mjs            # http://127.0.0.1:4000 (PORT=0 picks a free port)
  *

@@ -1,5 +1,5 @@
 /**
- * Fault suite, CONTRACT.md §4 and PROTOCOL.md §10.9: a task belongs to Redis, not to the gateway that created it. A
+ * Fault suite, docs/MCP.md and PROTOCOL.md §10.9: a task belongs to Redis, not to the gateway that created it. A
  * gateway that is SIGKILLed or restarted leaves its tasks running, and any other gateway serves them by id
  * (`tasks/get`, `tasks/result`); a gateway sent SIGTERM drains its requests in flight
  * (`GATEWAY_SHUTDOWN_GRACE_MS`) before it exits 0.

@@ -1,5 +1,5 @@
 /**
- * Fault suite, PROTOCOL.md §10.8 and CONTRACT.md §4: a task call carrying `_meta["dev.taskrelay/idempotency-key"]`
+ * Fault suite, PROTOCOL.md §10.8 and docs/MCP.md: a task call carrying `_meta["dev.taskrelay/idempotency-key"]`
  * that the same principal already used returns the same task and starts no second job — also when the duplicates
  * arrive at the same time, as a client retrying after a timeout would send them. Keys are per principal.
  */

@@ -1,5 +1,5 @@
 /**
- * Fault suite, CONTRACT.md §4 (Redis unreachable) and PROTOCOL.md §6.6: a durable Redis (AOF, fsync always) is
+ * Fault suite, docs/MCP.md (Redis unreachable) and PROTOCOL.md §6.6: a durable Redis (AOF, fsync always) is
  * SIGKILLed and restarted on the same port and data dir. During the outage requests fail fast with "Task store
  * unavailable" and /readyz is 503; afterwards everything reconnects by itself, and every task stored before the
  * outage — queued, running or already terminal — is there and ends as it should.

@@ -1,5 +1,5 @@
 /**
- * Fault suite, CONTRACT.md §2 (`WORKER_SHUTDOWN_GRACE_MS`) and §4 (a draining worker still counts), PROTOCOL.md §5:
+ * Fault suite, docs/CONFIGURATION.md (`WORKER_SHUTDOWN_GRACE_MS`) and docs/MCP.md (a draining worker still counts), PROTOCOL.md §5:
  * a worker sent SIGTERM lets running jobs finish within its grace, aborts longer ones with `WORKER_SHUTDOWN` and hands
  * them back without using an attempt, keeps its tools listed while it drains, and exits 0.
  */

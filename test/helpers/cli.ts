@@ -1,4 +1,4 @@
-/** Runs the built `taskrelay` CLI (CONTRACT.md §7) as a real process, off a TTY. */
+/** Runs the built `taskrelay` CLI (docs/CLI.md) as a real process, off a TTY. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
 import { ROOT } from './processes.js';

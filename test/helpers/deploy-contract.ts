@@ -1,6 +1,6 @@
 /**
- * What deployment files (docker-compose.yml, deploy/k8s) are checked against: the README's configuration table (the
- * contract's §2, kept true by the README) and the processes' own config loaders, so a variable a file sets is one the
+ * What deployment files (docker-compose.yml, deploy/k8s) are checked against: the configuration table of
+ * docs/CONFIGURATION.md and the processes' own config loaders, so a variable a file sets is one the
  * process reads, for that process, with a value it accepts.
  */
 import { readFileSync } from 'node:fs';
@@ -10,10 +10,9 @@ import { ROOT } from './processes.js';
 
 export type ProcessKind = 'gateway' | 'worker';
 
-/** Variable name → the process column of the README's configuration table. */
+/** Variable name → the process column of the configuration table (docs/CONFIGURATION.md). */
 export function readConfigTable(): Map<string, 'gateway' | 'worker' | 'both'> {
-  const readme = readFileSync(resolve(ROOT, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## Configuration'));
+  const section = readFileSync(resolve(ROOT, 'docs/CONFIGURATION.md'), 'utf8');
   const table = new Map<string, 'gateway' | 'worker' | 'both'>();
   for (const line of section.split('\n')) {
     const cells = line.split('|').map((c) => c.trim());
@@ -33,7 +32,7 @@ export function processOf(command: readonly string[]): ProcessKind | undefined {
 }
 
 /**
- * Problems with one process's environment: variables the README does not list for that process, and what its config
+ * Problems with one process's environment: variables docs/CONFIGURATION.md does not list for that process, and what its config
  * loader refuses (`${VAR:-default}` is taken at its default, as compose does with the variable unset).
  */
 export function envProblems(kind: ProcessKind, env: Record<string, string>): string[] {
@@ -42,7 +41,7 @@ export function envProblems(kind: ProcessKind, env: Record<string, string>): str
   const resolved: Record<string, string> = {};
   for (const [name, raw] of Object.entries(env)) {
     const who = table.get(name);
-    if (who === undefined) problems.push(`${name} is not in the README configuration table`);
+    if (who === undefined) problems.push(`${name} is not in the configuration table of docs/CONFIGURATION.md`);
     else if (who !== 'both' && who !== kind) problems.push(`${name} is a ${who} variable, set on a ${kind}`);
     resolved[name] = raw.replace(/\$\{[A-Z0-9_]+:-([^}]*)\}/g, '$1');
   }

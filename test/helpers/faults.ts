@@ -21,7 +21,7 @@ import { waitFor } from './wait-for.js';
 
 export const FAULT_TOOLS = resolve(ROOT, 'test/fixtures/fault-tools.mjs');
 
-/** Statuses that never change (CONTRACT §4). */
+/** Statuses that never change (docs/MCP.md). */
 export const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 
 /** One line of `<prefix>:fault:events:<taskId>`, as test/fixtures/fault-tools.mjs writes it. */

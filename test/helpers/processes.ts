@@ -1,5 +1,5 @@
 /**
- * Spawns the built entry points as real processes (CONTRACT.md §1) for the cross-process suites, and ends only the
+ * Spawns the built entry points as real processes (docs/CONFIGURATION.md) for the cross-process suites, and ends only the
  * processes it started, by PID.
  */
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -1,5 +1,5 @@
 /**
- * A real Redis for integration tests (STYLE.md), the first of these that applies:
+ * A real Redis for integration tests, the first of these that applies:
  * 1. `TEST_REDIS_URL` or `REDIS_URL` if set (skipped for `{ owned: true }`: fault tests get a server of their own).
  * 2. a `redis-server` from PATH spawned on a free port (what CI uses). `TASKRELAY_TEST_NO_SPAWN=1` skips this step,
  *    to exercise step 3 on a machine that has both.

@@ -1,4 +1,4 @@
-/** Exit codes of `taskrelay` (CONTRACT.md §7) and the error that maps to a usage error. */
+/** Exit codes of `taskrelay` (docs/CLI.md) and the error that maps to a usage error. */
 export const EXIT = {
   /** The call completed (and the tool did not return `isError`); any other command succeeded. */
   ok: 0,

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `taskrelay`: the command line for a taskrelay gateway (CONTRACT.md §7). Live bars on a TTY, plain lines otherwise,
+ * `taskrelay`: the command line for a taskrelay gateway (docs/CLI.md). Live bars on a TTY, plain lines otherwise,
  * JSON lines with `--json`. Exit codes: 0 completed, 1 failed or `isError`, 2 usage error, 130 cancelled.
  */
 import { Command, CommanderError, Option } from 'commander';

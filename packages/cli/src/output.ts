@@ -1,5 +1,5 @@
 /**
- * The three ways the CLI shows running calls (CONTRACT.md §7): live bars on a TTY (one per call, each redrawn in its
+ * The three ways the CLI shows running calls (docs/CLI.md): live bars on a TTY (one per call, each redrawn in its
  * own row, so concurrent calls never mix), one plain line per update otherwise, or one JSON object per line.
  */
 import { MultiBar, type SingleBar } from 'cli-progress';

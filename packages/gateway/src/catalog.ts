@@ -89,7 +89,7 @@ export class ToolCatalog {
 
   /**
    * Validates arguments against the tool's published JSON Schema. Returns undefined when they match, else a message
-   * naming the field (CONTRACT §4: the caller gets it as an `isError` tool result, SEP-1303).
+   * naming the field (docs/MCP.md: the caller gets it as an `isError` tool result, SEP-1303).
    */
   validate(tool: CatalogTool, args: Record<string, unknown>): string | undefined {
     const schemaJson = JSON.stringify(tool.inputSchema);

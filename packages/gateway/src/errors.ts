@@ -29,7 +29,7 @@ export class TaskSupportError extends WireError {
   }
 }
 
-/** What every request that needs Redis answers while Redis is unreachable (CONTRACT §4). */
+/** What every request that needs Redis answers while Redis is unreachable (docs/MCP.md). */
 export function taskStoreUnavailable(): WireError {
   return new WireError(JsonRpcCode.InternalError, 'Task store unavailable: Redis is not answering; retry shortly', {
     code: 'REDIS_UNAVAILABLE' satisfies ErrorCode,

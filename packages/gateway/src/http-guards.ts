@@ -57,7 +57,7 @@ export function originGuard(allowed: string[] | undefined) {
  * DNS-rebinding protection: the `Host` header must name this gateway. An entry without a port accepts that host on
  * any port, an entry with one only that `host:port`. Default: the loopback names and the address it binds.
  *
- * The SDK's `hostHeaderValidation` compares hostnames only; CONTRACT §2 also accepts `host:port` entries, so this
+ * The SDK's `hostHeaderValidation` compares hostnames only; docs/CONFIGURATION.md also accepts `host:port` entries, so this
  * follows the SDK's parsing (the WHATWG URL parser) and adds the port rule.
  */
 export function hostGuard(allowed: string[] | undefined, bindHost: string): RequestHandler {

@@ -1,5 +1,5 @@
 /**
- * Per-principal limits (reference §9: rate limits on task operations, a cap on concurrent tasks, a maximum ttl):
+ * Per-principal limits (the MCP tasks specification, security considerations: rate limits on task operations, a cap on concurrent tasks, a maximum ttl):
  * request rates counted in Redis with `rate-limiter-flexible` so they hold across gateways, the open-task cap, and
  * the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
  */

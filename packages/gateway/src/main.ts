@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (CONTRACT.md §2).
+ * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (docs/CONFIGURATION.md).
  */
 import { loadGatewayConfig, createLogger, oneLine, startTracing } from '@taskrelay/shared';
 import { startGateway } from './gateway.js';

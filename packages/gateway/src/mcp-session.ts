@@ -38,7 +38,7 @@ import {
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
 
-/** `_meta` key of a task call's idempotency key (CONTRACT §4). */
+/** `_meta` key of a task call's idempotency key (docs/MCP.md). */
 export const IDEMPOTENCY_META_KEY = 'dev.taskrelay/idempotency-key';
 
 /** The idempotency key of a request, checked: a string of 1..200 characters, or absent. */

@@ -37,7 +37,7 @@ export type ExtDetailedTask = ExtTask & {
   inputRequests?: Record<string, InputRequest>;
 };
 
-/** True when a request's `_meta` declares the extension (the choice is per request, CONTRACT §4). */
+/** True when a request's `_meta` declares the extension (the choice is per request, docs/MCP.md). */
 export function declaresTasksExtension(meta: Record<string, unknown> | undefined): boolean {
   const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY];
   if (typeof capabilities !== 'object' || capabilities === null) return false;

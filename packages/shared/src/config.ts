@@ -1,5 +1,5 @@
 /**
- * Configuration from the environment: one zod schema per process, defaults as in CONTRACT.md §2, and a one-line
+ * Configuration from the environment: one zod schema per process, defaults as in docs/CONFIGURATION.md, and a one-line
  * `ConfigError` naming the variable for anything invalid. Resolved once at the edge; the rest of the code takes the
  * resolved objects (units in names).
  */

@@ -166,7 +166,7 @@ export interface TaskPage {
   nextCursor?: string;
 }
 
-/** Task ids are 128 random bits, hex: unguessable, so an id alone reveals nothing (reference §9). */
+/** Task ids are 128 random bits, hex: unguessable, so an id alone reveals nothing (the MCP tasks specification, security considerations). */
 export function newTaskId(): string {
   return randomBytes(16).toString('hex');
 }

@@ -1,4 +1,4 @@
-/** The demo tools the stock worker serves (CONTRACT.md §5). */
+/** The demo tools the stock worker serves (docs/MCP.md "Demo tools"). */
 import { z } from 'zod';
 import { NonRetryableError } from '@taskrelay/shared';
 import { defineTool, type ToolDefinition } from './define-tool.js';

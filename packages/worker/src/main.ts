@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The stock worker process: configuration from the environment (CONTRACT.md §2), the tools of `TASKRELAY_TOOLS` or
+ * The stock worker process: configuration from the environment (docs/CONFIGURATION.md), the tools of `TASKRELAY_TOOLS` or
  * the demo tools, a clean drain on SIGTERM/SIGINT. The only file allowed to write to the console: a startup failure is
  * one line on stderr and exit code 1.
  */
@@ -28,7 +28,7 @@ async function main(): Promise<void> {
   const redisUrl = requireRedisUrl(config);
   const logger = createLogger('worker', { level: config.logLevel });
   const tools = config.toolsModule === undefined ? [...demoTools] : await loadTools(config.toolsModule);
-  // CONTRACT §6: served beside the other tools; read here until shared's config owns the variable.
+  // docs/JOB-API.md: served beside the other tools; read here until shared's config owns the variable.
   const jobApis = process.env['TASKRELAY_JOB_APIS']?.trim();
   if (jobApis) tools.push(...(await loadJobApiTools(resolve(process.cwd(), jobApis))));
 

@@ -844,7 +844,7 @@ class TaskWorker {
 
   private async shutdown(graceMs: number): Promise<void> {
     this.closing = true;
-    // The heartbeat goes on while draining: the tools stay listed and callable (CONTRACT §4); calls queue up.
+    // The heartbeat goes on while draining: the tools stay listed and callable (docs/MCP.md); calls queue up.
     // BullMQ's close stops fetching at once and resolves when the running jobs are done. The cancel subscriber and the
     // sweep keep working meanwhile: a running tool may still be cancelled during the drain.
     const drained = (this.bullWorker?.close() ?? Promise.resolve()).catch((error: unknown) => {

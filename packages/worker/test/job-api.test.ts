@@ -1,5 +1,5 @@
 /**
- * Job-API tools (CONTRACT.md §6, PROTOCOL.md §12.9) run directly against the example fake batch service, with an
+ * Job-API tools (docs/JOB-API.md, PROTOCOL.md §12.9) run directly against the example fake batch service, with an
  * in-memory stand-in for the durable half of the context (state, step, suspend) that replays runs the way the worker
  * does: a suspended run ends, the next one starts from the top with the stored state.
  */

@@ -1,5 +1,5 @@
 /**
- * The stock entry point, `node packages/worker/dist/main.js`, as a user runs it (CONTRACT.md §1, §2, §5). Needs the
+ * The stock entry point, `node packages/worker/dist/main.js`, as a user runs it (README.md, docs/CONFIGURATION.md, docs/MCP.md "Demo tools"). Needs the
  * build (`pnpm build`; `pnpm test` builds first).
  */
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -1,5 +1,5 @@
 /**
- * The operator pages under `/admin` (CONTRACT.md §3): bull-board at `/admin/queues`, and beside it the live tasks page
+ * The operator pages under `/admin` (docs/HTTP.md): bull-board at `/admin/queues`, and beside it the live tasks page
  * (`/admin/tasks`, a task's detail at `/admin/tasks/<id>`) fed by two read-only JSON routes under `/admin/api`.
  * Mounted behind the gateway's auth, like `/mcp`.
  */

@@ -1,5 +1,5 @@
 /**
- * The `TASKRELAY_JOB_APIS` file (CONTRACT.md §6): JSON, or YAML when it ends in `.yaml`/`.yml`, turned into tools
+ * The `TASKRELAY_JOB_APIS` file (docs/JOB-API.md): JSON, or YAML when it ends in `.yaml`/`.yml`, turned into tools
  * through `defineJobApiTool`. Everything is checked at start; the first problem is one `ConfigError` line naming the
  * tool and the field (or the missing environment variable).
  */

@@ -1,6 +1,6 @@
 /**
  * `defineJobApiTool`: a tool that wraps an existing HTTP job service (submit, poll, result, cancel) as an MCP task
- * (CONTRACT.md §6, PROTOCOL.md §12.10). The `TASKRELAY_JOB_APIS` file form is built on it.
+ * (docs/JOB-API.md, PROTOCOL.md §12.10). The `TASKRELAY_JOB_APIS` file form is built on it.
  */
 import type { z } from 'zod';
 import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
@@ -53,7 +53,7 @@ export interface JobApiHooks {
 
 /**
  * Options of `defineJobApiTool`: the tool's own options (as `defineTool`, without `run`) plus the declarative job API
- * of CONTRACT.md §6 and its extensions (see README "Wrap an existing job API").
+ * of docs/JOB-API.md and its extensions.
  */
 export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpecInput {
   /** Tool name (MCP's rule: 1 to 128 of `A-Z a-z 0-9 _ - .`). Required. */

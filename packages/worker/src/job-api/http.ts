@@ -1,5 +1,5 @@
 /**
- * One HTTP exchange of a job-API tool, with the retry rule of CONTRACT.md §6: network errors, timeouts, 5xx, 408 and
+ * One HTTP exchange of a job-API tool, with the retry rule of docs/JOB-API.md: network errors, timeouts, 5xx, 408 and
  * 429 are transient and retried with exponential backoff (and jitter, and `Retry-After` when the upstream sends one);
  * any other 4xx is permanent and fails the task without retry, carrying the upstream's own message.
  */

@@ -1,5 +1,5 @@
 /**
- * The small template language of job-API tools (CONTRACT.md §6): `{{id}}`, `{{args}}`, `{{args.NAME}}` (a dot path into
+ * The small template language of job-API tools (docs/JOB-API.md): `{{id}}`, `{{args}}`, `{{args.NAME}}` (a dot path into
  * the arguments), `{{taskId}}`, `{{statusUrl}}`, and dot paths (`a.b.0.c`) into JSON responses. `${env:NAME}` is
  * resolved once, when a file is loaded (config-file.ts), never per request.
  */
