@@ -1,0 +1,97 @@
+/**
+ * The cancel watch (PROTOCOL.md §7): cancel messages on the cancel channel abort a running tool at once; a periodic
+ * sweep re-reads the status of every running task, so a message missed (a subscriber reconnect, say) still aborts it.
+ */
+import {
+  CancelRequestSchema,
+  isTerminal,
+  parseMessage,
+  type CancelReason,
+  type Keys,
+  type Logger,
+  type Redis,
+  type RedisTaskStore,
+} from '@taskrelay/shared';
+import type { RunningJobs } from './running-jobs.js';
+
+export interface CancelWatchOptions {
+  subscriber: Redis;
+  keys: Keys;
+  store: RedisTaskStore;
+  running: RunningJobs;
+  log: Logger;
+  sweepMs: number;
+}
+
+export class CancelWatch {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping = false;
+  private readyBefore = false;
+
+  constructor(private readonly o: CancelWatchOptions) {}
+
+  async start(): Promise<void> {
+    const { subscriber, keys } = this.o;
+    subscriber.on('message', (channel: string, raw: string) => this.onMessage(channel, raw));
+    subscriber.on('ready', () => {
+      // ioredis re-subscribes by itself after a reconnect; what we may have missed meanwhile is read from the hashes.
+      if (this.readyBefore) {
+        this.o.log.info('cancel subscriber reconnected; re-reading the status of running tasks');
+        void this.sweep();
+      }
+      this.readyBefore = true;
+    });
+    await subscriber.subscribe(keys.cancelChannel);
+    this.timer = setInterval(() => void this.sweep(), this.o.sweepMs).unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  private onMessage(channel: string, raw: string): void {
+    if (channel !== this.o.keys.cancelChannel) return;
+    const request = parseMessage(CancelRequestSchema, raw);
+    if (!request) {
+      this.o.log.warn({ raw: raw.slice(0, 200) }, 'malformed cancel message ignored');
+      return;
+    }
+    this.o.running.abort(request.taskId, request.reason, 'cancel received; aborting tool');
+  }
+
+  /** Aborts every running tool whose task is no longer live in Redis: the durable half of §7. */
+  async sweep(): Promise<void> {
+    if (this.sweeping) return;
+    const entries = this.o.running.live();
+    if (entries.length === 0) return;
+    this.sweeping = true;
+    try {
+      const states = await this.o.store.endStates(entries.map(([taskId]) => taskId));
+      entries.forEach(([taskId, entry], i) => {
+        const state = states[i];
+        if (state?.status !== undefined && !isTerminal(state.status)) return;
+        // Only the run the states were read for: a job fetched again since has a controller of its own.
+        if (this.o.running.get(taskId) !== entry) return;
+        this.o.running.abort(taskId, sweptReason(state), 'task no longer live; aborting tool', {
+          status: state?.status ?? 'missing',
+        });
+      });
+    } catch (error) {
+      this.o.log.warn({ err: error }, 'cancel sweep failed');
+    } finally {
+      this.sweeping = false;
+    }
+  }
+}
+
+/**
+ * The abort reason for a run whose task ended without it: the cancel's own reason, TIMEOUT for a deadline the reaper
+ * enforced, and LOCK_LOST when the outcome is someone else's (another run finished it, or it is gone).
+ */
+export function sweptReason(
+  state: { status: string | undefined; cancelReason?: CancelReason; errorCode?: string } | undefined,
+): CancelReason {
+  if (state?.status === 'cancelled') return state.cancelReason ?? 'CLIENT_CANCELLED';
+  if (state?.status === 'failed' && state.errorCode === 'TIMEOUT') return 'TIMEOUT';
+  return 'LOCK_LOST';
+}

@@ -1,0 +1,489 @@
+/**
+ * The run of one job (PROTOCOL.md §5, §10, §12): BullMQ's processor. It records the run's start, checks the job,
+ * runs the tool with its context, then carries out what `settle` decides.
+ */
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
+import {
+  JobDataSchema,
+  TaskrelayError,
+  isRedisUnavailableError,
+  isTerminal,
+  serializeError,
+  withJobSpan,
+  type CancelReason,
+  type JobLock,
+  type Logger,
+  type RedisTaskStore,
+  type SerializedError,
+  type TaskRecord,
+  type ToolResult,
+} from '@taskrelay/shared';
+import { TaskContext, type Suspension } from '../context.js';
+import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
+import { cancelReasonOf } from '../errors.js';
+import type { WorkerMetrics } from '../metrics.js';
+import type { RunningJob, RunningJobs } from './running-jobs.js';
+import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
+
+/** setTimeout's ceiling; a longer timeout would fire at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** How long a job may wait in the queue when its data does not say (the gateway's default). */
+const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
+
+export interface JobRunnerOptions {
+  workerId: string;
+  /** The pool this worker consumes; the lock key of each job is under it. */
+  queue: string;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  store: RedisTaskStore;
+  running: RunningJobs;
+  metrics: WorkerMetrics;
+  log: Logger;
+  lockDurationMs: number;
+  progressIntervalMs: number;
+  abortGraceMs: number;
+  /** True once the worker no longer takes jobs: a job fetched anyway is handed back. */
+  isClosing: () => boolean;
+}
+
+export class JobRunner {
+  constructor(private readonly o: JobRunnerOptions) {}
+
+  /** Declared with three parameters: BullMQ only passes its abort signal to a processor of length 3. */
+  readonly process = async (
+    job: Job<unknown, void>,
+    token: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<void> => {
+    const taskId = job.id ?? '';
+    const entry = this.o.running.add(taskId);
+    const { controller } = entry;
+    const log = this.o.log.child({
+      taskId,
+      jobId: taskId,
+      tool: job.name,
+      attempt: attemptOf(job),
+      ...correlationOf(job),
+    });
+    const startedAt = Date.now();
+    const { metrics } = this.o;
+    metrics.jobsStarted.inc({ tool: job.name });
+    if (job.attemptsMade === 0 && job.stalledCounter === 0) {
+      metrics.queueWait.observe({ tool: job.name }, Math.max(0, startedAt - job.timestamp) / 1000);
+    }
+    const forward = () => controller.abort(cancelReasonOf(signal as AbortSignal));
+    signal?.addEventListener('abort', forward, { once: true });
+    controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
+    try {
+      const data = (job.data ?? {}) as { trace?: Record<string, string> };
+      await withJobSpan(
+        `run ${job.name}`,
+        data.trace,
+        {
+          'taskrelay.task_id': taskId,
+          'taskrelay.tool': job.name,
+          'taskrelay.attempt': attemptOf(job),
+          'taskrelay.worker_id': this.o.workerId,
+        },
+        () => this.run(job, token, taskId, entry, log),
+      );
+    } catch (error) {
+      // Redis went away while this run recorded its start or its outcome: not the tool's fault, so no attempt is
+      // used. The job goes back (or, with Redis still away, returns to the queue when its lock expires).
+      if (error instanceof TaskrelayError && error.code === 'REDIS_UNAVAILABLE') {
+        log.warn({ err: error.cause }, 'Redis unreachable while recording the run; handing the job back');
+        return await this.handBack(job, token, log, 'LOCK_LOST');
+      }
+      throw error;
+    } finally {
+      signal?.removeEventListener('abort', forward);
+      clearTimeout(entry.graceTimer);
+      const endedAt = Date.now();
+      metrics.runDuration.observe({ tool: job.name }, (endedAt - startedAt) / 1000);
+      if (entry.abortedAt !== undefined) {
+        const reason = cancelReasonOf(controller.signal);
+        metrics.cancelLatency.observe({ reason }, (endedAt - entry.abortedAt) / 1000);
+      }
+      this.o.running.release(taskId, entry);
+    }
+  };
+
+  private async run(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    taskId: string,
+    entry: RunningJob,
+    log: Logger,
+  ): Promise<void> {
+    if (this.o.isClosing()) return this.handBack(job, token, log);
+    const { controller } = entry;
+    const lock: JobLock = { queue: this.o.queue, token: token ?? '' };
+    const attempt = attemptOf(job);
+
+    const parsed = JobDataSchema.safeParse(job.data);
+    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
+    const queueTimeoutMs = (parsed.success ? parsed.data.queueTimeoutMs : undefined) ?? DEFAULT_QUEUE_TIMEOUT_MS;
+    // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
+    const deadlineAt =
+      Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.o.lockDurationMs + queueTimeoutMs;
+    const started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt));
+    if (started.lockLost) {
+      log.warn('job lock already lost at start; tool not run');
+      throw new DelayedError();
+    }
+    const task = started.record;
+    if (!task || isTerminal(task.status)) {
+      log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
+      if (task?.status === 'cancelled') await this.notifyCancelled(job, task, log);
+      return;
+    }
+    entry.principal = task.principal;
+    // One child logger per job (made by the processor); the principal joins its bindings once known, unless the job's
+    // correlation fields already carried it (a gateway's jobs do: no second pass of the bindings through redaction).
+    if ((job.data as { principal?: unknown } | undefined)?.principal !== task.principal) {
+      log.setBindings({ principal: task.principal });
+    }
+
+    if (!parsed.success || parsed.data.taskId !== taskId) {
+      const message = parsed.success
+        ? `Invalid job data: taskId ${parsed.data.taskId} does not match job id ${taskId}`
+        : `Invalid job data: ${describeIssues(parsed.error)}`;
+      await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
+      throw new UnrecoverableError(message);
+    }
+    const { tool: toolName, arguments: args } = parsed.data;
+
+    const tool = this.o.tools.get(toolName);
+    if (!tool) {
+      const message = `Tool ${toolName} is not served by worker ${this.o.workerId} (queue ${this.o.queue})`;
+      await this.failTask(taskId, lock, message, { code: 'TOOL_NOT_FOUND', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    // A crash is not the tool's fault, but a job that keeps killing its workers must stop somewhere (§10.6).
+    if (job.stalledCounter > tool.maxStalls) {
+      const message =
+        `The worker running this task stopped responding ${job.stalledCounter} times (crashed or lost its lock); ` +
+        `giving up (maxStalls ${tool.maxStalls})`;
+      await this.failTask(taskId, lock, message, { code: 'JOB_LOST', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
+    const timeoutMs = minDefined(parsed.data.timeoutMs, tool.timeoutMs);
+
+    const input = tool.inputSchema.safeParse(args);
+    if (!input.success) {
+      const message = `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`;
+      await this.failTask(taskId, lock, message, { code: 'INVALID_ARGUMENTS', message }, log);
+      throw new UnrecoverableError(message);
+    }
+
+    const { metrics } = this.o;
+    const ctx = new TaskContext({
+      taskId,
+      tool: tool.name,
+      attempt,
+      signal: controller.signal,
+      store: this.o.store,
+      lock,
+      onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
+      progressIntervalMs: this.o.progressIntervalMs,
+      logger: log,
+      record: task,
+      durable: this.o.store,
+      inputTimeoutMs: tool.inputTimeoutMs,
+      queueTimeoutMs,
+      onProgressCoalesced: () => metrics.progressCoalesced.inc(),
+      onProgressWritten: () => metrics.progressWritten.inc(),
+    });
+
+    // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
+    // signal must not keep the caller waiting.
+    let timeoutTransition: Promise<void> | undefined;
+    const timeoutMessage = `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`;
+    const onTimeout = () => {
+      // A run that suspended is over: its time no longer counts (§12.7).
+      if (controller.signal.aborted || ctx.suspension) return;
+      log.info({ reason: 'TIMEOUT', timeoutMs }, 'tool timed out; aborting it');
+      controller.abort('TIMEOUT' satisfies CancelReason);
+      ctx.close();
+      const error: SerializedError = { code: 'TIMEOUT', message: timeoutMessage };
+      timeoutTransition = this.failTask(taskId, lock, timeoutMessage, error, log).catch((cause: unknown) => {
+        log.error({ err: cause }, 'could not record the timeout');
+      });
+    };
+    const timer = timeoutMs === undefined ? undefined : setTimeout(onTimeout, Math.min(timeoutMs, MAX_TIMER_MS));
+
+    let outcome: RunOutcome;
+    if (controller.signal.aborted) {
+      outcome = { ok: false, error: new Error('aborted before the tool started') };
+    } else {
+      log.info({ timeoutMs }, 'tool started');
+      try {
+        outcome = { ok: true, value: await tool.run(input.data, ctx) };
+      } catch (error) {
+        outcome = { ok: false, error };
+      }
+    }
+    clearTimeout(timer);
+
+    const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
+    const action = settle({
+      outcome,
+      reason: controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined,
+      suspended: ctx.suspension !== undefined,
+      ...retry,
+    });
+    switch (action.kind) {
+      case 'hand_back':
+        ctx.close();
+        // Another run may own the task now: write nothing more. Handing the job back only works if the lock was still
+        // ours after all (a watchdog that fired during a Redis outage); otherwise the new owner keeps it.
+        if (action.reason === 'LOCK_LOST') {
+          log.warn(
+            { reason: action.reason, returned: outcome.ok },
+            'run ended after losing the job lock; nothing recorded',
+          );
+        }
+        return this.handBack(job, token, log, action.reason);
+      case 'timed_out':
+        ctx.close();
+        if (action.discarded) log.info('tool returned after its timeout; result discarded');
+        await timeoutTransition;
+        throw new UnrecoverableError(timeoutMessage);
+      case 'cancelled':
+        ctx.close();
+        if (action.discarded) log.info('tool returned after its task was cancelled; result discarded');
+        await this.ensureCancelled(taskId, lock, log);
+        // The job ends done, not failed: a cancel is no failure, never retries, and its job is removed at once.
+        return;
+      case 'ended_by_gateway':
+        ctx.close();
+        log.info({ reason: 'GATEWAY_SHUTDOWN' }, 'tool stopped: the gateway holding its call shut down');
+        return;
+      case 'suspend': {
+        const suspension = ctx.suspension as Suspension;
+        await ctx.flushProgress();
+        ctx.close();
+        if (action.wentOn) log.warn('tool went on after its run suspended; what it returned or threw is discarded');
+        return this.suspendJob(job, token, taskId, suspension, log);
+      }
+      case 'complete': {
+        let result: ToolResult;
+        try {
+          result = toToolResult(tool, action.value);
+        } catch (error) {
+          await ctx.flushProgress();
+          ctx.close();
+          return this.endFailed(failOrRetry(error, retry), job, taskId, lock, log);
+        }
+        await ctx.flushProgress();
+        ctx.close();
+        const written = await bookkeeping(this.o.store.transition(taskId, 'completed', { result }, { lock }));
+        if (written.ok) log.info('task completed');
+        else if (written.lockLost) this.lostWhileWriting(log, 'result');
+        else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
+        return;
+      }
+      case 'fail':
+      case 'retry':
+        await ctx.flushProgress();
+        ctx.close();
+        return this.endFailed(action, job, taskId, lock, log);
+    }
+  }
+
+  /** A failed run: the task fails and the job ends unrecoverably, or the job is left to BullMQ's retry. */
+  private async endFailed(
+    action: Extract<SettleAction, { kind: 'fail' | 'retry' }>,
+    job: Job<unknown, void>,
+    taskId: string,
+    lock: JobLock,
+    log: Logger,
+  ): Promise<never> {
+    const { error } = action;
+    if (action.kind === 'fail') {
+      const serialized = serializeError(error);
+      await this.failTask(taskId, lock, serialized.message, serialized, log, error);
+      throw new UnrecoverableError(serialized.message);
+    }
+    log.warn(
+      { err: error, attempts: job.opts.attempts ?? 1, attemptsMade: job.attemptsMade + 1 },
+      'tool failed; the job will be retried',
+    );
+    throw error instanceof Error ? error : new Error(serializeError(error).message);
+  }
+
+  /**
+   * The run suspended (PROTOCOL.md §12): the job goes to BullMQ's delayed set, holding no slot, until its answer
+   * promotes it or the time is up. No attempt is used. Then the no-lost-wake-up check of §12.4.
+   */
+  private async suspendJob(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    taskId: string,
+    suspension: Suspension,
+    log: Logger,
+  ): Promise<never> {
+    // An input wait is delayed past its deadline, so the reaper (not a replay) ends a task nobody answers.
+    const until = suspension.kind === 'input' ? suspension.until + this.o.lockDurationMs : suspension.until;
+    try {
+      await job.moveToDelayed(until, token);
+    } catch (error) {
+      log.info(
+        { err: error },
+        'suspended job not delayed (its lock is gone); it is already with, or returns to, the queue',
+      );
+      throw new DelayedError();
+    }
+    if (suspension.kind === 'input') {
+      try {
+        const task = await this.o.store.get(taskId);
+        // Every request answered (or the task ended) while the run was suspending: nobody else will promote it.
+        if (!task || task.status !== 'input_required') {
+          await job.promote();
+          log.info({ inputRequest: suspension.n }, 'answered (or ended) while suspending; job promoted');
+          throw new DelayedError();
+        }
+      } catch (error) {
+        if (error instanceof DelayedError) throw error;
+        // Not fatal: the gateway's promote after the answer, or the delay, brings the job back.
+        log.warn({ err: error }, 'could not re-check the task after suspending');
+      }
+      log.info({ inputRequest: suspension.n, until }, 'run suspended until the input request is answered');
+    } else {
+      log.info({ until }, 'run suspended');
+    }
+    throw new DelayedError();
+  }
+
+  /**
+   * The run of a task cancelled while no run held it (PROTOCOL.md §12.8): the tool's `onCancelled` stops what earlier
+   * runs started outside, when they stored anything to find it by. Its failure is logged; the job ends either way.
+   */
+  private async notifyCancelled(job: Job<unknown, void>, task: TaskRecord, log: Logger): Promise<void> {
+    const parsed = JobDataSchema.safeParse(job.data);
+    if (!parsed.success) return;
+    const tool = this.o.tools.get(parsed.data.tool);
+    const steps = task.steps ?? {};
+    if (!tool?.onCancelled || (Object.keys(steps).length === 0 && task.state === undefined)) return;
+    try {
+      await tool.onCancelled({ taskId: task.taskId, arguments: parsed.data.arguments, steps, state: task.state, log });
+      log.info('onCancelled ran for a task cancelled between runs');
+    } catch (error) {
+      log.warn({ err: error }, 'onCancelled failed');
+    }
+  }
+
+  /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4); the task stays `working`. */
+  private async handBack(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    log: Logger,
+    reason: CancelReason = 'WORKER_SHUTDOWN',
+  ): Promise<never> {
+    try {
+      await job.moveToDelayed(Date.now(), token);
+      log.info({ reason }, 'job put back for another worker');
+    } catch (error) {
+      log.info(
+        { err: error, reason },
+        'job not put back (its lock is gone); it is already with, or returns to, the queue',
+      );
+    }
+    throw new DelayedError();
+  }
+
+  private async failTask(
+    taskId: string,
+    lock: JobLock,
+    message: string,
+    error: SerializedError,
+    log: Logger,
+    cause?: unknown,
+  ): Promise<void> {
+    // A JSON-RPC error is no tool result: the task carries the error alone (PROTOCOL.md §13).
+    const fields =
+      error.code === 'PROTOCOL_ERROR'
+        ? { statusMessage: message, error }
+        : {
+            statusMessage: message,
+            result: { content: [{ type: 'text', text: message }], isError: true } satisfies ToolResult,
+            error,
+          };
+    const written = await bookkeeping(this.o.store.transition(taskId, 'failed', fields, { lock }));
+    if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
+    else if (written.lockLost) this.lostWhileWriting(log, 'failure');
+    else
+      log.info({ status: written.status ?? 'missing', statusMessage: message }, 'task already terminal; failure lost');
+  }
+
+  /** The gateway cancels the task before it publishes; this only covers an abort that did not come from it. */
+  private async ensureCancelled(taskId: string, lock: JobLock, log: Logger): Promise<void> {
+    const written = await bookkeeping(
+      this.o.store.transition(
+        taskId,
+        'cancelled',
+        { cancelReason: 'CLIENT_CANCELLED', statusMessage: 'Cancelled' },
+        { lock },
+      ),
+    );
+    if (written.ok) log.info('task was not terminal; marked cancelled');
+    else if (written.lockLost) this.lostWhileWriting(log, 'cancel');
+    else log.info({ status: written.status ?? 'missing' }, 'tool stopped; task already terminal');
+  }
+
+  /** A terminal write was refused: another run holds the job. Nothing is recorded; BullMQ must not finish the job. */
+  private lostWhileWriting(log: Logger, what: string): never {
+    log.warn(
+      { reason: 'LOCK_LOST' },
+      `${what} refused: this worker no longer holds the job; another run owns the task`,
+    );
+    throw new DelayedError();
+  }
+
+  private onAbort(entry: RunningJob, log: Logger): void {
+    const reason = cancelReasonOf(entry.controller.signal);
+    entry.abortedAt = Date.now();
+    log.debug({ reason }, 'tool signal aborted');
+    entry.graceTimer = setTimeout(() => {
+      log.warn(
+        { reason, abortGraceMs: this.o.abortGraceMs },
+        'tool still running after its signal aborted; it ignores its signal and keeps its slot until it returns',
+      );
+    }, this.o.abortGraceMs).unref();
+  }
+}
+
+/** The gateway-side fields of a job (principal, session, request), for log lines; absent ones are left out. */
+function correlationOf(job: Job<unknown, void>): Record<string, string> {
+  const data = (job.data ?? {}) as Record<string, unknown>;
+  const fields: Record<string, string> = {};
+  for (const key of ['principal', 'sessionId', 'requestId'] as const) {
+    if (typeof data[key] === 'string') fields[key] = data[key];
+  }
+  return fields;
+}
+
+/** Runs started for the job, this one included (BullMQ counts every move to active). */
+function attemptOf(job: Job<unknown, void>): number {
+  return Math.max(1, job.attemptsStarted || job.attemptsMade + 1);
+}
+
+/** Marks a failure of the worker's own Redis bookkeeping (as opposed to the tool's) as REDIS_UNAVAILABLE. */
+async function bookkeeping<T>(write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    if (isRedisUnavailableError(error)) {
+      throw new TaskrelayError('REDIS_UNAVAILABLE', 'Redis is unreachable', { cause: error });
+    }
+    throw error;
+  }
+}
+
+function minDefined(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  return b === undefined ? a : Math.min(a, b);
+}

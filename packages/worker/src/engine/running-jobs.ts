@@ -1,0 +1,85 @@
+import type { CancelReason, Logger } from '@taskrelay/shared';
+
+/** One running job: its abort controller and the grace timer armed when it aborts. */
+export interface RunningJob {
+  readonly controller: AbortController;
+  graceTimer: NodeJS.Timeout | undefined;
+  /** Whom the task belongs to, for the cancel log lines (known once the task is read). */
+  principal?: string;
+  /** When BullMQ last renewed (or took) this job's lock: the lock watch's clock (PROTOCOL.md §10.4). */
+  lockRenewedAt: number;
+  /** When its signal aborted (the cancel-latency clock). */
+  abortedAt?: number;
+}
+
+/**
+ * The jobs this worker runs, keyed by job id (= task id): one `AbortController` each. An entry is removed only by the
+ * run that added it, so a job handed back and fetched again by this worker never loses its new controller.
+ */
+export class RunningJobs {
+  private readonly jobs = new Map<string, RunningJob>();
+
+  constructor(private readonly log: Logger) {}
+
+  get size(): number {
+    return this.jobs.size;
+  }
+
+  /** Registered before anything is read, so a cancel arriving during the start check is not lost. */
+  add(taskId: string): RunningJob {
+    const entry: RunningJob = { controller: new AbortController(), graceTimer: undefined, lockRenewedAt: Date.now() };
+    this.jobs.set(taskId, entry);
+    return entry;
+  }
+
+  get(taskId: string): RunningJob | undefined {
+    return this.jobs.get(taskId);
+  }
+
+  /** Removes `entry` if it is still the one held for `taskId`. */
+  release(taskId: string, entry: RunningJob): void {
+    if (this.jobs.get(taskId) === entry) this.jobs.delete(taskId);
+  }
+
+  /** The running jobs whose signal has not aborted yet. */
+  live(): Array<[taskId: string, entry: RunningJob]> {
+    return [...this.jobs].filter(([, entry]) => !entry.controller.signal.aborted);
+  }
+
+  ids(): string[] {
+    return [...this.jobs.keys()];
+  }
+
+  /** Aborts the run of `taskId` with `reason`, unless it is gone or already aborted. */
+  abort(taskId: string, reason: CancelReason, message: string, fields: Record<string, unknown> = {}): void {
+    const entry = this.jobs.get(taskId);
+    if (!entry || entry.controller.signal.aborted) return;
+    const level = reason === 'LOCK_LOST' ? 'warn' : 'info';
+    this.log[level]({ taskId, principal: entry.principal, reason, ...fields }, message);
+    entry.controller.abort(reason);
+  }
+
+  /** This worker can no longer be the job's owner: abort the run with LOCK_LOST (PROTOCOL.md §10.4). */
+  loseLock(taskId: string, why: string): void {
+    this.abort(taskId, 'LOCK_LOST', 'job lock lost; aborting tool', { why });
+  }
+
+  /** BullMQ renewed these jobs' locks. */
+  renewed(jobIds: readonly string[], now = Date.now()): void {
+    for (const id of jobIds) {
+      const entry = this.jobs.get(id);
+      if (entry) entry.lockRenewedAt = now;
+    }
+  }
+
+  /**
+   * The lock watch: no renewal for `limitMs` (Redis unreachable, say) means BullMQ's lock is about to expire and
+   * another worker may take the job at the next stalled check, so this run stops first (PROTOCOL.md §10.4).
+   */
+  loseUnrenewed(limitMs: number, now = Date.now()): void {
+    const cutoff = now - limitMs;
+    for (const [taskId, entry] of this.jobs) {
+      if (entry.lockRenewedAt < cutoff) this.loseLock(taskId, `no lock renewal for ${limitMs} ms`);
+    }
+  }
+}

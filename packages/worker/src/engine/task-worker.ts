@@ -1,0 +1,258 @@
+/**
+ * The engine behind `startWorker` (PROTOCOL.md §21): owns the connections and the lifecycle, and wires the parts that
+ * each own one concern — `JobRunner` (the run of a job, `settle`), `CancelWatch` (§7), `CatalogHeartbeat` (§3) and
+ * the lock watch over `RunningJobs` (§10.4).
+ */
+import { Worker } from 'bullmq';
+import {
+  RedisTaskStore,
+  createKeys,
+  createRedis,
+  toolPool,
+  type CancelReason,
+  type Keys,
+  type Logger,
+  type Redis,
+} from '@taskrelay/shared';
+import type { CloseOptions, ResolvedWorkerOptions } from '../options.js';
+import { CancelWatch } from './cancel-watch.js';
+import { CatalogHeartbeat } from './catalog-heartbeat.js';
+import { JobRunner } from './job-run.js';
+import { RunningJobs } from './running-jobs.js';
+
+/**
+ * Where a worker is in its life, as Temporal's worker documents its `State`. Each state is entered once, in order;
+ * a failed start goes from STARTING to FAILED after undoing itself, and a worker closed before it started goes to
+ * STOPPED at once.
+ * - `INITIALIZED`: built; connections created, nothing subscribed or listed.
+ * - `STARTING`: subscribing to cancels, connecting BullMQ, publishing the first catalog.
+ * - `RUNNING`: taking jobs; heartbeat, cancel sweep and lock watch on.
+ * - `DRAINING`: `close()` was called: BullMQ fetches no more (a job fetched anyway is handed back), running tools may
+ *   finish within the grace and may still be cancelled; the catalog stays listed, so calls queue up for other workers.
+ * - `STOPPING`: drained (or the grace and the abort grace are over): timers stopped, the catalog removed, connections
+ *   quitting.
+ * - `STOPPED`: every connection closed.
+ * - `FAILED`: `start()` failed; what it had opened is closed again.
+ */
+export type WorkerState = 'INITIALIZED' | 'STARTING' | 'RUNNING' | 'DRAINING' | 'STOPPING' | 'STOPPED' | 'FAILED';
+
+/** BullMQ fails a job that stalled more than this; out of reach, since each tool has its own `maxStalls` (§10.6). */
+const BULLMQ_MAX_STALLED = 1_000_000_000;
+
+export class TaskWorker {
+  readonly workerId: string;
+  /** The BullMQ queue is the pool of this tool set (§3.2), never the bare name: only jobs of tools served here. */
+  readonly queue: string;
+
+  private stateValue: WorkerState = 'INITIALIZED';
+  private readonly options: ResolvedWorkerOptions;
+  private readonly keys: Keys;
+  private readonly log: Logger;
+  private readonly running: RunningJobs;
+  private readonly redis: Redis;
+  private readonly subscriber: Redis;
+  private readonly bullConnection: Redis;
+  private readonly store: RedisTaskStore;
+  private readonly runner: JobRunner;
+  private readonly cancelWatch: CancelWatch;
+  private readonly heartbeat: CatalogHeartbeat;
+  private bullWorker: Worker | undefined;
+  private lockWatchTimer: NodeJS.Timeout | undefined;
+  private starting: Promise<void> | undefined;
+  private closed: Promise<void> | undefined;
+
+  constructor(options: ResolvedWorkerOptions) {
+    this.options = options;
+    this.workerId = options.workerId;
+    this.queue = toolPool(
+      options.queue,
+      options.tools.map((tool) => tool.name),
+    );
+    this.keys = createKeys(options.prefix);
+    this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
+    this.running = new RunningJobs(this.log);
+    options.metrics.watchSlots(() => this.running.size, options.concurrency);
+    this.redis = this.connect('commands');
+    this.subscriber = this.connect('cancel');
+    this.bullConnection = this.connect('bullmq');
+    this.store = new RedisTaskStore(this.redis, this.keys);
+    this.runner = new JobRunner({
+      workerId: this.workerId,
+      queue: this.queue,
+      tools: new Map(options.tools.map((tool) => [tool.name, tool])),
+      store: this.store,
+      running: this.running,
+      metrics: options.metrics,
+      log: this.log,
+      lockDurationMs: options.lockDurationMs,
+      progressIntervalMs: options.progressIntervalMs,
+      abortGraceMs: options.abortGraceMs,
+      isClosing: () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING',
+    });
+    this.cancelWatch = new CancelWatch({
+      subscriber: this.subscriber,
+      keys: this.keys,
+      store: this.store,
+      running: this.running,
+      log: this.log,
+      sweepMs: options.cancelSweepMs,
+    });
+    this.heartbeat = new CatalogHeartbeat({
+      redis: this.redis,
+      keys: this.keys,
+      workerId: this.workerId,
+      queue: this.queue,
+      tools: options.tools.map((tool) => tool.descriptor),
+      heartbeatMs: options.heartbeatMs,
+      log: this.log,
+    });
+  }
+
+  get state(): WorkerState {
+    return this.stateValue;
+  }
+
+  start(): Promise<void> {
+    this.starting ??= this.open();
+    return this.starting;
+  }
+
+  private async open(): Promise<void> {
+    this.enter('STARTING', ['INITIALIZED']);
+    try {
+      await this.cancelWatch.start();
+      const { lockDurationMs } = this.options;
+      const worker = new Worker<unknown, void>(this.keys.queueName(this.queue), this.runner.process, {
+        connection: this.bullConnection,
+        prefix: this.keys.bullPrefix,
+        concurrency: this.options.concurrency,
+        // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6 (§10.5).
+        lockDuration: Math.max(100, Math.round((lockDurationMs * 2) / 3)),
+        stalledInterval: Math.max(50, Math.round(lockDurationMs / 6)),
+        maxStalledCount: BULLMQ_MAX_STALLED,
+        name: this.workerId,
+      });
+      this.bullWorker = worker;
+      worker.on('error', (error) => this.log.warn({ err: error }, 'BullMQ worker error'));
+      worker.on('stalled', (jobId) =>
+        this.log.warn({ taskId: jobId }, 'job stalled: the worker running it stopped renewing its lock; re-queued'),
+      );
+      worker.on('locksRenewed', ({ jobIds }) => this.running.renewed(jobIds));
+      worker.on('lockRenewalFailed', (jobIds) => {
+        for (const id of jobIds) this.running.loseLock(id, 'lock renewal refused');
+      });
+      await worker.waitUntilReady();
+      await this.heartbeat.start();
+      // Renewals come every sixth to third of the lock duration: none for half of it means the lock is about to go.
+      const limitMs = Math.round(lockDurationMs / 2);
+      this.lockWatchTimer = setInterval(
+        () => this.running.loseUnrenewed(limitMs),
+        Math.max(25, Math.round(lockDurationMs / 12)),
+      ).unref();
+      this.enter('RUNNING', ['STARTING']);
+      this.log.debug({ tools: this.options.tools.map((t) => t.name) }, 'worker started');
+    } catch (error) {
+      await this.abandon();
+      throw error;
+    }
+  }
+
+  close(options: CloseOptions = {}): Promise<void> {
+    this.closed ??= this.shutdown(options.graceMs ?? this.options.shutdownGraceMs);
+    return this.closed;
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
+    // A close during the start waits for it: then the worker is RUNNING (and drains) or FAILED (already undone).
+    await this.starting?.catch(() => undefined);
+    if (this.stateValue === 'FAILED') return;
+    if (this.stateValue === 'INITIALIZED') {
+      await this.abandon('STOPPED');
+      return;
+    }
+    this.enter('DRAINING', ['RUNNING']);
+    // BullMQ's close stops fetching at once and resolves when the running jobs are done. The heartbeat, the cancel
+    // subscriber and the sweep keep working meanwhile: the tools stay listed, and a running tool may still be cancelled.
+    const drained = (this.bullWorker?.close() ?? Promise.resolve()).catch((error: unknown) => {
+      this.log.warn({ err: error }, 'BullMQ worker close failed');
+    });
+    if (!(await settlesWithin(drained, graceMs))) {
+      const live = this.running.live();
+      this.log.info({ graceMs, taskIds: live.map(([id]) => id) }, 'grace period over; aborting running tools');
+      for (const [, entry] of live) entry.controller.abort('WORKER_SHUTDOWN' satisfies CancelReason);
+      if (!(await settlesWithin(drained, this.options.abortGraceMs))) {
+        this.log.warn(
+          { taskIds: this.running.ids() },
+          'tools ignore their signal; closing without them (their jobs return to the queue when their locks expire)',
+        );
+      }
+    }
+    this.enter('STOPPING', ['DRAINING']);
+    this.cancelWatch.stop();
+    clearInterval(this.lockWatchTimer);
+    await this.heartbeat.stop();
+    try {
+      await this.heartbeat.remove();
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not remove the catalog');
+    }
+    await Promise.all([quit(this.subscriber), quit(this.redis), quit(this.bullConnection)]);
+    this.enter('STOPPED', ['STOPPING']);
+    this.log.info('worker closed');
+  }
+
+  /** Releases whatever `start` had opened when it failed (or closes a worker that never started). */
+  private async abandon(end: 'FAILED' | 'STOPPED' = 'FAILED'): Promise<void> {
+    this.stateValue = end;
+    this.cancelWatch.stop();
+    clearInterval(this.lockWatchTimer);
+    await this.heartbeat.stop();
+    await this.bullWorker?.close(true).catch(() => undefined);
+    this.subscriber.disconnect();
+    this.redis.disconnect();
+    this.bullConnection.disconnect();
+  }
+
+  private enter(next: WorkerState, from: readonly WorkerState[]): void {
+    if (!from.includes(this.stateValue)) {
+      throw new Error(`Worker cannot go from ${this.stateValue} to ${next}`);
+    }
+    this.stateValue = next;
+  }
+
+  private connect(role: string): Redis {
+    // Named so `CLIENT LIST` tells the connections of each worker apart.
+    const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
+    const { metrics } = this.options;
+    client.on('error', (error: unknown) => {
+      metrics.redisErrors.inc({ connection: role });
+      this.log.warn({ err: error, connection: role }, 'Redis connection error');
+    });
+    client.on('reconnecting', () => metrics.redisReconnects.inc({ connection: role }));
+    return client;
+  }
+}
+
+/** Resolves true when `promise` settles within `ms`, false otherwise. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function quit(client: Redis): Promise<void> {
+  try {
+    if (client.status === 'end') return;
+    // A client that never connected cannot QUIT; it only needs to stop reconnecting.
+    if (client.status !== 'ready') client.disconnect();
+    else await client.quit();
+  } catch {
+    client.disconnect();
+  }
+}

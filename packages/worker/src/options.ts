@@ -1,0 +1,167 @@
+/** The options of `startWorker`: the public type (every field documented with its default), the schema, the resolved type. */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { z } from 'zod';
+import { ConfigError, createLogger, isClusterPrefix, isRedisTarget, type Logger } from '@taskrelay/shared';
+import { isToolDefinition, type ToolDefinition } from './define-tool.js';
+import { WorkerMetrics } from './metrics.js';
+
+/** Options of `startWorker`. Only `tools` and a Redis URL are required. */
+export interface WorkerOptions {
+  /**
+   * Redis URL: `redis://host:port/db`, `rediss://` for TLS, `redis+cluster://host:port,host:port` for a Redis Cluster
+   * (then `prefix` must be wrapped in `{}`), or `redis+sentinel://host:port,host:port/<master name>`. Required unless
+   * `connection` is given.
+   */
+  redisUrl?: string;
+  /** The Redis URL under BullMQ's name for it; used when `redisUrl` is not given. */
+  connection?: string;
+  /** Prefix of every Redis key, channel and BullMQ queue; must match the gateway's. Default `'taskrelay'`. */
+  prefix?: string;
+  /** The tools this worker serves (from `defineTool`). At least one; names must be unique. */
+  tools: readonly ToolDefinition[];
+  /**
+   * The name of this worker's pool. The BullMQ queue it consumes is this name plus a digest of its tool names, so
+   * workers with different tool sets never share a queue, whatever this says; the gateway routes each call to the pool
+   * of a live worker that serves the tool. Default `'default'`.
+   */
+  queue?: string;
+  /** Jobs run at once by this worker. Default `8`. */
+  concurrency?: number;
+  /**
+   * How soon the job of a crashed worker is taken over by another: BullMQ's lock is two thirds of it (renewed every
+   * third) and the stalled check runs every sixth, so a dead worker's job is back in the queue within five sixths
+   * (PROTOCOL.md §10.5). Default `30000` (30 s).
+   */
+  lockDurationMs?: number;
+  /**
+   * How long `close()` lets running tools finish before aborting them with `WORKER_SHUTDOWN` and handing their jobs
+   * back (`WORKER_SHUTDOWN_GRACE_MS`). Default `30000` (30 s).
+   */
+  shutdownGraceMs?: number;
+  /** How often the tool catalog is refreshed; it expires after three missed heartbeats. Default `5000` (5 s). */
+  heartbeatMs?: number;
+  /** Per-task progress throttle: at most one progress write per this many ms, newest value wins. Default `50`. */
+  progressIntervalMs?: number;
+  /** A warning is logged when a tool is still running this long after its signal aborted. Default `5000` (5 s). */
+  abortGraceMs?: number;
+  /**
+   * How often the status of every running task is re-read, so a missed cancel message still aborts its tool.
+   * Default `2000` (2 s).
+   */
+  cancelSweepMs?: number;
+  /** This worker's id in the catalog. Default `<hostname>-<pid>-<random hex>`. */
+  workerId?: string;
+  /** pino logger. Default: `createLogger('worker')` (JSON lines on stdout, level from `LOG_LEVEL`). */
+  logger?: Logger;
+  /** Where this worker counts its runs, waits, cancels and slots. Default: a new `WorkerMetrics` of its own. */
+  metrics?: WorkerMetrics;
+}
+
+export interface CloseOptions {
+  /**
+   * How long running tools may take to finish before they are aborted with `WORKER_SHUTDOWN` (their jobs go back to
+   * the queue for another worker, without using up an attempt). Default: the worker's `shutdownGraceMs`.
+   */
+  graceMs?: number;
+}
+
+/** `WorkerOptions` with every default applied. */
+export interface ResolvedWorkerOptions {
+  redisUrl: string;
+  prefix: string;
+  tools: ToolDefinition[];
+  queue: string;
+  concurrency: number;
+  lockDurationMs: number;
+  shutdownGraceMs: number;
+  heartbeatMs: number;
+  progressIntervalMs: number;
+  abortGraceMs: number;
+  cancelSweepMs: number;
+  workerId: string;
+  logger: Logger;
+  metrics: WorkerMetrics;
+}
+
+const redisUrlSchema = z
+  .string()
+  .trim()
+  .refine((v) => isRedisTarget(v), {
+    message: 'must be a redis://, rediss://, redis+cluster:// or redis+sentinel:// target',
+  });
+
+const ms = (min: number) =>
+  z
+    .number()
+    .int()
+    .min(min, { message: `must be a whole number of ms, at least ${min}` });
+
+const WorkerOptionsSchema = z
+  .strictObject({
+    redisUrl: redisUrlSchema.optional(),
+    connection: redisUrlSchema.optional(),
+    prefix: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).default('taskrelay'),
+    tools: z
+      .array(z.custom<ToolDefinition>(isToolDefinition, { message: 'must hold tool definitions made by defineTool' }))
+      .min(1, { message: 'must list at least one tool' }),
+    queue: z
+      .string()
+      .trim()
+      .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
+      .default('default'),
+    concurrency: z.number().int().min(1, { message: 'must be a whole number, at least 1' }).default(8),
+    lockDurationMs: ms(100).default(30_000),
+    shutdownGraceMs: ms(0).default(30_000),
+    heartbeatMs: ms(10).default(5_000),
+    progressIntervalMs: ms(0).default(50),
+    abortGraceMs: ms(0).default(5_000),
+    cancelSweepMs: ms(10).default(2_000),
+    workerId: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).optional(),
+    logger: z
+      .custom<Logger>((v) => typeof v === 'object' && v !== null && typeof (v as Logger).child === 'function', {
+        message: 'must be a pino logger',
+      })
+      .optional(),
+    metrics: z.instanceof(WorkerMetrics, { message: 'must be a WorkerMetrics' }).optional(),
+  })
+  .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
+    message: 'is required (redisUrl or connection)',
+    path: ['redisUrl'],
+  })
+  .refine((o) => !(o.redisUrl ?? o.connection ?? '').startsWith('redis+cluster:') || isClusterPrefix(o.prefix), {
+    message: 'must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay}',
+    path: ['prefix'],
+  });
+
+/** Applies the defaults of `WorkerOptions`; throws a one-line `ConfigError` for anything invalid. */
+export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOptions {
+  const parsed = WorkerOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.map(String).join('.') || 'options';
+    throw new ConfigError(`Invalid worker options: ${field} ${issue?.message ?? 'is invalid'}`);
+  }
+  const o = parsed.data;
+  const names = new Set<string>();
+  for (const tool of o.tools) {
+    if (names.has(tool.name)) throw new ConfigError(`Invalid worker options: two tools are named "${tool.name}"`);
+    names.add(tool.name);
+  }
+  return {
+    redisUrl: o.redisUrl ?? o.connection ?? '',
+    prefix: o.prefix,
+    tools: o.tools,
+    queue: o.queue,
+    concurrency: o.concurrency,
+    lockDurationMs: o.lockDurationMs,
+    shutdownGraceMs: o.shutdownGraceMs,
+    heartbeatMs: o.heartbeatMs,
+    progressIntervalMs: o.progressIntervalMs,
+    abortGraceMs: o.abortGraceMs,
+    cancelSweepMs: o.cancelSweepMs,
+    workerId: o.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+    logger: o.logger ?? createLogger('worker'),
+    metrics: o.metrics ?? new WorkerMetrics(),
+  };
+}
