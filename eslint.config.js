@@ -28,6 +28,37 @@ const noUnusedVars = [
   },
 ];
 
+/** The gateway's layers, top to bottom (PROTOCOL.md §16). */
+const GATEWAY_LAYERS = ['app', 'transports', 'protocol', 'http', 'wire', 'tasks', 'ops'];
+
+/** One `import-x/no-restricted-paths` zone per layer: nothing above it, and no transport from the other one. */
+function gatewayLayerZones() {
+  const dir = (layer) => `./packages/gateway/src/${layer}`;
+  const zones = GATEWAY_LAYERS.slice(1).map((layer, i) => ({
+    target: dir(layer),
+    from: GATEWAY_LAYERS.slice(0, i + 1).map(dir),
+    message: `${layer}/ sits below ${GATEWAY_LAYERS.slice(0, i + 1).join(', ')}: arrows point down only (PROTOCOL.md §16).`,
+  }));
+  zones.push(
+    {
+      target: dir('transports/session'),
+      from: [dir('transports/sessionless')],
+      message: 'The transports never import each other; share it in protocol/.',
+    },
+    {
+      target: dir('transports/sessionless'),
+      from: [dir('transports/session')],
+      message: 'The transports never import each other; share it in protocol/.',
+    },
+  );
+  return zones;
+}
+
+const GATEWAY_NO_WORKER = {
+  group: ['@taskrelay/worker', '@taskrelay/worker/*', '**/worker/src/**'],
+  message: 'The gateway never imports worker code; put shared vocabulary in @taskrelay/shared.',
+};
+
 export default defineConfig(
   globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**'], 'taskrelay/ignores'),
 
@@ -163,10 +194,34 @@ export default defineConfig(
       'no-restricted-imports': [
         'error',
         {
+          patterns: [GATEWAY_NO_WORKER],
+        },
+      ],
+    },
+  },
+  // The gateway's layers (PROTOCOL.md §16): each folder imports only from the folders below it, and the two transports
+  // never import each other.
+  {
+    name: 'taskrelay/gateway-layers',
+    files: ['packages/gateway/src/**/*.ts'],
+    rules: {
+      'import-x/no-restricted-paths': ['error', { zones: gatewayLayerZones() }],
+    },
+  },
+  // Below the protocol layer there are task records and domain errors only: no MCP SDK wire type.
+  {
+    name: 'taskrelay/gateway-tasks-no-wire',
+    files: ['packages/gateway/src/tasks/**/*.ts', 'packages/gateway/src/ops/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
           patterns: [
+            GATEWAY_NO_WORKER,
             {
-              group: ['@taskrelay/worker', '@taskrelay/worker/*', '**/worker/src/**'],
-              message: 'The gateway never imports worker code; put shared vocabulary in @taskrelay/shared.',
+              group: ['@modelcontextprotocol/sdk', '@modelcontextprotocol/sdk/*'],
+              message:
+                'tasks/ and ops/ deal in task records and domain errors only; render for the wire in wire/ (PROTOCOL.md §16).',
             },
           ],
         },

@@ -3,7 +3,7 @@
  * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (docs/CONFIGURATION.md).
  */
 import { loadGatewayConfig, createLogger, oneLine, startTracing } from '@taskrelay/shared';
-import { startGateway } from './gateway.js';
+import { startGateway } from './app/gateway.js';
 
 async function main(): Promise<void> {
   const config = loadGatewayConfig();

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { createKeys, createLogger, toolPool, type ToolDescriptor, type WorkerCatalog } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { ToolCatalog } from '../src/catalog.js';
+import { ToolCatalog } from '../src/tasks/catalog.js';
 
 let server: TestRedis;
 let redis: Redis;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
-import { SessionEventStore } from '../src/event-store.js';
+import { SessionEventStore } from '../src/transports/session/event-store.js';
 
 const GET = '_GET_stream';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { checkAnswer } from '../src/input-answers.js';
+import { checkAnswer } from '../src/wire/input-answers.js';
 
 const approval = {
   method: 'elicitation/create' as const,

@@ -3,9 +3,9 @@ import getPort from 'get-port';
 import { Redis } from 'ioredis';
 import { FAIL_FAST_REDIS_OPTIONS, createKeys, createLogger, createRedis, type TaskrelayError } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { JobDispatcher } from '../src/job-dispatcher.js';
-import { toMcpError } from '../src/errors.js';
-import type { CatalogTool } from '../src/catalog.js';
+import { JobDispatcher } from '../src/tasks/job-dispatcher.js';
+import { toMcpError } from '../src/wire/errors.js';
+import type { CatalogTool } from '../src/tasks/catalog.js';
 
 let server: TestRedis;
 let redis: Redis;

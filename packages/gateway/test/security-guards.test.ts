@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Request, Response } from 'express';
 import { createLogger, loadGatewayConfig } from '@taskrelay/shared';
-import { hostGuard, jsonDepthExceeds } from '../src/http-guards.js';
-import { sanitizeOutgoing } from '../src/safe-errors.js';
-import { TokenVerifier } from '../src/auth/token-verifier.js';
+import { hostGuard, jsonDepthExceeds } from '../src/http/http-guards.js';
+import { sanitizeOutgoing } from '../src/http/safe-errors.js';
+import { TokenVerifier } from '../src/http/auth/token-verifier.js';
 
 const log = createLogger('test', { level: 'silent' });
 const bytes = (text: string) => new TextEncoder().encode(text);

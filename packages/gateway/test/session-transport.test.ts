@@ -7,8 +7,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JSONRPCMessage, JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
-import { SessionEventStore } from '../src/event-store.js';
-import { SessionTransport } from '../src/session-transport.js';
+import { SessionEventStore } from '../src/transports/session/event-store.js';
+import { SessionTransport } from '../src/transports/session/session-transport.js';
 
 const SESSION = 'session-1';
 const ACCEPT = 'application/json, text/event-stream';

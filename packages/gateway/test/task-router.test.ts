@@ -6,8 +6,8 @@ import { EventEmitter } from 'node:events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createKeys, createLogger, type RedisTaskStore, type TaskRecord } from '@taskrelay/shared';
-import { GatewayMetrics } from '../src/metrics.js';
-import { TaskRouter, type ProgressParams } from '../src/task-router.js';
+import { GatewayMetrics } from '../src/ops/metrics.js';
+import { TaskRouter, type ProgressParams } from '../src/tasks/task-router.js';
 
 const keys = createKeys('unit');
 const GATEWAY = 'gw1';
@@ -61,8 +61,8 @@ let watch: ReturnType<typeof vi.fn>;
 function route(taskId: string, token: string | number, mode: 'task' | 'call' = 'task') {
   router.register({
     record: record(taskId, token, mode),
-    sendProgress: (params) => {
-      sent.push({ taskId, params });
+    sendProgress: (params, named) => {
+      sent.push({ taskId: named, params });
       return Promise.resolve();
     },
     sendStatus: (task) => {
@@ -106,7 +106,7 @@ describe('§6 progress routing', () => {
     expect(sub.subscribe).toHaveBeenCalledWith(keys.gatewayChannel(GATEWAY));
   });
 
-  it('forwards each task’s updates on its own token, with the related-task key for tasks only', () => {
+  it('forwards each task’s updates on its own token, naming the task to its sender (which renders the related-task key)', () => {
     route('sales', 'sales-42');
     route('returns', 7);
     route('plain', 'p-1', 'call');
@@ -120,7 +120,6 @@ describe('§6 progress routing', () => {
           progressToken: 'sales-42',
           progress: 1,
           total: 4,
-          _meta: { 'io.modelcontextprotocol/related-task': { taskId: 'sales' } },
         },
       },
       {
@@ -129,7 +128,6 @@ describe('§6 progress routing', () => {
           progressToken: 7,
           progress: 1,
           total: 2,
-          _meta: { 'io.modelcontextprotocol/related-task': { taskId: 'returns' } },
         },
       },
       { taskId: 'plain', params: { progressToken: 'p-1', progress: 3 } },

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { MIN_TTL_MS, grantTtl } from '../src/task-service.js';
-import { renderResult, renderTask } from '../src/task-wire.js';
+import { MIN_TTL_MS, grantTtl } from '../src/tasks/task-service.js';
+import { renderResult, renderTask } from '../src/wire/task-wire.js';
 import type { TaskRecord } from '@taskrelay/shared';
 
 describe('granted ttl', () => {

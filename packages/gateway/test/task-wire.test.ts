@@ -5,8 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { TaskRecord } from '@taskrelay/shared';
-import { declaresTasksExtension, renderCreateTaskExt, renderDetailedTask } from '../src/task-wire-ext.js';
-import { outcomeOf, renderResult, renderTask } from '../src/task-wire.js';
+import { declaresTasksExtension, renderCreateTaskExt, renderDetailedTask } from '../src/wire/task-wire-ext.js';
+import { outcomeOf, renderResult, renderTask } from '../src/wire/task-wire.js';
 
 function record(fields: Partial<TaskRecord>): TaskRecord {
   return {

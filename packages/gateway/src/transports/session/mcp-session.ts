@@ -15,18 +15,19 @@ import {
   type CallToolResult,
   type JSONRPCRequest,
   type ServerCapabilities,
-  type Task,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { TaskrelayError, isTerminal, type ProgressToken } from '@taskrelay/shared';
+import { TaskrelayError, isTerminal, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
 import { ClientChannel } from './client-channel.js';
-import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
-import { capResult } from './limits.js';
-import type { GatewayMetrics } from './metrics.js';
-import type { ProgressParams } from './task-router.js';
-import type { TaskService } from './task-service.js';
-import { relatedTaskMeta, renderResult, renderTask } from './task-wire.js';
+import type { InflightCalls } from '../../protocol/inflight-calls.js';
+import { ANONYMOUS_PRINCIPAL, idempotencyKeyOf } from '../../protocol/request-meta.js';
+import { WireError, callEndedByShutdown, toMcpError } from '../../wire/errors.js';
+import { capResult } from '../../http/limits.js';
+import type { GatewayMetrics } from '../../ops/metrics.js';
+import type { ProgressParams } from '../../tasks/task-router.js';
+import type { TaskService } from '../../tasks/task-service.js';
+import { relatedTaskMeta, renderResult, renderTask } from '../../wire/task-wire.js';
 import {
   TASKS_EXTENSION_ID,
   declaresTasksExtension,
@@ -34,25 +35,7 @@ import {
   renderDetailedTask,
   requestClientCapabilities,
   requireTasksExtension,
-} from './task-wire-ext.js';
-
-export const ANONYMOUS_PRINCIPAL = 'anonymous';
-
-/** `_meta` key of a task call's idempotency key (docs/MCP.md). */
-export const IDEMPOTENCY_META_KEY = 'dev.taskrelay/idempotency-key';
-
-/** The idempotency key of a request, checked: a string of 1..200 characters, or absent. */
-export function idempotencyKeyOf(meta: Record<string, unknown> | undefined): string | undefined {
-  const value = meta?.[IDEMPOTENCY_META_KEY];
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value.length < 1 || value.length > 200) {
-    throw new TaskrelayError(
-      'INVALID_ARGUMENTS',
-      `_meta["${IDEMPOTENCY_META_KEY}"] must be a string of 1 to 200 characters`,
-    );
-  }
-  return value;
-}
+} from '../../wire/task-wire-ext.js';
 
 /** Requests whose handler below answers at once and sends nothing on the request's own stream. */
 const ANSWERED_AT_ONCE = new Set([
@@ -162,9 +145,12 @@ export function createSessionServer(options: SessionServerOptions): Server {
 
   // Made once per session, not per call: a task's route outlives its request, and a closure made inside the handler
   // would keep that whole request (params, arguments, extra) alive until the task ends.
-  const sendTaskProgress = (params: ProgressParams) =>
-    server.notification({ method: 'notifications/progress', params });
-  const sendTaskStatus = (t: Task) => server.notification({ method: 'notifications/tasks/status', params: t });
+  const sendTaskProgress = (params: ProgressParams, taskId: string) => {
+    params._meta = relatedTaskMeta(taskId);
+    return server.notification({ method: 'notifications/progress', params });
+  };
+  const sendTaskStatus = (record: TaskRecord) =>
+    server.notification({ method: 'notifications/tasks/status', params: renderTask(record) });
   const taskSink = channel.sink(undefined, 'task');
 
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
@@ -354,83 +340,4 @@ function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; di
     b.addEventListener('abort', fromB, { once: true });
   }
   return { signal: controller.signal, dispose };
-}
-
-export interface InflightCallHandlers {
-  /** Ends the call because the gateway is shutting down: its task is cancelled with `GATEWAY_SHUTDOWN`. */
-  shutdown: () => Promise<void>;
-}
-
-export interface TrackedCall {
-  /**
-   * The request's signal, until the gateway starts ending calls: from then on the SDK aborting every handler as it
-   * closes the transports is not the client cancelling.
-   */
-  readonly signal: AbortSignal;
-  /** The call has answered. */
-  done(): void;
-}
-
-interface Entry {
-  handlers: InflightCallHandlers;
-}
-
-/**
- * Plain calls in flight, by session and JSON-RPC id (tasks are never in here): a draining gateway ends those still
- * running when its grace period is over, and from then on a request's aborted signal is no client cancel (on the
- * 2026-07-28 transport a closed response stream is one, PROTOCOL.md §14).
- */
-export class InflightCalls {
-  private readonly calls = new Map<string, Entry>();
-  private endingCalls = false;
-
-  /** @param onSettled called each time a call leaves the table (the drain waits for it to empty). */
-  constructor(private readonly onSettled: () => void = () => undefined) {}
-
-  get size(): number {
-    return this.calls.size;
-  }
-
-  /** True once `endAll` ran: no call may start, none is cancelled as the client's. */
-  get ending(): boolean {
-    return this.endingCalls;
-  }
-
-  track(
-    sessionId: string | undefined,
-    requestId: string | number,
-    requestSignal: AbortSignal,
-    handlers: InflightCallHandlers,
-  ): TrackedCall {
-    const key = inflightKey(sessionId, requestId);
-    const entry: Entry = { handlers };
-    const controller = new AbortController();
-    const follow = () => {
-      if (!this.endingCalls) controller.abort(requestSignal.reason);
-    };
-    if (requestSignal.aborted) follow();
-    else requestSignal.addEventListener('abort', follow, { once: true });
-    this.calls.set(key, entry);
-    // A call that got here after the drain ended the others (its task was still being created) ends too.
-    if (this.endingCalls) void handlers.shutdown();
-    return {
-      signal: controller.signal,
-      done: () => {
-        requestSignal.removeEventListener('abort', follow);
-        if (this.calls.get(key) !== entry) return;
-        this.calls.delete(key);
-        this.onSettled();
-      },
-    };
-  }
-
-  /** Ends every call in flight with `GATEWAY_SHUTDOWN` and resolves once each is cancelled (state first). */
-  async endAll(): Promise<void> {
-    this.endingCalls = true;
-    await Promise.allSettled([...this.calls.values()].map((entry) => entry.handlers.shutdown()));
-  }
-}
-
-function inflightKey(sessionId: string | undefined, requestId: string | number): string {
-  return `${sessionId ?? ''}\u0000${JSON.stringify(requestId)}`;
 }

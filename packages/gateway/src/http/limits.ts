@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
-import { WireError } from './errors.js';
+import { WireError } from '../wire/errors.js';
 import { jsonRpcError } from './http-guards.js';
 
 export interface RequestLimitsOptions {

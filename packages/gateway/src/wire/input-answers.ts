@@ -13,8 +13,8 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { InputRequest } from '@taskrelay/shared';
 import type { z } from 'zod';
+import type { AnswerCheck } from '../tasks/task-service.js';
 
-export type AnswerCheck = { ok: true; answer: Record<string, unknown> } | { ok: false; message: string };
 
 const ajv = new Ajv2020({ allErrors: false, strict: false, logger: false });
 /** Compiled requested schemas, by their JSON; bounded, since each task may bring its own. */

@@ -2,11 +2,11 @@
  * What the gateway does with tools and tasks, independent of the wire rendering: start a task for a call, read it,
  * wait for it, list and cancel it — always for one principal, never by session.
  */
-import type { Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   TaskrelayError,
   isTerminal,
   type CancelReason,
+  type InputRequest,
   type JobData,
   type Logger,
   type ProgressToken,
@@ -17,11 +17,9 @@ import {
   startTaskSpan,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
-import { checkAnswer } from './input-answers.js';
-import { TaskSupportError, taskNotFound } from './errors.js';
+import { TaskSupportMismatchError, taskNotFound } from './errors.js';
 import type { JobDispatcher } from './job-dispatcher.js';
-import type { OpenTaskLimit } from './limits.js';
-import type { GatewayMetrics } from './metrics.js';
+import type { GatewayMetrics } from '../ops/metrics.js';
 import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
 
 export interface TaskServiceConfig {
@@ -33,8 +31,22 @@ export interface TaskServiceConfig {
   /** How long a job may wait for a worker before the reaper fails its task (PROTOCOL.md §10.2). */
   queueTimeoutMs: number;
   /** The per-principal cap on unfinished tasks (task mode). Default: none. */
-  openTasks?: Pick<OpenTaskLimit, 'check' | 'add'>;
+  openTasks?: OpenTaskCap;
+  /**
+   * Checks a client's answer against its input request (PROTOCOL.md §12.5). The answer's shapes are the wire's, so
+   * the check is given here rather than written in this layer.
+   */
+  checkAnswer: AnswerChecker;
 }
+
+/** The per-principal cap on unfinished tasks: `check` throws when the principal is at it. */
+export interface OpenTaskCap {
+  check(principal: string): Promise<void>;
+  add(principal: string, taskId: string): Promise<void>;
+}
+
+export type AnswerCheck = { ok: true; answer: Record<string, unknown> } | { ok: false; message: string };
+export type AnswerChecker = (request: InputRequest, raw: unknown) => AnswerCheck;
 
 /** A plain call's task is read once, by the waiter, right after it ends: it need not stay long (bounded Redis). */
 export const CALL_TTL_MS = 10_000;
@@ -53,8 +65,8 @@ export interface StartTaskInput {
   requestedTtlMs: number | undefined;
   /** `_meta["dev.taskrelay/idempotency-key"]` of a task call (1..200 characters). */
   idempotencyKey?: string | undefined;
-  sendProgress?: (params: ProgressParams) => Promise<void>;
-  sendStatus?: (task: Task) => Promise<void>;
+  sendProgress?: (params: ProgressParams, taskId: string) => Promise<void>;
+  sendStatus?: (record: TaskRecord) => Promise<void>;
   /** Where the task's input requests and log messages go (PROTOCOL.md §12.9, §15). */
   sink?: CallerSink;
   /** What the caller's client declared it can answer (`elicitation`, `sampling`): `ctx.elicit` refuses the rest. */
@@ -95,10 +107,10 @@ export class TaskService {
     const tool = await this.catalog.find(name);
     if (!tool) throw new TaskrelayError('TOOL_NOT_FOUND', `Unknown tool: ${name}`);
     if (asTask === true && tool.taskSupport === 'forbidden') {
-      throw new TaskSupportError(`Tool ${name} does not support task-augmented calls (taskSupport: forbidden)`);
+      throw new TaskSupportMismatchError(`Tool ${name} does not support task-augmented calls (taskSupport: forbidden)`);
     }
     if (asTask === false && tool.taskSupport === 'required') {
-      throw new TaskSupportError(`Tool ${name} requires task augmentation: send params.task (taskSupport: required)`);
+      throw new TaskSupportMismatchError(`Tool ${name} requires task augmentation: send params.task (taskSupport: required)`);
     }
     const invalid = this.catalog.validate(tool, args);
     return invalid === undefined ? { tool } : { tool, invalid };
@@ -278,7 +290,7 @@ export class TaskService {
     const log = this.log.child({ taskId: record.taskId, inputRequest: n });
     const request = record.inputRequests?.[n];
     if (!request) return 'refused';
-    const checked = checkAnswer(request, raw);
+    const checked = this.config.checkAnswer(request, raw);
     if (!checked.ok) {
       log.warn({ method: request.method, reason: checked.message }, 'bad answer to an input request; asking again');
       return 'invalid';
@@ -350,7 +362,7 @@ export class TaskService {
         this.log.info({ taskId, principal, inputRequest: key }, 'answer to a request that is not pending ignored');
         continue;
       }
-      const check = checkAnswer(request, response);
+      const check = this.config.checkAnswer(request, response);
       if (!check.ok) throw new TaskrelayError('INVALID_ARGUMENTS', `Answer to input request ${key}: ${check.message}`);
       checked.push([key, check.answer]);
     }

@@ -9,14 +9,15 @@ import type { Request, Response } from 'express';
 import { z } from 'zod';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, isTerminal, type Logger, type ProgressToken } from '@taskrelay/shared';
-import { WireError, callEndedByShutdown, toMcpError } from './errors.js';
-import { capResult } from './limits.js';
-import type { GatewayMetrics } from './metrics.js';
-import { sanitizeOutgoing } from './safe-errors.js';
-import { type InflightCalls, idempotencyKeyOf } from './mcp-session.js';
-import type { ProgressParams } from './task-router.js';
-import type { TaskService } from './task-service.js';
-import { renderResult } from './task-wire.js';
+import { WireError, callEndedByShutdown, toMcpError } from '../../wire/errors.js';
+import { capResult } from '../../http/limits.js';
+import type { GatewayMetrics } from '../../ops/metrics.js';
+import { sanitizeOutgoing } from '../../http/safe-errors.js';
+import type { InflightCalls } from '../../protocol/inflight-calls.js';
+import { idempotencyKeyOf } from '../../protocol/request-meta.js';
+import type { ProgressParams } from '../../tasks/task-router.js';
+import type { TaskService } from '../../tasks/task-service.js';
+import { renderResult } from '../../wire/task-wire.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
   MISSING_CLIENT_CAPABILITY,
@@ -26,7 +27,7 @@ import {
   renderDetailedTask,
   requestClientCapabilities,
   requireTasksExtension,
-} from './task-wire-ext.js';
+} from '../../wire/task-wire-ext.js';
 
 export const MODERN_PROTOCOL_VERSION = '2026-07-28';
 export const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion';

@@ -20,11 +20,11 @@ import {
   type GatewayConfig,
   type Logger,
 } from '@taskrelay/shared';
-import { ToolCatalog } from './catalog.js';
-import { SessionEventStore } from './event-store.js';
-import { SessionTransport } from './session-transport.js';
-import { waitEndedByShutdown } from './errors.js';
-import { createAuthenticator } from './auth/authenticate.js';
+import { ToolCatalog } from '../tasks/catalog.js';
+import { SessionEventStore } from '../transports/session/event-store.js';
+import { SessionTransport } from '../transports/session/session-transport.js';
+import { waitEndedByShutdown } from '../wire/errors.js';
+import { createAuthenticator } from '../http/auth/authenticate.js';
 import {
   chain,
   hostGuard,
@@ -33,18 +33,21 @@ import {
   jsonRpcError,
   originGuard,
   requireJsonContent,
-} from './http-guards.js';
-import { OpenTaskLimit, RequestLimits } from './limits.js';
-import { sanitizeOutgoing } from './safe-errors.js';
-import { JobDispatcher } from './job-dispatcher.js';
-import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from './modern-endpoint.js';
-import { ANONYMOUS_PRINCIPAL, InflightCalls, answersAtOnce, createSessionServer } from './mcp-session.js';
-import { AdminQueries } from './admin/queries.js';
-import { createAdminRouter } from './admin/router.js';
-import { GatewayMetrics } from './metrics.js';
-import { Reaper } from './reaper.js';
-import { TaskRouter } from './task-router.js';
-import { TaskService } from './task-service.js';
+} from '../http/http-guards.js';
+import { OpenTaskLimit, RequestLimits } from '../http/limits.js';
+import { sanitizeOutgoing } from '../http/safe-errors.js';
+import { JobDispatcher } from '../tasks/job-dispatcher.js';
+import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
+import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
+import { InflightCalls } from '../protocol/inflight-calls.js';
+import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
+import { AdminQueries } from '../ops/admin/queries.js';
+import { createAdminRouter } from '../ops/admin/router.js';
+import { GatewayMetrics } from '../ops/metrics.js';
+import { Reaper } from '../tasks/reaper.js';
+import { TaskRouter } from '../tasks/task-router.js';
+import { TaskService } from '../tasks/task-service.js';
+import { checkAnswer } from '../wire/input-answers.js';
 
 export const GATEWAY_VERSION = '0.1.0';
 
@@ -149,6 +152,7 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
     pollIntervalMs: options.pollIntervalMs,
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
+    checkAnswer,
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });

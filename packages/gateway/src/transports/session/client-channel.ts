@@ -8,8 +8,8 @@ import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { LoggingMessageNotification, RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { LOG_LEVELS, type LogLevel, type Logger, type TaskMode, type TaskRecord } from '@taskrelay/shared';
 import { z } from 'zod';
-import type { CallerSink } from './task-router.js';
-import { relatedTaskMeta } from './task-wire.js';
+import type { CallerSink } from '../../tasks/task-router.js';
+import { relatedTaskMeta } from '../../wire/task-wire.js';
 
 /** What a session receives before it calls `logging/setLevel`: `info` and above (debug is opt-in). */
 export const DEFAULT_LOG_LEVEL: LogLevel = 'info';

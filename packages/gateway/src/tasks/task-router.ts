@@ -5,7 +5,6 @@
  * forwarded.
  */
 import type { Redis } from 'ioredis';
-import type { LoggingMessageNotification, Task } from '@modelcontextprotocol/sdk/types.js';
 import {
   Coalescer,
   GatewayEventSchema,
@@ -19,6 +18,7 @@ import {
   type RedisTaskStore,
   type AckEvent,
   type LogEvent,
+  type LogLevel,
   type StatusEvent,
   type TaskMode,
   type TaskRecord,
@@ -26,14 +26,21 @@ import {
   terminalRecord,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
-import type { GatewayMetrics } from './metrics.js';
-import { relatedTaskMeta, renderTask } from './task-wire.js';
+import type { GatewayMetrics } from '../ops/metrics.js';
 
 export interface ProgressParams {
   progressToken: ProgressToken;
   progress: number;
   total?: number;
   message?: string;
+  _meta?: Record<string, unknown>;
+}
+
+/** A tool's log message as the caller gets it (notifications/message params). */
+export interface LogParams {
+  level: LogLevel;
+  data: unknown;
+  logger?: string;
   _meta?: Record<string, unknown>;
 }
 
@@ -47,7 +54,7 @@ export interface CallerSink {
   /** Stops waiting on this stream for an answer to the task's request `n` (any, when undefined). */
   withdrawInput(taskId: string, n?: string): void;
   /** Sends a tool's log message, when the session's level lets it through. */
-  sendLog(taskId: string, params: LoggingMessageNotification['params']): void;
+  sendLog(taskId: string, params: LogParams): void;
 }
 
 /** An open `tasks/result` request: the spec's side channel for a task's input requests. */
@@ -60,10 +67,13 @@ export interface RouteInput {
   record: TaskRecord;
   /** The caller's stream for input requests and logs: the GET stream (tasks) or the `tools/call` stream (calls). */
   sink?: CallerSink;
-  /** Sends one notifications/progress to the caller; absent when the request carried no progress token. */
-  sendProgress?: (params: ProgressParams) => Promise<void>;
-  /** Sends notifications/tasks/status (task mode only). */
-  sendStatus?: (task: Task) => Promise<void>;
+  /**
+   * Sends one notifications/progress to the caller; absent when the request carried no progress token. A task's
+   * sender adds the related-task `_meta` (the wire's business, not the router's).
+   */
+  sendProgress?: (params: ProgressParams, taskId: string) => Promise<void>;
+  /** Sends the task's new status (notifications/tasks/status, task mode only), rendered by the caller's transport. */
+  sendStatus?: (record: TaskRecord) => Promise<void>;
 }
 
 interface Route {
@@ -71,7 +81,7 @@ interface Route {
   mode: TaskMode;
   sink: CallerSink | undefined;
   coalescer: Coalescer<ProgressEvent> | undefined;
-  sendStatus: ((task: Task) => Promise<void>) | undefined;
+  sendStatus: ((record: TaskRecord) => Promise<void>) | undefined;
 }
 
 export interface TaskRouterOptions {
@@ -153,9 +163,8 @@ export class TaskRouter {
               const params: ProgressParams = { progressToken: token, progress: event.progress };
               if (event.total !== undefined) params.total = event.total;
               if (event.message !== undefined) params.message = event.message;
-              if (record.mode === 'task') params._meta = relatedTaskMeta(taskId);
               this.metrics.progressForwarded.inc();
-              sendProgress(params).catch((error: unknown) =>
+              sendProgress(params, taskId).catch((error: unknown) =>
                 this.log.debug({ taskId, err: error }, 'progress notification not delivered'),
               );
             },
@@ -376,7 +385,7 @@ export class TaskRouter {
     for (const stream of this.resultStreams.get(event.taskId) ?? []) {
       if (stream.sessionId === route.record.sessionId) sink = stream.sink;
     }
-    const params: LoggingMessageNotification['params'] = { level: event.level, data: event.data };
+    const params: LogParams = { level: event.level, data: event.data };
     if (event.logger !== undefined) params.logger = event.logger;
     sink.sendLog(event.taskId, params);
   }
@@ -434,7 +443,7 @@ export class TaskRouter {
         if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
         if (!terminal) route.record = record;
         route
-          .sendStatus(renderTask(record))
+          .sendStatus(record)
           .catch((error: unknown) =>
             this.log.debug({ taskId: event.taskId, err: error }, 'status notification not delivered'),
           );

@@ -3,6 +3,7 @@
  */
 import { ErrorCode as JsonRpcCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, isRedisUnavailableError, type ErrorCode } from '@taskrelay/shared';
+import { TaskSupportMismatchError } from '../tasks/errors.js';
 
 const JSON_RPC_CODES: Partial<Record<ErrorCode, number>> = {
   TASK_NOT_FOUND: JsonRpcCode.InvalidParams,
@@ -22,12 +23,6 @@ export class WireError extends McpError {
   }
 }
 
-/** JSON-RPC -32601: the spec's answer to a taskSupport mismatch. */
-export class TaskSupportError extends WireError {
-  constructor(message: string) {
-    super(JsonRpcCode.MethodNotFound, message);
-  }
-}
 
 /** What every request that needs Redis answers while Redis is unreachable (docs/MCP.md). */
 export function taskStoreUnavailable(): WireError {
@@ -57,12 +52,10 @@ export function waitEndedByShutdown(): WireError {
 export function toMcpError(error: unknown): McpError {
   if (error instanceof McpError) return error;
   if (isRedisUnavailableError(error)) return taskStoreUnavailable();
+  // The spec's answer to a taskSupport mismatch.
+  if (error instanceof TaskSupportMismatchError) return new WireError(JsonRpcCode.MethodNotFound, error.message);
   if (error instanceof TaskrelayError) {
     return new WireError(JSON_RPC_CODES[error.code] ?? JsonRpcCode.InternalError, error.message, { code: error.code });
   }
   return new WireError(JsonRpcCode.InternalError, error instanceof Error ? error.message : String(error));
-}
-
-export function taskNotFound(taskId: string): TaskrelayError {
-  return new TaskrelayError('TASK_NOT_FOUND', `Task not found: ${taskId}`);
 }
