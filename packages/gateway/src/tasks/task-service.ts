@@ -110,7 +110,9 @@ export class TaskService {
       throw new TaskSupportMismatchError(`Tool ${name} does not support task-augmented calls (taskSupport: forbidden)`);
     }
     if (asTask === false && tool.taskSupport === 'required') {
-      throw new TaskSupportMismatchError(`Tool ${name} requires task augmentation: send params.task (taskSupport: required)`);
+      throw new TaskSupportMismatchError(
+        `Tool ${name} requires task augmentation: send params.task (taskSupport: required)`,
+      );
     }
     const invalid = this.catalog.validate(tool, args);
     return invalid === undefined ? { tool } : { tool, invalid };

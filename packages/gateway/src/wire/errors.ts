@@ -23,7 +23,6 @@ export class WireError extends McpError {
   }
 }
 
-
 /** What every request that needs Redis answers while Redis is unreachable (docs/MCP.md). */
 export function taskStoreUnavailable(): WireError {
   return new WireError(JsonRpcCode.InternalError, 'Task store unavailable: Redis is not answering; retry shortly', {

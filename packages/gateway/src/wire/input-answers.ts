@@ -15,7 +15,6 @@ import type { InputRequest } from '@taskrelay/shared';
 import type { z } from 'zod';
 import type { AnswerCheck } from '../tasks/task-service.js';
 
-
 const ajv = new Ajv2020({ allErrors: false, strict: false, logger: false });
 /** Compiled requested schemas, by their JSON; bounded, since each task may bring its own. */
 const compiled = new Map<string, ValidateFunction | undefined>();
