@@ -1,0 +1,261 @@
+/**
+ * The gateway's express app (PROTOCOL.md §16): probes, the /mcp guards, routing each /mcp request to its transport
+ * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler.
+ */
+import { randomUUID } from 'node:crypto';
+import express, { type Request, type Response } from 'express';
+import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { Redis } from 'ioredis';
+import type { GatewayConfig, Logger } from '@taskrelay/shared';
+import type { Authenticator } from '../http/auth/authenticate.js';
+import {
+  chain,
+  hostGuard,
+  httpErrorHandler,
+  jsonBody,
+  jsonRpcError,
+  originGuard,
+  requireJsonContent,
+} from '../http/http-guards.js';
+import type { RequestLimits } from '../http/limits.js';
+import { sanitizeOutgoing } from '../http/safe-errors.js';
+import type { AdminQueries } from '../ops/admin/queries.js';
+import { createAdminRouter } from '../ops/admin/router.js';
+import type { GatewayMetrics } from '../ops/metrics.js';
+import type { InflightCalls } from '../protocol/inflight-calls.js';
+import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
+import type { TaskRouter } from '../tasks/task-router.js';
+import type { TaskService } from '../tasks/task-service.js';
+import { SessionEventStore } from '../transports/session/event-store.js';
+import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
+import { SessionTransport } from '../transports/session/session-transport.js';
+import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
+import type { Session, SessionRegistry } from './session-registry.js';
+
+/** The versions spoken on 2025-era sessions (SDK 1.32.2); any other `MCP-Protocol-Version` is sessionless. */
+const SESSION_PROTOCOL_VERSIONS: ReadonlySet<string> = new Set(SUPPORTED_PROTOCOL_VERSIONS);
+
+type AuthedRequest = Request & { auth?: { clientId: string } };
+
+export interface HttpAppDeps {
+  options: GatewayConfig;
+  version: string;
+  log: Logger;
+  metrics: GatewayMetrics;
+  /** The command connection: `/readyz` pings it. */
+  redis: Redis;
+  auth: Authenticator;
+  limits: RequestLimits;
+  service: TaskService;
+  router: TaskRouter;
+  admin: AdminQueries;
+  inflight: InflightCalls;
+  sessions: SessionRegistry;
+  /** Aborted when the drain starts: pending `tasks/result` waits end. */
+  drainSignal: AbortSignal;
+  /** False once the gateway drains: every answer then closes its connection, and only the probes are served. */
+  accepting: () => boolean;
+  /** /mcp POST responses not yet finished (the drain waits for them); `settled` is called as each one closes. */
+  posts: Set<Response>;
+  settled: () => void;
+}
+
+export function createHttpApp(deps: HttpAppDeps): express.Express {
+  const { options, log, metrics, auth, limits, service, router, inflight, sessions } = deps;
+  const authEnabled = auth.enabled;
+  const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
+
+  const app = express();
+  app.disable('x-powered-by');
+  // POST /mcp, the hot path, as one layer ahead of all others: the same guards in the same order as the routes below,
+  // without express matching each of their paths on every request.
+  app.use((req, res, next) => {
+    if (req.method !== 'POST' || req.path !== '/mcp') return next();
+    mcpPost(req, res, next);
+  });
+  // Once draining, only connections kept alive from before get here: every answer closes its connection.
+  const drainGuard: express.RequestHandler = (req, res, next) => {
+    if (deps.accepting()) return next();
+    res.setHeader('Connection', 'close');
+    if (req.path === '/healthz') return next();
+    if (req.path === '/readyz') {
+      res.status(503).json({ status: 'shutting down' });
+      return;
+    }
+    jsonRpcError(res, 503, -32000, 'Gateway is shutting down');
+  };
+  app.use(drainGuard);
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', async (_req, res) => {
+    const ready = await Promise.race([
+      deps.redis.ping().then(
+        () => true,
+        () => false,
+      ),
+      new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 1000).unref()),
+    ]);
+    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable' });
+  });
+  // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
+  // whatever address the orchestrator uses (a pod IP).
+  const checkHost = hostGuard(options.allowedHosts, options.host);
+  app.use(checkHost);
+  /** With authentication on, a valid token; mount it on any route that is not a probe (/admin/*, /metrics). */
+  const requireAuth = auth.requireAuth;
+  // The /mcp guards first and as one layer: they run on every request. Authentication before the body is read: an
+  // anonymous caller costs no parsing.
+  const mcpGuards = chain([
+    originGuard(options.allowedOrigins),
+    ...(authEnabled ? [requireAuth] : []),
+    requireJsonContent,
+    jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
+  ]);
+  app.use('/mcp', mcpGuards);
+  /** The POST handler behind the guards: rate limits and sizes, then the request. */
+  const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
+  const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
+  const modern = createModernEndpoint({
+    service,
+    metrics,
+    log,
+    version: deps.version,
+    inflight,
+    maxResultBytes: options.maxResultBytes,
+  });
+
+  /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
+  const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {
+    const sessionId = req.header('mcp-session-id');
+    if (!sessionId) {
+      jsonRpcError(res, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      return undefined;
+    }
+    const session = sessions.get(sessionId, principalOf(req));
+    if (!session) {
+      jsonRpcError(res, 404, -32001, 'Session not found');
+      return undefined;
+    }
+    session.lastSeenAt = Date.now();
+    session.openResponses++;
+    res.on('close', () => {
+      session.openResponses--;
+      session.lastSeenAt = Date.now();
+    });
+    return session;
+  };
+
+  const openSession = async (req: AuthedRequest, res: Response) => {
+    if (!isInitializeRequest(req.body)) {
+      jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
+      return;
+    }
+    const principal = principalOf(req);
+    if (!sessions.hasRoomFor(principal)) {
+      log.info({ principal, sessions: sessions.heldBy(principal) }, 'session cap reached');
+      jsonRpcError(
+        res,
+        429,
+        -32000,
+        `Too many open sessions for this principal (at most ${options.maxSessionsPerPrincipal}): close one (DELETE /mcp) or reuse it`,
+      );
+      return;
+    }
+    const sessionId = randomUUID();
+    const events = new SessionEventStore({
+      ttlMs: options.eventTtlMs,
+      onResize: (delta) => metrics.sseEventBytes.inc(delta),
+    });
+    const transport = new SessionTransport({
+      sessionId,
+      events,
+      onsessioninitialized: (id) =>
+        sessions.add(id, { transport, server, events, principal, lastSeenAt: Date.now(), openResponses: 0 }),
+      onsessionclosed: (id) => sessions.close(id),
+      filter: (message) => sanitizeOutgoing(message, log, sessionId),
+      answersAtOnce: (request) => answersAtOnce(request, (taskId) => router.recentlyEnded(taskId) !== undefined),
+    });
+    transport.onclose = () => sessions.close(sessionId);
+    const server = createSessionServer({
+      service,
+      metrics,
+      authEnabled,
+      version: deps.version,
+      inflight,
+      drainSignal: deps.drainSignal,
+      maxResultBytes: options.maxResultBytes,
+    });
+    server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
+    await server.connect(transport);
+    await transport.handleRequest(req, res, req.body);
+  };
+
+  const post = async (req: AuthedRequest, res: Response) => {
+    deps.posts.add(res);
+    metrics.requestsInFlight.set(deps.posts.size);
+    res.on('close', () => {
+      deps.posts.delete(res);
+      metrics.requestsInFlight.set(deps.posts.size);
+      deps.settled();
+    });
+    // 2026-07-28 (and any version no 2025-era session speaks): sessionless, one request per POST (PROTOCOL.md §14).
+    const version = req.header('mcp-protocol-version')?.trim();
+    if (version !== undefined && !SESSION_PROTOCOL_VERSIONS.has(version)) {
+      await modern(req, res, principalOf(req));
+      return;
+    }
+    if (req.header('mcp-session-id') === undefined) {
+      await openSession(req, res);
+      return;
+    }
+    const session = sessionOf(req, res);
+    if (!session) return;
+    // On 2025-11-25 a closed response stream is no cancel: the client may resume it with Last-Event-ID (§14).
+    await session.transport.handleRequest(req, res, req.body);
+  };
+  // Reached only by paths the first layer leaves to express (`/mcp/`).
+  app.post('/mcp', handlePost);
+
+  const sessionRequest = async (req: AuthedRequest, res: Response) => {
+    // No GET stream or DELETE without a session, and none at all on the sessionless 2026-07-28 transport.
+    const version = req.header('mcp-protocol-version')?.trim();
+    const sessionless = version !== undefined && !SESSION_PROTOCOL_VERSIONS.has(version);
+    if (sessionless || req.header('mcp-session-id') === undefined) {
+      res.setHeader('Allow', 'POST');
+      jsonRpcError(
+        res,
+        405,
+        -32000,
+        sessionless
+          ? `Method Not Allowed: ${req.method} /mcp is not part of the ${version ?? MODERN_PROTOCOL_VERSION} transport`
+          : `Method Not Allowed: ${req.method} /mcp needs a session; send initialize first`,
+      );
+      return;
+    }
+    const session = sessionOf(req, res);
+    if (session) await session.transport.handleRequest(req, res);
+  };
+  app.get('/mcp', (req: AuthedRequest, res: Response) => {
+    metrics.streams.inc();
+    res.on('close', () => metrics.streams.dec());
+    return sessionRequest(req, res);
+  });
+  app.delete('/mcp', sessionRequest);
+
+  app.use(auth.metadataRouter);
+  app.get('/metrics', requireAuth, async (_req, res) => {
+    res.setHeader('Content-Type', metrics.registry.contentType);
+    res.send(await metrics.registry.metrics());
+  });
+  // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
+  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: deps.admin, log }));
+
+  // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
+  app.use(
+    httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
+      maxBodyBytes: options.maxBodyBytes,
+    }),
+  );
+  return app;
+}
