@@ -3,7 +3,7 @@
  * principal, never the session (the MCP tasks specification, security considerations).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import {
   connectClient,
@@ -12,6 +12,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 let redis: TestRedis;
 let gateway: GatewayProcess;
@@ -30,16 +31,11 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function startTask(headers: Record<string, string>) {
+/** A client of its own for `headers`' principal, and one build_report task it started. */
+async function clientWithTask(headers: Record<string, string>) {
   const client = await connectClient(gateway.url, headers);
-  const created = await client.request(
-    {
-      method: 'tools/call',
-      params: { name: 'build_report', arguments: { report: 'r', items: 2, delayMs: 1 }, task: {} },
-    },
-    CreateTaskResultSchema,
-  );
-  return { client, taskId: created.task.taskId };
+  const taskId = await startTask(client, 'build_report', { report: 'r', items: 2, delayMs: 1 });
+  return { client, taskId };
 }
 
 describe('authentication and task ownership', () => {
@@ -59,8 +55,8 @@ describe('authentication and task ownership', () => {
   });
 
   it('offers tasks/list and lists only the caller’s own tasks', async () => {
-    const a = await startTask(alice);
-    const b = await startTask(bob);
+    const a = await clientWithTask(alice);
+    const b = await clientWithTask(bob);
     expect(a.client.getServerCapabilities()?.tasks?.list).toEqual({});
     const listed = (await a.client.experimental.tasks.listTasks()).tasks.map((t) => t.taskId);
     expect(listed).toContain(a.taskId);
@@ -70,7 +66,7 @@ describe('authentication and task ownership', () => {
   });
 
   it('lets the same principal reach its task from a new session, and tells another principal it does not exist', async () => {
-    const { client, taskId } = await startTask(alice);
+    const { client, taskId } = await clientWithTask(alice);
     await client.close();
     const again = await connectClient(gateway.url, alice);
     const result = await again.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);

@@ -5,12 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  CancelTaskResultSchema,
-  CreateTaskResultSchema,
-  GetTaskResultSchema,
-} from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, CancelTaskResultSchema, GetTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
 import { z } from 'zod';
 import { createKeys } from '@taskrelay/shared';
@@ -29,6 +24,7 @@ import {
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 let cluster: TestCluster;
 let prefix: string;
@@ -55,14 +51,6 @@ afterAll(async () => {
   await stopAll();
   await cluster?.stop();
 });
-
-async function callAsTask(name: string, args: Record<string, unknown>): Promise<string> {
-  const created = await client.request(
-    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 } } },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
 
 const getTask = (taskId: string, c: Client = client) =>
   c.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema);
@@ -102,7 +90,7 @@ describe('the task path on a 3-master cluster', () => {
   });
 
   it('cancels a running task, which stays cancelled', async () => {
-    const taskId = await callAsTask('build_report', { report: 'long', items: 10_000, delayMs: 50 });
+    const taskId = await startTask(client, 'build_report', { report: 'long', items: 10_000, delayMs: 50 });
     await waitFor(async () => (await redis.hget(createKeys(prefix).task(taskId), 'attempt')) === '1');
     const cancelled = await client.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     expect(cancelled.status).toBe('cancelled');
@@ -159,7 +147,7 @@ describe('the task path on a 3-master cluster', () => {
     const fixtures = { ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_LOCK_DURATION_MS: '1000' };
     const first: ManagedProcess = await startWorkerProcess(fixtures);
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'sleepy'));
-    const taskId = await callAsTask('sleepy', { ms: 1_500, stepMs: 100 });
+    const taskId = await startTask(client, 'sleepy', { ms: 1_500, stepMs: 100 });
     const key = createKeys(prefix).task(taskId);
     await waitFor(async () => (await redis.hget(key, 'attempt')) === '1');
     await first.kill('SIGKILL');

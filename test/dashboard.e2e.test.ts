@@ -12,7 +12,6 @@ import { toolPool } from '@taskrelay/shared';
 const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']);
 import { chromium, type Browser, type Page } from 'playwright-core';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -23,6 +22,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 const SHOTS = resolve(ROOT, '.tmp');
@@ -68,17 +68,6 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function startTask(report: string, items: number, delayMs: number): Promise<string> {
-  const created = await client.request(
-    {
-      method: 'tools/call',
-      params: { name: 'build_report', arguments: { report, items, delayMs }, task: { ttl: 120_000 } },
-    },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
-
 /** The cells of a task's row on the page, as text. */
 async function row(taskId: string): Promise<string[] | undefined> {
   const cells = await page.locator(`#tasks tr:has(a:text-is("${taskId}")) td`).allInnerTexts();
@@ -87,9 +76,9 @@ async function row(taskId: string): Promise<string[] | undefined> {
 
 describe('admin pages in Chromium', () => {
   it('show workers, queue depth and live tasks with moving progress bars, and a task timeline', async () => {
-    const fast = await startTask('sales', 400, 25);
-    const slow = await startTask('returns', 400, 60);
-    const queued = await startTask('backlog', 5, 10); // concurrency 2: waits for a slot
+    const fast = await startTask(client, 'build_report', { report: 'sales', items: 400, delayMs: 25 });
+    const slow = await startTask(client, 'build_report', { report: 'returns', items: 400, delayMs: 60 });
+    const queued = await startTask(client, 'build_report', { report: 'backlog', items: 5, delayMs: 10 }); // concurrency 2: waits for a slot
     await page.goto(`${admin}/tasks`);
 
     await waitFor(
@@ -145,7 +134,7 @@ describe('admin pages in Chromium', () => {
   });
 
   it('serve bull-board at /admin/queues with the worker pool listed', async () => {
-    await startTask('on-the-board', 2_000, 50);
+    await startTask(client, 'build_report', { report: 'on-the-board', items: 2_000, delayMs: 50 });
     await page.goto(`${admin}/queues`);
     await page.getByText('q-default').first().waitFor({ timeout: 15_000 });
     await page.getByText('q-default').first().click();

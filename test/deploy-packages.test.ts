@@ -37,7 +37,13 @@ function run(command: string, args: string[], cwd: string, timeoutMs = INSTALL_T
     timeout: timeoutMs,
     env: { ...process.env, CI: 'true' },
   });
-  return { status: result.status, output: `${result.stdout ?? ''}${result.stderr ?? ''}` };
+  // A command that could not start or was killed (timeout) printed nothing: say why instead of an empty reason.
+  const why = result.error
+    ? `${result.error.message}\n`
+    : result.signal
+      ? `killed by ${result.signal}${result.signal === 'SIGTERM' ? ` (timeout ${timeoutMs} ms?)` : ''}\n`
+      : '';
+  return { status: result.status, output: `${why}${result.stdout ?? ''}${result.stderr ?? ''}` };
 }
 
 /** Packs a workspace package into `dest` and returns the tarball's path. */

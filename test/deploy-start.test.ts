@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from './helpers/processes.js';
-import { startRedis, type TestRedis } from './helpers/redis.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 
 let redis: TestRedis;
 let squatter: Server;
@@ -30,7 +30,13 @@ describe('npm start', () => {
     const { port } = squatter.address() as AddressInfo;
     const child = spawn(process.execPath, [resolve(ROOT, 'scripts/start-stack.mjs')], {
       cwd: ROOT,
-      env: { ...process.env, REDIS_URL: redis.url, HOST: '127.0.0.1', PORT: String(port) },
+      env: {
+        ...process.env,
+        REDIS_URL: redis.url,
+        TASKRELAY_PREFIX: uniquePrefix('start'),
+        HOST: '127.0.0.1',
+        PORT: String(port),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

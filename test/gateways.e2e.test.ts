@@ -6,12 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  CreateTaskResultSchema,
-  McpError,
-  ProgressNotificationSchema,
-} from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, McpError, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { RedisTaskStore, createKeys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -23,6 +18,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 let redis: TestRedis;
 let r: Redis;
@@ -51,22 +47,9 @@ afterAll(async () => {
 
 const IDEMPOTENCY = 'dev.taskrelay/idempotency-key';
 
-async function startTask(
-  client: Client,
-  args: Record<string, unknown>,
-  meta: Record<string, unknown> = {},
-  name = 'sleepy',
-): Promise<string> {
-  const created = await client.request(
-    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 }, _meta: meta } },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
-
 describe('§10.9 status fan-out and cancel acks', () => {
   it('answers tasks/result on a replica that does not own the task as soon as the task ends', async () => {
-    const taskId = await startTask(onA, { ms: 300, stepMs: 50 });
+    const taskId = await startTask(onA, 'sleepy', { ms: 300, stepMs: 50 });
     const result = await onB.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toEqual({ ms: 300 });
   });
@@ -82,7 +65,7 @@ describe('§10.9 status fan-out and cancel acks', () => {
       onA.setNotificationHandler(ProgressNotificationSchema, (n) => {
         if (n.params.progressToken === token) seen++;
       });
-      const taskId = await startTask(onA, { ms: 60_000, stepMs: 5 }, { progressToken: token });
+      const taskId = await startTask(onA, 'sleepy', { ms: 60_000, stepMs: 5 }, { progressToken: token });
       await waitFor(() => seen >= 3, { message: 'no progress before the cancel' });
       // The owner stalls (a GC pause, a busy event loop) while the worker keeps publishing to it.
       process.kill(a.pid, 'SIGSTOP');
@@ -98,10 +81,10 @@ describe('§10.9 status fan-out and cancel acks', () => {
       expect(cancelled.status).toBe('cancelled');
       expect(answeredAt).toBeGreaterThan(resumedAt);
       // Anything the owner had queued before its ack reaches the client before a later task's result does.
-      const later = await startTask(onA, { ms: 20, stepMs: 10 }, { progressToken: `${token}-after` });
+      const later = await startTask(onA, 'sleepy', { ms: 20, stepMs: 10 }, { progressToken: `${token}-after` });
       await onA.experimental.tasks.getTaskResult(later, CallToolResultSchema);
       const settled = seen;
-      const another = await startTask(onA, { ms: 20, stepMs: 10 }, { progressToken: `${token}-after2` });
+      const another = await startTask(onA, 'sleepy', { ms: 20, stepMs: 10 }, { progressToken: `${token}-after2` });
       await onA.experimental.tasks.getTaskResult(another, CallToolResultSchema);
       expect(seen).toBe(settled);
     }
@@ -112,21 +95,23 @@ describe('§10.8 idempotent creation', () => {
   it('returns one task for one key, whichever replica is asked, and runs the tool once', async () => {
     const key = `order-${Date.now()}`;
     const ids = await Promise.all([
-      startTask(onA, { ms: 200 }, { [IDEMPOTENCY]: key }),
-      startTask(onB, { ms: 200 }, { [IDEMPOTENCY]: key }),
-      startTask(onA, { ms: 200 }, { [IDEMPOTENCY]: key }),
+      startTask(onA, 'sleepy', { ms: 200 }, { meta: { [IDEMPOTENCY]: key } }),
+      startTask(onB, 'sleepy', { ms: 200 }, { meta: { [IDEMPOTENCY]: key } }),
+      startTask(onA, 'sleepy', { ms: 200 }, { meta: { [IDEMPOTENCY]: key } }),
     ]);
     expect(new Set(ids).size).toBe(1);
     const taskId = ids[0] ?? '';
     await onB.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
-    expect(await startTask(onB, { ms: 200 }, { [IDEMPOTENCY]: key })).toBe(taskId);
+    expect(await startTask(onB, 'sleepy', { ms: 200 }, { meta: { [IDEMPOTENCY]: key } })).toBe(taskId);
     const task = await new RedisTaskStore(r, createKeys(prefix)).get(taskId);
     expect(task?.attempt).toBe(1);
   });
 
   it('rejects a key that is not a string of 1 to 200 characters, naming it, and creates nothing', async () => {
     for (const bad of ['', 'x'.repeat(201), 42]) {
-      const error = await startTask(onA, { ms: 1 }, { [IDEMPOTENCY]: bad }).catch((e: unknown) => e);
+      const error = await startTask(onA, 'sleepy', { ms: 1 }, { meta: { [IDEMPOTENCY]: bad } }).catch(
+        (e: unknown) => e,
+      );
       expect(error).toBeInstanceOf(McpError);
       expect((error as McpError).code).toBe(-32602);
       expect((error as McpError).message).toMatch(/idempotency-key/);
@@ -135,8 +120,10 @@ describe('§10.8 idempotent creation', () => {
 
   it('refuses a key already used for another tool', async () => {
     const key = `k-${Date.now()}`;
-    await startTask(onA, { ms: 1 }, { [IDEMPOTENCY]: key });
-    const error = await startTask(onA, { count: 1 }, { [IDEMPOTENCY]: key }, 'progress_burst').catch((e: unknown) => e);
+    await startTask(onA, 'sleepy', { ms: 1 }, { meta: { [IDEMPOTENCY]: key } });
+    const error = await startTask(onA, 'progress_burst', { count: 1 }, { meta: { [IDEMPOTENCY]: key } }).catch(
+      (e: unknown) => e,
+    );
     expect((error as McpError).code).toBe(-32602);
     expect((error as McpError).message).toMatch(/Idempotency key already used/);
   });

@@ -10,7 +10,6 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
   CallToolResultSchema,
-  CreateTaskResultSchema,
   ProgressNotificationSchema,
   type ProgressNotification,
 } from '@modelcontextprotocol/sdk/types.js';
@@ -26,6 +25,7 @@ import {
   type ManagedProcess,
 } from './helpers/processes.js';
 import { JOB_API_CONFIG, startBatchService, type BatchService, type BatchStats } from './fixtures/job-api-service.js';
+import { startTask } from './helpers/tasks.js';
 
 const TOKEN = 'e2e-secret';
 let redis: TestRedis;
@@ -60,17 +60,6 @@ afterAll(async () => {
 
 beforeEach(() => service.control({ reset: true }));
 
-async function startTask(name: string, args: Record<string, unknown>): Promise<string> {
-  const created = await client.request(
-    {
-      method: 'tools/call',
-      params: { name, arguments: args, task: { ttl: 120_000 }, _meta: { progressToken: `${name}-${args['label']}` } },
-    },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
-
 const stats = () => service.stats();
 const until = (condition: (s: BatchStats) => boolean, message: string) =>
   waitFor(async () => condition(await stats()), { timeoutMs: 15_000, message });
@@ -92,7 +81,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
   });
 
   it('submits, polls and completes, with the upstream progress reaching the caller as it moves', async () => {
-    const taskId = await startTask('batch_job', { label: 'p1', steps: 3, manual: true });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 'p1', steps: 3, manual: true },
+      { progressToken: 'batch_job-p1' },
+    );
     const token = 'batch_job-p1';
     await waitFor(() => tokenProgress(token).some((p) => p.progress === 0), { message: 'no progress 0/3' });
     await service.advance('latest');
@@ -110,7 +104,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
   });
 
   it('completes a job polled across suspended runs, from the status URL of a 202 + Location', async () => {
-    const taskId = await startTask('batch_job_suspending', { label: 's1', steps: 4, manual: true });
+    const taskId = await startTask(
+      client,
+      'batch_job_suspending',
+      { label: 's1', steps: 4, manual: true },
+      { progressToken: 'batch_job_suspending-s1' },
+    );
     const suspended = () => worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'run suspended').length;
     await waitFor(() => suspended() >= 2, { message: 'runs did not suspend' });
     await service.advance('latest', 4);
@@ -129,7 +128,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
   });
 
   it('fails the task with the upstream message when the external job fails', async () => {
-    const taskId = await startTask('batch_job', { label: 'f1', steps: 2, stepMs: 50, fail: 'render node on fire' });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 'f1', steps: 2, stepMs: 50, fail: 'render node on fire' },
+      { progressToken: 'batch_job-f1' },
+    );
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).toBe(true);
     expect(JSON.stringify(result.content)).toContain('render node on fire');
@@ -139,7 +143,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
   });
 
   it('cancel calls the external cancel exactly once and polling stops', async () => {
-    const taskId = await startTask('batch_job', { label: 'c1', steps: 10_000, stepMs: 100 });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 'c1', steps: 10_000, stepMs: 100 },
+      { progressToken: 'batch_job-c1' },
+    );
     await until((s) => s.polls >= 2, 'never polled');
     await client.experimental.tasks.cancelTask(taskId);
     await until((s) => s.cancels >= 1, 'external cancel never called');
@@ -155,7 +164,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
   // of removing (PROTOCOL.md §12.10; the two small changes to worker.ts and job-dispatcher.ts are with the integrator).
   // Until then a cancel that lands while the run is suspended does not reach the upstream.
   it('a task cancelled while its run is suspended still cancels the external job, once', async () => {
-    const taskId = await startTask('batch_job_suspending', { label: 'c2', steps: 10_000, stepMs: 100 });
+    const taskId = await startTask(
+      client,
+      'batch_job_suspending',
+      { label: 'c2', steps: 10_000, stepMs: 100 },
+      { progressToken: 'batch_job_suspending-c2' },
+    );
     await waitFor(() => worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'run suspended'));
     await client.experimental.tasks.cancelTask(taskId);
     await until((s) => s.cancels >= 1, 'external cancel never called');
@@ -166,7 +180,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
 
   it('rides out a flaky upstream (5xx, answers that never come, slow answers) without a second job', async () => {
     await service.control({ flaky: ['500', 'ok', 'timeout', 'slow', '500', 'ok', 'slow'], slowMs: 200, hangMs: 3_000 });
-    const taskId = await startTask('batch_job', { label: 'x1', steps: 4, stepMs: 60 });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 'x1', steps: 4, stepMs: 60 },
+      { progressToken: 'batch_job-x1' },
+    );
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).not.toBe(true);
     expect(result.structuredContent).toMatchObject({ steps: 4 });
@@ -180,7 +199,12 @@ describe('§12.10 job-API tools through gateway and worker', () => {
 describe('§12.10 a worker lost mid-poll', () => {
   it('a SIGKILLed worker’s job resumes polling the same external job on another worker, never submitting again', async () => {
     const first = await startWorkerProcess(env);
-    const taskId = await startTask('batch_job', { label: 'k1', steps: 25, stepMs: 100 });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 'k1', steps: 25, stepMs: 100 },
+      { progressToken: 'batch_job-k1' },
+    );
     await until((s) => s.polls >= 3, 'never polled');
     await first.kill('SIGKILL');
     const second = await startWorkerProcess(env);
@@ -193,7 +217,12 @@ describe('§12.10 a worker lost mid-poll', () => {
 
   it('a job handed back on SIGTERM resumes on another worker without a second submit', async () => {
     const first = await startWorkerProcess(env);
-    const taskId = await startTask('batch_job', { label: 't1', steps: 20, stepMs: 100 });
+    const taskId = await startTask(
+      client,
+      'batch_job',
+      { label: 't1', steps: 20, stepMs: 100 },
+      { progressToken: 'batch_job-t1' },
+    );
     await until((s) => s.polls >= 2, 'never polled');
     expect(await first.kill('SIGTERM')).toBe(0);
     const second = await startWorkerProcess(env);

@@ -9,7 +9,7 @@ import { toolPool } from '@taskrelay/shared';
 const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']);
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -22,6 +22,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 let redis: TestRedis;
 let gateway: GatewayProcess;
@@ -45,17 +46,6 @@ afterAll(async () => {
   await stopAll();
   await redis?.stop();
 });
-
-async function startTask(items: number, delayMs: number): Promise<string> {
-  const created = await client.request(
-    {
-      method: 'tools/call',
-      params: { name: 'build_report', arguments: { report: 'm', items, delayMs }, task: { ttl: 60_000 } },
-    },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
 
 const g = (name: string, labels: Record<string, string> = {}) => readMetric(gateway.url, name, labels);
 const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);
@@ -85,14 +75,14 @@ describe('metrics', () => {
   });
 
   it('show a running task, busy slots and queue depth, then the cancel and its latency on both sides', async () => {
-    const running = await startTask(100_000, 20);
+    const running = await startTask(client, 'build_report', { report: 'm', items: 100_000, delayMs: 20 });
     await waitFor(async () => (await w('taskrelay_worker_slots', { state: 'busy' })) === 1, {
       timeoutMs: 10_000,
       message: 'the worker never showed a busy slot',
     });
     expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
     // Concurrency 1: a second task waits in the queue.
-    const queued = await startTask(1, 0);
+    const queued = await startTask(client, 'build_report', { report: 'm', items: 1, delayMs: 0 });
     await waitFor(async () => (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'waiting' })) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',

@@ -2,6 +2,7 @@
  * Issue 8, PROTOCOL.md §14: the sessionless 2026-07-28 transport on the same /mcp endpoint, beside 2025-11-25
  * sessions, over the same stored tasks. Raw HTTP, as a 2026 client sends it (routing headers, per-request _meta).
  */
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -53,7 +54,12 @@ function nameOf(method: string, params: Json): string | undefined {
 }
 
 /** One 2026-07-28 request: routing headers and the per-request _meta a 2026 client sends. */
-function post(method: string, params: Json = {}, options: SendOptions = {}): Promise<Response> {
+/** The headers and body of one 2026-07-28 request. */
+function request(
+  method: string,
+  params: Json = {},
+  options: SendOptions = {},
+): { headers: Record<string, string>; body: string } {
   const capabilities = options.ext ? { extensions: { [EXT]: {} } } : {};
   const body = {
     jsonrpc: '2.0',
@@ -81,7 +87,35 @@ function post(method: string, params: Json = {}, options: SendOptions = {}): Pro
     if (v === undefined) delete headers[k];
     else headers[k] = v;
   }
-  return fetch(gateway.url, { method: 'POST', headers, body: JSON.stringify(body), signal: options.signal ?? null });
+  return { headers, body: JSON.stringify(body) };
+}
+
+function post(method: string, params: Json = {}, options: SendOptions = {}): Promise<Response> {
+  const { headers, body } = request(method, params, options);
+  return fetch(gateway.url, { method: 'POST', headers, body, signal: options.signal ?? null });
+}
+
+/**
+ * Sends one request in full, then closes the connection without reading a byte of the answer: the response stream
+ * closes while the gateway is still handling the call. Resolves once the socket is closed.
+ */
+function sendAndHangUp(method: string, params: Json, options: SendOptions = {}): Promise<void> {
+  const { headers, body } = request(method, params, options);
+  const url = new URL(gateway.url);
+  const head = [
+    `POST ${url.pathname} HTTP/1.1`,
+    `host: ${url.host}`,
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+    `content-length: ${Buffer.byteLength(body)}`,
+    'connection: close',
+  ].join('\r\n');
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(url.port), url.hostname);
+    socket.once('error', reject);
+    // Written to the kernel means sent on loopback; nothing was read, so destroy() closes with a FIN, not a reset.
+    socket.write(`${head}\r\n\r\n${body}`, () => socket.destroy());
+    socket.once('close', () => resolve());
+  });
 }
 
 async function rpc(
@@ -231,20 +265,16 @@ describe('§14 the 2026-07-28 transport', () => {
 
   it('does not cancel a task when the stream of the tools/call that made it closes', async () => {
     const key = `k-${Date.now()}`;
-    const controller = new AbortController();
-    const first = post(
-      'tools/call',
-      { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } },
-      { ext: true, meta: { 'dev.taskrelay/idempotency-key': key }, signal: controller.signal },
-    );
-    controller.abort();
-    await first.catch(() => undefined);
-    // The same idempotency key names the task, whether or not the first request got as far as creating it.
-    const again = await result(
-      'tools/call',
-      { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } },
-      { ext: true, meta: { 'dev.taskrelay/idempotency-key': key } },
-    );
+    const call = { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } };
+    const meta = { 'dev.taskrelay/idempotency-key': key };
+    const created = () => readMetric(gateway.url, 'taskrelay_tasks_created_total', { tool: 'sleepy', mode: 'task' });
+    const before = await created();
+    await sendAndHangUp('tools/call', call, { ext: true, meta });
+    // The call must have reached the gateway and made its task, or this test proves nothing.
+    await waitFor(async () => (await created()) === before + 1, { message: 'the hung-up tools/call made no task' });
+    // The same idempotency key names that task: no second one is made.
+    const again = await result('tools/call', call, { ext: true, meta });
+    expect(await created()).toBe(before + 1);
     await until(String(again['taskId']), 'completed');
   });
 

@@ -4,10 +4,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
   CallToolResultSchema,
-  CreateTaskResultSchema,
   ProgressNotificationSchema,
   TaskStatusNotificationSchema,
   type ProgressNotification,
@@ -26,6 +24,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 const GATED_TOOLS = `${ROOT}/test/fixtures/gated-tools.mjs`;
 const RELATED = 'io.modelcontextprotocol/related-task';
@@ -70,14 +69,6 @@ async function recordingClient(url: string) {
   return { client, received, cards };
 }
 
-async function startTask(client: Client, name: string, args: Record<string, unknown>, progressToken: string | number) {
-  const created = await client.request(
-    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 }, _meta: { progressToken } } },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
-}
-
 const push = (gate: string, command: Record<string, unknown>) => r.rpush(gate, JSON.stringify(command));
 
 function expectStrictlyIncreasing(values: number[]) {
@@ -89,8 +80,8 @@ describe('§6 progress flow', () => {
     const { client, received, cards } = await recordingClient(gatewayA.url);
     const gateSales = `${prefix}:gate:sales`;
     const gateReturns = `${prefix}:gate:returns`;
-    const sales = await startTask(client, 'gated', { gate: gateSales }, 'sales-42');
-    const returns = await startTask(client, 'gated', { gate: gateReturns }, 'returns-43');
+    const sales = await startTask(client, 'gated', { gate: gateSales }, { progressToken: 'sales-42' });
+    const returns = await startTask(client, 'gated', { gate: gateReturns }, { progressToken: 'returns-43' });
 
     await push(gateSales, { progress: 1, total: 4, message: 'sales 1/4' });
     await waitFor(() => cards().get('sales-42')?.progress === 1);
@@ -138,7 +129,12 @@ describe('§6 progress flow', () => {
           const report = `s${si}-r${i}`;
           const token = i % 2 === 0 ? `tok-${report}` : `${si + 1}${i}`;
           const progressToken = i % 2 === 0 ? token : Number(token);
-          const taskId = await startTask(s.client, 'build_report', { report, items: 20, delayMs: 3 }, progressToken);
+          const taskId = await startTask(
+            s.client,
+            'build_report',
+            { report, items: 20, delayMs: 3 },
+            { progressToken },
+          );
           calls.push({ session: si, token, taskId, report });
         }
       }),
@@ -181,8 +177,18 @@ describe('§6 progress flow', () => {
     const metric = (g: GatewayProcess) => readMetric(g.url, 'taskrelay_progress_notifications_total');
     const beforeA = await metric(gatewayA);
     const beforeB = await metric(gatewayB);
-    const ta = await startTask(a.client, 'build_report', { report: 'on-a', items: 10, delayMs: 2 }, 'same-token');
-    const tb = await startTask(b.client, 'build_report', { report: 'on-b', items: 10, delayMs: 2 }, 'same-token');
+    const ta = await startTask(
+      a.client,
+      'build_report',
+      { report: 'on-a', items: 10, delayMs: 2 },
+      { progressToken: 'same-token' },
+    );
+    const tb = await startTask(
+      b.client,
+      'build_report',
+      { report: 'on-b', items: 10, delayMs: 2 },
+      { progressToken: 'same-token' },
+    );
     await a.client.experimental.tasks.getTaskResult(ta, CallToolResultSchema);
     await b.client.experimental.tasks.getTaskResult(tb, CallToolResultSchema);
     await waitFor(() => a.received.some((p) => p.progress === 10) && b.received.some((p) => p.progress === 10));
@@ -197,7 +203,7 @@ describe('§6 progress flow', () => {
   it('sends nothing for a task after it is terminal, even when a stray update arrives later', async () => {
     const { client, received } = await recordingClient(gatewayA.url);
     const gate = `${prefix}:gate:terminal`;
-    const taskId = await startTask(client, 'gated', { gate }, 'term');
+    const taskId = await startTask(client, 'gated', { gate }, { progressToken: 'term' });
     await push(gate, { progress: 1, total: 3 });
     await waitFor(() => received.some((p) => p.progressToken === 'term'));
     await push(gate, { done: true });
@@ -210,7 +216,7 @@ describe('§6 progress flow', () => {
     );
     // A sentinel task on the same gateway: its progress is delivered after the stray message was handled.
     const sentinelGate = `${prefix}:gate:sentinel`;
-    const sentinel = await startTask(client, 'gated', { gate: sentinelGate }, 'sentinel');
+    const sentinel = await startTask(client, 'gated', { gate: sentinelGate }, { progressToken: 'sentinel' });
     await push(sentinelGate, { progress: 1 });
     await waitFor(() => received.some((p) => p.progressToken === 'sentinel'));
     expect(received.slice(count).map((p) => p.progressToken)).toEqual(['sentinel']);
@@ -227,7 +233,7 @@ describe('§6 progress flow', () => {
   it('mirrors the latest progress message into statusMessage for clients that only poll', async () => {
     const client = await connectClient(gatewayA.url);
     const gate = `${prefix}:gate:mirror`;
-    const taskId = await startTask(client, 'gated', { gate }, 'mirror');
+    const taskId = await startTask(client, 'gated', { gate }, { progressToken: 'mirror' });
     await push(gate, { progress: 1, total: 2, message: 'halfway there' });
     await waitFor(async () => (await client.experimental.tasks.getTask(taskId)).statusMessage === 'halfway there');
     await push(gate, { done: true });
@@ -251,7 +257,7 @@ describe('§6 progress flow', () => {
 
   it('coalesces a tool that reports a million times into a handful of notifications, ending on the last value', async () => {
     const { client, received } = await recordingClient(gatewayA.url);
-    const taskId = await startTask(client, 'progress_burst', { count: 1_000_000 }, 'burst');
+    const taskId = await startTask(client, 'progress_burst', { count: 1_000_000 }, { progressToken: 'burst' });
     await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     await waitFor(() => received.some((p) => p.progress === 1_000_000));
     const values = received.filter((p) => p.progressToken === 'burst').map((p) => p.progress);
@@ -268,7 +274,12 @@ describe('§6 progress flow', () => {
     client.setNotificationHandler(TaskStatusNotificationSchema, (n) => {
       statuses.push(n.params);
     });
-    const taskId = await startTask(client, 'build_report', { report: 'status', items: 2, delayMs: 1 }, 'st');
+    const taskId = await startTask(
+      client,
+      'build_report',
+      { report: 'status', items: 2, delayMs: 1 },
+      { progressToken: 'st', ttl: 60_000 },
+    );
     await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     const done = await waitFor(() => statuses.find((s) => s.taskId === taskId && s.status === 'completed'));
     expect(done).toMatchObject({ taskId, status: 'completed', ttl: 60_000 });

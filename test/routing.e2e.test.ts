@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { CallToolResultSchema, CreateTaskResultSchema, GetTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, GetTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -17,6 +17,7 @@ import {
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 const CALLS = 60;
 
@@ -88,14 +89,6 @@ describe('§3.2 a queued task whose pool has no live worker', () => {
     await client?.close();
   });
 
-  async function callAsTask(name: string, args: Record<string, unknown>): Promise<string> {
-    const created = await client.request(
-      { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 } } },
-      CreateTaskResultSchema,
-    );
-    return created.task.taskId;
-  }
-
   const getTask = (taskId: string) => client.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema);
 
   it('says so in its statusMessage and the gateway log, and runs once a worker serving it is back', async () => {
@@ -103,8 +96,8 @@ describe('§3.2 a queued task whose pool has no live worker', () => {
     const first = await startWorkerProcess(workerEnv);
     // The only slot is busy (jobs are taken in order), so the echo task stays queued; then its only worker dies
     // without a word.
-    const busy = await callAsTask('sleepy', { ms: 600_000, stepMs: 100 });
-    const queued = await callAsTask('echo', { waiting: true });
+    const busy = await startTask(client, 'sleepy', { ms: 600_000, stepMs: 100 });
+    const queued = await startTask(client, 'echo', { waiting: true });
     expect((await getTask(queued)).statusMessage).toBeUndefined();
     await first.kill('SIGKILL');
 

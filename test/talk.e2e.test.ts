@@ -12,7 +12,6 @@ import {
   CallToolResultSchema,
   CancelledNotificationSchema,
   CreateMessageRequestSchema,
-  CreateTaskResultSchema,
   ElicitRequestSchema,
   GetTaskResultSchema,
   LoggingMessageNotificationSchema,
@@ -36,6 +35,7 @@ import {
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 
 const TALK_TOOLS = `${ROOT}/test/fixtures/talk-tools.mjs`;
 const RELATED = 'io.modelcontextprotocol/related-task';
@@ -102,14 +102,6 @@ async function talkingClient(options: { capabilities?: ClientCapabilities; ignor
   if (options.ignoreCancels) client.setNotificationHandler(CancelledNotificationSchema, () => undefined);
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   return { client, elicitations, samplings, logs };
-}
-
-async function startTask(client: Client, name: string, args: Record<string, unknown>): Promise<string> {
-  const created = await client.request(
-    { method: 'tools/call', params: { name, arguments: args, task: { ttl: 60_000 } } },
-    CreateTaskResultSchema,
-  );
-  return created.task.taskId;
 }
 
 const taskOf = (asked: { request: { params: { _meta?: Record<string, unknown> } } }) =>

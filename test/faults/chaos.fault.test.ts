@@ -15,7 +15,7 @@ import {
   FAULT_TOOLS,
   TERMINAL,
   WorkerPool,
-  callAsTask,
+  startTask,
   faultKeys,
   taskResult,
   testRedis,
@@ -138,7 +138,7 @@ describe('chaos: 100 tasks while workers and the gateway are SIGKILLed and resta
           const ms = 500 + ((i * 379) % 1_501);
           // Not retried: a second create would be a second task.
           const taskId = await user.request(
-            (c) => callAsTask(c, 'chaos_job', { ms, stepMs: 100 }, { progressToken: token }),
+            (c) => startTask(c, 'chaos_job', { ms, stepMs: 100 }, { progressToken: token }),
             false,
           );
           submitted.push({ taskId, user, token });

@@ -13,7 +13,7 @@ import { startGatewayProcess, startWorkerProcess, stopAll, type ManagedProcess }
 import {
   FAULT_TOOLS,
   FaultRecords,
-  callAsTask,
+  startTask,
   rejectionOf,
   taskResult,
   testRedis,
@@ -69,7 +69,7 @@ describe('a gateway that goes away', () => {
     const first = await startGatewayProcess(gatewayEnv);
     const watcher = await watchingClient(first.url);
     const taskIds: string[] = [];
-    for (let i = 0; i < 3; i++) taskIds.push(await callAsTask(watcher.client, 'steady', { ms: 2_500 }));
+    for (let i = 0; i < 3; i++) taskIds.push(await startTask(watcher.client, 'steady', { ms: 2_500 }));
     for (const taskId of taskIds) await records.waitForStart(taskId);
     const orphanedWaiter = rejectionOf(taskResult(watcher.client, taskIds[0] ?? ''));
 
@@ -85,7 +85,7 @@ describe('a gateway that goes away', () => {
     const old = await startGatewayProcess(gatewayEnv);
     const watcher = await watchingClient(old.url);
     const taskIds: string[] = [];
-    for (let i = 0; i < 3; i++) taskIds.push(await callAsTask(watcher.client, 'steady', { ms: 2_500 }));
+    for (let i = 0; i < 3; i++) taskIds.push(await startTask(watcher.client, 'steady', { ms: 2_500 }));
     for (const taskId of taskIds) await records.waitForStart(taskId);
 
     const replacement = await startGatewayProcess(gatewayEnv);

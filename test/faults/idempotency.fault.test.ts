@@ -10,7 +10,7 @@ import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess }
 import {
   FAULT_TOOLS,
   FaultRecords,
-  callAsTask,
+  startTask,
   taskResult,
   testRedis,
   watchingClient,
@@ -50,7 +50,7 @@ afterAll(async () => {
 });
 
 const call = (who: WatchingClient, key: string) =>
-  callAsTask(who.client, 'steady', { ms: 300 }, { meta: { [KEY]: key } });
+  startTask(who.client, 'steady', { ms: 300 }, { meta: { [KEY]: key } });
 
 /** The task completes after exactly one run, and no other task ran for these calls. */
 async function expectRanOnce(who: WatchingClient, taskId: string, before: Set<string>) {

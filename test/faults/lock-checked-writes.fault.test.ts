@@ -20,7 +20,7 @@ import {
   FAULT_TOOLS,
   FaultRecords,
   TERMINAL,
-  callAsTask,
+  startTask,
   overlappingRuns,
   taskResult,
   testRedis,
@@ -86,7 +86,7 @@ describe.each([
     proxy = await startTcpProxy({ port: redis.port });
     const cutOff = await startWorkerProcess({ ...env, REDIS_URL: proxy.url, FAULT_RECORD_REDIS_URL: redis.url });
     watcher = await watchingClient(gateway.url);
-    taskId = await callAsTask(watcher.client, 'steady', { ms: 8_000, stepMs: 100 }, { progressToken: token });
+    taskId = await startTask(watcher.client, 'steady', { ms: 8_000, stepMs: 100 }, { progressToken: token });
     first = await records.waitForStart(taskId, { pid: cutOff.pid });
     const other = await startWorkerProcess(env);
     await records.waitForSteps(taskId, first.run, 3);

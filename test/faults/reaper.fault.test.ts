@@ -14,7 +14,7 @@ import { waitFor } from '../helpers/wait-for.js';
 import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  callAsTask,
+  startTask,
   taskResult,
   testRedis,
   textOf,
@@ -105,7 +105,7 @@ describe('§10.3 the reaper, with no worker consuming the queue', () => {
   });
 
   it('fails a queued task whose BullMQ job was evicted', async () => {
-    const taskId = await callAsTask(watcher.client, 'steady', { ms: 100 });
+    const taskId = await startTask(watcher.client, 'steady', { ms: 100 });
     expect(await r.exists(jobKey(prefix, taskId))).toBe(1);
     const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
     expect(await r.del(jobKey(prefix, taskId))).toBe(1);
@@ -114,12 +114,12 @@ describe('§10.3 the reaper, with no worker consuming the queue', () => {
 
   it('gives a client retrying with the same idempotency key a fresh task once the never-started one was reaped', async () => {
     const meta = { [IDEMPOTENCY_KEY]: `reaped-${prefix}` };
-    const first = await callAsTask(watcher.client, 'steady', { ms: 100 }, { meta });
+    const first = await startTask(watcher.client, 'steady', { ms: 100 }, { meta });
     const waiting = taskResult(watcher.client, first, REAPED_WITHIN_MS);
     await r.del(jobKey(prefix, first));
     await expectReapedFailed(watcher, first, waiting);
 
-    const retried = await callAsTask(watcher.client, 'steady', { ms: 100 }, { meta });
+    const retried = await startTask(watcher.client, 'steady', { ms: 100 }, { meta });
     expect(retried).not.toBe(first);
     expect((await watcher.client.experimental.tasks.getTask(retried)).status).toBe('working');
   });
@@ -129,7 +129,7 @@ describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
   it('fails a task whose job sits in the failed set while the task is still working, with BullMQ’s failedReason', async () => {
     const { prefix, gateway } = await gatewayWithoutWorkers('f-reaper-failed');
     const watcher = await watchingClient(gateway.url);
-    const taskId = await callAsTask(watcher.client, 'steady', { ms: 100 });
+    const taskId = await startTask(watcher.client, 'steady', { ms: 100 });
     const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
 
     // A bare BullMQ worker fails the job without touching the task (as a stall-failed job whose observer died).

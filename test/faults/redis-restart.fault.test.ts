@@ -13,7 +13,7 @@ import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess }
 import {
   FAULT_TOOLS,
   FaultRecords,
-  callAsTask,
+  startTask,
   isMcpError,
   rejectionOf,
   taskResult,
@@ -53,18 +53,18 @@ beforeAll(async () => {
   watcher = await watchingClient(gateway.url);
 
   // One task already terminal, two running (the worker's two slots), two queued behind them.
-  tasks.done = await callAsTask(watcher.client, 'steady', { ms: 100 });
+  tasks.done = await startTask(watcher.client, 'steady', { ms: 100 });
   doneResult = await taskResult(watcher.client, tasks.done);
-  for (let i = 0; i < 2; i++) tasks.running.push(await callAsTask(watcher.client, 'steady', { ms: 4_000 }));
+  for (let i = 0; i < 2; i++) tasks.running.push(await startTask(watcher.client, 'steady', { ms: 4_000 }));
   for (const taskId of tasks.running) await records.waitForStart(taskId);
-  for (let i = 0; i < 2; i++) tasks.queued.push(await callAsTask(watcher.client, 'steady', { ms: 300 }));
+  for (let i = 0; i < 2; i++) tasks.queued.push(await startTask(watcher.client, 'steady', { ms: 300 }));
   for (const taskId of tasks.queued) expect(await records.events(taskId)).toEqual([]);
 
   await redis.kill();
   await waitFor(async () => (await readyz()) === 503, { timeoutMs: 10_000, message: 'readyz stayed 200' });
   duringOutage.readyz = await readyz();
   [duringOutage.call, duringOutage.get] = await Promise.all([
-    rejectionOf(callAsTask(watcher.client, 'steady', { ms: 100 }, { timeoutMs: 10_000 })),
+    rejectionOf(startTask(watcher.client, 'steady', { ms: 100 }, { timeoutMs: 10_000 })),
     rejectionOf(watcher.client.experimental.tasks.getTask(tasks.running[0] ?? '', { timeout: 10_000 })),
   ]);
 
@@ -104,7 +104,7 @@ describe('a Redis restart (AOF, same port and data dir)', () => {
   });
 
   it('reconnects by itself: a call made after the restart completes', async () => {
-    const taskId = await waitFor(() => callAsTask(watcher.client, 'steady', { ms: 100 }), {
+    const taskId = await waitFor(() => startTask(watcher.client, 'steady', { ms: 100 }), {
       timeoutMs: 15_000,
       message: 'calls did not recover',
     });

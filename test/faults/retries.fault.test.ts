@@ -10,7 +10,7 @@ import { startGatewayProcess, startWorkerProcess, stopAll } from '../helpers/pro
 import {
   FAULT_TOOLS,
   FaultRecords,
-  callAsTask,
+  startTask,
   taskResult,
   testRedis,
   textOf,
@@ -46,7 +46,7 @@ afterAll(async () => {
 });
 
 async function runToFailure(tool: string) {
-  const taskId = await callAsTask(client, tool, {});
+  const taskId = await startTask(client, tool, {});
   const result = await taskResult(client, taskId);
   const task = await client.experimental.tasks.getTask(taskId);
   return { taskId, result, task, runs: await records.runs(taskId) };

@@ -13,7 +13,7 @@ import {
   FaultRecords,
   TERMINAL,
   WorkerPool,
-  callAsTask,
+  startTask,
   overlappingRuns,
   taskResult,
   testRedis,
@@ -79,7 +79,7 @@ describe('§5.6 a SIGKILLed worker mid-run', () => {
 
   beforeAll(async () => {
     watcher = await watchingClient(gateway.url);
-    taskId = await callAsTask(watcher.client, 'steady', { ms: 3_000, stepMs: 100 }, { progressToken: 'crash-1' });
+    taskId = await startTask(watcher.client, 'steady', { ms: 3_000, stepMs: 100 }, { progressToken: 'crash-1' });
     const first = await records.waitForStart(taskId);
     await records.waitForSteps(taskId, first.run, 5);
     // The client has seen the first run's progress before the crash.
@@ -129,7 +129,7 @@ describe('§5.6 a SIGKILLed worker mid-run', () => {
 describe('§10.6 stalls are not attempts', () => {
   it('completes a task whose worker was SIGKILLed three times in a row (more than maxStalledCount 1, fewer than maxStalls 10)', async () => {
     const watcher = await watchingClient(gateway.url);
-    const taskId = await callAsTask(watcher.client, 'steady', { ms: 1_500, stepMs: 100 });
+    const taskId = await startTask(watcher.client, 'steady', { ms: 1_500, stepMs: 100 });
     const killed: number[] = [];
     for (let nth = 1; nth <= 3; nth++) killed.push(await killRunningWorker(watcher.client, taskId, nth));
 
@@ -146,7 +146,7 @@ describe('§10.6 stalls are not attempts', () => {
 
   it('fails a maxStalls: 1 tool taken over twice with "stopped responding", and tasks/result returns that failure', async () => {
     const watcher = await watchingClient(gateway.url);
-    const taskId = await callAsTask(watcher.client, 'fragile', { ms: 20_000, stepMs: 100 });
+    const taskId = await startTask(watcher.client, 'fragile', { ms: 20_000, stepMs: 100 });
     // A waiter that is already blocked when the task fails must be answered.
     const waiting = taskResult(watcher.client, taskId, 30_000);
     await killRunningWorker(watcher.client, taskId, 1);

@@ -17,7 +17,7 @@ import {
 import {
   FAULT_TOOLS,
   FaultRecords,
-  callAsTask,
+  startTask,
   rejectionOf,
   taskResult,
   testRedis,
@@ -62,9 +62,9 @@ beforeAll(async () => {
   ]);
   watcher = await watchingClient(gateway.url);
 
-  longTask = await callAsTask(watcher.client, 'steady_once', { ms: 500, firstRunMs: 7_000 });
+  longTask = await startTask(watcher.client, 'steady_once', { ms: 500, firstRunMs: 7_000 });
   await records.waitForStart(longTask, { pid: draining.pid });
-  shortTask = await callAsTask(watcher.client, 'steady', { ms: 2_500 });
+  shortTask = await startTask(watcher.client, 'steady', { ms: 2_500 });
   await records.waitForStart(shortTask, { pid: draining.pid });
   void draining.kill('SIGTERM');
 
@@ -78,7 +78,7 @@ beforeAll(async () => {
   } catch (error) {
     seenWhileDraining.toolsError = error;
   }
-  const accepted = callAsTask(watcher.client, 'steady', { ms: 100 });
+  const accepted = startTask(watcher.client, 'steady', { ms: 100 });
   seenWhileDraining.callError = await rejectionOf(accepted);
   if (!seenWhileDraining.callError) seenWhileDraining.call = await accepted;
   if (draining.child.exitCode !== null) throw new Error('the worker exited before the drain was observed');

@@ -5,8 +5,6 @@
 import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
-  CallToolResultSchema,
-  CreateTaskResultSchema,
   McpError,
   ProgressNotificationSchema,
   TaskStatusNotificationSchema,
@@ -168,35 +166,8 @@ export async function watchingClient(url: string, headers: Record<string, string
   return { client, progress, statuses, close: () => client.close() };
 }
 
-/** A task-augmented tools/call (2025-11-25); returns the task id. */
-export async function callAsTask(
-  client: Client,
-  name: string,
-  args: Record<string, unknown>,
-  options: { progressToken?: string | number; meta?: Record<string, unknown>; ttl?: number; timeoutMs?: number } = {},
-): Promise<string> {
-  const meta: Record<string, unknown> = { ...options.meta };
-  if (options.progressToken !== undefined) meta['progressToken'] = options.progressToken;
-  const created = await client.request(
-    {
-      method: 'tools/call',
-      params: {
-        name,
-        arguments: args,
-        task: { ttl: options.ttl ?? 120_000 },
-        ...(Object.keys(meta).length > 0 ? { _meta: meta } : {}),
-      },
-    },
-    CreateTaskResultSchema,
-    { timeout: options.timeoutMs ?? 15_000 },
-  );
-  return created.task.taskId;
-}
-
-/** `tasks/result`, bounded: a hung request fails the test instead of the test timeout. */
-export function taskResult(client: Client, taskId: string, timeoutMs = 20_000): Promise<CallToolResult> {
-  return client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema, { timeout: timeoutMs });
-}
+// Task calls live in tasks.ts; the fault suites import them from here with the rest of their kit.
+export { startTask, taskResult } from './tasks.js';
 
 /** Polls `tasks/get` until the task is terminal. */
 export async function waitForTerminal(client: Client, taskId: string, timeoutMs = 20_000): Promise<GetTaskResult> {

@@ -1,5 +1,8 @@
 /**
- * A real Redis for integration tests, the first of these that applies:
+ * A real Redis for integration tests. Inside a vitest project that has the shared-Redis global setup
+ * (`redis-global-setup.ts`: integration, e2e, browser, terminal), `startRedis()` hands out that run's one server, which
+ * every file shares under its own key prefix. Otherwise, and always for `{ owned: true }`, the first of these that
+ * applies:
  * 1. `TEST_REDIS_URL` or `REDIS_URL` if set (skipped for `{ owned: true }`: fault tests get a server of their own).
  * 2. a `redis-server` from PATH spawned on a free port (what CI uses). `TASKRELAY_TEST_NO_SPAWN=1` skips this step,
  *    to exercise step 3 on a machine that has both.
@@ -60,8 +63,41 @@ export interface StartRedisOptions {
   appendOnly?: boolean;
 }
 
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** The URL of the run's one shared Redis, provided by `redis-global-setup.ts`. */
+    redisUrl?: string;
+  }
+}
+
+/** The run's shared Redis, when this file runs in a vitest project whose global setup started one. */
+async function sharedRedisUrl(): Promise<string | undefined> {
+  // bench/ imports this module outside vitest, where `inject` has no worker state to read.
+  if (process.env['VITEST'] === undefined) return undefined;
+  const { inject } = await import('vitest');
+  return inject('redisUrl');
+}
+
+/**
+ * A Redis for one test file: the run's shared server (never stopped by `stop()`), or one of its own with
+ * `{ owned: true }`.
+ */
 export async function startRedis(options: StartRedisOptions = {}): Promise<TestRedis> {
-  const external = process.env['TEST_REDIS_URL'] ?? process.env['REDIS_URL'];
+  if (process.env['TASKRELAY_TEST_PROJECT'] === 'unit') {
+    throw new Error(
+      'unit tests run without Redis: a test file that needs one is an integration test (name it *.integration.test.ts)',
+    );
+  }
+  const shared = options.owned || options.appendOnly ? undefined : await sharedRedisUrl();
+  return startRedisServer(options, shared);
+}
+
+/**
+ * The Redis of `startRedis`, without the shared server: what the global setup itself starts. `external` (or
+ * `TEST_REDIS_URL` / `REDIS_URL`) is used as is unless the caller wants a server of its own.
+ */
+export async function startRedisServer(options: StartRedisOptions = {}, external?: string): Promise<TestRedis> {
+  external ??= process.env['TEST_REDIS_URL'] ?? process.env['REDIS_URL'];
   if (external && !options.owned && !options.appendOnly) {
     const port = Number(new URL(external).port || 6379);
     return {

@@ -1,7 +1,29 @@
-import { describe, expect, it } from 'vitest';
-import { MIN_TTL_MS, grantTtl } from '../src/tasks/task-service.js';
+/**
+ * TaskService against an in-memory store, dispatcher and router (no Redis): what it promises its two transports.
+ * Tasks belong to a principal, never a session; a cancel is stored before the worker is told; a job that cannot be
+ * queued leaves no task that could run later; an idempotency key returns the first task without a second job.
+ */
+import { randomBytes } from 'node:crypto';
+import { beforeEach, describe, expect, it } from 'vitest';
+import {
+  canTransition,
+  createLogger,
+  type CancelReason,
+  type CreateOutcome,
+  type CreateTaskInput,
+  type JobData,
+  type RedisTaskStore,
+  type TaskPage,
+  type TaskRecord,
+  type TaskStatus,
+  type TransitionOutcome,
+} from '@taskrelay/shared';
+import type { CatalogTool, ToolCatalog } from '../src/tasks/catalog.js';
+import type { JobDispatcher } from '../src/tasks/job-dispatcher.js';
+import { GatewayMetrics } from '../src/ops/metrics.js';
+import type { TaskRouter } from '../src/tasks/task-router.js';
+import { MIN_TTL_MS, TaskService, grantTtl, type StartTaskInput } from '../src/tasks/task-service.js';
 import { renderResult, renderTask } from '../src/wire/task-wire.js';
-import type { TaskRecord } from '@taskrelay/shared';
 
 describe('granted ttl', () => {
   const config = { defaultTtlMs: 3_600_000, maxTtlMs: 86_400_000 };
@@ -51,5 +73,253 @@ describe('2025-11-25 rendering of a stored task', () => {
       content: [{ type: 'text', text: 'boom' }],
       isError: true,
     });
+  });
+});
+
+/** The store methods TaskService uses, kept in a Map and checked against the task model's transition table. */
+class FakeStore {
+  readonly tasks = new Map<string, TaskRecord>();
+  readonly idempotency = new Map<string, string>();
+  readonly log: string[] = [];
+
+  createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
+    const idem = input.idempotencyKey === undefined ? undefined : `${input.principal}\n${input.idempotencyKey}`;
+    const existing = idem === undefined ? undefined : this.tasks.get(this.idempotency.get(idem) ?? '');
+    if (existing) return Promise.resolve({ record: existing, created: false });
+    const taskId = input.taskId ?? randomBytes(16).toString('hex');
+    const record: TaskRecord = {
+      taskId,
+      status: 'working',
+      createdAt: now.toISOString(),
+      lastUpdatedAt: now.toISOString(),
+      ttl: input.ttl,
+      pollInterval: input.pollInterval,
+      tool: input.tool,
+      queue: input.queue,
+      principal: input.principal,
+      mode: input.mode,
+      ...(input.sessionId === undefined ? {} : { sessionId: input.sessionId }),
+      ...(input.gatewayId === undefined ? {} : { gatewayId: input.gatewayId }),
+      ...(input.progressToken === undefined ? {} : { progressToken: input.progressToken }),
+    };
+    this.tasks.set(taskId, record);
+    if (idem !== undefined) this.idempotency.set(idem, taskId);
+    this.log.push(`create ${taskId}`);
+    return Promise.resolve({ record, created: true });
+  }
+
+  get(taskId: string): Promise<TaskRecord | undefined> {
+    return Promise.resolve(this.tasks.get(taskId));
+  }
+
+  transition(
+    taskId: string,
+    to: TaskStatus,
+    fields: Partial<TaskRecord> = {},
+    options: { dropIdempotency?: boolean } = {},
+  ): Promise<TransitionOutcome> {
+    const record = this.tasks.get(taskId);
+    if (!record) return Promise.resolve({ ok: false, status: undefined });
+    if (!canTransition(record.status, to)) return Promise.resolve({ ok: false, status: record.status });
+    this.tasks.set(taskId, { ...record, ...fields, status: to });
+    if (options.dropIdempotency) {
+      for (const [key, id] of this.idempotency) if (id === taskId) this.idempotency.delete(key);
+    }
+    this.log.push(`transition ${taskId} ${to}`);
+    return Promise.resolve({ ok: true, status: to });
+  }
+
+  list(principal: string): Promise<TaskPage> {
+    return Promise.resolve({ tasks: [...this.tasks.values()].filter((t) => t.principal === principal) });
+  }
+}
+
+/** Records what reached the queue; `failNextEnqueue` plays Redis going away. */
+class FakeDispatcher {
+  readonly jobs: JobData[] = [];
+  readonly cancels: Array<{ taskId: string; reason: CancelReason }> = [];
+  failNextEnqueue = false;
+
+  constructor(private readonly store: FakeStore) {}
+
+  enqueue(_tool: CatalogTool, data: JobData): Promise<void> {
+    if (this.failNextEnqueue) {
+      this.failNextEnqueue = false;
+      return Promise.reject(new Error('ECONNREFUSED 127.0.0.1:6379'));
+    }
+    this.jobs.push(data);
+    return Promise.resolve();
+  }
+
+  cancel(taskId: string, _queue: string, reason: CancelReason): Promise<void> {
+    // What the worker would see when told: the status already stored.
+    this.store.log.push(`tell worker ${taskId} (${this.store.tasks.get(taskId)?.status})`);
+    this.cancels.push({ taskId, reason });
+    return Promise.resolve();
+  }
+
+  promote(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+class FakeRouter {
+  readonly routes = new Set<string>();
+
+  register(route: { record: TaskRecord }): void {
+    this.routes.add(route.record.taskId);
+  }
+
+  retire(taskId: string): void {
+    this.routes.delete(taskId);
+  }
+
+  expectAck(): { wait(): Promise<boolean>; cancel(): void } {
+    return { wait: () => Promise.resolve(true), cancel: () => undefined };
+  }
+}
+
+const TOOL: CatalogTool = {
+  name: 'build_report',
+  description: 'Builds a report.',
+  inputSchema: { type: 'object' },
+  taskSupport: 'optional',
+  timeoutMs: 5 * 60_000,
+  queue: 'default-abc',
+};
+
+const CONFIG = {
+  gatewayId: 'g1',
+  defaultTtlMs: 60_000,
+  maxTtlMs: 120_000,
+  pollIntervalMs: 1_000,
+  maxToolTimeoutMs: 60_000,
+  queueTimeoutMs: 30_000,
+};
+
+let store: FakeStore;
+let dispatcher: FakeDispatcher;
+let router: FakeRouter;
+let service: TaskService;
+
+beforeEach(() => {
+  store = new FakeStore();
+  dispatcher = new FakeDispatcher(store);
+  router = new FakeRouter();
+  const catalog = { unservedReason: () => Promise.resolve(undefined), find: () => Promise.resolve(TOOL) };
+  // The fakes implement only what TaskService calls; the casts say so once, here.
+  service = new TaskService(
+    store as unknown as RedisTaskStore,
+    catalog as unknown as ToolCatalog,
+    dispatcher as unknown as JobDispatcher,
+    router as unknown as TaskRouter,
+    new GatewayMetrics(),
+    createLogger('test', { level: 'silent' }),
+    CONFIG,
+  );
+});
+
+function input(overrides: Partial<StartTaskInput> = {}): StartTaskInput {
+  return {
+    tool: TOOL,
+    args: { report: 'q3', items: 3 },
+    mode: 'task',
+    principal: 'alice',
+    sessionId: 's1',
+    progressToken: undefined,
+    requestedTtlMs: undefined,
+    ...overrides,
+  };
+}
+
+describe('TaskService.start', () => {
+  it('stores the task for its principal, then queues one job carrying the arguments and the bounded timeout', async () => {
+    const record = await service.start(input({ requestedTtlMs: 10 * 60_000 }));
+    expect(record).toMatchObject({ status: 'working', principal: 'alice', mode: 'task', ttl: CONFIG.maxTtlMs });
+    expect(store.tasks.get(record.taskId)?.status).toBe('working');
+    expect(dispatcher.jobs).toEqual([
+      expect.objectContaining({
+        taskId: record.taskId,
+        tool: 'build_report',
+        arguments: { report: 'q3', items: 3 },
+        // The tool asks for 5 min; the gateway allows at most 1 min.
+        timeoutMs: CONFIG.maxToolTimeoutMs,
+        principal: 'alice',
+      }),
+    ]);
+    expect(router.routes.has(record.taskId)).toBe(true);
+  });
+
+  it('returns the first task for a reused idempotency key and queues no second job', async () => {
+    const first = await service.start(input({ idempotencyKey: 'order-42' }));
+    const again = await service.start(input({ idempotencyKey: 'order-42', sessionId: 'another-session' }));
+    expect(again.taskId).toBe(first.taskId);
+    expect(dispatcher.jobs).toHaveLength(1);
+    const bob = await service.start(input({ idempotencyKey: 'order-42', principal: 'bob' }));
+    expect(bob.taskId).not.toBe(first.taskId);
+  });
+
+  it('fails the task and frees its idempotency key when the job cannot be queued, and says so to the caller', async () => {
+    dispatcher.failNextEnqueue = true;
+    await expect(service.start(input({ idempotencyKey: 'k' }))).rejects.toThrow(/ECONNREFUSED/);
+    const [stored] = [...store.tasks.values()];
+    expect(stored).toMatchObject({ status: 'failed', error: { code: 'JOB_LOST' } });
+    expect(router.routes.size).toBe(0);
+    // A retry with the same key gets a fresh task that does run.
+    const retry = await service.start(input({ idempotencyKey: 'k' }));
+    expect(retry.taskId).not.toBe(stored?.taskId);
+    expect(dispatcher.jobs.map((j) => j.taskId)).toEqual([retry.taskId]);
+  });
+});
+
+describe('TaskService.get and list', () => {
+  it('answers "not found" for another principal’s task and for a plain call’s task, as for an unknown id', async () => {
+    const task = await service.start(input());
+    const call = await service.start(input({ mode: 'call' }));
+    await expect(service.get(task.taskId, 'alice')).resolves.toMatchObject({ taskId: task.taskId });
+    for (const [id, principal] of [
+      [task.taskId, 'bob'],
+      [call.taskId, 'alice'],
+      ['no-such-task', 'alice'],
+    ] as const) {
+      await expect(service.get(id, principal)).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
+    }
+  });
+
+  it('lists the principal’s tasks without its plain calls', async () => {
+    const task = await service.start(input());
+    await service.start(input({ mode: 'call' }));
+    await service.start(input({ principal: 'bob' }));
+    const page = await service.list('alice', undefined);
+    expect(page.tasks.map((t) => t.taskId)).toEqual([task.taskId]);
+  });
+});
+
+describe('TaskService.cancel', () => {
+  it('stores cancelled before the worker is told, and answers with the cancelled task', async () => {
+    const { taskId } = await service.start(input());
+    const cancelled = await service.cancel(taskId, 'alice');
+    expect(cancelled).toMatchObject({ taskId, status: 'cancelled', cancelReason: 'CLIENT_CANCELLED' });
+    expect(store.log.slice(-2)).toEqual([`transition ${taskId} cancelled`, `tell worker ${taskId} (cancelled)`]);
+    expect(dispatcher.cancels).toEqual([{ taskId, reason: 'CLIENT_CANCELLED' }]);
+    expect(router.routes.has(taskId)).toBe(false);
+  });
+
+  it('refuses a terminal task, naming its status, and tells no worker', async () => {
+    const { taskId } = await service.start(input());
+    await store.transition(taskId, 'completed');
+    await expect(service.cancel(taskId, 'alice')).rejects.toMatchObject({
+      code: 'TASK_TERMINAL',
+      message: 'Cannot cancel task in terminal status: completed',
+    });
+    expect(dispatcher.cancels).toEqual([]);
+    expect(store.tasks.get(taskId)?.status).toBe('completed');
+  });
+
+  it('refuses another principal’s task as not found, and leaves it running', async () => {
+    const { taskId } = await service.start(input());
+    await expect(service.cancel(taskId, 'bob')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
+    expect(store.tasks.get(taskId)?.status).toBe('working');
+    expect(dispatcher.cancels).toEqual([]);
   });
 });

@@ -69,7 +69,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await redis?.stop();
-  rmSync(scratch, { recursive: true, force: true });
+  // beforeAll may have failed before making it (no Redis): nothing to remove then, and no TypeError to hide why.
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
 beforeEach(() => {

@@ -133,13 +133,24 @@ describe('§6 progress flow (store side)', () => {
     sub.disconnect();
   });
 
-  it('publishes nothing for a terminal or unknown task', async () => {
-    const { store } = setup('terminal');
+  it('publishes nothing for a terminal or unknown task, and writes nothing for either', async () => {
+    const { store, keys } = setup('terminal');
+    const sub = new Redis(server.url);
+    const seen: { taskId?: string; type?: string }[] = [];
+    await sub.subscribe(keys.gatewayChannel('g1'));
+    sub.on('message', (_channel, m) => seen.push(JSON.parse(m) as { taskId?: string; type?: string }));
     const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
     await store.transition(taskId, 'cancelled');
     expect(await store.recordProgress(taskId, { progress: 10 })).toBe('terminal');
     expect(await store.recordProgress('unknown', { progress: 10 })).toBe('missing');
-    expect(await redis.exists(createKeys('x').task('unknown'))).toBe(0);
+    // A live task's progress, published after the two refused ones: once it arrives, anything they sent has too.
+    const live = await store.create({ ...base, gatewayId: 'g1' });
+    expect(await store.recordProgress(live.taskId, { progress: 1 })).toBe('accepted');
+    await waitFor(() => seen.some((m) => m.taskId === live.taskId && m.type === 'progress'));
+    expect(seen.filter((m) => m.type === 'progress' && m.taskId !== live.taskId)).toEqual([]);
+    expect((await store.get(taskId))?.progress).toBeUndefined();
+    expect(await redis.exists(keys.task('unknown'))).toBe(0);
+    sub.disconnect();
   });
 });
 
