@@ -23,6 +23,7 @@ import type { JobDispatcher } from '../src/tasks/job-dispatcher.js';
 import { GatewayMetrics } from '../src/ops/metrics.js';
 import type { TaskRouter } from '../src/tasks/task-router.js';
 import { MIN_TTL_MS, TaskService, grantTtl, type StartTaskInput } from '../src/tasks/task-service.js';
+import { checkAnswer } from '../src/wire/input-answers.js';
 import { renderResult, renderTask } from '../src/wire/task-wire.js';
 
 describe('granted ttl', () => {
@@ -195,6 +196,7 @@ const CONFIG = {
   pollIntervalMs: 1_000,
   maxToolTimeoutMs: 60_000,
   queueTimeoutMs: 30_000,
+  checkAnswer,
 };
 
 let store: FakeStore;
