@@ -114,6 +114,31 @@ const flag = z
   .refine((v) => ['1', 'true', 'yes', '0', 'false', 'no'].includes(v), { message: 'must be true or false' })
   .transform((v) => ['1', 'true', 'yes'].includes(v));
 
+/** `TASKRELAY_WEBHOOK_SECRET`: any non-empty value, or `whsec_` and non-empty base64 (PROTOCOL.md §27.4). */
+const webhookSecret = z
+  .string()
+  .refine((v) => !v.startsWith('whsec_') || /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(v.slice(6)), {
+    message: 'must be base64 after the whsec_ prefix',
+  })
+  .refine((v) => v !== 'whsec_', { message: 'must not be empty after the whsec_ prefix' });
+
+/** `TASKRELAY_WEBHOOK_ALLOWED_HOSTS`: `host`, `host:port`, `[v6]` or `[v6]:port`, lowercased. */
+const webhookHostList = z.string().transform((value, ctx) => {
+  const hosts: string[] = [];
+  for (const item of value
+    .split(',')
+    .map((v) => v.trim().toLowerCase())
+    .filter(Boolean)) {
+    const match = /^(\[[0-9a-f:.]+\]|[^\s:/[\]@]+)(?::(\d{1,5}))?$/.exec(item);
+    if (!match || (match[2] !== undefined && !(Number(match[2]) >= 1 && Number(match[2]) <= 65_535))) {
+      ctx.addIssue({ code: 'custom', message: `must be a comma list of host or host:port (bad entry ${JSON.stringify(item)})` });
+      return z.NEVER;
+    }
+    hosts.push(item);
+  }
+  return hosts;
+});
+
 const gatewayEnvSchema = z.object({
   ...commonShape,
   HOST: z.string().trim().min(1).default('127.0.0.1'),
@@ -147,6 +172,14 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_OAUTH_SCOPES: scopeList.optional(),
   TASKRELAY_OAUTH_CLOCK_SKEW_MS: int(0, 300_000).default(30_000),
   TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: int(0, 3_600_000).default(30_000),
+  TASKRELAY_WEBHOOK_SECRET: webhookSecret.optional(),
+  TASKRELAY_WEBHOOK_ALLOWED_HOSTS: webhookHostList.optional(),
+  TASKRELAY_WEBHOOK_MAX_ATTEMPTS: int(1, 100).default(10),
+  TASKRELAY_WEBHOOK_RETRY_BASE_MS: int(10, 3_600_000).default(2_000),
+  TASKRELAY_WEBHOOK_RETRY_MAX_MS: int(10, 86_400_000).default(600_000),
+  TASKRELAY_WEBHOOK_TIMEOUT_MS: int(100, 300_000).default(10_000),
+  TASKRELAY_WEBHOOK_MAX_PENDING: int(1, 10_000_000).default(1_000),
+  TASKRELAY_WEBHOOK_POLL_MS: int(10, 60_000).default(500),
 });
 
 const workerEnvSchema = z.object({
@@ -235,6 +268,31 @@ export interface GatewayConfig extends CommonConfig {
   maxResultBytes: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
   oauth: OAuthConfig | undefined;
+  /** Completion webhooks (PROTOCOL.md §27). */
+  webhooks: WebhookConfig;
+}
+
+/** Completion webhooks (PROTOCOL.md §27, docs/WEBHOOKS.md). */
+export interface WebhookConfig {
+  /**
+   * Signing key as given (`TASKRELAY_WEBHOOK_SECRET`): its UTF-8 bytes, or the base64-decoded rest after `whsec_`.
+   * Undefined (the default): every webhook is refused.
+   */
+  secret: string | undefined;
+  /** `host` (any port) or `host:port` entries webhook URLs may name, lowercased. Default none. */
+  allowedHosts: string[];
+  /** Tries of one event before it is dead-lettered. Default 10. */
+  maxAttempts: number;
+  /** Wait after the first failed try; doubles after each. Default 2000 ms. */
+  retryBaseMs: number;
+  /** Longest wait between two tries. Default 600000 ms (10 min). */
+  retryMaxMs: number;
+  /** Bound on one try, connection to answer. Default 10000 ms. */
+  timeoutMs: number;
+  /** Events of one principal that may wait for delivery at once. Default 1000. */
+  maxPendingPerPrincipal: number;
+  /** How often each gateway looks for due events. Default 500 ms. */
+  pollMs: number;
 }
 
 export interface OAuthConfig {
@@ -277,7 +335,9 @@ function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
   const issue = result.error.issues[0];
   const name = String(issue?.path[0] ?? 'environment');
   const got = cleaned[name];
-  const shown = name === 'TASKRELAY_AUTH_TOKENS' || got === undefined ? '' : ` (got ${JSON.stringify(got)})`;
+  // Secrets are never echoed.
+  const secret = name === 'TASKRELAY_AUTH_TOKENS' || name === 'TASKRELAY_WEBHOOK_SECRET';
+  const shown = secret || got === undefined ? '' : ` (got ${JSON.stringify(got)})`;
   throw new ConfigError(`Invalid configuration: ${name} ${issue?.message ?? 'is invalid'}${shown}`);
 }
 
@@ -333,6 +393,11 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
           jwksCooldownMs: p.TASKRELAY_OAUTH_JWKS_COOLDOWN_MS,
         }
       : undefined;
+  if (p.TASKRELAY_WEBHOOK_RETRY_BASE_MS > p.TASKRELAY_WEBHOOK_RETRY_MAX_MS) {
+    throw new ConfigError(
+      'Invalid configuration: TASKRELAY_WEBHOOK_RETRY_BASE_MS must not exceed TASKRELAY_WEBHOOK_RETRY_MAX_MS',
+    );
+  }
   if (oauth === undefined && p.TASKRELAY_OAUTH_SCOPES !== undefined) {
     throw new ConfigError('Invalid configuration: TASKRELAY_OAUTH_SCOPES needs TASKRELAY_OAUTH_ISSUER to be set');
   }
@@ -370,6 +435,16 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
     maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
     oauth,
+    webhooks: {
+      secret: p.TASKRELAY_WEBHOOK_SECRET,
+      allowedHosts: p.TASKRELAY_WEBHOOK_ALLOWED_HOSTS ?? [],
+      maxAttempts: p.TASKRELAY_WEBHOOK_MAX_ATTEMPTS,
+      retryBaseMs: p.TASKRELAY_WEBHOOK_RETRY_BASE_MS,
+      retryMaxMs: p.TASKRELAY_WEBHOOK_RETRY_MAX_MS,
+      timeoutMs: p.TASKRELAY_WEBHOOK_TIMEOUT_MS,
+      maxPendingPerPrincipal: p.TASKRELAY_WEBHOOK_MAX_PENDING,
+      pollMs: p.TASKRELAY_WEBHOOK_POLL_MS,
+    },
   };
 }
 

@@ -43,6 +43,22 @@ export interface Keys {
   principalOpenTasks(principal: string): string;
   /** Key prefix of the per-principal rate-limit counters of one limit (`calls`, `task-ops`). */
   rateLimitPrefix(limit: string): string;
+  /** The completion-webhook outbox (PROTOCOL.md §27). */
+  readonly webhooks: WebhookKeys;
+}
+
+/** Keys of the completion-webhook outbox (PROTOCOL.md §27.2). */
+export interface WebhookKeys {
+  /** Hash of one event not yet settled. */
+  event(eventId: string): string;
+  /** What `event(id)` puts before the id (the Lua scripts append event ids to it). */
+  readonly eventPrefix: string;
+  /** Sorted set: event id → when it may be claimed next (ms, Redis server time). */
+  readonly due: string;
+  /** Hash: principal → events of that principal not yet settled. */
+  readonly pending: string;
+  /** List of the newest dead letters (JSON). */
+  readonly dead: string;
 }
 
 export function createKeys(prefix = 'taskrelay'): Keys {
@@ -71,6 +87,13 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     bullJobLock: (queue, jobId) => `${bullQueueKeyPrefix}${queue}:${jobId}:lock`,
     principalOpenTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:open`,
     rateLimitPrefix: (limit) => `${prefix}:ratelimit:${limit}`,
+    webhooks: {
+      event: (eventId) => `${prefix}:webhook:${eventId}`,
+      eventPrefix: `${prefix}:webhook:`,
+      due: `${prefix}:webhooks:due`,
+      pending: `${prefix}:webhooks:pending`,
+      dead: `${prefix}:webhooks:dead`,
+    },
   };
 }
 

@@ -110,6 +110,8 @@ export interface TaskRecord {
    * Undefined when the creating gateway did not record it (then nothing is refused up front).
    */
   clientCapabilities?: string[];
+  /** The completion webhook the creating call named (PROTOCOL.md §27); never shown to another principal. */
+  webhookUrl?: string;
 }
 
 /** The methods a tool's input request becomes on the wire (§12.2). */

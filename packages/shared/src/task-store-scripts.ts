@@ -41,6 +41,42 @@ end
 `;
 
 /**
+ * Shared by the scripts that move a task to `input_required` or a terminal status (PROTOCOL.md §27.2): when the task
+ * names a webhook, its event joins the outbox in the same script as the status write. Scores are Redis server time,
+ * so gateways with skewed clocks agree on what is due. An event that would take the principal past the cap the task
+ * carries is dead-lettered at once.
+ */
+const OUTBOX_APPEND = `
+local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix)
+  local h = redis.call('HMGET', taskKey, 'webhook', 'principal', 'taskId', 'webhookCap')
+  if not h[1] or h[1] == '' then return end
+  local principal = h[2] or ''
+  local n = redis.call('HINCRBY', taskKey, 'webhookSeq', 1)
+  local id = 'msg_' .. h[3] .. '_' .. n
+  local t = redis.call('TIME')
+  local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local cap = tonumber(h[4])
+  local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
+  if cap and held >= cap then
+    redis.call('LPUSH', deadKey, cjson.encode({id = id, taskId = h[3], principal = principal, url = h[1],
+      status = status, attempts = 0, reason = 'pending cap reached: ' .. held .. ' events of this principal not settled',
+      deadAt = nowMs}))
+    redis.call('LTRIM', deadKey, 0, 999)
+    return
+  end
+  local fields = {'id', id, 'taskId', h[3], 'principal', principal, 'url', h[1], 'status', status,
+    'timestamp', timestamp, 'attempts', '0', 'createdAt', tostring(nowMs)}
+  if message and message ~= '' then
+    fields[#fields + 1] = 'statusMessage'
+    fields[#fields + 1] = message
+  end
+  redis.call('HSET', eventPrefix .. id, unpack(fields))
+  redis.call('ZADD', dueKey, nowMs, id)
+  redis.call('HINCRBY', pendingKey, principal, 1)
+end
+`;
+
+/**
  * KEYS: 1 task, 2 principal index, 3 live set, 4 idempotency key (or the task key when there is none).
  * ARGV: 1 fields JSON, 2 createdAt ms, 3 taskId, 4 first reaper look (ms), 5 '1' to index the task, 6 index cap,
  * 7 index ttl ms, 8 '1' when KEYS[4] is an idempotency key, 9 task key prefix.
@@ -75,14 +111,16 @@ return {1, ARGV[3]}
 `;
 
 /**
- * KEYS: 1 task, 2 live set, 3 the job's lock key (or the task key when the write is not a worker's).
+ * KEYS: 1 task, 2 live set, 3 the job's lock key (or the task key when the write is not a worker's), 4 webhook due set,
+ * 5 webhook pending counts, 6 webhook dead letters.
  * ARGV: 1 new status, 2 now (ISO), 3 allowed sources (comma list), 4 '1' when the new status is terminal,
  * 5 extra fields JSON, 6 lock token ('' = no lock check), 7 gateway channel prefix, 8 gateway channel suffix,
- * 9 ackTo gateway id or '', 10 new deadlineAt ms or '', 11 '1' to free the idempotency key at once.
+ * 9 ackTo gateway id or '', 10 new deadlineAt ms or '', 11 '1' to free the idempotency key at once, 12 '1' when the
+ * event carries the outcome, 13 webhook event key prefix.
  * Returns {1, new status}, {0, current status or ''} when the state machine refuses, {-1, current} when the lock is
  * not held with that token.
  */
-export const TRANSITION_SCRIPT = `${PUBLISH_STATUS}${FINISH}
+export const TRANSITION_SCRIPT = `${PUBLISH_STATUS}${FINISH}${OUTBOX_APPEND}
 local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return {0, ''} end
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return {-1, current} end
@@ -114,6 +152,9 @@ if ARGV[12] == '1' then
   event.error = extra.error
 end
 publish_status(KEYS[1], event, ARGV[7], ARGV[8])
+if ARGV[4] == '1' or (ARGV[1] == 'input_required' and current ~= 'input_required') then
+  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[13])
+end
 if ARGV[4] == '1' then
   finish(KEYS[1], KEYS[2], taskId, ARGV[11] == '1')
   redis.call('HDEL', KEYS[1], 'watchers')
@@ -231,12 +272,13 @@ return h
 
 /**
  * The reaper (PROTOCOL.md §10.3): fails due tasks whose deadline passed or whose job is gone or failed.
- * KEYS: 1 live set, 2 reaper lease.
+ * KEYS: 1 live set, 2 reaper lease, 3 webhook due set, 4 webhook pending counts, 5 webhook dead letters.
  * ARGV: 1 now ms, 2 now (ISO), 3 batch size, 4 look-again interval ms, 5 task key prefix, 6 BullMQ queue key prefix,
- * 7 gateway channel prefix, 8 gateway channel suffix, 9 lease holder, 10 lease ms, 11 terminal statuses.
+ * 7 gateway channel prefix, 8 gateway channel suffix, 9 lease holder, 10 lease ms, 11 terminal statuses,
+ * 12 webhook event key prefix.
  * Returns {looked, {taskId, code, message, ...}} or {-1} when another process holds the lease.
  */
-export const REAP_SCRIPT = `${PUBLISH_STATUS}${FINISH}
+export const REAP_SCRIPT = `${PUBLISH_STATUS}${FINISH}${OUTBOX_APPEND}
 if redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', tonumber(ARGV[10])) == false then
   if redis.call('GET', KEYS[2]) ~= ARGV[9] then return {-1} end
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[10]))
@@ -283,6 +325,7 @@ for _, taskId in ipairs(due) do
         'result', result, 'error', err)
       publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
         lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
+      outbox_append(taskKey, 'failed', message, ARGV[2], KEYS[3], KEYS[4], KEYS[5], ARGV[12])
       finish(taskKey, KEYS[1], taskId, h[4] == false)
       redis.call('HDEL', taskKey, 'watchers')
       reaped[#reaped + 1] = taskId
@@ -330,12 +373,13 @@ return out
  * one not yet answered, adds it to the pending list (`pendingInput`, a comma list of request numbers), moves the task
  * to `input_required` (a status event carrying `inputRequestId`, the newly pending numbers) and sets the input
  * deadline. Requests already answered are returned instead. A timed suspension only moves the deadline.
- * KEYS: 1 task, 2 the job's lock key. ARGV: 1 lock token, 2 requests JSON (`[[n, requestJSON], ...]`, '' = timed),
- * 3 now (ISO), 4 deadlineAt ms, 5 gateway channel prefix, 6 gateway channel suffix, 7 terminal statuses.
+ * KEYS: 1 task, 2 the job's lock key, 3 webhook due set, 4 webhook pending counts, 5 webhook dead letters.
+ * ARGV: 1 lock token, 2 requests JSON (`[[n, requestJSON], ...]`, '' = timed), 3 now (ISO), 4 deadlineAt ms,
+ * 5 gateway channel prefix, 6 gateway channel suffix, 7 terminal statuses, 8 webhook event key prefix.
  * Returns {1, answers} where answers is a flat list {n, answerJSON, ...} of the requests already answered (the run
  * suspends when not all are); {0, status or ''} missing or terminal; {-1} lock not held.
  */
-export const SUSPEND_SCRIPT = `${PUBLISH_STATUS}
+export const SUSPEND_SCRIPT = `${PUBLISH_STATUS}${OUTBOX_APPEND}
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {0, ''} end
 for s in string.gmatch(ARGV[7], '[^,]+') do
@@ -378,6 +422,10 @@ if #added > 0 then
   local message = redis.call('HGET', KEYS[1], 'statusMessage')
   if message and message ~= '' then event.statusMessage = message end
   publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+  -- Another question while the task already waits is no status change: no second event.
+  if status ~= 'input_required' then
+    outbox_append(KEYS[1], 'input_required', message, ARGV[3], KEYS[3], KEYS[4], KEYS[5], ARGV[8])
+  end
 end
 return {1, answers}
 `;

@@ -49,6 +49,11 @@ export interface CreateTaskInput {
   idempotencyKey?: string;
   /** What the caller's client can answer (`elicitation`, `sampling`): `ctx.elicit` refuses what it cannot (§12). */
   clientCapabilities?: readonly string[];
+  /**
+   * The completion webhook the caller named, already checked by the gateway (PROTOCOL.md §27.1), and the most events
+   * of this principal that may wait for delivery at once (`cap`).
+   */
+  webhook?: { url: string; cap: number };
 }
 
 export interface CreateOutcome {
@@ -228,6 +233,10 @@ export class RedisTaskStore {
     if (input.deadlineAt !== undefined) fields['deadlineAt'] = String(input.deadlineAt);
     if (idemKey !== undefined) fields['idemKey'] = idemKey;
     if (input.clientCapabilities !== undefined) fields['clientCaps'] = input.clientCapabilities.join(',');
+    if (input.webhook !== undefined) {
+      fields['webhook'] = input.webhook.url;
+      fields['webhookCap'] = String(input.webhook.cap);
+    }
     const taskKey = this.keys.task(taskId);
     const reply = (await this.scripts.taskrelayCreate(
       taskKey,
@@ -325,6 +334,9 @@ export class RedisTaskStore {
       taskKey,
       this.keys.live,
       options.lock ? this.keys.bullJobLock(options.lock.queue, taskId) : taskKey,
+      this.keys.webhooks.due,
+      this.keys.webhooks.pending,
+      this.keys.webhooks.dead,
       to,
       now.toISOString(),
       allowedSources(to).join(','),
@@ -340,6 +352,7 @@ export class RedisTaskStore {
       isTerminal(to) && (extra['result']?.length ?? 0) + (extra['error']?.length ?? 0) <= MAX_EVENT_OUTCOME_CHARS
         ? '1'
         : '0',
+      this.keys.webhooks.eventPrefix,
     )) as [number, string];
     if (ok === 1) return { ok: true, status: to };
     if (ok === -1) return { ok: false, status: asStatus(status), lockLost: true };
@@ -438,6 +451,9 @@ export class RedisTaskStore {
     const reply = (await this.scripts.taskrelaySuspend(
       this.keys.task(taskId),
       this.keys.bullJobLock(lock.queue, taskId),
+      this.keys.webhooks.due,
+      this.keys.webhooks.pending,
+      this.keys.webhooks.dead,
       lock.token,
       requests.length === 0
         ? ''
@@ -447,6 +463,7 @@ export class RedisTaskStore {
       this.keys.gatewayChannelPrefix,
       this.keys.gatewayChannelSuffix,
       TERMINAL_LIST,
+      this.keys.webhooks.eventPrefix,
     )) as [number, (string[] | string)?];
     if (reply[0] === 1) {
       const flat = Array.isArray(reply[1]) ? reply[1] : [];
@@ -523,6 +540,9 @@ export class RedisTaskStore {
     const reply = (await this.scripts.taskrelayReap(
       this.keys.live,
       this.keys.reaperLease,
+      this.keys.webhooks.due,
+      this.keys.webhooks.pending,
+      this.keys.webhooks.dead,
       String(now.getTime()),
       now.toISOString(),
       String(options.batch ?? 500),
@@ -534,6 +554,7 @@ export class RedisTaskStore {
       holder,
       String(Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2)),
       TERMINAL_LIST,
+      this.keys.webhooks.eventPrefix,
     )) as [number, string[]?];
     if (reply[0] === -1) return { ran: false, looked: 0, reaped: [] };
     const flat = reply[1] ?? [];
@@ -579,14 +600,14 @@ export class RedisTaskStore {
 type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
 const SCRIPTS = {
   taskrelayCreate: { numberOfKeys: 4, lua: CREATE_SCRIPT },
-  taskrelayTransition: { numberOfKeys: 3, lua: TRANSITION_SCRIPT },
+  taskrelayTransition: { numberOfKeys: 6, lua: TRANSITION_SCRIPT },
   taskrelayProgress: { numberOfKeys: 2, lua: PROGRESS_SCRIPT },
   taskrelayLog: { numberOfKeys: 2, lua: LOG_SCRIPT },
   taskrelayStart: { numberOfKeys: 2, lua: START_SCRIPT },
   taskrelayWatch: { numberOfKeys: 1, lua: WATCH_SCRIPT },
-  taskrelayReap: { numberOfKeys: 2, lua: REAP_SCRIPT },
+  taskrelayReap: { numberOfKeys: 5, lua: REAP_SCRIPT },
   taskrelayList: { numberOfKeys: 1, lua: LIST_SCRIPT },
-  taskrelaySuspend: { numberOfKeys: 2, lua: SUSPEND_SCRIPT },
+  taskrelaySuspend: { numberOfKeys: 5, lua: SUSPEND_SCRIPT },
   taskrelayAnswer: { numberOfKeys: 1, lua: ANSWER_SCRIPT },
   taskrelaySetState: { numberOfKeys: 2, lua: SET_STATE_SCRIPT },
 } as const;
@@ -712,6 +733,7 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     pendingInput: h['pendingInput'],
     pendingInputs: h['pendingInput'] === undefined ? undefined : h['pendingInput'].split(',').filter(Boolean),
     clientCapabilities: h['clientCaps'] === undefined ? undefined : h['clientCaps'].split(',').filter(Boolean),
+    webhookUrl: h['webhook'],
   };
   let inputRequests: Record<string, InputRequest> | undefined;
   let inputResponses: Record<string, unknown> | undefined;

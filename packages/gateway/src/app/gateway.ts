@@ -29,6 +29,11 @@ import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
+import { WebhookDeliverer } from '../ops/webhooks/deliverer.js';
+import { WebhookIntake } from '../ops/webhooks/intake.js';
+import { WebhookOutbox } from '../ops/webhooks/outbox.js';
+import { WebhookSigner } from '../ops/webhooks/signer.js';
+import { WebhookPolicy } from '../ops/webhooks/url-policy.js';
 import { waitEndedByShutdown } from '../wire/errors.js';
 import { checkAnswer } from '../wire/input-answers.js';
 import { createHttpApp } from './http-app.js';
@@ -150,6 +155,14 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
   await router.start();
   const auth = createAuthenticator(options, log);
   const authEnabled = auth.enabled;
+  // Completion webhooks (PROTOCOL.md §27): checked at creation, delivered from the outbox by every gateway that can
+  // sign (one without the secret refuses webhooks and leaves the outbox to the others).
+  const webhookPolicy = new WebhookPolicy({
+    secretSet: options.webhooks.secret !== undefined,
+    allowedHosts: options.webhooks.allowedHosts,
+  });
+  const outbox = new WebhookOutbox(redis, keys.webhooks);
+  metrics.watchWebhooks(() => outbox.counts());
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
     defaultTtlMs: options.defaultTtlMs,
@@ -158,12 +171,27 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
     checkAnswer,
+    webhooks: new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal),
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
+  let stopDeliverer: () => Promise<void> = () => Promise.resolve();
   const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
   reaper.start();
   undo.push(() => reaper.stop());
+  if (options.webhooks.secret !== undefined) {
+    const deliverer = new WebhookDeliverer(
+      outbox,
+      webhookPolicy,
+      new WebhookSigner(options.webhooks.secret),
+      metrics,
+      log,
+      { ...options.webhooks, gatewayId, userAgent: `taskrelay-gateway/${GATEWAY_VERSION} (webhooks)` },
+    );
+    deliverer.start();
+    undo.push(() => deliverer.stop());
+    stopDeliverer = () => deliverer.stop();
+  }
   // The drain waits, without polling, for the requests and plain calls in flight to settle.
   let onSettled: (() => void) | undefined;
   const settled = () => onSettled?.();
@@ -204,6 +232,7 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
     service,
     router,
     admin,
+    webhooks: outbox,
     inflight,
     sessions,
     drainSignal: drain.signal,
@@ -247,6 +276,8 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
         state = 'draining';
         sessions.stopSweep();
         await reaper.stop();
+        // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
+        await stopDeliverer();
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
         http.closeIdleConnections();
         log.info(

@@ -21,6 +21,7 @@ import type { RequestLimits } from '../http/limits.js';
 import { sanitizeOutgoing } from '../http/safe-errors.js';
 import type { AdminQueries } from '../ops/admin/queries.js';
 import { createAdminRouter } from '../ops/admin/router.js';
+import type { WebhookOutbox } from '../ops/webhooks/outbox.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
 import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
@@ -49,6 +50,8 @@ export interface HttpAppDeps {
   service: TaskService;
   router: TaskRouter;
   admin: AdminQueries;
+  /** The webhook outbox, shown on the dashboard (PROTOCOL.md §27.6). */
+  webhooks: WebhookOutbox;
   inflight: InflightCalls;
   sessions: SessionRegistry;
   /** Aborted when the drain starts: pending `tasks/result` waits end. */
@@ -249,7 +252,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     res.send(await metrics.registry.metrics());
   });
   // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
-  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: deps.admin, log }));
+  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }));
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(

@@ -106,6 +106,13 @@ export class GatewayMetrics {
     registers: [this.registry],
   });
 
+  readonly webhookDeliveries = new Counter({
+    name: 'taskrelay_webhook_deliveries_total',
+    help: 'Webhook tries settled by this gateway, by outcome: delivered (2xx), retried, dead (dead-lettered), gone (410).',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_gateway_' });
   }
@@ -148,6 +155,29 @@ export class GatewayMetrics {
         const byQueue = new Map<string, number>();
         for (const w of await queries.workers().catch(() => [])) byQueue.set(w.queue, (byQueue.get(w.queue) ?? 0) + 1);
         for (const [queue, count] of byQueue) this.set({ queue }, count);
+      },
+    });
+  }
+
+  /** Fleet-wide webhook outbox gauges, read at scrape time (PROTOCOL.md §27.6); aggregate with `max`. */
+  watchWebhooks(counts: () => Promise<{ pending: number; dead: number }>): void {
+    const read = () => counts().catch(() => undefined);
+    new Gauge({
+      name: 'taskrelay_webhooks_pending',
+      help: 'Webhook events not settled yet (due, or in a try), fleet-wide.',
+      registers: [this.registry],
+      async collect() {
+        const c = await read();
+        if (c) this.set(c.pending);
+      },
+    });
+    new Gauge({
+      name: 'taskrelay_webhooks_dead',
+      help: 'Dead-lettered webhook events held (the newest 1000), fleet-wide.',
+      registers: [this.registry],
+      async collect() {
+        const c = await read();
+        if (c) this.set(c.dead);
       },
     });
   }

@@ -21,6 +21,8 @@ import { TaskSupportMismatchError, taskNotFound } from './errors.js';
 import type { JobDispatcher } from './job-dispatcher.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
 import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
+import type { WebhookIntake } from '../ops/webhooks/intake.js';
+import { WebhookRefusedError } from '../ops/webhooks/url-policy.js';
 
 export interface TaskServiceConfig {
   gatewayId: string;
@@ -37,6 +39,8 @@ export interface TaskServiceConfig {
    * the check is given here rather than written in this layer.
    */
   checkAnswer: AnswerChecker;
+  /** The creation-time webhook checks (PROTOCOL.md §27.1). Default: none, so every webhook is refused. */
+  webhooks?: Pick<WebhookIntake, 'accept'>;
 }
 
 /** The per-principal cap on unfinished tasks: `check` throws when the principal is at it. */
@@ -71,6 +75,8 @@ export interface StartTaskInput {
   sink?: CallerSink;
   /** What the caller's client declared it can answer (`elicitation`, `sampling`): `ctx.elicit` refuses the rest. */
   clientCapabilities?: string[];
+  /** `_meta["dev.taskrelay/webhook"]` as the request carried it (PROTOCOL.md §27.1); checked before anything is stored. */
+  webhook?: unknown;
 }
 
 /** How an answer to an input request ended: stored (the task resumes), invalid (asked again), refused (too late). */
@@ -123,10 +129,12 @@ export class TaskService {
    * `isError` result naming the field, and no job runs (the client gets the usual task flow and reads the error).
    */
   async rejectTask(
-    input: Pick<StartTaskInput, 'tool' | 'principal' | 'sessionId' | 'requestedTtlMs'>,
+    input: Pick<StartTaskInput, 'tool' | 'principal' | 'sessionId' | 'requestedTtlMs' | 'webhook'>,
     message: string,
   ): Promise<TaskRecord> {
+    const webhook = await this.acceptWebhook(input.webhook, 'task', input.principal);
     const { record } = await this.store.createTask({
+      ...(webhook ? { webhook } : {}),
       tool: input.tool.name,
       queue: input.tool.queue,
       principal: input.principal,
@@ -171,6 +179,8 @@ export class TaskService {
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
       createInput.idempotencyKey = input.idempotencyKey;
     }
+    const webhook = await this.acceptWebhook(input.webhook, input.mode, input.principal);
+    if (webhook) createInput.webhook = webhook;
     if (input.mode === 'task') await this.config.openTasks?.check(input.principal);
     const { record, created } = await this.store.createTask(createInput);
     if (!created) {
@@ -244,6 +254,19 @@ export class TaskService {
       'task created',
     );
     return record;
+  }
+
+  /** A webhook named with a call, checked (PROTOCOL.md §27.1): refused with a JSON-RPC error, or what to store. */
+  private async acceptWebhook(
+    value: unknown,
+    mode: TaskMode,
+    principal: string,
+  ): Promise<{ url: string; cap: number } | undefined> {
+    if (value === undefined) return undefined;
+    if (!this.config.webhooks) {
+      throw new WebhookRefusedError('webhooks are off on this gateway (TASKRELAY_WEBHOOK_SECRET is not set)');
+    }
+    return this.config.webhooks.accept(value, mode, principal);
   }
 
   /** A task the principal may see; plain calls' internal tasks are not tasks to the client. */

@@ -4,6 +4,7 @@
 import { ErrorCode as JsonRpcCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, isRedisUnavailableError, type ErrorCode } from '@taskrelay/shared';
 import { TaskSupportMismatchError } from '../tasks/errors.js';
+import { PendingWebhooksCapError, WebhookRefusedError } from '../ops/webhooks/url-policy.js';
 
 const JSON_RPC_CODES: Partial<Record<ErrorCode, number>> = {
   TASK_NOT_FOUND: JsonRpcCode.InvalidParams,
@@ -53,6 +54,13 @@ export function toMcpError(error: unknown): McpError {
   if (isRedisUnavailableError(error)) return taskStoreUnavailable();
   // The spec's answer to a taskSupport mismatch.
   if (error instanceof TaskSupportMismatchError) return new WireError(JsonRpcCode.MethodNotFound, error.message);
+  // PROTOCOL.md §27.1.
+  if (error instanceof WebhookRefusedError) {
+    return new WireError(JsonRpcCode.InvalidParams, error.message, { code: 'WEBHOOK_REFUSED' });
+  }
+  if (error instanceof PendingWebhooksCapError) {
+    return new WireError(JsonRpcCode.InvalidRequest, error.message, { code: 'TOO_MANY_PENDING_WEBHOOKS' });
+  }
   if (error instanceof TaskrelayError) {
     return new WireError(JSON_RPC_CODES[error.code] ?? JsonRpcCode.InternalError, error.message, { code: error.code });
   }

@@ -10,6 +10,7 @@ import express, { type Request, type Response, type Router } from 'express';
 import type { Logger, TaskRecord } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
+import type { WebhookOutbox } from '../webhooks/outbox.js';
 
 /** Finished tasks the page keeps showing (read again each poll, so they vanish when their ttl ends). */
 const RECENT_TASKS = 200;
@@ -19,6 +20,8 @@ export interface AdminRouterOptions {
   log: Logger;
   /** Where the router is mounted. Default `/admin`. */
   basePath?: string;
+  /** The webhook outbox: its pending and dead counts and the newest dead letters are shown (PROTOCOL.md §27.6). */
+  webhooks?: Pick<WebhookOutbox, 'counts' | 'deadLetters'>;
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
@@ -64,8 +67,19 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
   };
 
+  const webhookView = async () => {
+    if (!options.webhooks) return undefined;
+    const [counts, deadLetters] = await Promise.all([options.webhooks.counts(), options.webhooks.deadLetters(50)]);
+    return { ...counts, deadLetters };
+  };
+
   router.get('/api/overview', async (_req: Request, res: Response) => {
-    const [workers, queues, live] = await Promise.all([queries.workers(), queries.queueDepths(), queries.liveTasks()]);
+    const [workers, queues, live, webhooks] = await Promise.all([
+      queries.workers(),
+      queries.queueDepths(),
+      queries.liveTasks(),
+      webhookView(),
+    ]);
     remember(live);
     const liveIds = new Set(live.map((t) => t.taskId));
     const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
@@ -73,7 +87,7 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     for (const t of finished) gone.delete(t.taskId);
     for (const id of gone) recent.delete(id);
     const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
-    res.json({ now: Date.now(), workers, queues, tasks });
+    res.json({ now: Date.now(), workers, queues, tasks, ...(webhooks ? { webhooks } : {}) });
   });
 
   router.get('/api/tasks/:id', async (req: Request, res: Response) => {

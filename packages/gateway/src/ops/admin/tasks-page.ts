@@ -119,6 +119,14 @@ export const TASKS_PAGE = `<!doctype html>
           t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
+    if (data.webhooks) {
+      const w = data.webhooks;
+      main.append(el('section', { id: 'webhooks' }, el('h2', { text: 'Webhooks · ' + w.pending + ' pending · ' + w.dead + ' dead' }),
+        table(['dead letter', 'task', 'status', 'url', 'tries', 'reason', 'age'],
+          w.deadLetters.map((d) => [el('td', { class: 'mono', text: d.id }), el('td', { class: 'mono', text: d.taskId || '' }), d.status || '',
+            el('td', { class: 'mono', text: d.url || '' }), d.attempts ?? '', d.reason, age(new Date(d.deadAt).toISOString(), now)]),
+          'No dead letter: every webhook event was delivered, is being retried, or was stopped by its receiver (410).')));
+    }
   }
 
   function renderDetail(d) {

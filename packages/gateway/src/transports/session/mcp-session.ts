@@ -28,6 +28,7 @@ import type { GatewayMetrics } from '../../ops/metrics.js';
 import type { ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { relatedTaskMeta, renderResult, renderTask } from '../../wire/task-wire.js';
+import { WEBHOOK_META_KEY } from '../../ops/webhooks/url-policy.js';
 import {
   TASKS_EXTENSION_ID,
   declaresTasksExtension,
@@ -167,11 +168,12 @@ export function createSessionServer(options: SessionServerOptions): Server {
       const asTask = ext ? tool.taskSupport !== 'forbidden' : task !== undefined;
       const idempotencyKey = asTask ? idempotencyKeyOf(request.params._meta) : undefined;
       const requestedTtlMs = ext ? undefined : (task?.ttl ?? undefined);
+      const webhook = request.params._meta?.[WEBHOOK_META_KEY];
       if (invalid !== undefined) {
         // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.
         if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
         const record = await service.rejectTask(
-          { tool, principal, sessionId: extra.sessionId, requestedTtlMs },
+          { tool, principal, sessionId: extra.sessionId, requestedTtlMs, webhook },
           invalid,
         );
         return ext ? renderCreateTaskExt(record) : { task: renderTask(record) };
@@ -191,6 +193,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
           // Its input requests are answered by tasks/update, its progress is its statusMessage (SEP-2663); what it
           // can answer is declared with the request.
           clientCapabilities: [...new Set([...clientCapabilities, ...requestClientCapabilities(request.params._meta)])],
+          webhook,
         });
         return renderCreateTaskExt(record);
       }
@@ -211,6 +214,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
           sendStatus: sendTaskStatus,
           sink: taskSink,
           clientCapabilities,
+          webhook,
         });
         return { task: renderTask(record) };
       }
@@ -231,6 +235,8 @@ export function createSessionServer(options: SessionServerOptions): Server {
         // A plain call has only its own request stream: its questions and logs go there.
         sink: channel.sink(extra.requestId, 'call'),
         clientCapabilities,
+        // Refused: a plain call ends in its answer (PROTOCOL.md §27.1).
+        webhook,
       });
       const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
         shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),

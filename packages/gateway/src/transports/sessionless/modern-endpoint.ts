@@ -18,6 +18,7 @@ import { idempotencyKeyOf } from '../../protocol/request-meta.js';
 import type { ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { renderResult } from '../../wire/task-wire.js';
+import { WEBHOOK_META_KEY } from '../../ops/webhooks/url-policy.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
   MISSING_CLIENT_CAPABILITY,
@@ -227,7 +228,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     if (invalid !== undefined) {
       if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
       const record = await service.rejectTask(
-        { tool, principal, sessionId: undefined, requestedTtlMs: undefined },
+        { tool, principal, sessionId: undefined, requestedTtlMs: undefined, webhook: params._meta?.[WEBHOOK_META_KEY] },
         invalid,
       );
       return renderCreateTaskExt(record);
@@ -243,6 +244,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
         requestedTtlMs: undefined,
         idempotencyKey: idempotencyKeyOf(params._meta),
         clientCapabilities: requestClientCapabilities(params._meta),
+        webhook: params._meta?.[WEBHOOK_META_KEY],
       });
       return renderCreateTaskExt(record);
     }
@@ -259,6 +261,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       sessionId: undefined,
       progressToken,
       requestedTtlMs: undefined,
+      // Refused: a plain call ends in its answer (PROTOCOL.md §27.1).
+      webhook: params._meta?.[WEBHOOK_META_KEY],
       ...(stream
         ? {
             sendProgress: (progress: ProgressParams) =>

@@ -1,0 +1,288 @@
+/**
+ * Delivers the webhook outbox (PROTOCOL.md §27.3–§27.5). Every gateway runs one deliverer: it polls the outbox for due
+ * events, leases them, and makes one signed, SSRF-checked, time- and size-bounded POST per event; what the receiver
+ * answers decides whether the event is done, tried again later, or dead-lettered. Nothing but the tries in flight is
+ * held in memory: a gateway that dies leaves its leased events to whichever gateway polls after the lease ends.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type { LookupFunction } from 'node:net';
+import type { Logger, WebhookConfig } from '@taskrelay/shared';
+import type { GatewayMetrics } from '../metrics.js';
+import type { OutboxEvent, Settlement, WebhookOutbox } from './outbox.js';
+import type { SignedHeaders, WebhookSigner } from './signer.js';
+import { WebhookLookupError, WebhookRefusedError, type ResolvedTarget, type WebhookPolicy } from './url-policy.js';
+
+/** Most of a receiver's answer body that is read (the rest is cut off): the status is all that counts. */
+export const MAX_ANSWER_BYTES = 64 * 1024;
+/** Longest `statusMessage` an event body carries. */
+export const MAX_EVENT_MESSAGE_CHARS = 1_024;
+/** Tries one gateway makes at once. */
+export const DELIVERY_SLOTS = 16;
+
+/** The event body: the same bytes on every try of one event (PROTOCOL.md §27.4). No result: the client reads it. */
+export function eventBody(event: Pick<OutboxEvent, 'taskId' | 'status' | 'statusMessage' | 'timestamp'>): string {
+  const body: Record<string, string> = { type: 'task.status', taskId: event.taskId, status: event.status };
+  if (event.statusMessage !== undefined && event.statusMessage !== '') {
+    const chars = [...event.statusMessage];
+    body['statusMessage'] = chars.length > MAX_EVENT_MESSAGE_CHARS ? chars.slice(0, MAX_EVENT_MESSAGE_CHARS).join('') : event.statusMessage;
+  }
+  body['timestamp'] = event.timestamp;
+  return JSON.stringify(body);
+}
+
+/** What one POST came to: the receiver's status (and `Retry-After`), or why there was no answer. */
+export type TryResult = { kind: 'answer'; status: number; retryAfterMs?: number } | { kind: 'error'; message: string };
+
+export interface RetryPolicy {
+  maxAttempts: number;
+  retryBaseMs: number;
+  retryMaxMs: number;
+}
+
+/** Wait before the try after failed try `attempt` (1-based): exponential, capped, between half and all of it. */
+export function retryDelayMs(attempt: number, policy: RetryPolicy, random: () => number = Math.random): number {
+  const full = Math.min(policy.retryMaxMs, policy.retryBaseMs * 2 ** Math.max(0, attempt - 1));
+  return Math.round(full / 2 + (random() * full) / 2);
+}
+
+/** PROTOCOL.md §27.5: which answers end, stop, retry or dead-letter an event. */
+export function settlementOf(
+  result: TryResult,
+  attempt: number,
+  policy: RetryPolicy,
+  random: () => number = Math.random,
+): Settlement {
+  let reason: string;
+  let retryAfterMs: number | undefined;
+  if (result.kind === 'answer') {
+    const { status } = result;
+    if (status >= 200 && status < 300) return { outcome: 'delivered' };
+    if (status === 410) return { outcome: 'gone' };
+    if (!(status === 408 || status === 425 || status === 429 || status >= 500)) {
+      const why =
+        status >= 300 && status < 400
+          ? 'redirects are not followed'
+          : 'only 408, 425, 429 and 5xx answers are retried';
+      return { outcome: 'dead', reason: `the receiver answered ${status} (${why})` };
+    }
+    reason = `the receiver answered ${status}`;
+    retryAfterMs = result.retryAfterMs;
+  } else {
+    reason = result.message;
+  }
+  if (attempt >= policy.maxAttempts) {
+    return { outcome: 'dead', reason: `gave up after ${attempt} tries; the last: ${reason}` };
+  }
+  const backoff = retryDelayMs(attempt, policy, random);
+  const delayMs = Math.min(policy.retryMaxMs, Math.max(backoff, retryAfterMs ?? 0));
+  return { outcome: 'retry', delayMs, reason };
+}
+
+/**
+ * One POST to `target`, connected to its checked address only (a `lookup` that answers nothing else, so a DNS
+ * answer that changed since the check cannot redirect it), no redirect followed (node's client follows none), at
+ * most `timeoutMs` from start to the answer's status, at most MAX_ANSWER_BYTES of the answer read.
+ */
+export function postOnce(
+  target: ResolvedTarget,
+  headers: SignedHeaders,
+  body: string,
+  options: { timeoutMs: number; signal?: AbortSignal; userAgent: string },
+): Promise<TryResult> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const finish = (result: TryResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+      resolve(result);
+    };
+    const pinned: LookupFunction = (_hostname, lookupOptions, callback) => {
+      if ((lookupOptions as { all?: boolean }).all) {
+        (callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [
+          { address: target.address, family: target.family },
+        ]);
+      } else {
+        callback(null, target.address, target.family);
+      }
+    };
+    const client = target.url.protocol === 'https:' ? https : http;
+    const req = client.request(
+      target.url,
+      {
+        method: 'POST',
+        agent: false,
+        lookup: pinned,
+        headers: {
+          'content-type': 'application/json',
+          'content-length': String(Buffer.byteLength(body)),
+          'user-agent': options.userAgent,
+          ...headers,
+        },
+      },
+      (res) => {
+        const status = res.statusCode ?? 0;
+        const retryAfter = Number(res.headers['retry-after']);
+        const result: TryResult = { kind: 'answer', status };
+        if (Number.isInteger(retryAfter) && retryAfter > 0) result.retryAfterMs = retryAfter * 1000;
+        finish(result);
+        // Drain a little for a clean close, never more than the bound.
+        let read = 0;
+        res.on('data', (chunk: Buffer) => {
+          read += chunk.length;
+          if (read > MAX_ANSWER_BYTES) res.destroy();
+        });
+        res.on('error', () => undefined);
+        res.on('end', () => req.destroy());
+      },
+    );
+    const timer = setTimeout(() => {
+      req.destroy();
+      finish({ kind: 'error', message: `no answer within ${options.timeoutMs} ms` });
+    }, options.timeoutMs);
+    const onAbort = () => {
+      req.destroy();
+      finish({ kind: 'error', message: 'the try was stopped (gateway shutting down)' });
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    req.on('error', (error: NodeJS.ErrnoException) => {
+      finish({ kind: 'error', message: `could not reach the receiver (${error.code ?? error.message})` });
+    });
+    req.end(body);
+  });
+}
+
+export interface WebhookDelivererOptions extends Pick<WebhookConfig, 'maxAttempts' | 'retryBaseMs' | 'retryMaxMs' | 'timeoutMs' | 'pollMs'> {
+  /** This gateway's id: the lease holder. */
+  gatewayId: string;
+  /** `user-agent` of every try. */
+  userAgent: string;
+}
+
+/**
+ * The deliverer's lifecycle: `idle` until `start`, `running` while it polls, `stopping` while the tries in flight are
+ * stopped and handed back, `stopped` after.
+ */
+type State = 'idle' | 'running' | 'stopping' | 'stopped';
+
+export class WebhookDeliverer {
+  private state: State = 'idle';
+  private timer: NodeJS.Timeout | undefined;
+  private polling: Promise<boolean> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly stop$ = new AbortController();
+  /** A try's lease outlives its longest try (the timeout) with room for one more round trip. */
+  private readonly leaseMs: number;
+
+  constructor(
+    private readonly outbox: WebhookOutbox,
+    private readonly policy: WebhookPolicy,
+    private readonly signer: WebhookSigner,
+    private readonly metrics: GatewayMetrics,
+    private readonly log: Logger,
+    private readonly options: WebhookDelivererOptions,
+  ) {
+    this.leaseMs = 2 * options.timeoutMs + 1_000;
+  }
+
+  start(): void {
+    if (this.state !== 'idle') return;
+    this.state = 'running';
+    this.schedule(0);
+  }
+
+  /** Stops polling; tries in flight are stopped and handed back (due again at once, for any gateway). */
+  async stop(): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'stopping') return;
+    this.state = 'stopping';
+    clearTimeout(this.timer);
+    this.stop$.abort();
+    await this.polling;
+    await Promise.allSettled([...this.inFlight]);
+    this.state = 'stopped';
+  }
+
+  /** One poll now (tests); resolves when its tries have started, true when it filled every free slot. */
+  async poll(): Promise<boolean> {
+    this.polling ??= this.claimAndStart().finally(() => {
+      this.polling = undefined;
+    });
+    return this.polling;
+  }
+
+  /** Resolves when no try is in flight (tests). */
+  async idle(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  private schedule(ms: number): void {
+    if (this.state !== 'running') return;
+    this.timer = setTimeout(() => {
+      void this.poll().then((full) => this.schedule(full ? 0 : this.options.pollMs));
+    }, ms);
+    this.timer.unref();
+  }
+
+  /** Claims as many due events as there are free slots; true when it got a full batch (more may be due). */
+  private async claimAndStart(): Promise<boolean> {
+    const free = DELIVERY_SLOTS - this.inFlight.size;
+    if (free <= 0 || this.state !== 'running') return false;
+    let events: OutboxEvent[];
+    try {
+      events = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs);
+    } catch (error) {
+      this.log.warn({ err: error }, 'webhook outbox claim failed; trying again next poll');
+      return false;
+    }
+    for (const event of events) {
+      const run = this.deliver(event).finally(() => this.inFlight.delete(run));
+      this.inFlight.add(run);
+    }
+    return events.length === free;
+  }
+
+  private async deliver(event: OutboxEvent): Promise<void> {
+    const log = this.log.child({ webhookId: event.id, taskId: event.taskId, attempt: event.attempts });
+    const settlement = await this.tryOnce(event);
+    const stopped = this.stop$.signal.aborted && settlement.outcome === 'retry';
+    // A try cut short by the drain is handed back at once rather than after its lease.
+    const final: Settlement = stopped ? { ...settlement, delayMs: 0 } : settlement;
+    let settled: boolean;
+    try {
+      settled = await this.outbox.settle(event, final);
+    } catch (error) {
+      log.warn({ err: error }, 'could not record a webhook try; its lease will run out and it is tried again');
+      return;
+    }
+    if (!settled) {
+      log.info('webhook try outlived its lease; the event is in another try now');
+      return;
+    }
+    const counted = final.outcome === 'retry' ? 'retried' : final.outcome;
+    this.metrics.webhookDeliveries.inc({ outcome: counted });
+    if (final.outcome === 'dead') log.warn({ url: event.url, reason: final.reason }, 'webhook dead-lettered');
+    else if (final.outcome === 'retry') log.info({ reason: final.reason, delayMs: final.delayMs }, 'webhook try failed; retrying');
+    else log.debug({ outcome: final.outcome }, 'webhook settled');
+  }
+
+  private async tryOnce(event: OutboxEvent): Promise<Settlement> {
+    let target: ResolvedTarget;
+    try {
+      // The allow-list and DNS may have changed since the task was created: checked again on every try.
+      target = await this.policy.check(event.url);
+    } catch (error) {
+      if (error instanceof WebhookRefusedError) return { outcome: 'dead', reason: error.message };
+      const message = error instanceof WebhookLookupError ? error.message : String(error);
+      return settlementOf({ kind: 'error', message }, event.attempts, this.options);
+    }
+    const body = eventBody(event);
+    const result = await postOnce(target, this.signer.sign(event.id, body), body, {
+      timeoutMs: this.options.timeoutMs,
+      signal: this.stop$.signal,
+      userAgent: this.options.userAgent,
+    });
+    return settlementOf(result, event.attempts, this.options);
+  }
+}
