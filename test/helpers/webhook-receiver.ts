@@ -49,7 +49,7 @@ export async function startWebhookReceiver(secret: string): Promise<WebhookRecei
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8');
       const header = (name: string) => String(req.headers[name] ?? '');
-      let verified = false;
+      let verified: boolean;
       try {
         verifier.verify(body, {
           'webhook-id': header('webhook-id'),

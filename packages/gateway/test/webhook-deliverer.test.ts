@@ -30,7 +30,8 @@ async function receiver(): Promise<WebhookReceiver> {
 describe('§27.5 what an answer decides', () => {
   const mid = () => 0.5;
   it('2xx delivers, 410 stops, 408/425/429/5xx retry, other 3xx/4xx dead-letter at once', () => {
-    for (const status of [200, 201, 204, 299]) expect(settlementOf({ kind: 'answer', status }, 1, policy)).toEqual({ outcome: 'delivered' });
+    for (const status of [200, 201, 204, 299])
+      expect(settlementOf({ kind: 'answer', status }, 1, policy)).toEqual({ outcome: 'delivered' });
     expect(settlementOf({ kind: 'answer', status: 410 }, 1, policy)).toEqual({ outcome: 'gone' });
     for (const status of [408, 425, 429, 500, 502, 503, 504]) {
       expect(settlementOf({ kind: 'answer', status }, 1, policy, mid)).toMatchObject({ outcome: 'retry' });
@@ -47,7 +48,9 @@ describe('§27.5 what an answer decides', () => {
         reason: expect.stringMatching(/only 408, 425, 429 and 5xx answers are retried/),
       });
     }
-    expect(settlementOf({ kind: 'error', message: 'could not reach the receiver (ECONNREFUSED)' }, 2, policy, mid)).toEqual({
+    expect(
+      settlementOf({ kind: 'error', message: 'could not reach the receiver (ECONNREFUSED)' }, 2, policy, mid),
+    ).toEqual({
       outcome: 'retry',
       delayMs: 1_500,
       reason: 'could not reach the receiver (ECONNREFUSED)',
@@ -66,12 +69,18 @@ describe('§27.5 what an answer decides', () => {
     expect(retryDelayMs(1, policy, () => 1)).toBe(1_000);
     expect(retryDelayMs(4, policy, () => 1)).toBe(8_000);
     expect(retryDelayMs(30, policy, () => 1)).toBe(60_000);
-    expect(settlementOf({ kind: 'answer', status: 429, retryAfterMs: 20_000 }, 1, policy, () => 1)).toMatchObject({ delayMs: 20_000 });
-    expect(settlementOf({ kind: 'answer', status: 503, retryAfterMs: 3_600_000 }, 1, policy, () => 1)).toMatchObject({ delayMs: 60_000 });
+    expect(settlementOf({ kind: 'answer', status: 429, retryAfterMs: 20_000 }, 1, policy, () => 1)).toMatchObject({
+      delayMs: 20_000,
+    });
+    expect(settlementOf({ kind: 'answer', status: 503, retryAfterMs: 3_600_000 }, 1, policy, () => 1)).toMatchObject({
+      delayMs: 60_000,
+    });
   });
 
   it('the body is the contract shape, no result, a long message cut', () => {
-    expect(JSON.parse(eventBody({ taskId: 't', status: 'failed', statusMessage: 'x'.repeat(5_000), timestamp: 'T' }))).toEqual({
+    expect(
+      JSON.parse(eventBody({ taskId: 't', status: 'failed', statusMessage: 'x'.repeat(5_000), timestamp: 'T' })),
+    ).toEqual({
       type: 'task.status',
       taskId: 't',
       status: 'failed',
@@ -86,7 +95,10 @@ describe('§27.4 one try', () => {
   it('connects to the checked address only: a name that no DNS knows still reaches the pinned address', async () => {
     const r = await receiver();
     const url = new URL(`http://hooks.rebinding.invalid:${r.port}/hook`);
-    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, { timeoutMs: 5_000, userAgent: 'test' });
+    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, {
+      timeoutMs: 5_000,
+      userAgent: 'test',
+    });
     expect(result).toEqual({ kind: 'answer', status: 200 });
     expect(r.received).toHaveLength(1);
     expect(r.received[0]).toMatchObject({ verified: true, id: 'msg_t1_1', body, path: '/hook' });
@@ -99,7 +111,10 @@ describe('§27.4 one try', () => {
     const redirecting = await receiver();
     redirecting.answer(() => ({ status: 307, headers: { location: `${target.origin}/elsewhere` } }));
     const url = new URL(`${redirecting.origin}/hook`);
-    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, { timeoutMs: 5_000, userAgent: 'test' });
+    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, {
+      timeoutMs: 5_000,
+      userAgent: 'test',
+    });
     expect(result).toEqual({ kind: 'answer', status: 307 });
     expect(redirecting.received).toHaveLength(1);
     expect(target.received).toHaveLength(0);
@@ -109,7 +124,10 @@ describe('§27.4 one try', () => {
     const r = await receiver();
     r.answer(() => 'hang');
     const url = new URL(`${r.origin}/hook`);
-    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, { timeoutMs: 300, userAgent: 'test' });
+    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, {
+      timeoutMs: 300,
+      userAgent: 'test',
+    });
     expect(result).toEqual({ kind: 'error', message: 'no answer within 300 ms' });
   });
 
@@ -118,7 +136,10 @@ describe('§27.4 one try', () => {
     const url = new URL(`${r.origin}/hook`);
     await r.close();
     receivers.splice(receivers.indexOf(r), 1);
-    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, { timeoutMs: 2_000, userAgent: 'test' });
+    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, {
+      timeoutMs: 2_000,
+      userAgent: 'test',
+    });
     expect(result).toEqual({ kind: 'error', message: 'could not reach the receiver (ECONNREFUSED)' });
   });
 
@@ -141,7 +162,10 @@ describe('§27.4 one try', () => {
     servers.push(server);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
-    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, { timeoutMs: 5_000, userAgent: 'test' });
+    const result = await postOnce({ url, address: '127.0.0.1', family: 4 }, headers(), body, {
+      timeoutMs: 5_000,
+      userAgent: 'test',
+    });
     expect(result).toEqual({ kind: 'answer', status: 200 });
     await waitFor(() => closed, { timeoutMs: 5_000, message: 'the endless answer was never cut off' });
     expect(sent).toBeLessThan(4 * 1024 * 1024);

@@ -34,11 +34,22 @@ afterAll(async () => {
   await server?.stop();
 });
 
-const base = { tool: 'build_report', queue: 'default', principal: 'alice', mode: 'task' as const, ttl: 60_000, pollInterval: 1000 };
+const base = {
+  tool: 'build_report',
+  queue: 'default',
+  principal: 'alice',
+  mode: 'task' as const,
+  ttl: 60_000,
+  pollInterval: 1000,
+};
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new RedisTaskStore(redis, keys, { reaperIntervalMs: 0 }), outbox: new WebhookOutbox(redis, keys.webhooks) };
+  return {
+    keys,
+    store: new RedisTaskStore(redis, keys, { reaperIntervalMs: 0 }),
+    outbox: new WebhookOutbox(redis, keys.webhooks),
+  };
 }
 
 async function receiver(): Promise<WebhookReceiver> {
@@ -47,7 +58,11 @@ async function receiver(): Promise<WebhookReceiver> {
   return r;
 }
 
-function deliverer(outbox: WebhookOutbox, r: WebhookReceiver, overrides: Partial<{ maxAttempts: number; timeoutMs: number; gatewayId: string }> = {}) {
+function deliverer(
+  outbox: WebhookOutbox,
+  r: WebhookReceiver,
+  overrides: Partial<{ maxAttempts: number; timeoutMs: number; gatewayId: string }> = {},
+) {
   const metrics = new GatewayMetrics();
   const d = new WebhookDeliverer(
     outbox,
@@ -55,7 +70,16 @@ function deliverer(outbox: WebhookOutbox, r: WebhookReceiver, overrides: Partial
     new WebhookSigner(SECRET),
     metrics,
     createLogger('gateway', { level: 'silent' }),
-    { maxAttempts: 5, retryBaseMs: 10, retryMaxMs: 20, timeoutMs: 2_000, pollMs: 20, gatewayId: 'g1', userAgent: 'test', ...overrides },
+    {
+      maxAttempts: 5,
+      retryBaseMs: 10,
+      retryMaxMs: 20,
+      timeoutMs: 2_000,
+      pollMs: 20,
+      gatewayId: 'g1',
+      userAgent: 'test',
+      ...overrides,
+    },
   );
   deliverers.push(d);
   return { d, metrics };
@@ -121,7 +145,10 @@ describe('§27.2 the outbox is written in the status change', () => {
     const { taskId } = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
     const outcome = await store.reap('g1');
     expect(outcome.reaped.map((r) => r.taskId)).toEqual([taskId]);
-    expect(await redis.hgetall(keys.webhooks.event(`msg_${taskId}_1`))).toMatchObject({ status: 'failed', statusMessage: expect.stringMatching(/lost/) });
+    expect(await redis.hgetall(keys.webhooks.event(`msg_${taskId}_1`))).toMatchObject({
+      status: 'failed',
+      statusMessage: expect.stringMatching(/lost/),
+    });
   });
 
   it("an event past the principal's pending cap is dead-lettered at once", async () => {
@@ -132,7 +159,9 @@ describe('§27.2 the outbox is written in the status change', () => {
     await store.transition(b.taskId, 'completed', { result: { content: [] } });
     expect(await due(keys)).toEqual([`msg_${a.taskId}_1`]);
     expect(await outbox.counts()).toEqual({ pending: 1, dead: 1 });
-    expect(await outbox.deadLetters()).toEqual([expect.objectContaining({ id: `msg_${b.taskId}_1`, reason: expect.stringMatching(/pending cap/) })]);
+    expect(await outbox.deadLetters()).toEqual([
+      expect.objectContaining({ id: `msg_${b.taskId}_1`, reason: expect.stringMatching(/pending cap/) }),
+    ]);
     expect(await outbox.pendingFor('alice')).toBe(1);
   });
 });
@@ -168,7 +197,13 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
     expect(new Set(r.received.map((h) => h.id))).toEqual(new Set([`msg_${taskId}_1`]));
     expect(r.received.every((h) => h.verified)).toBe(true);
     expect(new Set(r.received.map((h) => h.body)).size).toBe(1);
-    expect(r.received[0]!.event).toEqual({ type: 'task.status', taskId, status: 'completed', statusMessage: 'done', timestamp: expect.any(String) });
+    expect(r.received[0]!.event).toEqual({
+      type: 'task.status',
+      taskId,
+      status: 'completed',
+      statusMessage: 'done',
+      timestamp: expect.any(String),
+    });
     expect(await outcomes(metrics)).toEqual({ retried: 2, delivered: 1 });
     expect(await outbox.counts()).toEqual({ pending: 0, dead: 0 });
   });
@@ -205,7 +240,15 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
       new WebhookSigner(SECRET),
       metrics,
       createLogger('gateway', { level: 'silent' }),
-      { maxAttempts: 3, retryBaseMs: 10, retryMaxMs: 20, timeoutMs: 2_000, pollMs: 20, gatewayId: 'g1', userAgent: 'test' },
+      {
+        maxAttempts: 3,
+        retryBaseMs: 10,
+        retryMaxMs: 20,
+        timeoutMs: 2_000,
+        pollMs: 20,
+        gatewayId: 'g1',
+        userAgent: 'test',
+      },
     );
     deliverers.push(d);
     d.start();
@@ -233,7 +276,15 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
       new WebhookSigner(SECRET),
       metrics,
       createLogger('gateway', { level: 'silent' }),
-      { maxAttempts: 3, retryBaseMs: 10, retryMaxMs: 20, timeoutMs: 2_000, pollMs: 20, gatewayId: 'g1', userAgent: 'test' },
+      {
+        maxAttempts: 3,
+        retryBaseMs: 10,
+        retryMaxMs: 20,
+        timeoutMs: 2_000,
+        pollMs: 20,
+        gatewayId: 'g1',
+        userAgent: 'test',
+      },
     );
     deliverers.push(d);
     d.start();

@@ -3,7 +3,12 @@ import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { createHmac } from 'node:crypto';
 import { WebhookSigner, webhookKey } from '../src/webhooks/signer.js';
 
-const body = JSON.stringify({ type: 'task.status', taskId: 't1', status: 'completed', timestamp: '2026-01-01T00:00:00Z' });
+const body = JSON.stringify({
+  type: 'task.status',
+  taskId: 't1',
+  status: 'completed',
+  timestamp: '2026-01-01T00:00:00Z',
+});
 
 describe('§27.4 webhook signatures (Standard Webhooks)', () => {
   it('a whsec_ secret signs so that a stock Standard Webhooks receiver verifies it', () => {

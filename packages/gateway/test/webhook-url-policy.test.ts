@@ -85,7 +85,9 @@ describe('§27.1 which webhook URLs are accepted', () => {
   it('a name allowed by name resolving to loopback passes only when the address is on the list too', async () => {
     const table = { localhost: ['127.0.0.1'] };
     expect(await refusal(policy(['localhost:9000'], table), 'http://localhost:9000/')).toMatch(/loopback address/);
-    await expect(policy(['localhost:9000', '127.0.0.1:9000'], table).check('http://localhost:9000/')).resolves.toMatchObject({
+    await expect(
+      policy(['localhost:9000', '127.0.0.1:9000'], table).check('http://localhost:9000/'),
+    ).resolves.toMatchObject({
       address: '127.0.0.1',
     });
   });

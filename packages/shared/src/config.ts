@@ -117,9 +117,13 @@ const flag = z
 /** `TASKRELAY_WEBHOOK_SECRET`: any non-empty value, or `whsec_` and non-empty base64 (PROTOCOL.md §27.4). */
 const webhookSecret = z
   .string()
-  .refine((v) => !v.startsWith('whsec_') || /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(v.slice(6)), {
-    message: 'must be base64 after the whsec_ prefix',
-  })
+  .refine(
+    (v) =>
+      !v.startsWith('whsec_') || /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(v.slice(6)),
+    {
+      message: 'must be base64 after the whsec_ prefix',
+    },
+  )
   .refine((v) => v !== 'whsec_', { message: 'must not be empty after the whsec_ prefix' });
 
 /** `TASKRELAY_WEBHOOK_ALLOWED_HOSTS`: `host`, `host:port`, `[v6]` or `[v6]:port`, lowercased. */
@@ -131,7 +135,10 @@ const webhookHostList = z.string().transform((value, ctx) => {
     .filter(Boolean)) {
     const match = /^(\[[0-9a-f:.]+\]|[^\s:/[\]@]+)(?::(\d{1,5}))?$/.exec(item);
     if (!match || (match[2] !== undefined && !(Number(match[2]) >= 1 && Number(match[2]) <= 65_535))) {
-      ctx.addIssue({ code: 'custom', message: `must be a comma list of host or host:port (bad entry ${JSON.stringify(item)})` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be a comma list of host or host:port (bad entry ${JSON.stringify(item)})`,
+      });
       return z.NEVER;
     }
     hosts.push(item);

@@ -25,7 +25,8 @@ export function eventBody(event: Pick<OutboxEvent, 'taskId' | 'status' | 'status
   const body: Record<string, string> = { type: 'task.status', taskId: event.taskId, status: event.status };
   if (event.statusMessage !== undefined && event.statusMessage !== '') {
     const chars = [...event.statusMessage];
-    body['statusMessage'] = chars.length > MAX_EVENT_MESSAGE_CHARS ? chars.slice(0, MAX_EVENT_MESSAGE_CHARS).join('') : event.statusMessage;
+    body['statusMessage'] =
+      chars.length > MAX_EVENT_MESSAGE_CHARS ? chars.slice(0, MAX_EVENT_MESSAGE_CHARS).join('') : event.statusMessage;
   }
   body['timestamp'] = event.timestamp;
   return JSON.stringify(body);
@@ -61,9 +62,7 @@ export function settlementOf(
     if (status === 410) return { outcome: 'gone' };
     if (!(status === 408 || status === 425 || status === 429 || status >= 500)) {
       const why =
-        status >= 300 && status < 400
-          ? 'redirects are not followed'
-          : 'only 408, 425, 429 and 5xx answers are retried';
+        status >= 300 && status < 400 ? 'redirects are not followed' : 'only 408, 425, 429 and 5xx answers are retried';
       return { outcome: 'dead', reason: `the receiver answered ${status} (${why})` };
     }
     reason = `the receiver answered ${status}`;
@@ -154,7 +153,10 @@ export function postOnce(
   });
 }
 
-export interface WebhookDelivererOptions extends Pick<WebhookConfig, 'maxAttempts' | 'retryBaseMs' | 'retryMaxMs' | 'timeoutMs' | 'pollMs'> {
+export interface WebhookDelivererOptions extends Pick<
+  WebhookConfig,
+  'maxAttempts' | 'retryBaseMs' | 'retryMaxMs' | 'timeoutMs' | 'pollMs'
+> {
   /** This gateway's id: the lease holder. */
   gatewayId: string;
   /** `user-agent` of every try. */
@@ -263,7 +265,8 @@ export class WebhookDeliverer {
     const counted = final.outcome === 'retry' ? 'retried' : final.outcome;
     this.metrics.webhookDeliveries.inc({ outcome: counted });
     if (final.outcome === 'dead') log.warn({ url: event.url, reason: final.reason }, 'webhook dead-lettered');
-    else if (final.outcome === 'retry') log.info({ reason: final.reason, delayMs: final.delayMs }, 'webhook try failed; retrying');
+    else if (final.outcome === 'retry')
+      log.info({ reason: final.reason, delayMs: final.delayMs }, 'webhook try failed; retrying');
     else log.debug({ outcome: final.outcome }, 'webhook settled');
   }
 

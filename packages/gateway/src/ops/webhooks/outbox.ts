@@ -126,7 +126,13 @@ export class WebhookOutbox {
    */
   async claim(holder: string, batch: number, leaseMs: number): Promise<OutboxEvent[]> {
     if (batch <= 0) return [];
-    const rows = (await this.claimScript(this.keys.due, String(batch), String(leaseMs), holder, this.keys.eventPrefix)) as string[][];
+    const rows = (await this.claimScript(
+      this.keys.due,
+      String(batch),
+      String(leaseMs),
+      holder,
+      this.keys.eventPrefix,
+    )) as string[][];
     const events: OutboxEvent[] = [];
     for (const flat of rows) {
       const h: Record<string, string> = {};
