@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { WebhookIntake } from '../src/webhooks/intake.js';
-import { WebhookPolicy, WebhookRefusedError, type LookupAddress } from '../src/webhooks/url-policy.js';
+import { WebhookIntake } from '../src/ops/webhooks/intake.js';
+import {
+  PendingWebhooksCapError,
+  WebhookPolicy,
+  WebhookRefusedError,
+  type LookupAddress,
+} from '../src/ops/webhooks/url-policy.js';
+import { toMcpError } from '../src/wire/errors.js';
 
 /** A resolver of our own: no query leaves the machine. */
 function dns(table: Record<string, string[]>) {
@@ -121,9 +127,13 @@ describe('§27.1 the creation-time checks', () => {
     await expect(intake.accept({ url: 'http://127.0.0.1:9000/h' }, 'call', 'alice')).rejects.toThrow(
       /sent for tasks only/,
     );
-    await expect(intake.accept({ url: 'http://127.0.0.1:9000/h' }, 'task', 'busy')).rejects.toMatchObject({
+    const capped = await intake.accept({ url: 'http://127.0.0.1:9000/h' }, 'task', 'busy').catch((e: unknown) => e);
+    expect(capped).toBeInstanceOf(PendingWebhooksCapError);
+    expect(toMcpError(capped)).toMatchObject({
       code: -32600,
       message: expect.stringMatching(/Too many pending webhook deliveries: .* 5 events .*at most 5/),
+      data: { code: 'TOO_MANY_PENDING_WEBHOOKS' },
     });
+    expect(toMcpError(new WebhookRefusedError('x'))).toMatchObject({ code: -32602, data: { code: 'WEBHOOK_REFUSED' } });
   });
 });
