@@ -252,7 +252,12 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     res.send(await metrics.registry.metrics());
   });
   // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
-  app.use('/admin', originGuard(options.allowedOrigins), requireAuth, createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }));
+  app.use(
+    '/admin',
+    originGuard(options.allowedOrigins),
+    requireAuth,
+    createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }),
+  );
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(
