@@ -2,6 +2,9 @@
 # the non-root `node` user); docker-compose.yml picks the entry point with `command`:
 #   node packages/gateway/dist/main.js   (the default)
 #   node packages/worker/dist/main.js
+#   node packages/cli/dist/main.js       (the CLI: `docker compose exec gateway node packages/cli/dist/main.js tools`)
+# Every package under packages/ is copied in (its manifest in base, its sources in build, its dist in runtime):
+# test/deploy-image.test.ts fails when one is missing, and replays this file end to end.
 ARG NODE_IMAGE=node:20-slim
 ARG PNPM_VERSION=12.4.2
 
@@ -16,6 +19,7 @@ COPY package.json pnpm-lock.yaml pnpm-workspace.yaml .npmrc ./
 COPY packages/shared/package.json packages/shared/
 COPY packages/worker/package.json packages/worker/
 COPY packages/gateway/package.json packages/gateway/
+COPY packages/cli/package.json packages/cli/
 
 # ---- build: every dependency, then tsc -b ----
 FROM base AS build
@@ -24,6 +28,7 @@ COPY tsconfig.base.json ./
 COPY packages/shared packages/shared
 COPY packages/worker packages/worker
 COPY packages/gateway packages/gateway
+COPY packages/cli packages/cli
 RUN pnpm build
 
 # ---- prod-deps: runtime dependencies only ----
@@ -40,6 +45,7 @@ COPY --from=prod-deps --chown=node:node /app ./
 COPY --from=build --chown=node:node /app/packages/shared/dist packages/shared/dist
 COPY --from=build --chown=node:node /app/packages/worker/dist packages/worker/dist
 COPY --from=build --chown=node:node /app/packages/gateway/dist packages/gateway/dist
+COPY --from=build --chown=node:node /app/packages/cli/dist packages/cli/dist
 # A tools module mounted from outside /app (TASKRELAY_TOOLS=/tools/tools.js) imports '@taskrelay/worker' and 'zod':
 # Node looks for node_modules in every parent directory up to /node_modules, so they resolve from there. A module
 # with other dependencies brings its own node_modules beside it.

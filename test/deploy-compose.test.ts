@@ -20,6 +20,7 @@ interface Service {
   ports?: string[];
   volumes?: string[];
   healthcheck?: { test: string[] };
+  pull_policy?: string;
   container_name?: string;
   stop_grace_period?: string;
   profiles?: string[];
@@ -103,11 +104,55 @@ describe('docker-compose.yml', () => {
     expect(runs).toBeGreaterThanOrEqual(4);
   });
 
-  it('health-checks the gateway on /readyz and publishes it on loopback only', () => {
+  it('health-checks the gateway on /readyz and publishes it on loopback only, on TASKRELAY_PORT (default 3000)', () => {
     const gateway = compose.services['gateway'];
     expect(gateway?.healthcheck?.test.join(' ')).toMatch(/\/readyz/);
-    expect(gateway?.ports?.every((p) => p.startsWith('127.0.0.1:'))).toBe(true);
+    expect(gateway?.ports).toEqual(['127.0.0.1:${TASKRELAY_PORT:-3000}:3000']);
     expect(gateway?.environment?.['HOST']).toBe('0.0.0.0');
+  });
+
+  it.runIf(hasCompose)('publishes the gateway on the host port TASKRELAY_PORT names', () => {
+    const rendered = spawnSync('docker-compose', ['-f', 'docker-compose.yml', 'config'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, TASKRELAY_PORT: '8123' },
+    });
+    expect(rendered.status).toBe(0);
+    const gateway = (parse(rendered.stdout) as { services: Record<string, { ports?: unknown[] }> }).services['gateway'];
+    expect(JSON.stringify(gateway?.ports)).toMatch(/8123/);
+  });
+
+  it('publishes Redis on the host only with the docker-compose.redis-port.yml override, on loopback', () => {
+    expect(compose.services['redis']?.ports).toBeUndefined();
+    const override = parse(readFileSync(resolve(ROOT, 'docker-compose.redis-port.yml'), 'utf8')) as {
+      services: Record<string, Service>;
+    };
+    expect(Object.keys(override.services)).toEqual(['redis']);
+    expect(override.services['redis']?.ports).toEqual(['127.0.0.1:${TASKRELAY_REDIS_PORT:-6379}:6379']);
+  });
+
+  it.runIf(hasCompose)('is valid with the Redis port override', () => {
+    const checked = spawnSync(
+      'docker-compose',
+      ['-f', 'docker-compose.yml', '-f', 'docker-compose.redis-port.yml', 'config', '-q'],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
+    expect(checked.stderr).toBe('');
+    expect(checked.status).toBe(0);
+  });
+
+  it('builds the stock image once: one service builds it, the others run it and never pull it', () => {
+    const stock = services.filter(([, s]) => s.image === 'taskrelay:local');
+    const builders = stock.filter(([, s]) => s.build !== undefined).map(([name]) => name);
+    expect(builders).toEqual(['gateway']);
+    for (const [name, service] of stock) {
+      if (name !== 'gateway') expect(service.pull_policy, name).toBe('never');
+    }
+    // Every service built from the repository's own Dockerfile names the shared image.
+    const fromRoot = services.filter(
+      ([, s]) => s.build === '.' || (typeof s.build === 'object' && s.build.context === '.'),
+    );
+    expect(fromRoot.map(([name]) => name)).toEqual(['gateway']);
   });
 
   it('lets workers scale (no fixed name or host port) and stop after their drain', () => {
