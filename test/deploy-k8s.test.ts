@@ -11,7 +11,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { Queue } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { ConfigMap, Service } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
@@ -22,6 +22,7 @@ import { demoTools } from '@taskrelay/worker';
 import { envProblems, processOf } from './helpers/deploy-contract.js';
 import { ROOT, startWorkerProcess, stopAll } from './helpers/processes.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
 
 const DIR = resolve(ROOT, 'deploy/k8s');
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
@@ -152,7 +153,7 @@ describe('worker autoscaling (KEDA)', () => {
     await redis?.stop();
   });
 
-  it('scales the demo worker Deployment on the wait list its pool really uses', async () => {
+  it('scales the demo worker Deployment from zero on the wait and active lists its pool really uses', async () => {
     const scaled = byKind('ScaledObject')[0];
     expect(scaled?.spec.scaleTargetRef.name).toBe('taskrelay-worker');
     const trigger = scaled?.spec.triggers[0];
@@ -165,17 +166,39 @@ describe('worker autoscaling (KEDA)', () => {
     const keys = createKeys(config['TASKRELAY_PREFIX']);
     expect(trigger.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:wait`);
 
-    // That key is BullMQ's wait list: a waiting job of that queue shows in its LLEN.
+    // From zero (PROTOCOL.md §24): one waiting job activates the pool; the running ones keep it up.
+    expect(scaled?.spec.minReplicaCount).toBe(0);
+    expect(trigger.metadata.activationListLength).toBe('0');
+    const active = scaled?.spec.triggers[1];
+    expect(active?.type).toBe('redis');
+    expect(active?.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:active`);
+    expect(active?.metadata.activationListLength).toBe('0');
+
+    // Those keys are BullMQ's wait and active lists: a waiting job of that queue shows in the first's LLEN, a running
+    // one in the second's.
     const prefix = uniquePrefix('keda');
     const testKeys = createKeys(prefix);
     const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
     const queue = new Queue(testKeys.queueName(pool), { connection, prefix: testKeys.bullPrefix });
+    const inTest = (name: string) => name.replace(`${keys.prefix}:`, `${prefix}:`);
+    let release = () => {};
+    const workerConnection = connection.duplicate();
+    const worker = new Worker(
+      testKeys.queueName(pool),
+      () => new Promise<void>((resolveJob) => (release = resolveJob)),
+      { connection: workerConnection, prefix: testKeys.bullPrefix, autorun: false },
+    );
     try {
       await queue.add('build_report', {}, { jobId: 'j1' });
-      const listName = trigger.metadata.listName.replace(`${keys.prefix}:`, `${prefix}:`);
-      expect(await connection.llen(listName)).toBe(1);
+      expect(await connection.llen(inTest(trigger.metadata.listName))).toBe(1);
+      void worker.run();
+      await waitFor(async () => (await connection.llen(inTest(active?.metadata.listName ?? ''))) === 1);
+      expect(await connection.llen(inTest(trigger.metadata.listName))).toBe(0);
     } finally {
+      release();
+      await worker.close();
       await queue.close();
+      workerConnection.disconnect();
       connection.disconnect();
     }
   });

@@ -6,3 +6,4 @@ export {
 } from './transports/session/event-store.js';
 export { createAuthenticator, type Authenticator } from './http/auth/authenticate.js';
 export { hostGuard, originGuard, jsonRpcError } from './http/http-guards.js';
+export { retirePool, rememberedPools, type RetireOutcome } from './tasks/catalog.js';

@@ -1,8 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { createKeys, createLogger, toolPool, type ToolDescriptor, type WorkerCatalog } from '@taskrelay/shared';
+import {
+  createKeys,
+  createLogger,
+  toolPool,
+  type PoolCatalog,
+  type ToolDescriptor,
+  type WorkerCatalog,
+} from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { ToolCatalog } from '../src/tasks/catalog.js';
+import { waitFor } from '../../../test/helpers/wait-for.js';
+import { ToolCatalog, retirePool } from '../src/tasks/catalog.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -25,7 +33,7 @@ const descriptor = (name: string, description = name): ToolDescriptor => ({
   taskSupport: 'optional',
 });
 
-/** Publishes a worker's catalog as a heartbeat does (PROTOCOL.md §3.1). */
+/** Publishes a worker's catalog as a heartbeat does (PROTOCOL.md §3.1, §24). */
 async function heartbeat(
   keys: ReturnType<typeof createKeys>,
   workerId: string,
@@ -43,6 +51,8 @@ async function heartbeat(
   };
   await redis.set(keys.workerCatalog(workerId), JSON.stringify(catalog), 'PX', 60_000);
   await redis.zadd(keys.workers, Date.now() + 60_000, workerId);
+  const pool: PoolCatalog = { pool: catalog.queue, queueName: 'default', tools, lastSeenAt: at };
+  await redis.hset(keys.pools, catalog.queue, JSON.stringify(pool));
   return catalog.queue;
 }
 
@@ -81,5 +91,77 @@ describe('§3.2 the catalog routes each call to a pool that serves its tool', ()
     );
     await redis.zrem(keys.workers, 'w1');
     expect(await catalog.unservedReason('echo', pool)).toMatch(/no live worker serves tool echo/);
+  });
+});
+
+/** A pool's remembered catalog, as a heartbeat writes it beside the worker's own (PROTOCOL.md §24). */
+async function remember(
+  keys: ReturnType<typeof createKeys>,
+  tools: ToolDescriptor[],
+  lastSeenAt: number,
+  queueName = 'default',
+) {
+  const pool = toolPool(
+    queueName,
+    tools.map((t) => t.name),
+  );
+  const record: PoolCatalog = { pool, queueName, tools, lastSeenAt };
+  await redis.hset(keys.pools, pool, JSON.stringify(record));
+  return pool;
+}
+
+describe('§24 catalog retention: a pool scaled to zero keeps its tools listed', () => {
+  it('lists the tools of a pool whose last worker left within the retention, routed to that pool', async () => {
+    const keys = createKeys(uniquePrefix('retain'));
+    const pool = await remember(keys, [descriptor('build_report')], Date.now() - 60_000);
+    const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
+    expect((await catalog.list()).map((t) => t.name)).toEqual(['build_report']);
+    expect((await catalog.find('build_report'))?.queue).toBe(pool);
+    expect(await catalog.unservedReason('build_report', pool)).toMatch(/no live worker serves tool build_report/);
+  });
+
+  it('forgets a pool past the retention, and with a retention of 0 at once', async () => {
+    const keys = createKeys(uniquePrefix('retain'));
+    await remember(keys, [descriptor('old_tool')], Date.now() - 7_200_000);
+    await remember(keys, [descriptor('recent_tool')], Date.now() - 1_000);
+    const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
+    expect((await catalog.list()).map((t) => t.name)).toEqual(['recent_tool']);
+    expect(await catalog.find('old_tool')).toBeUndefined();
+    // The gateway deletes what is past the retention.
+    await waitFor(async () => (await redis.hlen(keys.pools)) === 1, { timeoutMs: 5_000 });
+    const none = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 0 });
+    expect(await none.list()).toEqual([]);
+  });
+
+  it('drops a tool a newer pool of the same queue name no longer serves, but keeps a separate tool set', async () => {
+    const keys = createKeys(uniquePrefix('retain'));
+    const now = Date.now();
+    // A deploy went from {build_report, dropped} to {build_report}; then the new pool scaled to zero too.
+    await remember(keys, [descriptor('build_report'), descriptor('dropped')], now - 120_000);
+    const current = await remember(keys, [descriptor('build_report')], now - 60_000);
+    // Another service on the same queue name with its own tools, scaled to zero earlier still.
+    const other = await remember(keys, [descriptor('count_to')], now - 600_000);
+    const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
+    expect((await catalog.list()).map((t) => t.name).sort()).toEqual(['build_report', 'count_to']);
+    expect((await catalog.find('build_report'))?.queue).toBe(current);
+    expect((await catalog.find('count_to'))?.queue).toBe(other);
+  });
+
+  it('prefers a live worker over a remembered pool, and a retired pool is forgotten at once', async () => {
+    const keys = createKeys(uniquePrefix('retain'));
+    const gone = await remember(keys, [descriptor('build_report'), descriptor('only_remembered')], Date.now() - 1_000);
+    const live = await heartbeat(keys, 'w1', [descriptor('build_report')]);
+    const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
+    expect((await catalog.find('build_report'))?.queue).toBe(live);
+    // Superseded by the live pool of the same queue name that shares build_report.
+    expect(await catalog.find('only_remembered')).toBeUndefined();
+
+    const separate = await remember(keys, [descriptor('count_to')], Date.now() - 1_000, 'gpu');
+    expect((await catalog.find('count_to'))?.queue).toBe(separate);
+    expect(await retirePool(redis, keys, live)).toBe('live');
+    expect(await retirePool(redis, keys, separate)).toBe('retired');
+    expect(await retirePool(redis, keys, separate)).toBe('unknown');
+    expect(await catalog.find('count_to')).toBeUndefined();
+    expect(gone).not.toBe(live);
   });
 });

@@ -160,6 +160,7 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),
   TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
   TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
+  TASKRELAY_CATALOG_RETENTION_MS: int(0, 365 * 86_400_000).default(86_400_000),
   GATEWAY_SHUTDOWN_GRACE_MS: int(0, 3_600_000).default(10_000),
   TASKRELAY_ALLOWED_HOSTS: originList.optional(),
   TASKRELAY_ALLOW_UNAUTHENTICATED: flag.default(false),
@@ -242,6 +243,11 @@ export interface GatewayConfig extends CommonConfig {
   reaperIntervalMs: number;
   /** How long a job may wait for a worker before the reaper fails its task. Default 1 h. */
   queueTimeoutMs: number;
+  /**
+   * How long a pool's tools stay listed, and their calls accepted and queued, after its last worker has gone (a pool
+   * scaled to zero, PROTOCOL.md §24). `0`: a tool goes with its last worker. Default 86400000 (24 h).
+   */
+  catalogRetentionMs: number;
   /**
    * On SIGTERM/SIGINT, how long plain calls in flight may finish before they are ended with `GATEWAY_SHUTDOWN`.
    * Default 10000 ms.
@@ -428,6 +434,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
     reaperIntervalMs: p.TASKRELAY_REAPER_INTERVAL_MS,
     queueTimeoutMs: p.TASKRELAY_QUEUE_TIMEOUT_MS,
+    catalogRetentionMs: p.TASKRELAY_CATALOG_RETENTION_MS,
     shutdownGraceMs: p.GATEWAY_SHUTDOWN_GRACE_MS,
     allowedHosts: p.TASKRELAY_ALLOWED_HOSTS,
     allowUnauthenticated: p.TASKRELAY_ALLOW_UNAUTHENTICATED,

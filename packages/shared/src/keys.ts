@@ -23,6 +23,11 @@ export interface Keys {
   readonly workers: string;
   /** String holding one worker's tool catalog (JSON). */
   workerCatalog(workerId: string): string;
+  /**
+   * Hash: pool → its last seen catalog (`PoolCatalog` JSON), written by every heartbeat and kept after the pool's last
+   * worker has gone, so its tools stay listed for the gateway's catalog retention (PROTOCOL.md §24).
+   */
+  readonly pools: string;
   /** Channel: progress, status and acks for the tasks one gateway routes or waits on. */
   gatewayChannel(gatewayId: string): string;
   /** What `gatewayChannel(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
@@ -77,6 +82,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,
     workers: `${prefix}:workers`,
     workerCatalog: (workerId) => `${prefix}:worker:${workerId}:catalog`,
+    pools: `${prefix}:pools`,
     gatewayChannelPrefix,
     gatewayChannelSuffix,
     gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,

@@ -133,6 +133,18 @@ export const WorkerCatalogSchema = z.object({
 });
 export type WorkerCatalog = z.infer<typeof WorkerCatalogSchema>;
 
+/** A pool's tools as its workers last published them (`P:pools` field value, PROTOCOL.md §24). */
+export const PoolCatalogSchema = z.object({
+  /** The pool (`<queueName>.<digest>`, §3.2). */
+  pool: z.string(),
+  /** `TASKRELAY_QUEUE` of its workers: a newer pool of the same name supersedes this one. */
+  queueName: z.string(),
+  tools: z.array(ToolDescriptorSchema),
+  /** The newest heartbeat of any of its workers (ms since epoch). */
+  lastSeenAt: z.number(),
+});
+export type PoolCatalog = z.infer<typeof PoolCatalogSchema>;
+
 /** Parses JSON and validates it; returns undefined for anything malformed (pub/sub payloads are untrusted). */
 export function parseMessage<T>(schema: z.ZodType<T>, raw: string): T | undefined {
   let value: unknown;

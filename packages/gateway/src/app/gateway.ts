@@ -135,7 +135,10 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: options.reaperIntervalMs, indexTtlMs });
-  const catalogOptions = options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs };
+  const catalogOptions = {
+    retentionMs: options.catalogRetentionMs,
+    ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
+  };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());

@@ -1,12 +1,21 @@
 /**
- * The live tool catalog, read from the workers' heartbeats (PROTOCOL.md §3). The gateway never imports tool code:
- * what it knows of a tool is what a live worker published.
+ * The tool catalog, read from the workers' heartbeats (PROTOCOL.md §3): the tools of live workers, and those of pools
+ * whose last worker left within the retention (§24), so a pool can scale to zero and back. The gateway never imports
+ * tool code: what it knows of a tool is what a worker published.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsPlugin from 'ajv-formats';
 import type { Redis } from 'ioredis';
-import { WorkerCatalogSchema, parseMessage, type Keys, type Logger, type ToolDescriptor } from '@taskrelay/shared';
+import {
+  PoolCatalogSchema,
+  WorkerCatalogSchema,
+  parseMessage,
+  type Keys,
+  type Logger,
+  type PoolCatalog,
+  type ToolDescriptor,
+} from '@taskrelay/shared';
 
 export interface CatalogTool extends ToolDescriptor {
   /**
@@ -16,18 +25,54 @@ export interface CatalogTool extends ToolDescriptor {
   queue: string;
 }
 
-/** One read of the live catalogs. */
+/** One read of the catalogs. */
 interface CatalogSnapshot {
   at: number;
-  /** Tool name → its newest descriptor and one pool entry per live worker serving it. */
-  tools: Map<string, { descriptor: ToolDescriptor; pools: string[] }>;
+  /**
+   * Tool name → its newest descriptor and one pool entry per live worker serving it; for a tool no live worker
+   * serves, the retained pool that served it last (`live: false`).
+   */
+  tools: Map<string, { descriptor: ToolDescriptor; pools: string[]; live: boolean }>;
   /** Pools with at least one live worker. */
   pools: Set<string>;
 }
 
 export interface ToolCatalogOptions {
-  /** How long a read of the live catalogs is reused. Default 1000 ms. */
+  /** How long a read of the catalogs is reused. Default 1000 ms. */
   cacheMs?: number;
+  /**
+   * How long a pool's tools stay listed, and their calls accepted and queued, after its last worker has gone
+   * (PROTOCOL.md §24). `0`: a tool goes with its last worker. Default 86400000 (24 h).
+   */
+  retentionMs?: number;
+}
+
+/** How often a gateway deletes pools past the retention from `P:pools`. */
+const PRUNE_EVERY_MS = 60_000;
+
+/** What `retirePool` did. */
+export type RetireOutcome = 'retired' | 'unknown' | 'live';
+
+/**
+ * Forgets a pool at once, before its retention ends (an operator's `node scripts/retire-pool.mjs <pool>`): its tools
+ * leave `tools/list` and new calls for them get `Unknown tool` once no other pool serves them. A pool with live
+ * workers is not retired (their next heartbeat would list it again): stop them first.
+ */
+export async function retirePool(redis: Redis, keys: Keys, pool: string): Promise<RetireOutcome> {
+  const workerIds = await redis.zrangebyscore(keys.workers, Date.now(), '+inf');
+  const raws = workerIds.length > 0 ? await redis.mget(workerIds.map((id) => keys.workerCatalog(id))) : [];
+  const live = raws.some((raw) => raw !== null && parseMessage(WorkerCatalogSchema, raw)?.queue === pool);
+  if (live) return 'live';
+  return (await redis.hdel(keys.pools, pool)) === 1 ? 'retired' : 'unknown';
+}
+
+/** The pools `P:pools` remembers, newest first (for an operator's listing). */
+export async function rememberedPools(redis: Redis, keys: Keys): Promise<PoolCatalog[]> {
+  const raws = Object.values(await redis.hgetall(keys.pools));
+  return raws
+    .map((raw) => parseMessage(PoolCatalogSchema, raw))
+    .filter((p) => p !== undefined)
+    .sort((a, b) => b.lastSeenAt - a.lastSeenAt);
 }
 
 export class ToolCatalog {
@@ -42,6 +87,8 @@ export class ToolCatalog {
   private readonly ajv07: Ajv;
 
   private readonly cacheMs: number;
+  private readonly retentionMs: number;
+  private prunedAt = 0;
 
   constructor(
     private readonly redis: Redis,
@@ -50,6 +97,7 @@ export class ToolCatalog {
     options: ToolCatalogOptions = {},
   ) {
     this.cacheMs = options.cacheMs ?? 1000;
+    this.retentionMs = options.retentionMs ?? 86_400_000;
     // Ajv's warnings (unknown keywords, ignored formats) go to the gateway's log, never to the console.
     const logger = {
       log: (...args: unknown[]) => this.log.debug({ ajv: args.map(String).join(' ') }, 'ajv'),
@@ -67,7 +115,10 @@ export class ToolCatalog {
     }));
   }
 
-  /** The tool, with the pool this call goes to; undefined when no live worker serves it. */
+  /**
+   * The tool, with the pool this call goes to; undefined when no live worker serves it and no pool did within the
+   * retention.
+   */
   async find(name: string): Promise<CatalogTool | undefined> {
     const entry = (await this.load()).tools.get(name);
     if (!entry) return undefined;
@@ -82,7 +133,7 @@ export class ToolCatalog {
   async unservedReason(tool: string, queue: string): Promise<string | undefined> {
     const snapshot = await this.load();
     if (snapshot.pools.has(queue)) return undefined;
-    return snapshot.tools.has(tool)
+    return snapshot.tools.get(tool)?.live
       ? `Waiting: no live worker consumes pool ${queue}, where this task was queued (tool ${tool} is served by another pool now)`
       : `Waiting: no live worker serves tool ${tool}; the task runs once one starts`;
   }
@@ -127,14 +178,17 @@ export class ToolCatalog {
 
   private async read(): Promise<CatalogSnapshot> {
     const now = Date.now();
-    const workerIds = await this.redis.zrangebyscore(this.keys.workers, now, '+inf');
+    const [workerIds, remembered] = await Promise.all([
+      this.redis.zrangebyscore(this.keys.workers, now, '+inf'),
+      this.retentionMs > 0 ? this.redis.hgetall(this.keys.pools) : Promise.resolve({}),
+    ]);
     const raws = workerIds.length > 0 ? await this.redis.mget(workerIds.map((id) => this.keys.workerCatalog(id))) : [];
     const catalogs = raws
       .map((raw) => (raw ? parseMessage(WorkerCatalogSchema, raw) : undefined))
       .filter((c) => c !== undefined)
       // Newest heartbeat last, so during a rolling deploy the newest definition of a tool wins.
       .sort((a, b) => a.heartbeatAt - b.heartbeatAt);
-    const tools = new Map<string, { descriptor: ToolDescriptor; pools: string[] }>();
+    const tools = new Map<string, { descriptor: ToolDescriptor; pools: string[]; live: boolean }>();
     const pools = new Set<string>();
     for (const catalog of catalogs) {
       pools.add(catalog.queue);
@@ -144,16 +198,33 @@ export class ToolCatalog {
           entry.descriptor = tool;
           entry.pools.push(catalog.queue);
         } else {
-          tools.set(tool.name, { descriptor: tool, pools: [catalog.queue] });
+          tools.set(tool.name, { descriptor: tool, pools: [catalog.queue], live: true });
         }
       }
     }
-    for (const name of this.served) {
-      if (tools.has(name)) continue;
-      this.served.delete(name);
-      this.log.warn({ tool: name }, 'no live worker serves this tool any more; its queued calls wait until one starts');
+    for (const pool of this.retained(Object.values(remembered), pools, now)) {
+      for (const tool of pool.tools) {
+        // Newest retained pool first: it wins a tool no live worker serves.
+        if (!tools.has(tool.name)) tools.set(tool.name, { descriptor: tool, pools: [pool.pool], live: false });
+      }
     }
-    for (const name of tools.keys()) this.served.add(name);
+    for (const name of this.served) {
+      const entry = tools.get(name);
+      if (entry?.live) continue;
+      this.served.delete(name);
+      if (entry) {
+        this.log.warn(
+          { tool: name, queue: entry.pools[0], retentionMs: this.retentionMs },
+          'no live worker serves this tool any more; it stays listed for the catalog retention, and its calls wait until a worker starts',
+        );
+      } else {
+        this.log.warn(
+          { tool: name },
+          'no live worker serves this tool any more; its queued calls wait until one starts',
+        );
+      }
+    }
+    for (const [name, entry] of tools) if (entry.live) this.served.add(name);
     for (const pool of this.servedPools) {
       if (pools.has(pool)) continue;
       this.servedPools.delete(pool);
@@ -163,10 +234,50 @@ export class ToolCatalog {
       );
     }
     for (const pool of pools) this.servedPools.add(pool);
+    if (this.retentionMs > 0 && now - this.prunedAt >= PRUNE_EVERY_MS) {
+      this.prunedAt = now;
+      this.prune(Object.entries(remembered), pools, now);
+    }
     const snapshot: CatalogSnapshot = { at: now, tools, pools };
     this.cached = snapshot;
     this.log.trace({ workers: workerIds.length, tools: tools.size, pools: pools.size }, 'catalog refreshed');
     return snapshot;
+  }
+
+  /**
+   * The remembered pools whose tools are still listed, newest first: not live, seen within the retention, and not
+   * superseded. A pool is superseded by a newer one (live, or seen later) of the same `TASKRELAY_QUEUE` that shares a
+   * tool with it: a deploy that changed the tool set, so a tool it dropped goes at once instead of waiting out the
+   * retention. Pools of one queue name with disjoint tool sets (separate services) never supersede each other.
+   */
+  private retained(raws: string[], live: Set<string>, now: number): PoolCatalog[] {
+    const all = raws
+      .map((raw) => parseMessage(PoolCatalogSchema, raw))
+      .filter((p) => p !== undefined)
+      .sort((a, b) => b.lastSeenAt - a.lastSeenAt);
+    const isLive = (p: PoolCatalog) => live.has(p.pool);
+    return all.filter((pool, i) => {
+      if (isLive(pool) || now - pool.lastSeenAt > this.retentionMs) return false;
+      const names = new Set(pool.tools.map((t) => t.name));
+      const newer = all.filter((other, j) => other !== pool && (isLive(other) || j < i));
+      return !newer.some((other) => other.queueName === pool.queueName && other.tools.some((t) => names.has(t.name)));
+    });
+  }
+
+  /** Deletes the pools past the retention that no live worker consumes; a failure waits for the next round. */
+  private prune(entries: Array<[string, string]>, live: Set<string>, now: number): void {
+    const expired = entries
+      .filter(([pool, raw]) => {
+        if (live.has(pool)) return false;
+        const parsed = parseMessage(PoolCatalogSchema, raw);
+        return !parsed || now - parsed.lastSeenAt > this.retentionMs;
+      })
+      .map(([pool]) => pool);
+    if (expired.length === 0) return;
+    void this.redis.hdel(this.keys.pools, ...expired).then(
+      () => this.log.info({ pools: expired }, 'pools past the catalog retention forgotten'),
+      (error: unknown) => this.log.warn({ err: error }, 'pruning the catalog retention failed'),
+    );
   }
 }
 

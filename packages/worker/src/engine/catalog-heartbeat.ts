@@ -1,8 +1,10 @@
 /**
  * The catalog heartbeat (PROTOCOL.md §3): this worker's tool catalog, written with an expiry of three beats and
- * listed in the live-worker set, so a gateway routes only to workers that are alive and a dead one drops out.
+ * listed in the live-worker set, so a gateway routes only to workers that are alive and a dead one drops out. Each beat
+ * also leaves the pool's catalog in `P:pools`, which outlives the worker: a pool scaled to zero keeps its tools listed
+ * for the gateway's catalog retention (§24).
  */
-import type { Keys, Logger, Redis, ToolDescriptor, WorkerCatalog } from '@taskrelay/shared';
+import type { Keys, Logger, PoolCatalog, Redis, ToolDescriptor, WorkerCatalog } from '@taskrelay/shared';
 
 /** Worker ids whose heartbeat expired this long ago are pruned from the live set by any worker. */
 const PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000;
@@ -13,6 +15,8 @@ export interface CatalogHeartbeatOptions {
   workerId: string;
   /** The pool this worker consumes (PROTOCOL.md §3.2). */
   queue: string;
+  /** Its `TASKRELAY_QUEUE` name, before the tool digest. */
+  queueName: string;
   tools: readonly ToolDescriptor[];
   heartbeatMs: number;
   log: Logger;
@@ -47,10 +51,17 @@ export class CatalogHeartbeat {
     const now = Date.now();
     const ttlMs = 3 * this.o.heartbeatMs;
     const catalog: WorkerCatalog = { workerId, queue: this.o.queue, tools: [...this.o.tools], heartbeatAt: now };
+    const pool: PoolCatalog = {
+      pool: this.o.queue,
+      queueName: this.o.queueName,
+      tools: [...this.o.tools],
+      lastSeenAt: now,
+    };
     const replies = await redis
       .multi()
       .set(keys.workerCatalog(workerId), JSON.stringify(catalog), 'PX', ttlMs)
       .zadd(keys.workers, now + ttlMs, workerId)
+      .hset(keys.pools, this.o.queue, JSON.stringify(pool))
       .zremrangebyscore(keys.workers, '-inf', now - PRUNE_DEAD_WORKERS_AFTER_MS)
       .exec();
     const failed = replies?.find(([error]) => error);

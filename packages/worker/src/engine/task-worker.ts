@@ -102,6 +102,7 @@ export class TaskWorker {
       keys: this.keys,
       workerId: this.workerId,
       queue: this.queue,
+      queueName: options.queue,
       tools: options.tools.map((tool) => tool.descriptor),
       heartbeatMs: options.heartbeatMs,
       log: this.log,

@@ -1,0 +1,54 @@
+#!/usr/bin/env node
+/**
+ * `node packages/gateway/dist/pools-main.js [list | retire POOL]`: an operator's view of the pools the catalog
+ * remembers (PROTOCOL.md §24), with the gateway's environment (`REDIS_URL`, `TASKRELAY_PREFIX`,
+ * `TASKRELAY_CATALOG_RETENTION_MS`). `retire` forgets a pool before its retention ends: its tools leave `tools/list`,
+ * and new calls for them get `Unknown tool`, once no other pool serves them.
+ */
+import { parseArgs } from 'node:util';
+import { createKeys, createRedis, loadGatewayConfig, oneLine, requireRedisUrl } from '@taskrelay/shared';
+import { rememberedPools, retirePool } from './tasks/catalog.js';
+
+const USAGE = 'usage: pools-main.js [list | retire POOL]';
+
+async function main(): Promise<number> {
+  const { positionals } = parseArgs({ allowPositionals: true, options: {} });
+  const [command = 'list', poolArg, ...rest] = positionals;
+  if (!['list', 'retire'].includes(command) || rest.length > 0 || (command === 'retire') !== (poolArg !== undefined)) {
+    process.stderr.write(`${USAGE}\n`);
+    return 2;
+  }
+  const config = loadGatewayConfig();
+  const keys = createKeys(config.prefix);
+  const redis = createRedis(requireRedisUrl(config), { maxRetriesPerRequest: 1 });
+  try {
+    if (command === 'list') {
+      const now = Date.now();
+      for (const p of await rememberedPools(redis, keys)) {
+        const ageS = Math.round((now - p.lastSeenAt) / 1000);
+        const state = now - p.lastSeenAt > config.catalogRetentionMs ? 'past retention' : 'listed';
+        process.stdout.write(`${p.pool}\t${state}\tlast seen ${ageS} s ago\t${p.tools.map((t) => t.name).join(',')}\n`);
+      }
+      return 0;
+    }
+    const pool = poolArg ?? '';
+    const outcome = await retirePool(redis, keys, pool);
+    const messages = {
+      retired: `pool ${pool} retired: its tools are no longer listed unless another pool serves them`,
+      unknown: `pool ${pool} is not remembered (already retired or past its retention)`,
+      live: `pool ${pool} still has live workers: stop them first, then retire it`,
+    };
+    (outcome === 'retired' ? process.stdout : process.stderr).write(`${messages[outcome]}\n`);
+    return outcome === 'retired' ? 0 : 1;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`taskrelay pools: ${oneLine(error)}\n`);
+    process.exit(1);
+  },
+);

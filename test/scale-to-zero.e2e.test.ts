@@ -1,0 +1,134 @@
+/**
+ * PROTOCOL.md §24, scale to zero and back, across processes: every worker of a pool stops, its tools stay listed and a
+ * call for them is accepted and queued; a worker starts and the queued calls (a task and a plain call) get their
+ * results. Past the catalog retention, or once an operator retires the pool, the tool is gone: `tools/list` drops it
+ * and a call gets `Unknown tool` (-32602).
+ */
+import { spawnSync } from 'node:child_process';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import {
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+import { waitFor } from './helpers/wait-for.js';
+
+let redis: TestRedis;
+
+beforeAll(async () => {
+  redis = await startRedis();
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+async function stack(env: Record<string, string> = {}) {
+  const common = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('zero'), WORKER_HEARTBEAT_MS: '200' };
+  const gateway = await startGatewayProcess({ ...common, ...env });
+  const client = await connectClient(gateway.url);
+  const startWorker = () => startWorkerProcess(common);
+  return { common, gateway, client, startWorker };
+}
+
+const listed = async (client: Client) => (await client.listTools()).tools.map((t) => t.name);
+
+/** Stops a worker with SIGTERM (a clean exit deletes its heartbeat: the pool then has no live worker at all). */
+async function stopWorker(worker: { kill: (s?: NodeJS.Signals) => Promise<number | null> }) {
+  expect(await worker.kill('SIGTERM')).toBe(0);
+}
+
+function pools(gateway: GatewayProcess, env: Record<string, string>, ...args: string[]) {
+  return spawnSync(process.execPath, [resolve(ROOT, 'packages/gateway/dist/pools-main.js'), ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, ...env },
+  });
+}
+
+describe('§24 a pool scales to zero and back', () => {
+  it('accepts and queues calls while no worker runs, and answers them once one starts', async () => {
+    const { client, startWorker } = await stack();
+    const worker = await startWorker();
+    await waitFor(async () => (await listed(client)).includes('build_report'), { timeoutMs: 10_000 });
+    await stopWorker(worker);
+
+    // Every worker has gone: the tool is still listed and its calls are accepted.
+    expect(await listed(client)).toContain('build_report');
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'build_report', arguments: { report: 'queued', items: 2, delayMs: 0 }, task: { ttl: 60_000 } },
+      },
+      CreateTaskResultSchema,
+    );
+    // The catalog is re-read within a second (catalogCacheMs): then tasks/get says why the task waits.
+    const waiting = await waitFor(
+      async () => {
+        const task = await client.experimental.tasks.getTask(created.task.taskId);
+        return task.statusMessage ? task : undefined;
+      },
+      { timeoutMs: 5_000 },
+    );
+    expect(waiting.status).toBe('working');
+    expect(waiting.statusMessage).toMatch(/no live worker serves tool build_report/);
+    const plain = client.request(
+      { method: 'tools/call', params: { name: 'build_report', arguments: { report: 'plain', items: 1, delayMs: 0 } } },
+      CallToolResultSchema,
+      { timeout: 60_000 },
+    );
+
+    await startWorker();
+    expect((await plain).structuredContent).toEqual({ report: 'plain', items: 1 });
+    await waitFor(async () => (await client.experimental.tasks.getTask(created.task.taskId)).status === 'completed', {
+      timeoutMs: 20_000,
+    });
+    const result = await client.experimental.tasks.getTaskResult(created.task.taskId, CallToolResultSchema);
+    expect(result.structuredContent).toEqual({ report: 'queued', items: 2 });
+    await client.close();
+  });
+
+  it('drops the tool past the retention: tools/list no longer lists it and a call gets Unknown tool', async () => {
+    const { client, startWorker } = await stack({ TASKRELAY_CATALOG_RETENTION_MS: '1500' });
+    const worker = await startWorker();
+    await waitFor(async () => (await listed(client)).includes('build_report'), { timeoutMs: 10_000 });
+    await stopWorker(worker);
+    await waitFor(async () => !(await listed(client)).includes('build_report'), { timeoutMs: 15_000 });
+    const refused = await client.callTool({ name: 'build_report', arguments: { report: 'x', items: 1 } }).then(
+      () => undefined,
+      (error: unknown) => error as { code: number; message: string },
+    );
+    expect(refused?.code).toBe(-32602);
+    expect(refused?.message).toMatch(/Unknown tool: build_report/);
+    await client.close();
+  });
+
+  it('forgets a pool an operator retires, and refuses to retire one with live workers', async () => {
+    const { client, startWorker, gateway, common } = await stack();
+    const worker = await startWorker();
+    await waitFor(async () => (await listed(client)).includes('build_report'), { timeoutMs: 10_000 });
+    const listing = pools(gateway, common, 'list');
+    expect(listing.status).toBe(0);
+    const pool = /^(\S+)\tlisted\t/m.exec(listing.stdout)?.[1] ?? '';
+    expect(pool).toMatch(/^default\.[0-9a-f]{12}$/);
+
+    const refused = pools(gateway, common, 'retire', pool);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toMatch(/still has live workers/);
+
+    await stopWorker(worker);
+    expect(await listed(client)).toContain('build_report');
+    const retired = pools(gateway, common, 'retire', pool);
+    expect(retired.stderr).toBe('');
+    expect(retired.status).toBe(0);
+    await waitFor(async () => !(await listed(client)).includes('build_report'), { timeoutMs: 5_000 });
+    await client.close();
+  });
+});
