@@ -1,10 +1,18 @@
 #!/usr/bin/env node
-// Makes `npm test` / `npm start` / `pnpm bench` work on a machine that has only Node: installs the workspace with
-// the pinned pnpm when it was never installed, and rebuilds the packages whose `dist` is missing or older than their
-// sources. Prints nothing when there is nothing to do. Plain Node, no dependencies (it runs before any are installed).
+// Makes `npm test` / `npm start` / `pnpm bench` work on a machine that has only Node: first, when there is no
+// REDIS_URL and no redis-server on PATH, installs Redis with the platform's package manager (apt-get on Debian/Ubuntu,
+// as root or through sudo; brew on macOS), printing the exact command; on a terminal it asks first, with `--yes`
+// (`npm start --yes`, `npm test --yes`) or CI=true it goes ahead, elsewhere it stops with one line saying what to run.
+// Then installs the workspace with the pinned pnpm when it was never installed, and rebuilds the packages whose
+// `dist` is missing or older than their sources. Prints nothing when there is nothing to do. Plain Node, no
+// dependencies (it runs before any are installed).
+//
+// For tests only: TASKRELAY_BOOTSTRAP_PLATFORM stands for process.platform and TASKRELAY_BOOTSTRAP_OS_RELEASE for
+// /etc/os-release, so the installer choice can be checked with stub package managers on a fake PATH.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -97,6 +105,70 @@ function build(stale) {
   run(process.execPath, [tsc, '-b', ...PACKAGES.map((name) => `packages/${name}`)]);
 }
 
+function onPath(command) {
+  return spawnSync(command, ['--version'], { stdio: 'ignore', shell: isWindows }).status === 0;
+}
+
+/** `ID` and `ID_LIKE` of /etc/os-release (`debian`, `ubuntu`, …), lower case. */
+function linuxFamily() {
+  const file = process.env['TASKRELAY_BOOTSTRAP_OS_RELEASE'] ?? '/etc/os-release';
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return [];
+  }
+  return [...text.matchAll(/^(?:ID|ID_LIKE)=(.*)$/gm)].flatMap((m) =>
+    m[1].replace(/["']/g, '').toLowerCase().split(/\s+/),
+  );
+}
+
+/** The commands that install redis-server here, or undefined when no package manager here can. */
+function redisInstallPlan() {
+  const platform = process.env['TASKRELAY_BOOTSTRAP_PLATFORM'] ?? process.platform;
+  if (platform === 'darwin') return onPath('brew') ? [['brew', 'install', 'redis']] : undefined;
+  if (platform !== 'linux') return undefined;
+  const family = linuxFamily();
+  if (!family.some((id) => id === 'debian' || id === 'ubuntu') || !onPath('apt-get')) return undefined;
+  const asRoot = process.getuid?.() === 0;
+  if (!asRoot && !onPath('sudo')) return undefined;
+  const sudo = asRoot ? [] : ['sudo'];
+  return [
+    [...sudo, 'apt-get', 'update'],
+    [...sudo, 'apt-get', 'install', '-y', '--no-install-recommends', 'redis-server'],
+  ];
+}
+
+const NO_REDIS =
+  'no REDIS_URL and no redis-server on PATH: install one (`apt-get install redis-server`, `brew install redis`) ' +
+  'or run `docker compose -f docker-compose.yml -f docker-compose.redis-port.yml up -d redis` and start with ' +
+  'REDIS_URL=redis://127.0.0.1:6379';
+
+async function ensureRedis() {
+  const external = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'].some((name) => process.env[name]);
+  if (external || onPath('redis-server')) return;
+  const plan = redisInstallPlan();
+  if (!plan) fail(NO_REDIS);
+  const shown = plan.map((argv) => argv.join(' ')).join(' && ');
+  const yes =
+    process.argv.includes('--yes') ||
+    process.env['npm_config_yes'] === 'true' ||
+    ['1', 'true'].includes((process.env['CI'] ?? '').toLowerCase());
+  if (!yes) {
+    if (!process.stdin.isTTY || !process.stderr.isTTY) {
+      fail(`redis-server is missing; to install it, run: ${shown} (or rerun with --yes, e.g. \`npm start --yes\`)`);
+    }
+    const prompt = createInterface({ input: process.stdin, output: process.stderr });
+    const answer = (await prompt.question(`bootstrap: redis-server is missing. Run \`${shown}\` now? [Y/n] `)).trim();
+    prompt.close();
+    if (!/^(y|yes)?$/i.test(answer)) fail(`not installing redis-server; ${NO_REDIS}`);
+  }
+  log(`redis-server is missing; installing it: ${shown}`);
+  for (const argv of plan) run(argv[0], argv.slice(1));
+  if (!onPath('redis-server')) fail(`\`${shown}\` ran, but there is still no redis-server on PATH`);
+}
+
+await ensureRedis();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
 if (stale.length > 0) build(stale);
