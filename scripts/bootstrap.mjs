@@ -112,7 +112,7 @@ function onPath(command) {
 /** `ID` and `ID_LIKE` of /etc/os-release (`debian`, `ubuntu`, …), lower case. */
 function linuxFamily() {
   const file = process.env['TASKRELAY_BOOTSTRAP_OS_RELEASE'] ?? '/etc/os-release';
-  let text = '';
+  let text;
   try {
     text = readFileSync(file, 'utf8');
   } catch {
