@@ -23,6 +23,7 @@ import {
   type GatewayProcess,
 } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
+import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 const SHOTS = resolve(ROOT, '.tmp');
@@ -34,12 +35,13 @@ let client: Client;
 let browser: Browser;
 let page: Page;
 let admin: string;
+let env: Record<string, string>;
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM))
     throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
   redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('dash') };
+  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('dash') };
   gateway = await startGatewayProcess(env);
   authed = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'ops:0pstoken' });
   await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '2' });
@@ -150,6 +152,45 @@ describe('admin pages in Chromium', () => {
       expect((await fetch(`${base}${path}`)).status, path).toBe(401);
       const ok = await fetch(`${base}${path}`, { headers: { Authorization: 'Bearer 0pstoken' } });
       expect(ok.status, path).toBe(200);
+    }
+  });
+
+  it('show a dead-lettered webhook event in the Webhooks section, with its reason and tries (PROTOCOL.md §27.6)', async () => {
+    const secret = 'dashboard-webhook-secret';
+    const receiver = await startWebhookReceiver(secret);
+    try {
+      receiver.answer(() => 404);
+      const hooked = await startGatewayProcess({
+        ...env,
+        TASKRELAY_WEBHOOK_SECRET: secret,
+        TASKRELAY_WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
+        TASKRELAY_WEBHOOK_POLL_MS: '50',
+      });
+      const hookedClient = await connectClient(hooked.url);
+      const taskId = await startTask(
+        hookedClient,
+        'fail_after',
+        { delayMs: 1, message: 'no' },
+        { meta: { 'dev.taskrelay/webhook': { url: `${receiver.origin}/missing` } } },
+      );
+      await hookedClient.close();
+      await page.goto(`${hooked.url.replace(/\/mcp$/, '/admin')}/tasks`);
+      const section = page.locator('#webhooks');
+      await waitFor(
+        async () => (await section.count()) > 0 && (await section.innerText()).includes(`msg_${taskId}_1`),
+        {
+          timeoutMs: 15_000,
+          message: 'the dead letter never showed on the page',
+        },
+      );
+      const cells = await page.locator(`#webhooks tr:has(td:text-is("msg_${taskId}_1")) td`).allInnerTexts();
+      expect(cells.slice(0, 5)).toEqual([`msg_${taskId}_1`, taskId, 'failed', `${receiver.origin}/missing`, '1']);
+      expect(cells[5]).toMatch(/the receiver answered 404/);
+      expect(await section.locator('h2').innerText()).toMatch(/Webhooks · 0 pending · [1-9]\d* dead/i);
+      expect(receiver.received.every((h) => h.verified)).toBe(true);
+      await page.screenshot({ path: join(SHOTS, 'dashboard-webhooks.png') });
+    } finally {
+      await receiver.close();
     }
   });
 });
