@@ -12,7 +12,7 @@ const unit: TestProjectInlineConfiguration = {
   extends: true,
   test: {
     name: 'unit',
-    include: ['packages/*/test/**/*.test.ts', 'test/deploy-compose.test.ts'],
+    include: ['packages/*/test/**/*.test.ts', 'test/deploy-compose.test.ts', 'test/docs-config.test.ts'],
     exclude: ['**/*.integration.test.ts'],
     // startRedis() refuses in this project: a file that needs Redis is an integration test.
     env: { TASKRELAY_TEST_PROJECT: 'unit' },
@@ -33,7 +33,12 @@ const needRedis: TestProjectInlineConfiguration[] = [
     test: {
       name: 'e2e',
       include: ['test/*.test.ts'],
-      exclude: ['test/deploy-compose.test.ts', 'test/dashboard.e2e.test.ts', 'test/cli-tty.e2e.test.ts'],
+      exclude: [
+        'test/deploy-compose.test.ts',
+        'test/docs-config.test.ts',
+        'test/dashboard.e2e.test.ts',
+        'test/cli-tty.e2e.test.ts',
+      ],
       globalSetup: SHARED_REDIS,
     },
   },

@@ -146,7 +146,8 @@ const webhookHostList = z.string().transform((value, ctx) => {
   return hosts;
 });
 
-const gatewayEnvSchema = z.object({
+/** The gateway's environment, variable by variable (docs/CONFIGURATION.md is generated from it: `pnpm docs:config`). */
+export const gatewayEnvSchema = z.object({
   ...commonShape,
   HOST: z.string().trim().min(1).default('127.0.0.1'),
   PORT: int(0, 65_535).default(3000),
@@ -190,7 +191,8 @@ const gatewayEnvSchema = z.object({
   TASKRELAY_WEBHOOK_POLL_MS: int(10, 60_000).default(500),
 });
 
-const workerEnvSchema = z.object({
+/** The worker's environment, variable by variable (docs/CONFIGURATION.md is generated from it). */
+export const workerEnvSchema = z.object({
   ...commonShape,
   WORKER_CONCURRENCY: int(1, 10_000).default(8),
   WORKER_LOCK_DURATION_MS: int(1_000, 3_600_000).default(30_000),
