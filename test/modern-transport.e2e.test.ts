@@ -6,8 +6,10 @@ import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
+import { resolve } from 'node:path';
 import {
   FIXTURE_TOOLS,
+  ROOT,
   readMetric,
   startGatewayProcess,
   startWorkerProcess,
@@ -23,10 +25,13 @@ type Json = Record<string, any>;
 let redis: TestRedis;
 let gateway: GatewayProcess;
 let nextId = 1;
+let prefix: string;
+const CONFORMANCE_TOOLS = resolve(ROOT, 'test/conformance/tools.mjs');
 
 beforeAll(async () => {
   redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('modern') };
+  prefix = uniquePrefix('modern');
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
   gateway = await startGatewayProcess(env);
   await Promise.all([
     startWorkerProcess(env),
@@ -149,7 +154,7 @@ describe('§14 the 2026-07-28 transport', () => {
     expect(discovered).toMatchObject({
       resultType: 'complete',
       supportedVersions: [V],
-      capabilities: { tools: {}, extensions: { [EXT]: {} } },
+      capabilities: { tools: { listChanged: true }, extensions: { [EXT]: {} } },
       ttlMs: 0,
       cacheScope: 'private',
     });
@@ -188,10 +193,19 @@ describe('§14 the 2026-07-28 transport', () => {
     }
   });
 
-  it('answers -32601 to the methods the extension removed', async () => {
-    for (const method of ['tasks/result', 'tasks/list']) {
-      expect((await rpc(method, { taskId: 'x' }, { ext: true })).body['error']?.code).toBe(-32601);
+  it('answers HTTP 404 with -32601 to the methods the revision and the extension removed, and to unknown ones (§16.2)', async () => {
+    const removed = ['initialize', 'ping', 'logging/setLevel', 'resources/subscribe', 'resources/unsubscribe'];
+    for (const method of [...removed, 'tasks/result', 'tasks/list', 'no/such-method']) {
+      const answer = await rpc(method, { taskId: 'x' }, { ext: true });
+      expect([method, answer.status, answer.body['error']?.code]).toEqual([method, 404, -32601]);
+      expect(answer.body['id']).toBe(nextId - 1);
     }
+  });
+
+  it('answers -32021 naming the capability, with HTTP 400, when a tool asks what the client did not declare', async () => {
+    const refused = await rpc('tools/call', { name: 'needs_sampling', arguments: {} });
+    expect(refused.status).toBe(400);
+    expect(refused.body['error']).toMatchObject({ code: -32021, data: { requiredCapabilities: { sampling: {} } } });
   });
 
   it('checks the routing headers against the body (-32020, HTTP 400), trimming whitespace', async () => {
@@ -229,6 +243,9 @@ describe('§14 the 2026-07-28 transport', () => {
     expect(((await noMeta.json()) as Json)['error']).toMatchObject({ code: -32602, message: /missing _meta keys/ });
     const future = await rpc('tools/list', {}, { headers: { 'mcp-protocol-version': '2099-01-01' } });
     expect([future.status, future.body['error']?.code]).toEqual([400, -32022]);
+    // The versions it lists are the ones server/discover lists, and the requested one is echoed.
+    const { supportedVersions } = await result('server/discover');
+    expect(future.body['error']?.data).toEqual({ supported: supportedVersions, requested: '2099-01-01' });
   });
 
   it('answers GET and DELETE with 405 on this transport, and a GET before initialize too', async () => {
@@ -328,6 +345,42 @@ describe('§14 the 2026-07-28 transport', () => {
     expect(last).toMatchObject({ taskId, result: { structuredContent: { approved: true } } });
     // The stream ends with the listen request's own result.
     expect(rest.at(-1)).toMatchObject({ result: { resultType: 'complete' } });
+  });
+
+  it('acknowledges toolsListChanged first, tags every frame, and pushes tools/list_changed when the tools change (§18)', async () => {
+    const res = await post('subscriptions/listen', { notifications: { toolsListChanged: true } });
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const id = nextId - 1;
+    const frames: Json[] = [];
+    let extraWorker = false;
+    for await (const event of readSse(res)) {
+      const message = event.data as Json;
+      frames.push(message);
+      if (message['method'] === 'notifications/subscriptions/acknowledged' && !extraWorker) {
+        extraWorker = true;
+        // A worker with other tools joins: the catalog changes.
+        await startWorkerProcess({
+          REDIS_URL: redis.url,
+          TASKRELAY_PREFIX: prefix,
+          TASKRELAY_TOOLS: CONFORMANCE_TOOLS,
+          TASKRELAY_QUEUE: 'conformance',
+        });
+      }
+      if (message['method'] === 'notifications/tools/list_changed') break;
+    }
+    expect(frames[0]).toMatchObject({
+      method: 'notifications/subscriptions/acknowledged',
+      params: { notifications: { toolsListChanged: true } },
+    });
+    expect(frames.at(-1)?.['method']).toBe('notifications/tools/list_changed');
+    for (const frame of frames) expect(frame['params']?._meta?.['io.modelcontextprotocol/subscriptionId']).toBe(id);
+    const listed = await result('tools/list');
+    expect((listed['tools'] as Json[]).map((t) => t['name'])).toContain('test_simple_text');
+  });
+
+  it('refuses a subscriptions/listen with nothing it can notify (-32602)', async () => {
+    const nothing = await rpc('subscriptions/listen', { notifications: { promptsListChanged: true } });
+    expect(nothing.body['error']?.code).toBe(-32602);
   });
 
   it('shows the same task to a 2025-11-25 session of the same principal', async () => {

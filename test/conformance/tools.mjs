@@ -4,11 +4,25 @@
 import { defineTool, NonRetryableError } from '@taskrelay/worker';
 import { z } from 'zod';
 
+// The tasks extension's fixtures (slow_compute, greet, ...): one worker serves every suite version's tools.
+export * from './tasks-fixtures.mjs';
+
 // A 1x1 red PNG and a tiny silent WAV, base64.
 const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==';
 const WAV = 'UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA=';
 
 const text = (t) => ({ content: [{ type: 'text', text: t }] });
+
+// A module's exports are listed in name order, and http-header-validation calls the first tool listed with no
+// arguments: this quick one sorts first (before confirm_delete, which asks a question).
+export const add_numbers = defineTool({
+  name: 'add_numbers',
+  description: 'Adds two numbers (0 when omitted).',
+  inputSchema: z.object({ a: z.number().default(0), b: z.number().default(0) }),
+  async run({ a, b }) {
+    return text(`The sum of ${a} and ${b} is ${a + b}`);
+  },
+});
 
 export const test_simple_text = defineTool({
   name: 'test_simple_text',
@@ -244,4 +258,45 @@ export const json_schema_2020_12_tool = defineTool({
   description: 'Tool with JSON Schema 2020-12 features',
   inputSchema: z.strictObject({ name: z.string().optional(), address: Address.optional() }),
   run: ({ name, address }) => `Hello ${name ?? 'anonymous'}${address?.city ? ` of ${address.city}` : ''}`,
+});
+
+// The 0.2.0-alpha.12 suite's diagnostic tools (server-stateless, SEP-2575).
+
+/** Needs sampling: a client that did not declare it gets -32021 naming `sampling`, before anything is asked. */
+export const test_missing_capability = defineTool({
+  name: 'test_missing_capability',
+  description: 'Asks the client model for a completion (sampling); refused for a client without the capability.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.sample({
+      messages: [{ role: 'user', content: { type: 'text', text: 'Say hello' } }],
+      maxTokens: 10,
+    });
+    return text(`Sampled: ${answer.content?.type === 'text' ? answer.content.text : ''}`);
+  },
+});
+
+/** Logs at info; a 2026-07-28 request that set no log level gets no notifications/message. */
+export const test_logging_tool = defineTool({
+  name: 'test_logging_tool',
+  description: 'Sends an info log message, then returns.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    ctx.notify('info', 'test_logging_tool ran');
+    return text('Logged');
+  },
+});
+
+/** Asks the user a question mid-call: on 2026-07-28 the answer is an InputRequiredResult, never a request on the stream. */
+export const test_streaming_elicitation = defineTool({
+  name: 'test_streaming_elicitation',
+  description: 'Asks the user for a name (elicitation), then greets them.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.elicit({
+      message: 'What is your name?',
+      requestedSchema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] },
+    });
+    return text(`Hello, ${answer.content?.name ?? 'nobody'}`);
+  },
 });

@@ -442,6 +442,7 @@ export class TaskContext implements ToolContext {
         new TaskrelayError(
           'CAPABILITY_MISSING',
           `The client of this task did not declare the ${capability} capability, so it cannot be asked (${method})`,
+          { data: { capability } },
         ),
       );
     }

@@ -8,13 +8,14 @@ import { randomUUID } from 'node:crypto';
 import type { Request, Response } from 'express';
 import { z } from 'zod';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { TaskrelayError, isTerminal, type Logger, type ProgressToken } from '@taskrelay/shared';
+import { TaskrelayError, isTerminal, type Logger, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
 import { WireError, callEndedByShutdown, toMcpError } from '../../wire/errors.js';
 import { capResult } from '../../http/limits.js';
 import type { GatewayMetrics } from '../../ops/metrics.js';
 import { sanitizeOutgoing } from '../../http/safe-errors.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import { idempotencyKeyOf } from '../../protocol/request-meta.js';
+import { CatalogChanges } from '../../protocol/catalog-changes.js';
 import type { ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { renderResult } from '../../wire/task-wire.js';
@@ -87,22 +88,42 @@ const LISTEN_POLL_MS = 250;
 const MAX_LISTEN_TASKS = 100;
 const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
 
-/** Methods the 2026-07-28 tasks extension removed: answered -32601 before anything else is looked at. */
-const REMOVED = new Set(['tasks/result', 'tasks/list']);
+/** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resources) are ignored. */
+const ListenFilterSchema = z.looseObject({
+  taskIds: z.array(z.string()).max(MAX_LISTEN_TASKS).optional(),
+  toolsListChanged: z.boolean().optional(),
+});
+
+/**
+ * Methods the 2026-07-28 revision (and its tasks extension) removed: answered 404 -32601 like an unknown method, with a
+ * message saying what replaced them (PROTOCOL.md §16.2).
+ */
+const REMOVED: ReadonlyMap<string, string> = new Map([
+  ['initialize', 'there is no initialization: send server/discover, and each request carries its capabilities'],
+  ['ping', 'there is no ping'],
+  ['logging/setLevel', 'a request sets its own log level'],
+  ['resources/subscribe', 'use subscriptions/listen'],
+  ['resources/unsubscribe', 'close the subscriptions/listen stream'],
+  ['tasks/result', 'use tasks/get'],
+  ['tasks/list', 'use tasks/get'],
+]);
+
+/** The versions this endpoint serves sessionless, as `server/discover` lists them (2025-era ones get sessions). */
+const SESSIONLESS_VERSIONS = [MODERN_PROTOCOL_VERSION];
 
 export function createModernEndpoint(options: ModernEndpointOptions) {
   const { service, log } = options;
+  const catalogChanges = new CatalogChanges({ list: () => service.listTools() });
 
   const handlers: Record<string, Handler> = {
     'server/discover': () =>
       Promise.resolve({
-        supportedVersions: [MODERN_PROTOCOL_VERSION],
-        capabilities: { tools: {}, extensions: { [TASKS_EXTENSION_ID]: {} } },
+        supportedVersions: SESSIONLESS_VERSIONS,
+        capabilities: { tools: { listChanged: true }, extensions: { [TASKS_EXTENSION_ID]: {} } },
         ttlMs: 0,
         cacheScope: 'private',
         _meta: { [SERVER_INFO_META_KEY]: { name: 'taskrelay-gateway', version: options.version } },
       }),
-    ping: () => Promise.resolve({}),
     'tools/list': async () => ({
       tools: (await service.listTools()).map((tool) => {
         const listed: Result = { name: tool.name, description: tool.description, inputSchema: tool.inputSchema };
@@ -142,66 +163,91 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
   };
 
   /**
-   * `subscriptions/listen {notifications: {taskIds}}` (PROTOCOL.md §14): an SSE stream that acknowledges the task ids
-   * the caller may see, then sends `notifications/tasks` (the `DetailedTask` `tasks/get` would return) each time one
-   * of them changes, and ends with a result once all are terminal. The client ends it earlier by closing the stream.
-   * The tasks are read from Redis every `LISTEN_POLL_MS` (one round trip for all of them), so any gateway serves any
-   * task's subscription.
+   * `subscriptions/listen {notifications: {taskIds?, toolsListChanged?}}` (PROTOCOL.md §14, §18): an SSE stream whose
+   * first message acknowledges what it will notify (the task ids the caller may see, `toolsListChanged`), every message
+   * tagged with the listen request's id. Task ids: `notifications/tasks` (the `DetailedTask` `tasks/get` would return)
+   * each time one of them changes, read from Redis every `LISTEN_POLL_MS` (one round trip for all of them, so any
+   * gateway serves any task's subscription); `toolsListChanged`: `notifications/tools/list_changed` when the listed
+   * tools change. It ends with its result once every task is terminal (and no tool changes were asked for); the client
+   * ends it earlier by closing the stream; a draining gateway ends it with `notifications/cancelled` naming it.
    */
   async function listen(rpc: Rpc): Promise<Result | undefined> {
-    const notifications = rpc.params['notifications'];
-    const taskIds = (notifications as { taskIds?: unknown } | undefined)?.taskIds;
-    if (taskIds === undefined) {
-      throw new WireError(INVALID_PARAMS, 'subscriptions/listen serves notifications.taskIds only (task status)');
-    }
-    if (
-      !Array.isArray(taskIds) ||
-      !taskIds.every((id) => typeof id === 'string') ||
-      taskIds.length > MAX_LISTEN_TASKS
-    ) {
+    const parsed = ListenFilterSchema.safeParse(rpc.params['notifications'] ?? {});
+    if (!parsed.success) {
       throw new WireError(
         INVALID_PARAMS,
-        `notifications.taskIds must be an array of at most ${MAX_LISTEN_TASKS} task ids`,
+        `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean}`,
       );
     }
-    requireTasksExtension(rpc.params._meta, rpc.method);
+    const { taskIds, toolsListChanged } = parsed.data;
+    if (taskIds === undefined && toolsListChanged !== true) {
+      throw new WireError(
+        INVALID_PARAMS,
+        'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds) and toolsListChanged',
+      );
+    }
+    if (taskIds !== undefined) requireTasksExtension(rpc.params._meta, rpc.method);
     // Another principal's or an unknown task is left out of the acknowledgement, alike.
     const owned: string[] = [];
-    for (const taskId of new Set(taskIds)) {
+    for (const taskId of new Set(taskIds ?? [])) {
       const record = await service.get(taskId, rpc.principal).catch(() => undefined);
       if (record) owned.push(taskId);
     }
     const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
     const stream = new SseResponse(rpc.res);
+    const acknowledged: Result = {};
+    if (taskIds !== undefined) acknowledged['taskIds'] = owned;
+    if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;
     stream.send({
       jsonrpc: '2.0',
       method: 'notifications/subscriptions/acknowledged',
-      params: { notifications: { taskIds: owned }, _meta: meta },
+      params: { notifications: acknowledged, _meta: meta },
     });
+    const stopTools =
+      toolsListChanged === true
+        ? catalogChanges.subscribe(() =>
+            stream.send({ jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: meta } }),
+          )
+        : undefined;
     const sent = new Map<string, string>();
     let closed = false;
     rpc.res.on('close', () => {
       closed = true;
     });
-    for (;;) {
-      const records = await Promise.all(owned.map((id) => service.get(id, rpc.principal).catch(() => undefined)));
-      let open = 0;
-      records.forEach((record, i) => {
-        const taskId = owned[i] ?? '';
-        if (!record) return; // expired: nothing more will come for it
-        const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
-        if (sent.get(taskId) !== version) {
-          sent.set(taskId, version);
-          const { resultType: _complete, ...task } = renderDetailedTask(record);
-          stream.send({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } });
-        }
-        if (!isTerminal(record.status)) open++;
-      });
-      if (open === 0 || closed || options.inflight.ending) break;
-      await new Promise((resolve) => setTimeout(resolve, LISTEN_POLL_MS));
-      if (closed) break;
+    try {
+      for (;;) {
+        const records = await Promise.all(owned.map((id) => service.get(id, rpc.principal).catch(() => undefined)));
+        let open = 0;
+        records.forEach((record, i) => {
+          const taskId = owned[i] ?? '';
+          if (!record) return; // expired: nothing more will come for it
+          const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
+          if (sent.get(taskId) !== version) {
+            sent.set(taskId, version);
+            const { resultType: _complete, ...task } = renderDetailedTask(record);
+            stream.send({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } });
+          }
+          if (!isTerminal(record.status)) open++;
+        });
+        if ((open === 0 && stopTools === undefined) || closed || options.inflight.ending) break;
+        await new Promise((resolve) => setTimeout(resolve, LISTEN_POLL_MS));
+        if (closed) break;
+      }
+    } finally {
+      stopTools?.();
     }
-    if (!closed) stream.end({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } });
+    if (closed) return undefined;
+    if (options.inflight.ending) {
+      // Torn down by the server: the client is told which request ended, never a bare close (§18.4).
+      stream.send({
+        jsonrpc: '2.0',
+        method: 'notifications/cancelled',
+        params: { requestId: rpc.id, reason: 'Gateway is shutting down; listen again (another gateway can serve it)' },
+      });
+      rpc.res.end();
+      return undefined;
+    }
+    stream.end({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } });
     return undefined;
   }
 
@@ -263,6 +309,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       requestedTtlMs: undefined,
       // Refused: a plain call ends in its answer (PROTOCOL.md §27.1).
       webhook: params._meta?.[WEBHOOK_META_KEY],
+      // What the tool may ask this client (ctx.elicit / ctx.sample refuse the rest at once).
+      clientCapabilities: requestClientCapabilities(params._meta),
       ...(stream
         ? {
             sendProgress: (progress: ProgressParams) =>
@@ -285,6 +333,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       const done = await service.waitForCall(record, new AbortController().signal);
       if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
       if (closed.signal.aborted) return undefined; // nobody to answer
+      const missing = missingCapabilityError(done);
+      if (missing) throw missing;
       const result = capResult(renderResult(done), options.maxResultBytes ?? Infinity) as Result;
       if (stream) {
         stream.end({ jsonrpc: '2.0', id: rpc.id, result: { ...result, resultType: 'complete' } });
@@ -328,7 +378,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
 
     if (header !== MODERN_PROTOCOL_VERSION) {
       return fail(400, UNSUPPORTED_VERSION, 'Unsupported protocol version', {
-        supported: [MODERN_PROTOCOL_VERSION, '2025-11-25', '2025-06-18', '2025-03-26'],
+        supported: SESSIONLESS_VERSIONS,
         requested: header,
       });
     }
@@ -348,15 +398,17 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
           : `Mcp-Method header (${methodHeader}) does not match the body method (${method})`,
       );
     }
-    if (REMOVED.has(method)) {
+    // The transport's HTTP status for an unknown or removed method is 404 (SEP-2575).
+    const removed = REMOVED.get(method);
+    if (removed !== undefined) {
       return fail(
-        200,
+        404,
         METHOD_NOT_FOUND,
-        `Method not found: ${method} is not part of the ${MODERN_PROTOCOL_VERSION} tasks surface; use tasks/get`,
+        `Method not found: ${method} is not part of ${MODERN_PROTOCOL_VERSION}; ${removed}`,
       );
     }
     const handler = handlers[method];
-    if (!handler) return fail(200, METHOD_NOT_FOUND, `Method not found: ${method}`);
+    if (!handler) return fail(404, METHOD_NOT_FOUND, `Method not found: ${method}`);
     const meta = params._meta;
     const missing = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY].filter((k) => meta?.[k] === undefined);
     if (missing.length > 0)
@@ -386,7 +438,9 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     } catch (error) {
       if (!(error instanceof McpError)) log.debug({ err: error, method }, 'request failed');
       if (res.headersSent) return;
-      send(res, 200, { jsonrpc: '2.0', id, error: errorObject(error) }, log);
+      const body = errorObject(error);
+      // A capability the client did not declare is a 400 on this transport (SEP-2575).
+      send(res, body.code === MISSING_CLIENT_CAPABILITY ? 400 : 200, { jsonrpc: '2.0', id, error: body }, log);
     }
   };
 }
@@ -395,6 +449,17 @@ function taskIdOf(rpc: Rpc): string {
   const taskId = rpc.params['taskId'];
   if (typeof taskId !== 'string') throw new WireError(INVALID_PARAMS, `${rpc.method} needs params.taskId, a string`);
   return taskId;
+}
+
+/**
+ * A plain call whose tool asked for something the client did not declare (`ctx.sample` without `sampling`): on this
+ * transport that is the request's -32021, naming the capability (SEP-2575), not a tool error.
+ */
+function missingCapabilityError(record: TaskRecord): WireError | undefined {
+  if (record.status !== 'failed' || record.error?.code !== 'CAPABILITY_MISSING') return undefined;
+  const capability = record.error.data?.['capability'];
+  const required = typeof capability === 'string' ? { [capability]: {} } : {};
+  return new WireError(MISSING_CLIENT_CAPABILITY, record.error.message, { requiredCapabilities: required });
 }
 
 function errorObject(error: unknown): { code: number; message: string; data?: unknown } {
