@@ -49,10 +49,9 @@ export class CatalogChanges {
   private async digest(): Promise<string | undefined> {
     const tools = await this.options.list().catch(() => undefined);
     if (!tools) return undefined;
-    return JSON.stringify(
-      tools
-        .map((t) => [t.name, t.title, t.description, t.inputSchema, t.outputSchema, t.taskSupport])
-        .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
-    );
+    const described = [...tools]
+      .sort((a, b) => a.name.localeCompare(b.name))
+      .map((t) => [t.name, t.title, t.description, t.inputSchema, t.outputSchema, t.taskSupport]);
+    return JSON.stringify(described);
   }
 }
