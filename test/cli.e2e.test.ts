@@ -2,6 +2,7 @@
  * Issue 13, docs/CLI.md: the `taskrelay` CLI off a TTY (plain lines, `--json` lines) against a real stack, its
  * exit codes, and Ctrl-C (SIGINT) cancelling what it started.
  */
+import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -15,7 +16,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
-import { runCli, startCli } from './helpers/cli.js';
+import { CLI_MAIN, runCli, startCli } from './helpers/cli.js';
 
 let redis: TestRedis;
 let gateway: GatewayProcess;
@@ -162,6 +163,36 @@ describe('taskrelay CLI off a TTY', () => {
     const again = await runCli(['cancel', id], env);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/terminal|cancelled/i);
+  });
+
+  it('runs a plain call of a taskSupport: required tool as a task', async () => {
+    // wait_for_approval is the demo's task-required tool: without --task it used to fail with -32601.
+    const run = startCli(['--json', 'call', 'wait_for_approval', 'question=ok?'], env);
+    const task = await waitFor(() => run.lines().find((l) => l['type'] === 'task'), { timeoutMs: 20_000 });
+    expect((task['task'] as { status: string }).status).toMatch(/working|input_required/);
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(130);
+    expect(run.stderr()).not.toMatch(/-32601|requires task augmentation/);
+  });
+
+  it('says that tasks/list needs authentication when the gateway does not offer it', async () => {
+    const run = await runCli(['list'], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/does not offer tasks\/list: it lists tasks only with authentication on/);
+    expect(run.stderr).not.toMatch(/Method not found/);
+  });
+
+  it('stops quietly when its reader goes away (taskrelay call ... | head -1)', () => {
+    const piped = spawnSync(
+      'sh',
+      ['-c', `'${process.execPath}' '${CLI_MAIN}' --json call build_report report=p items=400 delayMs=1 | head -1`],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, ...env },
+      },
+    );
+    expect(piped.stdout.trim().split('\n')).toHaveLength(1);
+    expect(piped.stderr).not.toMatch(/EPIPE|Error:|at /);
   });
 
   it('lists only the caller’s tasks with its token, and says why without one', async () => {

@@ -141,6 +141,13 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
         ttlMs: opts.ttl,
       }));
       await withConnection(options, async ({ client }) => {
+        // A tool that requires a task runs as one, as the Inspector does, instead of failing with -32601.
+        if (!specs[0]?.task) {
+          const { tools } = await client.request({ method: 'tools/list', params: {} }, ListToolsResultSchema);
+          if (tools.find((t) => t.name === tool)?.execution?.taskSupport === 'required') {
+            for (const spec of specs) spec.task = true;
+          }
+        }
         setExit(await runAll(options, labels, (n, view) => startCall(client, specs[n - 1]!, view)));
       });
     });
@@ -200,6 +207,11 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
     .action(async () => {
       const options = globals();
       await withConnection(options, async ({ client }) => {
+        if (client.getServerCapabilities()?.tasks?.list === undefined) {
+          throw new Error(
+            'this gateway does not offer tasks/list: it lists tasks only with authentication on (TASKRELAY_AUTH_TOKENS or OAuth), so pass --token; without it, use `taskrelay get ID` for a task you know',
+          );
+        }
         let cursor: string | undefined;
         do {
           const page = await client.experimental.tasks.listTasks(cursor);
@@ -213,6 +225,13 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
 }
 
 async function main(): Promise<ExitCode> {
+  // `taskrelay list | head`: the reader went away; stop quietly, as other Unix tools do.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code === 'EPIPE') process.exit(EXIT.ok);
+      throw error;
+    });
+  }
   let code: ExitCode = EXIT.ok;
   const program = buildProgram((c) => (code = c));
   if (process.argv.length <= 2) {
