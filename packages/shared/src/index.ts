@@ -1,6 +1,7 @@
 export * from './config.js';
 export * from './coalescer.js';
 export * from './errors.js';
+export * from './fair-share.js';
 export * from './keys.js';
 export * from './logger.js';
 export * from './messages.js';

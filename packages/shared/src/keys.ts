@@ -50,6 +50,11 @@ export interface Keys {
   rateLimitPrefix(limit: string): string;
   /** The completion-webhook outbox (PROTOCOL.md §27). */
   readonly webhooks: WebhookKeys;
+  /**
+   * Sorted set of one principal's jobs waiting in one pool, not yet started, scored by their BullMQ priority: the
+   * fair-share state (PROTOCOL.md §25).
+   */
+  fairShare(queue: string, principal: string): string;
 }
 
 /** Keys of the completion-webhook outbox (PROTOCOL.md §27.2). */
@@ -100,6 +105,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       pending: `${prefix}:webhooks:pending`,
       dead: `${prefix}:webhooks:dead`,
     },
+    fairShare: (queue, principal) => `${prefix}:fair:${queue}:${encodeURIComponent(principal)}`,
   };
 }
 

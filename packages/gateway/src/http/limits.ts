@@ -4,6 +4,7 @@
  * the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
  */
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -146,10 +147,16 @@ function jsonBytes(value: unknown): number {
 }
 
 /**
- * The per-principal cap on non-terminal tasks. A sorted set per principal holds the ids of tasks it created; it is
- * pruned (terminal or expired ids dropped) only when it reaches the cap, so a create below the cap costs one ZCARD.
- * Gateways racing at the cap may overshoot it by the creates in flight: it is a resource guard, not an invariant.
+ * The per-principal cap on unfinished work: tasks and plain calls (PROTOCOL.md §25). A sorted set per principal holds
+ * the ids of what it created, plus a reservation per create in flight, so concurrent creates cannot all pass the
+ * check before any is counted (3,000 calls sent at once once put 2,984 jobs in a pool). It is pruned (ended or expired
+ * ids, stale reservations) only when it reaches the cap, so a create below the cap costs one MULTI.
  */
+/** Reservations are members too, told apart by this mark (task ids never start with it). */
+const RESERVATION_MARK = 'reserved:';
+/** A reservation older than this is a create that died before `add` (a create takes milliseconds). */
+const RESERVATION_MAX_AGE_MS = 60_000;
+
 export class OpenTaskLimit {
   constructor(
     private readonly redis: Redis,
@@ -159,11 +166,30 @@ export class OpenTaskLimit {
     private readonly indexTtlMs: number,
   ) {}
 
-  async check(principal: string): Promise<void> {
-    if (this.max === 0) return;
+  /**
+   * Counts one more unfinished piece of work for the principal, or refuses it. Resolves with the reservation that
+   * `add` turns into the task's id (or `release` gives back); undefined when there is no cap.
+   */
+  async check(principal: string): Promise<string | undefined> {
+    if (this.max === 0) return undefined;
     const key = this.keys.principalOpenTasks(principal);
-    if ((await this.redis.zcard(key)) < this.max) return;
-    const ids = await this.redis.zrange(key, 0, -1);
+    const reservation = `${RESERVATION_MARK}${randomUUID()}`;
+    const now = Date.now();
+    const [, [, count]] = (await this.redis
+      .multi()
+      .zadd(key, now, reservation)
+      .zcard(key)
+      .pexpire(key, this.indexTtlMs)
+      .exec()) as [unknown, [unknown, number], unknown];
+    if (count <= this.max) return reservation;
+    const flat = await this.redis.zrange(key, 0, -1, 'WITHSCORES');
+    const ids: string[] = [];
+    const stale: string[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const id = flat[i] ?? '';
+      if (!id.startsWith(RESERVATION_MARK)) ids.push(id);
+      else if (now - Number(flat[i + 1]) > RESERVATION_MAX_AGE_MS) stale.push(id);
+    }
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hget(this.keys.task(id), 'status');
     const statuses = (await pipeline.exec()) ?? [];
@@ -171,20 +197,33 @@ export class OpenTaskLimit {
       const status = statuses[i]?.[1];
       return typeof status !== 'string' || isTerminal(status as TaskStatus);
     });
+    ended.push(...stale);
     if (ended.length > 0) await this.redis.zrem(key, ...ended);
-    const open = ids.length - ended.length;
-    if (open >= this.max) {
+    // Ours is among them: over the cap means one more than it.
+    const open = flat.length / 2 - ended.length;
+    if (open > this.max) {
+      await this.release(principal, reservation);
       throw new WireError(
         JsonRpcCode.InvalidRequest,
-        `Too many open tasks: this principal has ${open} unfinished tasks (at most ${this.max}); wait for one to end or cancel one`,
+        `Too many open tasks: this principal has ${open - 1} unfinished tasks and calls (at most ${this.max}); wait for one to end or cancel one`,
         { code: 'TOO_MANY_OPEN_TASKS' },
       );
     }
+    return reservation;
   }
 
-  async add(principal: string, taskId: string): Promise<void> {
+  /** The reserved work exists now, as `taskId`. */
+  async add(principal: string, taskId: string, reservation?: string): Promise<void> {
     if (this.max === 0) return;
     const key = this.keys.principalOpenTasks(principal);
-    await this.redis.multi().zadd(key, Date.now(), taskId).pexpire(key, this.indexTtlMs).exec();
+    const multi = this.redis.multi().zadd(key, Date.now(), taskId);
+    if (reservation !== undefined) multi.zrem(key, reservation);
+    await multi.pexpire(key, this.indexTtlMs).exec();
+  }
+
+  /** The reserved work was not created after all (an idempotent repeat, a failed create). */
+  async release(principal: string, reservation: string | undefined): Promise<void> {
+    if (this.max === 0 || reservation === undefined) return;
+    await this.redis.zrem(this.keys.principalOpenTasks(principal), reservation);
   }
 }

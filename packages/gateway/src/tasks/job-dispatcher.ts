@@ -4,6 +4,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
+  FairShare,
   TaskrelayError,
   type CancelReason,
   type CancelRequest,
@@ -15,6 +16,8 @@ import type { CatalogTool } from './catalog.js';
 
 /** Events BullMQ keeps per queue (its `events` stream): nothing of ours reads them, so a short tail is enough. */
 const QUEUE_EVENTS_MAX_LEN = 1_000;
+/** How long a fair-share entry outlives its job's longest possible wait and run (PROTOCOL.md §25). */
+const FAIR_SHARE_SLACK_MS = 60_000;
 
 export interface JobDispatcherOptions {
   /**
@@ -27,6 +30,7 @@ export interface JobDispatcherOptions {
 export class JobDispatcher {
   private readonly queues = new Map<string, Queue>();
   private readonly readyTimeoutMs: number;
+  private readonly fairShare: FairShare;
 
   /**
    * @param connection the dispatcher's own connection (fail-fast options, see `FAIL_FAST_REDIS_OPTIONS`), shared by its
@@ -39,12 +43,25 @@ export class JobDispatcher {
     options: JobDispatcherOptions = {},
   ) {
     this.readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
+    this.fairShare = new FairShare(connection, keys);
   }
 
+  /**
+   * Adds the task's job to its pool with its principal's fair-share priority (PROTOCOL.md §25): behind the jobs of
+   * principals with shorter backlogs, never behind a whole backlog of another's.
+   */
   async enqueue(tool: CatalogTool, data: JobData): Promise<void> {
     const queue = await this.ready(tool.queue);
-    await queue.add(tool.name, data, {
+    const principal = data.principal ?? '';
+    const share = await this.fairShare.enter(
+      tool.queue,
+      principal,
+      data.taskId,
+      (data.queueTimeoutMs ?? 0) + (data.timeoutMs ?? 0) + FAIR_SHARE_SLACK_MS,
+    );
+    const added = queue.add(tool.name, data, {
       jobId: data.taskId,
+      priority: share.priority,
       attempts: tool.attempts ?? 1,
       ...(tool.backoff === undefined
         ? {}
@@ -54,13 +71,19 @@ export class JobDispatcher {
       removeOnComplete: true,
       removeOnFail: { age: 3600, count: 1_000 },
     });
+    try {
+      await Promise.all([share.entered, added]);
+    } catch (error) {
+      await this.fairShare.leave(tool.queue, principal, data.taskId).catch(() => undefined);
+      throw error;
+    }
   }
 
   /**
    * Called after the task is already `cancelled` in its hash. A waiting job is removed so it never starts; a running
    * one is aborted by the worker that holds it, which the pub/sub message wakes (the hash is the durable record).
    */
-  async cancel(taskId: string, queueName: string, reason: CancelReason): Promise<void> {
+  async cancel(taskId: string, queueName: string, reason: CancelReason, principal?: string): Promise<void> {
     try {
       const queue = await this.ready(queueName);
       // A delayed job (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task cancelled and
@@ -68,7 +91,11 @@ export class JobDispatcher {
       // its lock (then that worker sees the cancel instead).
       const job = await queue.getJob(taskId);
       if (job && (await job.isDelayed())) await job.promote();
-      else await queue.remove(taskId);
+      else {
+        await queue.remove(taskId);
+        // A job removed before any worker took it leaves its principal's share here (a taken one left at its start).
+        if (principal !== undefined) await this.fairShare.leave(queueName, principal, taskId);
+      }
     } catch (error) {
       this.log.debug({ taskId, err: error }, 'job not removed from queue');
     }

@@ -32,7 +32,7 @@ export interface TaskServiceConfig {
   maxToolTimeoutMs: number;
   /** How long a job may wait for a worker before the reaper fails its task (PROTOCOL.md §10.2). */
   queueTimeoutMs: number;
-  /** The per-principal cap on unfinished tasks (task mode). Default: none. */
+  /** The per-principal cap on unfinished tasks and plain calls. Default: none. */
   openTasks?: OpenTaskCap;
   /**
    * Checks a client's answer against its input request (PROTOCOL.md §12.5). The answer's shapes are the wire's, so
@@ -43,10 +43,14 @@ export interface TaskServiceConfig {
   webhooks?: Pick<WebhookIntake, 'accept'>;
 }
 
-/** The per-principal cap on unfinished tasks: `check` throws when the principal is at it. */
+/**
+ * The per-principal cap on unfinished work, tasks and plain calls (PROTOCOL.md §25): `check` reserves a place or
+ * throws when the principal is at the cap; `add` turns the reservation into the task, `release` gives it back.
+ */
 export interface OpenTaskCap {
-  check(principal: string): Promise<void>;
-  add(principal: string, taskId: string): Promise<void>;
+  check(principal: string): Promise<string | undefined>;
+  add(principal: string, taskId: string, reservation?: string): Promise<void>;
+  release(principal: string, reservation: string | undefined): Promise<void>;
 }
 
 export type AnswerCheck = { ok: true; answer: Record<string, unknown> } | { ok: false; message: string };
@@ -181,16 +185,21 @@ export class TaskService {
     }
     const webhook = await this.acceptWebhook(input.webhook, input.mode, input.principal);
     if (webhook) createInput.webhook = webhook;
-    if (input.mode === 'task') await this.config.openTasks?.check(input.principal);
-    const { record, created } = await this.store.createTask(createInput);
+    // Tasks and plain calls alike count toward the principal's open-work cap (PROTOCOL.md §25).
+    const reservation = await this.config.openTasks?.check(input.principal);
+    const { record, created } = await this.store.createTask(createInput).catch(async (error: unknown) => {
+      await this.config.openTasks?.release(input.principal, reservation).catch(() => undefined);
+      throw error;
+    });
     if (!created) {
+      await this.config.openTasks?.release(input.principal, reservation);
       this.log.info(
         { taskId: record.taskId, tool: tool.name, principal: input.principal },
         'idempotency key already used; returning its task',
       );
       return record;
     }
-    if (input.mode === 'task') await this.config.openTasks?.add(input.principal, record.taskId);
+    await this.config.openTasks?.add(input.principal, record.taskId, reservation);
     const route: Parameters<TaskRouter['register']>[0] = { record };
     if (input.sendProgress) route.sendProgress = input.sendProgress;
     if (input.sendStatus) route.sendStatus = input.sendStatus;
@@ -454,7 +463,7 @@ export class TaskService {
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',
     );
-    await this.dispatcher.cancel(record.taskId, record.queue, reason);
+    await this.dispatcher.cancel(record.taskId, record.queue, reason, record.principal);
     // A suspended job the remove could not take: woken, a worker finds the task cancelled and ends it (§12.8).
     if (record.status === 'input_required') await this.dispatcher.promote(record.taskId, record.queue);
     return {

@@ -5,6 +5,7 @@
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
+  type FairShare,
   TaskrelayError,
   isRedisUnavailableError,
   isTerminal,
@@ -36,6 +37,8 @@ export interface JobRunnerOptions {
   queue: string;
   tools: ReadonlyMap<string, ToolDefinition>;
   store: RedisTaskStore;
+  /** Where a job leaves its principal's waiting share of the pool when a run takes it (PROTOCOL.md §25). */
+  fairShare: Pick<FairShare, 'leave'>;
   running: RunningJobs;
   metrics: WorkerMetrics;
   log: Logger;
@@ -132,6 +135,13 @@ export class JobRunner {
       throw new DelayedError();
     }
     const task = started.record;
+    // Taken: the job no longer counts in its principal's waiting share of the pool (§25), whatever happens next.
+    const sharePrincipal = task?.principal ?? (parsed.success ? parsed.data.principal : undefined);
+    if (sharePrincipal !== undefined) {
+      this.o.fairShare.leave(this.o.queue, sharePrincipal, taskId).catch((error: unknown) => {
+        log.debug({ err: error }, 'fair-share entry not removed');
+      });
+    }
     if (!task || isTerminal(task.status)) {
       log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
       if (task?.status === 'cancelled') await this.notifyCancelled(job, task, log);

@@ -7,6 +7,7 @@ import { Worker } from 'bullmq';
 import {
   RedisTaskStore,
   createKeys,
+  FairShare,
   createRedis,
   toolPool,
   type CancelReason,
@@ -81,6 +82,7 @@ export class TaskWorker {
       queue: this.queue,
       tools: new Map(options.tools.map((tool) => [tool.name, tool])),
       store: this.store,
+      fairShare: new FairShare(this.redis, this.keys),
       running: this.running,
       metrics: options.metrics,
       log: this.log,
