@@ -7,6 +7,8 @@
  *   pnpm bench --quick              smoke test (2 repetitions, 1 s windows; well under 3 minutes)
  *   pnpm bench --soak [--minutes N] steady mixed load over ~50 sessions for N minutes (default 5), short ttls
  *   pnpm bench --load               1,000 concurrent tasks over 50 sessions
+ *   pnpm bench --fair               fair share (PROTOCOL §25): one principal's task behind another's backlog, and
+ *                                   the cost per enqueue
  *   options: --reps N, --window-ms N (compare modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
@@ -39,6 +41,7 @@ import {
 } from './lib/scenarios.js';
 import { latency, sleep } from './lib/stats.js';
 import { runLoad } from './lib/load.js';
+import { runFair } from './lib/fair.js';
 import { runSoak } from './lib/soak.js';
 
 const { values: args } = parseArgs({
@@ -48,6 +51,7 @@ const { values: args } = parseArgs({
     quick: { type: 'boolean', default: false },
     soak: { type: 'boolean', default: false },
     load: { type: 'boolean', default: false },
+    fair: { type: 'boolean', default: false },
     minutes: { type: 'string' },
     reps: { type: 'string' },
     'window-ms': { type: 'string' },
@@ -606,6 +610,10 @@ async function main(): Promise<number> {
     if (args.load) {
       const { redis, admin } = await startInfra();
       return await runLoad({ redis, admin, cleanup, log });
+    }
+    if (args.fair) {
+      const { redis } = await startInfra();
+      return await runFair({ redis, cleanup, log });
     }
     return await compare();
   } finally {
