@@ -156,7 +156,9 @@ describe('worker autoscaling (KEDA)', () => {
   it('scales the demo worker Deployment from zero on the wait and active lists its pool really uses', async () => {
     const scaled = byKind('ScaledObject')[0];
     expect(scaled?.spec.scaleTargetRef.name).toBe('taskrelay-worker');
-    const trigger = scaled?.spec.triggers[0];
+    // Fair share (PROTOCOL.md §25): jobs wait in the prioritized set; the wait list holds only ones put back.
+    const [trigger, waitTrigger] = scaled?.spec.triggers ?? [];
+    expect(waitTrigger?.type).toBe('redis');
     expect(trigger.type).toBe('redis');
     expect(config['REDIS_URL']).toBe(`redis://${trigger.metadata.address}`);
     const pool = toolPool(
@@ -164,12 +166,14 @@ describe('worker autoscaling (KEDA)', () => {
       demoTools.map((t) => t.name),
     );
     const keys = createKeys(config['TASKRELAY_PREFIX']);
-    expect(trigger.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:wait`);
+    expect(trigger.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:prioritized`);
+    expect(waitTrigger?.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:wait`);
+    expect(waitTrigger?.metadata.activationListLength).toBe('0');
 
     // From zero (PROTOCOL.md §24): one waiting job activates the pool; the running ones keep it up.
     expect(scaled?.spec.minReplicaCount).toBe(0);
     expect(trigger.metadata.activationListLength).toBe('0');
-    const active = scaled?.spec.triggers[1];
+    const active = scaled?.spec.triggers[2];
     expect(active?.type).toBe('redis');
     expect(active?.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:active`);
     expect(active?.metadata.activationListLength).toBe('0');
@@ -189,11 +193,12 @@ describe('worker autoscaling (KEDA)', () => {
       { connection: workerConnection, prefix: testKeys.bullPrefix, autorun: false },
     );
     try {
-      await queue.add('build_report', {}, { jobId: 'j1' });
-      expect(await connection.llen(inTest(trigger.metadata.listName))).toBe(1);
+      // Added as the gateway adds it, with a priority: it shows in the prioritized set's ZCARD.
+      await queue.add('build_report', {}, { jobId: 'j1', priority: 1 });
+      expect(await connection.zcard(inTest(trigger.metadata.listName))).toBe(1);
       void worker.run();
       await waitFor(async () => (await connection.llen(inTest(active?.metadata.listName ?? ''))) === 1);
-      expect(await connection.llen(inTest(trigger.metadata.listName))).toBe(0);
+      expect(await connection.zcard(inTest(trigger.metadata.listName))).toBe(0);
     } finally {
       release();
       await worker.close();

@@ -83,7 +83,11 @@ describe('metrics', () => {
     expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
     // Concurrency 1: a second task waits in the queue.
     const queued = await startTask(client, 'build_report', { report: 'm', items: 1, delayMs: 0 });
-    await waitFor(async () => (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'waiting' })) === 1, {
+    // Queued with its fair-share priority (PROTOCOL §25): BullMQ counts it as prioritized.
+    const queuedJobs = async () =>
+      (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'waiting' })) +
+      (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'prioritized' }));
+    await waitFor(async () => (await queuedJobs()) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',
     });
