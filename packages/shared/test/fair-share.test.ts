@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { createKeys } from '../src/keys.js';
+import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+function share() {
+  const keys = createKeys(uniquePrefix('fair'));
+  const fair = new FairShare(redis, keys);
+  const enter = async (principal: string, jobId: string) => {
+    const { priority, entered } = await fair.enter('pool', principal, jobId, 60_000);
+    await entered;
+    return priority;
+  };
+  return { keys, fair, enter };
+}
+
+describe('25. fair share priorities', () => {
+  it('gives a principal with nothing waiting priority 1, ahead of another principal’s backlog', async () => {
+    const { enter } = share();
+    const alice = [];
+    for (let i = 0; i < 5; i++) alice.push(await enter('alice', `a${i}`));
+    expect(alice).toEqual([1, 2, 3, 4, 5]);
+    expect(await enter('bob', 'b0')).toBe(1);
+    expect(await enter('bob', 'b1')).toBe(2);
+  });
+
+  it('keeps a principal’s own order while its backlog drains: a new job never gets below its newest waiting one', async () => {
+    const { enter, fair } = share();
+    for (let i = 0; i < 5; i++) await enter('alice', `a${i}`);
+    // Workers take the three lowest; two wait, with priorities 4 and 5.
+    for (const id of ['a0', 'a1', 'a2']) await fair.leave('pool', 'alice', id);
+    expect(await enter('alice', 'a5')).toBe(5);
+    // Once nothing of hers waits, she starts again from 1.
+    for (const id of ['a3', 'a4', 'a5']) await fair.leave('pool', 'alice', id);
+    expect(await enter('alice', 'a6')).toBe(1);
+  });
+
+  it('leaving is idempotent, and the share key expires with its newest job', async () => {
+    const { enter, fair, keys } = share();
+    await enter('alice', 'a0');
+    await fair.leave('pool', 'alice', 'a0');
+    await fair.leave('pool', 'alice', 'a0');
+    expect(await redis.zcard(keys.fairShare('pool', 'alice'))).toBe(0);
+    await enter('alice', 'a1');
+    const ttl = await redis.pttl(keys.fairShare('pool', 'alice'));
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('caps priorities at BullMQ’s highest value', async () => {
+    const { enter, keys } = share();
+    await redis.zadd(keys.fairShare('pool', 'alice'), MAX_FAIR_PRIORITY, 'deep');
+    expect(await enter('alice', 'a0')).toBe(MAX_FAIR_PRIORITY);
+  });
+});
