@@ -20,8 +20,12 @@ const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/
 const TOKENS = 'alice:alice-token,bob:bob-token';
 /** Two slots: a busy pool, where a FIFO queue would make bob wait for every job alice queued before him. */
 const SLOTS = 2;
-/** Alice's jobs that may start after bob's task was created and before it starts: one per busy slot, plus one more. */
-const AHEAD_BOUND = SLOTS + 1;
+/**
+ * Alice's jobs that may record their start after bob's job was added and before bob's task starts: the job each slot
+ * already holds (a loaded worker records a start a little after BullMQ hands it the job), and the one each slot may
+ * take in the instant before bob's add reaches Redis. A first-in-first-out pool starts her whole backlog first.
+ */
+const AHEAD_BOUND = 2 * SLOTS;
 /** Bob's task runs long enough for its job (removed once complete) to be read while it runs. */
 const BOB_TASK_MS = 3_000;
 
