@@ -175,6 +175,7 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_ARGUMENT_BYTES: int(2, 1024 * 1024 * 1024).default(262_144),
   TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: int(1, 65_536).default(256),
   TASKRELAY_MAX_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024).default(16 * 1024 * 1024),
+  TASKRELAY_MAX_STREAM_BUFFER_BYTES: int(16_384, 1024 * 1024 * 1024).default(1_048_576),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
   TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
   TASKRELAY_OAUTH_JWKS_URL: httpUrl.optional(),
@@ -281,6 +282,11 @@ export interface GatewayConfig extends CommonConfig {
   maxProgressTokenBytes: number;
   /** Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result. */
   maxResultBytes: number;
+  /**
+   * Bytes that may wait to go out on one SSE stream while its client does not read; past it progress is coalesced
+   * and the stream is closed (the client resumes it). Default 1 MiB.
+   */
+  maxStreamBufferBytes: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
   oauth: OAuthConfig | undefined;
   /** Completion webhooks (PROTOCOL.md §27). */
@@ -450,6 +456,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxArgumentBytes: p.TASKRELAY_MAX_ARGUMENT_BYTES,
     maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
     maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
+    maxStreamBufferBytes: p.TASKRELAY_MAX_STREAM_BUFFER_BYTES,
     oauth,
     webhooks: {
       secret: p.TASKRELAY_WEBHOOK_SECRET,

@@ -119,6 +119,15 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   /** The POST handler behind the guards: rate limits and sizes, then the request. */
   const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
   const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
+  /** Every SSE stream's bound and its counters (PROTOCOL.md §22.1). */
+  const streamBounds = {
+    maxBufferedBytes: options.maxStreamBufferBytes,
+    onOverflow: () => {
+      metrics.streamOverflows.inc();
+      log.info({ maxBufferedBytes: options.maxStreamBufferBytes }, 'SSE stream closed: its client is not reading');
+    },
+    onCoalesced: () => metrics.streamCoalesced.inc(),
+  };
   const modern = createModernEndpoint({
     service,
     metrics,
@@ -126,6 +135,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     version: deps.version,
     inflight,
     maxResultBytes: options.maxResultBytes,
+    streams: streamBounds,
   });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
@@ -178,6 +188,9 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       onsessionclosed: (id) => sessions.close(id),
       filter: (message) => sanitizeOutgoing(message, log, sessionId),
       answersAtOnce: (request) => answersAtOnce(request, (taskId) => router.recentlyEnded(taskId) !== undefined),
+      maxStreamBufferBytes: streamBounds.maxBufferedBytes,
+      onStreamOverflow: streamBounds.onOverflow,
+      onProgressCoalesced: streamBounds.onCoalesced,
     });
     transport.onclose = () => sessions.close(sessionId);
     const server = createSessionServer({

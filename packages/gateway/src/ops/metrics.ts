@@ -93,6 +93,16 @@ export class GatewayMetrics {
     help: 'Bytes of SSE events held in memory for Last-Event-ID resumption, over all sessions.',
     registers: [this.registry],
   });
+  readonly streamOverflows = new Counter({
+    name: 'taskrelay_sse_stream_overflows_total',
+    help: 'SSE streams closed because their client did not read and the bytes waiting passed the bound.',
+    registers: [this.registry],
+  });
+  readonly streamCoalesced = new Counter({
+    name: 'taskrelay_sse_progress_coalesced_total',
+    help: "Progress notifications replaced by a newer one while their stream's client was behind.",
+    registers: [this.registry],
+  });
   readonly requestsInFlight = new Gauge({
     name: 'taskrelay_requests_in_flight',
     help: 'MCP POST requests whose response is not finished yet (plain calls, tasks/result waits, ...).',

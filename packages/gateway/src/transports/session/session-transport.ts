@@ -10,7 +10,9 @@
  * - priming events are named (`event: priming`), so clients that JSON-parse every `data:` line skip them
  *   (`@ai-sdk/mcp`), while SDK clients still record their id;
  * - each message is serialised once, for the event store and the wire alike;
- * - what goes out passes `filter` first (safe errors, SECURITY.md).
+ * - what goes out passes `filter` first (safe errors, SECURITY.md);
+ * - each SSE stream has a bounded send buffer (PROTOCOL.md §22.1): progress is coalesced while the client is behind,
+ *   and a stream that would pass the bound is closed; the client resumes it with Last-Event-ID.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -28,6 +30,7 @@ import {
   type RequestId,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { SessionEventStore } from './event-store.js';
+import { SseWriter } from '../../http/sse-writer.js';
 
 /** The standalone (GET) stream's id, as the SDK names it. */
 const STANDALONE_STREAM_ID = '_GET_stream';
@@ -62,6 +65,12 @@ export interface SessionTransportOptions {
    * becomes an SSE stream then. Default: none (every POST with a request is an SSE stream).
    */
   answersAtOnce?: (request: JSONRPCRequest) => boolean;
+  /** Bytes that may wait to go out on one SSE stream (`TASKRELAY_MAX_STREAM_BUFFER_BYTES`). Default 1 MiB. */
+  maxStreamBufferBytes?: number;
+  /** A stream passed its bound and was closed. Default: none. */
+  onStreamOverflow?: () => void;
+  /** A progress notification waiting on a stream that is behind was replaced by a newer one. Default: none. */
+  onProgressCoalesced?: () => void;
 }
 
 /** One open response: an SSE stream, or a POST whose answer may still go out as one JSON body. */
@@ -72,6 +81,8 @@ interface Stream {
   state: 'json' | 'sse';
   /** The client can resume streams (protocol 2025-11-25 or later): an SSE stream starts with a priming event. */
   priming: boolean;
+  /** The bounded writer, once the response is an SSE stream. */
+  writer: SseWriter | undefined;
 }
 
 type AuthedRequest = IncomingMessage & { auth?: AuthInfo };
@@ -182,6 +193,7 @@ export class SessionTransport implements Transport {
       keepAlive: undefined,
       state: answersAtOnce && requests.every((r) => answersAtOnce(r)) ? 'json' : 'sse',
       priming: resumable,
+      writer: undefined,
     };
     this.streams.set(streamId, stream);
     for (const request of requests) this.requestStream.set(request.id, streamId);
@@ -207,14 +219,15 @@ export class SessionTransport implements Transport {
     const headers: Record<string, string> = { ...SSE_HEADERS };
     if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
     stream.res.writeHead(200, headers);
+    stream.writer = this.writerFor(stream.res);
     if (stream.priming) {
       const id = this.events.storeJson(streamId, '{}');
-      stream.res.write(`id: ${id}\nevent: priming\ndata: \n\n`);
+      stream.writer.write(`id: ${id}\nevent: priming\ndata: \n\n`);
       this.resumable.add(streamId);
     } else {
       stream.res.flushHeaders();
     }
-    stream.keepAlive = this.keepAlive(stream.res);
+    stream.keepAlive = this.keepAlive(stream.writer);
   }
 
   private handleGet(req: AuthedRequest, res: ServerResponse): void {
@@ -228,7 +241,8 @@ export class SessionTransport implements Transport {
       return this.fail(res, 409, -32000, 'Conflict: Only one SSE stream is allowed per session');
     }
     this.openSse(res);
-    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', priming: true };
+    const writer = this.writerFor(res);
+    const stream: Stream = { res, keepAlive: this.keepAlive(writer), state: 'sse', priming: true, writer };
     this.streams.set(STANDALONE_STREAM_ID, stream);
     res.on('close', () => this.onStreamClosed(STANDALONE_STREAM_ID, stream));
   }
@@ -241,7 +255,8 @@ export class SessionTransport implements Transport {
       return this.fail(res, 409, -32000, 'Conflict: Stream already has an active connection');
     }
     this.openSse(res);
-    // Synchronous: nothing can be stored for this stream between the replay and its registration below.
+    // Synchronous: nothing can be stored for this stream between the replay and its registration below. The replay is
+    // written as it is: it is bounded by the event store's cap, and the live stream after it by the writer's.
     this.events.replayJsonAfter(lastEventId, (eventId, json) => writeEvent(res, eventId, json));
     if (this.closed || res.destroyed) {
       res.end();
@@ -250,7 +265,8 @@ export class SessionTransport implements Transport {
     // A reconnect re-registers the stream id: the predecessor's response ends.
     const previous = this.streams.get(streamId);
     if (previous) this.endStream(streamId, previous);
-    const stream: Stream = { res, keepAlive: this.keepAlive(res), state: 'sse', priming: true };
+    const writer = this.writerFor(res);
+    const stream: Stream = { res, keepAlive: this.keepAlive(writer), state: 'sse', priming: true, writer };
     this.streams.set(streamId, stream);
     this.resumable.add(streamId);
     res.on('close', () => this.onStreamClosed(streamId, stream));
@@ -278,7 +294,7 @@ export class SessionTransport implements Transport {
       const json = JSON.stringify(message);
       const eventId = this.events.storeJson(STANDALONE_STREAM_ID, json);
       const standalone = this.streams.get(STANDALONE_STREAM_ID);
-      if (standalone) writeEvent(standalone.res, eventId, json);
+      if (standalone?.writer) writeLive(standalone.writer, eventId, json, message);
       return;
     }
     const streamId = this.requestStream.get(requestId);
@@ -287,7 +303,7 @@ export class SessionTransport implements Transport {
     if (!isResponse) {
       // Something other than the answer: the response becomes an SSE stream, if it was still to be JSON.
       if (stream?.state === 'json') this.startSse(streamId, stream);
-      this.sendEvent(streamId, stream, JSON.stringify(message), false);
+      this.sendEvent(streamId, stream, message, false);
       return;
     }
     this.responses.set(requestId, message);
@@ -305,7 +321,7 @@ export class SessionTransport implements Transport {
       }
       return;
     }
-    this.sendEvent(streamId, stream, JSON.stringify(message), last);
+    this.sendEvent(streamId, stream, message, last);
     if (!last) return;
     this.releaseRequests(related);
     const wasResumable = this.resumable.delete(streamId);
@@ -321,14 +337,24 @@ export class SessionTransport implements Transport {
   }
 
   /** Stores a message for replay and writes it on the stream if it is open; `end` ends the response with it. */
-  private sendEvent(streamId: string, stream: Stream | undefined, json: string, end: boolean): void {
-    // Kept even when the stream is gone (a disconnect, closeSSEStream), so a resume replays it.
+  private sendEvent(streamId: string, stream: Stream | undefined, message: JSONRPCMessage, end: boolean): void {
+    // Kept even when the stream is gone (a disconnect, closeSSEStream, an overflow), so a resume replays it.
+    const json = JSON.stringify(message);
     const eventId = this.events.storeJson(streamId, json);
-    if (!stream || stream.res.writableEnded || stream.res.destroyed) return;
-    const text = eventText(eventId, json);
-    if (end) stream.res.end(text);
-    else stream.res.write(text);
+    const writer = stream?.writer;
+    if (!writer?.open) return;
+    if (end) writer.end(eventText(eventId, json));
+    else writeLive(writer, eventId, json, message);
     this.resumable.add(streamId);
+  }
+
+  private writerFor(res: ServerResponse): SseWriter {
+    const { maxStreamBufferBytes, onStreamOverflow, onProgressCoalesced } = this.options;
+    return new SseWriter(res, {
+      ...(maxStreamBufferBytes === undefined ? {} : { maxBufferedBytes: maxStreamBufferBytes }),
+      ...(onStreamOverflow ? { onOverflow: onStreamOverflow } : {}),
+      ...(onProgressCoalesced ? { onCoalesced: onProgressCoalesced } : {}),
+    });
   }
 
   private releaseRequests(ids: RequestId[]): void {
@@ -411,11 +437,12 @@ export class SessionTransport implements Transport {
     res.flushHeaders();
   }
 
-  private keepAlive(res: ServerResponse): NodeJS.Timeout | undefined {
+  private keepAlive(writer: SseWriter): NodeJS.Timeout | undefined {
     if (this.closed || !(this.keepAliveMs >= 1)) return undefined;
     const timer = setInterval(() => {
-      if (res.writableEnded || res.destroyed) clearInterval(timer);
-      else res.write(': keepalive\n\n');
+      if (!writer.open) clearInterval(timer);
+      // A client that is behind has bytes to read already: a keep-alive would only add to them.
+      else if (!writer.behind) writer.write(': keepalive\n\n');
     }, this.keepAliveMs);
     timer.unref();
     return timer;
@@ -426,6 +453,7 @@ export class SessionTransport implements Transport {
     if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
     // A response still to be JSON has no stream to end: the session is gone before its answer.
     if (stream.state === 'json') jsonError(stream.res, 404, -32001, 'Session not found');
+    else if (stream.writer) stream.writer.end();
     else if (!stream.res.writableEnded) stream.res.end();
   }
 
@@ -461,6 +489,16 @@ function eventText(eventId: string, json: string): string {
 
 function writeEvent(res: ServerResponse, eventId: string, json: string): void {
   if (!res.writableEnded && !res.destroyed) res.write(eventText(eventId, json));
+}
+
+/** A live event on a bounded stream: progress is coalesced per token while the client is behind (§22.1). */
+function writeLive(writer: SseWriter, eventId: string, json: string, message: JSONRPCMessage): void {
+  const text = eventText(eventId, json);
+  if ('method' in message && message.method === 'notifications/progress' && !('id' in message)) {
+    writer.writeLatest(`progress:${JSON.stringify(message.params?.['progressToken'])}`, text);
+  } else {
+    writer.write(text);
+  }
 }
 
 function jsonError(res: ServerResponse, status: number, code: number, message: string): void {

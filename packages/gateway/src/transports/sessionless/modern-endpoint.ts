@@ -13,6 +13,7 @@ import { WireError, callEndedByShutdown, toMcpError } from '../../wire/errors.js
 import { capResult } from '../../http/limits.js';
 import type { GatewayMetrics } from '../../ops/metrics.js';
 import { sanitizeOutgoing } from '../../http/safe-errors.js';
+import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import { idempotencyKeyOf } from '../../protocol/request-meta.js';
 import { CatalogChanges } from '../../protocol/catalog-changes.js';
@@ -50,6 +51,8 @@ export interface ModernEndpointOptions {
   inflight: InflightCalls;
   /** Largest tool result delivered (TASKRELAY_MAX_RESULT_BYTES); a bigger one becomes an isError result. */
   maxResultBytes?: number;
+  /** The bound of each SSE response (PROTOCOL.md §22.1): `TASKRELAY_MAX_STREAM_BUFFER_BYTES` and its counters. */
+  streams?: SseWriterOptions;
 }
 
 type Params = Record<string, unknown> & { _meta?: Record<string, unknown> };
@@ -194,7 +197,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       if (record) owned.push(taskId);
     }
     const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
-    const stream = new SseResponse(rpc.res);
+    const stream = new SseResponse(rpc.res, options.streams);
     const acknowledged: Result = {};
     if (taskIds !== undefined) acknowledged['taskIds'] = owned;
     if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;
@@ -298,7 +301,10 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     if (options.inflight.ending) throw callEndedByShutdown();
     // Progress of a plain call flows on its own response stream, which becomes SSE once there is progress to send.
     const progressToken = params._meta?.['progressToken'] as ProgressToken | undefined;
-    const stream = progressToken !== undefined && acceptsEventStream(rpc.req) ? new SseResponse(rpc.res) : undefined;
+    const stream =
+      progressToken !== undefined && acceptsEventStream(rpc.req)
+        ? new SseResponse(rpc.res, options.streams)
+        : undefined;
     const record = await service.start({
       tool,
       args,
@@ -313,8 +319,11 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       clientCapabilities: requestClientCapabilities(params._meta),
       ...(stream
         ? {
+            // Coalesced while the client is behind: its stream stays bounded and is never closed for progress.
             sendProgress: (progress: ProgressParams) =>
-              Promise.resolve(stream.send({ jsonrpc: '2.0', method: 'notifications/progress', params: progress })),
+              Promise.resolve(
+                stream.sendLatest('progress', { jsonrpc: '2.0', method: 'notifications/progress', params: progress }),
+              ),
           }
         : {}),
     });
@@ -479,16 +488,32 @@ function send(res: Response, status: number, body: unknown, log?: Logger): void 
   res.status(status).json(message);
 }
 
-/** A response that became an SSE stream: progress notifications, then the response, then the end. */
+/**
+ * A response that became an SSE stream: notifications, then the response, then the end. Bounded (§22.1): values sent
+ * with `sendLatest` are coalesced while the client is behind; a stream that would pass its bound otherwise is closed.
+ */
 class SseResponse {
   private started = false;
+  private readonly writer: SseWriter;
 
-  constructor(private readonly res: Response) {}
+  constructor(
+    private readonly res: Response,
+    options: SseWriterOptions = {},
+  ) {
+    this.writer = new SseWriter(res, options);
+  }
 
   send(message: unknown): void {
-    if (this.res.writableEnded || this.res.destroyed) return;
+    if (!this.writer.open) return;
     this.start();
-    this.res.write(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+    this.writer.write(eventText(message));
+  }
+
+  /** Sends `message`, or keeps it as the newest value of `key` while the client is behind. */
+  sendLatest(key: string, message: unknown): void {
+    if (!this.writer.open) return;
+    this.start();
+    this.writer.writeLatest(key, eventText(message));
   }
 
   end(message: unknown): void {
@@ -496,8 +521,7 @@ class SseResponse {
       if (!this.res.headersSent) this.res.status(200).json(message);
       return;
     }
-    this.send(message);
-    this.res.end();
+    this.writer.end(eventText(message));
   }
 
   private start(): void {
@@ -506,4 +530,8 @@ class SseResponse {
     this.res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
     this.res.flushHeaders();
   }
+}
+
+function eventText(message: unknown): string {
+  return `event: message\ndata: ${JSON.stringify(message)}\n\n`;
 }

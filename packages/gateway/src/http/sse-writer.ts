@@ -1,0 +1,126 @@
+/**
+ * One SSE response with a bounded send buffer (PROTOCOL.md §22.1). Node queues whatever `res.write` is given, so a
+ * client that stops reading would otherwise make the gateway hold every event in its heap until it runs out (a
+ * progress stream of 200 KB messages reached 4 GB in two minutes). This follows `res.write`'s return value and
+ * `'drain'`:
+ * - a value that a newer one replaces (progress of one token, the status of one task) is coalesced while the client
+ *   is behind: only the newest per key waits, and goes out on `'drain'`;
+ * - anything else is written, unless the bytes waiting would pass the bound: then the stream is closed (destroyed, so
+ *   its buffers are freed at once). A resumable client replays what it missed from the event store (§9).
+ *
+ * Hand-written: it is a few lines over node's own backpressure signals, and which values may be coalesced is
+ * taskrelay's rule.
+ */
+import type { ServerResponse } from 'node:http';
+
+/** Default bound on the bytes waiting to go out on one stream: 1 MiB. */
+export const DEFAULT_MAX_STREAM_BUFFER_BYTES = 1024 * 1024;
+
+export interface SseWriterOptions {
+  /**
+   * Most bytes that may wait in this response's buffers (node's and its socket's, not the kernel's). A write that would
+   * pass it while something is still waiting closes the stream; a single message bigger than the bound still goes out
+   * on an empty buffer. Default {@link DEFAULT_MAX_STREAM_BUFFER_BYTES}.
+   */
+  maxBufferedBytes?: number;
+  /** The stream went over its bound and was closed. Default: none. */
+  onOverflow?: () => void;
+  /** A waiting value was replaced by a newer one of the same key. Default: none. */
+  onCoalesced?: () => void;
+}
+
+export class SseWriter {
+  /** The newest text per key, waiting for `'drain'`; insertion order is the order they go out in. */
+  private readonly pending = new Map<string, string>();
+  private waitingForDrain = false;
+  private closedForOverflow = false;
+  private readonly maxBufferedBytes: number;
+
+  constructor(
+    readonly res: ServerResponse,
+    private readonly options: SseWriterOptions = {},
+  ) {
+    this.maxBufferedBytes = options.maxBufferedBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES;
+  }
+
+  /** Still writable: not ended, not destroyed (by the client or for overflow). */
+  get open(): boolean {
+    return !this.res.writableEnded && !this.res.destroyed;
+  }
+
+  /** True once the stream was closed for passing its bound. */
+  get overflowed(): boolean {
+    return this.closedForOverflow;
+  }
+
+  /** The client is behind: a write returned false and no `'drain'` came yet. */
+  get behind(): boolean {
+    return this.waitingForDrain;
+  }
+
+  /** Writes `text` after any coalesced values; closes the stream instead when it would pass the bound. */
+  write(text: string): boolean {
+    if (!this.open) return false;
+    if (!this.flushPending()) return false;
+    return this.push(text);
+  }
+
+  /** Writes `text`, or, while the client is behind, keeps it as the newest value of `key` until `'drain'`. */
+  writeLatest(key: string, text: string): void {
+    if (!this.open) return;
+    if (!this.waitingForDrain) {
+      this.push(text);
+      return;
+    }
+    // A replaced value keeps its place: a newer progress never moves behind a message sent after the older one.
+    if (this.pending.has(key)) this.options.onCoalesced?.();
+    this.pending.set(key, text);
+  }
+
+  /**
+   * Ends the response, after any coalesced values, with `text` when given. The last message is not held to the bound:
+   * it is a response already capped (`TASKRELAY_MAX_RESULT_BYTES`), and nothing follows it.
+   */
+  end(text?: string): void {
+    if (!this.open) return;
+    if (!this.flushPending()) return;
+    if (text === undefined) this.res.end();
+    else this.res.end(text);
+  }
+
+  private push(text: string): boolean {
+    const waiting = this.res.writableLength;
+    if (waiting > 0 && waiting + Buffer.byteLength(text) > this.maxBufferedBytes) {
+      this.overflow();
+      return false;
+    }
+    if (!this.res.write(text)) this.awaitDrain();
+    return true;
+  }
+
+  /** Writes the coalesced values; false if that closed the stream. */
+  private flushPending(): boolean {
+    if (this.pending.size === 0) return true;
+    const texts = [...this.pending.values()];
+    this.pending.clear();
+    for (const text of texts) if (!this.push(text)) return false;
+    return true;
+  }
+
+  private awaitDrain(): void {
+    if (this.waitingForDrain) return;
+    this.waitingForDrain = true;
+    this.res.once('drain', () => {
+      this.waitingForDrain = false;
+      if (this.open) this.flushPending();
+    });
+  }
+
+  private overflow(): void {
+    this.closedForOverflow = true;
+    this.pending.clear();
+    // destroy, not end: end would wait for the client to read what is queued, keeping it in memory.
+    this.res.destroy();
+    this.options.onOverflow?.();
+  }
+}
