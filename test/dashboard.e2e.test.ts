@@ -43,7 +43,7 @@ beforeAll(async () => {
   redis = await startRedis();
   env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('dash') };
   gateway = await startGatewayProcess(env);
-  authed = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'ops:0pstoken' });
+  authed = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'ops:0pstoken', TASKRELAY_OPERATORS: 'ops' });
   await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '2' });
   client = await connectClient(gateway.url);
   admin = gateway.url.replace(/\/mcp$/, '/admin');

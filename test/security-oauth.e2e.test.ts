@@ -86,6 +86,8 @@ beforeAll(async () => {
     TASKRELAY_OAUTH_SCOPES: SCOPE,
     TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: '0',
     TASKRELAY_AUTH_TOKENS: 'ops:static-ops-token',
+    // An OAuth operator by issuer and subject; the issuer is only known once the JWKS server listens.
+    TASKRELAY_OPERATORS: `ops,${issuer}#operator-1`,
     LOG_LEVEL: 'debug',
   });
   worker = await startWorkerProcess({ ...env, LOG_LEVEL: 'debug' });
@@ -240,6 +242,20 @@ describe('OAuth resource server (docs/CONFIGURATION.md, docs/HTTP.md)', () => {
     expect((await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer static-ops-token' } })).status).toBe(
       200,
     );
+  });
+
+  it('lets an OAuth operator (<iss>#<sub>) on /metrics and /admin, and answers any other OAuth user 403', async () => {
+    const base = audience.replace(/\/mcp$/, '');
+    const operator = await token(keyA, {}, { sub: 'operator-1' });
+    const user = await token(keyA, {}, { sub: 'user-1' });
+    for (const path of ['/metrics', '/admin/api/overview', '/admin/queues/api/redis/stats']) {
+      const allowed = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${operator}` } });
+      await allowed.body?.cancel();
+      expect(allowed.status, path).toBe(200);
+      const refused = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${user}` } });
+      await refused.body?.cancel();
+      expect(refused.status, path).toBe(403);
+    }
   });
 
   it('never logs a token, and hands the worker the principal only', async () => {

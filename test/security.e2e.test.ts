@@ -24,7 +24,7 @@ let authed: GatewayProcess;
 let authPrefix: string;
 
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivy']
+const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivy', 'olga', 'sam', 'mallory']
   .map((p) => `${p}:${p}-token`)
   .join(',');
 const bearer = (principal: string) => ({ authorization: `Bearer ${principal}-token` });
@@ -50,6 +50,7 @@ beforeAll(async () => {
     startGatewayProcess({
       ...authEnv,
       TASKRELAY_AUTH_TOKENS: TOKENS,
+      TASKRELAY_OPERATORS: 'olga',
       TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL: '3',
       TASKRELAY_MAX_OPEN_TASKS: '2',
       TASKRELAY_RATE_LIMIT_TASK_OPS: '20',
@@ -384,7 +385,7 @@ describe('ops endpoints and ownership with auth on', () => {
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer/);
     expect((await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
-    const withToken = await fetch(`${base}/metrics`, { headers: bearer('alice') });
+    const withToken = await fetch(`${base}/metrics`, { headers: bearer('olga') });
     expect(withToken.status).toBe(200);
     expect(await withToken.text()).toMatch(/^# HELP taskrelay_/m);
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
@@ -487,6 +488,72 @@ describe('ownership on the extension routes and the 2026-07-28 transport', () =>
     expect(still.status).toBe('input_required');
     expect(Object.keys(still.inputRequests)).toEqual(['1']);
     await owner.call('tasks/cancel', { taskId, _meta: extMeta });
+  });
+});
+
+describe('operator pages (/admin, /metrics) with auth on: operators only', () => {
+  it('answers every principal but an operator 403 on /metrics and every /admin route, bull-board API included', async () => {
+    const base = authed.url.replace(/\/mcp$/, '');
+    const owner = await session(authed, 'sam');
+    const secret = 'sams-quarterly-numbers';
+    const created = await startTask(owner, { report: secret, items: 1000, delayMs: 50 });
+    const taskId: string = created.body.result.task.taskId;
+    const paths = [
+      '/metrics',
+      '/admin/tasks',
+      `/admin/tasks/${taskId}`,
+      '/admin/api/overview',
+      `/admin/api/tasks/${taskId}`,
+      '/admin/queues',
+      '/admin/queues/api/queues',
+      '/admin/queues/api/redis/stats',
+    ];
+    for (const principal of ['mallory', 'alice']) {
+      for (const path of paths) {
+        const res = await fetch(`${base}${path}`, { headers: bearer(principal) });
+        const body = await res.text();
+        expect(res.status, `${principal} ${path}`).toBe(403);
+        expect(JSON.parse(body), path).toMatchObject({ error: 'forbidden' });
+        expect(body).not.toContain(secret);
+        expect(body).not.toContain(owner.sessionId);
+      }
+    }
+    // The operator sees it all, including sam's task and its arguments.
+    const detail = await fetch(`${base}/admin/api/tasks/${taskId}`, { headers: bearer('olga') });
+    expect(detail.status).toBe(200);
+    expect(await detail.text()).toContain(secret);
+    for (const path of paths) {
+      const res = await fetch(`${base}${path}`, { headers: bearer('olga') });
+      await res.body?.cancel();
+      expect(res.status, `olga ${path}`).toBe(200);
+    }
+    await owner.call('tasks/cancel', { taskId });
+  });
+});
+
+describe('operator pages with auth off: the loopback rules of /mcp, a CSP, nothing from outside hosts', () => {
+  it('refuses a foreign Origin on /metrics and /admin as on /mcp', async () => {
+    const base = open.url.replace(/\/mcp$/, '');
+    for (const path of ['/metrics', '/admin/tasks', '/admin/queues', '/admin/queues/api/redis/stats']) {
+      const res = await fetch(`${base}${path}`, { headers: { origin: 'https://evil.example' } });
+      await res.body?.cancel();
+      expect(res.status, path).toBe(403);
+    }
+  });
+
+  it('serves bull-board and the tasks page with a CSP that allows only this gateway, and links nothing outside', async () => {
+    const base = open.url.replace(/\/mcp$/, '');
+    for (const path of ['/admin/queues', '/admin/tasks']) {
+      const res = await fetch(`${base}${path}`);
+      expect(res.status, path).toBe(200);
+      const csp = res.headers.get('content-security-policy') ?? '';
+      expect(csp, path).toMatch(/default-src 'self'/);
+      expect(csp, path).toMatch(/frame-ancestors 'none'/);
+      expect(csp, path).not.toMatch(/https?:/);
+      const html = await res.text();
+      // No stylesheet, font, script or image from another host (bull-board's template links Google Fonts).
+      expect(html, path).not.toMatch(/(?:href|src)="(?:https?:)?\/\//i);
+    }
   });
 });
 

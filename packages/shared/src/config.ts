@@ -152,6 +152,7 @@ export const gatewayEnvSchema = z.object({
   HOST: z.string().trim().min(1).default('127.0.0.1'),
   PORT: int(0, 65_535).default(3000),
   TASKRELAY_AUTH_TOKENS: authTokens.optional(),
+  TASKRELAY_OPERATORS: originList.optional(),
   TASKRELAY_ALLOWED_ORIGINS: originList.optional(),
   TASKRELAY_DEFAULT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_MAX_TTL_MS: int(1_000, 30 * 86_400_000).default(86_400_000),
@@ -231,6 +232,11 @@ export interface GatewayConfig extends CommonConfig {
   port: number;
   /** token → principal; undefined when authentication is off. */
   authTokens: Map<string, string> | undefined;
+  /**
+   * Principals allowed on `/admin` and `/metrics` when authentication is on (static-token names, or OAuth
+   * `<iss>#<sub>`); undefined: nobody. Ignored with authentication off (the loopback rules of `/mcp` apply).
+   */
+  operators: string[] | undefined;
   /** Allowed `Origin` values; undefined means loopback origins only. */
   allowedOrigins: string[] | undefined;
   defaultTtlMs: number;
@@ -433,6 +439,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     host: p.HOST,
     port: p.PORT,
     authTokens: p.TASKRELAY_AUTH_TOKENS,
+    operators: p.TASKRELAY_OPERATORS,
     allowedOrigins: p.TASKRELAY_ALLOWED_ORIGINS,
     defaultTtlMs: p.TASKRELAY_DEFAULT_TTL_MS,
     maxTtlMs: p.TASKRELAY_MAX_TTL_MS,

@@ -260,17 +260,14 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   app.delete('/mcp', sessionRequest);
 
   app.use(auth.metadataRouter);
-  app.get('/metrics', requireAuth, async (_req, res) => {
+  // Operators only (the metrics and pages describe every principal's work), behind the same Host and Origin checks as
+  // /mcp; with auth off those loopback rules are all there is.
+  const operatorOnly = [originGuard(options.allowedOrigins), requireAuth, auth.requireOperator];
+  app.get('/metrics', ...operatorOnly, async (_req, res) => {
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
-  // The operator pages: behind the same Host, Origin and authentication checks as /mcp.
-  app.use(
-    '/admin',
-    originGuard(options.allowedOrigins),
-    requireAuth,
-    createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }),
-  );
+  app.use('/admin', ...operatorOnly, createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }));
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(

@@ -18,16 +18,25 @@ export interface Authenticator {
    * is off. Mount it in front of anything that is not a probe.
    */
   readonly requireAuth: RequestHandler;
+  /**
+   * After `requireAuth`: lets only operators (`TASKRELAY_OPERATORS`) through, and answers every other principal 403.
+   * With authentication on and no operators listed, nobody gets through. A pass-through when authentication is off:
+   * the operator pages then follow the loopback rules of `/mcp` (Host and Origin checks).
+   */
+  readonly requireOperator: RequestHandler;
   /** Serves `/.well-known/oauth-protected-resource[/<path>]` when OAuth is on; an empty router otherwise. */
   readonly metadataRouter: Router;
 }
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
 
-export function createAuthenticator(config: Pick<GatewayConfig, 'authTokens' | 'oauth'>, log: Logger): Authenticator {
+export function createAuthenticator(
+  config: Pick<GatewayConfig, 'authTokens' | 'oauth'> & Partial<Pick<GatewayConfig, 'operators'>>,
+  log: Logger,
+): Authenticator {
   const metadataRouter = Router();
   const enabled = config.authTokens !== undefined || config.oauth !== undefined;
-  if (!enabled) return { enabled, requireAuth: passThrough, metadataRouter };
+  if (!enabled) return { enabled, requireAuth: passThrough, requireOperator: passThrough, metadataRouter };
   const verifier = new TokenVerifier({ staticTokens: config.authTokens, oauth: config.oauth, log });
   const { oauth } = config;
   let resourceMetadataUrl: string | undefined;
@@ -50,5 +59,21 @@ export function createAuthenticator(config: Pick<GatewayConfig, 'authTokens' | '
     requiredScopes: oauth?.requiredScopes ?? [],
     ...(resourceMetadataUrl === undefined ? {} : { resourceMetadataUrl }),
   });
-  return { enabled, requireAuth, metadataRouter };
+  return { enabled, requireAuth, requireOperator: operatorsOnly(config.operators ?? []), metadataRouter };
+}
+
+/** 403 for every authenticated principal not in `operators` (the pages show every principal's tasks). */
+export function operatorsOnly(operators: readonly string[]): RequestHandler {
+  const allowed = new Set(operators);
+  return (req, res, next) => {
+    const principal = (req as { auth?: { clientId?: string } }).auth?.clientId;
+    if (principal !== undefined && allowed.has(principal)) return next();
+    res.status(403).json({
+      error: 'forbidden',
+      error_description:
+        allowed.size === 0
+          ? 'operators only, and no operator is configured (TASKRELAY_OPERATORS)'
+          : 'operators only (TASKRELAY_OPERATORS)',
+    });
+  };
 }

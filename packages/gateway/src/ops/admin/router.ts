@@ -1,7 +1,7 @@
 /**
  * The operator pages under `/admin` (docs/HTTP.md): bull-board at `/admin/queues`, and beside it the live tasks page
  * (`/admin/tasks`, a task's detail at `/admin/tasks/<id>`) fed by two read-only JSON routes under `/admin/api`.
- * Mounted behind the gateway's auth, like `/mcp`.
+ * Mounted behind the gateway's auth and, with auth on, for operators only (`TASKRELAY_OPERATORS`).
  */
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
@@ -11,6 +11,28 @@ import type { Logger, TaskRecord } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../webhooks/outbox.js';
+
+/**
+ * bull-board's pages load only what this gateway serves: its own scripts, styles (and the inline styles its React
+ * build sets), images and API. Its template links web fonts on an outside host; that link is taken out (the pages fall
+ * back to the system fonts), so an operator's browser tells no one else it opened the dashboard.
+ */
+const BOARD_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'self'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join('; ');
+const TASKS_PAGE_CSP =
+  "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/** A `<link>` to anything on another host (bull-board's web fonts). */
+const OUTSIDE_LINK = /<link\b[^>]*\bhref="(?:https?:)?\/\/[^"]*"[^>]*>\s*/gi;
 
 /** Finished tasks the page keeps showing (read again each poll, so they vanish when their ttl ends). */
 const RECENT_TASKS = 200;
@@ -51,6 +73,12 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
       () => next(),
       (error: unknown) => next(error),
     );
+  });
+  router.use('/queues', (_req: Request, res: Response, next: () => void) => {
+    res.setHeader('Content-Security-Policy', BOARD_CSP);
+    const send = res.send.bind(res);
+    res.send = (body?: unknown) => send(typeof body === 'string' ? body.replace(OUTSIDE_LINK, '') : body);
+    next();
   });
   router.use('/queues', serverAdapter.getRouter() as Router);
 
@@ -100,10 +128,7 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
   });
 
   const page = (_req: Request, res: Response) => {
-    res.setHeader(
-      'Content-Security-Policy',
-      "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
-    );
+    res.setHeader('Content-Security-Policy', TASKS_PAGE_CSP);
     res.type('html').send(TASKS_PAGE);
   };
   router.get('/tasks', page);
