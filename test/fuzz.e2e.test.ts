@@ -3,6 +3,9 @@
  * mutated JSON-RPC requests, headers and bodies. Nothing may answer 5xx, hang, or crash the process, and afterwards
  * every task the run created is still consistent: readable by its owner with a valid status, unknown to anyone else.
  *
+ * Both transports (2025-11-25 sessions and the sessionless 2026-07-28 endpoint) and bodies in any declared charset
+ * (PROTOCOL.md §22.3: only UTF-8 is read; a body whose bytes would hide its depth from the raw-byte check is refused).
+ *
  * CI mode: TASKRELAY_FUZZ_RUNS requests (default 3000, about 10 s). Long mode for local runs: TASKRELAY_FUZZ_RUNS=50000.
  */
 import { request as httpRequest } from 'node:http';
@@ -39,7 +42,7 @@ function exchange(
   port: number,
   method: string,
   headers: Record<string, string>,
-  body: string | undefined,
+  body: string | Buffer | undefined,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = httpRequest({ host: '127.0.0.1', port, method, path: '/mcp', headers }, (res) => {
@@ -238,6 +241,28 @@ const message = fc.oneof(
   },
 );
 
+/** A 2026-07-28 request: the `_meta` every request of that revision carries, sometimes the tasks extension too. */
+const sessionlessMessage = fc
+  .record({
+    method: fc.constantFrom('server/discover', 'tools/list', 'tools/call', 'tasks/get', 'tasks/cancel', 'ping', 'x'),
+    params: fc.oneof(toolCall, fc.record({ taskId: taskIds }), fc.jsonValue()),
+    ext: fc.boolean(),
+  })
+  .map(({ method, params: p, ext }) => ({
+    jsonrpc: '2.0',
+    id: 1,
+    method,
+    params: {
+      ...(typeof p === 'object' && p !== null && !Array.isArray(p) ? p : {}),
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+        'io.modelcontextprotocol/clientCapabilities': ext
+          ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+          : {},
+      },
+    },
+  }));
+
 /** The JSON text of a body, or hostile bytes that are not JSON-RPC at all. */
 const body = fc.oneof(
   { weight: 6, arbitrary: message.map((m) => JSON.stringify(m)) },
@@ -246,7 +271,45 @@ const body = fc.oneof(
   { weight: 1, arbitrary: message.map((m) => JSON.stringify(m).slice(0, -3)) },
   { weight: 1, arbitrary: fc.integer({ min: 1, max: 5000 }).map((n) => `${'['.repeat(n)}${']'.repeat(n)}`) },
   { weight: 1, arbitrary: fc.constantFrom('', 'null', '[null]', '[]', '{}', '"x"', '1e999', '{"__proto__":{"a":1}}') },
+  { weight: 1, arbitrary: fc.integer({ min: 100, max: 100_000 }).map((n) => hiddenDepthBody(n)) },
+  { weight: 2, arbitrary: sessionlessMessage.map((m) => JSON.stringify(m)) },
 );
+
+/**
+ * A `tools/call` whose arguments nest `depth` arrays, after a string holding `∀`: in UTF-16 that character is the
+ * bytes `00 22`, a quote to a scan of the raw bytes, so every bracket after it looks like string content.
+ */
+function hiddenDepthBody(depth: number, method = 'tools/call'): string {
+  return JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method,
+    params: { name: 'build_report', arguments: { report: '\u2200', items: 1, deep: 'DEEP' } },
+  }).replace('"DEEP"', `${'['.repeat(depth)}${']'.repeat(depth)}`);
+}
+
+/** The bytes of `text` in `charset` (what a client declaring it would send). */
+function encode(text: string, charset: string): Buffer {
+  const name = charset.toLowerCase();
+  if (name === 'utf-16le' || name === 'utf-16') return Buffer.from(text, 'utf16le');
+  if (name === 'utf-16be') return Buffer.from(text, 'utf16le').swap16();
+  if (name === 'latin1' || name === 'iso-8859-1') return Buffer.from(text, 'latin1');
+  return Buffer.from(text, 'utf8');
+}
+
+/** The headers of the sessionless 2026-07-28 transport for `text` (its method and name mirrored, when it has them). */
+function sessionlessHeaders(text: string): Record<string, string> {
+  const headers: Record<string, string> = { 'mcp-protocol-version': '2026-07-28' };
+  try {
+    const parsed = JSON.parse(text) as { method?: unknown; params?: { name?: unknown; taskId?: unknown } };
+    if (typeof parsed.method === 'string') headers['mcp-method'] = parsed.method.replace(/[^\x20-\x7e]/g, '');
+    const name = parsed.params?.name ?? parsed.params?.taskId;
+    if (typeof name === 'string') headers['mcp-name'] = name.replace(/[^\x20-\x7e]/g, '');
+  } catch {
+    // not JSON: no routing headers
+  }
+  return headers;
+}
 
 /** Mostly the valid value, so most requests get past the HTTP checks into the JSON-RPC layer; sometimes a bad one. */
 const mostly = <T>(valid: T, ...bad: T[]) =>
@@ -269,6 +332,13 @@ const request = fc.record({
   host: mostly('127.0.0.1', 'localhost', 'evil.example', '127.0.0.1:1', ''),
   lastEventId: fc.option(fc.oneof(fc.string(), fc.constant('_GET_stream abc.1')), { nil: undefined, freq: 1 }),
   origin: fc.option(fc.constantFrom('http://localhost', 'https://evil.example', 'null'), { nil: undefined, freq: 1 }),
+  /** The transport: a 2025-11-25 session, or the sessionless 2026-07-28 endpoint (its version and routing headers). */
+  era: fc.constantFrom('session', 'session', 'sessionless'),
+  /** The body's bytes and the charset declared for them (none: the content type as generated). */
+  charset: fc.option(
+    fc.constantFrom('utf-8', 'UTF-8', 'utf8', 'utf-16le', 'utf-16be', 'UTF-16', 'latin1', 'iso-8859-1', 'koi8-r', ''),
+    { nil: undefined, freq: 2 },
+  ),
   body,
 });
 
@@ -288,6 +358,7 @@ function headersFor(r: FuzzRequest, port: number, knownTask: string | undefined)
   headers['host'] = r.host === '127.0.0.1' || r.host === 'localhost' ? `${r.host}:${port}` : r.host;
   if (r.lastEventId !== undefined) headers['last-event-id'] = r.lastEventId.replace(/[^\x20-\x7e]/g, '');
   if (r.origin) headers['origin'] = r.origin;
+  if (r.charset !== undefined) headers['content-type'] = `application/json; charset=${r.charset}`;
   void knownTask;
   return headers;
 }
@@ -300,13 +371,20 @@ describe('hostile input against live gateways', () => {
         const gw = r.target === 'anon' ? open : authed;
         const known = created.at(-1)?.taskId;
         const text = known ? r.body.replaceAll('KNOWN', known) : r.body;
-        const headers = headersFor(r, gw.port, known);
+        const headers = {
+          ...headersFor(r, gw.port, known),
+          ...(r.era === 'sessionless' ? sessionlessHeaders(text) : {}),
+        };
         const withBody = r.httpMethod === 'POST' || r.httpMethod === 'PUT' || r.httpMethod === 'PATCH';
-        const answer = await exchange(gw.port, r.httpMethod, headers, withBody ? text : undefined);
+        const bytes = encode(text, r.charset ?? 'utf-8');
+        const answer = await exchange(gw.port, r.httpMethod, headers, withBody ? bytes : undefined);
         statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1);
         // A DELETE of a shared session ended it: open a fresh one for the requests that follow.
         if (r.httpMethod === 'DELETE' && answer.status === 200) await reopenSessions();
         expect(answer.status, `${r.httpMethod} ${JSON.stringify(headers)} ${text.slice(0, 300)}`).toBeLessThan(500);
+        // Every answer under /mcp is JSON (or an SSE stream), never HTML or plain text.
+        if (answer.body !== '')
+          expect(answer.contentType, `${r.httpMethod} ${text.slice(0, 100)}`).toMatch(/json|event-stream/);
         // Record the tasks the run created, to check them afterwards.
         for (const match of answer.body.matchAll(/\{"taskId":"[^"]+","status":"working"[^}]*\}/g)) {
           const task = JSON.parse(match[0]) as { taskId: string; ttl: number };
@@ -353,4 +431,54 @@ describe('hostile input against live gateways', () => {
       `fuzz: ${RUNS} requests, ${created.length} tasks (${alive.length} checked), statuses ${JSON.stringify([...statuses])}`,
     );
   });
+});
+
+describe('§22.3 bodies in other charsets, on both transports', () => {
+  const transports = {
+    session: () => ({
+      'mcp-session-id': sessions['anon'] ?? '',
+      'mcp-protocol-version': '2025-11-25',
+    }),
+    sessionless: () => sessionlessHeaders(hiddenDepthBody(1)),
+  };
+  for (const [era, eraHeaders] of Object.entries(transports)) {
+    for (const charset of ['utf-16le', 'utf-16be', 'UTF-16', 'utf8', 'latin1', 'koi8-r']) {
+      it(`refuses a ${charset} body with 415 on the ${era} transport, however deep it hides its nesting`, async () => {
+        const text = hiddenDepthBody(100_000);
+        const answer = await exchange(
+          open.port,
+          'POST',
+          {
+            host: `127.0.0.1:${open.port}`,
+            'content-type': `application/json; charset=${charset}`,
+            accept: 'application/json, text/event-stream',
+            ...eraHeaders(),
+          },
+          encode(text, charset),
+        );
+        expect(answer.status).toBe(415);
+        expect(answer.contentType).toMatch(/application\/json/);
+        const error = (JSON.parse(answer.body) as { error?: { message: string } }).error;
+        expect(error?.message).toMatch(/charset/i);
+      });
+    }
+
+    it(`reads a body declared as UTF-8 (any spelling) on the ${era} transport, and refuses its depth with 400`, async () => {
+      for (const charset of ['utf-8', 'UTF-8', 'Utf-8']) {
+        const answer = await exchange(
+          open.port,
+          'POST',
+          {
+            host: `127.0.0.1:${open.port}`,
+            'content-type': `application/json; charset=${charset}`,
+            accept: 'application/json, text/event-stream',
+            ...eraHeaders(),
+          },
+          encode(hiddenDepthBody(100_000), charset),
+        );
+        expect(answer.status, charset).toBe(400);
+        expect(answer.body).toMatch(/nested deeper/);
+      }
+    });
+  }
 });

@@ -4,6 +4,7 @@
  * and nesting depth (400, checked on the raw bytes before they become objects). Probes (/healthz, /readyz) sit
  * outside them.
  */
+import { MIMEType } from 'node:util';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
 const LOOPBACK_ORIGIN = /^http:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/;
@@ -96,10 +97,34 @@ function parseHost(value: string): { hostname: string; port: string } | undefine
   }
 }
 
-/** POST bodies must be JSON: anything else gets 415 before the body is read (never a handler seeing no body). */
+/**
+ * POST bodies must be JSON in UTF-8: anything else gets 415 before the body is read (never a handler seeing no body).
+ * Only UTF-8: the depth check reads the raw bytes (`jsonDepthExceeds`), and in another charset a byte that looks
+ * like a quote hides every bracket after it (a UTF-16 `∀` is `00 22`), so deep JSON would reach the parser after all.
+ * JSON is UTF-8 on the wire anyway (RFC 8259 §8.1).
+ */
 export function requireJsonContent(req: Request, res: Response, next: NextFunction): void {
-  if (req.method !== 'POST' || req.is('application/json')) return next();
-  jsonRpcError(res, 415, -32000, 'Unsupported Media Type: Content-Type must be application/json');
+  if (req.method !== 'POST') return next();
+  if (!req.is('application/json')) {
+    return jsonRpcError(res, 415, -32000, 'Unsupported Media Type: Content-Type must be application/json');
+  }
+  const charset = charsetOf(req.headers['content-type'] ?? '');
+  if (charset === undefined || charset === 'utf-8') return next();
+  jsonRpcError(
+    res,
+    415,
+    -32000,
+    `Unsupported Media Type: charset ${JSON.stringify(charset).slice(0, 60)} is not accepted; send JSON as UTF-8`,
+  );
+}
+
+/** The declared charset, lower-cased; undefined when none is declared. A type node cannot parse counts as unknown. */
+function charsetOf(contentType: string): string | undefined {
+  try {
+    return new MIMEType(contentType).params.get('charset')?.toLowerCase() ?? undefined;
+  } catch {
+    return 'unparsable';
+  }
 }
 
 export class JsonTooDeepError extends Error {

@@ -142,8 +142,13 @@ export function capResult(result: CallToolResult, maxBytes: number): CallToolRes
   };
 }
 
+/** The JSON size of a value; a value too deep to serialise (stack overflow) counts as over every limit. */
 function jsonBytes(value: unknown): number {
-  return Buffer.byteLength(JSON.stringify(value) ?? '');
+  try {
+    return Buffer.byteLength(JSON.stringify(value) ?? '');
+  } catch {
+    return Infinity;
+  }
 }
 
 /**
