@@ -13,6 +13,7 @@ import {
   type TaskRecord,
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
+import { wellFormedJson, wellFormedText } from './well-formed.js';
 
 /** A primitive property of an elicitation's `requestedSchema` (MCP restricts forms to flat objects of these). */
 export type ElicitValue = string | number | boolean | string[];
@@ -347,7 +348,8 @@ export class TaskContext implements ToolContext {
     this.lastProgress = progress;
     const update: ProgressUpdate = { progress };
     if (total !== undefined) update.total = total;
-    if (message !== undefined) update.message = String(message);
+    // Well-formed, or the store's script refuses the whole update (§22.4).
+    if (message !== undefined) update.message = wellFormedText(String(message));
     this.coalescer.push(update);
   };
 
@@ -369,8 +371,8 @@ export class TaskContext implements ToolContext {
       this.log.info({ level, data }, 'log message (no client route in this context)');
       return;
     }
-    const message: LogMessage = { level, data };
-    if (logger !== undefined) message.logger = String(logger);
+    const message: LogMessage = { level, data: wellFormedJson(data) };
+    if (logger !== undefined) message.logger = wellFormedText(String(logger));
     // In the same write set as progress: flushProgress waits for it, so every message is published before the task's
     // terminal status and reaches the caller before the result.
     const write: Promise<void> = recordLog(this.taskId, message, this.lock)
