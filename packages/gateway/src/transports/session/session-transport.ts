@@ -182,8 +182,27 @@ export class SessionTransport implements Transport {
       for (const message of messages) this.onmessage?.(message, extra);
       return;
     }
-    const streamId = randomUUID();
     const requests = messages.filter(isRequest);
+    // A JSON-RPC id names one request in flight: a second with the same id would take over the first one's stream,
+    // and the first would never be answered. It is refused instead; the first goes on.
+    const ids = new Set<RequestId>();
+    for (const request of requests) {
+      if (this.requestStream.has(request.id) || ids.has(request.id)) {
+        this.onerror?.(new Error(`duplicate request id ${JSON.stringify(request.id)}`));
+        const body = JSON.stringify({
+          jsonrpc: '2.0',
+          id: request.id,
+          error: {
+            code: -32600,
+            message: `Invalid Request: a request with id ${JSON.stringify(request.id).slice(0, 100)} is already in flight on this session; use another id`,
+          },
+        });
+        res.writeHead(400, { 'Content-Type': 'application/json' }).end(body);
+        return;
+      }
+      ids.add(request.id);
+    }
+    const streamId = randomUUID();
     const version = initialize ? initialize.params.protocolVersion : header(req, 'mcp-protocol-version');
     // Clients of 2025-11-25 and later can resume from the priming event's id before any message arrived.
     const resumable = (version ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION) >= '2025-11-25';
@@ -251,9 +270,8 @@ export class SessionTransport implements Transport {
   private replay(lastEventId: string, res: ServerResponse): void {
     const streamId = this.events.streamOf(lastEventId);
     if (streamId === undefined) return this.fail(res, 400, -32000, 'Invalid event ID format');
-    if (this.streams.has(streamId)) {
-      return this.fail(res, 409, -32000, 'Conflict: Stream already has an active connection');
-    }
+    // A stream still registered is taken over, not refused (the SDK answers 409): a client resumes as soon as its
+    // connection drops, often before this process has seen that close.
     this.openSse(res);
     // Synchronous: nothing can be stored for this stream between the replay and its registration below. The replay is
     // written as it is: it is bounded by the event store's cap, and the live stream after it by the writer's.
