@@ -7,7 +7,7 @@ import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { RawSession } from './helpers/raw-mcp.js';
+import { RawSession, readSse } from './helpers/raw-mcp.js';
 import {
   spawnNode,
   GATEWAY_MAIN,
@@ -518,10 +518,10 @@ describe('operator pages (/admin, /metrics) with auth on: operators only', () =>
         expect(body).not.toContain(owner.sessionId);
       }
     }
-    // The operator sees it all, including sam's task and its arguments.
+    // The operator sees it all, sam's task and its session included.
     const detail = await fetch(`${base}/admin/api/tasks/${taskId}`, { headers: bearer('olga') });
     expect(detail.status).toBe(200);
-    expect(await detail.text()).toContain(secret);
+    expect(await detail.text()).toContain(owner.sessionId);
     for (const path of paths) {
       const res = await fetch(`${base}${path}`, { headers: bearer('olga') });
       await res.body?.cancel();
@@ -553,6 +553,131 @@ describe('operator pages with auth off: the loopback rules of /mcp, a CSP, nothi
       const html = await res.text();
       // No stylesheet, font, script or image from another host (bull-board's template links Google Fonts).
       expect(html, path).not.toMatch(/(?:href|src)="(?:https?:)?\/\//i);
+    }
+  });
+});
+
+describe('texts a caller passes through progress (PROTOCOL.md §22.4)', () => {
+  it('delivers every progress update of a report whose name holds lone surrogates, with U+FFFD in their place', async () => {
+    const s = await RawSession.open(open.url);
+    const items = 3;
+    const res = await s.post({
+      jsonrpc: '2.0',
+      id: 9,
+      method: 'tools/call',
+      params: {
+        name: 'build_report',
+        arguments: { report: 'half \uD800 pair \uDC00!', items, delayMs: 120 },
+        _meta: { progressToken: 'lone' },
+      },
+    });
+    const progress: Array<{ progress: number; message?: string }> = [];
+    for await (const event of readSse(res)) {
+      const msg = event.data as { id?: number; method?: string; params?: { progress: number; message?: string } };
+      if (msg.method === 'notifications/progress' && msg.params) progress.push(msg.params);
+      if (msg.id === 9) break;
+    }
+    expect(progress.map((p) => p.progress)).toEqual([1, 2, 3]);
+    for (const p of progress) expect(p.message).toContain('half \uFFFD pair \uFFFD!');
+  });
+});
+
+describe('the same JSON-RPC id twice on one session', () => {
+  it('refuses a second request whose id is still in flight, and still answers the first', async () => {
+    const s = await RawSession.open(open.url);
+    const call = (id: number) =>
+      s.post({
+        jsonrpc: '2.0',
+        id,
+        method: 'tools/call',
+        params: { name: 'build_report', arguments: { report: `dup-${id}`, items: 4, delayMs: 100 } },
+      });
+    const first = await call(5);
+    expect(first.status).toBe(200);
+    const second = await call(5);
+    expect(second.status).toBe(400);
+    const refused = (await second.json()) as { id?: number; error?: { code: number; message: string } };
+    expect(refused.id).toBe(5);
+    expect(refused.error?.message).toMatch(/already in flight/);
+    let answer: { id?: number; result?: { structuredContent?: { report: string } } } | undefined;
+    for await (const event of readSse(first)) {
+      const msg = event.data as typeof answer;
+      if (msg?.id === 5) {
+        answer = msg;
+        break;
+      }
+    }
+    expect(answer?.result?.structuredContent?.report).toBe('dup-5');
+    // Once answered, the id may be used again.
+    const again = await s.post({ jsonrpc: '2.0', id: 5, method: 'ping' });
+    expect(again.status).toBe(200);
+    expect(await again.json()).toMatchObject({ id: 5, result: {} });
+  });
+});
+
+describe('a resume right after a drop', () => {
+  it('takes over a stream whose old connection the gateway still holds, at once (no 409), and the result comes there', async () => {
+    const s = await RawSession.open(open.url);
+    const first = await s.post({
+      jsonrpc: '2.0',
+      id: 21,
+      method: 'tools/call',
+      params: {
+        name: 'build_report',
+        arguments: { report: 'resume', items: 4, delayMs: 150 },
+        _meta: { progressToken: 'resume' },
+      },
+    });
+    // Read up to the first progress event's id, and keep the connection open (no cancel of the body).
+    const reader = first.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let lastEventId: string | undefined;
+    while (lastEventId === undefined) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      lastEventId = /event: message\nid: ([^\n]+)\n/.exec(text)?.[1];
+    }
+    expect(lastEventId).toBeDefined();
+    // The first connection is still open: to this gateway the stream has not dropped yet.
+    const resumed = s.openGetStream(lastEventId);
+    const answer = await waitFor(() => resumed.events.find((e) => (e.data as { id?: number }).id === 21), {
+      timeoutMs: 15_000,
+      message: 'no result on the resumed stream',
+    });
+    expect((answer.data as { result?: { structuredContent?: unknown } }).result?.structuredContent).toEqual({
+      report: 'resume',
+      items: 4,
+    });
+    resumed.close();
+    await reader.cancel();
+  });
+});
+
+describe('every method and path under /mcp answers JSON', () => {
+  it('answers PUT, PATCH, OPTIONS and unknown paths under /mcp with a JSON-RPC error, never HTML or text/plain', async () => {
+    for (const [method, path] of [
+      ['PUT', '/mcp'],
+      ['PATCH', '/mcp'],
+      ['OPTIONS', '/mcp'],
+      ['HEAD', '/mcp/x'],
+      ['GET', '/mcp/x'],
+      ['POST', '/mcp/x/y'],
+      ['DELETE', '/mcp/..%2f'],
+    ] as const) {
+      const res = await rawRequest(open.port, {
+        method,
+        path,
+        headers: { host: `127.0.0.1:${open.port}`, ...JSON_HEADERS, 'content-length': '2' },
+        chunks: ['{}'],
+      });
+      expect(res.status, `${method} ${path}`).toBeGreaterThanOrEqual(400);
+      expect(res.status, `${method} ${path}`).toBeLessThan(500);
+      expect(String(res.headers['content-type']), `${method} ${path}`).toMatch(/^application\/json/);
+      if (method !== 'HEAD') {
+        expect(JSON.parse(res.body), `${method} ${path}`).toMatchObject({ jsonrpc: '2.0', error: { code: -32000 } });
+      }
     }
   });
 });

@@ -177,6 +177,7 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: int(1, 65_536).default(256),
   TASKRELAY_MAX_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024).default(16 * 1024 * 1024),
   TASKRELAY_MAX_STREAM_BUFFER_BYTES: int(16_384, 1024 * 1024 * 1024).default(1_048_576),
+  TASKRELAY_MEMORY_BUDGET_BYTES: int(1_048_576, 1024 * 1024 * 1024 * 1024).default(536_870_912),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
   TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
   TASKRELAY_OAUTH_JWKS_URL: httpUrl.optional(),
@@ -293,6 +294,11 @@ export interface GatewayConfig extends CommonConfig {
    * and the stream is closed (the client resumes it). Default 1 MiB.
    */
   maxStreamBufferBytes: number;
+  /**
+   * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams); past it the
+   * least recently seen idle sessions are closed, then new sessions get 503. Default 512 MiB.
+   */
+  memoryBudgetBytes: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
   oauth: OAuthConfig | undefined;
   /** Completion webhooks (PROTOCOL.md §27). */
@@ -464,6 +470,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
     maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
     maxStreamBufferBytes: p.TASKRELAY_MAX_STREAM_BUFFER_BYTES,
+    memoryBudgetBytes: p.TASKRELAY_MEMORY_BUDGET_BYTES,
     oauth,
     webhooks: {
       secret: p.TASKRELAY_WEBHOOK_SECRET,

@@ -31,7 +31,11 @@ import { SessionEventStore } from '../transports/session/event-store.js';
 import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
 import { SessionTransport } from '../transports/session/session-transport.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
+import { MemoryBudget, SESSION_COST_BYTES } from './memory-budget.js';
 import type { Session, SessionRegistry } from './session-registry.js';
+
+/** What a refused new session is told to wait before it tries again. */
+const MEMORY_RETRY_AFTER_S = 30;
 
 /** The versions spoken on 2025-era sessions (SDK 1.32.2); any other `MCP-Protocol-Version` is sessionless. */
 const SESSION_PROTOCOL_VERSIONS: ReadonlySet<string> = new Set(SUPPORTED_PROTOCOL_VERSIONS);
@@ -68,6 +72,27 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   const authEnabled = auth.enabled;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
+  /** Sessions, event stores, routes and listen streams under one bound (PROTOCOL.md §22.2). */
+  const budget = new MemoryBudget({
+    budgetBytes: options.memoryBudgetBytes,
+    sessions: () => sessions.size,
+    routes: () => router.activeRoutes,
+  });
+  metrics.watchMemoryBudget(budget);
+  let evictionQueued = false;
+  const onEventsResized = (delta: number) => {
+    metrics.sseEventBytes.inc(delta);
+    budget.eventsResized(delta);
+    // Not inside the store's own write: the eviction closes sessions, possibly the one writing.
+    if (delta > 0 && !evictionQueued && !budget.fits()) {
+      evictionQueued = true;
+      setImmediate(() => {
+        evictionQueued = false;
+        sessions.evictIdle(() => budget.fits());
+      });
+    }
+  };
+
   const app = express();
   app.disable('x-powered-by');
   // POST /mcp, the hot path, as one layer ahead of all others: the same guards in the same order as the routes below,
@@ -99,7 +124,8 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       ),
       new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 1000).unref()),
     ]);
-    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable' });
+    // Memory pressure does not take the gateway out of rotation (its sessions live here), but says so (§22.2).
+    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable', memory: budget.use() });
   });
   // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
   // whatever address the orchestrator uses (a pod IP).
@@ -136,6 +162,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     inflight,
     maxResultBytes: options.maxResultBytes,
     streams: streamBounds,
+    listens: { opened: () => budget.listenOpened(), closed: () => budget.listenClosed() },
   });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
@@ -175,11 +202,20 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       );
       return;
     }
+    if (!sessions.evictIdle(() => budget.fits(SESSION_COST_BYTES))) {
+      log.warn(budget.use(), 'memory budget reached: new session refused');
+      metrics.sessionsRefused.inc();
+      res.setHeader('Retry-After', String(MEMORY_RETRY_AFTER_S));
+      jsonRpcError(
+        res,
+        503,
+        -32000,
+        `Gateway memory budget reached (TASKRELAY_MEMORY_BUDGET_BYTES): no new session now; retry in ${MEMORY_RETRY_AFTER_S} s or on another gateway`,
+      );
+      return;
+    }
     const sessionId = randomUUID();
-    const events = new SessionEventStore({
-      ttlMs: options.eventTtlMs,
-      onResize: (delta) => metrics.sseEventBytes.inc(delta),
-    });
+    const events = new SessionEventStore({ ttlMs: options.eventTtlMs, onResize: onEventsResized });
     const transport = new SessionTransport({
       sessionId,
       events,
@@ -258,6 +294,16 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     return sessionRequest(req, res);
   });
   app.delete('/mcp', sessionRequest);
+  // Any other method or path under /mcp (PUT, PATCH, OPTIONS, /mcp/x): a JSON-RPC error, never express's HTML 404 or
+  // its text/plain OPTIONS answer.
+  app.use('/mcp', (req, res) => {
+    if (req.path !== '/') {
+      jsonRpcError(res, 404, -32000, 'Not Found: the MCP endpoint is /mcp');
+      return;
+    }
+    res.setHeader('Allow', 'GET, POST, DELETE');
+    jsonRpcError(res, 405, -32000, `Method Not Allowed: ${req.method.slice(0, 20)} /mcp (use GET, POST or DELETE)`);
+  });
 
   app.use(auth.metadataRouter);
   // Operators only (the metrics and pages describe every principal's work), behind the same Host and Origin checks as

@@ -79,6 +79,26 @@ export class SessionRegistry {
     this.options.log.debug({ sessionId }, 'session closed');
   }
 
+  /**
+   * Closes the sessions with no open response, least recently seen first, until `fits()` (the memory budget,
+   * PROTOCOL.md §22.2). Their tasks go on; a client finds its session gone (404) and opens another. Returns
+   * whether it fits in the end.
+   */
+  evictIdle(fits: () => boolean): boolean {
+    if (fits()) return true;
+    const idle = [...this.sessions]
+      .filter(([, session]) => session.openResponses === 0)
+      .sort(([, a], [, b]) => a.lastSeenAt - b.lastSeenAt);
+    for (const [sessionId, session] of idle) {
+      if (fits()) break;
+      this.options.log.info({ sessionId }, 'memory budget reached: closing the least recently seen idle session');
+      this.options.metrics.sessionsEvicted.inc();
+      this.close(sessionId);
+      void session.transport.close().catch(() => undefined);
+    }
+    return fits();
+  }
+
   /** Starts the idle sweep: clients that vanish without DELETE would otherwise keep their session for ever. */
   startSweep(): void {
     const { idleMs, log } = this.options;

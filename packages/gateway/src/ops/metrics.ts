@@ -103,6 +103,16 @@ export class GatewayMetrics {
     help: "Progress notifications replaced by a newer one while their stream's client was behind.",
     registers: [this.registry],
   });
+  readonly sessionsEvicted = new Counter({
+    name: 'taskrelay_sessions_evicted_total',
+    help: 'Idle sessions closed because the gateway memory budget was reached.',
+    registers: [this.registry],
+  });
+  readonly sessionsRefused = new Counter({
+    name: 'taskrelay_sessions_refused_total',
+    help: 'New sessions refused (503) because the gateway memory budget was reached.',
+    registers: [this.registry],
+  });
   readonly requestsInFlight = new Gauge({
     name: 'taskrelay_requests_in_flight',
     help: 'MCP POST requests whose response is not finished yet (plain calls, tasks/result waits, ...).',
@@ -125,6 +135,26 @@ export class GatewayMetrics {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_gateway_' });
+  }
+
+  /** The memory budget's use and bound, read at scrape time (§22.2). */
+  watchMemoryBudget(budget: { use(): { usedBytes: number; budgetBytes: number } }): void {
+    new Gauge({
+      name: 'taskrelay_memory_budget_used_bytes',
+      help: 'Bytes this gateway counts against TASKRELAY_MEMORY_BUDGET_BYTES (sessions, event stores, routes, listen streams).',
+      registers: [this.registry],
+      collect() {
+        this.set(budget.use().usedBytes);
+      },
+    });
+    new Gauge({
+      name: 'taskrelay_memory_budget_bytes',
+      help: 'The memory budget of this gateway (TASKRELAY_MEMORY_BUDGET_BYTES).',
+      registers: [this.registry],
+      collect() {
+        this.set(budget.use().budgetBytes);
+      },
+    });
   }
 
   /**

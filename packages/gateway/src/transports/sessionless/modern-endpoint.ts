@@ -53,6 +53,8 @@ export interface ModernEndpointOptions {
   maxResultBytes?: number;
   /** The bound of each SSE response (PROTOCOL.md §22.1): `TASKRELAY_MAX_STREAM_BUFFER_BYTES` and its counters. */
   streams?: SseWriterOptions;
+  /** Told when a `subscriptions/listen` stream opens and closes (the memory budget, §22.2). Default: none. */
+  listens?: { opened: () => void; closed: () => void };
 }
 
 type Params = Record<string, unknown> & { _meta?: Record<string, unknown> };
@@ -198,6 +200,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     }
     const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
     const stream = new SseResponse(rpc.res, options.streams);
+    options.listens?.opened();
+    rpc.res.once('close', () => options.listens?.closed());
     const acknowledged: Result = {};
     if (taskIds !== undefined) acknowledged['taskIds'] = owned;
     if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;

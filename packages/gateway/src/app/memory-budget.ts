@@ -1,0 +1,87 @@
+/**
+ * The gateway's memory budget (PROTOCOL.md §22.2): what clients make it hold — sessions, their event stores, task
+ * routes, listen streams — counted against one bound, `TASKRELAY_MEMORY_BUDGET_BYTES`. Event stores are counted by
+ * their bytes; a session, a route and a listen stream by a fixed, generous estimate of what each holds besides (its SDK
+ * server, transport and maps; a record and a throttle; a poll loop). The per-stream send buffers have their own bound
+ * (§22.1).
+ */
+
+/** Default budget: 512 MiB, within a default 2 GiB-class V8 heap with room for the rest of the process. */
+export const DEFAULT_MEMORY_BUDGET_BYTES = 512 * 1024 * 1024;
+/** What one open session holds besides its event store (SDK server, transport, client channel, maps). */
+export const SESSION_COST_BYTES = 64 * 1024;
+/** What one task route holds (its record, throttle, callbacks). */
+export const ROUTE_COST_BYTES = 4 * 1024;
+/** What one `subscriptions/listen` stream holds (its poll loop, the versions it sent). */
+export const LISTEN_COST_BYTES = 16 * 1024;
+
+export interface MemoryBudgetOptions {
+  /** The bound, in bytes (`TASKRELAY_MEMORY_BUDGET_BYTES`). Default {@link DEFAULT_MEMORY_BUDGET_BYTES}. */
+  budgetBytes?: number;
+  /** Sessions held right now (the session registry's count). */
+  sessions: () => number;
+  /** Task routes held right now (the router's count). */
+  routes: () => number;
+}
+
+export interface MemoryUse {
+  usedBytes: number;
+  budgetBytes: number;
+  eventBytes: number;
+  sessions: number;
+  routes: number;
+  listenStreams: number;
+  /** A new session would not fit: idle sessions are being evicted, and new sessions refused when none is idle. */
+  pressure: boolean;
+}
+
+export class MemoryBudget {
+  readonly budgetBytes: number;
+  private eventBytes = 0;
+  private listenCount = 0;
+
+  constructor(private readonly options: MemoryBudgetOptions) {
+    this.budgetBytes = options.budgetBytes ?? DEFAULT_MEMORY_BUDGET_BYTES;
+  }
+
+  /** Bytes counted right now. */
+  get usedBytes(): number {
+    return (
+      this.eventBytes +
+      this.options.sessions() * SESSION_COST_BYTES +
+      this.options.routes() * ROUTE_COST_BYTES +
+      this.listenCount * LISTEN_COST_BYTES
+    );
+  }
+
+  /** Whether `extraBytes` more would still be within the budget. */
+  fits(extraBytes = 0): boolean {
+    return this.usedBytes + extraBytes <= this.budgetBytes;
+  }
+
+  /** An event store grew or shrank. */
+  eventsResized(deltaBytes: number): void {
+    this.eventBytes += deltaBytes;
+  }
+
+  listenOpened(): void {
+    this.listenCount++;
+  }
+
+  listenClosed(): void {
+    this.listenCount--;
+  }
+
+  use(): MemoryUse {
+    const usedBytes = this.usedBytes;
+    return {
+      usedBytes,
+      budgetBytes: this.budgetBytes,
+      eventBytes: this.eventBytes,
+      sessions: this.options.sessions(),
+      routes: this.options.routes(),
+      listenStreams: this.listenCount,
+      pressure: usedBytes + SESSION_COST_BYTES > this.budgetBytes,
+    };
+  }
+}

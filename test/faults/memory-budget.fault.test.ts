@@ -1,0 +1,109 @@
+/**
+ * Fault suite, PROTOCOL.md §22.2 (the gateway's memory budget): sessions whose event stores fill up, more of them than
+ * the budget holds. The least recently seen idle session is closed first; once no session is idle, a new one is
+ * refused with 503 and Retry-After; /readyz reports the pressure; the gateway stays up and serves the sessions it kept.
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { RawSession } from '../helpers/raw-mcp.js';
+import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
+/** Three sessions' full event stores (1 MiB each) do not fit; two do. */
+const BUDGET_BYTES = 3 * 1024 * 1024;
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('f-budget'), TASKRELAY_PROGRESS_INTERVAL_MS: '0' };
+  gateway = await startGatewayProcess({ ...env, TASKRELAY_MEMORY_BUDGET_BYTES: String(BUDGET_BYTES) });
+  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS });
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+interface Readiness {
+  status: string;
+  memory?: { usedBytes: number; budgetBytes: number; sessions: number; pressure: boolean };
+}
+
+async function readiness(): Promise<Readiness> {
+  return (await (await fetch(gateway.url.replace(/\/mcp$/, '/readyz'))).json()) as Readiness;
+}
+
+/** Fills a session's event store: a plain call whose six progress events of 200 KB each are kept for replay. */
+async function fill(session: RawSession): Promise<void> {
+  const answer = await session.request('tools/call', {
+    name: 'echo_progress',
+    arguments: { text: 'e'.repeat(200_000), steps: 6, stepMs: 5 },
+    _meta: { progressToken: 'fill' },
+  });
+  expect(answer.result?.structuredContent).toEqual({ steps: 6 });
+}
+
+async function pingStatus(session: RawSession): Promise<number> {
+  const res = await session.post({ jsonrpc: '2.0', id: 99, method: 'ping' });
+  await res.body?.cancel();
+  return res.status;
+}
+
+describe('§22.2 the gateway memory budget', () => {
+  it('closes the least recently seen idle session first, then refuses new sessions with 503 while none is idle', async () => {
+    const a = await RawSession.open(gateway.url);
+    await fill(a);
+    const b = await RawSession.open(gateway.url);
+    await fill(b);
+    expect(await pingStatus(a)).toBe(200);
+    expect(await pingStatus(b)).toBe(200); // b is now the more recently seen
+    const c = await RawSession.open(gateway.url);
+    await fill(c);
+    // a was idle and seen least recently: it went, and the rest fit.
+    await waitFor(async () => (await pingStatus(a)) === 404, { message: 'the oldest idle session was not closed' });
+    expect(await pingStatus(b)).toBe(200);
+    expect(await pingStatus(c)).toBe(200);
+    const after = await readiness();
+    expect(after.memory?.usedBytes).toBeLessThanOrEqual(BUDGET_BYTES);
+
+    // Every session busy (a GET stream open on each): nothing to close, so a new one is refused, and the gateway says
+    // why, stays up, and keeps serving the sessions it has.
+    const streams = [b.openGetStream(), c.openGetStream()];
+    const d = await RawSession.open(gateway.url);
+    streams.push(d.openGetStream());
+    await fill(d);
+    await waitFor(async () => (await readiness()).memory?.pressure === true, { message: 'no pressure reported' });
+    const refused = await fetch(gateway.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'late', version: '0' } },
+      }),
+    });
+    expect(refused.status).toBe(503);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    const body = (await refused.json()) as { error?: { message: string } };
+    expect(body.error?.message).toMatch(/memory budget/);
+    const ready = await fetch(gateway.url.replace(/\/mcp$/, '/readyz'));
+    expect(ready.status).toBe(200);
+    expect(((await ready.json()) as Readiness).memory?.pressure).toBe(true);
+    for (const s of [b, c, d]) expect(await pingStatus(s)).toBe(200);
+
+    // Idle again: a new session gets in by closing the least recently seen one.
+    for (const stream of streams) stream.close();
+    await Promise.all(streams.map((s) => s.done));
+    const e = await waitFor(() => RawSession.open(gateway.url).catch(() => undefined), {
+      message: 'no new session once the others were idle',
+    });
+    expect(await pingStatus(e)).toBe(200);
+    expect(gateway.child.exitCode).toBeNull();
+  });
+});
