@@ -166,6 +166,7 @@ describe('stock worker entry point', () => {
       ['flaky', 'optional'],
       ['forbidden_task', 'forbidden'],
       ['ignore_signal', 'optional'],
+      ['needs_sampling', 'optional'],
       ['progress_burst', 'optional'],
       ['protocol_error', 'optional'],
       ['required_task', 'required'],
