@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
-import { clusterTarget, isClusterPrefix, sentinelTarget, type RedisNode } from './redis.js';
+import { clusterPrefixProblem, clusterTarget, sentinelTarget, type RedisNode } from './redis.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -380,13 +380,6 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     if (parsed.REDIS_SENTINELS) {
       throw new ConfigError('Invalid configuration: set REDIS_CLUSTER_NODES or REDIS_SENTINELS, not both');
     }
-    // Every key and channel carries the prefix: in braces it is their one hash slot, which the Lua scripts (several
-    // keys each) and BullMQ need.
-    if (!isClusterPrefix(parsed.TASKRELAY_PREFIX)) {
-      throw new ConfigError(
-        `Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} with REDIS_CLUSTER_NODES, e.g. {${parsed.TASKRELAY_PREFIX.replace(/[{}]/g, '')}} (got ${JSON.stringify(parsed.TASKRELAY_PREFIX)})`,
-      );
-    }
     redisTarget = clusterTarget(parsed.REDIS_CLUSTER_NODES);
   } else if (parsed.REDIS_SENTINELS) {
     if (!parsed.REDIS_SENTINEL_NAME) {
@@ -396,6 +389,8 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     }
     redisTarget = sentinelTarget(parsed.REDIS_SENTINELS, parsed.REDIS_SENTINEL_NAME);
   }
+  const problem = clusterPrefixProblem(redisTarget, parsed.TASKRELAY_PREFIX);
+  if (problem) throw new ConfigError(`Invalid configuration: TASKRELAY_PREFIX ${problem}`);
   return {
     redisUrl: redisTarget,
     prefix: parsed.TASKRELAY_PREFIX,
@@ -513,10 +508,7 @@ export function requireRedisUrl(config: CommonConfig): string {
   if (!config.redisUrl) {
     throw new ConfigError('Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)');
   }
-  if (config.redisUrl.startsWith('redis+cluster:') && !isClusterPrefix(config.prefix)) {
-    throw new ConfigError(
-      `Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} on a Redis Cluster (got ${JSON.stringify(config.prefix)})`,
-    );
-  }
+  const problem = clusterPrefixProblem(config.redisUrl, config.prefix);
+  if (problem) throw new ConfigError(`Invalid configuration: TASKRELAY_PREFIX ${problem}`);
   return config.redisUrl;
 }

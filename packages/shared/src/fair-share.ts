@@ -5,7 +5,7 @@
  * start) rather than a Lua script: every step is a single Redis command and a race between two enqueues of one
  * principal only gives two jobs the same priority, which BullMQ then runs in order.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 
 /** BullMQ's highest priority value (`2 ** 21`); a deeper backlog shares it and runs first in, first out. */
@@ -13,7 +13,7 @@ export const MAX_FAIR_PRIORITY = 2_097_152;
 
 export class FairShare {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 

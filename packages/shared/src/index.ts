@@ -1,3 +1,4 @@
+export * from './bullmq-layout.js';
 export * from './config.js';
 export * from './coalescer.js';
 export * from './errors.js';
@@ -6,6 +7,8 @@ export * from './keys.js';
 export * from './logger.js';
 export * from './messages.js';
 export * from './redis.js';
+export * from './script-results.js';
+export * from './task-fields.js';
 export * from './task-model.js';
 export * from './task-store.js';
 export * from './tracing.js';

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { bullJobLockKey, bullQueueKey } from './bullmq-layout.js';
 
 /**
  * Every Redis key and channel name taskrelay uses. No other file builds a key string; the Lua scripts receive the
@@ -76,7 +77,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
   const gatewayChannelSuffix = ':events';
   const taskKeyPrefix = `${prefix}:task:`;
   const queueName = (queue: string) => `q-${queue}`;
-  const bullQueueKeyPrefix = `${prefix}:${queueName('')}`;
+  // BullMQ's own layout lives in bullmq-layout.ts; a pool's queue key is `<that prefix><pool>`.
+  const bullQueueKeyPrefix = bullQueueKey(prefix, queueName(''));
   return {
     prefix,
     task: (taskId) => `${taskKeyPrefix}${taskId}`,
@@ -95,7 +97,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     bullPrefix: prefix,
     queueName,
     bullQueueKeyPrefix,
-    bullJobLock: (queue, jobId) => `${bullQueueKeyPrefix}${queue}:${jobId}:lock`,
+    bullJobLock: (queue, jobId) => bullJobLockKey(bullQueueKey(prefix, queueName(queue)), jobId),
     principalOpenTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:open`,
     rateLimitPrefix: (limit) => `${prefix}:ratelimit:${limit}`,
     webhooks: {

@@ -1,7 +1,14 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ConfigError, TaskrelayError } from './errors.js';
 
-export { Redis } from 'ioredis';
+export { Cluster, Redis } from 'ioredis';
+
+/**
+ * A connection taskrelay talks to: one server (or a Sentinel master) is an ioredis `Redis`, a Redis Cluster an
+ * ioredis `Cluster`. Both have everything taskrelay and BullMQ call (commands, scripts, `multi` within one slot,
+ * pub/sub, `duplicate`, `quit`); code that needs more than that narrows with `instanceof`.
+ */
+export type RedisClient = Redis | Cluster;
 
 /** One `host:port` of a Redis Cluster seed list or a Sentinel list. */
 export interface RedisNode {
@@ -39,6 +46,16 @@ export function sentinelTarget(sentinels: readonly RedisNode[], name: string): s
  */
 export function isClusterPrefix(prefix: string): boolean {
   return /^\{[^{}]+\}/.test(prefix);
+}
+
+/**
+ * The one rule for a prefix on a Redis Cluster: the Lua scripts and BullMQ touch several keys at once, which must all
+ * hash to one slot, so the prefix must start with a `{hash tag}`. Returns what is wrong, as a phrase to follow the
+ * setting's name, or undefined when `prefix` suits `target` (any prefix suits a single server or a Sentinel master).
+ */
+export function clusterPrefixProblem(target: string | undefined, prefix: string): string | undefined {
+  if (!target?.startsWith(CLUSTER_SCHEME) || isClusterPrefix(prefix)) return undefined;
+  return `must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {${prefix.replace(/[{}]/g, '') || 'taskrelay'}} (got ${JSON.stringify(prefix)})`;
 }
 
 function parseNodes(list: string, what: string): RedisNode[] {
@@ -86,14 +103,13 @@ const described = new WeakMap<object, string>();
  * Creates an ioredis client for a target (see `RedisTarget`). `maxRetriesPerRequest: null` is what BullMQ needs for
  * blocking connections and lets commands wait through a reconnect instead of failing.
  *
- * A cluster client is an ioredis `Cluster`, returned under the `Redis` type: everything taskrelay and BullMQ call on it
- * (commands, scripts, `multi` within one slot, pub/sub, `duplicate`, `quit`) exists on both. Per-node options
- * (timeouts, retries, the connection name) go to every node; `retryStrategy` becomes the cluster's.
+ * A cluster target gives an ioredis `Cluster` (see `RedisClient`). Per-node options (timeouts, retries, the connection
+ * name) go to every node; `retryStrategy` becomes the cluster's.
  */
-export function createRedis(target: string, options: RedisOptions = {}): Redis {
+export function createRedis(target: string, options: RedisOptions = {}): RedisClient {
   const parsed = parseRedisTarget(target);
   const merged: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, ...options };
-  let client: Redis;
+  let client: RedisClient;
   if (parsed.kind === 'cluster') {
     const { retryStrategy, lazyConnect, ...redisOptions } = merged;
     const cluster = new Cluster(parsed.nodes, {
@@ -102,7 +118,7 @@ export function createRedis(target: string, options: RedisOptions = {}): Redis {
       lazyConnect: lazyConnect ?? false,
       ...(retryStrategy ? { clusterRetryStrategy: (times: number) => retryStrategy(times) } : {}),
     });
-    client = cluster as unknown as Redis;
+    client = cluster;
     described.set(client, `cluster ${parsed.nodes.map(formatNode).join(',')}`);
   } else if (parsed.kind === 'sentinel') {
     client = new Redis({ ...merged, sentinels: parsed.sentinels, name: parsed.name });
@@ -181,7 +197,7 @@ export function isRedisUnavailableError(error: unknown): boolean {
  * Waits until the client is ready, or fails with one clear line (used at start: an entry point must not hang or print
  * a stack when Redis is unreachable).
  */
-export async function waitForRedis(client: Redis, timeoutMs = 5_000): Promise<void> {
+export async function waitForRedis(client: RedisClient, timeoutMs = 5_000): Promise<void> {
   if (client.status === 'ready') return;
   let lastError: unknown;
   const onError = (error: unknown) => {
@@ -206,9 +222,9 @@ export async function waitForRedis(client: Redis, timeoutMs = 5_000): Promise<vo
   }
 }
 
-function describe(client: Redis): string {
+function describe(client: RedisClient): string {
   const known = described.get(client);
-  if (known) return known;
+  if (known || client instanceof Cluster) return known ?? 'a Redis Cluster';
   const { host, port } = client.options;
   return `${host ?? '127.0.0.1'}:${port ?? 6379}`;
 }

@@ -1,25 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { TaskrelayError, type SerializedError } from './errors.js';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { StatusEvent } from './messages.js';
-import {
-  ANSWER_SCRIPT,
-  CREATE_SCRIPT,
-  LIST_SCRIPT,
-  LOG_SCRIPT,
-  PROGRESS_SCRIPT,
-  REAP_SCRIPT,
-  SET_STATE_SCRIPT,
-  START_SCRIPT,
-  SUSPEND_SCRIPT,
-  TRANSITION_SCRIPT,
-  WATCH_SCRIPT,
-} from './task-store-scripts.js';
+import { ResultCode } from './script-results.js';
+import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
 import {
   TASK_STATUSES,
-  TERMINAL_STATUSES,
-  allowedSources,
   isTerminal,
   type CancelReason,
   type InputRequest,
@@ -176,8 +164,6 @@ export function newTaskId(): string {
   return randomBytes(16).toString('hex');
 }
 
-const TERMINAL_LIST = TERMINAL_STATUSES.join(',');
-
 /** Largest outcome (result + error JSON, in UTF-16 units) a terminal status event carries; a bigger one is read. */
 export const MAX_EVENT_OUTCOME_CHARS = 64 * 1024;
 
@@ -186,17 +172,17 @@ export const MAX_EVENT_OUTCOME_CHARS = 64 * 1024;
  * the state machine atomically (Lua), so a terminal task never changes.
  */
 export class RedisTaskStore {
-  private readonly scripts: ScriptCommands;
+  private readonly scripts: ScriptRunner;
   private readonly reaperIntervalMs: number;
   private readonly indexCap: number;
   private readonly indexTtlMs: number;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     options: RedisTaskStoreOptions = {},
   ) {
-    this.scripts = defineScripts(redis);
+    this.scripts = new ScriptRunner(redis);
     this.reaperIntervalMs = options.reaperIntervalMs ?? 5_000;
     this.indexCap = options.indexCap ?? 10_000;
     this.indexTtlMs = options.indexTtlMs ?? 30 * 86_400_000;
@@ -216,56 +202,61 @@ export class RedisTaskStore {
     const idemKey =
       input.idempotencyKey === undefined ? undefined : this.keys.idempotency(input.principal, input.idempotencyKey);
     const fields: Record<string, string> = {
-      taskId,
-      status: 'working',
-      createdAt: iso,
-      lastUpdatedAt: iso,
-      ttl: String(input.ttl),
-      pollInterval: String(input.pollInterval),
-      tool: input.tool,
-      queue: input.queue,
-      principal: input.principal,
-      mode: input.mode,
+      [F.taskId]: taskId,
+      [F.status]: 'working',
+      [F.createdAt]: iso,
+      [F.lastUpdatedAt]: iso,
+      [F.ttl]: String(input.ttl),
+      [F.pollInterval]: String(input.pollInterval),
+      [F.tool]: input.tool,
+      [F.queue]: input.queue,
+      [F.principal]: input.principal,
+      [F.mode]: input.mode,
     };
-    if (input.sessionId !== undefined) fields['sessionId'] = input.sessionId;
-    if (input.gatewayId !== undefined) fields['gatewayId'] = input.gatewayId;
-    if (input.progressToken !== undefined) fields['progressToken'] = JSON.stringify(input.progressToken);
-    if (input.deadlineAt !== undefined) fields['deadlineAt'] = String(input.deadlineAt);
-    if (idemKey !== undefined) fields['idemKey'] = idemKey;
-    if (input.clientCapabilities !== undefined) fields['clientCaps'] = input.clientCapabilities.join(',');
+    if (input.sessionId !== undefined) fields[F.sessionId] = input.sessionId;
+    if (input.gatewayId !== undefined) fields[F.gatewayId] = input.gatewayId;
+    if (input.progressToken !== undefined) fields[F.progressToken] = JSON.stringify(input.progressToken);
+    if (input.deadlineAt !== undefined) fields[F.deadlineAt] = String(input.deadlineAt);
+    if (idemKey !== undefined) fields[F.idemKey] = idemKey;
     if (input.webhook !== undefined) {
-      fields['webhook'] = input.webhook.url;
-      fields['webhookCap'] = String(input.webhook.cap);
+      fields[F.webhook] = input.webhook.url;
+      fields[F.webhookCap] = String(input.webhook.cap);
     }
+    if (input.clientCapabilities !== undefined) fields[F.clientCaps] = input.clientCapabilities.join(',');
     const taskKey = this.keys.task(taskId);
-    const reply = (await this.scripts.taskrelayCreate(
-      taskKey,
-      this.keys.principalTasks(input.principal),
-      this.keys.live,
-      idemKey ?? taskKey,
-      JSON.stringify(fields),
-      String(now.getTime()),
-      taskId,
-      String(now.getTime() + this.reaperIntervalMs),
-      input.mode === 'task' ? '1' : '0',
-      String(this.indexCap),
-      String(this.indexTtlMs),
-      idemKey === undefined ? '0' : '1',
-      this.keys.taskKeyPrefix,
-    )) as [number, string?, string?];
-    if (reply[0] === 0 && reply[1] !== undefined) {
-      if (reply[2] !== input.tool) {
+    const reply = await this.scripts.call(SCRIPTS.create, {
+      keys: {
+        task: taskKey,
+        principalIndex: this.keys.principalTasks(input.principal),
+        live: this.keys.live,
+        idempotency: idemKey ?? taskKey,
+      },
+      args: {
+        fields: JSON.stringify(fields),
+        createdAtMs: now.getTime(),
+        taskId,
+        firstLookAtMs: now.getTime() + this.reaperIntervalMs,
+        indexed: input.mode === 'task' ? '1' : '0',
+        indexCap: this.indexCap,
+        indexTtlMs: this.indexTtlMs,
+        hasIdempotency: idemKey === undefined ? '0' : '1',
+        taskKeyPrefix: this.keys.taskKeyPrefix,
+      },
+    });
+    if (reply.code === ResultCode.IDEMPOTENT_REPLAY) {
+      const [existingId, existingTool] = reply.values as [string, string];
+      if (existingTool !== input.tool) {
         throw new TaskrelayError(
           'INVALID_ARGUMENTS',
-          `Idempotency key already used for a task of tool ${reply[2] ?? 'unknown'}; use a new key for ${input.tool}`,
+          `Idempotency key already used for a task of tool ${existingTool}; use a new key for ${input.tool}`,
         );
       }
-      const existing = await this.get(reply[1]);
+      const existing = await this.get(existingId);
       if (existing) return { record: existing, created: false };
       // Expired between the two reads: the key is free again.
       return this.createTask(input, now);
     }
-    if (reply[0] !== 1) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
+    if (reply.code === ResultCode.TASK_EXISTS) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
     const record = parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${taskId} could not be read back`);
     return { record, created: true };
@@ -280,15 +271,18 @@ export class RedisTaskStore {
    * another gateway than the owner): one round trip (PROTOCOL.md §10.9).
    */
   async watch(taskId: string, gatewayId: string): Promise<TaskRecord | undefined> {
-    const flat = (await this.scripts.taskrelayWatch(this.keys.task(taskId), gatewayId, TERMINAL_LIST)) as string[];
-    return parseRecord(fromFlat(flat));
+    const reply = await this.scripts.call(SCRIPTS.watch, {
+      keys: { task: this.keys.task(taskId) },
+      args: { gatewayId },
+    });
+    return reply.code === ResultCode.OK ? parseRecord(fromFlat(reply.values[0] as string[])) : undefined;
   }
 
   /** Statuses of many tasks in one round trip (undefined for missing ones). */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];
     const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hget(this.keys.task(id), 'status');
+    for (const id of taskIds) pipeline.hget(this.keys.task(id), F.status);
     const replies = (await pipeline.exec()) ?? [];
     return replies.map(([, value]) => asStatus(value));
   }
@@ -302,7 +296,7 @@ export class RedisTaskStore {
   ): Promise<Array<{ status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string }>> {
     if (taskIds.length === 0) return [];
     const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hmget(this.keys.task(id), 'status', 'cancelReason', 'error');
+    for (const id of taskIds) pipeline.hmget(this.keys.task(id), F.status, F.cancelReason, F.error);
     const replies = (await pipeline.exec()) ?? [];
     return replies.map(([, value]) => {
       const [status, cancelReason, error] = (value as Array<string | null> | null) ?? [];
@@ -325,38 +319,40 @@ export class RedisTaskStore {
     now = new Date(),
   ): Promise<TransitionOutcome> {
     const extra: Record<string, string> = {};
-    if (fields.statusMessage !== undefined) extra['statusMessage'] = fields.statusMessage;
-    if (fields.result !== undefined) extra['result'] = JSON.stringify(fields.result);
-    if (fields.error !== undefined) extra['error'] = JSON.stringify(fields.error);
-    if (fields.cancelReason !== undefined) extra['cancelReason'] = fields.cancelReason;
+    if (fields.statusMessage !== undefined) extra[F.statusMessage] = fields.statusMessage;
+    if (fields.result !== undefined) extra[F.result] = JSON.stringify(fields.result);
+    if (fields.error !== undefined) extra[F.error] = JSON.stringify(fields.error);
+    if (fields.cancelReason !== undefined) extra[F.cancelReason] = fields.cancelReason;
     const taskKey = this.keys.task(taskId);
-    const [ok, status] = (await this.scripts.taskrelayTransition(
-      taskKey,
-      this.keys.live,
-      options.lock ? this.keys.bullJobLock(options.lock.queue, taskId) : taskKey,
-      this.keys.webhooks.due,
-      this.keys.webhooks.pending,
-      this.keys.webhooks.dead,
-      to,
-      now.toISOString(),
-      allowedSources(to).join(','),
-      isTerminal(to) ? '1' : '0',
-      JSON.stringify(extra),
-      options.lock?.token ?? '',
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-      options.ackTo ?? '',
-      options.deadlineAt === undefined ? '' : String(options.deadlineAt),
-      options.dropIdempotency === true ? '1' : '0',
-      // A terminal event carries the outcome when it is small (§6.7): the routing gateway then needs no read.
-      isTerminal(to) && (extra['result']?.length ?? 0) + (extra['error']?.length ?? 0) <= MAX_EVENT_OUTCOME_CHARS
-        ? '1'
-        : '0',
-      this.keys.webhooks.eventPrefix,
-    )) as [number, string];
-    if (ok === 1) return { ok: true, status: to };
-    if (ok === -1) return { ok: false, status: asStatus(status), lockLost: true };
-    return { ok: false, status: asStatus(status) };
+    const outcomeChars = (extra[F.result]?.length ?? 0) + (extra[F.error]?.length ?? 0);
+    const reply = await this.scripts.call(SCRIPTS.transition, {
+      keys: {
+        task: taskKey,
+        live: this.keys.live,
+        lock: options.lock ? this.keys.bullJobLock(options.lock.queue, taskId) : taskKey,
+        webhookDue: this.keys.webhooks.due,
+        webhookPending: this.keys.webhooks.pending,
+        webhookDead: this.keys.webhooks.dead,
+      },
+      args: {
+        to,
+        now: now.toISOString(),
+        fields: JSON.stringify(extra),
+        lockToken: options.lock?.token ?? '',
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+        ackTo: options.ackTo ?? '',
+        deadlineAt: options.deadlineAt === undefined ? '' : String(options.deadlineAt),
+        dropIdempotency: options.dropIdempotency === true ? '1' : '0',
+        // A terminal event carries the outcome when it is small (§6.7): the routing gateway then needs no read.
+        eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
+        webhookPrefix: this.keys.webhooks.eventPrefix,
+      },
+    });
+    const status = asStatus(reply.values[0]);
+    if (reply.code === ResultCode.OK) return { ok: true, status: to };
+    if (reply.code === ResultCode.LOCK_LOST) return { ok: false, status, lockLost: true };
+    return { ok: false, status };
   }
 
   /**
@@ -364,17 +360,13 @@ export class RedisTaskStore {
    * the task (PROTOCOL.md §10.2). A missing or terminal task is returned as is, unchanged.
    */
   async startRun(taskId: string, lock: JobLock, attempt: number, deadlineAt: number): Promise<StartOutcome> {
-    const flat = (await this.scripts.taskrelayStart(
-      this.keys.task(taskId),
-      this.keys.bullJobLock(lock.queue, taskId),
-      lock.token,
-      String(deadlineAt),
-      new Date().toISOString(),
-      String(attempt),
-      TERMINAL_LIST,
-    )) as string[];
-    if (flat[0] === '__lock_lost') return { lockLost: true };
-    return { lockLost: false, record: parseRecord(fromFlat(flat)) };
+    const reply = await this.scripts.call(SCRIPTS.startRun, {
+      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      args: { lockToken: lock.token, deadlineAt, now: new Date().toISOString(), attempt },
+    });
+    if (reply.code === ResultCode.LOCK_LOST) return { lockLost: true };
+    if (reply.code === ResultCode.TASK_MISSING) return { lockLost: false, record: undefined };
+    return { lockLost: false, record: parseRecord(fromFlat(reply.values[0] as string[])) };
   }
 
   /** Records progress on the task and wakes the gateway that holds its session (PROTOCOL.md §6). */
@@ -385,30 +377,19 @@ export class RedisTaskStore {
     now = new Date(),
   ): Promise<ProgressOutcome> {
     const taskKey = this.keys.task(taskId);
-    const reply = (await this.scripts.taskrelayProgress(
-      taskKey,
-      lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey,
-      String(update.progress),
-      update.total === undefined ? '' : String(update.total),
-      update.message === undefined ? '' : JSON.stringify(update.message),
-      now.toISOString(),
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-      TERMINAL_LIST,
-      lock?.token ?? '',
-    )) as number;
-    switch (reply) {
-      case 1:
-        return 'accepted';
-      case 0:
-        return 'stale';
-      case -2:
-        return 'terminal';
-      case -3:
-        return 'lock_lost';
-      default:
-        return 'missing';
-    }
+    const reply = await this.scripts.call(SCRIPTS.progress, {
+      keys: { task: taskKey, lock: lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey },
+      args: {
+        progress: update.progress,
+        total: update.total === undefined ? '' : String(update.total),
+        message: update.message === undefined ? '' : JSON.stringify(update.message),
+        now: now.toISOString(),
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+        lockToken: lock?.token ?? '',
+      },
+    });
+    return writeOutcome<'accepted' | 'stale'>(reply.code, 'accepted', { [ResultCode.PROGRESS_STALE]: 'stale' });
   }
 
   /**
@@ -417,29 +398,18 @@ export class RedisTaskStore {
    */
   async recordLog(taskId: string, message: LogMessage, lock?: JobLock): Promise<LogOutcome> {
     const taskKey = this.keys.task(taskId);
-    const reply = (await this.scripts.taskrelayLog(
-      taskKey,
-      lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey,
-      message.level,
-      JSON.stringify(message.data ?? null),
-      message.logger === undefined ? '' : JSON.stringify(message.logger),
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-      TERMINAL_LIST,
-      lock?.token ?? '',
-    )) as number;
-    switch (reply) {
-      case 1:
-        return 'published';
-      case 0:
-        return 'unrouted';
-      case -2:
-        return 'terminal';
-      case -3:
-        return 'lock_lost';
-      default:
-        return 'missing';
-    }
+    const reply = await this.scripts.call(SCRIPTS.log, {
+      keys: { task: taskKey, lock: lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey },
+      args: {
+        level: message.level,
+        data: JSON.stringify(message.data ?? null),
+        logger: message.logger === undefined ? '' : JSON.stringify(message.logger),
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+        lockToken: lock?.token ?? '',
+      },
+    });
+    return writeOutcome<'published' | 'unrouted'>(reply.code, 'published', { [ResultCode.UNROUTED]: 'unrouted' });
   }
 
   /**
@@ -448,31 +418,35 @@ export class RedisTaskStore {
    */
   async suspend(taskId: string, lock: JobLock, input: SuspendInput, now = new Date()): Promise<SuspendOutcome> {
     const requests = input.requests ?? [];
-    const reply = (await this.scripts.taskrelaySuspend(
-      this.keys.task(taskId),
-      this.keys.bullJobLock(lock.queue, taskId),
-      this.keys.webhooks.due,
-      this.keys.webhooks.pending,
-      this.keys.webhooks.dead,
-      lock.token,
-      requests.length === 0
-        ? ''
-        : JSON.stringify(requests.map((r) => [r.n, JSON.stringify({ method: r.method, params: r.params })])),
-      now.toISOString(),
-      String(input.deadlineAt),
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-      TERMINAL_LIST,
-      this.keys.webhooks.eventPrefix,
-    )) as [number, (string[] | string)?];
-    if (reply[0] === 1) {
-      const flat = Array.isArray(reply[1]) ? reply[1] : [];
+    const reply = await this.scripts.call(SCRIPTS.suspend, {
+      keys: {
+        task: this.keys.task(taskId),
+        lock: this.keys.bullJobLock(lock.queue, taskId),
+        webhookDue: this.keys.webhooks.due,
+        webhookPending: this.keys.webhooks.pending,
+        webhookDead: this.keys.webhooks.dead,
+      },
+      args: {
+        lockToken: lock.token,
+        requests:
+          requests.length === 0
+            ? ''
+            : JSON.stringify(requests.map((r) => [r.n, JSON.stringify({ method: r.method, params: r.params })])),
+        now: now.toISOString(),
+        deadlineAt: input.deadlineAt,
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+        webhookPrefix: this.keys.webhooks.eventPrefix,
+      },
+    });
+    if (reply.code === ResultCode.OK) {
+      const flat = Array.isArray(reply.values[0]) ? (reply.values[0] as string[]) : [];
       const answers: Record<string, unknown> = {};
       for (let i = 0; i + 1 < flat.length; i += 2) answers[flat[i] ?? ''] = parseJson<unknown>(flat[i + 1]);
       return { outcome: 'suspended', answers };
     }
-    if (reply[0] === -1) return { outcome: 'lock_lost' };
-    return { outcome: 'gone', status: asStatus(reply[1]) };
+    if (reply.code === ResultCode.LOCK_LOST) return { outcome: 'lock_lost' };
+    return { outcome: 'gone', status: asStatus(reply.values[0]) };
   }
 
   /**
@@ -486,16 +460,19 @@ export class RedisTaskStore {
     deadlineAt: number,
     now = new Date(),
   ): Promise<AnswerOutcome> {
-    const [ok, value, resumed] = (await this.scripts.taskrelayAnswer(
-      this.keys.task(taskId),
-      String(n),
-      JSON.stringify(answer ?? null),
-      now.toISOString(),
-      String(deadlineAt),
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-    )) as [number, string, number?];
-    if (ok === 1) return { ok: true, queue: value, resumed: resumed === 1 };
+    const reply = await this.scripts.call(SCRIPTS.answer, {
+      keys: { task: this.keys.task(taskId) },
+      args: {
+        n: String(n),
+        answer: JSON.stringify(answer ?? null),
+        now: now.toISOString(),
+        deadlineAt,
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+      },
+    });
+    const [value, resumed] = reply.values as [string | undefined, number | undefined];
+    if (reply.code === ResultCode.OK) return { ok: true, queue: value ?? '', resumed: resumed === 1 };
     return { ok: false, status: asStatus(value) };
   }
 
@@ -516,16 +493,12 @@ export class RedisTaskStore {
         `ctx.${field === 'state' ? 'state' : 'step'} value is over ${MAX_STATE_BYTES} bytes as JSON`,
       );
     }
-    const reply = (await this.scripts.taskrelaySetState(
-      this.keys.task(taskId),
-      this.keys.bullJobLock(lock.queue, taskId),
-      lock.token,
-      field,
-      json,
-      TERMINAL_LIST,
-    )) as number;
-    if (reply === 1) return 'written';
-    return reply === -1 ? 'lock_lost' : 'gone';
+    const reply = await this.scripts.call(SCRIPTS.setState, {
+      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      args: { lockToken: lock.token, field: field === 'state' ? F.state : F.steps, json },
+    });
+    if (reply.code === ResultCode.OK) return 'written';
+    return reply.code === ResultCode.LOCK_LOST ? 'lock_lost' : 'gone';
   }
 
   /**
@@ -537,44 +510,46 @@ export class RedisTaskStore {
     options: { batch?: number; leaseMs?: number } = {},
     now = new Date(),
   ): Promise<ReapOutcome> {
-    const reply = (await this.scripts.taskrelayReap(
-      this.keys.live,
-      this.keys.reaperLease,
-      this.keys.webhooks.due,
-      this.keys.webhooks.pending,
-      this.keys.webhooks.dead,
-      String(now.getTime()),
-      now.toISOString(),
-      String(options.batch ?? 500),
-      String(this.reaperIntervalMs),
-      this.keys.taskKeyPrefix,
-      this.keys.bullQueueKeyPrefix,
-      this.keys.gatewayChannelPrefix,
-      this.keys.gatewayChannelSuffix,
-      holder,
-      String(Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2)),
-      TERMINAL_LIST,
-      this.keys.webhooks.eventPrefix,
-    )) as [number, string[]?];
-    if (reply[0] === -1) return { ran: false, looked: 0, reaped: [] };
-    const flat = reply[1] ?? [];
+    const reply = await this.scripts.call(SCRIPTS.reap, {
+      keys: {
+        live: this.keys.live,
+        lease: this.keys.reaperLease,
+        webhookDue: this.keys.webhooks.due,
+        webhookPending: this.keys.webhooks.pending,
+        webhookDead: this.keys.webhooks.dead,
+      },
+      args: {
+        nowMs: now.getTime(),
+        now: now.toISOString(),
+        batch: options.batch ?? 500,
+        lookAgainMs: this.reaperIntervalMs,
+        taskKeyPrefix: this.keys.taskKeyPrefix,
+        queueKeyPrefix: this.keys.bullQueueKeyPrefix,
+        channelPrefix: this.keys.gatewayChannelPrefix,
+        channelSuffix: this.keys.gatewayChannelSuffix,
+        holder,
+        leaseMs: Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2),
+        webhookPrefix: this.keys.webhooks.eventPrefix,
+      },
+    });
+    if (reply.code === ResultCode.LEASE_HELD) return { ran: false, looked: 0, reaped: [] };
+    const [looked, flat] = reply.values as [number, string[] | undefined];
     const reaped: ReapedTask[] = [];
-    for (let i = 0; i + 2 < flat.length; i += 3) {
+    for (let i = 0; flat && i + 2 < flat.length; i += 3) {
       reaped.push({ taskId: flat[i] ?? '', code: flat[i + 1] ?? '', message: flat[i + 2] ?? '' });
     }
-    return { ran: true, looked: reply[0], reaped };
+    return { ran: true, looked, reaped };
   }
 
   /** One principal's task-mode tasks, newest first, after an opaque cursor: no duplicates or gaps between pages. */
   async list(principal: string, cursor: string | undefined, limit = 50): Promise<TaskPage> {
     const after = cursor === undefined ? undefined : decodeCursor(cursor);
     const indexKey = this.keys.principalTasks(principal);
-    const rows = (await this.scripts.taskrelayList(
-      indexKey,
-      after === undefined ? '' : String(after.s),
-      after?.id ?? '',
-      String(limit),
-    )) as string[];
+    const reply = await this.scripts.call(SCRIPTS.list, {
+      keys: { index: indexKey },
+      args: { cursorScore: after === undefined ? '' : String(after.s), cursorId: after?.id ?? '', limit },
+    });
+    const rows = (reply.values[0] as string[] | undefined) ?? [];
     const entries: Array<{ id: string; score: number }> = [];
     for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
     const pageEntries = entries.slice(0, limit);
@@ -595,34 +570,6 @@ export class RedisTaskStore {
     if (entries.length > limit && last) page.nextCursor = encodeCursor({ s: last.score, id: last.id });
     return page;
   }
-}
-
-type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
-const SCRIPTS = {
-  taskrelayCreate: { numberOfKeys: 4, lua: CREATE_SCRIPT },
-  taskrelayTransition: { numberOfKeys: 6, lua: TRANSITION_SCRIPT },
-  taskrelayProgress: { numberOfKeys: 2, lua: PROGRESS_SCRIPT },
-  taskrelayLog: { numberOfKeys: 2, lua: LOG_SCRIPT },
-  taskrelayStart: { numberOfKeys: 2, lua: START_SCRIPT },
-  taskrelayWatch: { numberOfKeys: 1, lua: WATCH_SCRIPT },
-  taskrelayReap: { numberOfKeys: 5, lua: REAP_SCRIPT },
-  taskrelayList: { numberOfKeys: 1, lua: LIST_SCRIPT },
-  taskrelaySuspend: { numberOfKeys: 5, lua: SUSPEND_SCRIPT },
-  taskrelayAnswer: { numberOfKeys: 1, lua: ANSWER_SCRIPT },
-  taskrelaySetState: { numberOfKeys: 2, lua: SET_STATE_SCRIPT },
-} as const;
-type ScriptName = keyof typeof SCRIPTS;
-type ScriptCommands = Record<ScriptName, ScriptCommand>;
-
-/** Registers the scripts as ioredis commands: sent by SHA (EVALSHA) after the first call, not as text each time. */
-function defineScripts(redis: Redis): ScriptCommands {
-  const commands = redis as unknown as Partial<ScriptCommands>;
-  const bound = {} as ScriptCommands;
-  for (const [name, definition] of Object.entries(SCRIPTS) as Array<[ScriptName, (typeof SCRIPTS)[ScriptName]]>) {
-    if (!commands[name]) redis.defineCommand(name, definition);
-    bound[name] = (...args) => (redis as unknown as ScriptCommands)[name](...args);
-  }
-  return bound;
 }
 
 interface Cursor {
@@ -701,48 +648,51 @@ function parseNumber(value: string | undefined): number | undefined {
 }
 
 export function parseRecord(h: Record<string, string> | null | undefined): TaskRecord | undefined {
-  const status = asStatus(h?.['status']);
-  if (!h || !status || !h['taskId']) return undefined;
+  const status = asStatus(h?.[F.status]);
+  const taskId = h?.[F.taskId];
+  if (!h || !status || !taskId) return undefined;
+  const pending = h[F.pendingInput];
+  const caps = h[F.clientCaps];
   const record: TaskRecord = {
-    taskId: h['taskId'],
+    taskId,
     status,
-    createdAt: h['createdAt'] ?? '',
-    lastUpdatedAt: h['lastUpdatedAt'] ?? '',
-    ttl: parseNumber(h['ttl']) ?? 0,
-    pollInterval: parseNumber(h['pollInterval']) ?? 1000,
-    tool: h['tool'] ?? '',
-    queue: h['queue'] ?? '',
-    principal: h['principal'] ?? '',
-    mode: h['mode'] === 'call' ? 'call' : 'task',
+    createdAt: h[F.createdAt] ?? '',
+    lastUpdatedAt: h[F.lastUpdatedAt] ?? '',
+    ttl: parseNumber(h[F.ttl]) ?? 0,
+    pollInterval: parseNumber(h[F.pollInterval]) ?? 1000,
+    tool: h[F.tool] ?? '',
+    queue: h[F.queue] ?? '',
+    principal: h[F.principal] ?? '',
+    mode: h[F.mode] === 'call' ? 'call' : 'task',
   };
   const optional: Partial<TaskRecord> = {
-    statusMessage: h['statusMessage'],
-    sessionId: h['sessionId'],
-    gatewayId: h['gatewayId'],
-    progressToken: parseJson<ProgressToken>(h['progressToken']),
-    progress: parseNumber(h['progress']),
-    total: parseNumber(h['total']),
-    progressMessage: h['progressMessage'],
-    result: parseJson<ToolResult>(h['result']),
-    error: parseJson<SerializedError>(h['error']),
-    cancelReason: h['cancelReason'] as CancelReason | undefined,
-    deadlineAt: parseNumber(h['deadlineAt']),
-    attempt: parseNumber(h['attempt']),
-    state: parseJson<unknown>(h['state']),
-    steps: parseJson<Record<string, unknown>>(h['steps']),
-    pendingInput: h['pendingInput'],
-    pendingInputs: h['pendingInput'] === undefined ? undefined : h['pendingInput'].split(',').filter(Boolean),
-    clientCapabilities: h['clientCaps'] === undefined ? undefined : h['clientCaps'].split(',').filter(Boolean),
-    webhookUrl: h['webhook'],
+    statusMessage: h[F.statusMessage],
+    sessionId: h[F.sessionId],
+    gatewayId: h[F.gatewayId],
+    progressToken: parseJson<ProgressToken>(h[F.progressToken]),
+    progress: parseNumber(h[F.progress]),
+    total: parseNumber(h[F.total]),
+    progressMessage: h[F.progressMessage],
+    result: parseJson<ToolResult>(h[F.result]),
+    error: parseJson<SerializedError>(h[F.error]),
+    cancelReason: h[F.cancelReason] as CancelReason | undefined,
+    deadlineAt: parseNumber(h[F.deadlineAt]),
+    attempt: parseNumber(h[F.attempt]),
+    state: parseJson<unknown>(h[F.state]),
+    steps: parseJson<Record<string, unknown>>(h[F.steps]),
+    pendingInput: pending,
+    pendingInputs: pending === undefined ? undefined : pending.split(',').filter(Boolean),
+    clientCapabilities: caps === undefined ? undefined : caps.split(',').filter(Boolean),
+    webhookUrl: h[F.webhook],
   };
   let inputRequests: Record<string, InputRequest> | undefined;
   let inputResponses: Record<string, unknown> | undefined;
   for (const [field, value] of Object.entries(h)) {
-    if (field.startsWith('input:')) {
+    if (field.startsWith(TASK_FIELD_PREFIXES.input)) {
       const request = parseJson<InputRequest>(value);
-      if (request) (inputRequests ??= {})[field.slice(6)] = request;
-    } else if (field.startsWith('answer:')) {
-      (inputResponses ??= {})[field.slice(7)] = parseJson<unknown>(value);
+      if (request) (inputRequests ??= {})[field.slice(TASK_FIELD_PREFIXES.input.length)] = request;
+    } else if (field.startsWith(TASK_FIELD_PREFIXES.answer)) {
+      (inputResponses ??= {})[field.slice(TASK_FIELD_PREFIXES.answer.length)] = parseJson<unknown>(value);
     }
   }
   if (inputRequests) optional.inputRequests = inputRequests;
@@ -751,4 +701,18 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     if (value !== undefined) (record as unknown as Record<string, unknown>)[key] = value;
   }
   return record;
+}
+
+/** A lock-checked write's outcome from its result code: `ok` for R.OK, `extra` for the script's own codes. */
+function writeOutcome<T extends string>(
+  code: ResultCode,
+  ok: T,
+  extra: Partial<Record<ResultCode, T>>,
+): T | 'missing' | 'terminal' | 'lock_lost' {
+  if (code === ResultCode.OK) return ok;
+  const own = extra[code];
+  if (own !== undefined) return own;
+  if (code === ResultCode.TASK_TERMINAL) return 'terminal';
+  if (code === ResultCode.LOCK_LOST) return 'lock_lost';
+  return 'missing';
 }

@@ -77,7 +77,7 @@ describe('Redis Cluster, Sentinel and TLS configuration', () => {
 
   it('refuses a cluster without a {prefix}, or with a bad node list, in one line', () => {
     expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000' })).toThrow(
-      /^Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\} with REDIS_CLUSTER_NODES, e\.g\. \{taskrelay\} \(got "taskrelay"\)$/,
+      /^Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\} on a Redis Cluster \(one hash slot for every key\), e\.g\. \{taskrelay\} \(got "taskrelay"\)$/,
     );
     expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000', TASKRELAY_PREFIX: 'a{b}' })).toThrow(
       /must be wrapped in \{\}/,

@@ -11,9 +11,16 @@ import {
   parseRedisTarget,
   waitForRedis,
   type Redis,
+  type RedisClient,
 } from '../src/redis.js';
 
-const clients: Redis[] = [];
+const clients: RedisClient[] = [];
+
+/** The client of a single server or a Sentinel master: an ioredis `Redis`, never a `Cluster`. */
+function single(client: RedisClient): Redis {
+  if (client instanceof Cluster) throw new Error('expected a single-server client, got a Cluster');
+  return client;
+}
 const servers: Server[] = [];
 const sockets: Socket[] = [];
 
@@ -24,7 +31,7 @@ afterEach(async () => {
 });
 
 function failFastClient(port: number, options: Parameters<typeof createRedis>[1] = {}): Redis {
-  const client = createRedis(`redis://127.0.0.1:${port}`, { ...FAIL_FAST_REDIS_OPTIONS, ...options });
+  const client = single(createRedis(`redis://127.0.0.1:${port}`, { ...FAIL_FAST_REDIS_OPTIONS, ...options }));
   client.on('error', () => undefined);
   clients.push(client);
   return client;
@@ -81,7 +88,7 @@ describe('what counts as Redis being unavailable', () => {
 
 describe('Redis targets (standalone, TLS, Cluster, Sentinel)', () => {
   it('makes a TLS client for rediss://', () => {
-    const client = createRedis('rediss://127.0.0.1:6380/1', { lazyConnect: true });
+    const client = single(createRedis('rediss://127.0.0.1:6380/1', { lazyConnect: true }));
     clients.push(client);
     expect(client.options.tls).toBeDefined();
     expect(client.options).toMatchObject({ host: '127.0.0.1', port: 6380, db: 1 });
@@ -95,13 +102,13 @@ describe('Redis targets (standalone, TLS, Cluster, Sentinel)', () => {
     });
     clients.push(client);
     expect(client).toBeInstanceOf(Cluster);
-    const cluster = client as unknown as Cluster;
+    const cluster = client as Cluster;
     expect(cluster.options.redisOptions).toMatchObject({ connectionName: 'x', commandTimeout: 2_000 });
     expect(cluster.options.clusterRetryStrategy?.(3, new Error('x'))).toBe(150);
   });
 
   it('makes a Sentinel client for redis+sentinel://', () => {
-    const client = createRedis('redis+sentinel://127.0.0.1:26379,[::1]:26380/mymaster', { lazyConnect: true });
+    const client = single(createRedis('redis+sentinel://127.0.0.1:26379,[::1]:26380/mymaster', { lazyConnect: true }));
     clients.push(client);
     expect(client.options).toMatchObject({
       name: 'mymaster',

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { z } from 'zod';
-import { ConfigError, createLogger, isClusterPrefix, isRedisTarget, type Logger } from '@taskrelay/shared';
+import { ConfigError, clusterPrefixProblem, createLogger, isRedisTarget, type Logger } from '@taskrelay/shared';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { WorkerMetrics } from './metrics.js';
 
@@ -129,9 +129,9 @@ const WorkerOptionsSchema = z
     message: 'is required (redisUrl or connection)',
     path: ['redisUrl'],
   })
-  .refine((o) => !(o.redisUrl ?? o.connection ?? '').startsWith('redis+cluster:') || isClusterPrefix(o.prefix), {
-    message: 'must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay}',
-    path: ['prefix'],
+  .superRefine((o, ctx) => {
+    const problem = clusterPrefixProblem(o.redisUrl ?? o.connection, o.prefix);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem, path: ['prefix'] });
   });
 
 /** Applies the defaults of `WorkerOptions`; throws a one-line `ConfigError` for anything invalid. */

@@ -5,8 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import express, { type Request, type Response } from 'express';
 import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import type { Redis } from 'ioredis';
-import type { GatewayConfig, Logger } from '@taskrelay/shared';
+import type { GatewayConfig, Logger, RedisClient } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
   chain,
@@ -48,7 +47,7 @@ export interface HttpAppDeps {
   log: Logger;
   metrics: GatewayMetrics;
   /** The command connection: `/readyz` pings it. */
-  redis: Redis;
+  redis: RedisClient;
   auth: Authenticator;
   limits: RequestLimits;
   service: TaskService;

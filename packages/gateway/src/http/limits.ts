@@ -5,10 +5,9 @@
  */
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { type RedisClient, isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
 import { WireError } from '../wire/errors.js';
 import { jsonRpcError } from './http-guards.js';
 
@@ -30,7 +29,7 @@ export class RequestLimits {
   private readonly taskOps: RateLimiterRedis | undefined;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     keys: Keys,
     private readonly log: Logger,
     private readonly options: RequestLimitsOptions,
@@ -102,7 +101,12 @@ export class RequestLimits {
   }
 }
 
-function limiter(redis: Redis, keyPrefix: string, points: number, windowMs: number): RateLimiterRedis | undefined {
+function limiter(
+  redis: RedisClient,
+  keyPrefix: string,
+  points: number,
+  windowMs: number,
+): RateLimiterRedis | undefined {
   if (points === 0) return undefined;
   const duration = Math.max(1, Math.round(windowMs / 1000));
   return new RateLimiterRedis({
@@ -164,7 +168,7 @@ const RESERVATION_MAX_AGE_MS = 60_000;
 
 export class OpenTaskLimit {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly max: number,
     /** How long the set outlives its newest task (the longest ttl after the longest run). */

@@ -6,9 +6,9 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsPlugin from 'ajv-formats';
-import type { Redis } from 'ioredis';
 import {
   PoolCatalogSchema,
+  type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
   type Keys,
@@ -58,7 +58,7 @@ export type RetireOutcome = 'retired' | 'unknown' | 'live';
  * leave `tools/list` and new calls for them get `Unknown tool` once no other pool serves them. A pool with live
  * workers is not retired (their next heartbeat would list it again): stop them first.
  */
-export async function retirePool(redis: Redis, keys: Keys, pool: string): Promise<RetireOutcome> {
+export async function retirePool(redis: RedisClient, keys: Keys, pool: string): Promise<RetireOutcome> {
   const workerIds = await redis.zrangebyscore(keys.workers, Date.now(), '+inf');
   const raws = workerIds.length > 0 ? await redis.mget(workerIds.map((id) => keys.workerCatalog(id))) : [];
   const live = raws.some((raw) => raw !== null && parseMessage(WorkerCatalogSchema, raw)?.queue === pool);
@@ -67,7 +67,7 @@ export async function retirePool(redis: Redis, keys: Keys, pool: string): Promis
 }
 
 /** The pools `P:pools` remembers, newest first (for an operator's listing). */
-export async function rememberedPools(redis: Redis, keys: Keys): Promise<PoolCatalog[]> {
+export async function rememberedPools(redis: RedisClient, keys: Keys): Promise<PoolCatalog[]> {
   const raws = Object.values(await redis.hgetall(keys.pools));
   return raws
     .map((raw) => parseMessage(PoolCatalogSchema, raw))
@@ -91,7 +91,7 @@ export class ToolCatalog {
   private prunedAt = 0;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly log: Logger,
     options: ToolCatalogOptions = {},

@@ -2,9 +2,9 @@
  * Turns tasks into BullMQ jobs and carries cancels to whichever worker holds them (PROTOCOL.md §4, §7).
  */
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import {
   FairShare,
+  type RedisClient,
   TaskrelayError,
   type CancelReason,
   type CancelRequest,
@@ -37,7 +37,7 @@ export class JobDispatcher {
    *   queues, so BullMQ's scripts and traffic stay off the gateway's command connection. The caller closes it.
    */
   constructor(
-    private readonly connection: Redis,
+    private readonly connection: RedisClient,
     private readonly keys: Keys,
     private readonly log: Logger,
     options: JobDispatcherOptions = {},

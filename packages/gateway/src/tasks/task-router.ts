@@ -4,7 +4,6 @@
  * anyone waiting for a task to end; and acknowledges cancels answered by other gateways once nothing more can be
  * forwarded.
  */
-import type { Redis } from 'ioredis';
 import {
   Coalescer,
   GatewayEventSchema,
@@ -24,6 +23,7 @@ import {
   type TaskRecord,
   type TaskStatus,
   terminalRecord,
+  type RedisClient,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
@@ -127,7 +127,7 @@ export class TaskRouter {
   private connectedOnce = false;
 
   constructor(
-    private readonly subscriber: Redis,
+    private readonly subscriber: RedisClient,
     private readonly publish: Publish,
     private readonly store: RedisTaskStore,
     private readonly keys: Keys,

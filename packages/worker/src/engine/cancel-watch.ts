@@ -9,13 +9,13 @@ import {
   type CancelReason,
   type Keys,
   type Logger,
-  type Redis,
+  type RedisClient,
   type RedisTaskStore,
 } from '@taskrelay/shared';
 import type { RunningJobs } from './running-jobs.js';
 
 export interface CancelWatchOptions {
-  subscriber: Redis;
+  subscriber: RedisClient;
   keys: Keys;
   store: RedisTaskStore;
   running: RunningJobs;

@@ -4,13 +4,13 @@
  * also leaves the pool's catalog in `P:pools`, which outlives the worker: a pool scaled to zero keeps its tools listed
  * for the gateway's catalog retention (§24).
  */
-import type { Keys, Logger, PoolCatalog, Redis, ToolDescriptor, WorkerCatalog } from '@taskrelay/shared';
+import type { Keys, Logger, PoolCatalog, RedisClient, ToolDescriptor, WorkerCatalog } from '@taskrelay/shared';
 
 /** Worker ids whose heartbeat expired this long ago are pruned from the live set by any worker. */
 const PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000;
 
 export interface CatalogHeartbeatOptions {
-  redis: Redis;
+  redis: RedisClient;
   keys: Keys;
   workerId: string;
   /** The pool this worker consumes (PROTOCOL.md §3.2). */

@@ -13,7 +13,7 @@ import {
   type CancelReason,
   type Keys,
   type Logger,
-  type Redis,
+  type RedisClient,
 } from '@taskrelay/shared';
 import type { CloseOptions, ResolvedWorkerOptions } from '../options.js';
 import { CancelWatch } from './cancel-watch.js';
@@ -50,9 +50,9 @@ export class TaskWorker {
   private readonly keys: Keys;
   private readonly log: Logger;
   private readonly running: RunningJobs;
-  private readonly redis: Redis;
-  private readonly subscriber: Redis;
-  private readonly bullConnection: Redis;
+  private readonly redis: RedisClient;
+  private readonly subscriber: RedisClient;
+  private readonly bullConnection: RedisClient;
   private readonly store: RedisTaskStore;
   private readonly runner: JobRunner;
   private readonly cancelWatch: CancelWatch;
@@ -223,7 +223,7 @@ export class TaskWorker {
     this.stateValue = next;
   }
 
-  private connect(role: string): Redis {
+  private connect(role: string): RedisClient {
     // Named so `CLIENT LIST` tells the connections of each worker apart.
     const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
     const { metrics } = this.options;
@@ -249,7 +249,7 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   }
 }
 
-async function quit(client: Redis): Promise<void> {
+async function quit(client: RedisClient): Promise<void> {
   try {
     if (client.status === 'end') return;
     // A client that never connected cannot QUIT; it only needs to stop reconnecting.

@@ -4,8 +4,8 @@
  * is on a request's hot path. Every read is bounded.
  */
 import { Queue, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
 import {
+  type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
   parseRecord,
@@ -43,8 +43,8 @@ export class AdminQueries {
 
   /** @param connection a connection BullMQ may use (the gateway's queue connection); the caller closes it. */
   constructor(
-    private readonly redis: Redis,
-    private readonly connection: Redis,
+    private readonly redis: RedisClient,
+    private readonly connection: RedisClient,
     private readonly keys: Keys,
   ) {}
 

@@ -3,9 +3,8 @@
  * status-change scripts; here they are claimed with a visibility timeout (a lease) and settled. Both scripts use Redis
  * server time, as the append does, so gateways whose clocks disagree still agree on what is due.
  */
-import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { TASK_STATUSES, type WebhookKeys } from '@taskrelay/shared';
+import { TASK_STATUSES, type RedisClient, type WebhookKeys } from '@taskrelay/shared';
 
 /** Dead letters kept (newest first); older ones are dropped. */
 export const DEAD_LETTERS_KEPT = 1_000;
@@ -105,7 +104,7 @@ export class WebhookOutbox {
   private readonly settleScript: ScriptCommand;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: WebhookKeys,
   ) {
     const commands = redis as unknown as Record<string, ScriptCommand | undefined>;

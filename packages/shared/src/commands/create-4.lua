@@ -1,0 +1,53 @@
+--[[
+  Stores a new task (PROTOCOL.md §10.1, §10.8): the hash, its place in the live set and, in task mode, in the
+  principal's index; or, when the idempotency key already names a live task, nothing.
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] principalIndex    the principal's task-mode index (sorted set)
+    KEYS[3] live              the live set
+    KEYS[4] idempotency       the idempotency key (the task key when there is none)
+
+    ARGV[1] fields            the hash fields, JSON object
+    ARGV[2] createdAtMs       creation time, ms since epoch (the index score)
+    ARGV[3] taskId            the new task's id
+    ARGV[4] firstLookAtMs     when the reaper first looks at the task
+    ARGV[5] indexed           '1' to add the task to the principal's index
+    ARGV[6] indexCap          how many ids the index keeps
+    ARGV[7] indexTtlMs        the index expires this long after its last addition
+    ARGV[8] hasIdempotency    '1' when KEYS[4] is an idempotency key
+    ARGV[9] taskKeyPrefix     what a task key puts before the id
+
+  Output:
+    {R.OK, taskId}                          created
+    {R.IDEMPOTENT_REPLAY, existingId, tool} the key names a live task; nothing created
+    {R.TASK_EXISTS}                         the id is taken
+]]
+--- @include "resultCodes"
+--- @include "taskFields"
+
+if ARGV[8] == '1' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then
+    local tool = redis.call('HGET', ARGV[9] .. existing, F.tool)
+    if tool then return {R.IDEMPOTENT_REPLAY, existing, tool} end
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {R.TASK_EXISTS} end
+local fields = cjson.decode(ARGV[1])
+local args = {}
+for k, v in pairs(fields) do
+  args[#args + 1] = k
+  args[#args + 1] = v
+end
+-- The first status of a task: a creation, not a move, so it is the one status written outside move_status.
+redis.call('HSET', KEYS[1], unpack(args))
+redis.call('ZADD', KEYS[3], tonumber(ARGV[4]), ARGV[3])
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[3])
+  local cap = tonumber(ARGV[6])
+  if redis.call('ZCARD', KEYS[2]) > cap then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(cap + 1)) end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
+end
+if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+return {R.OK, ARGV[3]}

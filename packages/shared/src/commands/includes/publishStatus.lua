@@ -1,0 +1,20 @@
+--[[
+  Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9).
+]]
+--- @include "taskFields"
+
+local function publish_status(taskKey, event, channelPrefix, channelSuffix)
+  local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
+  local payload = cjson.encode(event)
+  local sent = {}
+  local function send(id)
+    if id and id ~= '' and not sent[id] then
+      sent[id] = true
+      redis.call('PUBLISH', channelPrefix .. id .. channelSuffix, payload)
+    end
+  end
+  send(h[1])
+  if h[2] then
+    for id in string.gmatch(h[2], '[^,]+') do send(id) end
+  end
+end

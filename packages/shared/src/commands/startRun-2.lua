@@ -1,0 +1,33 @@
+--[[
+  A run starts (PROTOCOL.md §10.2): the lock holder records the attempt and moves the deadline. A terminal task is
+  returned as it is, unchanged and without a lock check (the run then ends without running the tool).
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] lock              the job's lock key
+
+    ARGV[1] lockToken         the worker's lock token
+    ARGV[2] deadlineAt        the run's deadline, ms since epoch
+    ARGV[3] now               ISO time
+    ARGV[4] attempt           the run's number
+
+  Output:
+    {R.OK, hash}        the hash as a flat list
+    {R.TASK_MISSING}
+    {R.LOCK_LOST}
+]]
+--- @include "resultCodes"
+--- @include "taskFields"
+--- @include "transitions"
+--- @include "checkLock"
+
+local status = redis.call('HGET', KEYS[1], F.status)
+if not status then return {R.TASK_MISSING} end
+if not TERMINAL[status] then
+  if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
+  -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
+  if status ~= 'input_required' then redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[2]) end
+  redis.call('HSET', KEYS[1], F.attempt, ARGV[4])
+  if redis.call('HEXISTS', KEYS[1], F.startedAt) == 0 then redis.call('HSET', KEYS[1], F.startedAt, ARGV[3]) end
+end
+return {R.OK, redis.call('HGETALL', KEYS[1])}

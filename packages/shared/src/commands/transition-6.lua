@@ -1,0 +1,71 @@
+--[[
+  Moves a task to a new status when the transition table allows it (PROTOCOL.md §2), publishes the status event,
+  and ends the task when the new status is terminal.
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] live              the live set
+    KEYS[3] lock              the job's lock key (the task key when the write is not a worker's)
+    KEYS[4] webhookDue        the webhook outbox's due set (§27.2)
+    KEYS[5] webhookPending    the outbox's pending counts per principal
+    KEYS[6] webhookDead       the outbox's dead letters
+
+    ARGV[1] to                the new status
+    ARGV[2] now               ISO time
+    ARGV[3] fields            extra fields, JSON object (statusMessage, result, error, cancelReason)
+    ARGV[4] lockToken         the worker's lock token; '' = no lock check
+    ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
+    ARGV[6] channelSuffix     gateway channel: what comes after it
+    ARGV[7] ackTo             gateway to name in the event's ackTo, or ''
+    ARGV[8] deadlineAt        the new deadline (ms since epoch), or '' to keep it
+    ARGV[9] dropIdempotency   '1' to free the idempotency key at once (the task never ran)
+    ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
+    ARGV[11] webhookPrefix    what an outbox event key puts before the event id
+
+  Output:
+    {R.OK, to}
+    {R.TASK_MISSING}
+    {R.LOCK_LOST, current}             another run holds the job
+    {R.TASK_TERMINAL, current}         the task has ended already
+    {R.TRANSITION_REFUSED, current}    the table does not allow the move
+]]
+--- @include "resultCodes"
+--- @include "taskFields"
+--- @include "checkLock"
+--- @include "moveStatus"
+--- @include "publishStatus"
+--- @include "finish"
+--- @include "outboxAppend"
+
+local current = redis.call('HGET', KEYS[1], F.status)
+if not current then return {R.TASK_MISSING} end
+if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
+local extra = cjson.decode(ARGV[3])
+local fields = {}
+for k, v in pairs(extra) do
+  fields[#fields + 1] = k
+  fields[#fields + 1] = v
+end
+if ARGV[8] ~= '' then
+  fields[#fields + 1] = F.deadlineAt
+  fields[#fields + 1] = ARGV[8]
+end
+local code = move_status(KEYS[1], current, ARGV[1], ARGV[2], fields)
+if code ~= R.OK then return {code, current} end
+local taskId = redis.call('HGET', KEYS[1], F.taskId)
+local event = {type = 'status', taskId = taskId, status = ARGV[1], lastUpdatedAt = ARGV[2]}
+local message = redis.call('HGET', KEYS[1], F.statusMessage)
+if message and message ~= '' then event.statusMessage = message end
+if extra.cancelReason then event.cancelReason = extra.cancelReason end
+if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
+if ARGV[10] == '1' then
+  event.final = true
+  event.result = extra.result
+  event.error = extra.error
+end
+publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
+  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
+end
+if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1') end
+return {R.OK, ARGV[1]}

@@ -1,0 +1,34 @@
+--[[
+  Reads a task and, while it is not terminal, registers a gateway to be told of its status changes: a waiter on
+  another gateway than the owner (PROTOCOL.md §10.9).
+
+  Input:
+    KEYS[1] task              the task hash
+
+    ARGV[1] gatewayId         the waiting gateway
+
+  Output:
+    {R.OK, hash}        the hash as a flat list
+    {R.TASK_MISSING}
+]]
+--- @include "resultCodes"
+--- @include "taskFields"
+--- @include "transitions"
+
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return {R.TASK_MISSING} end
+local status, owner, watchers
+for i = 1, #h, 2 do
+  if h[i] == F.status then status = h[i + 1] elseif h[i] == F.gatewayId then owner = h[i + 1]
+  elseif h[i] == F.watchers then watchers = h[i + 1] end
+end
+if TERMINAL[status] or owner == ARGV[1] then return {R.OK, h} end
+if watchers then
+  for id in string.gmatch(watchers, '[^,]+') do
+    if id == ARGV[1] then return {R.OK, h} end
+  end
+  redis.call('HSET', KEYS[1], F.watchers, watchers .. ',' .. ARGV[1])
+else
+  redis.call('HSET', KEYS[1], F.watchers, ARGV[1])
+end
+return {R.OK, h}

@@ -1,0 +1,283 @@
+/**
+ * taskrelay's Lua scripts, kept as files the way BullMQ keeps its commands (PROTOCOL.md §20): `commands/<name>-<numKeys>.lua`,
+ * each with a header listing every KEYS and ARGV entry and its output, and `--- @include "<name>"` lines for the
+ * shared parts. Includes come from `commands/includes/<name>.lua` or are generated here from the TS vocabulary (the
+ * transition table, the result codes, the hash field names, BullMQ's key layout), so Lua never restates them.
+ *
+ * Each script is declared once below with the names of its keys and arguments; callers pass objects, which `call`
+ * maps to KEYS and ARGV in that order. Loading checks the file's header and body against the declaration, so a
+ * header that lists eleven ARGV while the code reads a twelfth fails at the first load, not in production.
+ */
+import { readFileSync } from 'node:fs';
+import type { Cluster, Redis } from 'ioredis';
+import { TaskrelayError } from './errors.js';
+import { bullmqLayoutLua } from './bullmq-layout.js';
+import { ResultCode, decodeReply, resultCodesLua, type ScriptReply } from './script-results.js';
+import { TASK_FIELDS, TASK_FIELD_PREFIXES } from './task-fields.js';
+import { TASK_STATUSES, TERMINAL_STATUSES, allowedSources } from './task-model.js';
+
+/** One script: its file is `commands/<name>-<keys.length>.lua`. */
+export interface ScriptSpec<K extends string = string, A extends string = string> {
+  readonly name: string;
+  /** KEYS, in order. */
+  readonly keys: readonly K[];
+  /** ARGV, in order. */
+  readonly args: readonly A[];
+  /** The result codes it may answer with. */
+  readonly codes: readonly ResultCode[];
+}
+
+function spec<const K extends string, const A extends string>(s: ScriptSpec<K, A>): ScriptSpec<K, A> {
+  return s;
+}
+
+const { OK, TASK_MISSING, LOCK_LOST, TRANSITION_REFUSED, TASK_TERMINAL } = ResultCode;
+
+/** Every script the task store runs. */
+export const SCRIPTS = {
+  create: spec({
+    name: 'create',
+    keys: ['task', 'principalIndex', 'live', 'idempotency'],
+    args: [
+      'fields',
+      'createdAtMs',
+      'taskId',
+      'firstLookAtMs',
+      'indexed',
+      'indexCap',
+      'indexTtlMs',
+      'hasIdempotency',
+      'taskKeyPrefix',
+    ],
+    codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY],
+  }),
+  transition: spec({
+    name: 'transition',
+    keys: ['task', 'live', 'lock', 'webhookDue', 'webhookPending', 'webhookDead'],
+    args: [
+      'to',
+      'now',
+      'fields',
+      'lockToken',
+      'channelPrefix',
+      'channelSuffix',
+      'ackTo',
+      'deadlineAt',
+      'dropIdempotency',
+      'eventOutcome',
+      'webhookPrefix',
+    ],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, TRANSITION_REFUSED],
+  }),
+  progress: spec({
+    name: 'progress',
+    keys: ['task', 'lock'],
+    args: ['progress', 'total', 'message', 'now', 'channelPrefix', 'channelSuffix', 'lockToken'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, ResultCode.PROGRESS_STALE],
+  }),
+  log: spec({
+    name: 'log',
+    keys: ['task', 'lock'],
+    args: ['level', 'data', 'logger', 'channelPrefix', 'channelSuffix', 'lockToken'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, ResultCode.UNROUTED],
+  }),
+  startRun: spec({
+    name: 'startRun',
+    keys: ['task', 'lock'],
+    args: ['lockToken', 'deadlineAt', 'now', 'attempt'],
+    codes: [OK, TASK_MISSING, LOCK_LOST],
+  }),
+  watch: spec({
+    name: 'watch',
+    keys: ['task'],
+    args: ['gatewayId'],
+    codes: [OK, TASK_MISSING],
+  }),
+  reap: spec({
+    name: 'reap',
+    keys: ['live', 'lease', 'webhookDue', 'webhookPending', 'webhookDead'],
+    args: [
+      'nowMs',
+      'now',
+      'batch',
+      'lookAgainMs',
+      'taskKeyPrefix',
+      'queueKeyPrefix',
+      'channelPrefix',
+      'channelSuffix',
+      'holder',
+      'leaseMs',
+      'webhookPrefix',
+    ],
+    codes: [OK, ResultCode.LEASE_HELD],
+  }),
+  list: spec({
+    name: 'list',
+    keys: ['index'],
+    args: ['cursorScore', 'cursorId', 'limit'],
+    codes: [OK],
+  }),
+  suspend: spec({
+    name: 'suspend',
+    keys: ['task', 'lock', 'webhookDue', 'webhookPending', 'webhookDead'],
+    args: ['lockToken', 'requests', 'now', 'deadlineAt', 'channelPrefix', 'channelSuffix', 'webhookPrefix'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, TRANSITION_REFUSED],
+  }),
+  answer: spec({
+    name: 'answer',
+    keys: ['task'],
+    args: ['n', 'answer', 'now', 'deadlineAt', 'channelPrefix', 'channelSuffix'],
+    codes: [OK, TASK_MISSING, ResultCode.INPUT_NOT_PENDING],
+  }),
+  setState: spec({
+    name: 'setState',
+    keys: ['task', 'lock'],
+    args: ['lockToken', 'field', 'json'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL],
+  }),
+} as const;
+
+export type ScriptName = keyof typeof SCRIPTS;
+
+/** A script's inputs, by name: what `call` turns into KEYS and ARGV. */
+export interface ScriptInput<S extends ScriptSpec> {
+  keys: Record<S['keys'][number], string>;
+  args: Record<S['args'][number], string | number>;
+}
+
+/** Where the script files are: beside this module, in the sources and in dist alike (the build copies them). */
+const COMMANDS_DIR = new URL('./commands/', import.meta.url);
+
+/** The transition table and the terminal set as Lua, from `allowedSources()`: what every status write checks. */
+export function transitionsLua(): string {
+  const lua = (s: string) => JSON.stringify(s);
+  const sources = TASK_STATUSES.map(
+    (to) =>
+      `[${lua(to)}] = {${allowedSources(to)
+        .map((from) => `[${lua(from)}] = true`)
+        .join(', ')}}`,
+  );
+  const terminal = TERMINAL_STATUSES.map((s) => `[${lua(s)}] = true`);
+  return [`local SOURCES = {${sources.join(', ')}}`, `local TERMINAL = {${terminal.join(', ')}}`, ''].join('\n');
+}
+
+/** The hash field names as the Lua table `F` (`F.status`, `F.input .. n`). */
+export function taskFieldsLua(): string {
+  const entries = [...Object.entries(TASK_FIELDS), ...Object.entries(TASK_FIELD_PREFIXES)].map(
+    ([name, value]) => `${name} = ${JSON.stringify(value)}`,
+  );
+  return `local F = {${entries.join(', ')}}\n`;
+}
+
+/** Includes made from the TS vocabulary rather than read from a file. */
+const GENERATED_INCLUDES: Record<string, () => string> = {
+  transitions: transitionsLua,
+  resultCodes: resultCodesLua,
+  taskFields: taskFieldsLua,
+  bullmqLayout: bullmqLayoutLua,
+};
+
+const INCLUDE = /^--- @include "([A-Za-z0-9_]+)"\s*$/gm;
+
+/** A script's source with its includes in place (each once, in order of first mention, includes of includes too). */
+export function resolveScript(name: string, numKeys: number, readInclude = readIncludeFile): string {
+  const source = readCommandFile(`${name}-${numKeys}.lua`);
+  const seen = new Set<string>();
+  const expand = (text: string): string =>
+    text.replace(INCLUDE, (_line, include: string) => {
+      if (seen.has(include)) return '';
+      seen.add(include);
+      const generated = GENERATED_INCLUDES[include];
+      return expand(generated ? generated() : readInclude(include));
+    });
+  return expand(source);
+}
+
+function readCommandFile(file: string): string {
+  try {
+    return readFileSync(new URL(file, COMMANDS_DIR), 'utf8');
+  } catch (error) {
+    throw new TaskrelayError(
+      'INTERNAL',
+      `Lua command ${file} not found in ${COMMANDS_DIR.pathname} (run the build, which copies the commands beside the code)`,
+      { cause: error },
+    );
+  }
+}
+
+function readIncludeFile(name: string): string {
+  return readCommandFile(`includes/${name}.lua`);
+}
+
+/**
+ * Checks a script's header and body against its declaration: the header lists `KEYS[i] <name>` and `ARGV[i] <name>`
+ * for exactly the declared entries, in order, and the body reads no KEYS or ARGV beyond them.
+ */
+export function checkScript(s: ScriptSpec, source: string): void {
+  const header = /^--\[\[([\s\S]*?)\]\]/.exec(source)?.[1];
+  if (header === undefined) throw scriptError(s, 'has no --[[ header ]]');
+  const body = source.slice(source.indexOf(']]') + 2);
+  for (const [table, names] of [
+    ['KEYS', s.keys],
+    ['ARGV', s.args],
+  ] as const) {
+    const listed = [...header.matchAll(new RegExp(`^\\s*${table}\\[(\\d+)\\]\\s+(\\w+)`, 'gm'))].map((m) => ({
+      index: Number(m[1]),
+      name: m[2] ?? '',
+    }));
+    const expected = names.map((name, i) => `${i + 1} ${name}`).join(', ');
+    const got = listed.map((e) => `${e.index} ${e.name}`).join(', ');
+    if (got !== expected)
+      throw scriptError(s, `header lists ${table} ${got || 'none'}, declared ${expected || 'none'}`);
+    for (const m of body.matchAll(new RegExp(`\\b${table}\\[(\\d+)\\]`, 'g'))) {
+      if (Number(m[1]) > names.length)
+        throw scriptError(s, `reads ${table}[${m[1] ?? ''}] but declares ${names.length}`);
+    }
+  }
+}
+
+function scriptError(s: ScriptSpec, what: string): TaskrelayError {
+  return new TaskrelayError('INTERNAL', `Lua command ${s.name}-${s.keys.length}.lua ${what}`);
+}
+
+type Client = Redis | Cluster;
+type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
+
+/** The command name a script is registered under on an ioredis client. */
+const commandName = (s: ScriptSpec) => `taskrelay_${s.name}`;
+
+let loaded: Map<ScriptSpec, string> | undefined;
+
+/** Every script's resolved source, read and checked once per process. */
+export function loadScripts(): Map<ScriptSpec, string> {
+  if (!loaded) {
+    const sources = new Map<ScriptSpec, string>();
+    for (const s of Object.values(SCRIPTS) as ScriptSpec[]) {
+      const source = resolveScript(s.name, s.keys.length);
+      checkScript(s, source);
+      sources.set(s, source);
+    }
+    loaded = sources;
+  }
+  return loaded;
+}
+
+/** The scripts bound to one client: registered as ioredis commands, so they go by SHA (EVALSHA) after the first call. */
+export class ScriptRunner {
+  constructor(private readonly client: Client) {
+    const commands = client as unknown as Record<string, ScriptCommand | undefined>;
+    for (const [s, lua] of loadScripts()) {
+      if (!commands[commandName(s)]) client.defineCommand(commandName(s), { numberOfKeys: s.keys.length, lua });
+    }
+  }
+
+  /** Runs `s` with named keys and arguments, and decodes its reply through the one result-code mapper. */
+  async call<S extends ScriptSpec>(s: S, input: ScriptInput<S>): Promise<ScriptReply> {
+    const keys = input.keys as Record<string, string>;
+    const args = input.args as Record<string, string | number>;
+    const positional = [...s.keys.map((k) => keys[k] ?? ''), ...s.args.map((a) => args[a] ?? '')];
+    const command = (this.client as unknown as Record<string, ScriptCommand>)[commandName(s)];
+    if (!command) throw scriptError(s, 'is not registered on this client');
+    return decodeReply(s.name, s.codes, await command.apply(this.client, positional));
+  }
+}

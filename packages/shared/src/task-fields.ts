@@ -1,0 +1,62 @@
+/**
+ * The fields of a task hash (PROTOCOL.md §1), named once. The TS side reads and writes them through these constants;
+ * the Lua scripts get them as the table `F` of a generated include (scripts.ts), so a field renamed here is renamed in
+ * every script.
+ */
+export const TASK_FIELDS = {
+  taskId: 'taskId',
+  status: 'status',
+  statusMessage: 'statusMessage',
+  createdAt: 'createdAt',
+  lastUpdatedAt: 'lastUpdatedAt',
+  /** Milliseconds the hash is kept after the task ends. */
+  ttl: 'ttl',
+  pollInterval: 'pollInterval',
+  tool: 'tool',
+  /** The worker pool (BullMQ queue) the task's job is in. */
+  queue: 'queue',
+  principal: 'principal',
+  mode: 'mode',
+  sessionId: 'sessionId',
+  /** The gateway that routes the task's events: it holds the caller's session. */
+  gatewayId: 'gatewayId',
+  progressToken: 'progressToken',
+  progress: 'progress',
+  total: 'total',
+  progressMessage: 'progressMessage',
+  result: 'result',
+  error: 'error',
+  cancelReason: 'cancelReason',
+  /** When the reaper fails the task if it is still not terminal (ms since epoch). */
+  deadlineAt: 'deadlineAt',
+  /** Runs started so far. */
+  attempt: 'attempt',
+  /** When the first run started (ISO); a task that never started frees its idempotency key when it ends. */
+  startedAt: 'startedAt',
+  /** The idempotency key that names this task, if any. */
+  idemKey: 'idemKey',
+  /** What the caller's client can answer, as a comma list. */
+  clientCaps: 'clientCaps',
+  /** The tool's durable state (JSON). */
+  state: 'state',
+  /** `ctx.step` results by step name (JSON). */
+  steps: 'steps',
+  /** Numbers of the input requests waiting for an answer, as a comma list. */
+  pendingInput: 'pendingInput',
+  /** Other gateways waiting on the task, as a comma list: each gets its status events too. */
+  watchers: 'watchers',
+  /** The completion webhook URL the creating call named (PROTOCOL.md §27). */
+  webhook: 'webhook',
+  /** The most webhook events of the task's principal that may wait for delivery at once. */
+  webhookCap: 'webhookCap',
+  /** Webhook events made for this task so far (each event's id ends with it). */
+  webhookSeq: 'webhookSeq',
+} as const;
+
+export type TaskField = (typeof TASK_FIELDS)[keyof typeof TASK_FIELDS];
+
+/** Families of fields, one per input request number `n`: `input:<n>` the request, `answer:<n>` its answer. */
+export const TASK_FIELD_PREFIXES = {
+  input: 'input:',
+  answer: 'answer:',
+} as const;
