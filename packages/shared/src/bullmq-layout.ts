@@ -1,6 +1,6 @@
 /**
  * BullMQ's own key layout (6.x), in the one place taskrelay relies on it: the reaper reads a job's hash and the failed
- * set, and lock-checked writes compare a job's lock. BullMQ keeps these internal; `test/bullmq-layout.test.ts` builds
+ * set, and lock-checked writes compare a job's lock. BullMQ keeps these internal; `test/bullmq-layout.integration.test.ts` builds
  * them here and finds them in the keys a real BullMQ queue creates, so an upgrade that moves them fails that test.
  * The Lua scripts get the same layout as functions of a generated include (scripts.ts).
  */
