@@ -1,5 +1,5 @@
 // The fixtures the official conformance suite's tasks scenarios (0.2.0-alpha.12) call, served by the stock worker:
-// TASKRELAY_TOOLS=test/conformance/tasks-fixtures.mjs. See scripts/conformance-tasks.sh.
+// TASKRELAY_TOOLS=test/conformance/tasks-fixtures.mjs. Run by scripts/conformance.sh (through tools.mjs).
 import { defineTool, ProtocolError } from '@taskrelay/worker';
 import { z } from 'zod';
 
