@@ -84,7 +84,14 @@ async function runAll(options: GlobalOptions, labels: string[], start: (n: numbe
   process.on('SIGINT', onSigint);
   try {
     for (const [i, label] of labels.entries()) runs.push(start(i + 1, reporter.open(i + 1, label)));
-    const outcomes = await Promise.all(runs.map((run) => run.done));
+    let outcomes: Awaited<Run['done']>[];
+    try {
+      outcomes = await Promise.all(runs.map((run) => run.done));
+    } catch (error) {
+      // After Ctrl-C a run may end by rejecting (its result stream cut by the cancel): the user cancelled, so 130.
+      if (interrupted) return EXIT.cancelled;
+      throw error;
+    }
     reporter.close();
     if (mode(options) === 'tty') for (const [i, o] of outcomes.entries()) out.write(`#${i + 1} ${outcomeLine(o)}\n`);
     const code = worstExit(outcomes.map(exitCodeOf));
