@@ -3,11 +3,13 @@
  * stream, a plain call's POST stream, a 2026-07-28 call's stream — while the gateway has megabytes a second to send
  * them. The gateway's memory (its process's resident set, sampled from /proc) stays bounded; progress is coalesced; a
  * stream of messages no newer one replaces is closed, and the client resumes it with Last-Event-ID and still gets
- * what followed.
+ * what followed. Redis cuts off the gateway's subscriber while it is behind, and every plain call still ends and is
+ * counted.
  */
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { RawSession, readSse, type SseEvent } from '../helpers/raw-mcp.js';
@@ -193,6 +195,15 @@ describe('§22.1 streams nobody reads', () => {
       const idle = rssOf(gateway.pid);
       const before = await readMetric(gateway.url, 'taskrelay_progress_notifications_total');
       const rss = sampleRss(gateway.pid);
+      // A gateway this far behind is what Redis cuts off (its pub/sub output buffer limit, 32 MB by default, is a few
+      // hundred of these messages): lowered here so that happens during the calls, as it did on a loaded CI machine,
+      // where the terminal events published while the subscriber was away were lost and the calls were never
+      // counted as finished. And once more by hand, so the run always has at least one such cut.
+      const admin = new Redis(redis.url);
+      await admin.config('SET', 'client-output-buffer-limit', 'pubsub 2mb 1mb 1');
+      const reconnectsBefore = await readMetric(gateway.url, 'taskrelay_redis_reconnects_total', {
+        connection: 'subscriber',
+      });
       const stuck = await Promise.all(
         Array.from({ length: calls }, (_, i) =>
           stuckRequest(
@@ -212,6 +223,8 @@ describe('§22.1 streams nobody reads', () => {
           ),
         ),
       );
+      await progressOffered(before, TEXT.length * 20);
+      await admin.client('KILL', 'TYPE', 'pubsub');
       // Every call runs to its end while its client does not read; by then the gateway was offered enough.
       await whileAlive(
         waitFor(async () => (await completedCalls()) - finishedBefore >= calls, {
@@ -220,6 +233,11 @@ describe('§22.1 streams nobody reads', () => {
           message: 'the calls did not finish',
         }),
       );
+      await admin.config('SET', 'client-output-buffer-limit', 'pubsub 32mb 8mb 60');
+      admin.disconnect();
+      expect(
+        await readMetric(gateway.url, 'taskrelay_redis_reconnects_total', { connection: 'subscriber' }),
+      ).toBeGreaterThan(reconnectsBefore);
       const offered = (await readMetric(gateway.url, 'taskrelay_progress_notifications_total')) - before;
       expect(offered * TEXT.length).toBeGreaterThanOrEqual(OFFERED_BYTES);
       const peak = rss.stop();

@@ -57,6 +57,14 @@ let sent: Array<{ taskId: string; params: ProgressParams }>;
 let statuses: Array<{ taskId: string; status: string }>;
 let published: Array<{ channel: string; message: unknown }>;
 let watch: ReturnType<typeof vi.fn>;
+let statusesOf: ReturnType<typeof vi.fn>;
+let metrics: GatewayMetrics;
+
+/** `taskrelay_tasks_finished_total` for tool `t` and `status`. */
+async function finished(status: string): Promise<number> {
+  const values = (await metrics.tasksFinished.get()).values;
+  return values.find((v) => v.labels['status'] === status)?.value ?? 0;
+}
 
 function route(taskId: string, token: string | number, mode: 'task' | 'call' = 'task') {
   router.register({
@@ -79,7 +87,9 @@ beforeEach(async () => {
   statuses = [];
   published = [];
   watch = vi.fn(() => Promise.resolve(record('w1', 'tok')));
-  const store = { get: vi.fn(), statuses: vi.fn(), watch } as unknown as RedisTaskStore;
+  statusesOf = vi.fn();
+  metrics = new GatewayMetrics();
+  const store = { get: vi.fn(), statuses: statusesOf, watch } as unknown as RedisTaskStore;
   router = new TaskRouter(
     sub as unknown as Redis,
     (channel, message) => {
@@ -89,7 +99,7 @@ beforeEach(async () => {
     store,
     keys,
     createLogger('test', { level: 'silent' }),
-    new GatewayMetrics(),
+    metrics,
     { gatewayId: GATEWAY, progressIntervalMs: 50 },
   );
   await router.start();
@@ -305,5 +315,35 @@ describe('§10 waiting for a task', () => {
     await expect(waiting).resolves.toMatchObject({ status: 'completed' });
     watch.mockRejectedValueOnce(down());
     await expect(router.waitForTerminal('w2')).rejects.toThrow(/Connection is closed/);
+  });
+
+  it('ends and counts a routed task, once, when its terminal event was lost and a fallback poll reads it', async () => {
+    route('w1', 'tok', 'call');
+    watch.mockResolvedValue({ ...record('w1', 'tok', 'call'), status: 'completed' });
+    const waiting = router.waitForTerminal('w1');
+    // No status event comes (the subscriber was cut off while it was published): the poll after 2 s reads the end.
+    await vi.advanceTimersByTimeAsync(2_000);
+    await expect(waiting).resolves.toMatchObject({ status: 'completed' });
+    expect(await finished('completed')).toBe(1);
+    sub.progress('w1', 9);
+    sub.status('w1', 'completed');
+    await vi.advanceTimersByTimeAsync(100);
+    expect(sent).toEqual([]);
+    expect(await finished('completed')).toBe(1);
+  });
+
+  it('ends and counts, after the subscriber reconnects, the tasks that ended while it was away', async () => {
+    route('done', 'a');
+    route('gone', 'b');
+    route('running', 'c');
+    statusesOf.mockResolvedValue(['failed', undefined, 'working']);
+    sub.emit('ready');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(statusesOf).toHaveBeenCalledWith(['done', 'gone', 'running']);
+    expect(await finished('failed')).toBe(1);
+    sub.progress('done', 1);
+    sub.progress('running', 1);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(sent.map((s) => s.taskId)).toEqual(['running']);
   });
 });

@@ -255,7 +255,11 @@ export class TaskRouter {
           }
           if (record !== null) {
             if (!record || (authorize && !authorize(record))) throw taskNotFound(taskId);
-            if (isTerminal(record.status)) return record;
+            if (isTerminal(record.status)) {
+              // Its terminal event was lost (the subscriber was cut off meanwhile): the read ends the route instead.
+              this.retire(taskId, { flush: false, endedAs: record.status });
+              return record;
+            }
             openStream(record);
           }
         }
@@ -469,7 +473,9 @@ export class TaskRouter {
       statuses.forEach((status, i) => {
         const taskId = taskIds[i];
         if (taskId === undefined) return;
-        if (status === undefined || isTerminal(status)) this.retire(taskId, { flush: false });
+        // A task that ended while the subscriber was away is counted as ended here, once (its event was lost).
+        if (status === undefined) this.retire(taskId, { flush: false });
+        else if (isTerminal(status)) this.retire(taskId, { flush: false, endedAs: status });
         // A request asked while the subscriber was away goes out now (a stream that already has it is skipped).
         if (status === 'input_required') this.deliverInput(taskId);
         for (const wake of this.waiters.get(taskId) ?? []) wake();
