@@ -166,13 +166,19 @@ describe('taskrelay CLI off a TTY', () => {
   });
 
   it('runs a plain call of a taskSupport: required tool as a task', async () => {
-    // wait_for_approval is the demo's task-required tool: without --task it used to fail with -32601.
-    const run = startCli(['--json', 'call', 'wait_for_approval', 'question=ok?'], env);
-    const task = await waitFor(() => run.lines().find((l) => l['type'] === 'task'), { timeoutMs: 20_000 });
-    expect((task['task'] as { status: string }).status).toMatch(/working|input_required/);
-    run.child.kill('SIGINT');
-    expect(await run.exited).toBe(130);
-    expect(run.stderr()).not.toMatch(/-32601|requires task augmentation/);
+    // wait_for_approval is the demo's task-required tool: without --task it used to fail with -32601. Off a TTY the
+    // CLI cannot answer the tool's question (no elicitation capability), so the task it became fails at its question,
+    // at once and with that reason. (This test used to Ctrl-C it, which raced that failure: exit 1 or 130.)
+    const run = await runCli(['--json', 'call', 'wait_for_approval', 'question=ok?'], env);
+    expect(run.code, run.stderr).toBe(1);
+    expect(run.stderr).not.toMatch(/-32601|requires task augmentation/);
+    const lines = run.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(lines[0]).toMatchObject({ type: 'task', task: { status: 'working' } });
+    expect(lines.at(-1)).toMatchObject({ type: 'result', status: 'failed', result: { isError: true } });
+    expect(JSON.stringify(lines.at(-1))).toMatch(/did not declare the elicitation capability/);
   });
 
   it('says that tasks/list needs authentication when the gateway does not offer it', async () => {
