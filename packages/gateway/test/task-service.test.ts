@@ -8,6 +8,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import {
   canTransition,
   createLogger,
+  type AnswerOutcome,
   type CancelReason,
   type CreateOutcome,
   type CreateTaskInput,
@@ -22,7 +23,7 @@ import type { CatalogTool, ToolCatalog } from '../src/tasks/catalog.js';
 import type { JobDispatcher } from '../src/tasks/job-dispatcher.js';
 import { GatewayMetrics } from '../src/ops/metrics.js';
 import type { TaskRouter } from '../src/tasks/task-router.js';
-import { MIN_TTL_MS, TaskService, grantTtl, type StartTaskInput } from '../src/tasks/task-service.js';
+import { MIN_TTL_MS, TaskService, grantTtl, runDeadlineAt, type StartTaskInput } from '../src/tasks/task-service.js';
 import { checkAnswer } from '../src/wire/input-answers.js';
 import { renderResult, renderTask } from '../src/wire/task-wire.js';
 
@@ -130,6 +131,17 @@ class FakeStore {
     return Promise.resolve({ ok: true, status: to });
   }
 
+  /** The deadline each stored answer carried, by `<taskId> <n>`. */
+  readonly answerDeadlines = new Map<string, number>();
+
+  answerInput(taskId: string, n: number | string, _answer: unknown, deadlineAt: number): Promise<AnswerOutcome> {
+    const record = this.tasks.get(taskId);
+    if (record?.status !== 'input_required') return Promise.resolve({ ok: false, status: record?.status });
+    this.answerDeadlines.set(`${taskId} ${String(n)}`, deadlineAt);
+    this.tasks.set(taskId, { ...record, status: 'working', pendingInputs: [] });
+    return Promise.resolve({ ok: true, queue: record.queue, resumed: true });
+  }
+
   list(principal: string): Promise<TaskPage> {
     return Promise.resolve({ tasks: [...this.tasks.values()].filter((t) => t.principal === principal) });
   }
@@ -203,12 +215,15 @@ let store: FakeStore;
 let dispatcher: FakeDispatcher;
 let router: FakeRouter;
 let service: TaskService;
+/** What the fake catalog's `find` answers. */
+let catalogTool: CatalogTool;
 
 beforeEach(() => {
   store = new FakeStore();
   dispatcher = new FakeDispatcher(store);
   router = new FakeRouter();
-  const catalog = { unservedReason: () => Promise.resolve(undefined), find: () => Promise.resolve(TOOL) };
+  catalogTool = TOOL;
+  const catalog = { unservedReason: () => Promise.resolve(undefined), find: () => Promise.resolve(catalogTool) };
   // The fakes implement only what TaskService calls; the casts say so once, here.
   service = new TaskService(
     store as unknown as RedisTaskStore,
@@ -323,5 +338,41 @@ describe('TaskService.cancel', () => {
     await expect(service.cancel(taskId, 'bob')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
     expect(store.tasks.get(taskId)?.status).toBe('working');
     expect(dispatcher.cancels).toEqual([]);
+  });
+});
+
+describe('the run deadline', () => {
+  const ELICIT = {
+    method: 'elicitation/create' as const,
+    params: { message: 'Go on?', requestedSchema: { type: 'object', properties: {} } },
+  };
+
+  it('is the same on both answer routes: the queue wait plus the tool’s own bound (not the gateway maximum)', async () => {
+    // A tool bounded below the gateway's maximum: a resumed task gets its wait plus that bound, whichever route answers.
+    catalogTool = { ...TOOL, timeoutMs: 20_000 };
+    const suspended = async (): Promise<TaskRecord> => {
+      const record = await service.start(input({ tool: catalogTool }));
+      const waiting: TaskRecord = {
+        ...record,
+        status: 'input_required',
+        inputRequests: { '1': ELICIT },
+        pendingInputs: ['1'],
+      };
+      store.tasks.set(record.taskId, waiting);
+      return waiting;
+    };
+    const viaResponse = await suspended();
+    const before = Date.now();
+    expect(await service.answerInput(viaResponse, '1', { action: 'accept', content: {} })).toBe('stored');
+    const viaUpdate = await suspended();
+    expect(await service.answer(viaUpdate.taskId, 'alice', { '1': { action: 'accept', content: {} } })).toEqual(['1']);
+    const after = Date.now();
+    for (const taskId of [viaResponse.taskId, viaUpdate.taskId]) {
+      const deadline = store.answerDeadlines.get(`${taskId} 1`) ?? 0;
+      expect(deadline).toBeGreaterThanOrEqual(before + CONFIG.queueTimeoutMs + 20_000);
+      expect(deadline).toBeLessThanOrEqual(after + CONFIG.queueTimeoutMs + 20_000);
+    }
+    expect(runDeadlineAt(catalogTool, CONFIG, 1_000)).toBe(1_000 + CONFIG.queueTimeoutMs + 20_000);
+    expect(runDeadlineAt(TOOL, CONFIG, 1_000)).toBe(1_000 + CONFIG.queueTimeoutMs + CONFIG.maxToolTimeoutMs);
   });
 });

@@ -166,7 +166,7 @@ export class TaskService {
   async start(input: StartTaskInput): Promise<TaskRecord> {
     const { tool } = input;
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
-    const timeoutMs = Math.min(tool.timeoutMs ?? this.config.maxToolTimeoutMs, this.config.maxToolTimeoutMs);
+    const timeoutMs = toolTimeoutMs(tool, this.config);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
       tool: tool.name,
       queue: tool.queue,
@@ -177,7 +177,7 @@ export class TaskService {
       sessionId: input.sessionId,
       gatewayId: this.config.gatewayId,
       progressToken: input.progressToken,
-      deadlineAt: Date.now() + this.config.queueTimeoutMs + timeoutMs,
+      deadlineAt: runDeadlineAt(tool, this.config),
     };
     if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
@@ -329,14 +329,8 @@ export class TaskService {
       log.warn({ method: request.method, reason: checked.message }, 'bad answer to an input request; asking again');
       return 'invalid';
     }
-    const tool = await this.catalog.find(record.tool).catch(() => undefined);
-    const timeoutMs = Math.min(tool?.timeoutMs ?? this.config.maxToolTimeoutMs, this.config.maxToolTimeoutMs);
-    const outcome = await this.store.answerInput(
-      record.taskId,
-      n,
-      checked.answer,
-      Date.now() + this.config.queueTimeoutMs + timeoutMs,
-    );
+    const deadlineAt = runDeadlineAt(await this.catalog.find(record.tool).catch(() => undefined), this.config);
+    const outcome = await this.store.answerInput(record.taskId, n, checked.answer, deadlineAt);
     if (!outcome.ok) {
       log.info({ status: outcome.status ?? 'missing' }, 'answer refused: the request is no longer pending');
       return 'refused';
@@ -401,8 +395,9 @@ export class TaskService {
       checked.push([key, check.answer]);
     }
     const stored: string[] = [];
+    const tool = checked.length > 0 ? await this.catalog.find(record.tool).catch(() => undefined) : undefined;
     for (const [key, answer] of checked) {
-      const deadlineAt = Date.now() + this.config.queueTimeoutMs + this.config.maxToolTimeoutMs;
+      const deadlineAt = runDeadlineAt(tool, this.config);
       const outcome = await this.store.answerInput(taskId, key, answer, deadlineAt);
       if (!outcome.ok) continue; // answered meanwhile by another route: the first answer stands
       stored.push(key);
@@ -474,6 +469,26 @@ export class TaskService {
       cancelReason: reason,
     };
   }
+}
+
+/** A tool's run-time bound: its own `timeoutMs`, never above the gateway's maximum. */
+export function toolTimeoutMs(
+  tool: Pick<CatalogTool, 'timeoutMs'> | undefined,
+  config: Pick<TaskServiceConfig, 'maxToolTimeoutMs'>,
+): number {
+  return Math.min(tool?.timeoutMs ?? config.maxToolTimeoutMs, config.maxToolTimeoutMs);
+}
+
+/**
+ * When the reaper may fail a task that has not finished (PROTOCOL.md §10): its wait in the queue, then its run. The
+ * one place it is computed, for a new task and for a resumed one (both answer routes, §12.3).
+ */
+export function runDeadlineAt(
+  tool: Pick<CatalogTool, 'timeoutMs'> | undefined,
+  config: Pick<TaskServiceConfig, 'maxToolTimeoutMs' | 'queueTimeoutMs'>,
+  now = Date.now(),
+): number {
+  return now + config.queueTimeoutMs + toolTimeoutMs(tool, config);
 }
 
 /** The smallest ttl granted: a terminal task stays readable at least this long. */
