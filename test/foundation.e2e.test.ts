@@ -1,6 +1,7 @@
 /**
  * Issue 2 end to end: the built gateway and workers as separate processes, driven by the SDK's own Client over HTTP.
  */
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
@@ -48,6 +49,17 @@ async function expectRpcError(promise: Promise<unknown>, code: number, message: 
   expect((error as McpError).code).toBe(code);
   expect((error as McpError).message).toMatch(message);
 }
+
+describe('the gateway names itself', () => {
+  it('with the version of its package.json in serverInfo', async () => {
+    const { version } = JSON.parse(
+      readFileSync(new URL('../packages/gateway/package.json', import.meta.url), 'utf8'),
+    ) as {
+      version: string;
+    };
+    expect(client.getServerVersion()).toMatchObject({ name: 'taskrelay-gateway', version });
+  });
+});
 
 describe('§3 tool catalog and heartbeat', () => {
   it('lists the demo tools and the fixture tools of every live worker with their task support', async () => {

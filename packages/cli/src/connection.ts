@@ -1,9 +1,11 @@
 /** One MCP session with the gateway, on the SDK's client, with what the CLI needs around it. */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { createRequire } from 'node:module';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema, type ElicitRequest, type ElicitResult } from '@modelcontextprotocol/sdk/types.js';
 
-export const CLI_VERSION = '0.1.0';
+/** As packages/cli/package.json says (beside `src/` and `dist/` alike). */
+export const CLI_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
 
 /**
  * Answers an elicitation request (a tool asking the user something). The hook for `input_required` tasks: the CLI

@@ -37,4 +37,29 @@ describe('checkAnswer (PROTOCOL.md §12.5)', () => {
       message: expect.stringContaining('CreateMessageResult'),
     });
   });
+
+  it('checks string formats in the requested schema, as tool arguments are checked (one validator set-up)', () => {
+    const contact = {
+      method: 'elicitation/create' as const,
+      params: {
+        message: 'Where do we send it?',
+        requestedSchema: {
+          type: 'object',
+          properties: { email: { type: 'string', format: 'email' }, when: { type: 'string', format: 'date' } },
+          required: ['email'],
+        },
+      },
+    };
+    expect(
+      checkAnswer(contact, { action: 'accept', content: { email: 'ops@example.com', when: '2026-12-01' } }),
+    ).toEqual({ ok: true, answer: { action: 'accept', content: { email: 'ops@example.com', when: '2026-12-01' } } });
+    expect(checkAnswer(contact, { action: 'accept', content: { email: 'not an address' } })).toMatchObject({
+      ok: false,
+      message: expect.stringContaining('email must match format "email"'),
+    });
+    expect(checkAnswer(contact, { action: 'accept', content: { email: 'a@b.example', when: 'soon' } })).toMatchObject({
+      ok: false,
+      message: expect.stringContaining('when must match format "date"'),
+    });
+  });
 });

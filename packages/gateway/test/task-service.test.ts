@@ -215,6 +215,7 @@ let store: FakeStore;
 let dispatcher: FakeDispatcher;
 let router: FakeRouter;
 let service: TaskService;
+let metrics: GatewayMetrics;
 /** What the fake catalog's `find` answers. */
 let catalogTool: CatalogTool;
 
@@ -223,6 +224,7 @@ beforeEach(() => {
   dispatcher = new FakeDispatcher(store);
   router = new FakeRouter();
   catalogTool = TOOL;
+  metrics = new GatewayMetrics();
   const catalog = { unservedReason: () => Promise.resolve(undefined), find: () => Promise.resolve(catalogTool) };
   // The fakes implement only what TaskService calls; the casts say so once, here.
   service = new TaskService(
@@ -230,7 +232,7 @@ beforeEach(() => {
     catalog as unknown as ToolCatalog,
     dispatcher as unknown as JobDispatcher,
     router as unknown as TaskRouter,
-    new GatewayMetrics(),
+    metrics,
     createLogger('test', { level: 'silent' }),
     CONFIG,
   );
@@ -374,5 +376,19 @@ describe('the run deadline', () => {
     }
     expect(runDeadlineAt(catalogTool, CONFIG, 1_000)).toBe(1_000 + CONFIG.queueTimeoutMs + 20_000);
     expect(runDeadlineAt(TOOL, CONFIG, 1_000)).toBe(1_000 + CONFIG.queueTimeoutMs + CONFIG.maxToolTimeoutMs);
+  });
+});
+
+describe('TaskService.rejectTask (arguments refused before anything runs)', () => {
+  it('stores the task failed and counts it created and finished, once each', async () => {
+    const record = await service.rejectTask(input(), 'Invalid arguments for tool build_report: items: is required');
+    expect(record.status).toBe('failed');
+    const created = (await metrics.tasksCreated.get()).values;
+    const finished = (await metrics.tasksFinished.get()).values;
+    expect(created).toEqual([expect.objectContaining({ value: 1, labels: { tool: 'build_report', mode: 'task' } })]);
+    expect(finished).toEqual([
+      expect.objectContaining({ value: 1, labels: { tool: 'build_report', status: 'failed' } }),
+    ]);
+    expect(router.routes.has(record.taskId)).toBe(false);
   });
 });

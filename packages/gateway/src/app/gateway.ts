@@ -25,6 +25,7 @@ import { AdminQueries } from '../ops/admin/queries.js';
 import { GatewayMetrics } from '../ops/metrics.js';
 import { InflightCalls } from '../protocol/inflight-calls.js';
 import { ToolCatalog } from '../tasks/catalog.js';
+import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
 import { TaskRouter } from '../tasks/task-router.js';
@@ -38,8 +39,9 @@ import { waitEndedByShutdown } from '../wire/errors.js';
 import { checkAnswer } from '../wire/input-answers.js';
 import { createHttpApp } from './http-app.js';
 import { SessionRegistry } from './session-registry.js';
+import { GATEWAY_VERSION } from './version.js';
 
-export const GATEWAY_VERSION = '0.1.0';
+export { GATEWAY_VERSION } from './version.js';
 
 /** After the drain ended the calls still running, how long they get to send their error before connections close. */
 const ENDED_CALLS_ANSWER_MS = 5_000;
@@ -135,7 +137,10 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: options.reaperIntervalMs, indexTtlMs });
+  // One JSON Schema validator for tool arguments and input answers alike.
+  const jsonSchemas = new JsonSchemaValidator(log);
   const catalogOptions = {
+    jsonSchemas,
     retentionMs: options.catalogRetentionMs,
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   };
@@ -173,7 +178,7 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
     pollIntervalMs: options.pollIntervalMs,
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
-    checkAnswer,
+    checkAnswer: (request, raw) => checkAnswer(request, raw, jsonSchemas),
     webhooks: new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal),
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),

@@ -3,9 +3,6 @@
  * whose last worker left within the retention (§24), so a pool can scale to zero and back. The gateway never imports
  * tool code: what it knows of a tool is what a worker published.
  */
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import addFormatsPlugin from 'ajv-formats';
 import {
   PoolCatalogSchema,
   type RedisClient,
@@ -16,6 +13,7 @@ import {
   type PoolCatalog,
   type ToolDescriptor,
 } from '@taskrelay/shared';
+import { JsonSchemaValidator, type ErrorObject, type ValidateFunction } from './json-schema.js';
 
 export interface CatalogTool extends ToolDescriptor {
   /**
@@ -38,6 +36,8 @@ interface CatalogSnapshot {
 }
 
 export interface ToolCatalogOptions {
+  /** The gateway's JSON Schema validator (shared with the answer check). Default: one of its own. */
+  jsonSchemas?: JsonSchemaValidator;
   /** How long a read of the catalogs is reused. Default 1000 ms. */
   cacheMs?: number;
   /**
@@ -82,9 +82,7 @@ export class ToolCatalog {
   private readonly served = new Set<string>();
   private readonly servedPools = new Set<string>();
   private readonly validators = new Map<string, { schemaJson: string; validate: ValidateFunction | undefined }>();
-  /** zod 4 and MCP (SEP-1613) speak JSON Schema 2020-12; a schema that names draft-07 (or older) gets that dialect. */
-  private readonly ajv2020: Ajv2020;
-  private readonly ajv07: Ajv;
+  private readonly jsonSchemas: JsonSchemaValidator;
 
   private readonly cacheMs: number;
   private readonly retentionMs: number;
@@ -98,14 +96,7 @@ export class ToolCatalog {
   ) {
     this.cacheMs = options.cacheMs ?? 1000;
     this.retentionMs = options.retentionMs ?? 86_400_000;
-    // Ajv's warnings (unknown keywords, ignored formats) go to the gateway's log, never to the console.
-    const logger = {
-      log: (...args: unknown[]) => this.log.debug({ ajv: args.map(String).join(' ') }, 'ajv'),
-      warn: (...args: unknown[]) => this.log.debug({ ajv: args.map(String).join(' ') }, 'ajv warning'),
-      error: (...args: unknown[]) => this.log.warn({ ajv: args.map(String).join(' ') }, 'ajv error'),
-    };
-    this.ajv2020 = addFormats(new Ajv2020({ allErrors: false, strict: false, logger }));
-    this.ajv07 = addFormats(new Ajv({ allErrors: false, strict: false, logger }));
+    this.jsonSchemas = options.jsonSchemas ?? new JsonSchemaValidator(log);
   }
 
   async list(): Promise<CatalogTool[]> {
@@ -155,17 +146,14 @@ export class ToolCatalog {
   }
 
   private compile(tool: CatalogTool): ValidateFunction | undefined {
-    const dialect = tool.inputSchema['$schema'];
-    const older = typeof dialect === 'string' && /draft-0[467]/.test(dialect);
-    try {
-      return older ? this.ajv07.compile(tool.inputSchema) : this.ajv2020.compile(tool.inputSchema);
-    } catch (error) {
+    const validate = this.jsonSchemas.compile(tool.inputSchema);
+    if (!validate) {
       this.log.warn(
-        { err: error, tool: tool.name },
+        { tool: tool.name },
         'tool input schema does not compile; its arguments are checked by the worker only',
       );
-      return undefined;
     }
+    return validate;
   }
 
   private async load(): Promise<CatalogSnapshot> {
@@ -279,12 +267,6 @@ export class ToolCatalog {
       (error: unknown) => this.log.warn({ err: error }, 'pruning the catalog retention failed'),
     );
   }
-}
-
-/** ajv-formats is CommonJS: its default export arrives wrapped under ESM. */
-function addFormats<T extends Ajv | Ajv2020>(ajv: T): T {
-  const plugin = addFormatsPlugin as unknown as { default?: (a: T) => T } & ((a: T) => T);
-  return (plugin.default ?? plugin)(ajv);
 }
 
 function describeAjvError(error: ErrorObject | undefined): string {

@@ -155,6 +155,8 @@ export class TaskService {
     };
     const outcome = await this.store.transition(record.taskId, 'failed', fields);
     this.metrics.tasksCreated.inc({ tool: input.tool.name, mode: 'task' });
+    // It never gets a route (nothing runs), so no router counts its end: every created task is finished once.
+    if (outcome.ok) this.metrics.taskEnded(input.tool.name, 'failed', record.createdAt);
     this.log.info({ taskId: record.taskId, tool: input.tool.name, principal: input.principal }, message);
     return (await this.store.get(record.taskId)) ?? { ...record, status: outcome.ok ? 'failed' : record.status };
   }

@@ -5,7 +5,6 @@
  * offered tools). Both answer routes use it: the 2025-11-25 response to the gateway's request, and the extension's
  * `tasks/update {inputResponses}`.
  */
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import {
   CreateMessageResultSchema,
   CreateMessageResultWithToolsSchema,
@@ -13,21 +12,25 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { InputRequest } from '@taskrelay/shared';
 import type { z } from 'zod';
+import { JsonSchemaValidator, type ValidateFunction } from '../tasks/json-schema.js';
 import type { AnswerCheck } from '../tasks/task-service.js';
 
-const ajv = new Ajv2020({ allErrors: false, strict: false, logger: false });
-/** Compiled requested schemas, by their JSON; bounded, since each task may bring its own. */
-const compiled = new Map<string, ValidateFunction | undefined>();
-const MAX_COMPILED = 500;
+/** Used when the caller passes none (the gateway passes its one validator, shared with the catalog). */
+const fallbackSchemas = new JsonSchemaValidator();
 
-export function checkAnswer(request: InputRequest, raw: unknown): AnswerCheck {
+export function checkAnswer(
+  request: InputRequest,
+  raw: unknown,
+  jsonSchemas: JsonSchemaValidator = fallbackSchemas,
+): AnswerCheck {
   if (request.method === 'elicitation/create') {
     const parsed = ElicitResultSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, message: `not an ElicitResult: ${issueText(parsed.error)}` };
     const { _meta: _ignored, ...answer } = parsed.data;
     const schema = request.params['requestedSchema'];
     if (answer.action === 'accept' && typeof schema === 'object' && schema !== null) {
-      const validate = validatorFor(schema as Record<string, unknown>);
+      // A schema Ajv cannot compile: only the answer's shape is checked.
+      const validate = jsonSchemas.compile(schema as Record<string, unknown>);
       if (validate && !validate(answer.content ?? {})) {
         return { ok: false, message: `content does not match requestedSchema: ${ajvText(validate)}` };
       }
@@ -39,20 +42,6 @@ export function checkAnswer(request: InputRequest, raw: unknown): AnswerCheck {
   if (!parsed.success) return { ok: false, message: `not a CreateMessageResult: ${issueText(parsed.error)}` };
   const { _meta: _ignored, ...answer } = parsed.data;
   return { ok: true, answer };
-}
-
-function validatorFor(schema: Record<string, unknown>): ValidateFunction | undefined {
-  const key = JSON.stringify(schema);
-  if (compiled.has(key)) return compiled.get(key);
-  let validate: ValidateFunction | undefined;
-  try {
-    validate = ajv.compile(schema);
-  } catch {
-    validate = undefined; // a schema Ajv cannot compile: only the answer's shape is checked
-  }
-  if (compiled.size >= MAX_COMPILED) compiled.clear();
-  compiled.set(key, validate);
-  return validate;
 }
 
 function ajvText(validate: ValidateFunction): string {
