@@ -138,9 +138,12 @@ describe('admin pages in Chromium', () => {
   it('serve bull-board at /admin/queues with the worker pool listed', async () => {
     await startTask(client, 'build_report', { report: 'on-the-board', items: 2_000, delayMs: 50 });
     await page.goto(`${admin}/queues`);
-    await page.getByText('q-default').first().waitFor({ timeout: 15_000 });
-    await page.getByText('q-default').first().click();
-    await page.waitForURL('**/admin/queues/queue/q-default**');
+    // One name for the pool everywhere: bull-board shows it as the dashboard does, not as BullMQ's `q-<pool>`.
+    await page.getByText(DEMO_POOL).first().waitFor({ timeout: 15_000 });
+    expect(await page.locator('body').innerText()).not.toContain('q-default');
+    await page.getByText(DEMO_POOL).first().click();
+    await page.waitForURL(`**/admin/queues/queue/${DEMO_POOL}**`);
+    expect(await page.locator('body').innerText()).not.toContain('q-default');
     // The running job shows with its name (the tool) once bull-board loaded the queue.
     await page.getByText('build_report').first().waitFor({ timeout: 15_000 });
     await page.screenshot({ path: join(SHOTS, 'dashboard-queues.png') });

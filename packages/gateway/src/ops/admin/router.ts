@@ -31,6 +31,25 @@ const BOARD_CSP = [
 ].join('; ');
 const TASKS_PAGE_CSP =
   "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/**
+ * A pool on bull-board under its own name (`default.<digest>`, as on the dashboard, in the logs and in
+ * `pools-main.js`), not BullMQ's queue name `q-<pool>`: bull-board keys, lists and links its queues by `getName()`,
+ * and has no option to name them otherwise (`displayName` only titles the queue's page). Read-only: a job retried or
+ * removed by hand would fight the task store, which is the record.
+ */
+class PoolAdapter extends BullMQAdapter {
+  constructor(
+    queue: ConstructorParameters<typeof BullMQAdapter>[0],
+    private readonly pool: string,
+  ) {
+    super(queue, { readOnlyMode: true });
+  }
+
+  override getName(): string {
+    return this.pool;
+  }
+}
+
 /** A `<link>` to anything on another host (bull-board's web fonts). */
 const OUTSIDE_LINK = /<link\b[^>]*\bhref="(?:https?:)?\/\/[^"]*"[^>]*>\s*/gi;
 
@@ -58,15 +77,12 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     options: { uiConfig: { boardTitle: 'taskrelay queues' } },
   });
   let shownQueues = '';
-  /**
-   * Pools come and go with their workers: bull-board shows those of live workers (and `default`), read-only (a job
-   * retried or removed by hand would fight the task store, which is the record).
-   */
+  /** Pools come and go with their workers: bull-board shows those of live workers. */
   const refreshQueues = async () => {
     const names = await queries.queueNames();
     if (names.join(',') === shownQueues) return;
     shownQueues = names.join(',');
-    board.replaceQueues(names.map((name) => new BullMQAdapter(queries.queue(name), { readOnlyMode: true })));
+    board.replaceQueues(names.map((name) => new PoolAdapter(queries.queue(name), name)));
   };
   router.use('/queues', (_req, _res, next) => {
     refreshQueues().then(
