@@ -4,6 +4,8 @@
  * does: a suspended run ends, the next one starts from the top with the stored state.
  */
 import { readFileSync } from 'node:fs';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError, createLogger, type TaskRecord, type ToolResult } from '@taskrelay/shared';
@@ -391,3 +393,288 @@ describe('§12.9 polling an external job', () => {
 async function waitForStats(condition: (s: BatchStats) => boolean): Promise<void> {
   await waitFor(async () => condition(await service.stats()), { message: 'batch service counters' });
 }
+
+// ---- §23: what the adapter sends, and where ------------------------------------------------------------------------
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** A local upstream that records every request and answers with `answer` (default: a job that is done). */
+async function startUpstream(
+  answer?: (req: Seen, res: ServerResponse) => boolean | void,
+): Promise<{ url: string; host: string; seen: Seen[]; close(): Promise<void> }> {
+  const seen: Seen[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    req.on('end', () => {
+      const request: Seen = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
+      seen.push(request);
+      if (answer?.(request, res)) return;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ job: { id: 'j1' }, state: 'done', output: { ok: true } }));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    host: `127.0.0.1:${port}`,
+    seen,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** One job-API tool from a file entry, as `TASKRELAY_JOB_APIS` would load it. */
+function fileTool(entry: Record<string, unknown>): ToolDefinition {
+  const [loaded] = parseJobApiFile(
+    JSON.stringify({
+      tools: [
+        {
+          name: 'render',
+          description: 'Renders.',
+          inputSchema: { type: 'object', properties: { clip: { type: 'string' } } },
+          headers: { Authorization: 'Bearer sekrit', 'X-Api-Key': 'k-123' },
+          ...entry,
+        },
+      ],
+    }),
+  );
+  return loaded as ToolDefinition;
+}
+
+const pollDone = (url: string) => ({ url, intervalMs: 10, status: 'state', statusMap: { done: 'completed' } });
+const secretHeaders = (seen: Seen) => ({
+  authorization: seen.headers['authorization'],
+  key: seen.headers['x-api-key'],
+});
+
+describe('§23.1 only declared arguments reach the upstream', () => {
+  it('the default {{args}} body carries the declared arguments only, nested ones too', async () => {
+    const up = await startUpstream();
+    try {
+      const render = fileTool({
+        inputSchema: {
+          type: 'object',
+          properties: {
+            clip: { type: 'string' },
+            options: { type: 'object', properties: { fps: { type: 'integer' } } },
+            tags: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' } } } },
+            extra: { type: 'object' },
+          },
+        },
+        submit: { url: `${up.url}/jobs`, id: 'job.id' },
+        poll: pollDone(`${up.url}/jobs/{{id}}`),
+      });
+      const run = await drive(render, {
+        clip: 'a',
+        callback_url: 'http://evil.example/hook',
+        owner: 'mallory',
+        options: { fps: 24, webhook: 'http://evil.example' },
+        tags: [{ name: 't', admin: true }],
+        extra: { anything: 1 },
+      });
+      expect(run.error).toBeUndefined();
+      expect(JSON.parse(up.seen[0]?.body ?? 'null')).toEqual({
+        clip: 'a',
+        options: { fps: 24 },
+        tags: [{ name: 't' }],
+        extra: { anything: 1 },
+      });
+    } finally {
+      await up.close();
+    }
+  });
+
+  it('a schema that declares nothing forwards nothing', async () => {
+    const up = await startUpstream();
+    try {
+      const bare = fileTool({
+        inputSchema: { type: 'object' },
+        submit: { url: `${up.url}/jobs`, id: 'job.id' },
+        poll: pollDone(`${up.url}/jobs/{{id}}`),
+      });
+      await drive(bare, { owner: 'mallory' });
+      expect(JSON.parse(up.seen[0]?.body ?? 'null')).toEqual({});
+    } finally {
+      await up.close();
+    }
+  });
+});
+
+describe('§23.2 values in URL paths cannot climb', () => {
+  it('refuses ".", "..", "", a "/" or "\\" and their encodings in a path segment, sending nothing', async () => {
+    const up = await startUpstream();
+    try {
+      const render = fileTool({
+        submit: { url: `${up.url}/api/v1/clips/{{args.clip}}/render`, id: 'job.id' },
+        poll: pollDone(`${up.url}/jobs/{{id}}`),
+      });
+      for (const clip of ['..', '.', '', 'a/b', 'a\\b', '%2e%2e', '%2E.', '%2F', '%252e%252e', '..%2f', '%5c']) {
+        const run = await drive(render, { clip });
+        expect((run.error as Error | undefined)?.message, clip).toMatch(
+          /^Refused to send the submit request: \{\{args\.clip\}\} gives the URL path segment/,
+        );
+        expect((run.error as { code?: string }).code).toBe('NON_RETRYABLE');
+      }
+      expect(up.seen).toEqual([]);
+      const fine = await drive(render, { clip: 'a..b c' });
+      expect(fine.error).toBeUndefined();
+      expect(up.seen[0]?.url).toBe('/api/v1/clips/a..b%20c/render');
+    } finally {
+      await up.close();
+    }
+  });
+
+  it('checks an upstream id in a path the same way, and lets a query value be anything', async () => {
+    const up = await startUpstream((req, res) => {
+      if (req.method !== 'POST') return false;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ job: { id: '..' } }));
+      return true;
+    });
+    try {
+      const render = fileTool({
+        submit: { url: `${up.url}/jobs?clip={{args.clip}}`, id: 'job.id' },
+        poll: pollDone(`${up.url}/jobs/{{id}}/status`),
+      });
+      const run = await drive(render, { clip: '../..' });
+      expect(up.seen.map((s) => s.url)).toEqual(['/jobs?clip=..%2F..']);
+      expect((run.error as Error).message).toMatch(/poll request: \{\{id\}\} gives the URL path segment "\.\."/);
+    } finally {
+      await up.close();
+    }
+  });
+
+  it('refuses, at load, a template in a URL host', () => {
+    expect(() =>
+      fileTool({
+        submit: { url: 'http://{{args.clip}}.render.internal/jobs', id: 'job.id' },
+        poll: pollDone('http://render.internal/jobs/{{id}}'),
+      }),
+    ).toThrow(/tool render: submit\.url: must name its host itself/);
+  });
+});
+
+describe('§23.3 secrets go only to the hosts the file names; §23.4 redirects', () => {
+  it('a redirect is not followed by default: the tool fails naming it, and the other host sees nothing', async () => {
+    const other = await startUpstream();
+    const up = await startUpstream((req, res) => {
+      res.writeHead(307, { location: `${other.url}/steal` });
+      res.end();
+      return true;
+    });
+    try {
+      const render = fileTool({
+        submit: { url: `${up.url}/jobs`, id: 'job.id' },
+        poll: pollDone(`${up.url}/j/{{id}}`),
+      });
+      const run = await drive(render, { clip: 'a' });
+      expect((run.error as Error).message).toMatch(
+        /submit POST http:\/\/127\.0\.0\.1:\d+\/jobs answered HTTP 307, a redirect to http:\/\/127\.0\.0\.1:\d+\/steal; redirects are not followed/,
+      );
+      expect(up.seen).toHaveLength(1);
+      expect(other.seen).toEqual([]);
+    } finally {
+      await Promise.all([up.close(), other.close()]);
+    }
+  });
+
+  it('http.redirects: follow re-sends to another host without the secret headers, and to its own host with them', async () => {
+    const other = await startUpstream();
+    const up = await startUpstream((req, res) => {
+      if (req.url === '/jobs') {
+        res.writeHead(307, { location: '/jobs-here' });
+        res.end();
+        return true;
+      }
+      if (req.url === '/jobs-here') {
+        res.writeHead(307, { location: `${other.url}/jobs-there` });
+        res.end();
+        return true;
+      }
+      return false;
+    });
+    try {
+      const render = fileTool({
+        http: { redirects: 'follow' },
+        submit: { url: `${up.url}/jobs`, id: 'job.id' },
+        poll: pollDone(`${up.url}/j/{{id}}`),
+      });
+      const run = await drive(render, { clip: 'a' });
+      expect(run.error).toBeUndefined();
+      expect(up.seen.slice(0, 2).map((s) => [s.url, secretHeaders(s)])).toEqual([
+        ['/jobs', { authorization: 'Bearer sekrit', key: 'k-123' }],
+        ['/jobs-here', { authorization: 'Bearer sekrit', key: 'k-123' }],
+      ]);
+      const there = other.seen[0] as Seen;
+      expect([there.method, there.url, secretHeaders(there), JSON.parse(there.body)]).toEqual([
+        'POST',
+        '/jobs-there',
+        { authorization: undefined, key: undefined },
+        { clip: 'a' },
+      ]);
+      expect(there.headers['idempotency-key']).toEqual(expect.any(String));
+    } finally {
+      await Promise.all([up.close(), other.close()]);
+    }
+  });
+
+  it('a status URL on another host is polled without the secrets, unless http.trustedHosts names it', async () => {
+    const other = await startUpstream();
+    const up = await startUpstream((req, res) => {
+      res.writeHead(202, { location: `${other.url}/status/1`, 'content-type': 'application/json' });
+      res.end(JSON.stringify({ job: { id: 'j1' } }));
+      return true;
+    });
+    try {
+      const entry = {
+        submit: { url: `${up.url}/jobs`, statusUrl: 'header:Location', id: 'job.id' },
+        poll: { intervalMs: 10, query: { token: 'q-secret' }, status: 'state', statusMap: { done: 'completed' } },
+      };
+      const untrusted = await drive(fileTool(entry), { clip: 'a' });
+      expect(untrusted.error).toBeUndefined();
+      expect(secretHeaders(up.seen[0] as Seen)).toEqual({ authorization: 'Bearer sekrit', key: 'k-123' });
+      expect(other.seen.map((s) => [s.url, secretHeaders(s)])).toEqual([
+        ['/status/1', { authorization: undefined, key: undefined }],
+      ]);
+
+      const trusted = await drive(fileTool({ ...entry, http: { trustedHosts: [other.host] } }), { clip: 'a' });
+      expect(trusted.error).toBeUndefined();
+      expect(other.seen.slice(1).map((s) => [s.url, secretHeaders(s)])).toEqual([
+        ['/status/1?token=q-secret', { authorization: 'Bearer sekrit', key: 'k-123' }],
+      ]);
+    } finally {
+      await Promise.all([up.close(), other.close()]);
+    }
+  });
+
+  it('a request hook’s auth is stripped too on the way to a host the tool does not name', async () => {
+    const other = await startUpstream();
+    const up = await startUpstream((req, res) => {
+      res.writeHead(202, { location: `${other.url}/status/1` });
+      res.end('{}');
+      return true;
+    });
+    try {
+      const hooked = defineJobApiTool({
+        name: 'hooked',
+        description: 'x',
+        inputSchema: z.object({}),
+        submit: { url: `${up.url}/jobs`, statusUrl: 'header:Location' },
+        poll: { intervalMs: 10, status: 'state', statusMap: { done: 'completed' } },
+        hooks: { request: (request) => ({ ...request, headers: { ...request.headers, authorization: 'Bearer h' } }) },
+      });
+      const run = await drive(hooked, {});
+      expect(run.error).toBeUndefined();
+      expect(up.seen[0]?.headers['authorization']).toBe('Bearer h');
+      expect(other.seen[0]?.headers['authorization']).toBeUndefined();
+    } finally {
+      await Promise.all([up.close(), other.close()]);
+    }
+  });
+});

@@ -10,7 +10,9 @@ import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
   redact,
   sendWithRetry,
+  withoutSecrets,
   type HttpPolicy,
+  type SecretPolicy,
   type JobApiHttpRequest,
   type JobApiHttpResponse,
   type JobApiPhase,
@@ -18,18 +20,27 @@ import {
 import {
   JobApiSpecSchema,
   firstIssue,
+  originOf,
   type ExternalOutcome,
   type JobApiSpec,
   type JobApiSpecInput,
   type RequestSpec,
 } from './spec.js';
-import { getPath, renderString, renderValue, type TemplateScope } from './template.js';
+import {
+  PathValueError,
+  declaredOnly,
+  getPath,
+  renderString,
+  renderUrl,
+  renderValue,
+  type TemplateScope,
+} from './template.js';
 
 /** What the hooks are told about the request at hand. */
 export interface JobApiHookInfo {
   phase: JobApiPhase;
   taskId: string;
-  /** The tool's arguments (validated). */
+  /** The tool's arguments: validated, and only those its `inputSchema` declares (PROTOCOL.md §23.1). */
   args: Record<string, unknown>;
   /** The external job id; absent before the submit answered. */
   id?: string;
@@ -134,6 +145,7 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
   const spec = parsed.data;
   const hooks = options.hooks ?? {};
   if (hooks.fetch === undefined && typeof fetch !== 'function') throw new TypeError(`${label}: no global fetch`);
+  const secrets = secretPolicy(spec);
 
   const definition = defineTool({
     name: options.name,
@@ -146,16 +158,20 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
     ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
     ...(options.maxStalls === undefined ? {} : { maxStalls: options.maxStalls }),
     run: (input: z.output<I>, ctx: ToolContext) =>
-      new JobApiRun(spec, hooks, input as Record<string, unknown>, ctx).run(ctx),
+      new JobApiRun(spec, hooks, secrets, declared(input as Record<string, unknown>), ctx).run(ctx),
     onCancelled: (task: CancelledTask) => onCancelled(task),
   });
   async function onCancelled(task: CancelledTask): Promise<void> {
     const job = task.steps['submit'] as SubmittedJob | undefined;
     if (typeof job?.id !== 'string') return; // never submitted: nothing upstream to stop
     const input = options.inputSchema.safeParse(task.arguments);
-    const args = input.success ? input.data : task.arguments;
+    const args = declared(input.success ? input.data : task.arguments);
     const base: RunBase = { taskId: task.taskId, log: task.log, signal: new AbortController().signal };
-    await new JobApiRun(spec, hooks, args, base).cancelStored(job);
+    await new JobApiRun(spec, hooks, secrets, args, base).cancelStored(job);
+  }
+  /** §23.1: what the upstream may see of the arguments, read off the published schema (file or zod alike). */
+  function declared(args: Record<string, unknown>): Record<string, unknown> {
+    return declaredOnly(args, definition.descriptor.inputSchema);
   }
   return Object.freeze({ ...definition, onCancelled });
 }
@@ -185,6 +201,7 @@ class JobApiRun {
   constructor(
     private readonly spec: JobApiSpec,
     private readonly hooks: JobApiHooks,
+    private readonly secrets: SecretPolicy,
     private readonly args: Record<string, unknown>,
     private readonly ctx: RunBase,
   ) {
@@ -362,10 +379,13 @@ class JobApiRun {
       policy: this.policy,
       signal: this.ctx.signal,
       fetch: this.fetch,
+      secrets: this.secrets,
       ...flags,
       build: async () => {
-        const request = this.build(spec, extraHeaders);
-        return this.hooks.request ? this.hooks.request(request, info) : request;
+        const request = this.build(phase, spec, extraHeaders);
+        const final = this.hooks.request ? await this.hooks.request(request, info) : request;
+        // §23.3: a hook may sign or add auth; none of it goes to a host the tool does not name.
+        return this.secrets.trusts(final.url) ? final : withoutSecrets(final, this.secrets);
       },
       onRetry: ({ attempt, delayMs, error }) =>
         this.ctx.log.warn(
@@ -376,15 +396,24 @@ class JobApiRun {
   }
 
   private build(
+    phase: JobApiPhase,
     spec: Pick<RequestSpec, 'method' | 'url' | 'query' | 'headers' | 'body'>,
     extraHeaders: Record<string, string>,
   ): JobApiHttpRequest {
-    const url = new URL(renderString(spec.url, this.scope, { encode: true }));
-    for (const [key, value] of Object.entries(spec.query ?? {})) {
+    let url: URL;
+    try {
+      url = new URL(renderUrl(spec.url, this.scope));
+    } catch (error) {
+      if (!(error instanceof PathValueError)) throw error;
+      throw new NonRetryableError(`Refused to send the ${phase} request: ${error.message}`);
+    }
+    // The file's query and headers are its secrets' usual places: only for a host the file names (§23.3).
+    const trusted = this.secrets.trusts(url.toString());
+    for (const [key, value] of Object.entries(trusted ? (spec.query ?? {}) : {})) {
       url.searchParams.append(key, typeof value === 'string' ? renderString(value, this.scope) : String(value));
     }
     const headers: Record<string, string> = { accept: 'application/json, */*;q=0.5' };
-    for (const [key, value] of Object.entries({ ...this.spec.headers, ...spec.headers })) {
+    for (const [key, value] of Object.entries(trusted ? { ...this.spec.headers, ...spec.headers } : {})) {
       headers[key.toLowerCase()] = renderString(value, this.scope);
     }
     for (const [key, value] of Object.entries(extraHeaders)) headers[key.toLowerCase()] = value;
@@ -457,4 +486,38 @@ function excerpt(text: string): string {
   const line = text.replace(/\s+/g, ' ').trim();
   if (line === '') return '(empty)';
   return line.length > 200 ? `${line.slice(0, 200)}…` : line;
+}
+
+/**
+ * Where the tool's secrets may go (PROTOCOL.md §23.3): the hosts of the file's own URLs (a URL's host is never a
+ * template) and `http.trustedHosts`; a host the upstream names (a status URL, a redirect) is not one of them unless
+ * listed there.
+ */
+function secretPolicy(spec: JobApiSpec): SecretPolicy {
+  const origins = new Set<string>();
+  const hosts = new Set<string>();
+  for (const url of [spec.submit.url, spec.poll.url, spec.result?.url, spec.cancel?.url]) {
+    const origin = url === undefined ? undefined : originOf(url);
+    if (origin !== undefined) origins.add(origin);
+  }
+  for (const entry of spec.http.trustedHosts) {
+    if (/^https?:\/\//i.test(entry)) origins.add(new URL(entry).origin);
+    else hosts.add(entry.toLowerCase());
+  }
+  const safeHeaders = new Set(['accept', 'content-type', 'user-agent']);
+  if (spec.submit.idempotencyKey !== false) {
+    safeHeaders.add(spec.submit.idempotencyKey === true ? 'idempotency-key' : spec.submit.idempotencyKey.toLowerCase());
+  }
+  return {
+    redirects: spec.http.redirects,
+    safeHeaders,
+    trusts(url: string): boolean {
+      try {
+        const parsed = new URL(url);
+        return origins.has(parsed.origin) || hosts.has(parsed.host.toLowerCase());
+      } catch {
+        return false;
+      }
+    },
+  };
 }

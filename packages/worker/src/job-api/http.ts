@@ -45,6 +45,31 @@ export class UpstreamUnavailableError extends Error {
   }
 }
 
+/**
+ * Where a tool's secrets may go (PROTOCOL.md §23.3, §23.4): the file's headers, its query parameters and whatever a
+ * `request` hook adds travel only to hosts the tool trusts; redirects are refused, or followed with the secrets only
+ * to trusted hosts.
+ */
+export interface SecretPolicy {
+  redirects: 'none' | 'follow';
+  /** Whether this URL's host may receive the tool's secrets. */
+  trusts(url: string): boolean;
+  /** The headers a request keeps on its way to a host that is not trusted (lower-case names). */
+  safeHeaders: ReadonlySet<string>;
+}
+
+/** Most redirects one request follows (`http.redirects: follow`). */
+export const MAX_REDIRECTS = 5;
+
+/** The request as it may go to a host the tool does not trust: only the headers that carry nothing of the tool's. */
+export function withoutSecrets(request: JobApiHttpRequest, policy: SecretPolicy): JobApiHttpRequest {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(request.headers)) {
+    if (policy.safeHeaders.has(name.toLowerCase())) headers[name] = value;
+  }
+  return { ...request, headers };
+}
+
 export interface SendOptions {
   phase: JobApiPhase;
   policy: HttpPolicy;
@@ -58,6 +83,8 @@ export interface SendOptions {
   /** Keep retrying after `signal` aborted (cancel runs because it did). */
   ignoreAbort?: boolean;
   fetch: typeof fetch;
+  /** Redirects and the hosts that may see the tool's secrets. */
+  secrets: SecretPolicy;
   /** Called before each try: builds (or re-signs) the request. */
   build: () => Promise<JobApiHttpRequest>;
   /** Told about each transient failure before the wait. */
@@ -74,7 +101,10 @@ export async function sendWithRetry(options: SendOptions): Promise<JobApiHttpRes
     try {
       const response = await sendOnce(request, options);
       if (response.status < 400) return response;
-      const message = `${options.phase} ${request.method} ${redact(request.url)}: HTTP ${response.status}: ${upstreamMessage(response)}`;
+      let message = `${options.phase} ${request.method} ${redact(response.url)}: HTTP ${response.status}: ${upstreamMessage(response)}`;
+      if ((response.status === 401 || response.status === 403) && !options.secrets.trusts(response.url)) {
+        message += ` (sent without the tool's headers: ${hostOf(response.url)} is not a host the tool names; add it to http.trustedHosts)`;
+      }
       if (!isTransientStatus(response.status)) {
         throw new NonRetryableError(`Upstream rejected the ${message}`, { data: { status: response.status } });
       }
@@ -100,24 +130,69 @@ async function sendOnce(request: JobApiHttpRequest, options: SendOptions): Promi
   const signal = options.detached ? timeout : AbortSignal.any([options.signal, timeout]);
   const where = `${options.phase} ${request.method} ${redact(request.url)}`;
   try {
-    const init: RequestInit = { method: request.method, headers: request.headers, signal };
-    if (request.body !== undefined) init.body = request.body;
-    const response = await options.fetch(request.url, init);
-    const text = await response.text();
-    return {
-      status: response.status,
-      headers: response.headers,
-      url: response.url || request.url,
-      text,
-      json: parseJson(text),
-    };
+    // Redirects are ours to follow (§23.4): fetch's own would re-send every header, secrets included, to any host.
+    let current = request;
+    for (let hop = 0; ; hop += 1) {
+      const init: RequestInit = { method: current.method, headers: current.headers, signal, redirect: 'manual' };
+      if (current.body !== undefined) init.body = current.body;
+      const response = await options.fetch(current.url, init);
+      const location = REDIRECTS.has(response.status) ? response.headers.get('location') : null;
+      if (location === null) {
+        const text = await response.text();
+        return { status: response.status, headers: response.headers, url: current.url, text, json: parseJson(text) };
+      }
+      await response.body?.cancel().catch(() => undefined);
+      const target = new URL(location, current.url).toString();
+      const redirect = `${options.phase} ${current.method} ${redact(current.url)} answered HTTP ${response.status}, a redirect to ${redact(target)}`;
+      if (options.secrets.redirects === 'none') {
+        throw new NonRetryableError(
+          `Upstream ${redirect}; redirects are not followed (http.redirects: none; "follow" follows them, with the tool's headers only to the hosts it names)`,
+          { data: { status: response.status } },
+        );
+      }
+      if (hop >= MAX_REDIRECTS)
+        throw new NonRetryableError(`Upstream ${redirect}: more than ${MAX_REDIRECTS} redirects`);
+      current = nextHop(request, current, response.status, target, options.secrets);
+    }
   } catch (error) {
+    if (error instanceof NonRetryableError) throw error;
     if (!options.detached && options.signal.aborted) throw new CancelledError(cancelReasonOf(options.signal));
     if (timeout.aborted)
       throw new UpstreamUnavailableError(`${where}: no answer within ${options.policy.timeoutMs} ms`);
     const cause =
       error instanceof Error ? ((error.cause as Error | undefined)?.message ?? error.message) : String(error);
     throw new UpstreamUnavailableError(`${where}: ${cause}`);
+  }
+}
+
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+
+/**
+ * The request a redirect asks for, as browsers make it: 303 (and 301/302 after a POST) turns it into a body-less GET,
+ * 307/308 repeat method and body. Its headers are the first request's when the target is trusted, else only the safe
+ * ones (the `request` hook is not run again: what it signed was the first URL).
+ */
+function nextHop(
+  first: JobApiHttpRequest,
+  current: JobApiHttpRequest,
+  status: number,
+  url: string,
+  policy: SecretPolicy,
+): JobApiHttpRequest {
+  const toGet =
+    status === 303 ? current.method !== 'HEAD' : (status === 301 || status === 302) && current.method === 'POST';
+  const base = policy.trusts(url) ? first : withoutSecrets(first, policy);
+  const next: JobApiHttpRequest = { method: toGet ? 'GET' : current.method, url, headers: { ...base.headers } };
+  if (toGet) delete next.headers['content-type'];
+  else if (current.body !== undefined) next.body = current.body;
+  return next;
+}
+
+function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return url;
   }
 }
 

@@ -32,12 +32,32 @@ const urlTemplate = z
   .min(1, { message: 'must not be empty' })
   .superRefine((text, ctx) => {
     knownTokens(text, ctx);
-    if (/^\{\{\s*statusUrl\s*\}\}/.test(text)) return;
+    const lead = /^\{\{\s*statusUrl\s*\}\}/.exec(text)?.[0] ?? '';
+    if (tokensOf(text.slice(lead.length)).includes('statusUrl')) {
+      ctx.addIssue({ code: 'custom', message: '{{statusUrl}} may only start a URL ({{statusUrl}}/result)' });
+    }
+    if (lead !== '') return;
     const sample = text.replace(/\{\{[^}]*\}\}/g, 'x');
     if (!/^https?:\/\//i.test(sample) || !URL.canParse(sample)) {
       ctx.addIssue({ code: 'custom', message: `must be an http:// or https:// URL (got "${text}")` });
+      return;
+    }
+    // §23.3: where secrets go is decided by host, so a host must be the file's own, never a value's.
+    const authority = /^https?:\/\/[^/?#]*/i.exec(text)?.[0] ?? '';
+    if (tokensOf(authority).length > 0) {
+      ctx.addIssue({ code: 'custom', message: `must name its host itself: no {{…}} before the path (got "${text}")` });
     }
   });
+
+/** The origin of a URL template whose host is its own (templates only after it); undefined for `{{statusUrl}}…`. */
+export function originOf(template: string): string | undefined {
+  if (/^\{\{/.test(template)) return undefined;
+  try {
+    return new URL(template.replace(/\{\{[^}]*\}\}/g, 'x')).origin;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Where a value is in a response: a dot path into the JSON body, or `header:NAME`. */
 const responsePath = z.string().regex(/^(header:[A-Za-z0-9-]+|\.|[^.\s][^\s]*)$/, {
@@ -125,6 +145,24 @@ export const HttpSpecSchema = z.strictObject({
   attempts: z.number().int().min(1).max(100).default(5),
   minDelayMs: z.number().int().min(0).default(200),
   maxDelayMs: z.number().int().min(0).default(10_000),
+  /**
+   * What a 3xx answer does (PROTOCOL.md §23.4): `none` (the default) fails the request, naming the redirect; `follow`
+   * follows up to 5 of them, each sent with the file's headers and query only when its host is one the file names.
+   */
+  redirects: z.enum(['none', 'follow'], { message: 'must be "none" or "follow"' }).default('none'),
+  /**
+   * Hosts besides those of the file's own URLs that may receive its headers and query parameters (a status or result
+   * host the submit answer points to): `host`, `host:port` or an origin (`https://host:port`). Default none.
+   */
+  trustedHosts: z
+    .array(
+      z
+        .string()
+        .regex(/^(https?:\/\/)?[A-Za-z0-9.-]+(:\d{1,5})?$/, {
+          message: 'must be a host, host:port or http(s)://host[:port]',
+        }),
+    )
+    .default([]),
 });
 
 export const JobApiSpecSchema = z
@@ -134,7 +172,14 @@ export const JobApiSpecSchema = z
     poll: PollSpecSchema,
     result: ResultSpecSchema.partial({ url: true }).optional(),
     cancel: CancelSpecSchema.optional(),
-    http: HttpSpecSchema.default({ timeoutMs: 10_000, attempts: 5, minDelayMs: 200, maxDelayMs: 10_000 }),
+    http: HttpSpecSchema.default({
+      timeoutMs: 10_000,
+      attempts: 5,
+      minDelayMs: 200,
+      maxDelayMs: 10_000,
+      redirects: 'none',
+      trustedHosts: [],
+    }),
   })
   .superRefine((spec, ctx) => {
     if (spec.submit.id === undefined && spec.submit.statusUrl === undefined) {

@@ -52,6 +52,97 @@ export function renderString(template: string, scope: TemplateScope, options: { 
   });
 }
 
+/** A value that would change which path a URL asks for; the tool fails with this (PROTOCOL.md §23.2). */
+export class PathValueError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PathValueError';
+  }
+}
+
+/** Percent-decodes until nothing changes (at most 5 rounds), so `%252e%252e` is seen as the `..` it may become. */
+function fullyDecoded(text: string): string {
+  let current = text;
+  for (let round = 0; round < 5; round++) {
+    let next: string;
+    try {
+      next = decodeURIComponent(current);
+    } catch {
+      return current; // a lone `%`: nothing more decodes
+    }
+    if (next === current) return current;
+    current = next;
+  }
+  return current;
+}
+
+/**
+ * Renders a URL template (PROTOCOL.md §23.2): values are URL-encoded as by `renderString`, and each path segment that a
+ * value went into is checked. A segment that is, or decodes to, `.`, `..` or nothing, or that holds a `/` or `\`
+ * (encoded or not, once or more), would make the request climb out of, or step beside, the path the template names
+ * (`/clips/{{args.clip}}/render` with `clip: ".."` is `POST /render`): it throws `PathValueError` naming the value's
+ * template. `{{statusUrl}}` (a URL the upstream gave, only at the start) is not checked; the query and fragment are
+ * not path segments.
+ */
+export function renderUrl(template: string, scope: TemplateScope): string {
+  const cut = template.search(/[?#]/);
+  const path = cut === -1 ? template : template.slice(0, cut);
+  const rest = cut === -1 ? '' : template.slice(cut);
+  const lead = /^\{\{\s*statusUrl\s*\}\}/.exec(path)?.[0] ?? '';
+  const segments = path.slice(lead.length).split('/');
+  const checked = segments.map((segment) => {
+    const names = tokensOf(segment);
+    const rendered = renderString(segment, scope, { encode: true });
+    if (names.length === 0) return rendered;
+    const decoded = fullyDecoded(rendered);
+    if (decoded === '' || decoded === '.' || decoded === '..' || /[/\\]/.test(decoded)) {
+      const shown = decoded.length > 40 ? `${decoded.slice(0, 40)}…` : decoded;
+      throw new PathValueError(
+        `${names.map((n) => `{{${n}}}`).join(', ')} gives the URL path segment "${shown}": a value in a path may not be ` +
+          'empty, ".", ".." or hold "/" or "\\", encoded or not',
+      );
+    }
+    return rendered;
+  });
+  return renderString(lead, scope) + checked.join('/') + renderString(rest, scope, { encode: true });
+}
+
+/**
+ * The arguments a tool's published `inputSchema` declares (PROTOCOL.md §23.1): at the top, only the names in its
+ * `properties` (none when it lists none); inside a value whose schema names `properties` of its own, only those, all
+ * the way down (and through `items` of arrays). A value whose schema names none (`{type: object}` inside an argument,
+ * a string, a union) is kept as it is. `additionalProperties` never forwards a name beside declared ones: a free-form
+ * map is one declared property of type object.
+ */
+export function declaredOnly(args: Record<string, unknown>, schema: unknown): Record<string, unknown> {
+  const properties = isRecord(schema) && isRecord(schema['properties']) ? schema['properties'] : {};
+  return pruneObject(args, properties);
+}
+
+function pruneObject(value: Record<string, unknown>, properties: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, schema] of Object.entries(properties)) {
+    if (Object.prototype.hasOwnProperty.call(value, name)) out[name] = pruneValue(value[name], schema);
+  }
+  return out;
+}
+
+function pruneValue(value: unknown, schema: unknown): unknown {
+  if (!isRecord(schema)) return value;
+  const properties = schema['properties'];
+  if (isRecord(value) && isRecord(properties)) {
+    // `{type: object}` as a zod round trip publishes it: no names and anything allowed, a free-form map.
+    const freeForm = Object.keys(properties).length === 0 && schema['additionalProperties'] !== false;
+    return freeForm ? value : pruneObject(value, properties);
+  }
+  if (Array.isArray(value) && isRecord(schema['items'])) return value.map((item) => pruneValue(item, schema['items']));
+  return value;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
 /**
  * Renders a request body: a string that is exactly one token becomes that value itself (so `"{{args}}"` sends the
  * arguments object and `"{{args.count}}"` keeps a number a number); other strings are rendered as text; objects and
