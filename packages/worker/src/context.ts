@@ -111,7 +111,9 @@ export interface ToolContext {
   readonly tool: string;
   /**
    * Runs started for this task, this one included: 1 on the first; a retry after an error, a takeover after a
-   * crash and a hand-back at shutdown each start a new run. Above 1, an earlier run may have had side effects.
+   * crash, a hand-back at shutdown and each resume after `suspend` start a new run. Above 1, an earlier run may have
+   * had side effects: execution is at-least-once (after a Redis outage longer than the lock a tool can even run
+   * twice to its end; one result is recorded), so key them on `taskId` or wrap them in `step`.
    */
   readonly attempt: number;
   /**

@@ -2,7 +2,7 @@
  * The run of one job (PROTOCOL.md §5, §10, §12): BullMQ's processor. It records the run's start, checks the job,
  * runs the tool with its context, then carries out what `settle` decides.
  */
-import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, WaitingError, type Job } from 'bullmq';
 import {
   JobDataSchema,
   type FairShare,
@@ -47,6 +47,11 @@ export interface JobRunnerOptions {
   abortGraceMs: number;
   /** True once the worker no longer takes jobs: a job fetched anyway is handed back. */
   isClosing: () => boolean;
+  /**
+   * Wakes the pool's idle workers (BullMQ's marker): BullMQ's own move of an active job back to its priority level sets
+   * none, so without it an idle worker would see the handed-back job only at its next block timeout (5 s).
+   */
+  wakeWorkers: () => Promise<void>;
 }
 
 export class JobRunner {
@@ -386,7 +391,12 @@ export class JobRunner {
     }
   }
 
-  /** Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4); the task stays `working`. */
+  /**
+   * Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4), at the front of its queue: ahead of
+   * every job of its fair-share priority (§25), and so of every job its principal queued after it (BullMQ's
+   * `moveToWait`, which scores it `priority × 2³²` with no counter). The task stays `working`. A delayed move of 0 ms,
+   * as before, re-entered it behind every job of its priority queued meanwhile.
+   */
   private async handBack(
     job: Job<unknown, void>,
     token: string | undefined,
@@ -394,15 +404,17 @@ export class JobRunner {
     reason: CancelReason = 'WORKER_SHUTDOWN',
   ): Promise<never> {
     try {
-      await job.moveToDelayed(Date.now(), token);
-      log.info({ reason }, 'job put back for another worker');
+      await job.moveToWait(token);
+      log.info({ reason }, 'job put back, at the front of its queue, for another worker');
     } catch (error) {
       log.info(
         { err: error, reason },
         'job not put back (its lock is gone); it is already with, or returns to, the queue',
       );
+      throw new DelayedError();
     }
-    throw new DelayedError();
+    await this.o.wakeWorkers().catch((error: unknown) => log.debug({ err: error }, 'could not wake idle workers'));
+    throw new WaitingError();
   }
 
   private async failTask(

@@ -90,6 +90,11 @@ export class TaskWorker {
       progressIntervalMs: options.progressIntervalMs,
       abortGraceMs: options.abortGraceMs,
       isClosing: () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING',
+      // BullMQ's own marker key (public on the worker), not a layout of ours; "0" is its "a job is waiting".
+      wakeWorkers: async () => {
+        const marker = this.bullWorker?.keys.marker;
+        if (marker !== undefined) await this.redis.zadd(marker, 0, '0');
+      },
     });
     this.cancelWatch = new CancelWatch({
       subscriber: this.subscriber,

@@ -156,11 +156,9 @@ export const HttpSpecSchema = z.strictObject({
    */
   trustedHosts: z
     .array(
-      z
-        .string()
-        .regex(/^(https?:\/\/)?[A-Za-z0-9.-]+(:\d{1,5})?$/, {
-          message: 'must be a host, host:port or http(s)://host[:port]',
-        }),
+      z.string().regex(/^(https?:\/\/)?[A-Za-z0-9.-]+(:\d{1,5})?$/, {
+        message: 'must be a host, host:port or http(s)://host[:port]',
+      }),
     )
     .default([]),
 });

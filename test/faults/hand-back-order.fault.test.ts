@@ -1,0 +1,102 @@
+/**
+ * Fault suite, PROTOCOL.md §5 and §25 (issue 20): a job a draining worker hands back at SIGTERM goes to the front of
+ * its queue, so it runs again before the jobs queued after it (it used to re-enter behind every job of its fair-share
+ * priority, and ran again 100 s later on a busy pool). Its second run is a new run: `ctx.attempt` is 2.
+ *
+ * One slot per worker, so the order jobs start in is the order the pool hands them out: a long task A runs on the
+ * first worker; B, C and D are queued behind it; the worker is sent SIGTERM, aborts A after its grace and hands it
+ * back; a second worker then runs A, B, C, D in that order.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { startGatewayProcess, startWorkerProcess, stopAll, type ManagedProcess } from '../helpers/processes.js';
+import {
+  FAULT_TOOLS,
+  FaultRecords,
+  startTask,
+  testRedis,
+  waitForTerminal,
+  watchingClient,
+  type WatchingClient,
+} from '../helpers/faults.js';
+
+let redis: TestRedis;
+let r: Redis;
+let records: FaultRecords;
+let watcher: WatchingClient;
+let draining: ManagedProcess;
+let replacement: ManagedProcess;
+let handedBack: string;
+let queuedAfter: string[];
+let exitCode: number | null | 'still running';
+
+beforeAll(async () => {
+  redis = await startRedis({ owned: true });
+  r = testRedis(redis.url);
+  const prefix = uniquePrefix('f-handback');
+  records = new FaultRecords(r, prefix);
+  const env = {
+    REDIS_URL: redis.url,
+    TASKRELAY_PREFIX: prefix,
+    TASKRELAY_TOOLS: FAULT_TOOLS,
+    WORKER_CONCURRENCY: '1',
+    WORKER_LOCK_DURATION_MS: '2000',
+    WORKER_SHUTDOWN_GRACE_MS: '300',
+    WORKER_HEARTBEAT_MS: '500',
+  };
+  let gateway;
+  [gateway, draining] = await Promise.all([
+    startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix }),
+    startWorkerProcess(env),
+  ]);
+  watcher = await watchingClient(gateway.url);
+
+  // Far longer than the grace on its first run; short when it runs again.
+  handedBack = await startTask(watcher.client, 'steady_once', { ms: 300, firstRunMs: 60_000 });
+  await records.waitForStart(handedBack, { pid: draining.pid });
+  queuedAfter = [];
+  for (let i = 0; i < 3; i++) queuedAfter.push(await startTask(watcher.client, 'steady', { ms: 300 }));
+  void draining.kill('SIGTERM');
+  exitCode = await Promise.race([
+    draining.exited,
+    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
+  ]);
+  replacement = await startWorkerProcess(env);
+  await Promise.all([handedBack, ...queuedAfter].map((id) => waitForTerminal(watcher.client, id, 30_000)));
+});
+
+afterAll(async () => {
+  await watcher?.close();
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+describe('a job handed back at SIGTERM', () => {
+  it('is aborted on the draining worker with WORKER_SHUTDOWN, which exits 0 having run nothing else', async () => {
+    expect(exitCode).toBe(0);
+    const first = (await records.runs(handedBack))[0];
+    expect(first?.pid).toBe(draining.pid);
+    expect(first?.events.at(-1)).toMatchObject({ e: 'end', outcome: 'threw', reason: 'WORKER_SHUTDOWN' });
+    for (const id of queuedAfter) expect((await records.runs(id)).map((run) => run.pid)).toEqual([replacement.pid]);
+  });
+
+  it('runs again before the jobs queued after it, as run 2 (ctx.attempt)', async () => {
+    const runs = await records.runs(handedBack);
+    expect(runs.map((run) => [run.pid, run.attempt])).toEqual([
+      [draining.pid, 1],
+      [replacement.pid, 2],
+    ]);
+    // One slot: each task ends before the next starts, so the order they ended in is the order they were handed out.
+    const ended = await Promise.all(
+      [handedBack, ...queuedAfter].map(async (id) => {
+        const task = await watcher.client.experimental.tasks.getTask(id);
+        expect(task.status, task.statusMessage).toBe('completed');
+        return { id, at: Date.parse(task.lastUpdatedAt) };
+      }),
+    );
+    const order = [...ended].sort((a, b) => a.at - b.at).map((e) => e.id);
+    expect(order).toEqual([handedBack, ...queuedAfter]);
+  });
+});
