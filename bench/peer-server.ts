@@ -15,6 +15,7 @@ import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { InMemoryTaskStore } from '@modelcontextprotocol/sdk/experimental/tasks';
+import { z } from 'zod';
 
 const port = Number(process.env['PORT'] ?? 3100);
 const DEFAULT_TTL_MS = 3_600_000;
@@ -45,6 +46,38 @@ function createServer(): McpServer {
         const result: CallToolResult = { content: [{ type: 'text', text: 'ok' }] };
         await extra.taskStore.storeTaskResult(task.taskId, 'completed', result);
         return { task: (await extra.taskStore.getTask(task.taskId)) ?? task };
+      },
+      async getTask(_args, extra) {
+        const task = await extra.taskStore.getTask(extra.taskId);
+        if (!task) throw new Error(`unknown task ${extra.taskId}`);
+        return task;
+      },
+      async getTaskResult(_args, extra) {
+        return (await extra.taskStore.getTaskResult(extra.taskId)) as CallToolResult;
+      },
+    },
+  );
+  // The polling-client rows (bench/lib/polling.ts): a task that ends `ms` after it is created, with the SDK
+  // examples' fixed 1 s pollInterval.
+  mcp.experimental.tasks.registerToolTask(
+    'bench_hold',
+    {
+      description: 'Ends `ms` after it starts.',
+      inputSchema: { ms: z.number().int().min(0).max(60_000) },
+      execution: { taskSupport: 'optional' },
+    },
+    {
+      async createTask({ ms }, extra) {
+        const task = await extra.taskStore.createTask({
+          ttl: extra.taskRequestedTtl ?? DEFAULT_TTL_MS,
+          pollInterval: 1000,
+        });
+        const taskStore = extra.taskStore;
+        setTimeout(() => {
+          const result: CallToolResult = { content: [{ type: 'text', text: 'held' }] };
+          void taskStore.storeTaskResult(task.taskId, 'completed', result);
+        }, ms);
+        return { task };
       },
       async getTask(_args, extra) {
         const task = await extra.taskStore.getTask(extra.taskId);

@@ -43,6 +43,7 @@ import { latency, sleep } from './lib/stats.js';
 import { runLoad } from './lib/load.js';
 import { runFair } from './lib/fair.js';
 import { runSoak } from './lib/soak.js';
+import { pollingClient } from './lib/polling.js';
 
 const { values: args } = parseArgs({
   // `pnpm bench -- --quick` passes the `--` through; `pnpm bench --quick` does not.
@@ -86,6 +87,9 @@ const WORKER_CONCURRENCY = 64;
  * still has CPU to spare, the case of tools that wait on I/O.
  */
 const HOLD_MS = 100;
+/** The polling-client rows (§28): the task's run time, and how many tasks one after another per repetition. */
+const POLL_HOLD_MS = 300;
+const POLL_TASKS = QUICK ? 3 : 10;
 const HOLD_CLIENTS = 128;
 
 /** Anything started here, for the finally block and signals. */
@@ -271,6 +275,35 @@ function rowSpecs(): RowSpec[] {
         id: `tr.cancel.n${n}.rt50`,
       });
     }
+  }
+  {
+    const group = `polling client: SDK callToolStream, a ${POLL_HOLD_MS} ms task, one at a time`;
+    rows.push(
+      {
+        group,
+        label: 'time to result p50 (target ≤ 400 ms)',
+        unit: 'ms',
+        id: 'tr.polling.p50',
+        ref: { id: 'peer.polling.p50', name: 'peer' },
+        better: 'lower',
+      },
+      {
+        group,
+        label: 'time to result p99',
+        unit: 'ms',
+        id: 'tr.polling.p99',
+        ref: { id: 'peer.polling.p99', name: 'peer' },
+        better: 'lower',
+      },
+      {
+        group,
+        label: 'tasks/get reads per task',
+        unit: 'count',
+        id: 'tr.polling.readsPerTask',
+        ref: { id: 'peer.polling.readsPerTask', name: 'peer' },
+        better: 'lower',
+      },
+    );
   }
   {
     const group = 'memory per task (after a full GC)';
@@ -521,6 +554,13 @@ async function compare(): Promise<number> {
           const b = latency(roundTrip);
           return { p50: a.p50, p99: a.p99, rt50: b.p50, rt99: b.p99 };
         },
+      );
+    }
+    // What a polling client sees (§28), peer and taskrelay in the same alternating order.
+    for (const t of pair) {
+      const url = t.name === 'peer' ? peer.url : tr.gateways[0]!.url;
+      await guarded(results, `${t.name}.polling`, rep, 60_000 + POLL_TASKS * 5_000, t.deps, [], () =>
+        pollingClient(url, POLL_HOLD_MS, POLL_TASKS),
       );
     }
     // Memory: wait until the previous repetition's memory tasks have expired, and the cycles' 1 s ttl tasks too.

@@ -2,7 +2,7 @@
  * PROTOCOL.md §13: one stored task, two renderings that agree on what happened. Each case is a TaskRecord as the
  * scripts store it.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { TaskRecord } from '@taskrelay/shared';
 import { declaresTasksExtension, renderCreateTaskExt, renderDetailedTask } from '../src/wire/task-wire-ext.js';
@@ -181,5 +181,23 @@ describe('§13 the extension rendering', () => {
     expect(declaresTasksExtension(meta)).toBe(true);
     expect(declaresTasksExtension({ 'io.modelcontextprotocol/clientCapabilities': { extensions: {} } })).toBe(false);
     expect(declaresTasksExtension(undefined)).toBe(false);
+  });
+});
+
+describe('§28 the poll interval both renderings suggest', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('is short for a task just created and the configured one for an old task, in both eras', () => {
+    vi.useFakeTimers();
+    vi.setSystemTime(Date.parse('2026-12-01T10:00:00.200Z'));
+    expect(renderTask(record({})).pollInterval).toBe(50);
+    expect(renderCreateTaskExt(record({})).pollIntervalMs).toBe(50);
+    expect(renderDetailedTask(record({})).pollIntervalMs).toBe(50);
+    vi.setSystemTime(Date.parse('2026-12-01T10:00:02.000Z'));
+    expect(renderTask(record({})).pollInterval).toBe(450);
+    expect(renderCreateTaskExt(record({})).pollIntervalMs).toBe(450);
+    vi.setSystemTime(Date.parse('2026-12-01T10:01:00.000Z'));
+    expect(renderTask(record({})).pollInterval).toBe(1_000);
+    expect(renderDetailedTask(record({})).pollIntervalMs).toBe(1_000);
   });
 });

@@ -114,6 +114,26 @@ export interface TaskRecord {
   webhookUrl?: string;
 }
 
+/** The shortest poll interval suggested for a young task (ms): `suggestedPollInterval`'s floor. */
+export const MIN_SUGGESTED_POLL_MS = 50;
+
+/**
+ * The poll interval suggested to a client for a task right now (PROTOCOL.md §28): a quarter of the task's age less
+ * `MIN_SUGGESTED_POLL_MS`, at least `MIN_SUGGESTED_POLL_MS` and at most the configured `pollInterval` (its ceiling).
+ * So a client that polls at the interval it was last given (the SDK's `callToolStream`) reads a task every 50 ms for
+ * its first 400 ms (a short task's end is seen within 50 ms), then within about a quarter of its age, and at the
+ * configured rate once it is four ceilings old. A terminal task gets the ceiling (nothing more will change). Both
+ * task wire formats render it; their specs let it change.
+ */
+export function suggestedPollInterval(record: TaskRecord, now: number = Date.now()): number {
+  const ceiling = record.pollInterval;
+  if (isTerminal(record.status)) return ceiling;
+  const floor = Math.min(MIN_SUGGESTED_POLL_MS, ceiling);
+  const age = now - Date.parse(record.createdAt);
+  if (!(age > 0)) return floor; // just created, or a clock a little ahead of ours
+  return Math.min(ceiling, Math.max(floor, Math.round(age / 4 - MIN_SUGGESTED_POLL_MS)));
+}
+
 /** The methods a tool's input request becomes on the wire (§12.2). */
 export const INPUT_METHODS = ['elicitation/create', 'sampling/createMessage'] as const;
 export type InputMethod = (typeof INPUT_METHODS)[number];

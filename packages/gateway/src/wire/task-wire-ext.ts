@@ -4,7 +4,7 @@
  * `outcomeOf` as the 2025-11-25 rendering; only the shapes differ.
  */
 import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
-import type { InputRequest, TaskRecord, TaskStatus } from '@taskrelay/shared';
+import { type InputRequest, type TaskRecord, type TaskStatus, suggestedPollInterval } from '@taskrelay/shared';
 import { WireError } from './errors.js';
 import { outcomeOf, type RpcErrorObject } from './task-wire.js';
 
@@ -72,7 +72,7 @@ function baseTask(record: TaskRecord, status: TaskStatus): ExtTask {
     createdAt: record.createdAt,
     lastUpdatedAt: record.lastUpdatedAt,
     ttlMs: Math.round(record.ttl),
-    pollIntervalMs: Math.max(1, Math.round(record.pollInterval)),
+    pollIntervalMs: Math.max(1, suggestedPollInterval(record)),
   };
   if (record.statusMessage !== undefined) task.statusMessage = record.statusMessage;
   return task;

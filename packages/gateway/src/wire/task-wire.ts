@@ -4,7 +4,7 @@
  * `io.modelcontextprotocol/tasks` extension. `outcomeOf` is the one classification both use, so they always agree.
  */
 import { RELATED_TASK_META_KEY, type CallToolResult, type Task } from '@modelcontextprotocol/sdk/types.js';
-import type { ErrorCode, TaskRecord } from '@taskrelay/shared';
+import { type ErrorCode, type TaskRecord, suggestedPollInterval } from '@taskrelay/shared';
 import { WireError } from './errors.js';
 
 /** A JSON-RPC error object as the wire carries it. */
@@ -83,7 +83,7 @@ export function renderTask(record: TaskRecord): Task {
     createdAt: record.createdAt,
     lastUpdatedAt: record.lastUpdatedAt,
     ttl: record.ttl,
-    pollInterval: record.pollInterval,
+    pollInterval: suggestedPollInterval(record),
   };
   if (record.statusMessage !== undefined) task.statusMessage = record.statusMessage;
   return task;
