@@ -6,6 +6,7 @@ export * from './fair-share.js';
 export * from './keys.js';
 export * from './logger.js';
 export * from './messages.js';
+export * from './metrics.js';
 export * from './redis.js';
 export * from './script-results.js';
 export * from './task-fields.js';

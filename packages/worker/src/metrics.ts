@@ -4,75 +4,56 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Registry } from 'prom-client';
+import { ProcessMetrics } from '@taskrelay/shared';
 
 const WAIT_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
 const RUN_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
 const CANCEL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30];
 
-export class WorkerMetrics {
-  readonly registry = new Registry();
-  readonly jobsStarted = new Counter({
+export class WorkerMetrics extends ProcessMetrics {
+  readonly jobsStarted = this.counter({
     name: 'taskrelay_worker_jobs_started_total',
     help: 'Runs started by this worker, by tool (a retry or a takeover after a crash is a new run).',
     labelNames: ['tool'] as const,
-    registers: [this.registry],
   });
-  readonly queueWait = new Histogram({
+  readonly queueWait = this.histogram({
     name: 'taskrelay_queue_wait_seconds',
     help: 'From enqueue to the first run starting, by tool.',
     labelNames: ['tool'] as const,
     buckets: WAIT_BUCKETS,
-    registers: [this.registry],
   });
-  readonly runDuration = new Histogram({
+  readonly runDuration = this.histogram({
     name: 'taskrelay_worker_run_seconds',
     help: "One run of a tool's handler on this worker, from start to its slot being free, by tool.",
     labelNames: ['tool'] as const,
     buckets: RUN_BUCKETS,
-    registers: [this.registry],
   });
-  readonly cancelLatency = new Histogram({
+  readonly cancelLatency = this.histogram({
     name: 'taskrelay_worker_cancel_seconds',
     help: "From a run's signal aborting to its slot being free (how fast handlers honour a cancel), by reason.",
     labelNames: ['reason'] as const,
     buckets: CANCEL_BUCKETS,
-    registers: [this.registry],
   });
-  readonly progressWritten = new Counter({
+  readonly progressWritten = this.counter({
     name: 'taskrelay_worker_progress_writes_total',
     help: 'Progress updates written to Redis (after the throttle).',
-    registers: [this.registry],
   });
-  readonly progressCoalesced = new Counter({
+  readonly progressCoalesced = this.counter({
     name: 'taskrelay_worker_progress_coalesced_total',
     help: "ctx.progress() values merged by the worker's per-task throttle (a newer value replaced them).",
-    registers: [this.registry],
-  });
-  readonly redisErrors = new Counter({
-    name: 'taskrelay_redis_errors_total',
-    help: "Errors reported by this process's Redis connections, by connection.",
-    labelNames: ['connection'] as const,
-    registers: [this.registry],
-  });
-  readonly redisReconnects = new Counter({
-    name: 'taskrelay_redis_reconnects_total',
-    help: "Reconnect attempts of this process's Redis connections, by connection.",
-    labelNames: ['connection'] as const,
-    registers: [this.registry],
   });
 
   constructor() {
-    collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_worker_' });
+    super('worker');
   }
 
   /** Busy and idle slots, read at scrape time. */
   watchSlots(busy: () => number, concurrency: number): void {
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_worker_slots',
       help: 'Job slots of this worker (WORKER_CONCURRENCY), by state: busy or idle.',
       labelNames: ['state'] as const,
-      registers: [this.registry],
       collect() {
         const n = busy();
         this.set({ state: 'busy' }, n);

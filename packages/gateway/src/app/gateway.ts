@@ -125,11 +125,8 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
   await Promise.all(Object.values(connections).map((client) => waitForRedis(client)));
   const metrics = new GatewayMetrics();
   for (const [connection, client] of Object.entries(connections)) {
-    client.off('error', quiet).on('error', (error) => {
-      metrics.redisErrors.inc({ connection });
-      log.warn({ err: error, connection }, 'redis error');
-    });
-    client.on('reconnecting', () => metrics.redisReconnects.inc({ connection }));
+    client.off('error', quiet);
+    metrics.watchRedis(client, connection, log);
   }
   const admin = new AdminQueries(redis, queueRedis, keys);
   undo.push(() => admin.close());

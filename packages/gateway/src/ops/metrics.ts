@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { ProcessMetrics } from '@taskrelay/shared';
 import type { AdminQueries } from './admin/queries.js';
 
 /** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
@@ -6,151 +6,116 @@ const DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 360
 const CANCEL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 /** The gateway's Prometheus metrics; one registry per gateway so tests can run several in one process. */
-export class GatewayMetrics {
-  readonly registry = new Registry();
-  readonly tasksCreated = new Counter({
+export class GatewayMetrics extends ProcessMetrics {
+  readonly tasksCreated = this.counter({
     name: 'taskrelay_tasks_created_total',
     help: 'Tasks created by this gateway, by tool and mode (task or call).',
     labelNames: ['tool', 'mode'] as const,
-    registers: [this.registry],
   });
-  readonly tasksFinished = new Counter({
+  readonly tasksFinished = this.counter({
     name: 'taskrelay_tasks_finished_total',
     help: 'Tasks created by this gateway that reached a terminal status, by tool and status.',
     labelNames: ['tool', 'status'] as const,
-    registers: [this.registry],
   });
-  readonly tasksCancelled = new Counter({
+  readonly tasksCancelled = this.counter({
     name: 'taskrelay_cancel_requests_total',
     help: 'Cancels accepted by this gateway, by trigger.',
     labelNames: ['trigger'] as const,
-    registers: [this.registry],
   });
-  readonly tasksReaped = new Counter({
+  readonly tasksReaped = this.counter({
     name: 'taskrelay_tasks_reaped_total',
     help: 'Tasks the reaper failed, by cause: TIMEOUT (deadline passed) or JOB_LOST (job gone or failed).',
     labelNames: ['code'] as const,
-    registers: [this.registry],
   });
-  readonly progressForwarded = new Counter({
+  readonly progressForwarded = this.counter({
     name: 'taskrelay_progress_notifications_total',
     help: 'notifications/progress sent to clients.',
-    registers: [this.registry],
   });
-  readonly progressDropped = new Counter({
+  readonly progressDropped = this.counter({
     name: 'taskrelay_progress_dropped_total',
     help: 'Progress events dropped: no route on this gateway (unknown, expired, terminal or foreign task).',
-    registers: [this.registry],
   });
-  readonly progressCoalesced = new Counter({
+  readonly progressCoalesced = this.counter({
     name: 'taskrelay_progress_coalesced_total',
     help: 'Progress events merged by the per-task throttle before reaching the client (a newer value replaced them).',
-    registers: [this.registry],
   });
-  readonly taskDuration = new Histogram({
+  readonly taskDuration = this.histogram({
     name: 'taskrelay_task_duration_seconds',
     help: 'From task creation to its terminal status, for tasks created by this gateway, by tool and status.',
     labelNames: ['tool', 'status'] as const,
     buckets: DURATION_BUCKETS,
-    registers: [this.registry],
   });
-  readonly cancelLatency = new Histogram({
+  readonly cancelLatency = this.histogram({
     name: 'taskrelay_cancel_seconds',
     help: 'tasks/cancel: from the request to the answer (state written, owning gateway acknowledged), by trigger.',
     labelNames: ['trigger'] as const,
     buckets: CANCEL_BUCKETS,
-    registers: [this.registry],
   });
-  readonly redisErrors = new Counter({
-    name: 'taskrelay_redis_errors_total',
-    help: "Errors reported by this process's Redis connections, by connection.",
-    labelNames: ['connection'] as const,
-    registers: [this.registry],
-  });
-  readonly redisReconnects = new Counter({
-    name: 'taskrelay_redis_reconnects_total',
-    help: "Reconnect attempts of this process's Redis connections, by connection.",
-    labelNames: ['connection'] as const,
-    registers: [this.registry],
-  });
-  readonly streams = new Gauge({
+  readonly streams = this.gauge({
     name: 'taskrelay_sse_streams_active',
     help: 'Standalone GET /mcp SSE streams open on this gateway.',
-    registers: [this.registry],
   });
-  readonly sessions = new Gauge({
+  readonly sessions = this.gauge({
     name: 'taskrelay_sessions_active',
     help: 'MCP sessions held by this gateway.',
-    registers: [this.registry],
   });
-  readonly routes = new Gauge({
+  readonly routes = this.gauge({
     name: 'taskrelay_task_routes_active',
     help: 'Running tasks whose progress this gateway forwards.',
-    registers: [this.registry],
   });
-  readonly sseEventBytes = new Gauge({
+  readonly sseEventBytes = this.gauge({
     name: 'taskrelay_sse_event_store_bytes',
     help: 'Bytes of SSE events held in memory for Last-Event-ID resumption, over all sessions.',
-    registers: [this.registry],
   });
-  readonly streamOverflows = new Counter({
+  readonly streamOverflows = this.counter({
     name: 'taskrelay_sse_stream_overflows_total',
     help: 'SSE streams closed because their client did not read and the bytes waiting passed the bound.',
-    registers: [this.registry],
   });
-  readonly streamCoalesced = new Counter({
+  readonly streamCoalesced = this.counter({
     name: 'taskrelay_sse_progress_coalesced_total',
     help: "Progress notifications replaced by a newer one while their stream's client was behind.",
-    registers: [this.registry],
   });
-  readonly sessionsEvicted = new Counter({
+  readonly sessionsEvicted = this.counter({
     name: 'taskrelay_sessions_evicted_total',
     help: 'Idle sessions closed because the gateway memory budget was reached.',
-    registers: [this.registry],
   });
-  readonly sessionsRefused = new Counter({
+  readonly sessionsRefused = this.counter({
     name: 'taskrelay_sessions_refused_total',
     help: 'New sessions refused (503) because the gateway memory budget was reached.',
-    registers: [this.registry],
   });
-  readonly requestsInFlight = new Gauge({
+  readonly requestsInFlight = this.gauge({
     name: 'taskrelay_requests_in_flight',
     help: 'MCP POST requests whose response is not finished yet (plain calls, tasks/result waits, ...).',
-    registers: [this.registry],
   });
-  readonly callDuration = new Histogram({
+  readonly callDuration = this.histogram({
     name: 'taskrelay_tool_call_seconds',
     help: 'Duration of plain (blocking) tools/call requests.',
     labelNames: ['tool'] as const,
     buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300],
-    registers: [this.registry],
   });
 
-  readonly webhookDeliveries = new Counter({
+  readonly webhookDeliveries = this.counter({
     name: 'taskrelay_webhook_deliveries_total',
     help: 'Webhook tries settled by this gateway, by outcome: delivered (2xx), retried, dead (dead-lettered), gone (410).',
     labelNames: ['outcome'] as const,
-    registers: [this.registry],
   });
 
   constructor() {
-    collectDefaultMetrics({ register: this.registry, prefix: 'taskrelay_gateway_' });
+    super('gateway');
   }
 
   /** The memory budget's use and bound, read at scrape time (§22.2). */
   watchMemoryBudget(budget: { use(): { usedBytes: number; budgetBytes: number } }): void {
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_memory_budget_used_bytes',
       help: 'Bytes this gateway counts against TASKRELAY_MEMORY_BUDGET_BYTES (sessions, event stores, routes, listen streams).',
-      registers: [this.registry],
       collect() {
         this.set(budget.use().usedBytes);
       },
     });
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_memory_budget_bytes',
       help: 'The memory budget of this gateway (TASKRELAY_MEMORY_BUDGET_BYTES).',
-      registers: [this.registry],
       collect() {
         this.set(budget.use().budgetBytes);
       },
@@ -162,11 +127,10 @@ export class GatewayMetrics {
    * live tasks by tool and status. Every gateway reports the same fleet values; aggregate them with `max`, not `sum`.
    */
   watchFleet(queries: AdminQueries): void {
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_queue_jobs',
       help: 'BullMQ jobs per worker pool (queue) and state, fleet-wide.',
       labelNames: ['queue', 'state'] as const,
-      registers: [this.registry],
       async collect() {
         this.reset();
         for (const { queue, counts } of await queries.queueDepths().catch(() => [])) {
@@ -174,22 +138,20 @@ export class GatewayMetrics {
         }
       },
     });
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_tasks_live',
       help: 'Non-terminal tasks (queued or running) by tool and status, fleet-wide (at most 1000 read).',
       labelNames: ['tool', 'status'] as const,
-      registers: [this.registry],
       async collect() {
         this.reset();
         const counts = await queries.liveCounts().catch(() => new Map<string, never>());
         for (const { tool, status, count } of counts.values()) this.set({ tool, status }, count);
       },
     });
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_workers_live',
       help: 'Workers with a live heartbeat, by queue, fleet-wide.',
       labelNames: ['queue'] as const,
-      registers: [this.registry],
       async collect() {
         this.reset();
         const byQueue = new Map<string, number>();
@@ -202,19 +164,17 @@ export class GatewayMetrics {
   /** Fleet-wide webhook outbox gauges, read at scrape time (PROTOCOL.md §27.6); aggregate with `max`. */
   watchWebhooks(counts: () => Promise<{ pending: number; dead: number }>): void {
     const read = () => counts().catch(() => undefined);
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_webhooks_pending',
       help: 'Webhook events not settled yet (due, or in a try), fleet-wide.',
-      registers: [this.registry],
       async collect() {
         const c = await read();
         if (c) this.set(c.pending);
       },
     });
-    new Gauge({
+    this.gauge({
       name: 'taskrelay_webhooks_dead',
       help: 'Dead-lettered webhook events held (the newest 1000), fleet-wide.',
-      registers: [this.registry],
       async collect() {
         const c = await read();
         if (c) this.set(c.dead);

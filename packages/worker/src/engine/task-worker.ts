@@ -231,12 +231,7 @@ export class TaskWorker {
   private connect(role: string): RedisClient {
     // Named so `CLIENT LIST` tells the connections of each worker apart.
     const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
-    const { metrics } = this.options;
-    client.on('error', (error: unknown) => {
-      metrics.redisErrors.inc({ connection: role });
-      this.log.warn({ err: error, connection: role }, 'Redis connection error');
-    });
-    client.on('reconnecting', () => metrics.redisReconnects.inc({ connection: role }));
+    this.options.metrics.watchRedis(client, role, this.log);
     return client;
   }
 }
