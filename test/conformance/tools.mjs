@@ -300,3 +300,153 @@ export const test_streaming_elicitation = defineTool({
     return text(`Hello, ${answer.content?.name ?? 'nobody'}`);
   },
 });
+
+// The 0.2.0-alpha.12 suite's input-required-result-* scenarios (SEP-2322, MRTR; PROTOCOL.md §17): each asks with
+// ctx.elicit / ctx.sample / ctx.listRoots under the key the scenario names, and a 2026-07-28 plain call answers the
+// question as an InputRequiredResult. The same tools ask on the request stream on a 2025-11-25 session.
+
+const nameSchema = (message) => ({
+  message,
+  requestedSchema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] },
+});
+const sampled = (answer) =>
+  answer.content?.type === 'text' ? answer.content.text : JSON.stringify(answer.content ?? null);
+
+export const test_input_required_result_elicitation = defineTool({
+  name: 'test_input_required_result_elicitation',
+  description: 'Asks for the user name (elicitation, key user_name), then greets.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.elicit(nameSchema('What is your name?'), { key: 'user_name' });
+    return text(`Hello, ${answer.content?.name ?? 'nobody'}!`);
+  },
+});
+
+export const test_input_required_result_sampling = defineTool({
+  name: 'test_input_required_result_sampling',
+  description: 'Asks the client model a question (sampling, key capital_question), then returns its answer.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.sample(
+      {
+        messages: [{ role: 'user', content: { type: 'text', text: 'What is the capital of France?' } }],
+        maxTokens: 100,
+      },
+      { key: 'capital_question' },
+    );
+    return text(`Sampling response: ${sampled(answer)}`);
+  },
+});
+
+export const test_input_required_result_list_roots = defineTool({
+  name: 'test_input_required_result_list_roots',
+  description: "Asks for the client's roots (roots/list, key client_roots), then lists them.",
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.listRoots({ key: 'client_roots' });
+    return text(`Roots: ${answer.roots.map((root) => root.uri).join(', ')}`);
+  },
+});
+
+const confirmSchema = {
+  message: 'Please confirm',
+  requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] },
+};
+
+export const test_input_required_result_request_state = defineTool({
+  name: 'test_input_required_result_request_state',
+  description: 'Asks for a confirmation (key confirm); the retry must echo the signed requestState.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.elicit(confirmSchema, { key: 'confirm' });
+    // Reached only through a retry whose requestState the gateway verified (PROTOCOL.md §17.2).
+    return text(`state-ok: confirmed=${answer.content?.ok === true}`);
+  },
+});
+
+export const test_input_required_result_tampered_state = defineTool({
+  name: 'test_input_required_result_tampered_state',
+  description: 'Asks for a confirmation (key confirm); a retry with an altered requestState is refused.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.elicit(confirmSchema, { key: 'confirm' });
+    return text(`confirmed=${answer.content?.ok === true}`);
+  },
+});
+
+export const test_input_required_result_multiple_inputs = defineTool({
+  name: 'test_input_required_result_multiple_inputs',
+  description: 'Asks three things at once: a name (elicitation), a greeting (sampling) and the roots.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const [name, greeting, roots] = await Promise.all([
+      ctx.elicit(nameSchema('What is your name?'), { key: 'user_name' }),
+      ctx.sample(
+        { messages: [{ role: 'user', content: { type: 'text', text: 'Generate a greeting' } }], maxTokens: 50 },
+        { key: 'greeting' },
+      ),
+      ctx.listRoots({ key: 'client_roots' }),
+    ]);
+    return text(`${sampled(greeting)} ${name.content?.name ?? 'nobody'} (${roots.roots.length} roots)`);
+  },
+});
+
+export const test_input_required_result_multi_round = defineTool({
+  name: 'test_input_required_result_multi_round',
+  description: 'Asks two questions one after the other (keys step1, step2): two input rounds.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const first = await ctx.elicit(nameSchema('Step 1: What is your name?'), { key: 'step1' });
+    const second = await ctx.elicit(
+      {
+        message: 'Step 2: What is your favorite color?',
+        requestedSchema: { type: 'object', properties: { color: { type: 'string' } }, required: ['color'] },
+      },
+      { key: 'step2' },
+    );
+    return text(`${first.content?.name ?? 'nobody'} likes ${second.content?.color ?? 'nothing'}`);
+  },
+});
+
+/** Asks only what the client declared: elicitation when it can, else sampling (ctx.elicit refuses it up front). */
+export const test_input_required_result_capabilities = defineTool({
+  name: 'test_input_required_result_capabilities',
+  description: 'Asks with elicitation when the client declared it, else with sampling.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    try {
+      const answer = await ctx.elicit(nameSchema('What is your name?'), { key: 'user_name' });
+      return text(`Hello, ${answer.content?.name ?? 'nobody'}!`);
+    } catch (error) {
+      if (error?.code !== 'CAPABILITY_MISSING') throw error;
+    }
+    const answer = await ctx.sample(
+      { messages: [{ role: 'user', content: { type: 'text', text: 'Pick a name' } }], maxTokens: 20 },
+      { key: 'name_suggestion' },
+    );
+    return text(`Hello, ${sampled(answer)}!`);
+  },
+});
+
+/** tasks-mrtr-composition: asks first as a plain call (MRTR), then becomes a task once answered (PROTOCOL.md §17.4). */
+export const test_tool_with_task = defineTool({
+  name: 'test_tool_with_task',
+  description: 'Asks for the user name, then finishes as a task whose result greets them.',
+  inputSchema: z.object({}),
+  taskSupport: 'required',
+  inputFirst: true,
+  async run(_input, ctx) {
+    const answer = await ctx.elicit(nameSchema('What is your name?'), { key: 'user_name' });
+    await ctx.sleep(200);
+    return text(`Hello, ${answer.content?.name ?? 'nobody'}! (finished as a task)`);
+  },
+});
+
+/** http-custom-header-server-validation (SEP-2243): `tenant` is mirrored into the Mcp-Param-Tenant header. */
+export const test_header_param = defineTool({
+  name: 'test_header_param',
+  description: 'Echoes its tenant argument, which a 2026-07-28 client mirrors into Mcp-Param-Tenant.',
+  inputSchema: z.object({ tenant: z.string() }),
+  mcpHeaders: { tenant: 'Tenant' },
+  run: ({ tenant }) => `tenant=${tenant}`,
+});

@@ -187,6 +187,13 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_OAUTH_CLOCK_SKEW_MS: int(0, 300_000).default(30_000),
   TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: int(0, 3_600_000).default(30_000),
   TASKRELAY_WEBHOOK_SECRET: webhookSecret.optional(),
+  TASKRELAY_REQUEST_STATE_SECRET: z
+    .string()
+    .min(32, { message: 'must be at least 32 characters' })
+    .optional()
+    .describe(
+      'Key that signs the `requestState` of 2026-07-28 input rounds (MRTR, PROTOCOL.md §17.2); at least 32 characters, the same on every gateway. Default: a random key the first gateway stores in Redis (`<prefix>:request-state-key`) for all to share.',
+    ),
   TASKRELAY_WEBHOOK_ALLOWED_HOSTS: webhookHostList.optional(),
   TASKRELAY_WEBHOOK_MAX_ATTEMPTS: int(1, 100).default(10),
   TASKRELAY_WEBHOOK_RETRY_BASE_MS: int(10, 3_600_000).default(2_000),
@@ -296,6 +303,8 @@ export interface GatewayConfig extends CommonConfig {
    * and the stream is closed (the client resumes it). Default 1 MiB.
    */
   maxStreamBufferBytes: number;
+  /** `TASKRELAY_REQUEST_STATE_SECRET`: signs MRTR `requestState` (PROTOCOL.md §17.2); undefined: a key kept in Redis. */
+  requestStateSecret?: string | undefined;
   /**
    * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams); past it the
    * least recently seen idle sessions are closed, then new sessions get 503. Default 512 MiB.
@@ -371,7 +380,10 @@ function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
   const name = String(issue?.path[0] ?? 'environment');
   const got = cleaned[name];
   // Secrets are never echoed.
-  const secret = name === 'TASKRELAY_AUTH_TOKENS' || name === 'TASKRELAY_WEBHOOK_SECRET';
+  const secret =
+    name === 'TASKRELAY_AUTH_TOKENS' ||
+    name === 'TASKRELAY_WEBHOOK_SECRET' ||
+    name === 'TASKRELAY_REQUEST_STATE_SECRET';
   const shown = secret || got === undefined ? '' : ` (got ${JSON.stringify(got)})`;
   throw new ConfigError(`Invalid configuration: ${name} ${issue?.message ?? 'is invalid'}${shown}`);
 }
@@ -467,6 +479,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
     maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
     maxStreamBufferBytes: p.TASKRELAY_MAX_STREAM_BUFFER_BYTES,
+    requestStateSecret: p.TASKRELAY_REQUEST_STATE_SECRET,
     memoryBudgetBytes: p.TASKRELAY_MEMORY_BUDGET_BYTES,
     oauth,
     webhooks: {

@@ -18,6 +18,8 @@ export interface Keys {
   readonly live: string;
   /** String: the lease that lets one gateway at a time run the reaper. */
   readonly reaperLease: string;
+  /** String: the random key that signs MRTR `requestState` when no secret is configured (PROTOCOL.md §17.2). */
+  readonly requestStateKey: string;
   /** String: the task id one principal's idempotency key stands for. */
   idempotency(principal: string, key: string): string;
   /** Sorted set of live worker ids, scored by heartbeat expiry (ms since epoch). */
@@ -86,6 +88,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     principalTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:tasks`,
     live: `${prefix}:live`,
     reaperLease: `${prefix}:reaper:lease`,
+    requestStateKey: `${prefix}:request-state-key`,
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,
     workers: `${prefix}:workers`,
     workerCatalog: (workerId) => `${prefix}:worker:${workerId}:catalog`,

@@ -121,6 +121,11 @@ export const ToolDescriptorSchema = z.object({
   attempts: z.number().int().positive().optional(),
   backoff: BackoffSchema.optional(),
   maxStalls: z.number().int().nonnegative().optional(),
+  /**
+   * Asks for its input before it becomes a task (PROTOCOL.md §17.4): a 2026-07-28 task call runs as a plain call
+   * through its input rounds and becomes a task once the answers resume it.
+   */
+  inputFirst: z.boolean().optional(),
 });
 export type ToolDescriptor = z.infer<typeof ToolDescriptorSchema>;
 

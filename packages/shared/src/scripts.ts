@@ -87,6 +87,12 @@ export const SCRIPTS = {
     args: ['lockToken', 'deadlineAt', 'now', 'attempt'],
     codes: [OK, TASK_MISSING, LOCK_LOST],
   }),
+  becomeTask: spec({
+    name: 'becomeTask',
+    keys: ['task', 'principalIndex'],
+    args: ['ttl', 'indexCap', 'indexTtlMs', 'taskId', 'createdAtMs'],
+    codes: [OK, TASK_MISSING, TASK_TERMINAL],
+  }),
   watch: spec({
     name: 'watch',
     keys: ['task'],

@@ -135,11 +135,28 @@ export function suggestedPollInterval(record: TaskRecord, now: number = Date.now
 }
 
 /** The methods a tool's input request becomes on the wire (§12.2). */
-export const INPUT_METHODS = ['elicitation/create', 'sampling/createMessage'] as const;
+export const INPUT_METHODS = ['elicitation/create', 'sampling/createMessage', 'roots/list'] as const;
 export type InputMethod = (typeof INPUT_METHODS)[number];
+
+/** The client capability each input method needs (what a client declares it can answer). */
+export const INPUT_CAPABILITIES: Readonly<Record<InputMethod, string>> = {
+  'elicitation/create': 'elicitation',
+  'sampling/createMessage': 'sampling',
+  'roots/list': 'roots',
+};
 
 /** A question a task asks its client: the MCP request's method and params, kept as given. */
 export interface InputRequest {
   method: InputMethod;
   params: Record<string, unknown>;
+  /**
+   * The tool's own name for the request (`ctx.elicit(params, { key })`): the key of `inputRequests` and
+   * `inputResponses` on the 2026-07-28 wire (PROTOCOL.md §17.6). Without one the request number is the key.
+   */
+  key?: string;
+}
+
+/** The key of request `n` on the wire: the tool's name for it, or its number (PROTOCOL.md §17.6). */
+export function inputKeyOf(n: string, request: InputRequest | undefined): string {
+  return request?.key ?? n;
 }

@@ -278,6 +278,24 @@ export class RedisTaskStore {
     return reply.code === ResultCode.OK ? parseRecord(fromFlat(reply.values[0] as string[])) : undefined;
   }
 
+  /**
+   * A plain call becomes a task of its principal (PROTOCOL.md §17.4): mode `task`, the granted ttl, listed in the
+   * principal's index. False when the call is gone, is not a call, or has ended.
+   */
+  async becomeTask(record: Pick<TaskRecord, 'taskId' | 'principal' | 'createdAt'>, ttl: number): Promise<boolean> {
+    const reply = await this.scripts.call(SCRIPTS.becomeTask, {
+      keys: { task: this.keys.task(record.taskId), principalIndex: this.keys.principalTasks(record.principal) },
+      args: {
+        ttl: String(ttl),
+        indexCap: String(this.indexCap),
+        indexTtlMs: String(this.indexTtlMs),
+        taskId: record.taskId,
+        createdAtMs: String(Date.parse(record.createdAt) || Date.now()),
+      },
+    });
+    return reply.code === ResultCode.OK;
+  }
+
   /** Statuses of many tasks in one round trip (undefined for missing ones). */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];
@@ -431,7 +449,16 @@ export class RedisTaskStore {
         requests:
           requests.length === 0
             ? ''
-            : JSON.stringify(requests.map((r) => [r.n, JSON.stringify({ method: r.method, params: r.params })])),
+            : JSON.stringify(
+                requests.map((r) => [
+                  r.n,
+                  JSON.stringify(
+                    r.key === undefined
+                      ? { method: r.method, params: r.params }
+                      : { method: r.method, params: r.params, key: r.key },
+                  ),
+                ]),
+              ),
         now: now.toISOString(),
         deadlineAt: input.deadlineAt,
         channelPrefix: this.keys.gatewayChannelPrefix,

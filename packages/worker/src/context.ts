@@ -55,6 +55,23 @@ export interface SampleAnswer {
   [key: string]: unknown;
 }
 
+/** The client's `ListRootsResult`: the roots it lets the server see. */
+export interface RootsAnswer {
+  roots: Array<{ uri: string; name?: string; [key: string]: unknown }>;
+  [key: string]: unknown;
+}
+
+/** How a question is named (`ctx.elicit(params, { key })`). */
+export interface AskOptions {
+  /**
+   * The question's name on the 2026-07-28 wire (the key of `inputRequests` / `inputResponses`, PROTOCOL.md §17.6):
+   * 1 to 100 of A-Z a-z 0-9 _ - . ; unique among the questions asked together. Default: its request number.
+   */
+  key?: string;
+}
+
+const AskKeySchema = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/, { message: 'must be 1 to 100 of A-Z a-z 0-9 _ - .' });
+
 /** The tool's durable per-task state (PROTOCOL.md §12.1). */
 export interface ToolState {
   /** The value as this run started, or as last `set`; undefined before the first `set` of the task. */
@@ -89,6 +106,10 @@ const SampleAnswerSchema = z.looseObject({
   role: z.enum(['user', 'assistant']),
   content: z.unknown(),
   model: z.string(),
+});
+
+const RootsAnswerSchema = z.looseObject({
+  roots: z.array(z.looseObject({ uri: z.string(), name: z.string().optional() })),
 });
 
 /** The largest `ctx.notify` data, serialised: 64 KiB. */
@@ -167,9 +188,11 @@ export interface ToolContext {
    * @throws SuspendedError (as a rejection) when the run suspends: let it propagate.
    * @throws TaskrelayError `CAPABILITY_MISSING` when the caller's client cannot answer elicitation requests.
    */
-  elicit(params: ElicitParams): Promise<ElicitAnswer>;
+  elicit(params: ElicitParams, options?: AskOptions): Promise<ElicitAnswer>;
   /** Asks the client's model (MCP sampling), like `elicit`. @throws as `elicit`. */
-  sample(params: SampleParams): Promise<SampleAnswer>;
+  sample(params: SampleParams, options?: AskOptions): Promise<SampleAnswer>;
+  /** Asks the client for its roots (MCP `roots/list`), like `elicit`. @throws as `elicit` (capability `roots`). */
+  listRoots(options?: AskOptions): Promise<RootsAnswer>;
   /**
    * Ends this run and runs the handler again from the top in `forMs` ms, on any worker, without holding a slot in
    * between (a poll every few minutes for hours). Always rejects with `SuspendedError`: let it propagate.
@@ -237,6 +260,7 @@ export class TaskContext implements ToolContext {
   /** Input requests of this turn, asked together by `flushBatch`. */
   private batch: Array<{
     n: number;
+    key: string | undefined;
     method: InputMethod;
     params: Record<string, unknown>;
     schema: z.ZodType;
@@ -299,21 +323,36 @@ export class TaskContext implements ToolContext {
     return value;
   };
 
-  readonly elicit = (params: ElicitParams): Promise<ElicitAnswer> => {
+  readonly elicit = (params: ElicitParams, options?: AskOptions): Promise<ElicitAnswer> => {
     const parsed = ElicitParamsSchema.safeParse(params);
     if (!parsed.success) {
       return Promise.reject(new TypeError(`ctx.elicit: ${issueText(parsed.error)}`));
     }
-    return this.ask('elicitation/create', 'elicitation', parsed.data, ElicitAnswerSchema) as Promise<ElicitAnswer>;
+    return this.ask(
+      'elicitation/create',
+      'elicitation',
+      parsed.data,
+      ElicitAnswerSchema,
+      options,
+    ) as Promise<ElicitAnswer>;
   };
 
-  readonly sample = (params: SampleParams): Promise<SampleAnswer> => {
+  readonly sample = (params: SampleParams, options?: AskOptions): Promise<SampleAnswer> => {
     const parsed = SampleParamsSchema.safeParse(params);
     if (!parsed.success) {
       return Promise.reject(new TypeError(`ctx.sample: ${issueText(parsed.error)}`));
     }
-    return this.ask('sampling/createMessage', 'sampling', parsed.data, SampleAnswerSchema) as Promise<SampleAnswer>;
+    return this.ask(
+      'sampling/createMessage',
+      'sampling',
+      parsed.data,
+      SampleAnswerSchema,
+      options,
+    ) as Promise<SampleAnswer>;
   };
+
+  readonly listRoots = (options?: AskOptions): Promise<RootsAnswer> =>
+    this.ask('roots/list', 'roots', {}, RootsAnswerSchema, options) as Promise<RootsAnswer>;
 
   readonly suspend = async (options: { forMs: number }): Promise<never> => {
     const forMs = options?.forMs;
@@ -429,13 +468,21 @@ export class TaskContext implements ToolContext {
     capability: string,
     params: Record<string, unknown>,
     answerSchema: z.ZodType,
+    options: AskOptions | undefined,
   ): Promise<unknown> {
     if (this.suspension) return Promise.reject(new SuspendedError());
+    const key = options?.key;
+    if (key !== undefined) {
+      const checked = AskKeySchema.safeParse(key);
+      if (!checked.success) return Promise.reject(new TypeError(`options.key ${issueText(checked.error)}`));
+      if (this.batch.some((entry) => entry.key === key)) {
+        return Promise.reject(new TypeError(`options.key ${key} is already asked in this turn`));
+      }
+    }
     const n = ++this.requests;
-    const key = String(n);
-    if (Object.hasOwn(this.answered, key)) {
+    if (Object.hasOwn(this.answered, String(n))) {
       try {
-        return Promise.resolve(this.checkAnswer(method, this.answered[key], answerSchema));
+        return Promise.resolve(this.checkAnswer(method, this.answered[String(n)], answerSchema));
       } catch (error) {
         return Promise.reject(error instanceof Error ? error : new Error(String(error)));
       }
@@ -451,7 +498,7 @@ export class TaskContext implements ToolContext {
       );
     }
     return new Promise<unknown>((resolve, reject) => {
-      this.batch.push({ n, method, params, schema: answerSchema, resolve, reject });
+      this.batch.push({ n, key, method, params, schema: answerSchema, resolve, reject });
       if (this.batch.length === 1) setImmediate(() => void this.flushBatch());
     });
   }
@@ -464,7 +511,9 @@ export class TaskContext implements ToolContext {
       const durable = this.requireDurable(batch[0]?.method === 'sampling/createMessage' ? 'sample' : 'elicit');
       const until = Date.now() + this.inputTimeoutMs;
       const outcome = await durable.suspend(this.taskId, this.requireLock(), {
-        requests: batch.map(({ n, method, params }) => ({ n, method, params })),
+        requests: batch.map(({ n, key, method, params }) =>
+          key === undefined ? { n, method, params } : { n, key, method, params },
+        ),
         deadlineAt: until,
       });
       this.settleSuspend(outcome);

@@ -47,6 +47,19 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   taskSupport?: TaskSupport;
   /**
+   * Ask before becoming a task (PROTOCOL.md §17.4): a 2026-07-28 client that declares the tasks extension gets this
+   * tool's questions (`ctx.elicit`, `ctx.sample`, `ctx.listRoots`) as input rounds of a plain call, and the call
+   * becomes a task once its answers resume the run. Needs `taskSupport` `optional` or `required`. Default `false`.
+   */
+  inputFirst?: boolean;
+  /**
+   * Arguments a 2026-07-28 client must mirror into HTTP headers (SEP-2243, PROTOCOL.md §16.2), so proxies can route
+   * on them: `{ region: 'Region' }` publishes `"x-mcp-header": "Region"` on the `region` property and makes the
+   * gateway require a matching `Mcp-Param-Region` header on a call that carries it. Each argument must be a
+   * top-level string, integer or boolean property; header names are tokens, unique regardless of case. Default none.
+   */
+  mcpHeaders?: Record<string, string>;
+  /**
    * Abort the run with reason `TIMEOUT` and fail the task this many ms after it starts. The gateway caps it at
    * `TASKRELAY_MAX_TOOL_TIMEOUT_MS`. Default: none (only the gateway's cap applies).
    */
@@ -113,6 +126,7 @@ export interface ToolDefinition<
   readonly inputSchema: I;
   readonly outputSchema: O | undefined;
   readonly taskSupport: TaskSupport;
+  readonly inputFirst: boolean;
   readonly timeoutMs: number | undefined;
   readonly attempts: number;
   readonly backoff: Backoff;
@@ -129,6 +143,11 @@ const ToolOptionsSchema = z.object({
   title: z.string().min(1).optional(),
   description: z.string().min(1, { message: 'must not be empty' }),
   taskSupport: TaskSupportSchema.default('optional'),
+  inputFirst: z.boolean().default(false),
+  /** RFC 9110 token names (SEP-2243), by argument name. */
+  mcpHeaders: z
+    .record(z.string(), z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { message: 'must be an HTTP token' }))
+    .optional(),
   timeoutMs: z.number().int().positive().optional(),
   attempts: z.number().int().min(1).max(1000).default(1),
   backoff: BackoffSchema.default({ type: 'exponential', delayMs: 1000, jitter: 0.5 }),
@@ -151,8 +170,22 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
     throw new TypeError(`${label}: ${issue?.path.join('.') || 'options'} ${issue?.message ?? 'is invalid'}`);
   }
-  const { name, title, description, taskSupport, timeoutMs, attempts, backoff, maxStalls, inputTimeoutMs } =
-    parsed.data;
+  const {
+    name,
+    title,
+    description,
+    taskSupport,
+    inputFirst,
+    mcpHeaders,
+    timeoutMs,
+    attempts,
+    backoff,
+    maxStalls,
+    inputTimeoutMs,
+  } = parsed.data;
+  if (inputFirst && taskSupport === 'forbidden') {
+    throw new TypeError(`defineTool(${name}): inputFirst needs taskSupport 'optional' or 'required'`);
+  }
   // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
   for (const [field, schema] of [
     ['inputSchema', options.inputSchema],
@@ -182,6 +215,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     maxStalls,
   };
   if (title !== undefined) descriptor.title = title;
+  if (inputFirst) descriptor.inputFirst = true;
+  if (mcpHeaders !== undefined) annotateHeaders(name, descriptor.inputSchema, mcpHeaders);
   if (options.outputSchema !== undefined) {
     descriptor.outputSchema = toolJsonSchema(options.outputSchema, 'output', `defineTool(${name}): outputSchema`);
   }
@@ -195,6 +230,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     inputSchema: options.inputSchema,
     outputSchema: options.outputSchema,
     taskSupport,
+    inputFirst,
     timeoutMs,
     attempts,
     backoff,
@@ -293,4 +329,27 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
   const proto: unknown = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
+}
+
+/**
+ * Marks each mapped argument's property with `x-mcp-header` (SEP-2243), after the rules a client checks before it
+ * trusts a tool: a top-level property of type string, integer or boolean, and header names unique regardless of case.
+ */
+function annotateHeaders(tool: string, inputSchema: Record<string, unknown>, headers: Record<string, string>): void {
+  const properties = (inputSchema['properties'] ?? {}) as Record<string, Record<string, unknown>>;
+  const seen = new Set<string>();
+  for (const [argument, header] of Object.entries(headers)) {
+    const property = properties[argument];
+    if (!property) throw new TypeError(`defineTool(${tool}): mcpHeaders.${argument} names no inputSchema property`);
+    if (!['string', 'integer', 'boolean'].includes(String(property['type']))) {
+      throw new TypeError(
+        `defineTool(${tool}): mcpHeaders.${argument} must be a string, integer or boolean property (SEP-2243)`,
+      );
+    }
+    if (seen.has(header.toLowerCase())) {
+      throw new TypeError(`defineTool(${tool}): mcpHeaders: header ${header} is named twice (case-insensitively)`);
+    }
+    seen.add(header.toLowerCase());
+    property['x-mcp-header'] = header;
+  }
 }

@@ -1,11 +1,13 @@
 export { defineTool, isToolDefinition, toolJsonSchema } from './define-tool.js';
 export type { CancelledTaskInfo, ToolDefinition, ToolInputSchema, ToolOptions, ToolReturn } from './define-tool.js';
 export type {
+  AskOptions,
   ElicitAnswer,
   ElicitParams,
   ElicitValue,
   SampleAnswer,
   SampleParams,
+  RootsAnswer,
   ToolContext,
   ToolState,
 } from './context.js';

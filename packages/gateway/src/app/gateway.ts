@@ -24,6 +24,7 @@ import { OpenTaskLimit, RequestLimits } from '../http/limits.js';
 import { AdminQueries } from '../ops/admin/queries.js';
 import { GatewayMetrics } from '../ops/metrics.js';
 import { InflightCalls } from '../protocol/inflight-calls.js';
+import { RequestStateSigner } from '../protocol/request-state.js';
 import { ToolCatalog } from '../tasks/catalog.js';
 import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
@@ -226,8 +227,15 @@ async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayH
     maxArgumentBytes: options.maxArgumentBytes,
     maxProgressTokenBytes: options.maxProgressTokenBytes,
   });
+  // One key for every replica: the retry of an input round may land on any of them (PROTOCOL.md §17.2).
+  const requestState = await RequestStateSigner.create({
+    secret: options.requestStateSecret,
+    redis,
+    key: keys.requestStateKey,
+  });
   const app = createHttpApp({
     options,
+    requestState,
     version: GATEWAY_VERSION,
     log,
     metrics,

@@ -29,6 +29,7 @@ import type { TaskService } from '../tasks/task-service.js';
 import { SessionEventStore } from '../transports/session/event-store.js';
 import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
 import { SessionTransport } from '../transports/session/session-transport.js';
+import type { RequestStateSigner } from '../protocol/request-state.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
 import { MemoryBudget, SESSION_COST_BYTES } from './memory-budget.js';
 import type { Session, SessionRegistry } from './session-registry.js';
@@ -56,6 +57,8 @@ export interface HttpAppDeps {
   /** The webhook outbox, shown on the dashboard (PROTOCOL.md §27.6). */
   webhooks: WebhookOutbox;
   inflight: InflightCalls;
+  /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
+  requestState: RequestStateSigner;
   sessions: SessionRegistry;
   /** Aborted when the drain starts: pending `tasks/result` waits end. */
   drainSignal: AbortSignal;
@@ -162,6 +165,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     maxResultBytes: options.maxResultBytes,
     streams: streamBounds,
     listens: { opened: () => budget.listenOpened(), closed: () => budget.listenClosed() },
+    requestState: deps.requestState,
   });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */

@@ -442,10 +442,14 @@ export class TaskRouter {
         // already have been told the task is cancelled.
         this.retire(event.taskId, { flush: event.status !== 'cancelled', endedAs: event.status });
       }
-      if (route.sendStatus) {
-        const record: TaskRecord = { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
-        if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
-        if (!terminal) route.record = record;
+      // Kept current, so a wait that starts after this event (an MRTR round, §17.1) sees the task is asking.
+      const record: TaskRecord | undefined =
+        !terminal || route.sendStatus
+          ? { ...route.record, status: event.status, lastUpdatedAt: event.lastUpdatedAt }
+          : undefined;
+      if (record && event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
+      if (record && !terminal) route.record = record;
+      if (record && route.sendStatus) {
         route
           .sendStatus(record)
           .catch((error: unknown) =>

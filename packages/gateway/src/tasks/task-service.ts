@@ -4,6 +4,7 @@
  */
 import {
   TaskrelayError,
+  inputKeyOf,
   isTerminal,
   type CancelReason,
   type InputRequest,
@@ -384,29 +385,118 @@ export class TaskService {
    */
   async answer(taskId: string, principal: string, responses: Record<string, unknown>): Promise<string[]> {
     const record = await this.get(taskId, principal);
-    const pending = new Set(record.status === 'input_required' ? (record.pendingInputs ?? []) : []);
+    return (await this.answerPending(record, responses)).stored;
+  }
+
+  /**
+   * A plain call's task the principal started, for a retry of its input round (PROTOCOL.md §17.3); undefined when it
+   * is gone (expired, or never was) or is not the principal's plain call.
+   */
+  async getCall(taskId: string, principal: string): Promise<TaskRecord | undefined> {
+    const record = await this.store.get(taskId);
+    if (!record || record.principal !== principal || record.mode !== 'call') return undefined;
+    return record;
+  }
+
+  /**
+   * Answers a plain call's pending input requests (an MRTR retry, §17.3), as `answer` does a task's: checked, then
+   * stored, and the job promoted once nothing is pending. `resumed`: the last pending request was answered.
+   */
+  answerCall(record: TaskRecord, responses: Record<string, unknown>): Promise<{ stored: string[]; resumed: boolean }> {
+    return this.answerPending(record, responses);
+  }
+
+  private async answerPending(
+    record: TaskRecord,
+    responses: Record<string, unknown>,
+  ): Promise<{ stored: string[]; resumed: boolean }> {
+    const { taskId, principal } = record;
+    // Answers are keyed as the wire shows the requests: the tool's name for one, else its number (§17.6).
+    const pending = new Map<string, string>();
+    if (record.status === 'input_required') {
+      for (const n of record.pendingInputs ?? []) pending.set(inputKeyOf(n, record.inputRequests?.[n]), n);
+    }
     const checked: Array<[string, Record<string, unknown>]> = [];
     for (const [key, response] of Object.entries(responses)) {
-      const request = record.inputRequests?.[key];
-      if (!request || !pending.has(key)) {
+      const n = pending.get(key);
+      const request = n === undefined ? undefined : record.inputRequests?.[n];
+      if (n === undefined || !request) {
         this.log.info({ taskId, principal, inputRequest: key }, 'answer to a request that is not pending ignored');
         continue;
       }
       const check = this.config.checkAnswer(request, response);
       if (!check.ok) throw new TaskrelayError('INVALID_ARGUMENTS', `Answer to input request ${key}: ${check.message}`);
-      checked.push([key, check.answer]);
+      checked.push([n, check.answer]);
     }
     const stored: string[] = [];
     const tool = checked.length > 0 ? await this.catalog.find(record.tool).catch(() => undefined) : undefined;
+    let resumed = false;
     for (const [key, answer] of checked) {
       const deadlineAt = runDeadlineAt(tool, this.config);
       const outcome = await this.store.answerInput(taskId, key, answer, deadlineAt);
       if (!outcome.ok) continue; // answered meanwhile by another route: the first answer stands
       stored.push(key);
       this.log.info({ taskId, principal, inputRequest: key }, 'input request answered');
-      if (outcome.resumed) await this.dispatcher.promote(taskId, outcome.queue || record.queue);
+      if (outcome.resumed) {
+        resumed = true;
+        await this.dispatcher.promote(taskId, outcome.queue || record.queue);
+      }
     }
-    return stored;
+    return { stored, resumed };
+  }
+
+  /**
+   * Waits for one round of a plain call (PROTOCOL.md §17.1): until its task ends (`asked: false`, the terminal
+   * record) or suspends for input (`asked: true`, the record with its pending requests), on any gateway. An abort of
+   * `signal` ends the wait (the call goes on).
+   */
+  async waitForRound(
+    taskId: string,
+    principal: string,
+    signal: AbortSignal,
+  ): Promise<{ record: TaskRecord; asked: boolean }> {
+    let asked: TaskRecord | undefined;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    const sink: CallerSink = {
+      deliverInput: (record) => {
+        if (record.status !== 'input_required' || asked) return;
+        asked = record;
+        stop.abort(new Error('input requested'));
+      },
+      withdrawInput: () => undefined,
+      sendLog: () => undefined,
+    };
+    try {
+      const record = await this.router.waitForTerminal(taskId, {
+        signal: stop.signal,
+        authorize: (r) => r.principal === principal,
+        stream: { sessionId: undefined, sink },
+      });
+      return { record, asked: false };
+    } catch (error) {
+      if (asked) return { record: asked, asked: true };
+      throw error;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * An `inputFirst` tool's plain call becomes a task of its principal once its answers resume it (PROTOCOL.md §17.4):
+   * mode `task`, the granted ttl, listed from then on. Undefined when the call is gone or ended meanwhile.
+   */
+  async becomeTask(record: TaskRecord, requestedTtlMs: number | undefined): Promise<TaskRecord | undefined> {
+    const ttl = grantTtl(requestedTtlMs, this.config);
+    if (!(await this.store.becomeTask(record, ttl))) return undefined;
+    this.metrics.tasksCreated.inc({ tool: record.tool, mode: 'task' });
+    this.log.info(
+      { taskId: record.taskId, tool: record.tool, principal: record.principal },
+      'plain call became a task',
+    );
+    return (await this.store.get(record.taskId)) ?? undefined;
   }
 
   /** Cancels a plain call's task; a no-op when it already ended. */

@@ -2,13 +2,14 @@
  * Checks a client's answer to one of a task's input requests before it is stored (PROTOCOL.md §12.5): an elicitation
  * answer is an `ElicitResult` whose `content`, on `accept`, satisfies the request's `requestedSchema` (JSON Schema
  * 2020-12, the dialect MCP names); a sampling answer is a `CreateMessageResult` (with tool use when the request
- * offered tools). Both answer routes use it: the 2025-11-25 response to the gateway's request, and the extension's
+ * offered tools); a roots answer is a `ListRootsResult`. Both answer routes use it: the 2025-11-25 response to the gateway's request, and the extension's
  * `tasks/update {inputResponses}`.
  */
 import {
   CreateMessageResultSchema,
   CreateMessageResultWithToolsSchema,
   ElicitResultSchema,
+  ListRootsResultSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { InputRequest } from '@taskrelay/shared';
 import type { z } from 'zod';
@@ -35,6 +36,12 @@ export function checkAnswer(
         return { ok: false, message: `content does not match requestedSchema: ${ajvText(validate)}` };
       }
     }
+    return { ok: true, answer };
+  }
+  if (request.method === 'roots/list') {
+    const parsed = ListRootsResultSchema.safeParse(raw);
+    if (!parsed.success) return { ok: false, message: `not a ListRootsResult: ${issueText(parsed.error)}` };
+    const { _meta: _ignored, ...answer } = parsed.data;
     return { ok: true, answer };
   }
   const withTools = request.params['tools'] !== undefined || request.params['toolChoice'] !== undefined;

@@ -4,7 +4,13 @@
  * `outcomeOf` as the 2025-11-25 rendering; only the shapes differ.
  */
 import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
-import { type InputRequest, type TaskRecord, type TaskStatus, suggestedPollInterval } from '@taskrelay/shared';
+import {
+  inputKeyOf,
+  type InputRequest,
+  type TaskRecord,
+  type TaskStatus,
+  suggestedPollInterval,
+} from '@taskrelay/shared';
 import { WireError } from './errors.js';
 import { outcomeOf, type RpcErrorObject } from './task-wire.js';
 
@@ -34,7 +40,7 @@ export type ExtDetailedTask = ExtTask & {
   resultType: 'complete';
   result?: Record<string, unknown>;
   error?: RpcErrorObject;
-  inputRequests?: Record<string, InputRequest>;
+  inputRequests?: Record<string, Pick<InputRequest, 'method' | 'params'>>;
 };
 
 /** True when a request's `_meta` declares the extension (the choice is per request, docs/MCP.md). */
@@ -62,7 +68,7 @@ export function requireTasksExtension(meta: Record<string, unknown> | undefined,
 export function requestClientCapabilities(meta: Record<string, unknown> | undefined): string[] {
   const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY];
   if (typeof capabilities !== 'object' || capabilities === null) return [];
-  return ['elicitation', 'sampling'].filter((name) => name in capabilities);
+  return ['elicitation', 'sampling', 'roots'].filter((name) => name in capabilities);
 }
 
 function baseTask(record: TaskRecord, status: TaskStatus): ExtTask {
@@ -92,10 +98,11 @@ export function renderDetailedTask(record: TaskRecord): ExtDetailedTask {
   switch (outcome.kind) {
     case 'pending': {
       if (record.status !== 'input_required') return { ...baseTask(record, 'working'), resultType: 'complete' };
-      const inputRequests: Record<string, InputRequest> = {};
-      for (const key of record.pendingInputs ?? []) {
-        const request = record.inputRequests?.[key];
-        if (request) inputRequests[key] = request;
+      // Keyed by the tool's name for a request, else its number (PROTOCOL.md §17.6); the key is not part of it.
+      const inputRequests: Record<string, Pick<InputRequest, 'method' | 'params'>> = {};
+      for (const n of record.pendingInputs ?? []) {
+        const request = record.inputRequests?.[n];
+        if (request) inputRequests[inputKeyOf(n, request)] = { method: request.method, params: request.params };
       }
       return { ...baseTask(record, 'input_required'), resultType: 'complete', inputRequests };
     }

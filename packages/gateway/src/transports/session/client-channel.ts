@@ -6,7 +6,14 @@
  */
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { LoggingMessageNotification, RequestId } from '@modelcontextprotocol/sdk/types.js';
-import { LOG_LEVELS, type LogLevel, type Logger, type TaskMode, type TaskRecord } from '@taskrelay/shared';
+import {
+  INPUT_CAPABILITIES,
+  LOG_LEVELS,
+  type LogLevel,
+  type Logger,
+  type TaskMode,
+  type TaskRecord,
+} from '@taskrelay/shared';
 import { z } from 'zod';
 import type { CallerSink } from '../../tasks/task-router.js';
 import { relatedTaskMeta } from '../../wire/task-wire.js';
@@ -69,7 +76,7 @@ export class ClientChannel {
   /** The capabilities of the session's client that tools may use (`elicitation`, `sampling`), from `initialize`. */
   capabilities(): string[] {
     const declared = this.options.server.getClientCapabilities();
-    return (['elicitation', 'sampling'] as const).filter((name) => declared?.[name] !== undefined);
+    return (['elicitation', 'sampling', 'roots'] as const).filter((name) => declared?.[name] !== undefined);
   }
 
   /**
@@ -129,7 +136,7 @@ export class ClientChannel {
     const key = `${record.taskId}\u0000${n}\u0000${streamKey}`;
     if (this.deliveries.has(key)) return;
     const log = this.options.log.child({ taskId: record.taskId, inputRequest: n, method: request.method });
-    const capability = request.method === 'elicitation/create' ? 'elicitation' : 'sampling';
+    const capability = INPUT_CAPABILITIES[request.method];
     if (!this.capabilities().includes(capability)) {
       // ctx.elicit refuses this up front when the task recorded its client's capabilities; one that did not waits.
       log.warn(`the client did not declare the ${capability} capability; request not sent`);

@@ -17,6 +17,9 @@ import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import { idempotencyKeyOf } from '../../protocol/request-meta.js';
 import { CatalogChanges } from '../../protocol/catalog-changes.js';
+import { inputRequiredResult } from '../../protocol/mrtr.js';
+import type { RequestStateSigner } from '../../protocol/request-state.js';
+import { checkParamHeaders, decodeHeaderValue } from './param-headers.js';
 import type { ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { renderResult } from '../../wire/task-wire.js';
@@ -55,7 +58,12 @@ export interface ModernEndpointOptions {
   streams?: SseWriterOptions;
   /** Told when a `subscriptions/listen` stream opens and closes (the memory budget, §22.2). Default: none. */
   listens?: { opened: () => void; closed: () => void };
+  /** Signs and verifies the `requestState` of input rounds (MRTR, PROTOCOL.md §17.2). */
+  requestState: RequestStateSigner;
 }
+
+/** A wait nothing aborts (a round's end is its task's, or the stream's close, tracked apart). */
+const never = new AbortController().signal;
 
 type Params = Record<string, unknown> & { _meta?: Record<string, unknown> };
 
@@ -117,7 +125,7 @@ const REMOVED: ReadonlyMap<string, string> = new Map([
 const SESSIONLESS_VERSIONS = [MODERN_PROTOCOL_VERSION];
 
 export function createModernEndpoint(options: ModernEndpointOptions) {
-  const { service, log } = options;
+  const { service, log, requestState: signer } = options;
   const catalogChanges = new CatalogChanges({ list: () => service.listTools() });
 
   const handlers: Record<string, Handler> = {
@@ -267,9 +275,24 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       throw new WireError(INVALID_PARAMS, 'tools/call params.arguments must be an object');
     }
     const args = rawArgs as Record<string, unknown>;
+    // An input round's retry (MRTR, PROTOCOL.md §17.3): the state the last round gave, and the answers.
+    const requestState = params['requestState'];
+    const inputResponses = params['inputResponses'];
+    if (requestState !== undefined && typeof requestState !== 'string') {
+      throw new WireError(INVALID_PARAMS, 'tools/call params.requestState must be a string');
+    }
+    if (
+      inputResponses !== undefined &&
+      (typeof inputResponses !== 'object' || inputResponses === null || Array.isArray(inputResponses))
+    ) {
+      throw new WireError(INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
+    }
     const ext = declaresTasksExtension(params._meta);
     // A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663).
     const { tool, invalid } = await service.resolveCall(name, args, 'auto');
+    // SEP-2243: arguments the tool mirrors into headers must match them (PROTOCOL.md §16.2).
+    const mismatch = checkParamHeaders((header) => rpc.req.header(header), tool.inputSchema, args);
+    if (mismatch !== undefined) throw new WireError(HEADER_MISMATCH, `Header mismatch: ${mismatch}`);
     if (tool.taskSupport === 'required' && !ext) {
       throw new WireError(
         MISSING_CLIENT_CAPABILITY,
@@ -277,9 +300,15 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
         { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
       );
     }
-    const asTask = ext && tool.taskSupport !== 'forbidden';
+    if (requestState !== undefined) {
+      return retryRound(rpc, tool.name, requestState, (inputResponses ?? {}) as Record<string, unknown>);
+    }
+    // Answers without a state belong to no round: a new call, which asks again (SEP-2322: ignore what is not known).
+    // An inputFirst tool asks as a plain call first and becomes a task once answered (PROTOCOL.md §17.4).
+    const inputFirst = ext && tool.inputFirst === true && tool.taskSupport !== 'forbidden';
+    const asTask = ext && tool.taskSupport !== 'forbidden' && !inputFirst;
     if (invalid !== undefined) {
-      if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
+      if (!asTask && !inputFirst) return { content: [{ type: 'text', text: invalid }], isError: true };
       const record = await service.rejectTask(
         { tool, principal, sessionId: undefined, requestedTtlMs: undefined, webhook: params._meta?.[WEBHOOK_META_KEY] },
         invalid,
@@ -303,19 +332,14 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     }
 
     if (options.inflight.ending) throw callEndedByShutdown();
-    // Progress of a plain call flows on its own response stream, which becomes SSE once there is progress to send.
-    const progressToken = params._meta?.['progressToken'] as ProgressToken | undefined;
-    const stream =
-      progressToken !== undefined && acceptsEventStream(rpc.req)
-        ? new SseResponse(rpc.res, options.streams)
-        : undefined;
+    const stream = progressStream(rpc);
     const record = await service.start({
       tool,
       args,
       mode: 'call',
       principal,
       sessionId: undefined,
-      progressToken,
+      progressToken: stream?.token,
       requestedTtlMs: undefined,
       // Refused: a plain call ends in its answer (PROTOCOL.md §27.1).
       webhook: params._meta?.[WEBHOOK_META_KEY],
@@ -326,11 +350,36 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
             // Coalesced while the client is behind: its stream stays bounded and is never closed for progress.
             sendProgress: (progress: ProgressParams) =>
               Promise.resolve(
-                stream.sendLatest('progress', { jsonrpc: '2.0', method: 'notifications/progress', params: progress }),
+                stream.sse.sendLatest('progress', {
+                  jsonrpc: '2.0',
+                  method: 'notifications/progress',
+                  params: progress,
+                }),
               ),
           }
         : {}),
     });
+    return runRound(rpc, record, { becomesTask: inputFirst, stream: stream?.sse });
+  }
+
+  /** A plain call's response stream, once it carries a progress token and the client accepts SSE. */
+  function progressStream(rpc: Rpc): { token: ProgressToken; sse: SseResponse } | undefined {
+    const token = rpc.params._meta?.['progressToken'] as ProgressToken | undefined;
+    if (token === undefined || !acceptsEventStream(rpc.req)) return undefined;
+    return { token, sse: new SseResponse(rpc.res, options.streams) };
+  }
+
+  /**
+   * One round of a plain call (PROTOCOL.md §17.1): waits until its task ends (the tool's result) or asks for input
+   * (an `InputRequiredResult`; the task stays suspended on its hash, and the retry may come to any replica). Closing
+   * the response stream before that cancels the call.
+   */
+  async function runRound(
+    rpc: Rpc,
+    record: TaskRecord,
+    round: { becomesTask: boolean; stream: SseResponse | undefined },
+  ): Promise<Result | undefined> {
+    const { stream } = round;
     // On this transport a closed response stream is the client's cancel (MUST; PROTOCOL.md §14).
     const closed = new AbortController();
     const onClose = () => {
@@ -343,14 +392,23 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     const cancelOnClose = () => void service.cancelCall(record, 'stream-closed');
     call.signal.addEventListener('abort', cancelOnClose, { once: true });
     try {
-      const done = await service.waitForCall(record, new AbortController().signal);
-      if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
+      const { record: done, asked } = await service.waitForRound(record.taskId, rpc.principal, never);
       if (closed.signal.aborted) return undefined; // nobody to answer
-      const missing = missingCapabilityError(done);
-      if (missing) throw missing;
-      const result = capResult(renderResult(done), options.maxResultBytes ?? Infinity) as Result;
+      let result: Result;
+      if (asked) {
+        result = inputRequiredResult(done, signer, { becomesTask: round.becomesTask });
+      } else {
+        if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
+        const missing = missingCapabilityError(done);
+        if (missing) throw missing;
+        result = capResult(renderResult(done), options.maxResultBytes ?? Infinity) as Result;
+      }
       if (stream) {
-        stream.end({ jsonrpc: '2.0', id: rpc.id, result: { ...result, resultType: 'complete' } });
+        stream.end({
+          jsonrpc: '2.0',
+          id: rpc.id,
+          result: { ...result, resultType: result['resultType'] ?? 'complete' },
+        });
         return undefined;
       }
       return result;
@@ -363,6 +421,40 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       rpc.res.off('close', onClose);
       call.done();
     }
+  }
+
+  /**
+   * The retry of an input round (PROTOCOL.md §17.3): the echoed `requestState` verified (its MAC in constant time, then
+   * principal, tool and expiry; any failure is -32602 and changes nothing), the answers stored, then the next round.
+   */
+  async function retryRound(
+    rpc: Rpc,
+    toolName: string,
+    token: string,
+    responses: Record<string, unknown>,
+  ): Promise<Result | undefined> {
+    const verified = signer.verify(token, { principal: rpc.principal, tool: toolName });
+    if (!verified.ok) {
+      log.info({ reason: verified.reason, tool: toolName }, 'requestState refused');
+      throw new WireError(INVALID_PARAMS, 'Invalid requestState');
+    }
+    const { state } = verified;
+    const record = await service.getCall(state.taskId, rpc.principal);
+    if (!record) throw new WireError(INVALID_PARAMS, 'Invalid requestState: its call has ended or expired');
+    // Progress stays on the first round's route (PROTOCOL.md §17.3): a retry's answer is the result alone.
+    const round = { becomesTask: state.becomesTask, stream: undefined };
+    if (isTerminal(record.status)) return runRound(rpc, record, round);
+    const { resumed } = await service.answerCall(record, responses);
+    if (!resumed) {
+      // Something is still pending (an answer was missing): asked again at once, with a fresh state.
+      const now = await service.getCall(state.taskId, rpc.principal);
+      if (now?.status === 'input_required') return inputRequiredResult(now, signer, { becomesTask: state.becomesTask });
+    } else if (state.becomesTask) {
+      // The answers resumed the run: from here on it is a task the client polls (tasks-mrtr-composition).
+      const task = await service.becomeTask(record, undefined);
+      if (task) return renderCreateTaskExt(task);
+    }
+    return runRound(rpc, record, round);
   }
 
   /** Handles one POST whose `MCP-Protocol-Version` is not a 2025-era version. */
@@ -432,12 +524,13 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     const nameField = NAME_FIELD[method];
     const bodyName = nameField === undefined ? undefined : params[nameField];
     if (typeof bodyName === 'string') {
-      const nameHeader = req.header('mcp-name')?.trim();
+      const rawName = req.header('mcp-name');
+      const nameHeader = rawName === undefined ? undefined : decodeHeaderValue(rawName);
       if (nameHeader !== bodyName) {
         return fail(
           400,
           HEADER_MISMATCH,
-          nameHeader === undefined
+          rawName === undefined
             ? `Mcp-Name header is required for ${method}`
             : `Mcp-Name header does not match params.${nameField ?? 'name'}`,
         );
@@ -453,7 +546,9 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       if (res.headersSent) return;
       const body = errorObject(error);
       // A capability the client did not declare is a 400 on this transport (SEP-2575).
-      send(res, body.code === MISSING_CLIENT_CAPABILITY ? 400 : 200, { jsonrpc: '2.0', id, error: body }, log);
+      // A header that does not match the body is one too (SEP-2243).
+      const status = body.code === MISSING_CLIENT_CAPABILITY || body.code === HEADER_MISMATCH ? 400 : 200;
+      send(res, status, { jsonrpc: '2.0', id, error: body }, log);
     }
   };
 }

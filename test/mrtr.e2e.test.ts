@@ -1,0 +1,289 @@
+/**
+ * Issue 19, PROTOCOL.md §17: input rounds of a 2026-07-28 plain call (MRTR, SEP-2322). A tool that asks
+ * (`ctx.elicit`, `ctx.sample`, `ctx.listRoots`) makes the `tools/call` answer an `InputRequiredResult`; the client
+ * retries with `inputResponses` and the echoed, signed `requestState`, on any gateway replica, for as many rounds as the
+ * tool asks. The same tool on a 2025-11-25 session asks on the request stream. Raw HTTP over two gateways of one
+ * deployment (one Redis, one prefix), authenticated, so a state is seen to be bound to its principal.
+ */
+import { createHmac } from 'node:crypto';
+import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema, type ElicitRequest } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+
+const V = '2026-07-28';
+const EXT = 'io.modelcontextprotocol/tasks';
+type Json = Record<string, any>;
+
+let redis: TestRedis;
+let prefix: string;
+let gatewayA: GatewayProcess;
+let gatewayB: GatewayProcess;
+let nextId = 1;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  prefix = uniquePrefix('mrtr');
+  // No TASKRELAY_REQUEST_STATE_SECRET: the replicas agree on the key the first one stores in Redis (§17.2).
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_AUTH_TOKENS: 'alice:alice-t,bob:bob-t' };
+  [gatewayA, gatewayB] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
+  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/conformance/tools.mjs') });
+});
+
+afterAll(async () => {
+  await stopAll();
+  await redis?.stop();
+});
+
+interface CallOptions {
+  gateway?: GatewayProcess;
+  token?: string;
+  ext?: boolean;
+}
+
+/** One 2026-07-28 `tools/call` (or other request), as a 2026 client sends it. */
+async function rpc(method: string, params: Json, options: CallOptions = {}): Promise<{ status: number; body: Json }> {
+  const capabilities: Json = { elicitation: {}, sampling: {}, roots: {} };
+  if (options.ext) capabilities['extensions'] = { [EXT]: {} };
+  const body = {
+    jsonrpc: '2.0',
+    id: nextId++,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': V,
+        'io.modelcontextprotocol/clientCapabilities': capabilities,
+      },
+    },
+  };
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': V,
+    'mcp-method': method,
+    authorization: `Bearer ${options.token ?? 'alice-t'}`,
+  };
+  const name = params['name'] ?? params['taskId'];
+  if (typeof name === 'string') headers['mcp-name'] = name;
+  const res = await fetch((options.gateway ?? gatewayA).url, { method: 'POST', headers, body: JSON.stringify(body) });
+  return { status: res.status, body: (await res.json()) as Json };
+}
+
+async function call(name: string, extra: Json = {}, options: CallOptions = {}): Promise<Json> {
+  const { status, body } = await rpc('tools/call', { name, arguments: {}, ...extra }, options);
+  if (body['error']) throw new Error(`tools/call ${name} → ${status} ${JSON.stringify(body['error'])}`);
+  return body['result'] as Json;
+}
+
+async function callError(name: string, extra: Json, options: CallOptions = {}): Promise<Json> {
+  const { body } = await rpc('tools/call', { name, arguments: {}, ...extra }, options);
+  expect(body['result']).toBeUndefined();
+  return body['error'] as Json;
+}
+
+const accept = (content: Json) => ({ action: 'accept', content });
+
+/** The plain call's task behind a requestState (its payload is readable; only the MAC makes it trusted). */
+function taskIdOf(requestState: string): string {
+  const payload = JSON.parse(Buffer.from(requestState.split('.')[0] ?? '', 'base64url').toString('utf8')) as Json;
+  return String(payload['t']);
+}
+
+async function taskStatus(taskId: string): Promise<string | null> {
+  const client = new Redis(redis.url);
+  try {
+    return await client.hget(`${prefix}:task:${taskId}`, 'status');
+  } finally {
+    client.disconnect();
+  }
+}
+
+describe('§17 MRTR on 2026-07-28 plain calls', () => {
+  it('answers a tool that asks with an InputRequiredResult, and its retry with the result (one round)', async () => {
+    const round1 = await call('test_input_required_result_elicitation');
+    expect(round1).toMatchObject({
+      resultType: 'input_required',
+      inputRequests: { user_name: { method: 'elicitation/create', params: { message: 'What is your name?' } } },
+    });
+    expect(round1).not.toHaveProperty('taskId');
+    expect(typeof round1['requestState']).toBe('string');
+    const round2 = await call('test_input_required_result_elicitation', {
+      inputResponses: { user_name: accept({ name: 'Alice' }) },
+      requestState: round1['requestState'],
+    });
+    expect(round2).toMatchObject({ resultType: 'complete', content: [{ type: 'text', text: 'Hello, Alice!' }] });
+  });
+
+  it('goes through as many rounds as the tool asks, each with a fresh requestState (two rounds)', async () => {
+    const r1 = await call('test_input_required_result_multi_round');
+    expect(Object.keys(r1['inputRequests'] as Json)).toEqual(['step1']);
+    const r2 = await call('test_input_required_result_multi_round', {
+      inputResponses: { step1: accept({ name: 'Ada' }) },
+      requestState: r1['requestState'],
+    });
+    expect(r2['resultType']).toBe('input_required');
+    expect(Object.keys(r2['inputRequests'] as Json)).toEqual(['step2']);
+    expect(r2['requestState']).not.toBe(r1['requestState']);
+    const r3 = await call('test_input_required_result_multi_round', {
+      inputResponses: { step2: accept({ color: 'green' }) },
+      requestState: r2['requestState'],
+    });
+    expect(r3).toMatchObject({ resultType: 'complete', content: [{ text: 'Ada likes green' }] });
+  });
+
+  it('asks again for what a retry left unanswered, and ignores keys it did not ask', async () => {
+    const r1 = await call('test_input_required_result_multiple_inputs');
+    expect(Object.keys(r1['inputRequests'] as Json).sort()).toEqual(['client_roots', 'greeting', 'user_name']);
+    const r2 = await call('test_input_required_result_multiple_inputs', {
+      inputResponses: { user_name: accept({ name: 'Bo' }), not_asked: accept({}) },
+      requestState: r1['requestState'],
+    });
+    expect(r2['resultType']).toBe('input_required');
+    expect(Object.keys(r2['inputRequests'] as Json).sort()).toEqual(['client_roots', 'greeting']);
+    const r3 = await call('test_input_required_result_multiple_inputs', {
+      inputResponses: {
+        greeting: { role: 'assistant', content: { type: 'text', text: 'Hi' }, model: 'm' },
+        client_roots: { roots: [{ uri: 'file:///a' }] },
+      },
+      requestState: r2['requestState'],
+    });
+    expect(r3).toMatchObject({ resultType: 'complete', content: [{ text: 'Hi Bo (1 roots)' }] });
+  });
+
+  it('refuses a tampered requestState with -32602 and changes nothing: the real one still works', async () => {
+    const r1 = await call('test_input_required_result_tampered_state');
+    const state = String(r1['requestState']);
+    const taskId = taskIdOf(state);
+    const [payload, mac] = state.split('.') as [string, string];
+    const altered = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Json;
+    altered['e'] = Number(altered['e']) + 1;
+    const forged = `${Buffer.from(JSON.stringify(altered)).toString('base64url')}.${mac}`;
+    for (const bad of [`${state}-TAMPERED`, forged, 'not-a-state', `${payload}.`]) {
+      const error = await callError('test_input_required_result_tampered_state', {
+        inputResponses: { confirm: accept({ ok: true }) },
+        requestState: bad,
+      });
+      expect(error).toMatchObject({ code: -32602, message: 'Invalid requestState' });
+    }
+    expect(await taskStatus(taskId)).toBe('input_required');
+    const done = await call('test_input_required_result_tampered_state', {
+      inputResponses: { confirm: accept({ ok: true }) },
+      requestState: state,
+    });
+    expect(done).toMatchObject({ resultType: 'complete', content: [{ text: 'confirmed=true' }] });
+  });
+
+  it("refuses another principal's requestState, and a requestState used for another tool", async () => {
+    const r1 = await call('test_input_required_result_request_state');
+    const state = String(r1['requestState']);
+    const answers = { inputResponses: { confirm: accept({ ok: true }) }, requestState: state };
+    const asBob = await callError('test_input_required_result_request_state', answers, { token: 'bob-t' });
+    expect(asBob).toMatchObject({ code: -32602, message: 'Invalid requestState' });
+    const otherTool = await callError('test_input_required_result_tampered_state', answers);
+    expect(otherTool).toMatchObject({ code: -32602, message: 'Invalid requestState' });
+    expect(await taskStatus(taskIdOf(state))).toBe('input_required');
+    const done = await call('test_input_required_result_request_state', answers);
+    expect(done).toMatchObject({ resultType: 'complete', content: [{ text: 'state-ok: confirmed=true' }] });
+  });
+
+  it('refuses an expired requestState, even one signed with the deployment key', async () => {
+    const r1 = await call('test_input_required_result_request_state');
+    const state = String(r1['requestState']);
+    const client = new Redis(redis.url);
+    const key = await client.get(`${prefix}:request-state-key`).finally(() => client.disconnect());
+    expect(key).toBeTruthy();
+    const payload = JSON.parse(Buffer.from(state.split('.')[0] ?? '', 'base64url').toString('utf8')) as Json;
+    const body = Buffer.from(JSON.stringify({ ...payload, e: Date.now() - 1000 })).toString('base64url');
+    const mac = createHmac('sha256', Buffer.from(String(key), 'base64url'))
+      .update(body)
+      .digest('base64url');
+    const error = await callError('test_input_required_result_request_state', {
+      inputResponses: { confirm: accept({ ok: true }) },
+      requestState: `${body}.${mac}`,
+    });
+    expect(error).toMatchObject({ code: -32602, message: 'Invalid requestState' });
+    expect(await taskStatus(taskIdOf(state))).toBe('input_required');
+  });
+
+  it('takes the retry up on another gateway replica', async () => {
+    const r1 = await call('test_input_required_result_sampling', {}, { gateway: gatewayA });
+    expect(r1['inputRequests']).toMatchObject({ capital_question: { method: 'sampling/createMessage' } });
+    const r2 = await call(
+      'test_input_required_result_sampling',
+      {
+        inputResponses: {
+          capital_question: { role: 'assistant', content: { type: 'text', text: 'Paris' }, model: 'm' },
+        },
+        requestState: r1['requestState'],
+      },
+      { gateway: gatewayB },
+    );
+    expect(r2).toMatchObject({ resultType: 'complete', content: [{ text: 'Sampling response: Paris' }] });
+  });
+
+  it('refuses an answer that does not fit its request with -32602, storing nothing', async () => {
+    const r1 = await call('test_input_required_result_list_roots');
+    const error = await callError('test_input_required_result_list_roots', {
+      inputResponses: { client_roots: { roots: 'none' } },
+      requestState: r1['requestState'],
+    });
+    expect(error['code']).toBe(-32602);
+    expect(await taskStatus(taskIdOf(String(r1['requestState'])))).toBe('input_required');
+  });
+
+  it('lets an inputFirst tool end its rounds by becoming a task (tasks-mrtr-composition)', async () => {
+    const r1 = await call('test_tool_with_task', {}, { ext: true });
+    expect(r1).toMatchObject({ resultType: 'input_required', inputRequests: { user_name: {} } });
+    expect(r1).not.toHaveProperty('taskId');
+    const r2 = await call(
+      'test_tool_with_task',
+      { inputResponses: { user_name: accept({ name: 'Alice' }) }, requestState: r1['requestState'] },
+      { ext: true, gateway: gatewayB },
+    );
+    expect(r2).toMatchObject({ resultType: 'task', status: 'working' });
+    expect(r2).not.toHaveProperty('requestState');
+    const taskId = String(r2['taskId']);
+    const done = await waitFor(
+      async () => {
+        const { body } = await rpc('tasks/get', { taskId }, { ext: true });
+        return body['result']?.['status'] === 'completed' ? (body['result'] as Json) : undefined;
+      },
+      { timeoutMs: 15_000, message: 'the task did not complete' },
+    );
+    expect(done['result']).toMatchObject({ content: [{ text: 'Hello, Alice! (finished as a task)' }] });
+    // A task of alice's only.
+    const { body } = await rpc('tasks/get', { taskId }, { ext: true, token: 'bob-t' });
+    expect(body['error']?.code).toBe(-32602);
+  });
+});
+
+describe('§17.5 the same tool on a 2025-11-25 session', () => {
+  it('asks on the request stream (elicitation/create) and returns the result to the same call', async () => {
+    const client = new Client({ name: 'mrtr-legacy', version: '0' }, { capabilities: { elicitation: {} } });
+    const asked: ElicitRequest['params'][] = [];
+    client.setRequestHandler(ElicitRequestSchema, (request) => {
+      asked.push(request.params);
+      return { action: 'accept', content: { name: 'Bob' } };
+    });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(gatewayA.url), {
+        requestInit: { headers: { authorization: 'Bearer alice-t' } },
+      }),
+    );
+    try {
+      const result = await client.callTool({ name: 'test_input_required_result_elicitation', arguments: {} });
+      expect(result).toMatchObject({ content: [{ type: 'text', text: 'Hello, Bob!' }] });
+      expect(result).not.toHaveProperty('resultType');
+      expect(asked).toHaveLength(1);
+      expect(asked[0]).toMatchObject({ message: 'What is your name?' });
+    } finally {
+      await client.close();
+    }
+  });
+});
