@@ -3,7 +3,8 @@
  * (`ctx.elicit`, `ctx.sample`, `ctx.listRoots`) makes the `tools/call` answer an `InputRequiredResult`; the client
  * retries with `inputResponses` and the echoed, signed `requestState`, on any gateway replica, for as many rounds as the
  * tool asks. The same tool on a 2025-11-25 session asks on the request stream. Raw HTTP over two gateways of one
- * deployment (one Redis, one prefix), authenticated, so a state is seen to be bound to its principal.
+ * deployment (one Redis, one prefix), authenticated, so a state is seen to be bound to its principal. And SEP-2243
+ * (§16.2): an argument a tool mirrors into an `Mcp-Param-*` header is checked against it.
  */
 import { createHmac } from 'node:crypto';
 import { resolve } from 'node:path';
@@ -44,6 +45,7 @@ interface CallOptions {
   gateway?: GatewayProcess;
   token?: string;
   ext?: boolean;
+  headers?: Record<string, string>;
 }
 
 /** One 2026-07-28 `tools/call` (or other request), as a 2026 client sends it. */
@@ -71,6 +73,7 @@ async function rpc(method: string, params: Json, options: CallOptions = {}): Pro
   };
   const name = params['name'] ?? params['taskId'];
   if (typeof name === 'string') headers['mcp-name'] = name;
+  Object.assign(headers, options.headers);
   const res = await fetch((options.gateway ?? gatewayA).url, { method: 'POST', headers, body: JSON.stringify(body) });
   return { status: res.status, body: (await res.json()) as Json };
 }
@@ -284,6 +287,45 @@ describe('§17.5 the same tool on a 2025-11-25 session', () => {
       expect(asked[0]).toMatchObject({ message: 'What is your name?' });
     } finally {
       await client.close();
+    }
+  });
+});
+
+describe('§16.2 SEP-2243 x-mcp-header', () => {
+  const tenantCall = (tenant: unknown, headers: Record<string, string>) =>
+    rpc('tools/call', { name: 'test_header_param', arguments: { tenant } }, { headers });
+
+  it('publishes the annotation and serves a call whose Mcp-Param header matches, plain or Base64', async () => {
+    const { body } = await rpc('tools/list', {});
+    const tool = (body['result']['tools'] as Json[]).find((t) => t['name'] === 'test_header_param');
+    expect(tool?.['inputSchema']?.['properties']?.['tenant']).toMatchObject({
+      type: 'string',
+      'x-mcp-header': 'Tenant',
+    });
+    const plain = await tenantCall('acme', { 'mcp-param-tenant': 'acme' });
+    expect([plain.status, plain.body['result']?.['content']?.[0]?.['text']]).toEqual([200, 'tenant=acme']);
+    const encoded = `=?base64?${Buffer.from(' Zürich ').toString('base64')}?=`;
+    const decoded = await tenantCall(' Zürich ', { 'Mcp-Param-Tenant': encoded });
+    expect([decoded.status, decoded.body['result']?.['content']?.[0]?.['text']]).toEqual([200, 'tenant= Zürich ']);
+    // A value without the whole sentinel is literal.
+    const literal = await tenantCall('=?base64?YWNtZQ==', { 'mcp-param-tenant': '=?base64?YWNtZQ==' });
+    expect(literal.status).toBe(200);
+  });
+
+  it('refuses a missing, different or malformed Mcp-Param header with HTTP 400 and -32020', async () => {
+    const cases: Array<Record<string, string>> = [
+      {},
+      { 'mcp-param-tenant': 'other' },
+      { 'mcp-param-tenant': '=?base64?YWNtZQ?=' },
+      { 'mcp-param-tenant': '=?base64?YW!!NtZQ==?=' },
+    ];
+    for (const headers of cases) {
+      const answer = await tenantCall('acme', headers);
+      expect([JSON.stringify(headers), answer.status, answer.body['error']?.['code']]).toEqual([
+        JSON.stringify(headers),
+        400,
+        -32020,
+      ]);
     }
   });
 });
