@@ -401,7 +401,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
         if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
         const missing = missingCapabilityError(done);
         if (missing) throw missing;
-        result = capResult(renderResult(done), options.maxResultBytes ?? Infinity) as Result;
+        result = capResult(renderResult(done), options.maxResultBytes ?? Infinity);
       }
       if (stream) {
         stream.end({
