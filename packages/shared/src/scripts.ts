@@ -141,6 +141,12 @@ export const SCRIPTS = {
     args: ['lockToken', 'field', 'json'],
     codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL],
   }),
+  fairEnter: spec({
+    name: 'fairEnter',
+    keys: ['share'],
+    args: ['jobId', 'ttlMs', 'maxPriority'],
+    codes: [OK],
+  }),
 } as const;
 
 export type ScriptName = keyof typeof SCRIPTS;

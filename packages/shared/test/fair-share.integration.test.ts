@@ -21,9 +21,7 @@ function share() {
   const keys = createKeys(uniquePrefix('fair'));
   const fair = new FairShare(redis, keys);
   const enter = async (principal: string, jobId: string) => {
-    const { priority, entered } = await fair.enter('pool', principal, jobId, 60_000);
-    await entered;
-    return priority;
+    return fair.enter('pool', principal, jobId, 60_000);
   };
   return { keys, fair, enter };
 }
@@ -59,6 +57,12 @@ describe('25. fair share priorities', () => {
     const ttl = await redis.pttl(keys.fairShare('pool', 'alice'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('gives concurrent enters of one principal distinct priorities (one script: no two read the same backlog)', async () => {
+    const { enter } = share();
+    const priorities = await Promise.all(Array.from({ length: 20 }, (_, i) => enter('alice', `a${i}`)));
+    expect([...priorities].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
   });
 
   it('caps priorities at BullMQ’s highest value', async () => {

@@ -53,7 +53,7 @@ export class JobDispatcher {
   async enqueue(tool: CatalogTool, data: JobData): Promise<void> {
     const queue = await this.ready(tool.queue);
     const principal = data.principal ?? '';
-    const share = await this.fairShare.enter(
+    const priority = await this.fairShare.enter(
       tool.queue,
       principal,
       data.taskId,
@@ -61,7 +61,7 @@ export class JobDispatcher {
     );
     const added = queue.add(tool.name, data, {
       jobId: data.taskId,
-      priority: share.priority,
+      priority,
       attempts: tool.attempts ?? 1,
       ...(tool.backoff === undefined
         ? {}
@@ -72,7 +72,7 @@ export class JobDispatcher {
       removeOnFail: { age: 3600, count: 1_000 },
     });
     try {
-      await Promise.all([share.entered, added]);
+      await added;
     } catch (error) {
       await this.fairShare.leave(tool.queue, principal, data.taskId).catch(() => undefined);
       throw error;
