@@ -46,8 +46,14 @@ describe('§14 @ai-sdk/mcp against taskrelay', () => {
 
   it('names the priming event of each response stream, so it is no message', async () => {
     const session = await RawSession.open(gateway.url);
-    // A request that may wait, so its answer streams (one answered at once comes as JSON, with no priming event).
-    const res = await session.post({ jsonrpc: '2.0', id: 5, method: 'tasks/result', params: { taskId: 'nope' } });
+    // A call still running after the transport's 100 ms, so its answer streams (one answered sooner comes as JSON,
+    // with no priming event).
+    const res = await session.post({
+      jsonrpc: '2.0',
+      id: 5,
+      method: 'tools/call',
+      params: { name: 'build_report', arguments: { report: 'r', items: 1, delayMs: 300 } },
+    });
     expect(res.headers.get('content-type')).toBe('text/event-stream');
     const text = await res.text();
     expect(text).toMatch(/^id: [^\n]+\nevent: priming\ndata: \n\n/);

@@ -72,13 +72,30 @@ describe('§9.0 response shapes', () => {
     await session.close();
   });
 
-  it('streams a plain call, with the named priming event first', async () => {
+  it('answers a quick plain call as one JSON body, and streams a slow one, with the named priming event first', async () => {
     const session = await RawSession.open(gateway.url);
-    const res = await session.post({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: report(0) });
-    expect(res.headers.get('content-type')).toBe('text/event-stream');
-    const text = await res.text();
+    // Ready within the transport's 100 ms with nothing sent before it: one JSON body (PROTOCOL §9.0, issue 25).
+    const quick = await session.post({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: report(0) });
+    expect(quick.headers.get('content-type')).toBe('application/json');
+    expect(await quick.json()).toMatchObject({ id: 6, result: { structuredContent: { report: 'r', items: 1 } } });
+    // Still running at 100 ms: an SSE stream, resumable from the priming event on.
+    const slow = await session.post({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: report(400) });
+    expect(slow.headers.get('content-type')).toBe('text/event-stream');
+    const text = await slow.text();
     expect(text).toMatch(/^id: [^\n]+\nevent: priming\ndata: \n\n/);
     expect(text).toContain('"structuredContent":{"report":"r","items":1}');
+    // A progress notification before the answer makes it a stream at once, however quick the call.
+    const withProgress = await session.post({
+      jsonrpc: '2.0',
+      id: 8,
+      method: 'tools/call',
+      params: { ...report(0), _meta: { progressToken: 'shape-8' } },
+    });
+    expect(withProgress.headers.get('content-type')).toBe('text/event-stream');
+    const streamed = await withProgress.text();
+    expect(streamed).toMatch(/^id: [^\n]+\nevent: priming\ndata: \n\n/);
+    expect(streamed.indexOf('"progressToken":"shape-8"')).toBeGreaterThan(0);
+    expect(streamed.indexOf('"progressToken":"shape-8"')).toBeLessThan(streamed.indexOf('"structuredContent"'));
     await session.close();
   });
 });

@@ -166,6 +166,25 @@ describe('SessionTransport', () => {
     expect(JSON.parse(events(replay)[0]?.data ?? '')).toEqual({ jsonrpc: '2.0', id: 5, result: { method: 'slow' } });
   });
 
+  it('with sseAfterMs, answers a waiting request ready in time as JSON, and streams it once the time is up', async () => {
+    (transport as unknown as { options: { sseAfterMs?: number } }).options.sseAfterMs = 150;
+    const quick = post({ jsonrpc: '2.0', id: 10, method: 'slow' });
+    await expect.poll(() => held.has(10)).toBe(true);
+    held.get(10)?.();
+    const res = await quick;
+    expect(res.headers.get('content-type')).toBe('application/json');
+    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 10, result: { method: 'slow' } });
+    // Not answered within 150 ms: the response becomes a stream, priming event first, and the answer follows on it.
+    const started = Date.now();
+    const late = await post({ jsonrpc: '2.0', id: 11, method: 'slow' });
+    expect(late.headers.get('content-type')).toBe('text/event-stream');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    held.get(11)?.();
+    const got = events(await late.text());
+    expect(got.map((e) => e.event)).toEqual(['priming', 'message']);
+    expect(JSON.parse(got[1]?.data ?? '')).toEqual({ jsonrpc: '2.0', id: 11, result: { method: 'slow' } });
+  });
+
   it('refuses what the SDK transport refuses, with the same statuses', async () => {
     expect((await post({ jsonrpc: '2.0', id: 6, method: 'a' }, { accept: 'application/json' })).status).toBe(406);
     expect((await post({ jsonrpc: '2.0', id: 7, method: 'a' }, { 'mcp-session-id': 'other' })).status).toBe(404);

@@ -34,6 +34,13 @@ import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/ses
 import { MemoryBudget, SESSION_COST_BYTES } from './memory-budget.js';
 import type { Session, SessionRegistry } from './session-registry.js';
 
+/**
+ * How long a plain call or a waiting `tasks/result` may stay a JSON answer before its response becomes an SSE stream
+ * (PROTOCOL.md §9.5): long enough for a quick tool's result to be one body, short enough that a long call gets its
+ * resumable stream (the priming event) almost at once.
+ */
+const SSE_AFTER_MS = 100;
+
 /** What a refused new session is told to wait before it tries again. */
 const MEMORY_RETRY_AFTER_S = 30;
 
@@ -227,6 +234,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       onsessionclosed: (id) => sessions.close(id),
       filter: (message) => sanitizeOutgoing(message, log, sessionId),
       answersAtOnce: (request) => answersAtOnce(request, (taskId) => router.recentlyEnded(taskId) !== undefined),
+      sseAfterMs: SSE_AFTER_MS,
       maxStreamBufferBytes: streamBounds.maxBufferedBytes,
       onStreamOverflow: streamBounds.onOverflow,
       onProgressCoalesced: streamBounds.onCoalesced,

@@ -65,6 +65,14 @@ export interface SessionTransportOptions {
    * becomes an SSE stream then. Default: none (every POST with a request is an SSE stream).
    */
   answersAtOnce?: (request: JSONRPCRequest) => boolean;
+  /**
+   * Every other POST (a plain call, a waiting `tasks/result`) also starts as a JSON answer, and becomes an SSE stream
+   * (with its priming event, so a resumable client can resume it) when something else must go out first or when it
+   * is still unanswered after this many ms (PROTOCOL.md §9.5). A plain call of a quick tool is then one JSON body:
+   * no priming event, no event kept for replay, no keep-alive timer. Default: undefined (such a POST is an SSE stream
+   * at once).
+   */
+  sseAfterMs?: number;
   /** Bytes that may wait to go out on one SSE stream (`TASKRELAY_MAX_STREAM_BUFFER_BYTES`). Default 1 MiB. */
   maxStreamBufferBytes?: number;
   /** A stream passed its bound and was closed. Default: none. */
@@ -83,6 +91,8 @@ interface Stream {
   priming: boolean;
   /** The bounded writer, once the response is an SSE stream. */
   writer: SseWriter | undefined;
+  /** While a slower POST's answer may still go out as JSON: the timer that makes it an SSE stream (`sseAfterMs`). */
+  grace?: NodeJS.Timeout | undefined;
 }
 
 type AuthedRequest = IncomingMessage & { auth?: AuthInfo };
@@ -206,11 +216,12 @@ export class SessionTransport implements Transport {
     const version = initialize ? initialize.params.protocolVersion : header(req, 'mcp-protocol-version');
     // Clients of 2025-11-25 and later can resume from the priming event's id before any message arrived.
     const resumable = (version ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION) >= '2025-11-25';
-    const answersAtOnce = this.options.answersAtOnce;
+    const { answersAtOnce, sseAfterMs } = this.options;
+    const atOnce = answersAtOnce !== undefined && requests.every((r) => answersAtOnce(r));
     const stream: Stream = {
       res,
       keepAlive: undefined,
-      state: answersAtOnce && requests.every((r) => answersAtOnce(r)) ? 'json' : 'sse',
+      state: atOnce || sseAfterMs !== undefined ? 'json' : 'sse',
       priming: resumable,
       writer: undefined,
     };
@@ -218,6 +229,15 @@ export class SessionTransport implements Transport {
     for (const request of requests) this.requestStream.set(request.id, streamId);
     res.on('close', () => this.onStreamClosed(streamId, stream));
     if (stream.state === 'sse') this.startSse(streamId, stream);
+    else if (!atOnce && sseAfterMs !== undefined) {
+      stream.grace = setTimeout(() => {
+        stream.grace = undefined;
+        if (stream.state === 'json' && this.streams.get(streamId) === stream && !res.destroyed) {
+          this.startSse(streamId, stream);
+        }
+      }, sseAfterMs);
+      stream.grace.unref();
+    }
     for (const message of messages) {
       this.onmessage?.(
         message,
@@ -234,6 +254,7 @@ export class SessionTransport implements Transport {
 
   /** Turns a POST's response into an SSE stream: headers, the priming event (resumable clients), keep-alives. */
   private startSse(streamId: string, stream: Stream): void {
+    clearTimeout(stream.grace);
     stream.state = 'sse';
     const headers: Record<string, string> = { ...SSE_HEADERS };
     if (this.sessionId !== undefined) headers['mcp-session-id'] = this.sessionId;
@@ -330,6 +351,7 @@ export class SessionTransport implements Transport {
     if (stream?.state === 'json') {
       if (!last) return;
       const answers = related.map((id) => this.responses.get(id));
+      clearTimeout(stream.grace);
       this.releaseRequests(related);
       this.streams.delete(streamId);
       const headers: Record<string, string> = { 'Content-Type': 'application/json' };
@@ -468,6 +490,7 @@ export class SessionTransport implements Transport {
 
   private endStream(streamId: string, stream: Stream): void {
     clearInterval(stream.keepAlive);
+    clearTimeout(stream.grace);
     if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
     // A response still to be JSON has no stream to end: the session is gone before its answer.
     if (stream.state === 'json') jsonError(stream.res, 404, -32001, 'Session not found');
@@ -478,6 +501,7 @@ export class SessionTransport implements Transport {
   /** The client closed the response: only this stream's registration goes (a resume may have replaced it). */
   private onStreamClosed(streamId: string, stream: Stream): void {
     clearInterval(stream.keepAlive);
+    clearTimeout(stream.grace);
     if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
   }
 
