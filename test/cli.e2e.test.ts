@@ -247,4 +247,36 @@ describe('taskrelay CLI off a TTY', () => {
       await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'notifications/cancelled' }),
     ).toBe(before + 1);
   });
+
+  it('stops watching on Ctrl-C, saying so, and leaves the task running (not "cancelled"), exit 130', async () => {
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'build_report', arguments: { report: 'w', items: 1000, delayMs: 50 }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    const taskId = created.task.taskId;
+    for (const json of [false, true]) {
+      const run = startCli([...(json ? ['--json'] : []), 'watch', taskId], env);
+      await waitFor(
+        () => run.stdout().includes(json ? '"type":"progress"' : 'build_report') || run.stdout().includes(`${taskId}`),
+        {
+          timeoutMs: 15_000,
+          message: 'watch printed nothing',
+        },
+      );
+      run.child.kill('SIGINT');
+      expect(await run.exited).toBe(130);
+      if (json) {
+        expect(run.lines().at(-1)).toMatchObject({ type: 'result', status: 'stopped', taskId });
+      } else {
+        const last = run.stdout().trim().split('\n').at(-1);
+        expect(last).toBe(`stopped watching; task ${taskId} goes on (working)`);
+        expect(run.stdout()).not.toMatch(/cancelled/);
+      }
+      expect(await taskStatus(taskId)).toBe('working');
+    }
+    await client.experimental.tasks.cancelTask(taskId);
+  });
 });

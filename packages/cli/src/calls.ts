@@ -117,10 +117,12 @@ async function followTask(client: Client, taskId: string, view: CallView): Promi
 export function watchTask(client: Client, taskId: string, view: CallView): Run {
   let stopped = false;
   let wake: () => void = () => undefined;
+  let last: Task | undefined;
   const done = (async (): Promise<Outcome> => {
     try {
       for (;;) {
         const task = await client.experimental.tasks.getTask(taskId);
+        last = task;
         view.task(task);
         const shown = progressOfMessage(task.statusMessage);
         if (shown) view.progress(shown);
@@ -132,7 +134,14 @@ export function watchTask(client: Client, taskId: string, view: CallView): Run {
           wake = resolve;
           setTimeout(resolve, task.pollInterval ?? 1000);
         });
-        if (stopped) return finish(view, { status: 'cancelled', taskId, error: 'stopped watching' });
+        // Not "cancelled": nothing was cancelled, the task is someone's call and goes on.
+        if (stopped) {
+          return finish(view, {
+            status: 'stopped',
+            taskId,
+            error: `stopped watching; task ${taskId} goes on (${last?.status ?? 'unknown'})`,
+          });
+        }
       }
     } catch (error) {
       return finish(view, { status: 'failed', taskId, error: messageOf(error) });

@@ -39,7 +39,8 @@ function mode(options: GlobalOptions): OutputMode {
 }
 
 function exitCodeOf(outcome: Outcome): ExitCode {
-  if (outcome.status === 'cancelled') return EXIT.cancelled;
+  // Cancelled, or (watch) stopped watching at Ctrl-C: interrupted either way.
+  if (outcome.status === 'cancelled' || outcome.status === 'stopped') return EXIT.cancelled;
   return outcome.status === 'failed' || outcome.result?.isError ? EXIT.failed : EXIT.ok;
 }
 

@@ -13,7 +13,8 @@ export interface Progress {
 
 /** How a call or a watched task ended. */
 export interface Outcome {
-  status: 'completed' | 'failed' | 'cancelled';
+  /** `stopped`: `watch` stopped watching (Ctrl-C); the task itself goes on. */
+  status: 'completed' | 'failed' | 'cancelled' | 'stopped';
   taskId?: string;
   result?: CallToolResult;
   /** Why it failed when there is no tool result (a JSON-RPC error, a lost connection). */
@@ -55,6 +56,7 @@ export function resultText(result: CallToolResult | undefined): string {
 
 export function outcomeLine(outcome: Outcome): string {
   const detail = outcome.error ?? resultText(outcome.result);
+  if (outcome.status === 'stopped') return detail || 'stopped watching';
   return detail ? `${outcome.status}: ${detail}` : outcome.status;
 }
 
