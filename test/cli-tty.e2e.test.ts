@@ -23,6 +23,7 @@ import {
 } from './helpers/processes.js';
 import { CLI_MAIN, runCli } from './helpers/cli.js';
 
+const CLI_TOOLS = resolve(ROOT, 'test/fixtures/cli-tools.mjs');
 const socket = `taskrelay-test-${randomBytes(4).toString('hex')}`;
 const tmux = (...args: string[]) => execFileSync('tmux', ['-u', '-L', socket, ...args], { encoding: 'utf8' });
 
@@ -35,7 +36,10 @@ beforeAll(async () => {
   redis = await startRedis();
   const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('clitty') };
   gateway = await startGatewayProcess(env);
-  await startWorkerProcess(env);
+  await Promise.all([
+    startWorkerProcess(env),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: CLI_TOOLS, TASKRELAY_QUEUE: 'cli-fixtures' }),
+  ]);
   client = await connectClient(gateway.url);
   dir = mkdtempSync(join(tmpdir(), 'taskrelay-cli-tty-'));
 });
@@ -181,6 +185,136 @@ describe('taskrelay CLI answers a tool’s question on a TTY', () => {
     expect(taskId).toBeDefined();
     const result = await client.experimental.tasks.getTaskResult(taskId!, CallToolResultSchema);
     expect(result.structuredContent).toEqual({ approved: true });
+  });
+});
+
+describe('taskrelay CLI asks a question on a TTY with its bar on screen', () => {
+  it('prints the question once, stops the bar while the answer is typed on the prompt line, then draws it again', async () => {
+    const exitFile = join(dir, 'exit-ask-bar');
+    const outFile = join(dir, 'out-ask-bar');
+    // No --task: the tool requires one, so the CLI runs it as a task (and the question may come on two streams).
+    const command =
+      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call ask_after_progress 'question=Ship it?'; ` +
+      // The pane stays open after the CLI exits, to read its last screen.
+      `echo $? > ${exitFile}; sleep 120`;
+    tmux('new-session', '-d', '-s', 'askbar', '-x', '130', '-y', '16', '-c', ROOT, command);
+    tmux('pipe-pane', '-t', 'askbar', '-o', `cat >> ${outFile}`);
+    const lines = () =>
+      tmux('capture-pane', '-p', '-t', 'askbar')
+        .split('\n')
+        .map((l) => l.trimEnd());
+    let shown: string[] = [];
+    await waitFor(
+      () => {
+        shown = lines();
+        return shown.includes('Approve? [y/n]:');
+      },
+      { timeoutMs: 20_000, message: 'the question never showed' },
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}; the screen:\n${shown.join('\n')}`);
+    });
+    // The bar was on screen before the question came.
+    expect(readFileSync(outFile, 'utf8')).toMatch(/ask_after_progress\s+[█░]{30}\s+1\/3/);
+    tmux('send-keys', '-t', 'askbar', 'y');
+    // Several redraws at 20 fps: the typed answer stays on the prompt line, and no bar is drawn over it.
+    await new Promise((r) => setTimeout(r, 600));
+    const asking = lines();
+    expect(asking.filter((l) => l === 'Ship it?')).toHaveLength(1);
+    expect(asking.filter((l) => l.startsWith('Approve?'))).toEqual(['Approve? [y/n]: y']);
+    expect(asking.some((l) => /[█░]/.test(l))).toBe(false);
+    tmux('send-keys', '-t', 'askbar', 'Enter');
+    await waitFor(() => existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '', {
+      timeoutMs: 20_000,
+      message: 'the CLI did not exit after the answer',
+    });
+    expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
+    const after = lines();
+    const answered = after.indexOf('Approve? [y/n]: y');
+    expect(answered).toBeGreaterThan(0);
+    // The bar again, below the answer, at its end.
+    expect(
+      after.slice(answered + 1).some((l) => /^#1 ask_after_progress\s+█{30}\s+3\/3 100% completed Approved$/.test(l)),
+    ).toBe(true);
+    expect(after.filter((l) => l === 'Ship it?')).toHaveLength(1);
+  });
+});
+
+describe('taskrelay CLI asks a question once', () => {
+  it('when the question comes on two streams of its session (a plain call of a task-required tool)', async () => {
+    const exitFile = join(dir, 'exit-once');
+    const command =
+      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Once?'; ` +
+      `echo $? > ${exitFile}; sleep 120`;
+    tmux('new-session', '-d', '-s', 'once', '-x', '130', '-y', '16', '-c', ROOT, command);
+    const lines = () =>
+      tmux('capture-pane', '-p', '-t', 'once')
+        .split('\n')
+        .map((l) => l.trimEnd());
+    await waitFor(() => lines().includes('Approve? [y/n]:'), {
+      timeoutMs: 20_000,
+      message: 'the question never showed',
+    });
+    // Both deliveries have arrived by now (they come together); a second prompt would show under the first.
+    await new Promise((r) => setTimeout(r, 1_000));
+    tmux('send-keys', '-t', 'once', 'y', 'Enter');
+    await waitFor(() => existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '', {
+      timeoutMs: 20_000,
+      message: 'the CLI did not exit after the answer',
+    });
+    expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
+    const screen = lines();
+    expect(
+      screen.filter((l) => l === 'Once?'),
+      screen.join('\n'),
+    ).toHaveLength(1);
+    expect(screen.filter((l) => l.startsWith('Approve?'))).toEqual(['Approve? [y/n]: y']);
+    expect(screen.some((l) => /completed Approved: Once\?$/.test(l))).toBe(true);
+  });
+});
+
+describe('taskrelay CLI with more calls than the terminal has rows', () => {
+  it('draws a bar for the calls that fit and one summary row for the rest, never more rows than the screen', async () => {
+    const exitFile = join(dir, 'exit-many');
+    const command =
+      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call build_report 'report=m{i}' items=3000 ` +
+      `delayMs=20 --task --parallel 8; echo $? > ${exitFile}`;
+    // 6 rows: 4 bars and the summary fit under one log line.
+    tmux('new-session', '-d', '-s', 'many', '-x', '130', '-y', '6', '-c', ROOT, command);
+    const rows = () =>
+      tmux('capture-pane', '-p', '-t', 'many')
+        .split('\n')
+        .map((l) => l.trimEnd())
+        .filter(Boolean);
+    let shown: string[] = [];
+    const settled = (screen: string[]) => {
+      const bars = screen.map((l) => BAR_ROW.exec(l)).filter((m) => m !== null);
+      return (
+        bars.length === 4 && bars.every((m) => Number(m[2]) > 0) && /^\+4 more: 4 working$/.test(screen.at(-1) ?? '')
+      );
+    };
+    await waitFor(
+      () => {
+        shown = rows();
+        return settled(shown);
+      },
+      { timeoutMs: 25_000, message: 'four moving bars and a summary never showed' },
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}; the screen:\n${shown.join('\n')}`);
+    });
+    // A while later still the same layout, every bar row whole and in order: the redraw reaches every row it drew.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const later = rows();
+    expect(settled(later), later.join('\n')).toBe(true);
+    const bars = later.map((l) => BAR_ROW.exec(l)).filter((m) => m !== null);
+    expect(bars.map((m) => Number(m[1]))).toEqual([1, 2, 3, 4]);
+    for (const line of later)
+      expect(line, later.join('\n')).toMatch(/^(#\d task [0-9a-f]{32}|#\d build_report .*|\+4 more: .*)$/);
+    tmux('send-keys', '-t', 'many', 'C-c');
+    await waitFor(() => existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '', {
+      timeoutMs: 20_000,
+      message: 'the CLI did not exit after Ctrl-C',
+    });
+    expect(readFileSync(exitFile, 'utf8').trim()).toBe('130');
   });
 });
 

@@ -46,10 +46,7 @@ export async function connect(options: ConnectOptions): Promise<Connection> {
     { name: 'taskrelay-cli', version: CLI_VERSION },
     { capabilities: options.elicit ? { elicitation: { form: {} } } : {} },
   );
-  if (options.elicit) {
-    const elicit = options.elicit;
-    client.setRequestHandler(ElicitRequestSchema, (request) => elicit(request.params));
-  }
+  if (options.elicit) client.setRequestHandler(ElicitRequestSchema, oneQuestionAtATime(options.elicit));
   await client.connect(transport);
   return {
     client,
@@ -58,5 +55,28 @@ export async function connect(options: ConnectOptions): Promise<Connection> {
       await transport.terminateSession().catch(() => undefined);
       await client.close();
     },
+  };
+}
+
+/**
+ * The terminal asks one question at a time (two prompts on one stdin would read each other's answers), and asks a
+ * question once while it is open: the gateway may deliver one input request on two streams of the session (the GET
+ * stream and a `tasks/result`, PROTOCOL.md §19), and both deliveries get the one answer.
+ */
+function oneQuestionAtATime(elicit: ElicitationHandler): (request: ElicitRequest) => Promise<ElicitResult> {
+  const open = new Map<string, Promise<ElicitResult>>();
+  let queue: Promise<unknown> = Promise.resolve();
+  return (request) => {
+    const { _meta: meta, ...question } = request.params;
+    // Same task, same question: the same input request (other _meta, such as a progress token, may differ).
+    const key = JSON.stringify([meta?.['io.modelcontextprotocol/related-task'] ?? null, question]);
+    const asked = open.get(key);
+    if (asked) return asked;
+    const answer = queue.then(() => elicit(request.params));
+    queue = answer.catch(() => undefined);
+    open.set(key, answer);
+    const forget = () => open.delete(key);
+    answer.then(forget, forget);
+    return answer;
   };
 }

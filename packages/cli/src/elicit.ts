@@ -6,7 +6,7 @@
 import { createInterface } from 'node:readline/promises';
 import type { ElicitResult } from '@modelcontextprotocol/sdk/types.js';
 import type { ElicitationHandler } from './connection.js';
-import { printAboveBars } from './output.js';
+import { pauseBars } from './output.js';
 
 interface FieldSchema {
   type?: string;
@@ -18,25 +18,17 @@ interface FieldSchema {
 export function terminalElicitation(input: NodeJS.ReadStream, output: NodeJS.WriteStream): ElicitationHandler {
   return async (params) => {
     if (!('requestedSchema' in params)) return { action: 'decline' };
-    // With live bars on screen, the question is printed above them and the answer read as a plain line (the terminal
-    // echoes it), since the bars' redraw would overwrite an inline prompt.
-    const above = printAboveBars;
-    const rl = above ? createInterface({ input, terminal: false }) : createInterface({ input, output });
-    const lines = above ? rl[Symbol.asyncIterator]() : undefined;
-    const ask = async (prompt: string): Promise<string> => {
-      if (!above || !lines) return rl.question(prompt);
-      above(prompt);
-      const next = await lines.next();
-      return next.done ? '' : String(next.value);
-    };
+    // Live bars redraw their rows over anything printed there, the prompt and the typed answer included: they stop
+    // for the question and come back below the answer.
+    const resume = pauseBars?.();
+    const rl = createInterface({ input, output });
     try {
-      if (above) above(params.message);
-      else output.write(`\n${params.message}\n`);
+      output.write(`${params.message}\n`);
       const content: NonNullable<ElicitResult['content']> = {};
       const properties = (params.requestedSchema.properties ?? {}) as Record<string, FieldSchema>;
       for (const [name, field] of Object.entries(properties)) {
         const hint = field.type === 'boolean' ? ' [y/n]' : field.enum ? ` (${field.enum.join('/')})` : '';
-        const answer = (await ask(`${field.title ?? name}${hint}: `)).trim();
+        const answer = (await rl.question(`${field.title ?? name}${hint}: `)).trim();
         if (answer === '') return { action: 'cancel' };
         if (field.type === 'boolean') content[name] = /^y(es)?$/i.test(answer);
         else if (field.type === 'number' || field.type === 'integer') content[name] = Number(answer);
@@ -45,6 +37,7 @@ export function terminalElicitation(input: NodeJS.ReadStream, output: NodeJS.Wri
       return { action: 'accept', content };
     } finally {
       rl.close();
+      resume?.();
     }
   };
 }

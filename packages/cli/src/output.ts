@@ -43,7 +43,7 @@ export type OutputMode = 'tty' | 'plain' | 'json';
 export function createReporter(mode: OutputMode, stream: NodeJS.WriteStream, calls: number): Reporter {
   if (mode === 'json') return new JsonReporter(stream);
   if (mode === 'plain') return new PlainReporter(stream, calls > 1);
-  return new BarReporter(stream);
+  return new BarReporter(stream, calls);
 }
 
 /** The text a human reads from a tool result: its text blocks, else its structured content as JSON. */
@@ -124,69 +124,158 @@ interface BarPayload {
   message: string;
   /** The server gave no total: show a count, not a fraction of an invented total. */
   unknownTotal: boolean;
+  /** The summary row: `label` alone, no bar. */
+  plain?: boolean;
 }
 
 /**
- * While live bars are drawn, other text must go above them (the bars redraw their rows many times a second and would
- * overwrite it): the prompt of a tool's question uses this (elicit.ts). Undefined when no bars are shown.
+ * While live bars are drawn they redraw their rows many times a second, over whatever the terminal shows there: a
+ * tool's question (elicit.ts) stops them first. `pauseBars()` erases the bars and stops their redraw, so the question
+ * and its typed answer get ordinary lines below what was printed; the function it returns draws the bars again, below
+ * the answer. Undefined when no bars are shown.
  */
-export let printAboveBars: ((text: string) => void) | undefined;
+export let pauseBars: (() => () => void) | undefined;
+
+/** One call's row: what its bar shows, kept here so the bars can be drawn again after a pause. */
+interface Row {
+  payload: BarPayload;
+  value: number;
+  total: number;
+  bar: SingleBar | undefined;
+}
+
+/** Rows the bars may use: a terminal shorter than the bars scrolls, and the redraw can no longer reach the top ones. */
+function barRows(stream: NodeJS.WriteStream): number {
+  return Math.max(2, (stream.rows ?? 24) - 1);
+}
 
 class BarReporter implements Reporter {
-  private readonly bars: MultiBar;
+  private bars: MultiBar;
+  private readonly rows: Row[] = [];
+  /** Calls past the terminal's rows: counted on one summary row instead of a bar each. */
+  private readonly hidden: Row[] = [];
+  private summary: SingleBar | undefined;
+  private paused = false;
+  /** Lines logged while paused, printed when the bars come back. */
+  private readonly held: string[] = [];
+  private readonly shownBars: number;
 
-  constructor(private readonly out: NodeJS.WriteStream) {
-    this.bars = new MultiBar({
-      stream: out,
+  constructor(
+    private readonly out: NodeJS.WriteStream,
+    calls: number,
+  ) {
+    const room = barRows(out);
+    // All bars when they fit; else one row less, for the summary of the rest.
+    this.shownBars = calls <= room ? calls : room - 1;
+    this.bars = this.multiBar();
+    pauseBars = () => this.pause();
+  }
+
+  private multiBar(): MultiBar {
+    return new MultiBar({
+      stream: this.out,
       hideCursor: true,
       clearOnComplete: false,
       stopOnComplete: false,
       gracefulExit: false,
       // Redraw on every update (throttled to fps), so each bar follows its own call.
       fps: 20,
-      format: (_options, params, payload: BarPayload) => renderBar(params.value, params.total, payload, out.columns),
+      format: (_options, params, payload: BarPayload) =>
+        renderBar(params.value, params.total, payload, this.out.columns),
     });
-    printAboveBars = (text) => this.bars.log(`${text}${ERASE_TO_END}\n`);
+  }
+
+  private log(text: string): void {
+    // cli-progress clears only the first row it logs over: end each line with erase-to-end-of-line, or what is left
+    // of the bar drawn there before shows after the text.
+    if (this.paused) this.held.push(text);
+    else this.bars.log(`${text}${ERASE_TO_END}\n`);
   }
 
   open(n: number, label: string): CallView {
     const payload: BarPayload = { label: `#${n} ${label}`, status: 'starting', message: '', unknownTotal: true };
-    const bar: SingleBar = this.bars.create(1, 0, payload);
-    // cli-progress clears only the first row it logs over: end each line with erase-to-end-of-line, or what is left
-    // of the bar drawn there before shows after the text.
-    const log = (text: string) => this.bars.log(`#${n} ${text}${ERASE_TO_END}\n`);
+    const row: Row = { payload, value: 0, total: 1, bar: undefined };
+    if (this.rows.length < this.shownBars) {
+      this.rows.push(row);
+      if (!this.paused) row.bar = this.bars.create(row.total, row.value, payload);
+    } else {
+      this.hidden.push(row);
+      this.drawSummary();
+    }
+    const visible = this.rows.includes(row);
+    const redraw = () => (visible ? row.bar?.update(row.value, payload) : this.drawSummary());
+    const log = (text: string) => {
+      if (visible) this.log(`#${n} ${text}`);
+    };
     let ended = false;
     return {
       task: (task) => {
         if (payload.status === 'starting') log(`task ${task.taskId}`);
         payload.status = task.status;
-        bar.update(payload);
+        redraw();
       },
       progress: (p) => {
         if (ended) return;
         payload.message = p.message ?? '';
         payload.unknownTotal = p.total === undefined;
         if (payload.status === 'starting') payload.status = 'working';
-        bar.setTotal(p.total ?? Math.max(p.progress, 1));
-        bar.update(p.progress, payload);
+        row.total = p.total ?? Math.max(p.progress, 1);
+        row.value = p.progress;
+        row.bar?.setTotal(row.total);
+        redraw();
       },
       end: (o) => {
         ended = true;
         payload.status = o.status;
         payload.message = o.error ?? (oneLineOf(resultText(o.result)) || payload.message);
-        if (o.status === 'completed' && !o.result?.isError) bar.update(bar.getTotal(), payload);
-        else bar.update(payload);
+        if (o.status === 'completed' && !o.result?.isError) row.value = row.total;
+        redraw();
       },
     };
   }
 
-  close(): void {
-    printAboveBars = undefined;
+  /** The row under the bars for the calls that have none: how many, and where they are. */
+  private drawSummary(): void {
+    if (this.hidden.length === 0) return;
+    const counts = new Map<string, number>();
+    for (const row of this.hidden) counts.set(row.payload.status, (counts.get(row.payload.status) ?? 0) + 1);
+    const text = `+${this.hidden.length} more: ${[...counts].map(([status, n]) => `${n} ${status}`).join(', ')}`;
+    const payload: BarPayload = { label: text, status: '', message: '', unknownTotal: true, plain: true };
+    if (this.paused) return;
+    if (this.summary) this.summary.update(0, payload);
+    else this.summary = this.bars.create(1, 0, payload);
+  }
+
+  private pause(): () => void {
+    if (this.paused) return () => undefined;
+    this.paused = true;
+    // Print what was logged, then erase the bars and stop the redraw; the cursor is left where they began.
+    this.bars.update();
+    const options = (this.bars as unknown as { options: { clearOnComplete: boolean } }).options;
+    options.clearOnComplete = true;
     this.bars.stop();
+    for (const row of this.rows) row.bar = undefined;
+    this.summary = undefined;
+    let resumed = false;
+    return () => {
+      if (resumed) return;
+      resumed = true;
+      this.paused = false;
+      this.bars = this.multiBar();
+      for (const text of this.held.splice(0)) this.log(text);
+      for (const row of this.rows) row.bar = this.bars.create(row.total, row.value, row.payload);
+      this.drawSummary();
+    };
+  }
+
+  close(): void {
+    pauseBars = undefined;
+    if (!this.paused) this.bars.stop();
   }
 }
 
 function renderBar(value: number, total: number, p: BarPayload, columns: number | undefined): string {
+  if (p.plain) return [...p.label].slice(0, (columns ?? 120) - 1).join('');
   const share = p.unknownTotal || total <= 0 ? 0 : Math.min(1, value / total);
   const filled = Math.round(share * BAR_WIDTH);
   const bar = '█'.repeat(filled) + '░'.repeat(BAR_WIDTH - filled);
