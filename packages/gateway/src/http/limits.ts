@@ -56,7 +56,12 @@ export class RequestLimits {
         const problem = this.sizeProblem(msg);
         if (problem) return jsonRpcError(res, problem.status, JsonRpcCode.InvalidParams, problem.message, id);
         if (msg.method === 'tools/call') calls++;
-        else if (typeof msg.method === 'string' && msg.method.startsWith('tasks/')) taskOps++;
+        // Opening a listen stream is a task op too (PROTOCOL.md §18.3): each one follows up to 100 tasks.
+        else if (
+          typeof msg.method === 'string' &&
+          (msg.method.startsWith('tasks/') || msg.method === 'subscriptions/listen')
+        )
+          taskOps++;
       }
       // Without limiters (authentication off) there is nothing to count: no promise hop on the request path.
       if ((calls === 0 && taskOps === 0) || (!this.calls && !this.taskOps)) return next();

@@ -27,11 +27,24 @@ export interface SseWriterOptions {
   onOverflow?: () => void;
   /** A waiting value was replaced by a newer one of the same key. Default: none. */
   onCoalesced?: () => void;
+  /**
+   * Count the coalesced values waiting for `'drain'` against the bound too (a `subscriptions/listen` stream, whose
+   * every value is coalesced: its keys are bounded, not the size of their values). Default false.
+   */
+  boundPending?: boolean;
+  /**
+   * What an overflowing stream says last instead of a bare close (`notifications/cancelled` of a listen, §18.4): it
+   * is written past the bound and the response ended; a client that never reads it is cut off after `lastWordsMs`.
+   */
+  lastWords?: () => string;
+  /** How long an ended overflowing stream may keep its last words waiting. Default 5000 ms. */
+  lastWordsMs?: number;
 }
 
 export class SseWriter {
   /** The newest text per key, waiting for `'drain'`; insertion order is the order they go out in. */
   private readonly pending = new Map<string, string>();
+  private pendingBytes = 0;
   private waitingForDrain = false;
   private closedForOverflow = false;
   private readonly maxBufferedBytes: number;
@@ -73,8 +86,16 @@ export class SseWriter {
       return;
     }
     // A replaced value keeps its place: a newer progress never moves behind a message sent after the older one.
-    if (this.pending.has(key)) this.options.onCoalesced?.();
+    const replaced = this.pending.get(key);
+    if (replaced !== undefined) {
+      this.options.onCoalesced?.();
+      this.pendingBytes -= Buffer.byteLength(replaced);
+    }
     this.pending.set(key, text);
+    this.pendingBytes += Buffer.byteLength(text);
+    if (this.options.boundPending && this.res.writableLength + this.pendingBytes > this.maxBufferedBytes) {
+      this.overflow();
+    }
   }
 
   /**
@@ -103,6 +124,7 @@ export class SseWriter {
     if (this.pending.size === 0) return true;
     const texts = [...this.pending.values()];
     this.pending.clear();
+    this.pendingBytes = 0;
     for (const text of texts) if (!this.push(text)) return false;
     return true;
   }
@@ -119,8 +141,17 @@ export class SseWriter {
   private overflow(): void {
     this.closedForOverflow = true;
     this.pending.clear();
-    // destroy, not end: end would wait for the client to read what is queued, keeping it in memory.
-    this.res.destroy();
+    this.pendingBytes = 0;
+    const lastWords = this.options.lastWords;
+    if (lastWords === undefined) {
+      // destroy, not end: end would wait for the client to read what is queued, keeping it in memory.
+      this.res.destroy();
+    } else {
+      // Said, then ended; what waits is at most the bound plus these words, until the client reads or the timer.
+      this.res.end(lastWords());
+      const timer = setTimeout(() => this.res.destroy(), this.options.lastWordsMs ?? 5000).unref();
+      this.res.once('close', () => clearTimeout(timer));
+    }
     this.options.onOverflow?.();
   }
 }

@@ -123,6 +123,8 @@ export class TaskRouter {
    */
   private readonly ended = new Map<string, { record: TaskRecord; until: number }>();
   private readonly resultStreams = new Map<string, Set<ResultStream>>();
+  /** `subscriptions/listen` streams following a task (PROTOCOL.md §18.1): woken by each of its status events. */
+  private readonly followers = new Map<string, Set<() => void>>();
   private readonly fallbackPollMs: number;
   private connectedOnce = false;
 
@@ -317,6 +319,26 @@ export class TaskRouter {
     };
   }
 
+  /**
+   * Wakes `onChange` on every status event of the task that reaches this gateway, and once the subscriber reconnects
+   * (anything may have changed meanwhile); returns the stop. Follow first, then `watch`: an event between the two
+   * is not lost. Events come for tasks this gateway owns, and for others once `watch` registered it (PROTOCOL.md §18.1).
+   */
+  follow(taskId: string, onChange: () => void): () => void {
+    const set = this.followers.get(taskId) ?? new Set();
+    this.followers.set(taskId, set);
+    set.add(onChange);
+    return () => {
+      set.delete(onChange);
+      if (set.size === 0 && this.followers.get(taskId) === set) this.followers.delete(taskId);
+    };
+  }
+
+  /** Reads a task and, while it is not terminal, has its status events sent to this gateway too (§10.9). */
+  watch(taskId: string): Promise<TaskRecord | undefined> {
+    return this.store.watch(taskId, this.options.gatewayId);
+  }
+
   get activeRoutes(): number {
     return this.routes.size;
   }
@@ -468,9 +490,11 @@ export class TaskRouter {
     const told = route && event.final && isTerminal(event.status) ? terminalRecord(route.record, event) : undefined;
     if (told) this.remember(told);
     for (const wake of this.waiters.get(event.taskId) ?? []) wake(told);
+    for (const onChange of this.followers.get(event.taskId) ?? []) onChange();
   }
 
   private async reconcile(): Promise<void> {
+    for (const set of this.followers.values()) for (const onChange of set) onChange();
     const taskIds = [...new Set([...this.routes.keys(), ...this.waiters.keys()])];
     try {
       const statuses = await this.store.statuses(taskIds);

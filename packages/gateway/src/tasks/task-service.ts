@@ -289,6 +289,30 @@ export class TaskService {
   }
 
   /**
+   * `subscriptions/listen` (PROTOCOL.md §18.1): follows a task the principal may see, calling `onChange` on each of
+   * its status events from any gateway or worker, and returns it as read now; undefined (nothing followed) for a task
+   * that is missing, expired or not the principal's. One read, which also registers this gateway as a watcher.
+   */
+  async follow(
+    taskId: string,
+    principal: string,
+    onChange: () => void,
+  ): Promise<{ record: TaskRecord; stop: () => void } | undefined> {
+    const stop = this.router.follow(taskId, onChange);
+    try {
+      const record = await this.router.watch(taskId);
+      if (!record || record.principal !== principal || record.mode !== 'task') {
+        stop();
+        return undefined;
+      }
+      return { record: await this.withWaitingReason(record), stop };
+    } catch (error) {
+      stop();
+      throw error;
+    }
+  }
+
+  /**
    * A task no worker has started whose pool has no live worker would wait silently until the queue timeout: say so in
    * its `statusMessage` (PROTOCOL.md §3.2). Only on reads; the stored record is unchanged.
    */

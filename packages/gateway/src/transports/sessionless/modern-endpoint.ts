@@ -20,6 +20,7 @@ import { CatalogChanges } from '../../protocol/catalog-changes.js';
 import { inputRequiredResult } from '../../protocol/mrtr.js';
 import type { RequestStateSigner } from '../../protocol/request-state.js';
 import { checkParamHeaders, decodeHeaderValue } from './param-headers.js';
+import { createListenStreams } from './listen-stream.js';
 import type { ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { renderResult } from '../../wire/task-wire.js';
@@ -96,17 +97,6 @@ const NAME_FIELD: Record<string, string> = {
   'tasks/cancel': 'taskId',
 };
 
-/** How often a `subscriptions/listen` stream re-reads its tasks, and how many one stream may follow. */
-const LISTEN_POLL_MS = 250;
-const MAX_LISTEN_TASKS = 100;
-const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
-
-/** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resources) are ignored. */
-const ListenFilterSchema = z.looseObject({
-  taskIds: z.array(z.string()).max(MAX_LISTEN_TASKS).optional(),
-  toolsListChanged: z.boolean().optional(),
-});
-
 /**
  * Methods the 2026-07-28 revision (and its tasks extension) removed: answered 404 -32601 like an unknown method, with a
  * message saying what replaced them (PROTOCOL.md §16.2).
@@ -175,94 +165,17 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     'subscriptions/listen': (rpc) => listen(rpc),
   };
 
-  /**
-   * `subscriptions/listen {notifications: {taskIds?, toolsListChanged?}}` (PROTOCOL.md §14, §18): an SSE stream whose
-   * first message acknowledges what it will notify (the task ids the caller may see, `toolsListChanged`), every message
-   * tagged with the listen request's id. Task ids: `notifications/tasks` (the `DetailedTask` `tasks/get` would return)
-   * each time one of them changes, read from Redis every `LISTEN_POLL_MS` (one round trip for all of them, so any
-   * gateway serves any task's subscription); `toolsListChanged`: `notifications/tools/list_changed` when the listed
-   * tools change. It ends with its result once every task is terminal (and no tool changes were asked for); the client
-   * ends it earlier by closing the stream; a draining gateway ends it with `notifications/cancelled` naming it.
-   */
+  /** `subscriptions/listen` (PROTOCOL.md §14, §18): a push fed by the task router; see listen-stream.ts. */
+  const listenStreams = createListenStreams({
+    service,
+    inflight: options.inflight,
+    catalogChanges,
+    log,
+    ...(options.streams ? { streams: options.streams } : {}),
+    ...(options.listens ? { listens: options.listens } : {}),
+  });
   async function listen(rpc: Rpc): Promise<Result | undefined> {
-    const parsed = ListenFilterSchema.safeParse(rpc.params['notifications'] ?? {});
-    if (!parsed.success) {
-      throw new WireError(
-        INVALID_PARAMS,
-        `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean}`,
-      );
-    }
-    const { taskIds, toolsListChanged } = parsed.data;
-    if (taskIds === undefined && toolsListChanged !== true) {
-      throw new WireError(
-        INVALID_PARAMS,
-        'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds) and toolsListChanged',
-      );
-    }
-    if (taskIds !== undefined) requireTasksExtension(rpc.params._meta, rpc.method);
-    // Another principal's or an unknown task is left out of the acknowledgement, alike.
-    const owned: string[] = [];
-    for (const taskId of new Set(taskIds ?? [])) {
-      const record = await service.get(taskId, rpc.principal).catch(() => undefined);
-      if (record) owned.push(taskId);
-    }
-    const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
-    const stream = new SseResponse(rpc.res, options.streams);
-    options.listens?.opened();
-    rpc.res.once('close', () => options.listens?.closed());
-    const acknowledged: Result = {};
-    if (taskIds !== undefined) acknowledged['taskIds'] = owned;
-    if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;
-    stream.send({
-      jsonrpc: '2.0',
-      method: 'notifications/subscriptions/acknowledged',
-      params: { notifications: acknowledged, _meta: meta },
-    });
-    const stopTools =
-      toolsListChanged === true
-        ? catalogChanges.subscribe(() =>
-            stream.send({ jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: meta } }),
-          )
-        : undefined;
-    const sent = new Map<string, string>();
-    let closed = false;
-    rpc.res.on('close', () => {
-      closed = true;
-    });
-    try {
-      for (;;) {
-        const records = await Promise.all(owned.map((id) => service.get(id, rpc.principal).catch(() => undefined)));
-        let open = 0;
-        records.forEach((record, i) => {
-          const taskId = owned[i] ?? '';
-          if (!record) return; // expired: nothing more will come for it
-          const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
-          if (sent.get(taskId) !== version) {
-            sent.set(taskId, version);
-            const { resultType: _complete, ...task } = renderDetailedTask(record);
-            stream.send({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } });
-          }
-          if (!isTerminal(record.status)) open++;
-        });
-        if ((open === 0 && stopTools === undefined) || closed || options.inflight.ending) break;
-        await new Promise((resolve) => setTimeout(resolve, LISTEN_POLL_MS));
-        if (closed) break;
-      }
-    } finally {
-      stopTools?.();
-    }
-    if (closed) return undefined;
-    if (options.inflight.ending) {
-      // Torn down by the server: the client is told which request ended, never a bare close (§18.4).
-      stream.send({
-        jsonrpc: '2.0',
-        method: 'notifications/cancelled',
-        params: { requestId: rpc.id, reason: 'Gateway is shutting down; listen again (another gateway can serve it)' },
-      });
-      rpc.res.end();
-      return undefined;
-    }
-    stream.end({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } });
+    await listenStreams(rpc);
     return undefined;
   }
 

@@ -1,0 +1,262 @@
+/**
+ * `subscriptions/listen` on the 2026-07-28 endpoint as a push (PROTOCOL.md §18): each followed task's status events
+ * reach this gateway through the task router (from whichever gateway or worker wrote them), and each one re-reads
+ * the task and sends its `DetailedTask`; nothing polls. The stream's bounds (ids, streams per principal, bytes
+ * waiting, the rate limit) and its endings (its result, or `notifications/cancelled` naming it, never a bare close)
+ * are §18.3–18.4.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Response } from 'express';
+import { z } from 'zod';
+import { TaskrelayError, isTerminal, type Logger, type TaskRecord } from '@taskrelay/shared';
+import { WireError } from '../../wire/errors.js';
+import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
+import type { InflightCalls } from '../../protocol/inflight-calls.js';
+import type { CatalogChanges } from '../../protocol/catalog-changes.js';
+import type { TaskService } from '../../tasks/task-service.js';
+import { renderDetailedTask, requireTasksExtension } from '../../wire/task-wire-ext.js';
+
+/** Most task ids one stream follows (§18.3). */
+export const MAX_LISTEN_TASKS = 100;
+/** Most open listen streams of one principal on one gateway (§18.3). */
+export const MAX_LISTEN_STREAMS = 32;
+/** Most bytes of unsent frames one listen stream holds (§18.3). */
+export const LISTEN_BUFFER_BYTES = 256 * 1024;
+
+const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
+const INVALID_PARAMS = -32602;
+/** §18.3: a JSON-RPC error, not an HTTP 429: the principal holds these streams itself and can close one. */
+const TOO_MANY_LISTEN_STREAMS = -32000;
+
+/** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resources) are ignored. */
+const ListenFilterSchema = z.looseObject({
+  taskIds: z.array(z.string()).max(MAX_LISTEN_TASKS).optional(),
+  toolsListChanged: z.boolean().optional(),
+});
+
+export interface ListenRequest {
+  id: string | number;
+  params: Record<string, unknown> & { _meta?: Record<string, unknown> };
+  principal: string;
+  res: Response;
+}
+
+export interface ListenStreamsOptions {
+  service: TaskService;
+  inflight: InflightCalls;
+  catalogChanges: CatalogChanges;
+  log: Logger;
+  /** Counters of every SSE response (§22.1); the bound of a listen stream is its own. */
+  streams?: SseWriterOptions;
+  /** Told when a stream opens and closes (the memory budget, §22.2). */
+  listens?: { opened: () => void; closed: () => void };
+  /** Default {@link MAX_LISTEN_STREAMS}. */
+  maxStreamsPerPrincipal?: number;
+  /** Default {@link LISTEN_BUFFER_BYTES}. */
+  maxBufferedBytes?: number;
+}
+
+/** One followed task: its stop, and its reads kept in order (a newer read never loses to an older one). */
+interface Followed {
+  stop: () => void;
+  reading: boolean;
+  again: boolean;
+  done: boolean;
+  sent: string | undefined;
+}
+
+export function createListenStreams(options: ListenStreamsOptions) {
+  const { service, log } = options;
+  const maxStreams = options.maxStreamsPerPrincipal ?? MAX_LISTEN_STREAMS;
+  const openPerPrincipal = new Map<string, number>();
+
+  /**
+   * Serves one `subscriptions/listen {notifications: {taskIds?, toolsListChanged?}}`. Resolves once the stream has
+   * ended (its result sent, the client gone, or ended by the server with `notifications/cancelled`).
+   */
+  return async function listen(rpc: ListenRequest): Promise<void> {
+    const parsed = ListenFilterSchema.safeParse(rpc.params['notifications'] ?? {});
+    if (!parsed.success) {
+      throw new WireError(
+        INVALID_PARAMS,
+        `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean}`,
+      );
+    }
+    const { taskIds, toolsListChanged } = parsed.data;
+    if (taskIds === undefined && toolsListChanged !== true) {
+      throw new WireError(
+        INVALID_PARAMS,
+        'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds) and toolsListChanged',
+      );
+    }
+    if (taskIds !== undefined) requireTasksExtension(rpc.params._meta, 'subscriptions/listen');
+    const held = openPerPrincipal.get(rpc.principal) ?? 0;
+    if (held >= maxStreams) {
+      throw new WireError(
+        TOO_MANY_LISTEN_STREAMS,
+        `Too many listen streams: at most ${maxStreams} open subscriptions/listen streams per principal on this gateway; close one first`,
+      );
+    }
+    // Counted before the first await, so concurrent openings cannot all pass the check.
+    openPerPrincipal.set(rpc.principal, held + 1);
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      const left = (openPerPrincipal.get(rpc.principal) ?? 1) - 1;
+      if (left <= 0) openPerPrincipal.delete(rpc.principal);
+      else openPerPrincipal.set(rpc.principal, left);
+    };
+
+    const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
+    const cancelled = (reason: string) =>
+      eventText({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: rpc.id, reason } });
+    const writer = new SseWriter(rpc.res, {
+      ...options.streams,
+      maxBufferedBytes: options.maxBufferedBytes ?? LISTEN_BUFFER_BYTES,
+      boundPending: true,
+      // A client that stopped reading gets 30 s to read its last words; what waits meanwhile is bounded.
+      lastWordsMs: 30_000,
+      lastWords: () =>
+        cancelled(`The client fell behind this listen stream by more than its buffer holds; listen again`),
+    });
+    const followed = new Map<string, Followed>();
+    let ended = false;
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    let stopTools: (() => void) | undefined;
+    let call: { done: () => void } | undefined;
+    const cleanUp = () => {
+      if (ended) return;
+      ended = true;
+      for (const entry of followed.values()) entry.stop();
+      stopTools?.();
+      call?.done();
+      release();
+      finish();
+    };
+    rpc.res.once('close', cleanUp);
+
+    try {
+      // Another principal's or an unknown task is left out of the acknowledgement, alike.
+      const initial: TaskRecord[] = [];
+      for (const taskId of new Set(taskIds ?? [])) {
+        if (ended || followed.has(taskId)) continue;
+        const entry: Followed = { stop: () => undefined, reading: false, again: false, done: false, sent: undefined };
+        const found = await service.follow(taskId, rpc.principal, () => changed(taskId));
+        if (!found) continue;
+        entry.stop = found.stop;
+        followed.set(taskId, entry);
+        initial.push(found.record);
+      }
+      if (ended) return;
+      rpc.res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+      rpc.res.flushHeaders();
+      options.listens?.opened();
+      rpc.res.once('close', () => options.listens?.closed());
+      const acknowledged: Record<string, unknown> = {};
+      if (taskIds !== undefined) acknowledged['taskIds'] = [...followed.keys()];
+      if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;
+      writer.write(
+        eventText({
+          jsonrpc: '2.0',
+          method: 'notifications/subscriptions/acknowledged',
+          params: { notifications: acknowledged, _meta: meta },
+        }),
+      );
+      if (toolsListChanged === true) {
+        stopTools = options.catalogChanges.subscribe(() =>
+          writer.writeLatest(
+            '\u0000tools',
+            eventText({ jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: meta } }),
+          ),
+        );
+      }
+      for (const record of initial) frame(record);
+      // A drain ends the stream as the server's (§18.4): told first, then closed.
+      call = options.inflight.track(`listen:${randomUUID()}`, rpc.id, new AbortController().signal, {
+        shutdown: () => {
+          endByServer('Gateway is shutting down; listen again (another gateway can serve it)');
+          return Promise.resolve();
+        },
+      });
+      maybeComplete();
+      await finished;
+    } finally {
+      cleanUp();
+    }
+
+    /** A status event of `taskId` reached this gateway: read it (again, once the read under way is done). */
+    function changed(taskId: string): void {
+      const entry = followed.get(taskId);
+      if (!entry || entry.done || ended) return;
+      if (entry.reading) {
+        entry.again = true;
+        return;
+      }
+      entry.reading = true;
+      void read(taskId, entry);
+    }
+
+    async function read(taskId: string, entry: Followed): Promise<void> {
+      try {
+        do {
+          entry.again = false;
+          const record = await service.get(taskId, rpc.principal).catch((error: unknown) => {
+            // Not found: expired (nothing more will come). Anything else (Redis away): the reconnect wakes us again.
+            if (error instanceof TaskrelayError && error.code === 'TASK_NOT_FOUND') return null;
+            log.debug({ taskId, err: error }, 'listen: task read failed');
+            return undefined;
+          });
+          if (ended) return;
+          if (record === null) {
+            entry.done = true;
+            entry.stop();
+          } else if (record !== undefined) {
+            frame(record);
+          }
+        } while (entry.again && !entry.done && !ended);
+      } finally {
+        entry.reading = false;
+      }
+      maybeComplete();
+    }
+
+    /** Sends the task's state if it changed; while the client is behind, it replaces the task's unsent frame. */
+    function frame(record: TaskRecord): void {
+      const entry = followed.get(record.taskId);
+      if (!entry || ended) return;
+      const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
+      if (entry.sent !== version) {
+        entry.sent = version;
+        const { resultType: _complete, ...task } = renderDetailedTask(record);
+        writer.writeLatest(
+          record.taskId,
+          eventText({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } }),
+        );
+      }
+      if (isTerminal(record.status)) {
+        entry.done = true;
+        entry.stop();
+      }
+    }
+
+    /** Every task ended (and no tool changes were asked for): the listen's own result ends the stream. */
+    function maybeComplete(): void {
+      if (ended || stopTools !== undefined || call === undefined) return;
+      for (const entry of followed.values()) if (!entry.done || entry.reading) return;
+      writer.end(eventText({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } }));
+      cleanUp();
+    }
+
+    function endByServer(reason: string): void {
+      if (ended) return;
+      writer.end(cancelled(reason));
+      cleanUp();
+    }
+  };
+}
+
+function eventText(message: unknown): string {
+  return `event: message\ndata: ${JSON.stringify(message)}\n\n`;
+}

@@ -1,0 +1,310 @@
+/**
+ * PROTOCOL.md §18 (issue 19, 20): `subscriptions/listen` on the 2026-07-28 endpoint as a push fed by the task router,
+ * across replicas. Two gateways on one Redis: tasks made through gateway A are followed on gateway B. Measured (not
+ * asserted): the time from a task's terminal write to its frame on B. Asserted: an idle stream reads nothing from
+ * Redis (the old stream re-read every task every 250 ms), the per-principal stream cap, the rate limit counting each
+ * opening, and a reader that never reads ends bounded, told with `notifications/cancelled` naming its request.
+ */
+import { connect, type Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { resolve } from 'node:path';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  FIXTURE_TOOLS,
+  ROOT,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+import { readSse } from './helpers/raw-mcp.js';
+
+const V = '2026-07-28';
+const EXT = 'io.modelcontextprotocol/tasks';
+const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
+type Json = Record<string, any>;
+
+let redis: TestRedis;
+let r: Redis;
+let a: GatewayProcess;
+let b: GatewayProcess;
+let limited: GatewayProcess;
+let nextId = 1;
+
+beforeAll(async () => {
+  redis = await startRedis({ owned: true });
+  r = new Redis(redis.url);
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('listen') };
+  [a, b, limited] = await Promise.all([
+    startGatewayProcess(env),
+    startGatewayProcess(env),
+    startGatewayProcess({
+      ...env,
+      TASKRELAY_AUTH_TOKENS: 'alice:alice-token',
+      TASKRELAY_RATE_LIMIT_TASK_OPS: '3',
+      TASKRELAY_RATE_LIMIT_WINDOW_MS: '60000',
+    }),
+  ]);
+  await Promise.all([
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '50' }),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS, TASKRELAY_QUEUE: 'abuse', WORKER_CONCURRENCY: '100' }),
+  ]);
+});
+
+afterAll(async () => {
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+/** The headers and body of one 2026-07-28 request with the tasks extension declared. */
+function request(method: string, params: Json = {}, token?: string) {
+  const id = nextId++;
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': V,
+        'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } },
+      },
+    },
+  });
+  const name = method === 'tools/call' ? params['name'] : method.startsWith('tasks/') ? params['taskId'] : undefined;
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': V,
+    'mcp-method': method,
+  };
+  if (typeof name === 'string') headers['mcp-name'] = name;
+  if (token) headers['authorization'] = `Bearer ${token}`;
+  return { id, body, headers };
+}
+
+function post(
+  gateway: GatewayProcess,
+  method: string,
+  params: Json = {},
+  options: { token?: string; signal?: AbortSignal } = {},
+) {
+  const { id, body, headers } = request(method, params, options.token);
+  const init: RequestInit = { method: 'POST', headers, body };
+  if (options.signal) init.signal = options.signal;
+  return { id, response: fetch(gateway.url, init) };
+}
+
+async function result(gateway: GatewayProcess, method: string, params: Json = {}): Promise<Json> {
+  const res = await post(gateway, method, params).response;
+  const body = (await res.json()) as Json;
+  if (body['error']) throw new Error(`${method}: ${JSON.stringify(body['error'])}`);
+  return body['result'] as Json;
+}
+
+async function createTask(gateway: GatewayProcess, name: string, args: Json): Promise<string> {
+  const created = await result(gateway, 'tools/call', { name, arguments: args });
+  return String(created['taskId']);
+}
+
+const hgetallCalls = async () => Number(/cmdstat_hgetall:calls=(\d+)/.exec(await r.info('commandstats'))?.[1] ?? 0);
+const rssMb = (pid: number) =>
+  Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
+
+describe('§18.1 a push across replicas', () => {
+  it('brings each task that ends through gateway A to a listen stream on gateway B; an idle stream reads nothing', async () => {
+    const count = 20;
+    // Ends staggered, so each frame is its own measurement; long enough to measure an idle stretch first.
+    const ids = await Promise.all(
+      Array.from({ length: count }, (_, i) => createTask(a, 'sleepy', { ms: 2_500 + i * 60, stepMs: 10_000 })),
+    );
+    const controller = new AbortController();
+    const { id: listenId, response } = post(
+      b,
+      'subscriptions/listen',
+      { notifications: { taskIds: ids } },
+      { signal: controller.signal },
+    );
+    const res = await response;
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const latencies: number[] = [];
+    const frames: Json[] = [];
+    let idleReads: number | undefined;
+    const reading = (async () => {
+      for await (const event of readSse(res)) {
+        const message = event.data as Json;
+        frames.push(message);
+        const params = message['params'] as Json | undefined;
+        if (message['method'] === 'notifications/tasks' && params?.['status'] === 'completed') {
+          latencies.push(Date.now() - Date.parse(String(params['lastUpdatedAt'])));
+        }
+      }
+    })();
+    await waitFor(() => frames.filter((f) => f['method'] === 'notifications/tasks').length === count, {
+      message: 'the first frame of each task did not come',
+    });
+    // Every task is working: for a second and a half, nothing changes, so nothing needs reading.
+    const before = await hgetallCalls();
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    idleReads = (await hgetallCalls()) - before;
+    await reading;
+    controller.abort();
+
+    const sorted = [...latencies].sort((x, y) => x - y);
+    const median = sorted[Math.floor(sorted.length / 2)];
+    console.log(
+      `listen push across replicas: terminal write → frame on the other gateway, median ${median} ms, ` +
+        `min ${sorted[0]} ms, max ${sorted.at(-1)} ms (${count} tasks); Redis HGETALLs while idle: ${idleReads}`,
+    );
+    expect(frames[0]).toMatchObject({
+      method: 'notifications/subscriptions/acknowledged',
+      params: { notifications: { taskIds: ids } },
+    });
+    expect(latencies).toHaveLength(count);
+    expect(frames.at(-1)).toMatchObject({ id: listenId, result: { resultType: 'complete' } });
+    // The 250 ms poll read each of the 20 tasks 6 times in this stretch (120 reads).
+    expect(idleReads).toBeLessThan(count);
+  });
+});
+
+describe('§18.3 bounds', () => {
+  it('refuses more than 100 task ids in one stream (-32602)', async () => {
+    const ids = Array.from({ length: 101 }, (_, i) => i.toString(16).padStart(32, '0'));
+    const res = await post(b, 'subscriptions/listen', { notifications: { taskIds: ids } }).response;
+    expect(((await res.json()) as Json)['error']).toMatchObject({ code: -32602 });
+  });
+
+  it('holds a principal to 32 open listen streams per gateway; closing one makes room', async () => {
+    const controllers: AbortController[] = [];
+    try {
+      for (let i = 0; i < 32; i++) {
+        const controller = new AbortController();
+        controllers.push(controller);
+        const res = await post(
+          a,
+          'subscriptions/listen',
+          { notifications: { toolsListChanged: true } },
+          { signal: controller.signal },
+        ).response;
+        expect(res.headers.get('content-type')).toContain('text/event-stream');
+      }
+      const refused = await post(a, 'subscriptions/listen', { notifications: { toolsListChanged: true } }).response;
+      expect(refused.status).toBe(200);
+      expect(((await refused.json()) as Json)['error']).toMatchObject({
+        code: -32000,
+        message: expect.stringMatching(/^Too many listen streams: at most 32/),
+      });
+      // Another gateway counts its own.
+      const elsewhere = new AbortController();
+      controllers.push(elsewhere);
+      const onB = await post(
+        b,
+        'subscriptions/listen',
+        { notifications: { toolsListChanged: true } },
+        { signal: elsewhere.signal },
+      ).response;
+      expect(onB.headers.get('content-type')).toContain('text/event-stream');
+      controllers[0]?.abort();
+      await waitFor(
+        async () => {
+          const again = new AbortController();
+          const res = await post(
+            a,
+            'subscriptions/listen',
+            { notifications: { toolsListChanged: true } },
+            { signal: again.signal },
+          ).response;
+          controllers.push(again);
+          return (res.headers.get('content-type') ?? '').includes('text/event-stream');
+        },
+        { timeoutMs: 5_000, message: 'a closed stream did not make room' },
+      );
+    } finally {
+      for (const controller of controllers) controller.abort();
+    }
+  });
+
+  it('counts each opening against the task-ops rate limit', async () => {
+    const controllers: AbortController[] = [];
+    const statuses: number[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        const controller = new AbortController();
+        controllers.push(controller);
+        const res = await post(
+          limited,
+          'subscriptions/listen',
+          { notifications: { toolsListChanged: true } },
+          {
+            token: 'alice-token',
+            signal: controller.signal,
+          },
+        ).response;
+        statuses.push(res.status);
+      }
+    } finally {
+      for (const controller of controllers) controller.abort();
+    }
+    expect(statuses).toEqual([200, 200, 200, 429]);
+  });
+
+  it('a reader that never reads stays bounded: told with notifications/cancelled naming its request, then closed', async () => {
+    const count = 100;
+    // 100 × 200 KB final frames (20 MB), all ending at about the same time.
+    const ids = await Promise.all(
+      Array.from({ length: count }, () => createTask(a, 'big_result', { bytes: 200_000, ms: 1_500 })),
+    );
+    const { id: listenId, body, headers } = request('subscriptions/listen', { notifications: { taskIds: ids } });
+    const rssBefore = rssMb(b.pid);
+    const socket: Socket = connect(Number(new URL(b.url).port), '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const head = Object.entries({
+      ...headers,
+      host: '127.0.0.1',
+      connection: 'close',
+      'content-length': String(Buffer.byteLength(body)),
+    })
+      .map(([k, v]) => `${k}: ${v}`)
+      .join('\r\n');
+    socket.write(`POST /mcp HTTP/1.1\r\n${head}\r\n\r\n${body}`);
+    socket.pause(); // never reads while the tasks end
+    await waitFor(
+      async () => {
+        const got = await Promise.all(ids.map((id) => result(a, 'tasks/get', { taskId: id })));
+        return got.every((task) => task['status'] === 'completed');
+      },
+      { timeoutMs: 30_000, interval: 200, message: 'the big tasks did not complete' },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const rssAfter = rssMb(b.pid);
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    socket.resume();
+    await closed;
+    const text = Buffer.concat(chunks).toString('utf8');
+    const messages = text
+      .split('\n')
+      .filter((line) => line.startsWith('data: '))
+      .map((line) => JSON.parse(line.slice('data: '.length)) as Json);
+    const completed = messages.filter(
+      (m) => m['method'] === 'notifications/tasks' && m['params']?.['status'] === 'completed',
+    );
+    console.log(
+      `never-reading listen reader: ${completed.length} of ${count} final frames delivered, ${(text.length / 1e6).toFixed(1)} MB read; ` +
+        `gateway B RSS ${rssBefore.toFixed(0)} → ${rssAfter.toFixed(0)} MB`,
+    );
+    expect(messages[0]?.['method']).toBe('notifications/subscriptions/acknowledged');
+    expect(completed.length).toBeLessThan(count);
+    expect(messages.at(-1)).toMatchObject({
+      method: 'notifications/cancelled',
+      params: { requestId: listenId, reason: expect.stringMatching(/fell behind/) },
+    });
+    // The gateway is fine, and serves the same principal again.
+    expect((await fetch(new URL('/readyz', b.url))).status).toBe(200);
+  });
+});
