@@ -133,7 +133,6 @@ describe('§18.1 a push across replicas', () => {
     expect(res.headers.get('content-type')).toContain('text/event-stream');
     const latencies: number[] = [];
     const frames: Json[] = [];
-    let idleReads: number | undefined;
     const reading = (async () => {
       for await (const event of readSse(res)) {
         const message = event.data as Json;
@@ -150,7 +149,7 @@ describe('§18.1 a push across replicas', () => {
     // Every task is working: for a second and a half, nothing changes, so nothing needs reading.
     const before = await hgetallCalls();
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    idleReads = (await hgetallCalls()) - before;
+    const idleReads = (await hgetallCalls()) - before;
     await reading;
     controller.abort();
 
@@ -277,7 +276,7 @@ describe('§18.3 bounds', () => {
         const got = await Promise.all(ids.map((id) => result(a, 'tasks/get', { taskId: id })));
         return got.every((task) => task['status'] === 'completed');
       },
-      { timeoutMs: 30_000, interval: 200, message: 'the big tasks did not complete' },
+      { timeoutMs: 30_000, intervalMs: 200, message: 'the big tasks did not complete' },
     );
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const rssAfter = rssMb(b.pid);

@@ -83,7 +83,12 @@ describe('SseWriter for a listen stream', () => {
     expect(writer.open).toBe(false);
     expect(res.writableLength).toBeLessThan(2 * 1024 * 1024);
     const text = await read();
-    expect(text.split('\n').filter((line) => line.startsWith('data: ')).at(-1)).toBe('data: cancelled');
+    expect(
+      text
+        .split('\n')
+        .filter((line) => line.startsWith('data: '))
+        .at(-1),
+    ).toBe('data: cancelled');
     expect(text).not.toContain('bbbb');
   });
 });
