@@ -37,7 +37,7 @@ const { OK, TASK_MISSING, LOCK_LOST, TRANSITION_REFUSED, TASK_TERMINAL } = Resul
 export const SCRIPTS = {
   create: spec({
     name: 'create',
-    keys: ['task', 'principalIndex', 'live', 'idempotency'],
+    keys: ['task', 'principalIndex', 'live', 'idempotency', 'share'],
     args: [
       'fields',
       'createdAtMs',
@@ -48,6 +48,8 @@ export const SCRIPTS = {
       'indexTtlMs',
       'hasIdempotency',
       'taskKeyPrefix',
+      'shareTtlMs',
+      'maxPriority',
     ],
     codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY],
   }),

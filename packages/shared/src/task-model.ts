@@ -130,7 +130,8 @@ export function suggestedPollInterval(record: TaskRecord, now: number = Date.now
   if (isTerminal(record.status)) return ceiling;
   const floor = Math.min(MIN_SUGGESTED_POLL_MS, ceiling);
   const age = now - Date.parse(record.createdAt);
-  if (!(age > 0)) return floor; // just created, or a clock a little ahead of ours
+  if (Number.isNaN(age)) return ceiling; // no usable creation time: the configured interval
+  if (age <= 0) return floor; // just created, or a clock a little ahead of ours
   return Math.min(ceiling, Math.max(floor, Math.round(age / 4 - MIN_SUGGESTED_POLL_MS)));
 }
 

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { TaskrelayError, type SerializedError } from './errors.js';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
+import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import type { StatusEvent } from './messages.js';
 import { ResultCode } from './script-results.js';
 import { SCRIPTS, ScriptRunner } from './scripts.js';
@@ -42,12 +43,19 @@ export interface CreateTaskInput {
    * of this principal that may wait for delivery at once (`cap`).
    */
   webhook?: { url: string; cap: number };
+  /**
+   * Enter the task's job in its principal's fair share of `queue` in the same step (PROTOCOL.md §25), the share
+   * outliving it by `ttlMs`; the outcome's `priority` is what to add the job with.
+   */
+  fairShare?: { ttlMs: number };
 }
 
 export interface CreateOutcome {
   record: TaskRecord;
   /** false when the idempotency key named a live task, which `record` is. */
   created: boolean;
+  /** The job's fair-share priority, when created with `fairShare`. */
+  priority?: number;
 }
 
 export interface RedisTaskStoreOptions {
@@ -230,6 +238,7 @@ export class RedisTaskStore {
         principalIndex: this.keys.principalTasks(input.principal),
         live: this.keys.live,
         idempotency: idemKey ?? taskKey,
+        share: input.fairShare ? this.keys.fairShare(input.queue, input.principal) : taskKey,
       },
       args: {
         fields: JSON.stringify(fields),
@@ -241,6 +250,8 @@ export class RedisTaskStore {
         indexTtlMs: this.indexTtlMs,
         hasIdempotency: idemKey === undefined ? '0' : '1',
         taskKeyPrefix: this.keys.taskKeyPrefix,
+        shareTtlMs: input.fairShare ? input.fairShare.ttlMs : '',
+        maxPriority: MAX_FAIR_PRIORITY,
       },
     });
     if (reply.code === ResultCode.IDEMPOTENT_REPLAY) {
@@ -259,7 +270,7 @@ export class RedisTaskStore {
     if (reply.code === ResultCode.TASK_EXISTS) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
     const record = parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${taskId} could not be read back`);
-    return { record, created: true };
+    return input.fairShare ? { record, created: true, priority: Number(reply.values[1]) } : { record, created: true };
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {

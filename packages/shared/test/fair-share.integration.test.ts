@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/keys.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
+import { RedisTaskStore } from '../src/task-store.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -63,6 +64,31 @@ describe('25. fair share priorities', () => {
     const { enter } = share();
     const priorities = await Promise.all(Array.from({ length: 20 }, (_, i) => enter('alice', `a${i}`)));
     expect([...priorities].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+  });
+
+  it('enters a task’s job in its share when the task is created with fairShare, in the same step', async () => {
+    const { keys, fair } = share();
+    const store = new RedisTaskStore(redis, keys);
+    const base = {
+      tool: 't',
+      queue: 'pool',
+      principal: 'alice',
+      mode: 'call' as const,
+      ttl: 60_000,
+      pollInterval: 1000,
+    };
+    const first = await store.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
+    const second = await store.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
+    expect([first.priority, second.priority]).toEqual([1, 2]);
+    const shareKey = keys.fairShare('pool', 'alice');
+    expect(await redis.zrange(shareKey, 0, -1)).toEqual([first.record.taskId, second.record.taskId]);
+    expect(await redis.pttl(shareKey)).toBeGreaterThan(50_000);
+    // The same share as `enter`: the next job of alice's goes behind both.
+    expect(await fair.enter('pool', 'alice', 'a3', 60_000)).toBe(3);
+    // Without fairShare, nothing is entered.
+    const plain = await store.createTask({ ...base, principal: 'bob' });
+    expect(plain.priority).toBeUndefined();
+    expect(await redis.exists(keys.fairShare('pool', 'bob'))).toBe(0);
   });
 
   it('caps priorities at BullMQ’s highest value', async () => {

@@ -65,5 +65,6 @@ describe('§28 suggestedPollInterval', () => {
     expect(suggestedPollInterval(task({ pollInterval: 20 }), created + 10)).toBe(20);
     expect(suggestedPollInterval(task({ pollInterval: 20 }), created + 10_000)).toBe(20);
     expect(suggestedPollInterval(task(), created - 5_000)).toBe(MIN_SUGGESTED_POLL_MS);
+    expect(suggestedPollInterval(task({ createdAt: 'not a date' }), created)).toBe(1_000);
   });
 });

@@ -19,6 +19,11 @@ const QUEUE_EVENTS_MAX_LEN = 1_000;
 /** How long a fair-share entry outlives its job's longest possible wait and run (PROTOCOL.md §25). */
 const FAIR_SHARE_SLACK_MS = 60_000;
 
+/** How long a job's fair-share entry is kept: its longest wait and run, and a minute (PROTOCOL.md §25). */
+export function fairShareTtlMs(data: Pick<JobData, 'queueTimeoutMs' | 'timeoutMs'>): number {
+  return (data.queueTimeoutMs ?? 0) + (data.timeoutMs ?? 0) + FAIR_SHARE_SLACK_MS;
+}
+
 export interface JobDispatcherOptions {
   /**
    * How long a queue that was never connected may take to become ready before the call fails as "task store
@@ -50,15 +55,12 @@ export class JobDispatcher {
    * Adds the task's job to its pool with its principal's fair-share priority (PROTOCOL.md §25): behind the jobs of
    * principals with shorter backlogs, never behind a whole backlog of another's.
    */
-  async enqueue(tool: CatalogTool, data: JobData): Promise<void> {
+  async enqueue(tool: CatalogTool, data: JobData, entered?: { priority: number }): Promise<void> {
     const queue = await this.ready(tool.queue);
     const principal = data.principal ?? '';
-    const priority = await this.fairShare.enter(
-      tool.queue,
-      principal,
-      data.taskId,
-      (data.queueTimeoutMs ?? 0) + (data.timeoutMs ?? 0) + FAIR_SHARE_SLACK_MS,
-    );
+    // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
+    const priority =
+      entered?.priority ?? (await this.fairShare.enter(tool.queue, principal, data.taskId, fairShareTtlMs(data)));
     const added = queue.add(tool.name, data, {
       jobId: data.taskId,
       priority,

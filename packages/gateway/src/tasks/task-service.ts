@@ -19,7 +19,7 @@ import {
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { TaskSupportMismatchError, taskNotFound } from './errors.js';
-import type { JobDispatcher } from './job-dispatcher.js';
+import { fairShareTtlMs, type JobDispatcher } from './job-dispatcher.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
 import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
 import type { WebhookIntake } from '../ops/webhooks/intake.js';
@@ -171,6 +171,8 @@ export class TaskService {
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const timeoutMs = toolTimeoutMs(tool, this.config);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
+      // Its job's fair-share entry is made with it: one round trip (§25).
+      fairShare: { ttlMs: fairShareTtlMs({ timeoutMs, queueTimeoutMs: this.config.queueTimeoutMs }) },
       tool: tool.name,
       queue: tool.queue,
       principal: input.principal,
@@ -190,7 +192,7 @@ export class TaskService {
     if (webhook) createInput.webhook = webhook;
     // Tasks and plain calls alike count toward the principal's open-work cap (PROTOCOL.md §25).
     const reservation = await this.config.openTasks?.check(input.principal);
-    const { record, created } = await this.store.createTask(createInput).catch(async (error: unknown) => {
+    const { record, created, priority } = await this.store.createTask(createInput).catch(async (error: unknown) => {
       await this.config.openTasks?.release(input.principal, reservation).catch(() => undefined);
       throw error;
     });
@@ -228,7 +230,7 @@ export class TaskService {
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
     if (span.carrier) data.trace = span.carrier;
     try {
-      await this.dispatcher.enqueue(tool, data);
+      await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
     } catch (error) {
       this.router.retire(record.taskId, { flush: false });
       // The client reads this message: the Redis/BullMQ details stay in the log.

@@ -1,8 +1,7 @@
 --[[
   Enters a job in its principal's fair share of a pool (PROTOCOL.md §25) and answers the BullMQ priority to add it
-  with: one more than the principal's jobs still waiting there, never below its newest waiting job's priority (its own
-  jobs keep their order), at most BullMQ's highest priority value. One script, so two enqueues of one principal never
-  read the same backlog.
+  with (see fairShareEnter). One script, so two enqueues of one principal never read the same backlog. A task's
+  creation does the same in its own script (create); this one is for jobs entered without a create.
 
   Input:
     KEYS[1] share             the principal's share of the pool (sorted set: job id by priority)
@@ -15,14 +14,6 @@
     {R.OK, priority}
 ]]
 --- @include "resultCodes"
+--- @include "fairShareEnter"
 
-local waiting = redis.call('ZCARD', KEYS[1])
-local priority = 1
-if waiting > 0 then
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  priority = math.max(waiting + 1, tonumber(newest[2]) or 1)
-  priority = math.min(priority, tonumber(ARGV[3]))
-end
-redis.call('ZADD', KEYS[1], priority, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {R.OK, priority}
+return {R.OK, fair_share_enter(KEYS[1], ARGV[1], ARGV[2], ARGV[3])}

@@ -7,6 +7,7 @@
     KEYS[2] principalIndex    the principal's task-mode index (sorted set)
     KEYS[3] live              the live set
     KEYS[4] idempotency       the idempotency key (the task key when there is none)
+    KEYS[5] share             the principal's fair share of the task's pool (the task key when not entered)
 
     ARGV[1] fields            the hash fields, JSON object
     ARGV[2] createdAtMs       creation time, ms since epoch (the index score)
@@ -17,14 +18,17 @@
     ARGV[7] indexTtlMs        the index expires this long after its last addition
     ARGV[8] hasIdempotency    '1' when KEYS[4] is an idempotency key
     ARGV[9] taskKeyPrefix     what a task key puts before the id
+    ARGV[10] shareTtlMs       '' = no fair-share entry; else how long the share outlives this entry (§25)
+    ARGV[11] maxPriority      BullMQ's highest priority value
 
   Output:
-    {R.OK, taskId}                          created
+    {R.OK, taskId, priority}                created; priority: its job's fair-share priority (0 when not entered)
     {R.IDEMPOTENT_REPLAY, existingId, tool} the key names a live task; nothing created
     {R.TASK_EXISTS}                         the id is taken
 ]]
 --- @include "resultCodes"
 --- @include "taskFields"
+--- @include "fairShareEnter"
 
 if ARGV[8] == '1' then
   local existing = redis.call('GET', KEYS[4])
@@ -50,4 +54,7 @@ if ARGV[5] == '1' then
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
 end
 if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
-return {R.OK, ARGV[3]}
+-- The job's place in its principal's share, in the same step: its add follows, with this priority (§25).
+local priority = 0
+if ARGV[10] ~= '' then priority = fair_share_enter(KEYS[5], ARGV[3], ARGV[10], ARGV[11]) end
+return {R.OK, ARGV[3], priority}
