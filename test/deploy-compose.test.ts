@@ -49,7 +49,9 @@ const seconds = (duration: string | undefined) => {
   return m ? Number(m[1]) : 0;
 };
 
-describe('docker-compose.yml', () => {
+// Each `docker-compose config` starts a Python process: a few seconds on a loaded 2-core machine, where one run took
+// 12 s and failed on the unit project's 10 s default.
+describe('docker-compose.yml', { timeout: 60_000 }, () => {
   it.runIf(hasCompose)('is valid for docker-compose, with every profile', () => {
     const checked = spawnSync(
       'docker-compose',
