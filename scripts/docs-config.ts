@@ -32,6 +32,8 @@ interface Def {
   type: string;
   innerType?: z.ZodType;
   defaultValue?: unknown;
+  /** A pipe's second schema: a variable read as text, then checked (and defaulted) by its option's schema. */
+  out?: z.ZodType;
 }
 const defOf = (schema: z.ZodType): Def => (schema as unknown as { def: Def }).def;
 
@@ -43,7 +45,7 @@ function describedDefault(schema: z.ZodType): { default?: string; description?: 
     description ??= current.description;
     const def = defOf(current);
     if (def.type === 'default' && value === undefined) value = `\`${String(def.defaultValue)}\``;
-    current = def.innerType;
+    current = def.innerType ?? (def.type === 'pipe' ? def.out : undefined);
   }
   return { ...(value === undefined ? {} : { default: value }), ...(description === undefined ? {} : { description }) };
 }

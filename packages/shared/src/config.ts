@@ -25,6 +25,24 @@ const int = (min: number, max: number) =>
         .max(max, { message: `must be at most ${max}` }),
     );
 
+/** A whole number within bounds, as an option takes it. */
+const wholeNumber = (min: number, max: number) =>
+  z
+    .number({ message: 'must be a whole number' })
+    .int({ message: 'must be a whole number' })
+    .min(min, { message: `must be at least ${min}` })
+    .max(max, { message: `must be at most ${max}` });
+
+/** An environment variable read as a whole number, then checked and defaulted by its option's own schema. */
+const intEnv = <T extends z.ZodType<number | undefined, number | undefined>>(option: T) =>
+  z
+    .string()
+    .trim()
+    .regex(/^-?\d+$/, { message: 'must be a whole number' })
+    .transform(Number)
+    .optional()
+    .pipe(option);
+
 const redisUrl = z
   .string()
   .trim()
@@ -60,6 +78,27 @@ const prefix = z
   .trim()
   .min(1, { message: 'must not be empty' })
   .regex(/^[^\s]+$/, { message: 'must not contain spaces' });
+
+const queueName = z
+  .string()
+  .trim()
+  .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' });
+
+/**
+ * The worker's settings, each defined once with its bounds and default: `workerEnvSchema` reads its variables through
+ * them, and `startWorker` checks its options with them (packages/worker/src/options.ts), so the two cannot disagree.
+ */
+export const workerSettingsShape = {
+  prefix: prefix.default('taskrelay'),
+  queue: queueName.default('default'),
+  concurrency: wholeNumber(1, 10_000).default(8),
+  lockDurationMs: wholeNumber(1_000, 3_600_000).default(30_000),
+  heartbeatMs: wholeNumber(100, 600_000).default(5_000),
+  abortGraceMs: wholeNumber(0, 3_600_000).default(5_000),
+  cancelSweepMs: wholeNumber(50, 600_000).default(2_000),
+  shutdownGraceMs: wholeNumber(0, 86_400_000).default(30_000),
+  progressIntervalMs: wholeNumber(0, 60_000).default(50),
+};
 
 const commonShape = {
   REDIS_URL: redisUrl.optional(),
@@ -206,18 +245,16 @@ export const gatewayEnvSchema = z.object({
 /** The worker's environment, variable by variable (docs/CONFIGURATION.md is generated from it). */
 export const workerEnvSchema = z.object({
   ...commonShape,
-  WORKER_CONCURRENCY: int(1, 10_000).default(8),
-  WORKER_LOCK_DURATION_MS: int(1_000, 3_600_000).default(30_000),
+  TASKRELAY_PREFIX: workerSettingsShape.prefix,
+  TASKRELAY_PROGRESS_INTERVAL_MS: intEnv(workerSettingsShape.progressIntervalMs),
+  WORKER_CONCURRENCY: intEnv(workerSettingsShape.concurrency),
+  WORKER_LOCK_DURATION_MS: intEnv(workerSettingsShape.lockDurationMs),
   TASKRELAY_TOOLS: z.string().trim().min(1).optional(),
-  TASKRELAY_QUEUE: z
-    .string()
-    .trim()
-    .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
-    .default('default'),
-  WORKER_HEARTBEAT_MS: int(100, 600_000).default(5_000),
-  WORKER_ABORT_GRACE_MS: int(0, 3_600_000).default(5_000),
-  WORKER_CANCEL_SWEEP_MS: int(50, 600_000).default(2_000),
-  WORKER_SHUTDOWN_GRACE_MS: int(0, 86_400_000).default(30_000),
+  TASKRELAY_QUEUE: workerSettingsShape.queue,
+  WORKER_HEARTBEAT_MS: intEnv(workerSettingsShape.heartbeatMs),
+  WORKER_ABORT_GRACE_MS: intEnv(workerSettingsShape.abortGraceMs),
+  WORKER_CANCEL_SWEEP_MS: intEnv(workerSettingsShape.cancelSweepMs),
+  WORKER_SHUTDOWN_GRACE_MS: intEnv(workerSettingsShape.shutdownGraceMs),
   WORKER_METRICS_PORT: int(1, 65_535).optional(),
   HOST: z.string().trim().min(1).default('127.0.0.1'),
 });

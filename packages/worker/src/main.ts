@@ -42,21 +42,16 @@ async function main(): Promise<void> {
 
   const tracing = await startTracing('taskrelay-worker');
   const metrics = new WorkerMetrics();
-  const handle = await startWorker({
-    redisUrl,
-    prefix: config.prefix,
-    tools,
-    queue: config.queue,
-    concurrency: config.concurrency,
-    lockDurationMs: config.lockDurationMs,
-    shutdownGraceMs: config.shutdownGraceMs,
-    heartbeatMs: config.heartbeatMs,
-    progressIntervalMs: config.progressIntervalMs,
-    abortGraceMs: config.abortGraceMs,
-    cancelSweepMs: config.cancelSweepMs,
-    logger,
-    metrics,
-  });
+  // The rest of the configuration is startWorker's settings under their own names (shared's workerSettingsShape).
+  const {
+    redisUrl: _url,
+    logLevel: _level,
+    toolsModule: _module,
+    metricsPort: _port,
+    metricsHost: _host,
+    ...settings
+  } = config;
+  const handle = await startWorker({ ...settings, redisUrl, tools, logger, metrics });
   let metricsServer: MetricsServer | undefined;
   const metricsPort = config.metricsPort;
   if (metricsPort !== undefined) {

@@ -2,7 +2,14 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { z } from 'zod';
-import { ConfigError, clusterPrefixProblem, createLogger, isRedisTarget, type Logger } from '@taskrelay/shared';
+import {
+  ConfigError,
+  clusterPrefixProblem,
+  createLogger,
+  isRedisTarget,
+  workerSettingsShape,
+  type Logger,
+} from '@taskrelay/shared';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { WorkerMetrics } from './metrics.js';
 
@@ -91,32 +98,15 @@ const redisUrlSchema = z
     message: 'must be a redis://, rediss://, redis+cluster:// or redis+sentinel:// target',
   });
 
-const ms = (min: number) =>
-  z
-    .number()
-    .int()
-    .min(min, { message: `must be a whole number of ms, at least ${min}` });
-
 const WorkerOptionsSchema = z
   .strictObject({
     redisUrl: redisUrlSchema.optional(),
     connection: redisUrlSchema.optional(),
-    prefix: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).default('taskrelay'),
+    // The settings the environment also sets, with the same bounds and defaults (shared's workerSettingsShape).
+    ...workerSettingsShape,
     tools: z
       .array(z.custom<ToolDefinition>(isToolDefinition, { message: 'must hold tool definitions made by defineTool' }))
       .min(1, { message: 'must list at least one tool' }),
-    queue: z
-      .string()
-      .trim()
-      .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
-      .default('default'),
-    concurrency: z.number().int().min(1, { message: 'must be a whole number, at least 1' }).default(8),
-    lockDurationMs: ms(100).default(30_000),
-    shutdownGraceMs: ms(0).default(30_000),
-    heartbeatMs: ms(10).default(5_000),
-    progressIntervalMs: ms(0).default(50),
-    abortGraceMs: ms(0).default(5_000),
-    cancelSweepMs: ms(10).default(2_000),
     workerId: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).optional(),
     logger: z
       .custom<Logger>((v) => typeof v === 'object' && v !== null && typeof (v as Logger).child === 'function', {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError } from '@taskrelay/shared';
+import { ConfigError, loadWorkerConfig, workerSettingsShape } from '@taskrelay/shared';
 import { defineTool } from '../src/define-tool.js';
 import { resolveWorkerOptions, startWorker } from '../src/worker.js';
 import { LogCapture } from './harness.js';
@@ -61,5 +61,29 @@ describe('worker options', () => {
     expect(() =>
       resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [tool('a')], logger, concurency: 2 } as never),
     ).toThrow(ConfigError);
+  });
+
+  it('have the bounds and defaults of their environment variables: one schema for both', () => {
+    const cases: Array<[string, string, number, RegExp]> = [
+      ['lockDurationMs', 'WORKER_LOCK_DURATION_MS', 500, /must be at least 1000/],
+      ['heartbeatMs', 'WORKER_HEARTBEAT_MS', 50, /must be at least 100/],
+      ['cancelSweepMs', 'WORKER_CANCEL_SWEEP_MS', 20, /must be at least 50/],
+      ['concurrency', 'WORKER_CONCURRENCY', 20_000, /must be at most 10000/],
+      ['progressIntervalMs', 'TASKRELAY_PROGRESS_INTERVAL_MS', 90_000, /must be at most 60000/],
+    ];
+    for (const [option, variable, value, message] of cases) {
+      expect(() =>
+        resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [tool('a')], logger, [option]: value }),
+      ).toThrow(new RegExp(`^Invalid worker options: ${option} ${message.source}$`));
+      expect(() => loadWorkerConfig({ [variable]: String(value) })).toThrow(
+        new RegExp(`^Invalid configuration: ${variable} ${message.source}`),
+      );
+    }
+    // And the same defaults: an empty environment gives what startWorker applies.
+    const fromEnv = loadWorkerConfig({});
+    const resolved = resolveWorkerOptions({ redisUrl: 'redis://h:1', tools: [tool('a')], logger });
+    for (const key of Object.keys(workerSettingsShape) as Array<keyof typeof workerSettingsShape>) {
+      expect(resolved[key], key).toBe(fromEnv[key]);
+    }
   });
 });
