@@ -129,7 +129,9 @@ describe('§5.6 a SIGKILLed worker mid-run', () => {
 describe('§10.6 stalls are not attempts', () => {
   it('completes a task whose worker was SIGKILLed three times in a row (more than maxStalledCount 1, fewer than maxStalls 10)', async () => {
     const watcher = await watchingClient(gateway.url);
-    const taskId = await startTask(watcher.client, 'steady', { ms: 1_500, stepMs: 100 });
+    // 6 s a run: each kill comes a few steps into its run, even when a loaded machine slows the test's polling (with
+    // 1.5 s, run 2 once ended before the test got to kill it).
+    const taskId = await startTask(watcher.client, 'steady', { ms: 6_000, stepMs: 100 });
     const killed: number[] = [];
     for (let nth = 1; nth <= 3; nth++) killed.push(await killRunningWorker(watcher.client, taskId, nth));
 
