@@ -52,8 +52,15 @@ gateway_port="$(free_port)"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # Newest first (worker, gateway, then redis), each waited for: a worker whose Redis went first retried its close
+  # without end, and the script hung on its wait. One still running after 10 s is killed.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    pid="${pids[$i]}"
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   if [[ -n "${CONFORMANCE_KEEP_LOGS:-}" ]]; then mkdir -p "$CONFORMANCE_KEEP_LOGS" && cp "$work"/*.log "$CONFORMANCE_KEEP_LOGS"/; fi
   rm -rf "$work"
 }
