@@ -307,3 +307,32 @@ describe('§18.3 bounds', () => {
     expect((await fetch(new URL('/readyz', b.url))).status).toBe(200);
   });
 });
+
+describe('§18.4 endings', () => {
+  it('a draining gateway ends a listen stream with notifications/cancelled naming it, then closes it', async () => {
+    const env = {
+      REDIS_URL: redis.url,
+      TASKRELAY_PREFIX: uniquePrefix('listen-drain'),
+      GATEWAY_SHUTDOWN_GRACE_MS: '200',
+    };
+    const draining = await startGatewayProcess(env);
+    const taskId = await createTask(a, 'sleepy', { ms: 30_000, stepMs: 10_000 });
+    const { id: listenId, response } = post(draining, 'subscriptions/listen', {
+      notifications: { taskIds: [taskId], toolsListChanged: true },
+    });
+    const res = await response;
+    const frames: Json[] = [];
+    const reading = (async () => {
+      for await (const event of readSse(res)) frames.push(event.data as Json);
+    })();
+    await waitFor(() => frames.length >= 1, { message: 'no acknowledgement' });
+    const exited = draining.kill('SIGTERM');
+    await reading;
+    expect(await exited).toBe(0);
+    expect(frames.at(-1)).toMatchObject({
+      method: 'notifications/cancelled',
+      params: { requestId: listenId, reason: expect.stringMatching(/shutting down/) },
+    });
+    await result(a, 'tasks/cancel', { taskId });
+  });
+});
