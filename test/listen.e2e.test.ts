@@ -21,6 +21,7 @@ import {
   type GatewayProcess,
 } from './helpers/processes.js';
 import { readSse } from './helpers/raw-mcp.js';
+import { createKeys } from '@taskrelay/shared';
 
 const V = '2026-07-28';
 const EXT = 'io.modelcontextprotocol/tasks';
@@ -33,11 +34,13 @@ let a: GatewayProcess;
 let b: GatewayProcess;
 let limited: GatewayProcess;
 let nextId = 1;
+const prefix = uniquePrefix('listen');
+const keys = createKeys(prefix);
 
 beforeAll(async () => {
   redis = await startRedis({ owned: true });
   r = new Redis(redis.url);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('listen') };
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
   [a, b, limited] = await Promise.all([
     startGatewayProcess(env),
     startGatewayProcess(env),
@@ -146,6 +149,10 @@ describe('§18.1 a push across replicas', () => {
     await waitFor(() => frames.filter((f) => f['method'] === 'notifications/tasks').length === count, {
       message: 'the first frame of each task did not come',
     });
+    // Once every run has started (a start is a status event), nothing changes for a second and a half.
+    await waitFor(async () => (await Promise.all(ids.map((id) => r.hget(keys.task(id), 'attempt')))).every(Boolean), {
+      message: 'not every task started',
+    });
     // Every task is working: for a second and a half, nothing changes, so nothing needs reading.
     const before = await hgetallCalls();
     await new Promise((resolve) => setTimeout(resolve, 1_500));
@@ -179,49 +186,36 @@ describe('§18.3 bounds', () => {
 
   it('holds a principal to 32 open listen streams per gateway; closing one makes room', async () => {
     const controllers: AbortController[] = [];
+    /** Opens a tools-only listen stream; its answer's content type (an event stream, or JSON with the error). */
+    const open = async (gateway: GatewayProcess, step: string) => {
+      const controller = new AbortController();
+      controllers.push(controller);
+      const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(10_000)]);
+      const res = await post(
+        gateway,
+        'subscriptions/listen',
+        { notifications: { toolsListChanged: true } },
+        { signal },
+      ).response.catch((error: unknown) => {
+        throw new Error(`${step}: no answer (${String(error)})`);
+      });
+      const type = res.headers.get('content-type') ?? '';
+      return { type, body: type.includes('json') ? ((await res.json()) as Json) : undefined, controller };
+    };
     try {
-      for (let i = 0; i < 32; i++) {
-        const controller = new AbortController();
-        controllers.push(controller);
-        const res = await post(
-          a,
-          'subscriptions/listen',
-          { notifications: { toolsListChanged: true } },
-          { signal: controller.signal },
-        ).response;
-        expect(res.headers.get('content-type')).toContain('text/event-stream');
-      }
-      const refused = await post(a, 'subscriptions/listen', { notifications: { toolsListChanged: true } }).response;
-      expect(refused.status).toBe(200);
-      expect(((await refused.json()) as Json)['error']).toMatchObject({
+      for (let i = 0; i < 32; i++) expect((await open(a, `stream ${i + 1}`)).type).toContain('text/event-stream');
+      const refused = await open(a, 'stream 33');
+      expect(refused.body?.['error']).toMatchObject({
         code: -32000,
         message: expect.stringMatching(/^Too many listen streams: at most 32/),
       });
       // Another gateway counts its own.
-      const elsewhere = new AbortController();
-      controllers.push(elsewhere);
-      const onB = await post(
-        b,
-        'subscriptions/listen',
-        { notifications: { toolsListChanged: true } },
-        { signal: elsewhere.signal },
-      ).response;
-      expect(onB.headers.get('content-type')).toContain('text/event-stream');
+      expect((await open(b, 'stream 1 on B')).type).toContain('text/event-stream');
       controllers[0]?.abort();
-      await waitFor(
-        async () => {
-          const again = new AbortController();
-          const res = await post(
-            a,
-            'subscriptions/listen',
-            { notifications: { toolsListChanged: true } },
-            { signal: again.signal },
-          ).response;
-          controllers.push(again);
-          return (res.headers.get('content-type') ?? '').includes('text/event-stream');
-        },
-        { timeoutMs: 5_000, message: 'a closed stream did not make room' },
-      );
+      await waitFor(async () => (await open(a, 'a stream after one closed')).type.includes('text/event-stream'), {
+        timeoutMs: 5_000,
+        message: 'a closed stream did not make room',
+      });
     } finally {
       for (const controller of controllers) controller.abort();
     }
