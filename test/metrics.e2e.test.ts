@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toolPool } from '@taskrelay/shared';
 
 /** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
-const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']);
+const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']);
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';

@@ -1,3 +1,5 @@
+export * from './batch-fields.js';
+export * from './batch-store.js';
 export * from './bullmq-layout.js';
 export * from './config.js';
 export * from './coalescer.js';

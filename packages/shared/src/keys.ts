@@ -58,6 +58,22 @@ export interface Keys {
    * fair-share state (PROTOCOL.md §25).
    */
   fairShare(queue: string, principal: string): string;
+  /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
+  batch(taskId: string): BatchKeys;
+}
+
+/** Keys of one batch (PROTOCOL.md §26.2). */
+export interface BatchKeys {
+  /** Hash: the batch's shape and counters (`BATCH_FIELDS`). */
+  readonly hash: string;
+  /** List: each child's arguments (JSON), by index. */
+  readonly items: string;
+  /** Hash: child index → its outcome (JSON), written once per child. */
+  readonly outcomes: string;
+  /** Set: indices released (their jobs added) and not yet recorded. */
+  readonly open: string;
+  /** Set: indices whose child is running on some worker now. */
+  readonly running: string;
 }
 
 /** Keys of the completion-webhook outbox (PROTOCOL.md §27.2). */
@@ -111,6 +127,13 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       dead: `${prefix}:webhooks:dead`,
     },
     fairShare: (queue, principal) => `${prefix}:fair:${queue}:${encodeURIComponent(principal)}`,
+    batch: (taskId) => ({
+      hash: `${prefix}:batch:${taskId}`,
+      items: `${prefix}:batch:${taskId}:items`,
+      outcomes: `${prefix}:batch:${taskId}:outcomes`,
+      open: `${prefix}:batch:${taskId}:open`,
+      running: `${prefix}:batch:${taskId}:running`,
+    }),
   };
 }
 
@@ -126,4 +149,18 @@ export function toolPool(queue: string, toolNames: readonly string[]): string {
     .digest('hex')
     .slice(0, 12);
   return `${queue}.${digest}`;
+}
+
+/** A batch child's job id (PROTOCOL.md §26): `<parent task id>.<index>`. Task ids are hex, so the dot is unambiguous. */
+export function batchChildId(parentId: string, index: number): string {
+  return `${parentId}.${index}`;
+}
+
+/** The parent and index of a batch child's job id, or undefined for any other id. */
+export function parseBatchChildId(jobId: string): { parentId: string; index: number } | undefined {
+  const dot = jobId.lastIndexOf('.');
+  if (dot <= 0) return undefined;
+  const index = Number(jobId.slice(dot + 1));
+  if (!Number.isSafeInteger(index) || index < 0 || String(index) !== jobId.slice(dot + 1)) return undefined;
+  return { parentId: jobId.slice(0, dot), index };
 }

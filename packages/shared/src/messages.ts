@@ -93,6 +93,11 @@ export const JobDataSchema = z.object({
   sessionId: z.string().optional(),
   /** The JSON-RPC id of the tools/call that created the task, as a string. */
   requestId: z.string().optional(),
+  /**
+   * The principal's open-work cap (`TASKRELAY_MAX_OPEN_TASKS` when authentication is on): a batch's children in flight
+   * count toward it (PROTOCOL.md §26.6). Absent: no cap.
+   */
+  maxOpen: z.number().int().positive().optional(),
   /** W3C trace context (`traceparent`, `tracestate`) of the request that created the task. */
   trace: z.record(z.string(), z.string()).optional(),
 });

@@ -28,6 +28,10 @@ export enum ResultCode {
   IDEMPOTENT_REPLAY = -9,
   /** Another process holds the reaper lease. */
   LEASE_HELD = -10,
+  /** A batch child's outcome is recorded already (PROTOCOL.md §26.3): this run records nothing. */
+  OUTCOME_RECORDED = -11,
+  /** The batch exists already (a replay of the parent): nothing written. */
+  BATCH_EXISTS = -12,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

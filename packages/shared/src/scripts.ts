@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { TaskrelayError } from './errors.js';
+import { batchFieldsLua } from './batch-fields.js';
 import { bullmqLayoutLua } from './bullmq-layout.js';
 import { ResultCode, decodeReply, resultCodesLua, type ScriptReply } from './script-results.js';
 import { TASK_FIELDS, TASK_FIELD_PREFIXES } from './task-fields.js';
@@ -149,6 +150,30 @@ export const SCRIPTS = {
     args: ['jobId', 'ttlMs', 'maxPriority'],
     codes: [OK],
   }),
+  batchCreate: spec({
+    name: 'batchCreate',
+    keys: ['batch', 'items', 'lock', 'task'],
+    args: ['lockToken', 'fields', 'items', 'ttlMs'],
+    codes: [OK, ResultCode.BATCH_EXISTS, TASK_MISSING, TASK_TERMINAL, LOCK_LOST],
+  }),
+  batchStart: spec({
+    name: 'batchStart',
+    keys: ['task', 'batch', 'outcomes', 'running', 'lock'],
+    args: ['lockToken', 'index'],
+    codes: [OK, TASK_MISSING, TASK_TERMINAL, ResultCode.OUTCOME_RECORDED, LOCK_LOST],
+  }),
+  batchRecord: spec({
+    name: 'batchRecord',
+    keys: ['batch', 'outcomes', 'open', 'running', 'lock', 'principalOpen'],
+    args: ['lockToken', 'index', 'childId', 'failed', 'outcome'],
+    codes: [OK, ResultCode.OUTCOME_RECORDED, TASK_MISSING, LOCK_LOST],
+  }),
+  batchPeek: spec({
+    name: 'batchPeek',
+    keys: ['batch', 'open'],
+    args: [],
+    codes: [OK, TASK_MISSING],
+  }),
 } as const;
 
 export type ScriptName = keyof typeof SCRIPTS;
@@ -189,6 +214,7 @@ const GENERATED_INCLUDES: Record<string, () => string> = {
   resultCodes: resultCodesLua,
   taskFields: taskFieldsLua,
   bullmqLayout: bullmqLayoutLua,
+  batchFields: batchFieldsLua,
 };
 
 const INCLUDE = /^--- @include "([A-Za-z0-9_]+)"\s*$/gm;

@@ -11,6 +11,7 @@ import {
   type ProgressUpdate,
   type RedisTaskStore,
   type TaskRecord,
+  type ToolResult,
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
 import { wellFormedJson, wellFormedText } from './well-formed.js';
@@ -115,8 +116,66 @@ const RootsAnswerSchema = z.looseObject({
 /** The largest `ctx.notify` data, serialised: 64 KiB. */
 export const MAX_LOG_BYTES = 65_536;
 
-/** Why and until when a run suspended (PROTOCOL.md §12). */
-export type Suspension = { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number };
+/**
+ * Why and until when a run suspended (PROTOCOL.md §12). `batch`: the run waits for its children (§26), and checks after
+ * it is delayed whether they are done already.
+ */
+export type Suspension = { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number; batch?: true };
+
+/** How `ctx.fanOut` runs the children (PROTOCOL.md §26.1). */
+export interface FanOutOptions {
+  /** The tool each child runs; any tool a live worker serves. */
+  tool: string;
+  /** Children in flight at most (queued or running). Default 64, at most 1000. */
+  concurrency?: number;
+  /** End the batch at its first failed child: queued children are removed, running ones aborted. Default false. */
+  failFast?: boolean;
+}
+
+/** How one child ended. `cancelled`: it never finished (fail-fast stopped the batch first). */
+export interface ChildOutcome {
+  index: number;
+  status: 'completed' | 'failed' | 'cancelled';
+  /** The child's tool result (left out when over 16 KiB as JSON: then `resultOmitted`). */
+  result?: ToolResult;
+  error?: { code: string; message: string };
+  resultOmitted?: true;
+}
+
+/** What `ctx.fanOut` resolves with once every child is done (or fail-fast stopped the batch). */
+export interface FanOutResult {
+  total: number;
+  completed: number;
+  failed: number;
+  /** Children that never finished (fail-fast). */
+  cancelled: number;
+  /** Each child's outcome, in item order, the first `MAX_FANOUT_OUTCOMES` (1000) of them. */
+  outcomes: ChildOutcome[];
+  /** More children than `outcomes` lists: read the rest with `ctx.batchOutcomes(from, count)`. */
+  truncated: boolean;
+  outcomesOmitted: number;
+}
+
+/** What the engine does for `ctx.fanOut` (engine/batch-parent.ts); the context only validates and suspends. */
+export interface FanOutHost {
+  /** Creates or resumes the task's batch: `done` with the result, or `wait` (the run suspends for `pollMs`). */
+  fanOut(
+    run: { taskId: string; lock: JobLock; record: TaskRecord | undefined; log: Logger },
+    items: ReadonlyArray<Record<string, unknown>>,
+    options: Required<FanOutOptions>,
+  ): Promise<{ kind: 'done'; result: FanOutResult } | { kind: 'wait'; pollMs: number }>;
+  outcomes(taskId: string, from: number, count: number): Promise<ChildOutcome[]>;
+}
+
+const FanOutItemsSchema = z
+  .array(z.record(z.string(), z.unknown()), { message: 'items must be an array of argument objects' })
+  .min(1, { message: 'items must not be empty' })
+  .max(100_000, { message: 'at most 100000 items' });
+const FanOutOptionsSchema = z.object({
+  tool: z.string().min(1),
+  concurrency: z.number().int().min(1).max(1000).default(64),
+  failFast: z.boolean().default(false),
+});
 
 /**
  * What a tool's `run` receives besides its input. Every member is safe to destructure
@@ -200,6 +259,20 @@ export interface ToolContext {
   suspend(options: { forMs: number }): Promise<never>;
   /** The answers to this task's input requests so far, by request number (`'1'`, `'2'`, ...). */
   readonly answers: Readonly<Record<string, unknown>>;
+  /**
+   * Fans the work out to one child job per item (PROTOCOL.md §26): each item is the arguments of one run of
+   * `options.tool`, on any worker of a pool that serves it, with that tool's own attempts, timeout and stall limit.
+   * The run suspends while the children run (no slot held) and the handler runs again from the top when they are
+   * done; this call then resolves with each child's outcome. Call it once per task, with the same items on every run.
+   * The task's progress is the children finished out of the total meanwhile.
+   *
+   * @throws SuspendedError (as a rejection) while the children run: let it propagate.
+   * @throws TypeError when the items or options are invalid; TaskrelayError `TOOL_NOT_FOUND` when no live worker
+   *   serves the tool.
+   */
+  fanOut(items: ReadonlyArray<Record<string, unknown>>, options: FanOutOptions): Promise<FanOutResult>;
+  /** Outcomes of children `from .. from + count − 1` of this task's batch: the ones `fanOut` did not list. */
+  batchOutcomes(from: number, count: number): Promise<ChildOutcome[]>;
 }
 
 export interface TaskContextOptions {
@@ -225,6 +298,8 @@ export interface TaskContextOptions {
   inputTimeoutMs?: number;
   /** How long a resumed job may wait in the queue (the task's queue timeout), for a timed suspension's deadline. */
   queueTimeoutMs?: number;
+  /** The batch engine behind `ctx.fanOut` (§26); without it `fanOut` throws. */
+  batch?: FanOutHost;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
   onProgressCoalesced?: () => void;
   onProgressWritten?: () => void;
@@ -252,6 +327,8 @@ export class TaskContext implements ToolContext {
   private readonly inputTimeoutMs: number;
   private readonly queueTimeoutMs: number;
   private readonly clientCapabilities: readonly string[] | undefined;
+  private readonly record: TaskRecord | undefined;
+  private readonly fanOutHost: FanOutHost | undefined;
   private stateValue: unknown;
   private steps: Record<string, unknown>;
   private readonly answered: Record<string, unknown>;
@@ -291,6 +368,8 @@ export class TaskContext implements ToolContext {
     this.inputTimeoutMs = options.inputTimeoutMs ?? 86_400_000;
     this.queueTimeoutMs = options.queueTimeoutMs ?? 3_600_000;
     this.clientCapabilities = options.record?.clientCapabilities;
+    this.record = options.record;
+    this.fanOutHost = options.batch;
     this.stateValue = options.record?.state;
     this.steps = { ...options.record?.steps };
     this.answered = { ...options.record?.inputResponses };
@@ -369,6 +448,48 @@ export class TaskContext implements ToolContext {
     this.settleSuspend(outcome);
     this.suspension ??= { kind: 'time', until };
     throw new SuspendedError();
+  };
+
+  readonly fanOut = async (
+    items: ReadonlyArray<Record<string, unknown>>,
+    options: FanOutOptions,
+  ): Promise<FanOutResult> => {
+    const parsedItems = FanOutItemsSchema.safeParse(items);
+    if (!parsedItems.success) throw new TypeError(`ctx.fanOut: ${issueText(parsedItems.error)}`);
+    const parsed = FanOutOptionsSchema.safeParse(options ?? {});
+    if (!parsed.success) throw new TypeError(`ctx.fanOut: ${issueText(parsed.error)}`);
+    this.throwIfSuspended();
+    this.throwIfCancelled();
+    if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.fanOut is not available in this context');
+    const durable = this.requireDurable('fanOut');
+    const run = { taskId: this.taskId, lock: this.requireLock(), record: this.record, log: this.log };
+    let step: Awaited<ReturnType<FanOutHost['fanOut']>>;
+    try {
+      step = await this.fanOutHost.fanOut(run, parsedItems.data, parsed.data);
+    } catch (error) {
+      if (error instanceof CancelledError && error.reason === 'LOCK_LOST') this.onLockLost?.();
+      throw error;
+    }
+    if (step.kind === 'done') {
+      const { result } = step;
+      this.progress(result.completed + result.failed, result.total, batchMessage(result));
+      return result;
+    }
+    // The children run; this run ends without holding its slot. A child's record promotes the job (§26.4); the poll
+    // is the safety net for a lost promotion.
+    const until = Date.now() + step.pollMs;
+    const outcome = await durable.suspend(this.taskId, this.requireLock(), { deadlineAt: until + this.queueTimeoutMs });
+    this.settleSuspend(outcome);
+    this.suspension ??= { kind: 'time', until, batch: true };
+    throw new SuspendedError();
+  };
+
+  readonly batchOutcomes = async (from: number, count: number): Promise<ChildOutcome[]> => {
+    if (!Number.isSafeInteger(from) || from < 0 || !Number.isSafeInteger(count) || count < 0 || count > 10_000) {
+      throw new RangeError('ctx.batchOutcomes needs an index from >= 0 and a count of 0..10000');
+    }
+    if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.batchOutcomes is not available in this context');
+    return this.fanOutHost.outcomes(this.taskId, from, count);
   };
 
   readonly progress = (progress: number, total?: number, message?: string): void => {
@@ -619,6 +740,11 @@ export class TaskContext implements ToolContext {
       .finally(() => this.writes.delete(write));
     this.writes.add(write);
   }
+}
+
+/** The parent's status message while and after its children run (§26.3). */
+export function batchMessage(counts: { completed: number; failed: number; total: number }): string {
+  return `${counts.completed + counts.failed} of ${counts.total} children done (${counts.failed} failed)`;
 }
 
 function issueText(error: z.ZodError): string {

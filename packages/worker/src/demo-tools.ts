@@ -70,5 +70,47 @@ export const waitForApproval = defineTool({
   },
 });
 
+export const batchReport = defineTool({
+  name: 'batch_report',
+  title: 'Batch of reports',
+  description:
+    'Builds many reports as one task: one build_report child job per report, run across every worker of the pool. Progress counts finished reports; a failed report is counted, not fatal; a cancel stops the children.',
+  inputSchema: z.object({
+    reports: z.array(z.string()).min(1).max(10_000).describe('Names of the reports to build, one child job each'),
+    items: z.number().int().min(1).max(1_000_000).describe('How many items each report processes'),
+    delayMs: z.number().int().min(0).max(60_000).default(10).describe('Time spent on each item, in ms'),
+  }),
+  outputSchema: z.object({
+    completed: z.number().int(),
+    failed: z.number().int(),
+    reports: z.array(z.object({ report: z.string(), status: z.enum(['completed', 'failed', 'cancelled']) })),
+  }),
+  taskSupport: 'required',
+  async run({ reports, items, delayMs }, ctx) {
+    const batch = await ctx.fanOut(
+      reports.map((report) => ({ report, items, delayMs })),
+      { tool: 'build_report' },
+    );
+    // The first 1000 outcomes come inline; the rest are paged from the batch (PROTOCOL.md §26.1).
+    const outcomes = [...batch.outcomes];
+    while (outcomes.length < batch.total) {
+      outcomes.push(...(await ctx.batchOutcomes(outcomes.length, Math.min(1_000, batch.total - outcomes.length))));
+    }
+    return {
+      content: [
+        {
+          type: 'text',
+          text: `Built ${batch.completed} of ${batch.total} reports (${batch.failed} failed)`,
+        },
+      ],
+      structuredContent: {
+        completed: batch.completed,
+        failed: batch.failed,
+        reports: outcomes.map((outcome) => ({ report: reports[outcome.index] ?? '', status: outcome.status })),
+      },
+    };
+  },
+});
+
 /** Every demo tool, as the stock worker serves them when `TASKRELAY_TOOLS` is unset. */
-export const demoTools: readonly ToolDefinition[] = [buildReport, waitForApproval, failAfter];
+export const demoTools: readonly ToolDefinition[] = [buildReport, waitForApproval, failAfter, batchReport];

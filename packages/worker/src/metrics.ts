@@ -43,6 +43,16 @@ export class WorkerMetrics extends ProcessMetrics {
     name: 'taskrelay_worker_progress_coalesced_total',
     help: "ctx.progress() values merged by the worker's per-task throttle (a newer value replaced them).",
   });
+  readonly batchChildrenReleased = this.counter({
+    name: 'taskrelay_worker_batch_children_released_total',
+    help: 'Batch children whose jobs a parent added (PROTOCOL.md §26), by child tool.',
+    labelNames: ['tool'] as const,
+  });
+  readonly batchChildren = this.counter({
+    name: 'taskrelay_worker_batch_children_total',
+    help: 'Batch children recorded by this worker, by child tool and outcome (completed, failed); each child once.',
+    labelNames: ['tool', 'outcome'] as const,
+  });
 
   constructor() {
     super('worker');

@@ -152,11 +152,12 @@ describe('published JSON Schema', () => {
 });
 
 describe('demo tools', () => {
-  it('are build_report and fail_after (optional task support) and wait_for_approval (tasks only)', () => {
+  it('are build_report and fail_after (optional task support), wait_for_approval and batch_report (tasks only)', () => {
     expect(demoTools.map((t) => [t.name, t.taskSupport])).toEqual([
       ['build_report', 'optional'],
       ['wait_for_approval', 'required'],
       ['fail_after', 'optional'],
+      ['batch_report', 'required'],
     ]);
     expect(failAfter.descriptor.inputSchema).toMatchObject({ required: ['delayMs', 'message'] });
   });

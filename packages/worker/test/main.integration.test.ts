@@ -126,10 +126,10 @@ describe('stock worker entry point', () => {
     const r = run({ REDIS_URL: redis.url, TASKRELAY_PREFIX: h.prefix });
     const ready = await waitFor(() => readyLine(r), { message: 'no worker ready line' });
     expect(ready).toMatchObject({
-      queue: toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']),
-      tools: ['build_report', 'wait_for_approval', 'fail_after'],
+      queue: toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']),
+      tools: ['build_report', 'wait_for_approval', 'fail_after', 'batch_report'],
     });
-    h.usePool(toolPool('default', ['build_report', 'wait_for_approval', 'fail_after']));
+    h.usePool(toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']));
 
     const report = await h.enqueue('build_report', { report: 'q3', items: 3, delayMs: 1 });
     const failing = await h.enqueue('fail_after', { delayMs: 1, message: 'as requested' }, { attempts: 3 });

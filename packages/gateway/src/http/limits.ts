@@ -5,7 +5,7 @@
  */
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import { randomUUID } from 'node:crypto';
-import { type RedisClient, isTerminal, type Keys, type Logger, type TaskStatus } from '@taskrelay/shared';
+import { BatchStore, type RedisClient, type Keys, type Logger } from '@taskrelay/shared';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { WireError } from '../wire/errors.js';
@@ -175,7 +175,8 @@ export class OpenTaskLimit {
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
-    private readonly max: number,
+    /** The cap; 0: none. Batch children are held to it too (their jobs carry it, PROTOCOL.md §26.6). */
+    readonly max: number,
     /** How long the set outlives its newest task (the longest ttl after the longest run). */
     private readonly indexTtlMs: number,
   ) {}
@@ -204,13 +205,9 @@ export class OpenTaskLimit {
       if (!id.startsWith(RESERVATION_MARK)) ids.push(id);
       else if (now - Number(flat[i + 1]) > RESERVATION_MAX_AGE_MS) stale.push(id);
     }
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hget(this.keys.task(id), 'status');
-    const statuses = (await pipeline.exec()) ?? [];
-    const ended = ids.filter((_id, i) => {
-      const status = statuses[i]?.[1];
-      return typeof status !== 'string' || isTerminal(status as TaskStatus);
-    });
+    // Batch children count too (PROTOCOL.md §26.6): one has ended once its outcome is recorded or its parent ended.
+    const endedFlags = await new BatchStore(this.redis, this.keys).endedWork(ids);
+    const ended = ids.filter((_id, i) => endedFlags[i] === true);
     ended.push(...stale);
     if (ended.length > 0) await this.redis.zrem(key, ...ended);
     // Ours is among them: over the cap means one more than it.

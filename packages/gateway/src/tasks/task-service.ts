@@ -49,6 +49,8 @@ export interface TaskServiceConfig {
  * throws when the principal is at the cap; `add` turns the reservation into the task, `release` gives it back.
  */
 export interface OpenTaskCap {
+  /** The cap (0: none); a job carries it, so a batch's children are held to it too (PROTOCOL.md §26.6). */
+  readonly max?: number;
   check(principal: string): Promise<string | undefined>;
   add(principal: string, taskId: string, reservation?: string): Promise<void>;
   release(principal: string, reservation: string | undefined): Promise<void>;
@@ -226,6 +228,7 @@ export class TaskService {
       queueTimeoutMs: this.config.queueTimeoutMs,
       principal: input.principal,
     };
+    if (this.config.openTasks?.max) data.maxOpen = this.config.openTasks.max;
     if (input.sessionId !== undefined) data.sessionId = input.sessionId;
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
     if (span.carrier) data.trace = span.carrier;

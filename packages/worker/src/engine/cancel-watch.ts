@@ -57,6 +57,7 @@ export class CancelWatch {
       return;
     }
     this.o.running.abort(request.taskId, request.reason, 'cancel received; aborting tool');
+    this.o.running.abortChildren(request.taskId, request.reason, 'parent cancelled; aborting batch child');
   }
 
   /** Aborts every running tool whose task is no longer live in Redis: the durable half of §7. */
@@ -66,7 +67,8 @@ export class CancelWatch {
     if (entries.length === 0) return;
     this.sweeping = true;
     try {
-      const states = await this.o.store.endStates(entries.map(([taskId]) => taskId));
+      // A batch child has no task of its own: it lives while its parent does (§26.7).
+      const states = await this.o.store.endStates(entries.map(([taskId, entry]) => entry.parentId ?? taskId));
       entries.forEach(([taskId, entry], i) => {
         const state = states[i];
         if (state?.status !== undefined && !isTerminal(state.status)) return;

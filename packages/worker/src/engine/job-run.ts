@@ -23,6 +23,8 @@ import { TaskContext, type Suspension } from '../context.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
+import { isChildJob, type ChildRunner } from './batch-child.js';
+import type { BatchParent } from './batch-parent.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 
@@ -52,6 +54,8 @@ export interface JobRunnerOptions {
    * none, so without it an idle worker would see the handed-back job only at its next block timeout (5 s).
    */
   wakeWorkers: () => Promise<void>;
+  /** Batches (PROTOCOL.md §26): the parent's `ctx.fanOut`, and the runs of child jobs. */
+  batches?: { parent: BatchParent; children: ChildRunner };
 }
 
 export class JobRunner {
@@ -63,6 +67,8 @@ export class JobRunner {
     token: string | undefined,
     signal: AbortSignal | undefined,
   ): Promise<void> => {
+    // A batch child has no task of its own (§26.3): its run is the child runner's.
+    if (this.o.batches && isChildJob(job.data)) return this.o.batches.children.process(job, token, signal);
     const taskId = job.id ?? '';
     const entry = this.o.running.add(taskId);
     const { controller } = entry;
@@ -149,7 +155,13 @@ export class JobRunner {
     }
     if (!task || isTerminal(task.status)) {
       log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
-      if (task?.status === 'cancelled') await this.notifyCancelled(job, task, log);
+      if (task?.status === 'cancelled') {
+        // A cancelled parent's last run removes its queued children and aborts its running ones (§26.7).
+        await this.o.batches?.parent.stopChildren(taskId).catch((error: unknown) => {
+          log.warn({ err: error }, 'could not stop the batch children of a cancelled task');
+        });
+        await this.notifyCancelled(job, task, log);
+      }
       return;
     }
     entry.principal = task.principal;
@@ -211,6 +223,7 @@ export class JobRunner {
       queueTimeoutMs,
       onProgressCoalesced: () => metrics.progressCoalesced.inc(),
       onProgressWritten: () => metrics.progressWritten.inc(),
+      ...(this.o.batches ? { batch: this.o.batches.parent.forRun(parsed.data.maxOpen) } : {}),
     });
 
     // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
@@ -367,6 +380,19 @@ export class JobRunner {
         log.warn({ err: error }, 'could not re-check the task after suspending');
       }
       log.info({ inputRequest: suspension.n, until }, 'run suspended until the input request is answered');
+    } else if (suspension.batch && this.o.batches) {
+      // Its children may all have finished while it suspended, their promotions refused (it was still active).
+      try {
+        if (await this.o.batches.parent.shouldWake(taskId)) {
+          await job.promote();
+          log.info('batch children done while suspending; job promoted');
+          throw new DelayedError();
+        }
+      } catch (error) {
+        if (error instanceof DelayedError) throw error;
+        log.warn({ err: error }, 'could not re-check the batch after suspending; the poll brings the job back');
+      }
+      log.debug({ until }, 'run suspended while its batch children run');
     } else {
       log.info({ until }, 'run suspended');
     }

@@ -10,6 +10,8 @@ export interface RunningJob {
   lockRenewedAt: number;
   /** When its signal aborted (the cancel-latency clock). */
   abortedAt?: number;
+  /** For a batch child (PROTOCOL.md §26): its parent task, whose cancel aborts it. */
+  parentId?: string;
 }
 
 /**
@@ -57,6 +59,13 @@ export class RunningJobs {
     const level = reason === 'LOCK_LOST' ? 'warn' : 'info';
     this.log[level]({ taskId, principal: entry.principal, reason, ...fields }, message);
     entry.controller.abort(reason);
+  }
+
+  /** Aborts every running child of batch `parentId` (its parent was cancelled, §26.7). */
+  abortChildren(parentId: string, reason: CancelReason, message: string): void {
+    for (const [jobId, entry] of this.jobs) {
+      if (entry.parentId === parentId) this.abort(jobId, reason, message, { parentId });
+    }
   }
 
   /** This worker can no longer be the job's owner: abort the run with LOCK_LOST (PROTOCOL.md §10.4). */

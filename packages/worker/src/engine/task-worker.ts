@@ -5,6 +5,7 @@
  */
 import { Worker } from 'bullmq';
 import {
+  BatchStore,
   RedisTaskStore,
   createKeys,
   FairShare,
@@ -18,6 +19,9 @@ import {
 import type { CloseOptions, ResolvedWorkerOptions } from '../options.js';
 import { CancelWatch } from './cancel-watch.js';
 import { CatalogHeartbeat } from './catalog-heartbeat.js';
+import { ChildRunner } from './batch-child.js';
+import { BatchParent } from './batch-parent.js';
+import { BatchQueues } from './batch-queues.js';
 import { JobRunner } from './job-run.js';
 import { RunningJobs } from './running-jobs.js';
 
@@ -57,6 +61,7 @@ export class TaskWorker {
   private readonly runner: JobRunner;
   private readonly cancelWatch: CancelWatch;
   private readonly heartbeat: CatalogHeartbeat;
+  private readonly batchQueues: BatchQueues;
   private bullWorker: Worker | undefined;
   private lockWatchTimer: NodeJS.Timeout | undefined;
   private starting: Promise<void> | undefined;
@@ -77,19 +82,50 @@ export class TaskWorker {
     this.subscriber = this.connect('cancel');
     this.bullConnection = this.connect('bullmq');
     this.store = new RedisTaskStore(this.redis, this.keys);
+    const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
+    const fairShare = new FairShare(this.redis, this.keys);
+    const isClosing = () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING';
+    // Batches (§26): the parent's fan-out and the child runs share one store and one set of queues.
+    const batchStore = new BatchStore(this.redis, this.keys);
+    this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
+    const batches = {
+      parent: new BatchParent({
+        redis: this.redis,
+        keys: this.keys,
+        store: batchStore,
+        queues: this.batchQueues,
+        ownPool: this.queue,
+        tools,
+        metrics: options.metrics,
+      }),
+      children: new ChildRunner({
+        queue: this.queue,
+        tools,
+        batches: batchStore,
+        store: this.store,
+        queues: this.batchQueues,
+        fairShare,
+        running: this.running,
+        metrics: options.metrics,
+        log: this.log,
+        progressIntervalMs: options.progressIntervalMs,
+        isClosing,
+      }),
+    };
     this.runner = new JobRunner({
       workerId: this.workerId,
       queue: this.queue,
-      tools: new Map(options.tools.map((tool) => [tool.name, tool])),
+      tools,
       store: this.store,
-      fairShare: new FairShare(this.redis, this.keys),
+      fairShare,
+      batches,
       running: this.running,
       metrics: options.metrics,
       log: this.log,
       lockDurationMs: options.lockDurationMs,
       progressIntervalMs: options.progressIntervalMs,
       abortGraceMs: options.abortGraceMs,
-      isClosing: () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING',
+      isClosing,
       // BullMQ's own marker key (public on the worker), not a layout of ours; "0" is its "a job is waiting".
       wakeWorkers: async () => {
         const marker = this.bullWorker?.keys.marker;
@@ -204,6 +240,7 @@ export class TaskWorker {
     } catch (error) {
       this.log.warn({ err: error }, 'could not remove the catalog');
     }
+    await this.batchQueues.close();
     await Promise.all([quit(this.subscriber), quit(this.redis), quit(this.bullConnection)]);
     this.enter('STOPPED', ['STOPPING']);
     this.log.info('worker closed');

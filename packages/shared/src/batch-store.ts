@@ -1,0 +1,325 @@
+/**
+ * A batch: a parent task's fan-out to child jobs (PROTOCOL.md §26). The batch's record is in Redis (its hash, item
+ * list, outcome hash, open and running sets); this store is the one reader and writer of it, for the worker (the
+ * parent's `ctx.fanOut`, each child's start and record) and for the gateway (dashboard counts, the open-work cap).
+ */
+import { BATCH_FIELDS as B } from './batch-fields.js';
+import { parseBatchChildId, type Keys } from './keys.js';
+import type { RedisClient } from './redis.js';
+import { ResultCode } from './script-results.js';
+import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { TASK_FIELDS as F } from './task-fields.js';
+import { isTerminal, type TaskStatus, type ToolResult } from './task-model.js';
+import type { SerializedError } from './errors.js';
+import type { JobLock } from './task-store.js';
+
+/** How one child ended, as recorded (once) in the outcome hash. */
+export interface BatchOutcome {
+  status: 'completed' | 'failed' | 'cancelled';
+  /** The child's tool result; left out when it is over `MAX_STORED_CHILD_RESULT_CHARS` (then `resultOmitted`). */
+  result?: ToolResult;
+  error?: SerializedError;
+  resultOmitted?: true;
+}
+
+/** A child's stored result is at most this much JSON; a bigger one is recorded without it (`resultOmitted`). */
+export const MAX_STORED_CHILD_RESULT_CHARS = 16_384;
+
+/** What a batch hash says, with the size of its open set. */
+export interface BatchCounts {
+  size: number;
+  completed: number;
+  failed: number;
+  released: number;
+  /** Released and not recorded: queued or running. */
+  open: number;
+  window: number;
+  stopped: boolean;
+  /** The parent should run now (§26.4). */
+  wake: boolean;
+}
+
+/** The shape a parent writes once, at its first `fanOut`. */
+export interface BatchShape {
+  childTool: string;
+  childPool: string;
+  parentPool: string;
+  concurrency: number;
+  failFast: boolean;
+  owner: string;
+}
+
+export type StartChildOutcome =
+  | { outcome: 'run'; owner: string; parentPool: string }
+  | { outcome: 'parent_ended' | 'recorded' | 'missing' | 'lock_lost' };
+
+export type RecordChildOutcome =
+  | { outcome: 'recorded'; done: number; size: number; failed: number; wake: boolean }
+  | { outcome: 'duplicate' | 'missing' | 'lock_lost' };
+
+export class BatchStore {
+  private readonly scripts: ScriptRunner;
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly keys: Keys,
+  ) {
+    this.scripts = new ScriptRunner(redis);
+  }
+
+  /** Stores the batch once; a replay of the parent (`exists`) writes nothing. */
+  async create(
+    parentId: string,
+    lock: JobLock,
+    shape: BatchShape,
+    items: readonly string[],
+    ttlMs: number,
+  ): Promise<'created' | 'exists' | 'gone' | 'lock_lost'> {
+    const k = this.keys.batch(parentId);
+    const fields: Record<string, string> = {
+      [B.childTool]: shape.childTool,
+      [B.childPool]: shape.childPool,
+      [B.parentPool]: shape.parentPool,
+      [B.size]: String(items.length),
+      [B.released]: '0',
+      [B.completed]: '0',
+      [B.failed]: '0',
+      [B.failFast]: shape.failFast ? '1' : '0',
+      [B.concurrency]: String(shape.concurrency),
+      [B.window]: String(shape.concurrency),
+      [B.owner]: shape.owner,
+      [B.createdAtMs]: String(Date.now()),
+    };
+    const reply = await this.scripts.call(SCRIPTS.batchCreate, {
+      keys: {
+        batch: k.hash,
+        items: k.items,
+        lock: this.keys.bullJobLock(lock.queue, parentId),
+        task: this.keys.task(parentId),
+      },
+      args: { lockToken: lock.token, fields: JSON.stringify(fields), items: items.join('\n'), ttlMs },
+    });
+    switch (reply.code) {
+      case ResultCode.OK:
+        return 'created';
+      case ResultCode.BATCH_EXISTS:
+        return 'exists';
+      case ResultCode.LOCK_LOST:
+        return 'lock_lost';
+      default:
+        return 'gone';
+    }
+  }
+
+  /** The batch's counters and wake condition, or undefined when there is no batch. */
+  async peek(parentId: string): Promise<BatchCounts | undefined> {
+    const k = this.keys.batch(parentId);
+    const reply = await this.scripts.call(SCRIPTS.batchPeek, { keys: { batch: k.hash, open: k.open }, args: {} });
+    if (reply.code !== ResultCode.OK) return undefined;
+    const [size, completed, failed, released, open, window, stopped, wake] = reply.values.map(Number);
+    return {
+      size: size ?? 0,
+      completed: completed ?? 0,
+      failed: failed ?? 0,
+      released: released ?? 0,
+      open: open ?? 0,
+      window: window ?? 1,
+      stopped: stopped === 1,
+      wake: wake === 1,
+    };
+  }
+
+  /** The batch's shape fields (pools, tool, owner), as the parent and the dashboard need them. */
+  async shape(parentId: string): Promise<(BatchShape & { seenDone: number }) | undefined> {
+    const [childTool, childPool, parentPool, concurrency, failFast, owner, seenDone] = await this.redis.hmget(
+      this.keys.batch(parentId).hash,
+      B.childTool,
+      B.childPool,
+      B.parentPool,
+      B.concurrency,
+      B.failFast,
+      B.owner,
+      B.seenDone,
+    );
+    if (!childTool || !childPool || !parentPool) return undefined;
+    return {
+      childTool,
+      childPool,
+      parentPool,
+      concurrency: Number(concurrency ?? 1),
+      failFast: failFast === '1',
+      owner: owner ?? '',
+      seenDone: Number(seenDone ?? -1),
+    };
+  }
+
+  /** Items `from .. to − 1` (JSON texts). */
+  async items(parentId: string, from: number, to: number): Promise<string[]> {
+    if (to <= from) return [];
+    return this.redis.lrange(this.keys.batch(parentId).items, from, to - 1);
+  }
+
+  /**
+   * Marks children `from .. from + count − 1` open before their jobs are added (a child recorded before this would
+   * otherwise stay open for ever), counts them in the principal's open work when there is a cap, and sets the window.
+   */
+  async open(parentId: string, from: number, count: number, window: number, openWorkKey?: string): Promise<void> {
+    const k = this.keys.batch(parentId);
+    const indices = Array.from({ length: count }, (_v, i) => String(from + i));
+    const multi = this.redis.multi().hset(k.hash, B.window, String(window));
+    if (indices.length > 0) multi.sadd(k.open, ...indices);
+    if (openWorkKey !== undefined && indices.length > 0) {
+      const now = Date.now();
+      multi.zadd(openWorkKey, ...indices.flatMap((i) => [now, `${parentId}.${i}`]));
+    }
+    await multi.exec();
+  }
+
+  /** The children's jobs are added: the release moves on to `released`. */
+  async released(parentId: string, released: number, seenDone: number): Promise<void> {
+    await this.redis.hset(this.keys.batch(parentId).hash, B.released, String(released), B.seenDone, String(seenDone));
+  }
+
+  /** The indices released and not recorded yet (at most a window of them). */
+  async openIndices(parentId: string): Promise<number[]> {
+    return (await this.redis.smembers(this.keys.batch(parentId).open)).map(Number).sort((a, b) => a - b);
+  }
+
+  /** How many children run on some worker now. */
+  async runningCount(parentId: string): Promise<number> {
+    return this.redis.scard(this.keys.batch(parentId).running);
+  }
+
+  /** Fail-fast tripped: no child starts any more (§26.5). */
+  async stop(parentId: string): Promise<void> {
+    await this.redis.hset(this.keys.batch(parentId).hash, B.stopped, '1');
+  }
+
+  /** The batch ended with its parent: its keys live `ttlMs` more (the parent's ttl); the items are no longer needed. */
+  async expire(parentId: string, ttlMs: number): Promise<void> {
+    const k = this.keys.batch(parentId);
+    await this.redis
+      .multi()
+      .del(k.items)
+      .pexpire(k.hash, ttlMs)
+      .pexpire(k.outcomes, ttlMs)
+      .del(k.open)
+      .del(k.running)
+      .exec();
+  }
+
+  /** A child run starts (§26.3): run it, or not (parent ended, batch stopped, outcome recorded, lock lost). */
+  async startChild(parentId: string, index: number, lock: JobLock): Promise<StartChildOutcome> {
+    const k = this.keys.batch(parentId);
+    const reply = await this.scripts.call(SCRIPTS.batchStart, {
+      keys: {
+        task: this.keys.task(parentId),
+        batch: k.hash,
+        outcomes: k.outcomes,
+        running: k.running,
+        lock: this.keys.bullJobLock(lock.queue, `${parentId}.${index}`),
+      },
+      args: { lockToken: lock.token, index },
+    });
+    switch (reply.code) {
+      case ResultCode.OK:
+        return { outcome: 'run', owner: String(reply.values[0] ?? ''), parentPool: String(reply.values[1] ?? '') };
+      case ResultCode.TASK_TERMINAL:
+        return { outcome: 'parent_ended' };
+      case ResultCode.OUTCOME_RECORDED:
+        return { outcome: 'recorded' };
+      case ResultCode.LOCK_LOST:
+        return { outcome: 'lock_lost' };
+      default:
+        return { outcome: 'missing' };
+    }
+  }
+
+  /** Records a child's outcome exactly once, while its run holds the job lock (§26.3). */
+  async recordChild(
+    parentId: string,
+    index: number,
+    owner: string,
+    lock: JobLock,
+    outcome: BatchOutcome,
+  ): Promise<RecordChildOutcome> {
+    const k = this.keys.batch(parentId);
+    const childId = `${parentId}.${index}`;
+    let json = JSON.stringify(outcome);
+    if (json.length > MAX_STORED_CHILD_RESULT_CHARS && outcome.result !== undefined) {
+      const { result: _dropped, ...rest } = outcome;
+      json = JSON.stringify({ ...rest, resultOmitted: true });
+    }
+    const reply = await this.scripts.call(SCRIPTS.batchRecord, {
+      keys: {
+        batch: k.hash,
+        outcomes: k.outcomes,
+        open: k.open,
+        running: k.running,
+        lock: this.keys.bullJobLock(lock.queue, childId),
+        principalOpen: this.keys.principalOpenTasks(owner),
+      },
+      args: {
+        lockToken: lock.token,
+        index,
+        childId,
+        failed: outcome.status === 'completed' ? '0' : '1',
+        outcome: json,
+      },
+    });
+    switch (reply.code) {
+      case ResultCode.OK: {
+        const [done, size, failed, wake] = reply.values;
+        return {
+          outcome: 'recorded',
+          done: Number(done),
+          size: Number(size),
+          failed: Number(failed),
+          wake: wake === '1',
+        };
+      }
+      case ResultCode.OUTCOME_RECORDED:
+        return { outcome: 'duplicate' };
+      case ResultCode.LOCK_LOST:
+        return { outcome: 'lock_lost' };
+      default:
+        return { outcome: 'missing' };
+    }
+  }
+
+  /** Outcomes of children `from .. from + count − 1` (undefined for a child not recorded). */
+  async outcomes(parentId: string, from: number, count: number): Promise<Array<BatchOutcome | undefined>> {
+    if (count <= 0) return [];
+    const fields = Array.from({ length: count }, (_v, i) => String(from + i));
+    const values = await this.redis.hmget(this.keys.batch(parentId).outcomes, ...fields);
+    return values.map((value) => (value === null ? undefined : (JSON.parse(value) as BatchOutcome)));
+  }
+
+  /**
+   * Which of a principal's open-work ids have ended (PROTOCOL.md §25, §26.6), in one round trip: a task whose hash is
+   * gone or terminal, and a batch child whose outcome is recorded or whose parent ended. The open-task cap prunes them.
+   */
+  async endedWork(ids: readonly string[]): Promise<boolean[]> {
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) {
+      const child = parseBatchChildId(id);
+      if (child) {
+        pipeline.hget(this.keys.task(child.parentId), F.status);
+        pipeline.hexists(this.keys.batch(child.parentId).outcomes, String(child.index));
+      } else {
+        pipeline.hget(this.keys.task(id), F.status);
+      }
+    }
+    const replies = (await pipeline.exec()) ?? [];
+    const ended: boolean[] = [];
+    let r = 0;
+    for (const id of ids) {
+      const status = replies[r++]?.[1];
+      const gone = typeof status !== 'string' || isTerminal(status as TaskStatus);
+      if (parseBatchChildId(id)) ended.push(gone || replies[r++]?.[1] === 1);
+      else ended.push(gone);
+    }
+    return ended;
+  }
+}

@@ -1,0 +1,276 @@
+/**
+ * The run of one batch child (PROTOCOL.md §26.3): a BullMQ job `<parent>.<index>` whose data names its parent. It runs
+ * only while its parent is live and its outcome unrecorded, with its tool's own signal, timeout, attempts and stall
+ * limit, and records its outcome once, under its job lock. Its record moves the parent's progress (coalesced per
+ * parent, §26.3) and, when it completes a window or the batch, promotes the parent's job (§26.4).
+ */
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
+import { z } from 'zod';
+import {
+  Coalescer,
+  serializeError,
+  type BatchOutcome,
+  type BatchStore,
+  type CancelReason,
+  type FairShare,
+  type JobLock,
+  type Logger,
+  type ProgressUpdate,
+  type RedisTaskStore,
+  type SerializedError,
+} from '@taskrelay/shared';
+import { TaskContext, batchMessage } from '../context.js';
+import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
+import { cancelReasonOf } from '../errors.js';
+import type { WorkerMetrics } from '../metrics.js';
+import type { BatchQueues } from './batch-queues.js';
+import type { RunningJob, RunningJobs } from './running-jobs.js';
+import { settle, type RunOutcome } from './settle.js';
+
+/** setTimeout's ceiling. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** Parents whose progress this worker coalesces, at most; the oldest is flushed and forgotten beyond it. */
+const MAX_PARENT_THROTTLES = 1_000;
+
+/** A child job's data (written by the parent, engine/batch-parent.ts). */
+export const ChildJobDataSchema = z.object({
+  taskId: z.string().min(1),
+  child: z.number().int().nonnegative(),
+  tool: z.string(),
+  arguments: z.record(z.string(), z.unknown()),
+  principal: z.string().optional(),
+  timeoutMs: z.number().int().positive().optional(),
+  maxOpen: z.number().int().positive().optional(),
+});
+
+/** True for a batch child's job (its data names the child's index). */
+export function isChildJob(data: unknown): boolean {
+  return typeof data === 'object' && data !== null && typeof (data as { child?: unknown }).child === 'number';
+}
+
+export interface ChildRunnerOptions {
+  queue: string;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  batches: BatchStore;
+  /** The parent's progress writes (unlocked: the parent's lock is not this worker's). */
+  store: Pick<RedisTaskStore, 'recordProgress'>;
+  queues: BatchQueues;
+  fairShare: Pick<FairShare, 'leave'>;
+  running: RunningJobs;
+  metrics: WorkerMetrics;
+  log: Logger;
+  progressIntervalMs: number;
+  isClosing: () => boolean;
+}
+
+export class ChildRunner {
+  private readonly throttles = new Map<string, Coalescer<ProgressUpdate>>();
+
+  constructor(private readonly o: ChildRunnerOptions) {}
+
+  async process(job: Job<unknown, void>, token: string | undefined, signal: AbortSignal | undefined): Promise<void> {
+    const jobId = job.id ?? '';
+    const entry = this.o.running.add(jobId);
+    const forward = () => entry.controller.abort(cancelReasonOf(signal as AbortSignal));
+    signal?.addEventListener('abort', forward, { once: true });
+    const log = this.o.log.child({ jobId, tool: job.name });
+    this.o.metrics.jobsStarted.inc({ tool: job.name });
+    const startedAt = Date.now();
+    try {
+      await this.run(job, token, jobId, entry, log);
+    } finally {
+      signal?.removeEventListener('abort', forward);
+      this.o.metrics.runDuration.observe({ tool: job.name }, (Date.now() - startedAt) / 1000);
+      this.o.running.release(jobId, entry);
+    }
+  }
+
+  private async run(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    jobId: string,
+    entry: RunningJob,
+    log: Logger,
+  ): Promise<void> {
+    if (this.o.isClosing()) return handBack(job, token, log);
+    const parsed = ChildJobDataSchema.safeParse(job.data);
+    if (!parsed.success) throw new UnrecoverableError(`Invalid batch child data: ${describeIssues(parsed.error)}`);
+    const data = parsed.data;
+    const parentId = data.taskId;
+    const index = data.child;
+    entry.parentId = parentId;
+    const lock: JobLock = { queue: this.o.queue, token: token ?? '' };
+
+    const start = await this.o.batches.startChild(parentId, index, lock);
+    const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
+    this.o.fairShare.leave(this.o.queue, owner, jobId).catch(() => undefined);
+    if (start.outcome === 'lock_lost') {
+      log.warn('child job lock already lost at start; tool not run');
+      throw new DelayedError();
+    }
+    if (start.outcome !== 'run') {
+      log.info({ outcome: start.outcome, parentId }, 'batch child not run (parent ended, batch stopped, or recorded)');
+      return;
+    }
+    const record = (outcome: BatchOutcome) =>
+      this.record({ parentId, index, owner, parentPool: start.parentPool, tool: data.tool }, lock, outcome, log);
+
+    const tool = this.o.tools.get(data.tool);
+    if (!tool) {
+      return record(failed('TOOL_NOT_FOUND', `Tool ${data.tool} is not served by this worker (queue ${this.o.queue})`));
+    }
+    if (job.stalledCounter > tool.maxStalls) {
+      return record(
+        failed('JOB_LOST', `The worker running this child stopped responding ${job.stalledCounter} times; giving up`),
+      );
+    }
+    const input = tool.inputSchema.safeParse(data.arguments);
+    if (!input.success) {
+      return record(
+        failed('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`),
+      );
+    }
+    const { controller } = entry;
+    // A child reports no progress of its own (its parent's is the children's count) and has no durable state.
+    const ctx = new TaskContext({
+      taskId: jobId,
+      tool: tool.name,
+      attempt: Math.max(1, job.attemptsStarted || job.attemptsMade + 1),
+      signal: controller.signal,
+      store: { recordProgress: () => Promise.resolve('accepted' as const) },
+      lock,
+      progressIntervalMs: this.o.progressIntervalMs,
+      logger: log,
+    });
+    const timeoutMs = data.timeoutMs ?? tool.timeoutMs;
+    log.info({ parentId, child: index }, 'batch child started');
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => controller.abort('TIMEOUT' satisfies CancelReason), Math.min(timeoutMs, MAX_TIMER_MS));
+    let outcome: RunOutcome;
+    try {
+      outcome = controller.signal.aborted
+        ? { ok: false, error: new Error('aborted before the tool started') }
+        : { ok: true, value: await tool.run(input.data, ctx) };
+    } catch (error) {
+      outcome = { ok: false, error };
+    } finally {
+      clearTimeout(timer);
+      ctx.close();
+    }
+    const action = settle({
+      outcome,
+      reason: controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined,
+      suspended: false,
+      attemptsMade: job.attemptsMade,
+      attempts: job.opts.attempts ?? 1,
+    });
+    switch (action.kind) {
+      case 'hand_back':
+        return handBack(job, token, log, action.reason);
+      case 'timed_out':
+        return record(failed('TIMEOUT', `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`));
+      case 'cancelled':
+      case 'ended_by_gateway':
+      case 'suspend':
+        // The parent was cancelled or stopped the batch: nothing is recorded, the job ends.
+        log.info({ parentId }, 'batch child stopped with its batch');
+        return;
+      case 'complete': {
+        let result;
+        try {
+          result = toToolResult(tool, action.value);
+        } catch (error) {
+          return record(failedWith(serializeError(error)));
+        }
+        return record({ status: 'completed', result });
+      }
+      case 'fail':
+        return record(failedWith(serializeError(action.error)));
+      case 'retry':
+        log.warn({ err: action.error, attemptsMade: job.attemptsMade + 1 }, 'batch child failed; it will be retried');
+        throw action.error instanceof Error ? action.error : new Error(serializeError(action.error).message);
+    }
+  }
+
+  private async record(
+    child: { parentId: string; index: number; owner: string; parentPool: string; tool: string },
+    lock: JobLock,
+    outcome: BatchOutcome,
+    log: Logger,
+  ): Promise<void> {
+    const { parentId, index, owner, parentPool } = child;
+    const written = await this.o.batches.recordChild(parentId, index, owner, lock, outcome);
+    if (written.outcome === 'lock_lost') {
+      log.warn({ reason: 'LOCK_LOST' }, 'child outcome refused: this worker no longer holds the job');
+      throw new DelayedError();
+    }
+    if (written.outcome !== 'recorded') {
+      log.info({ outcome: written.outcome }, 'child outcome not recorded (already recorded, or the batch is gone)');
+      return;
+    }
+    this.o.metrics.batchChildren.inc({ tool: child.tool, outcome: outcome.status });
+    this.progress(parentId, written.done, written.size, written.failed);
+    if (written.wake) {
+      const promoted = await this.o.queues.promote(parentPool, parentId);
+      log.debug({ parentId, promoted, done: written.done }, 'batch parent woken');
+    }
+  }
+
+  /** The parent's progress: children done of the total, coalesced per parent on this worker (§26.3). */
+  private progress(parentId: string, done: number, size: number, failedCount: number): void {
+    let throttle = this.throttles.get(parentId);
+    if (!throttle) {
+      if (this.throttles.size >= MAX_PARENT_THROTTLES) {
+        const [oldest, value] = this.throttles.entries().next().value as [string, Coalescer<ProgressUpdate>];
+        value.flush();
+        this.throttles.delete(oldest);
+      }
+      throttle = new Coalescer<ProgressUpdate>({
+        minIntervalMs: this.o.progressIntervalMs,
+        send: (update) => {
+          this.o.metrics.progressWritten.inc();
+          this.o.store.recordProgress(parentId, update).catch((error: unknown) => {
+            this.o.log.debug({ err: error, parentId }, 'batch progress write failed');
+          });
+        },
+        onCoalesced: () => this.o.metrics.progressCoalesced.inc(),
+      });
+      this.throttles.set(parentId, throttle);
+    }
+    const message = batchMessage({ completed: done - failedCount, failed: failedCount, total: size });
+    throttle.push({ progress: done, total: size, message });
+    if (done >= size) {
+      throttle.flush();
+      this.throttles.delete(parentId);
+    }
+  }
+}
+
+function failed(code: SerializedError['code'], message: string): BatchOutcome {
+  return failedWith({ code, message });
+}
+
+function failedWith(error: SerializedError): BatchOutcome {
+  return {
+    status: 'failed',
+    result: { content: [{ type: 'text', text: error.message }], isError: true },
+    error,
+  };
+}
+
+async function handBack(
+  job: Job<unknown, void>,
+  token: string | undefined,
+  log: Logger,
+  reason: CancelReason = 'WORKER_SHUTDOWN',
+): Promise<never> {
+  try {
+    await job.moveToDelayed(Date.now(), token);
+    log.info({ reason }, 'batch child put back for another worker');
+  } catch (error) {
+    log.info({ err: error, reason }, 'batch child not put back (its lock is gone)');
+  }
+  throw new DelayedError();
+}

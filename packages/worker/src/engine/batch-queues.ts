@@ -1,0 +1,52 @@
+/**
+ * BullMQ queues of the pools a batch touches (PROTOCOL.md §26): a parent adds its children's jobs to the child tool's
+ * pool, and a child promotes its parent's job in the parent's pool. One `Queue` per pool, on the worker's command
+ * connection (a `Queue` never blocks), made on first use.
+ */
+import { Queue } from 'bullmq';
+import type { Keys, Logger, RedisClient } from '@taskrelay/shared';
+
+/** BullMQ's events stream per queue: nothing of ours reads it (as the gateway's dispatcher). */
+const QUEUE_EVENTS_MAX_LEN = 1_000;
+
+export class BatchQueues {
+  private readonly queues = new Map<string, Queue>();
+
+  constructor(
+    private readonly connection: RedisClient,
+    private readonly keys: Keys,
+    private readonly log: Logger,
+  ) {}
+
+  get(pool: string): Queue {
+    let queue = this.queues.get(pool);
+    if (!queue) {
+      queue = new Queue(this.keys.queueName(pool), {
+        connection: this.connection,
+        prefix: this.keys.bullPrefix,
+        streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
+      });
+      queue.on('error', (error) => this.log.warn({ err: error, queue: pool }, 'batch queue error'));
+      this.queues.set(pool, queue);
+    }
+    return queue;
+  }
+
+  /** Moves a delayed job to the queue now; a job that is not delayed (running, gone) is left alone. */
+  async promote(pool: string, jobId: string): Promise<boolean> {
+    try {
+      const job = await this.get(pool).getJob(jobId);
+      if (!job) return false;
+      await job.promote();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    // The connection is the worker's; closing a Queue built on a given connection leaves it open.
+    await Promise.all([...this.queues.values()].map((queue) => queue.close().catch(() => undefined)));
+    this.queues.clear();
+  }
+}
