@@ -123,8 +123,10 @@ describe('§26 batch_report', () => {
       message: 'queued children removed',
     });
     await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const times = workerLines('batch child started').map((l) => Date.parse(String(l['time'])));
+    expect(times.every((t) => Number.isFinite(t))).toBe(true);
     const startedAfter = workerLines('batch child started').filter(
-      (l) => String(l['jobId']).startsWith(taskId) && Number(l['time']) > cancelledAt + 200,
+      (l) => String(l['jobId']).startsWith(taskId) && Date.parse(String(l['time'])) > cancelledAt + 200,
     );
     expect(startedAfter).toEqual([]);
     expect(await r.hlen(keys.outcomes)).toBe(0);

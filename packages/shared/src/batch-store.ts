@@ -222,8 +222,10 @@ export class BatchStore {
       args: { lockToken: lock.token, index },
     });
     switch (reply.code) {
-      case ResultCode.OK:
-        return { outcome: 'run', owner: String(reply.values[0] ?? ''), parentPool: String(reply.values[1] ?? '') };
+      case ResultCode.OK: {
+        const [owner, parentPool] = reply.values as Array<string | undefined>;
+        return { outcome: 'run', owner: owner ?? '', parentPool: parentPool ?? '' };
+      }
       case ResultCode.TASK_TERMINAL:
         return { outcome: 'parent_ended' };
       case ResultCode.OUTCOME_RECORDED:

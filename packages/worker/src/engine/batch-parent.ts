@@ -5,7 +5,7 @@
  * reads the batch from Redis and goes on from there, on whichever worker it runs.
  */
 import {
-  BatchStore,
+  type BatchStore,
   MAX_FAIR_PRIORITY,
   TaskrelayError,
   WorkerCatalogSchema,
@@ -15,7 +15,6 @@ import {
   type BatchOutcome,
   type CancelRequest,
   type Keys,
-  type Logger,
   type RedisClient,
   type ToolDescriptor,
 } from '@taskrelay/shared';
@@ -217,7 +216,11 @@ export class BatchParent {
       .zcard(shareKey)
       .zrange(shareKey, -1, -1, 'WITHSCORES')
       .exec()) as [[unknown, number], [unknown, string[]]];
-    const priorities = childPriorities(waiting, newest[1] === undefined ? undefined : Number(newest[1]), indices.length);
+    const priorities = childPriorities(
+      waiting,
+      newest[1] === undefined ? undefined : Number(newest[1]),
+      indices.length,
+    );
     const ids = indices.map((index) => batchChildId(taskId, index));
     const share = redis.multi();
     ids.forEach((id, i) => share.zadd(shareKey, priorities[i] ?? 1, id));
