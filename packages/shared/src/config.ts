@@ -450,86 +450,213 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
   };
 }
 
+/**
+ * Each gateway option and the environment variable that sets it: the only thing the environment loader adds to the
+ * options (bounds and defaults are the schema's, `gatewayEnvSchema`).
+ */
+const GATEWAY_ENV_NAMES = {
+  prefix: 'TASKRELAY_PREFIX',
+  logLevel: 'LOG_LEVEL',
+  progressIntervalMs: 'TASKRELAY_PROGRESS_INTERVAL_MS',
+  host: 'HOST',
+  port: 'PORT',
+  authTokens: 'TASKRELAY_AUTH_TOKENS',
+  operators: 'TASKRELAY_OPERATORS',
+  allowedOrigins: 'TASKRELAY_ALLOWED_ORIGINS',
+  defaultTtlMs: 'TASKRELAY_DEFAULT_TTL_MS',
+  maxTtlMs: 'TASKRELAY_MAX_TTL_MS',
+  pollIntervalMs: 'TASKRELAY_POLL_INTERVAL_MS',
+  maxToolTimeoutMs: 'TASKRELAY_MAX_TOOL_TIMEOUT_MS',
+  eventTtlMs: 'TASKRELAY_EVENT_TTL_MS',
+  sessionIdleMs: 'TASKRELAY_SESSION_IDLE_MS',
+  reaperIntervalMs: 'TASKRELAY_REAPER_INTERVAL_MS',
+  queueTimeoutMs: 'TASKRELAY_QUEUE_TIMEOUT_MS',
+  catalogRetentionMs: 'TASKRELAY_CATALOG_RETENTION_MS',
+  shutdownGraceMs: 'GATEWAY_SHUTDOWN_GRACE_MS',
+  allowedHosts: 'TASKRELAY_ALLOWED_HOSTS',
+  allowUnauthenticated: 'TASKRELAY_ALLOW_UNAUTHENTICATED',
+  maxBodyBytes: 'TASKRELAY_MAX_BODY_BYTES',
+  maxJsonDepth: 'TASKRELAY_MAX_JSON_DEPTH',
+  maxSessionsPerPrincipal: 'TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL',
+  maxOpenTasks: 'TASKRELAY_MAX_OPEN_TASKS',
+  rateLimitCalls: 'TASKRELAY_RATE_LIMIT_CALLS',
+  rateLimitTaskOps: 'TASKRELAY_RATE_LIMIT_TASK_OPS',
+  rateLimitWindowMs: 'TASKRELAY_RATE_LIMIT_WINDOW_MS',
+  maxArgumentBytes: 'TASKRELAY_MAX_ARGUMENT_BYTES',
+  maxProgressTokenBytes: 'TASKRELAY_MAX_PROGRESS_TOKEN_BYTES',
+  maxResultBytes: 'TASKRELAY_MAX_RESULT_BYTES',
+  maxStreamBufferBytes: 'TASKRELAY_MAX_STREAM_BUFFER_BYTES',
+  requestStateSecret: 'TASKRELAY_REQUEST_STATE_SECRET',
+  memoryBudgetBytes: 'TASKRELAY_MEMORY_BUDGET_BYTES',
+} as const satisfies Partial<Record<keyof GatewayConfig, keyof typeof gatewayEnvSchema.shape>>;
+
+const WEBHOOK_ENV_NAMES = {
+  secret: 'TASKRELAY_WEBHOOK_SECRET',
+  allowedHosts: 'TASKRELAY_WEBHOOK_ALLOWED_HOSTS',
+  maxAttempts: 'TASKRELAY_WEBHOOK_MAX_ATTEMPTS',
+  retryBaseMs: 'TASKRELAY_WEBHOOK_RETRY_BASE_MS',
+  retryMaxMs: 'TASKRELAY_WEBHOOK_RETRY_MAX_MS',
+  timeoutMs: 'TASKRELAY_WEBHOOK_TIMEOUT_MS',
+  maxPendingPerPrincipal: 'TASKRELAY_WEBHOOK_MAX_PENDING',
+  pollMs: 'TASKRELAY_WEBHOOK_POLL_MS',
+} as const satisfies Record<keyof WebhookConfig, keyof typeof gatewayEnvSchema.shape>;
+
+const OAUTH_ENV_NAMES = {
+  issuer: 'TASKRELAY_OAUTH_ISSUER',
+  audience: 'TASKRELAY_OAUTH_AUDIENCE',
+  jwksUrl: 'TASKRELAY_OAUTH_JWKS_URL',
+  requiredScopes: 'TASKRELAY_OAUTH_SCOPES',
+  clockSkewMs: 'TASKRELAY_OAUTH_CLOCK_SKEW_MS',
+  jwksCooldownMs: 'TASKRELAY_OAUTH_JWKS_COOLDOWN_MS',
+} as const satisfies Record<keyof OAuthConfig, keyof typeof gatewayEnvSchema.shape>;
+
+/** How the checks that span options name them: by variable for the environment, by option for `startGateway`. */
+interface Naming {
+  what: string;
+  name: (option: string) => string;
+}
+
+const ENV_NAMING: Naming = {
+  what: 'configuration',
+  name: (option) =>
+    option === 'oauth'
+      ? 'TASKRELAY_OAUTH_*'
+      : ((GATEWAY_ENV_NAMES as Record<string, string>)[option] ??
+        (WEBHOOK_ENV_NAMES as Record<string, string>)[option.replace(/^webhooks\./, '')] ??
+        option),
+};
+
+const OPTION_NAMING: Naming = { what: 'gateway options', name: (option) => option };
+
+/** The rules that span several settings, wherever the settings came from. */
+function checkGatewayConfig(config: GatewayConfig, naming: Naming): GatewayConfig {
+  const { what, name } = naming;
+  if (config.defaultTtlMs > config.maxTtlMs) {
+    throw new ConfigError(`Invalid ${what}: ${name('defaultTtlMs')} must not exceed ${name('maxTtlMs')}`);
+  }
+  if (config.webhooks.retryBaseMs > config.webhooks.retryMaxMs) {
+    throw new ConfigError(
+      `Invalid ${what}: ${name('webhooks.retryBaseMs')} must not exceed ${name('webhooks.retryMaxMs')}`,
+    );
+  }
+  const authOn = config.authTokens !== undefined || config.oauth !== undefined;
+  if (!authOn && !isLoopbackHost(config.host) && !config.allowUnauthenticated) {
+    throw new ConfigError(
+      `Invalid ${what}: ${name('host')} ${config.host} is not a loopback address and no authentication is configured; set ${name('authTokens')} or ${name('oauth')}, or ${name('allowUnauthenticated')}=true to serve anyone who can reach it`,
+    );
+  }
+  const problem = clusterPrefixProblem(config.redisUrl, config.prefix);
+  if (problem) throw new ConfigError(`Invalid ${what}: ${name('prefix')} ${problem}`);
+  return config;
+}
+
 export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const p = parseEnv(gatewayEnvSchema, env);
-  if (p.TASKRELAY_DEFAULT_TTL_MS > p.TASKRELAY_MAX_TTL_MS) {
-    throw new ConfigError('Invalid configuration: TASKRELAY_DEFAULT_TTL_MS must not exceed TASKRELAY_MAX_TTL_MS');
-  }
   const oauthVars = [p.TASKRELAY_OAUTH_ISSUER, p.TASKRELAY_OAUTH_AUDIENCE, p.TASKRELAY_OAUTH_JWKS_URL];
   if (oauthVars.some((v) => v !== undefined) && oauthVars.some((v) => v === undefined)) {
     throw new ConfigError(
       'Invalid configuration: TASKRELAY_OAUTH_ISSUER, TASKRELAY_OAUTH_AUDIENCE and TASKRELAY_OAUTH_JWKS_URL must be set together',
     );
   }
-  const oauth: OAuthConfig | undefined =
-    p.TASKRELAY_OAUTH_ISSUER !== undefined && p.TASKRELAY_OAUTH_AUDIENCE !== undefined && p.TASKRELAY_OAUTH_JWKS_URL
-      ? {
-          issuer: p.TASKRELAY_OAUTH_ISSUER,
-          audience: p.TASKRELAY_OAUTH_AUDIENCE,
-          jwksUrl: p.TASKRELAY_OAUTH_JWKS_URL,
-          requiredScopes: p.TASKRELAY_OAUTH_SCOPES ?? [],
-          clockSkewMs: p.TASKRELAY_OAUTH_CLOCK_SKEW_MS,
-          jwksCooldownMs: p.TASKRELAY_OAUTH_JWKS_COOLDOWN_MS,
-        }
-      : undefined;
-  if (p.TASKRELAY_WEBHOOK_RETRY_BASE_MS > p.TASKRELAY_WEBHOOK_RETRY_MAX_MS) {
-    throw new ConfigError(
-      'Invalid configuration: TASKRELAY_WEBHOOK_RETRY_BASE_MS must not exceed TASKRELAY_WEBHOOK_RETRY_MAX_MS',
-    );
-  }
-  if (oauth === undefined && p.TASKRELAY_OAUTH_SCOPES !== undefined) {
+  if (p.TASKRELAY_OAUTH_ISSUER === undefined && p.TASKRELAY_OAUTH_SCOPES !== undefined) {
     throw new ConfigError('Invalid configuration: TASKRELAY_OAUTH_SCOPES needs TASKRELAY_OAUTH_ISSUER to be set');
   }
-  const authOn = p.TASKRELAY_AUTH_TOKENS !== undefined || oauth !== undefined;
-  if (!authOn && !isLoopbackHost(p.HOST) && !p.TASKRELAY_ALLOW_UNAUTHENTICATED) {
-    throw new ConfigError(
-      `Invalid configuration: HOST ${p.HOST} is not a loopback address and no authentication is configured; set TASKRELAY_AUTH_TOKENS or TASKRELAY_OAUTH_*, or TASKRELAY_ALLOW_UNAUTHENTICATED=true to serve anyone who can reach it`,
-    );
-  }
-  return {
-    ...common(p),
-    host: p.HOST,
-    port: p.PORT,
-    authTokens: p.TASKRELAY_AUTH_TOKENS,
-    operators: p.TASKRELAY_OPERATORS,
-    allowedOrigins: p.TASKRELAY_ALLOWED_ORIGINS,
-    defaultTtlMs: p.TASKRELAY_DEFAULT_TTL_MS,
-    maxTtlMs: p.TASKRELAY_MAX_TTL_MS,
-    pollIntervalMs: p.TASKRELAY_POLL_INTERVAL_MS,
-    maxToolTimeoutMs: p.TASKRELAY_MAX_TOOL_TIMEOUT_MS,
-    eventTtlMs: p.TASKRELAY_EVENT_TTL_MS,
-    sessionIdleMs: p.TASKRELAY_SESSION_IDLE_MS,
-    reaperIntervalMs: p.TASKRELAY_REAPER_INTERVAL_MS,
-    queueTimeoutMs: p.TASKRELAY_QUEUE_TIMEOUT_MS,
-    catalogRetentionMs: p.TASKRELAY_CATALOG_RETENTION_MS,
-    shutdownGraceMs: p.GATEWAY_SHUTDOWN_GRACE_MS,
-    allowedHosts: p.TASKRELAY_ALLOWED_HOSTS,
-    allowUnauthenticated: p.TASKRELAY_ALLOW_UNAUTHENTICATED,
-    maxBodyBytes: p.TASKRELAY_MAX_BODY_BYTES,
-    maxJsonDepth: p.TASKRELAY_MAX_JSON_DEPTH,
-    maxSessionsPerPrincipal: p.TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL,
-    maxOpenTasks: p.TASKRELAY_MAX_OPEN_TASKS,
-    rateLimitCalls: p.TASKRELAY_RATE_LIMIT_CALLS,
-    rateLimitTaskOps: p.TASKRELAY_RATE_LIMIT_TASK_OPS,
-    rateLimitWindowMs: p.TASKRELAY_RATE_LIMIT_WINDOW_MS,
-    maxArgumentBytes: p.TASKRELAY_MAX_ARGUMENT_BYTES,
-    maxProgressTokenBytes: p.TASKRELAY_MAX_PROGRESS_TOKEN_BYTES,
-    maxResultBytes: p.TASKRELAY_MAX_RESULT_BYTES,
-    maxStreamBufferBytes: p.TASKRELAY_MAX_STREAM_BUFFER_BYTES,
-    requestStateSecret: p.TASKRELAY_REQUEST_STATE_SECRET,
-    memoryBudgetBytes: p.TASKRELAY_MEMORY_BUDGET_BYTES,
-    oauth,
-    webhooks: {
-      secret: p.TASKRELAY_WEBHOOK_SECRET,
-      allowedHosts: p.TASKRELAY_WEBHOOK_ALLOWED_HOSTS ?? [],
-      maxAttempts: p.TASKRELAY_WEBHOOK_MAX_ATTEMPTS,
-      retryBaseMs: p.TASKRELAY_WEBHOOK_RETRY_BASE_MS,
-      retryMaxMs: p.TASKRELAY_WEBHOOK_RETRY_MAX_MS,
-      timeoutMs: p.TASKRELAY_WEBHOOK_TIMEOUT_MS,
-      maxPendingPerPrincipal: p.TASKRELAY_WEBHOOK_MAX_PENDING,
-      pollMs: p.TASKRELAY_WEBHOOK_POLL_MS,
+  const pick = <M extends Record<string, keyof typeof p>>(names: M) =>
+    Object.fromEntries(Object.entries(names).map(([option, variable]) => [option, p[variable]])) as {
+      [K in keyof M]: (typeof p)[M[K]];
+    };
+  const oauth = pick(OAUTH_ENV_NAMES);
+  const webhooks = pick(WEBHOOK_ENV_NAMES);
+  return checkGatewayConfig(
+    {
+      ...pick(GATEWAY_ENV_NAMES),
+      ...common(p),
+      oauth:
+        oauth.issuer !== undefined && oauth.audience !== undefined && oauth.jwksUrl !== undefined
+          ? {
+              ...oauth,
+              issuer: oauth.issuer,
+              audience: oauth.audience,
+              jwksUrl: oauth.jwksUrl,
+              requiredScopes: oauth.requiredScopes ?? [],
+            }
+          : undefined,
+      webhooks: { ...webhooks, allowedHosts: webhooks.allowedHosts ?? [] },
     },
-  };
+    ENV_NAMING,
+  );
+}
+
+/**
+ * What `startGateway` takes: only what differs from the defaults (docs/CONFIGURATION.md; the same as with an empty
+ * environment). `redisUrl` is required to start.
+ */
+export type GatewayOptions = Partial<Omit<GatewayConfig, 'webhooks' | 'oauth'>> & {
+  webhooks?: Partial<WebhookConfig>;
+  /** OAuth 2.1 resource server; `issuer`, `audience` and `jwksUrl` are required, the rest defaults. */
+  oauth?: Pick<OAuthConfig, 'issuer' | 'audience' | 'jwksUrl'> & Partial<OAuthConfig>;
+};
+
+let gatewayDefaults: GatewayConfig | undefined;
+
+/** One option checked by its variable's schema: the same bounds and messages, named as the option. */
+function checkOption(option: string, variable: keyof typeof gatewayEnvSchema.shape, value: unknown): void {
+  if (value === undefined) return;
+  if (value instanceof Map) {
+    for (const [token, principal] of value) {
+      if (typeof token !== 'string' || typeof principal !== 'string' || !token || !principal) {
+        throw new ConfigError(`Invalid gateway options: ${option} must map tokens to principals (non-empty strings)`);
+      }
+    }
+    return;
+  }
+  let text: string;
+  if (Array.isArray(value)) text = value.map(String).join(variable === 'TASKRELAY_OAUTH_SCOPES' ? ' ' : ',');
+  else if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') text = String(value);
+  else
+    throw new ConfigError(
+      `Invalid gateway options: ${option} must be a ${typeof value === 'object' ? 'value, not an object' : 'value'}`,
+    );
+  const result = gatewayEnvSchema.shape[variable].safeParse(text);
+  if (!result.success) {
+    throw new ConfigError(`Invalid gateway options: ${option} ${result.error.issues[0]?.message ?? 'is invalid'}`);
+  }
+}
+
+/**
+ * Applies the documented defaults to the options of `startGateway`, checks each given option with the schema of its
+ * environment variable (one set of bounds), then the rules that span options. Throws a one-line `ConfigError`.
+ */
+export function resolveGatewayOptions(options: GatewayOptions = {}): GatewayConfig {
+  gatewayDefaults ??= loadGatewayConfig({});
+  const given = <T extends object>(o: T | undefined) =>
+    Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
+  for (const [option, variable] of Object.entries(GATEWAY_ENV_NAMES)) {
+    checkOption(option, variable, (options as Record<string, unknown>)[option]);
+  }
+  for (const [option, variable] of Object.entries(WEBHOOK_ENV_NAMES)) {
+    checkOption(`webhooks.${option}`, variable, (options.webhooks as Record<string, unknown> | undefined)?.[option]);
+  }
+  for (const [option, variable] of Object.entries(OAUTH_ENV_NAMES)) {
+    checkOption(`oauth.${option}`, variable, (options.oauth as Record<string, unknown> | undefined)?.[option]);
+  }
+  const defaults = gatewayDefaults;
+  return checkGatewayConfig(
+    {
+      ...defaults,
+      ...given(options),
+      webhooks: { ...defaults.webhooks, ...given(options.webhooks) },
+      oauth: options.oauth
+        ? {
+            requiredScopes: [],
+            clockSkewMs: gatewayEnvSchema.shape.TASKRELAY_OAUTH_CLOCK_SKEW_MS.parse(undefined),
+            jwksCooldownMs: gatewayEnvSchema.shape.TASKRELAY_OAUTH_JWKS_COOLDOWN_MS.parse(undefined),
+            ...given(options.oauth),
+          }
+        : undefined,
+    } as GatewayConfig,
+    OPTION_NAMING,
+  );
 }
 
 /** `localhost`, 127.0.0.0/8 or `::1` (with or without brackets). */

@@ -16,7 +16,9 @@ import {
   createRedis,
   requireRedisUrl,
   waitForRedis,
+  resolveGatewayOptions,
   type GatewayConfig,
+  type GatewayOptions,
   type Logger,
 } from '@taskrelay/shared';
 import { createAuthenticator } from '../http/auth/authenticate.js';
@@ -53,7 +55,11 @@ const ENDED_CALLS_ANSWER_MS = 5_000;
  */
 export type GatewayState = 'starting' | 'ready' | 'draining' | 'closed';
 
-export interface StartGatewayOptions extends GatewayConfig {
+/**
+ * `startGateway`'s options: only what differs from the documented defaults (docs/CONFIGURATION.md), `redisUrl` at
+ * least; `resolveGatewayOptions` applies the rest, as an empty environment would.
+ */
+export interface StartGatewayOptions extends GatewayOptions {
   /** Default: a pino logger at `logLevel`. */
   logger?: Logger;
   /** Identifies this process's progress channel. Default: random. */
@@ -98,14 +104,14 @@ class Undo {
 export async function startGateway(options: StartGatewayOptions): Promise<GatewayHandle> {
   const undo = new Undo();
   try {
-    return await start(options, undo);
+    return await start({ ...options, ...resolveGatewayOptions(options) }, undo);
   } catch (error) {
     await undo.run();
     throw error;
   }
 }
 
-async function start(options: StartGatewayOptions, undo: Undo): Promise<GatewayHandle> {
+async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): Promise<GatewayHandle> {
   let state: GatewayState = 'starting';
   const log = options.logger ?? createLogger('gateway', { level: options.logLevel });
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
