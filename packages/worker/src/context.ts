@@ -3,6 +3,7 @@ import {
   Coalescer,
   LOG_LEVELS,
   TaskrelayError,
+  isRedisUnavailableError,
   type InputMethod,
   type LogLevel,
   type LogMessage,
@@ -468,6 +469,12 @@ export class TaskContext implements ToolContext {
       step = await this.fanOutHost.fanOut(run, parsedItems.data, parsed.data);
     } catch (error) {
       if (error instanceof CancelledError && error.reason === 'LOCK_LOST') this.onLockLost?.();
+      // Redis unreachable mid-release: not the tool's failure. The run ends as one that lost its lock (nothing more
+      // written, the job handed back or taken over), and the replay goes on from what Redis holds.
+      if (isRedisUnavailableError(error)) {
+        this.onLockLost?.();
+        throw new CancelledError('LOCK_LOST');
+      }
       throw error;
     }
     if (step.kind === 'done') {

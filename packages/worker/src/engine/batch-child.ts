@@ -8,6 +8,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
   Coalescer,
+  isRedisUnavailableError,
   serializeError,
   type BatchOutcome,
   type BatchStore,
@@ -78,6 +79,14 @@ export class ChildRunner {
     const startedAt = Date.now();
     try {
       await this.run(job, token, jobId, entry, log);
+    } catch (error) {
+      // Redis went away while the child recorded its start or outcome: the job goes back (or returns when its lock
+      // expires), so no attempt is used and the child is not lost; its record, when it comes, is still the only one.
+      if (isRedisUnavailableError(error)) {
+        log.warn({ err: error }, 'Redis unreachable while recording a batch child; handing the job back');
+        return await handBack(job, token, log, 'LOCK_LOST');
+      }
+      throw error;
     } finally {
       signal?.removeEventListener('abort', forward);
       this.o.metrics.runDuration.observe({ tool: job.name }, (Date.now() - startedAt) / 1000);
