@@ -104,6 +104,14 @@ describe('§26 batch_report', () => {
     const keys = createKeys(prefix).batch(taskId);
     await waitFor(async () => (await r.scard(keys.running)) >= 8, { timeoutMs: 20_000, message: 'children running' });
     const startedBefore = workerLines('batch child started').filter((l) => String(l['jobId']).startsWith(taskId));
+    // The dashboard shows the batch with its children's counts (PROTOCOL.md §26.9).
+    const overview = (await (await fetch(gateway.url.replace(/\/mcp$/, '/admin/api/overview'))).json()) as {
+      batches: Array<{ taskId: string; total: number; queued: number; running: number; done: number; failed: number }>;
+    };
+    const shown = overview.batches.find((b) => b.taskId === taskId);
+    expect(shown).toMatchObject({ childTool: 'build_report', total: 300, done: 0, failed: 0 });
+    expect(shown?.running).toBeGreaterThanOrEqual(8);
+    expect((shown?.queued ?? 0) + (shown?.running ?? 0)).toBe(64);
     await client.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     const cancelledAt = Date.now();
     expect((await getTask(client, taskId)).status).toBe('cancelled');

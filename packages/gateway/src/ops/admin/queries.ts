@@ -5,6 +5,7 @@
  */
 import { Queue, type Job } from 'bullmq';
 import {
+  BatchStore,
   type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
@@ -36,6 +37,17 @@ export interface TaskDetail {
   task: TaskRecord;
   job?: { state: string; attemptsMade: number; failedReason?: string; workerName?: string };
   timeline: TimelineEntry[];
+}
+
+/** A batch's children as the dashboard shows them (PROTOCOL.md §26.9). */
+export interface BatchView {
+  taskId: string;
+  childTool: string;
+  total: number;
+  queued: number;
+  running: number;
+  done: number;
+  failed: number;
 }
 
 export class AdminQueries {
@@ -171,6 +183,36 @@ export class AdminQueries {
     }
     timeline.sort((a, b) => a.at.localeCompare(b.at));
     return detail;
+  }
+
+  /** The batches among these tasks, with their children's counts (queued = open − running). */
+  async batches(taskIds: readonly string[]): Promise<BatchView[]> {
+    if (taskIds.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of taskIds) pipeline.exists(this.keys.batch(id).hash);
+    const exists = (await pipeline.exec()) ?? [];
+    const ids = taskIds.filter((_id, i) => exists[i]?.[1] === 1);
+    const store = new BatchStore(this.redis, this.keys);
+    const views = await Promise.all(
+      ids.map(async (taskId): Promise<BatchView | undefined> => {
+        const [counts, shape, running] = await Promise.all([
+          store.peek(taskId),
+          store.shape(taskId),
+          store.runningCount(taskId),
+        ]);
+        if (!counts || !shape) return undefined;
+        return {
+          taskId,
+          childTool: shape.childTool,
+          total: counts.size,
+          queued: Math.max(0, counts.open - running),
+          running: Math.min(running, counts.open),
+          done: counts.completed,
+          failed: counts.failed,
+        };
+      }),
+    );
+    return views.filter((view): view is BatchView => view !== undefined);
   }
 
   async close(): Promise<void> {

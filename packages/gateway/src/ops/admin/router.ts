@@ -131,7 +131,9 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     for (const t of finished) gone.delete(t.taskId);
     for (const id of gone) recent.delete(id);
     const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
-    res.json({ now: Date.now(), workers, queues, tasks, ...(webhooks ? { webhooks } : {}) });
+    // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
+    const batches = await queries.batches(tasks.map((t) => t.taskId));
+    res.json({ now: Date.now(), workers, queues, tasks, batches, ...(webhooks ? { webhooks } : {}) });
   });
 
   router.get('/api/tasks/:id', async (req: Request, res: Response) => {

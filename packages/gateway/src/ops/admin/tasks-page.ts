@@ -119,6 +119,13 @@ export const TASKS_PAGE = `<!doctype html>
           t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
+    if (data.batches && data.batches.length > 0) {
+      main.append(el('section', { id: 'batches' }, el('h2', { text: 'Batches' }),
+        table(['task', 'children', 'total', 'queued', 'running', 'done', 'failed'],
+          data.batches.map((b) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(b.taskId), text: b.taskId })),
+            b.childTool, b.total, b.queued, b.running, b.done, b.failed]),
+          '')));
+    }
     if (data.webhooks) {
       const w = data.webhooks;
       main.append(el('section', { id: 'webhooks' }, el('h2', { text: 'Webhooks · ' + w.pending + ' pending · ' + w.dead + ' dead' }),
