@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { ROOT, startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import { ROOT, startGatewayProcess, stopAll, type GatewayProcess, type ManagedProcess } from '../helpers/processes.js';
 import { WorkerPool, startTask, taskResult, testRedis, watchingClient } from '../helpers/faults.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
@@ -20,7 +20,8 @@ let r: Redis;
 let prefix: string;
 let gateway: GatewayProcess;
 let workers: WorkerPool;
-const gone: Array<Array<Record<string, unknown>>> = [];
+/** The killed workers: their log lines are read at the end (everything they wrote before the kill). */
+const gone: ManagedProcess[] = [];
 
 beforeAll(async () => {
   redis = await startRedis({ appendOnly: true });
@@ -48,7 +49,7 @@ afterAll(async () => {
 
 /** Every 'batch child started' line of every worker, the killed ones included. */
 function childStarts(): string[] {
-  const lines = [...gone.flat(), ...[...workers.procs.values()].flatMap((w) => w.logs())];
+  const lines = [...gone, ...workers.procs.values()].flatMap((w) => w.logs());
   return lines.filter((l) => l['msg'] === 'batch child started').map((l) => String(l['jobId']));
 }
 
@@ -60,7 +61,7 @@ async function killBusyWorker(taskId: string): Promise<void> {
   );
   const victim = busy ?? [...workers.procs.values()][0];
   if (!victim) throw new Error('no worker to kill');
-  gone.push(victim.logs());
+  gone.push(victim);
   await workers.kill(victim.pid);
   await workers.start(1);
 }
