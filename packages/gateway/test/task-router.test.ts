@@ -347,3 +347,27 @@ describe('§10 waiting for a task', () => {
     expect(sent.map((s) => s.taskId)).toEqual(['running']);
   });
 });
+
+describe('§18.1 listen streams follow tasks', () => {
+  it('wakes a follower on each status event of its task (with no route here), on a reconnect, and not after its stop', async () => {
+    const woken: string[] = [];
+    const stop = router.follow('x', () => woken.push('x'));
+    router.follow('y', () => woken.push('y'));
+    sub.status('x', 'input_required');
+    sub.status('x', 'completed', { final: true });
+    sub.progress('x', 1);
+    expect(woken).toEqual(['x', 'x']);
+    statusesOf.mockResolvedValue([]);
+    sub.emit('ready');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(woken.sort()).toEqual(['x', 'x', 'x', 'y']);
+    stop();
+    sub.status('x', 'working');
+    expect(woken.filter((t) => t === 'x')).toHaveLength(3);
+  });
+
+  it('registers this gateway as a watcher with the read', async () => {
+    await router.watch('w1');
+    expect(watch).toHaveBeenCalledWith('w1', GATEWAY);
+  });
+});
