@@ -77,3 +77,21 @@ export const benchEffect = defineTool({
     return { steps };
   },
 });
+
+/** Fans out `count` `bench_noop` children (PROTOCOL §26): the batch's own cost, for `pnpm bench --batch`. */
+export const benchFanout = defineTool({
+  name: 'bench_fanout',
+  description: 'Fans out count bench_noop children and returns how many completed.',
+  inputSchema: z.object({ count: z.number().int().min(1).max(100_000), concurrency: z.number().int().default(256) }),
+  taskSupport: 'required',
+  async run({ count, concurrency }, ctx) {
+    const batch = await ctx.fanOut(
+      Array.from({ length: count }, () => ({})),
+      { tool: 'bench_noop', concurrency },
+    );
+    return {
+      content: [{ type: 'text', text: `${batch.completed}` }],
+      structuredContent: { completed: batch.completed },
+    };
+  },
+});

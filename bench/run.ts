@@ -9,6 +9,8 @@
  *   pnpm bench --load               1,000 concurrent tasks over 50 sessions
  *   pnpm bench --fair               fair share (PROTOCOL §25): one principal's task behind another's backlog, and
  *                                   the cost per enqueue
+ *   pnpm bench --batch              a 10,000-child batch (PROTOCOL §26) on 1, 2 and 4 workers against a raw BullMQ
+ *                                   FlowProducer of the same size
  *   options: --reps N, --window-ms N (compare modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
@@ -16,6 +18,7 @@
  * See docs/PERFORMANCE.md for the method.
  */
 import { parseArgs } from 'node:util';
+import { runBatch } from './lib/batch.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
 import { stopAll, type GatewayProcess } from '../test/helpers/processes.js';
 import { openSessions, type McpSession } from './lib/mcp-http.js';
@@ -53,6 +56,7 @@ const { values: args } = parseArgs({
     soak: { type: 'boolean', default: false },
     load: { type: 'boolean', default: false },
     fair: { type: 'boolean', default: false },
+    batch: { type: 'boolean', default: false },
     minutes: { type: 'string' },
     reps: { type: 'string' },
     'window-ms': { type: 'string' },
@@ -650,6 +654,10 @@ async function main(): Promise<number> {
     if (args.load) {
       const { redis, admin } = await startInfra();
       return await runLoad({ redis, admin, cleanup, log });
+    }
+    if (args.batch) {
+      const { redis } = await startInfra();
+      return await runBatch({ redis, log });
     }
     if (args.fair) {
       const { redis } = await startInfra();
