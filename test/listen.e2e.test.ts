@@ -186,6 +186,9 @@ describe('§18.3 bounds', () => {
 
   it('holds a principal to 32 open listen streams per gateway; closing one makes room', async () => {
     const controllers: AbortController[] = [];
+    // Each open stream's Response is kept: undici cancels the body of a Response that is garbage collected, which
+    // closed one of the 32 mid-test, let a 33rd through, and failed this test now and then.
+    const responses: Response[] = [];
     /** Opens a tools-only listen stream; its answer's content type (an event stream, or JSON with the error). */
     const open = async (gateway: GatewayProcess, step: string) => {
       const controller = new AbortController();
@@ -199,6 +202,7 @@ describe('§18.3 bounds', () => {
       ).response.catch((error: unknown) => {
         throw new Error(`${step}: no answer (${String(error)})`);
       });
+      responses.push(res);
       const type = res.headers.get('content-type') ?? '';
       return { type, body: type.includes('json') ? ((await res.json()) as Json) : undefined, controller };
     };
@@ -218,6 +222,7 @@ describe('§18.3 bounds', () => {
       });
     } finally {
       for (const controller of controllers) controller.abort();
+      responses.length = 0;
     }
   });
 
