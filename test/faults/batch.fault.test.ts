@@ -4,24 +4,26 @@
  * and none is counted twice (a child whose worker died after it ran runs again, and its outcome is still recorded and
  * counted once).
  */
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { ROOT, startGatewayProcess, stopAll, type GatewayProcess, type ManagedProcess } from '../helpers/processes.js';
+import { ROOT, startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
 import { WorkerPool, startTask, taskResult, testRedis, watchingClient } from '../helpers/faults.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const SIZE = 150;
+const TRACE = join(mkdtempSync(join(tmpdir(), 'f-batch-')), 'trace.log');
 
 let redis: TestRedis;
 let r: Redis;
 let prefix: string;
 let gateway: GatewayProcess;
 let workers: WorkerPool;
-/** The killed workers: their log lines are read at the end (everything they wrote before the kill). */
-const gone: ManagedProcess[] = [];
 
 beforeAll(async () => {
   redis = await startRedis({ appendOnly: true });
@@ -36,6 +38,7 @@ beforeAll(async () => {
     WORKER_LOCK_DURATION_MS: '1500',
     WORKER_CONCURRENCY: '4',
     LOG_LEVEL: 'info',
+    BATCH_TRACE_FILE: TRACE,
   });
   await workers.start(3);
 });
@@ -47,22 +50,51 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-/** Every 'batch child started' line of every worker, the killed ones included. */
-function childStarts(): string[] {
-  const lines = [...gone, ...workers.procs.values()].flatMap((w) => w.logs());
-  return lines.filter((l) => l['msg'] === 'batch child started').map((l) => String(l['jobId']));
+interface TraceLine {
+  pid: number;
+  what: 'start' | 'done';
+  n: number;
 }
 
-/** SIGKILLs a worker that is running children right now, keeping its log lines, and starts a replacement. */
-async function killBusyWorker(taskId: string): Promise<void> {
-  const running = new Set(await r.smembers(createKeys(prefix).batch(taskId).running));
-  const busy = [...workers.procs.values()].find((w) =>
-    w.logs().some((l) => l['msg'] === 'batch child started' && running.has(String(l['child'] ?? '')) === true),
+/** Every child run so far, from the fixture's trace file (written synchronously, so a SIGKILL loses none). */
+function trace(): TraceLine[] {
+  if (!existsSync(TRACE)) return [];
+  return readFileSync(TRACE, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [pid, what, n] = l.split(' ');
+      return { pid: Number(pid), what: what as TraceLine['what'], n: Number(n) };
+    });
+}
+
+/** The children a worker process started and did not finish (it is running them, or it died running them). */
+function heldBy(pid: number, lines = trace()): number[] {
+  const open = new Set<number>();
+  for (const l of lines) {
+    if (l.pid !== pid) continue;
+    if (l.what === 'start') open.add(l.n);
+    else open.delete(l.n);
+  }
+  return [...open];
+}
+
+/** Children a killed worker died running: each must run again, and still be counted once. */
+const diedRunning: number[] = [];
+
+/** SIGKILLs a worker that is running children right now, and starts a replacement. */
+async function killBusyWorker(): Promise<void> {
+  let victim: number | undefined;
+  await waitFor(
+    () => {
+      victim = [...workers.procs.keys()].find((pid) => heldBy(pid).length > 0);
+      return victim !== undefined;
+    },
+    { timeoutMs: 10_000, message: 'a worker running a child' },
   );
-  const victim = busy ?? [...workers.procs.values()][0];
-  if (!victim) throw new Error('no worker to kill');
-  gone.push(victim);
-  await workers.kill(victim.pid);
+  await workers.kill(victim!);
+  // Read after the exit: exactly what it held when it died.
+  diedRunning.push(...heldBy(victim!));
   await workers.start(1);
 }
 
@@ -76,7 +108,7 @@ describe('§26.8 batch crash safety', () => {
 
     for (const at of [15, 40, 65]) {
       await waitFor(async () => (await done()) >= at, { timeoutMs: 60_000, message: `${at} children done` });
-      await killBusyWorker(taskId);
+      await killBusyWorker();
     }
     await watcher.client.close().catch(() => undefined);
 
@@ -113,11 +145,12 @@ describe('§26.8 batch crash safety', () => {
     // None counted twice: the counter the records increment is the number of children, and one outcome each.
     expect(await done()).toBe(SIZE);
     expect(await r.hlen(batch.outcomes)).toBe(SIZE);
-    // The faults hit children mid-run: some ran more than once (and still counted once).
-    const starts = childStarts();
-    const distinct = new Set(starts);
-    expect(distinct.size).toBe(SIZE);
-    expect(starts.length).toBeGreaterThan(SIZE);
+    // The faults hit children mid-run, and each child a killed worker held ran again (and still counted once).
+    const runs = new Map<number, number>();
+    for (const l of trace()) if (l.what === 'start') runs.set(l.n, (runs.get(l.n) ?? 0) + 1);
+    expect(runs.size).toBe(SIZE);
+    expect(diedRunning.length).toBeGreaterThan(0);
+    for (const n of diedRunning) expect(runs.get(n), `child ${n} ran again`).toBeGreaterThanOrEqual(2);
     await client.close();
   }, 240_000);
 });
