@@ -161,6 +161,22 @@ describe('§14 the 2026-07-28 transport', () => {
     expect(discovered['capabilities']).not.toHaveProperty('tasks');
   });
 
+  it('answers the prompt and resource lists empty, with caching hints, as server/discover declares them', async () => {
+    const { capabilities } = (await result('server/discover')) as { capabilities: Json };
+    expect(capabilities).toMatchObject({ prompts: {}, resources: {} });
+    // Nothing is pushed for them, so no listChanged or subscribe is claimed.
+    expect(capabilities['prompts']).toEqual({});
+    expect(capabilities['resources']).toEqual({});
+    const hints = { resultType: 'complete', ttlMs: 0, cacheScope: 'private' };
+    expect(await result('prompts/list')).toEqual({ prompts: [], ...hints });
+    expect(await result('resources/list')).toEqual({ resources: [], ...hints });
+    expect(await result('resources/templates/list')).toEqual({ resourceTemplates: [], ...hints });
+    const prompt = await rpc('prompts/get', { name: 'p' }, { headers: { 'mcp-name': 'p' } });
+    expect(prompt.body['error']).toMatchObject({ code: -32602, message: 'Unknown prompt: p' });
+    const resource = await rpc('resources/read', { uri: 'file:///x' }, { headers: { 'mcp-name': 'file:///x' } });
+    expect(resource.body['error']).toMatchObject({ code: -32602, data: { uri: 'file:///x' } });
+  });
+
   it('lists tools and runs a plain call, each result marked complete', async () => {
     const listed = await result('tools/list');
     expect(listed['resultType']).toBe('complete');

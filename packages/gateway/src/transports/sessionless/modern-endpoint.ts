@@ -122,7 +122,13 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     'server/discover': () =>
       Promise.resolve({
         supportedVersions: SESSIONLESS_VERSIONS,
-        capabilities: { tools: { listChanged: true }, extensions: { [TASKS_EXTENSION_ID]: {} } },
+        // prompts and resources are declared because they are answered (empty lists, §14.1); no listChanged.
+        capabilities: {
+          tools: { listChanged: true },
+          prompts: {},
+          resources: {},
+          extensions: { [TASKS_EXTENSION_ID]: {} },
+        },
         ttlMs: 0,
         cacheScope: 'private',
         _meta: { [SERVER_INFO_META_KEY]: { name: 'taskrelay-gateway', version: options.version } },
@@ -138,6 +144,14 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       cacheScope: 'private',
     }),
     'tools/call': (rpc) => callTool(rpc),
+    // taskrelay serves no prompts or resources: their lists are empty, with SEP-2549's caching hints (§14.1).
+    'prompts/list': () => Promise.resolve({ prompts: [], ttlMs: 0, cacheScope: 'private' }),
+    'resources/list': () => Promise.resolve({ resources: [], ttlMs: 0, cacheScope: 'private' }),
+    'resources/templates/list': () => Promise.resolve({ resourceTemplates: [], ttlMs: 0, cacheScope: 'private' }),
+    'prompts/get': (rpc) =>
+      Promise.reject(new WireError(INVALID_PARAMS, `Unknown prompt: ${String(rpc.params['name'])}`)),
+    'resources/read': (rpc) =>
+      Promise.reject(new WireError(INVALID_PARAMS, 'Resource not found', { uri: rpc.params['uri'] })),
     'tasks/get': async (rpc) => {
       requireTasksExtension(rpc.params._meta, rpc.method);
       return renderDetailedTask(await service.get(taskIdOf(rpc), rpc.principal));
