@@ -75,9 +75,16 @@ describe('§9.0 response shapes', () => {
   it('answers a quick plain call as one JSON body, and streams a slow one, with the named priming event first', async () => {
     const session = await RawSession.open(gateway.url);
     // Ready within the transport's 100 ms with nothing sent before it: one JSON body (PROTOCOL §9.0, issue 25).
-    const quick = await session.post({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: report(0) });
-    expect(quick.headers.get('content-type')).toBe('application/json');
-    expect(await quick.json()).toMatchObject({ id: 6, result: { structuredContent: { report: 'r', items: 1 } } });
+    // Each try is answered right; a try that missed the 100 ms on a loaded machine streams instead, and is retried.
+    await waitFor(async () => {
+      const quick = await session.post({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: report(0) });
+      const json = quick.headers.get('content-type') === 'application/json';
+      expect(await lastMessage(quick, 6)).toMatchObject({
+        id: 6,
+        result: { structuredContent: { report: 'r', items: 1 } },
+      });
+      return json;
+    });
     // Still running at 100 ms: an SSE stream, resumable from the priming event on.
     const slow = await session.post({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: report(400) });
     expect(slow.headers.get('content-type')).toBe('text/event-stream');

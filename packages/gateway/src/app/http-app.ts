@@ -27,6 +27,7 @@ import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
 import type { TaskRouter } from '../tasks/task-router.js';
 import type { TaskService } from '../tasks/task-service.js';
 import { SessionEventStore } from '../transports/session/event-store.js';
+import { McpMethods } from '../protocol/methods.js';
 import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
 import { SessionTransport } from '../transports/session/session-transport.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
@@ -163,16 +164,24 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     },
     onCoalesced: () => metrics.streamCoalesced.inc(),
   };
-  const modern = createModernEndpoint({
+  /** The MCP methods, once for both transports (PROTOCOL.md §16). */
+  const methods = new McpMethods({
     service,
     metrics,
+    inflight,
+    requestState: deps.requestState,
     log,
     version: deps.version,
-    inflight,
     maxResultBytes: options.maxResultBytes,
+    authEnabled,
+  });
+  const modern = createModernEndpoint({
+    methods,
+    service,
+    log,
+    inflight,
     streams: streamBounds,
     listens: { opened: () => budget.listenOpened(), closed: () => budget.listenClosed() },
-    requestState: deps.requestState,
   });
 
   /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
@@ -241,13 +250,11 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     });
     transport.onclose = () => sessions.close(sessionId);
     const server = createSessionServer({
+      methods,
       service,
-      metrics,
       authEnabled,
       version: deps.version,
-      inflight,
       drainSignal: deps.drainSignal,
-      maxResultBytes: options.maxResultBytes,
     });
     server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
     await server.connect(transport);

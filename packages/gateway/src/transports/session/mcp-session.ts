@@ -15,28 +15,19 @@ import {
   type CallToolResult,
   type JSONRPCRequest,
   type ServerCapabilities,
+  type Task,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { TaskrelayError, isTerminal, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
+import type { ProgressToken, TaskRecord } from '@taskrelay/shared';
 import { ClientChannel } from './client-channel.js';
-import type { InflightCalls } from '../../protocol/inflight-calls.js';
-import { ANONYMOUS_PRINCIPAL, idempotencyKeyOf } from '../../protocol/request-meta.js';
-import { WireError, callEndedByShutdown, toMcpError } from '../../wire/errors.js';
-import { capResult } from '../../http/limits.js';
-import type { GatewayMetrics } from '../../ops/metrics.js';
-import type { ProgressParams } from '../../tasks/task-router.js';
+import type { McpMethods, RequestContext, SessionTaskRoute } from '../../protocol/methods.js';
+import { ANONYMOUS_PRINCIPAL } from '../../protocol/request-meta.js';
+import { toMcpError } from '../../wire/errors.js';
+import type { CallerSink, ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
-import { relatedTaskMeta, renderResult, renderTask } from '../../wire/task-wire.js';
-import { WEBHOOK_META_KEY } from '../../ops/webhooks/url-policy.js';
-import {
-  TASKS_EXTENSION_ID,
-  declaresTasksExtension,
-  renderCreateTaskExt,
-  renderDetailedTask,
-  requestClientCapabilities,
-  requireTasksExtension,
-} from '../../wire/task-wire-ext.js';
+import { relatedTaskMeta, renderTask } from '../../wire/task-wire.js';
+import { TASKS_EXTENSION_ID, declaresTasksExtension, requestClientCapabilities } from '../../wire/task-wire-ext.js';
 
 /** Requests whose handler below answers at once and sends nothing on the request's own stream. */
 const ANSWERED_AT_ONCE = new Set([
@@ -69,23 +60,23 @@ export function answersAtOnce(request: JSONRPCRequest, endedHere?: (taskId: stri
 }
 
 export interface SessionServerOptions {
+  methods: McpMethods;
   service: TaskService;
-  metrics: GatewayMetrics;
   /** Authentication on: tasks/list is offered (the spec says not to offer it when requestors can't be told apart). */
   authEnabled: boolean;
   version: string;
-  inflight: InflightCalls;
   /** Aborted when the gateway starts draining: pending `tasks/result` waits end (their tasks go on). */
   drainSignal: AbortSignal;
-  /** Largest tool result delivered, as JSON bytes (TASKRELAY_MAX_RESULT_BYTES). Default: no limit. */
-  maxResultBytes?: number;
 }
 
-type Extra = { authInfo?: { clientId: string } | undefined; sessionId?: string | undefined };
-
-function principalOf(extra: Extra): string {
-  return extra.authInfo?.clientId ?? ANONYMOUS_PRINCIPAL;
-}
+type Extra = {
+  authInfo?: { clientId: string } | undefined;
+  sessionId?: string | undefined;
+  requestId: string | number;
+  signal: AbortSignal;
+  _meta?: { progressToken?: ProgressToken | undefined } | undefined;
+  sendNotification: (notification: { method: 'notifications/progress'; params: ProgressParams }) => Promise<void>;
+};
 
 /** Runs a handler and turns taskrelay errors into JSON-RPC errors at the wire. */
 async function wire<T>(fn: () => Promise<T>): Promise<T> {
@@ -96,9 +87,12 @@ async function wire<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * The session's MCP server: an adapter from the SDK's requests to the method layer (`protocol/methods.ts`). It builds
+ * each request's context (principal, session, the rendering its `_meta` chose, the session's streams) and nothing more.
+ */
 export function createSessionServer(options: SessionServerOptions): Server {
-  const { service, metrics } = options;
-  const maxResultBytes = options.maxResultBytes ?? Infinity;
+  const { methods, service } = options;
   const capabilities: ServerCapabilities = {
     tools: {},
     logging: {},
@@ -128,162 +122,79 @@ export function createSessionServer(options: SessionServerOptions): Server {
     return {};
   });
 
-  server.setRequestHandler(ListToolsRequestSchema, () =>
-    wire(async () => ({
-      tools: (await service.listTools()).map((tool) => {
-        const listed: Tool = {
-          name: tool.name,
-          description: tool.description,
-          inputSchema: tool.inputSchema as Tool['inputSchema'],
-          execution: { taskSupport: tool.taskSupport },
-        };
-        if (tool.title !== undefined) listed.title = tool.title;
-        if (tool.outputSchema !== undefined) listed.outputSchema = tool.outputSchema as Tool['outputSchema'];
-        return listed;
-      }),
-    })),
-  );
-
   // Made once per session, not per call: a task's route outlives its request, and a closure made inside the handler
   // would keep that whole request (params, arguments, extra) alive until the task ends.
-  const sendTaskProgress = (params: ProgressParams, taskId: string) => {
-    params._meta = relatedTaskMeta(taskId);
-    return server.notification({ method: 'notifications/progress', params });
+  const taskRoute: SessionTaskRoute = {
+    sendProgress: (params: ProgressParams, taskId: string) => {
+      params._meta = relatedTaskMeta(taskId);
+      return server.notification({ method: 'notifications/progress', params });
+    },
+    sendStatus: (record: TaskRecord) =>
+      server.notification({ method: 'notifications/tasks/status', params: renderTask(record) }),
+    sink: channel.sink(undefined, 'task'),
   };
-  const sendTaskStatus = (record: TaskRecord) =>
-    server.notification({ method: 'notifications/tasks/status', params: renderTask(record) });
-  const taskSink = channel.sink(undefined, 'task');
+
+  /** The request's context: the extension when its `_meta` declares it, else the 2025-11-25 rendering. */
+  const context = (extra: Extra, meta: Record<string, unknown> | undefined, sink?: CallerSink): RequestContext => {
+    sessionId ??= extra.sessionId;
+    const ext = declaresTasksExtension(meta);
+    const declared = channel.capabilities();
+    const token = extra._meta?.progressToken;
+    return {
+      era: '2025-11-25',
+      principal: extra.authInfo?.clientId ?? ANONYMOUS_PRINCIPAL,
+      sessionId: extra.sessionId,
+      scope: extra.sessionId ?? '',
+      requestId: extra.requestId,
+      rendering: ext ? 'extension' : '2025-11-25',
+      meta,
+      // An extension request declares what it can answer with the request, beside the session's initialize.
+      clientCapabilities: ext ? [...new Set([...declared, ...requestClientCapabilities(meta)])] : declared,
+      signal: extra.signal,
+      progress:
+        token === undefined
+          ? undefined
+          : { token, send: (params) => extra.sendNotification({ method: 'notifications/progress', params }) },
+      sink,
+      taskRoute,
+    };
+  };
+
+  server.setRequestHandler(ListToolsRequestSchema, () =>
+    wire(async () => (await methods.listTools({ era: '2025-11-25' })) as { tools: Tool[] }),
+  );
 
   server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
     wire(async () => {
-      const { name, task } = request.params;
-      const args = request.params.arguments ?? {};
-      const principal = principalOf(extra);
-      sessionId ??= extra.sessionId;
-      const progressToken: ProgressToken | undefined = extra._meta?.progressToken;
-      const clientCapabilities = channel.capabilities();
-      // An extension client asks for nothing: the server decides, and makes a task of every call that may be one.
-      const ext = declaresTasksExtension(request.params._meta);
-      const { tool, invalid } = await service.resolveCall(name, args, ext ? 'auto' : task !== undefined);
-      const asTask = ext ? tool.taskSupport !== 'forbidden' : task !== undefined;
-      const idempotencyKey = asTask ? idempotencyKeyOf(request.params._meta) : undefined;
-      const requestedTtlMs = ext ? undefined : (task?.ttl ?? undefined);
-      const webhook = request.params._meta?.[WEBHOOK_META_KEY];
-      if (invalid !== undefined) {
-        // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.
-        if (!asTask) return { content: [{ type: 'text', text: invalid }], isError: true };
-        const record = await service.rejectTask(
-          { tool, principal, sessionId: extra.sessionId, requestedTtlMs, webhook },
-          invalid,
-        );
-        return ext ? renderCreateTaskExt(record) : { task: renderTask(record) };
-      }
-
-      if (asTask && ext) {
-        // No progress notifications on extension tasks (SEP-2663): statusMessage carries progress.
-        const record = await service.start({
-          tool,
-          args,
-          mode: 'task',
-          principal,
-          sessionId: extra.sessionId,
-          progressToken: undefined,
-          requestedTtlMs,
-          idempotencyKey,
-          // Its input requests are answered by tasks/update, its progress is its statusMessage (SEP-2663); what it
-          // can answer is declared with the request.
-          clientCapabilities: [...new Set([...clientCapabilities, ...requestClientCapabilities(request.params._meta)])],
-          webhook,
-        });
-        return renderCreateTaskExt(record);
-      }
-
-      if (task !== undefined) {
-        const record = await service.start({
-          tool,
-          args,
-          mode: 'task',
-          principal,
-          sessionId: extra.sessionId,
-          requestId: extra.requestId,
-          progressToken,
-          requestedTtlMs: task.ttl ?? undefined,
-          idempotencyKey,
-          // After CreateTaskResult the request stream is gone: the session's GET stream is the only route left.
-          sendProgress: sendTaskProgress,
-          sendStatus: sendTaskStatus,
-          sink: taskSink,
-          clientCapabilities,
-          webhook,
-        });
-        return { task: renderTask(record) };
-      }
-
-      // The drain is already ending calls: do not start one only to cancel it.
-      if (options.inflight.ending) throw callEndedByShutdown();
-      const started = Date.now();
-      const record = await service.start({
-        tool,
-        args,
-        mode: 'call',
-        principal,
-        sessionId: extra.sessionId,
-        requestId: extra.requestId,
-        progressToken,
-        requestedTtlMs: undefined,
-        sendProgress: (params) => extra.sendNotification({ method: 'notifications/progress', params }),
-        // A plain call has only its own request stream: its questions and logs go there.
-        sink: channel.sink(extra.requestId, 'call'),
-        clientCapabilities,
-        // Refused: a plain call ends in its answer (PROTOCOL.md §27.1).
-        webhook,
+      const { name, task, _meta: meta } = request.params;
+      // A plain call has only its own request stream: its questions and logs go there.
+      const ctx = context(extra, meta, channel.sink(extra.requestId, 'call'));
+      const result = await methods.callTool(ctx, {
+        name,
+        arguments: request.params.arguments ?? {},
+        task,
       });
-      const call = options.inflight.track(extra.sessionId, extra.requestId, extra.signal, {
-        shutdown: () => service.cancelCall(record, 'gateway-shutdown', 'GATEWAY_SHUTDOWN'),
-      });
-      try {
-        // Whoever ended the task first is in its record: a result that won the race with the drain still goes out.
-        const done = await service.waitForCall(record, call.signal);
-        if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
-        metrics.callDuration.observe({ tool: tool.name }, (Date.now() - started) / 1000);
-        return capResult(renderResult(done), maxResultBytes);
-      } finally {
-        call.done();
-      }
+      return result as CallToolResult;
     }),
   );
 
   server.setRequestHandler(GetTaskRequestSchema, (request, extra) =>
-    wire(async () => {
-      const record = await service.get(request.params.taskId, principalOf(extra));
-      return declaresTasksExtension(request.params._meta) ? renderDetailedTask(record) : renderTask(record);
-    }),
+    wire(async () => (await methods.getTask(context(extra, request.params._meta), request.params.taskId)) as Task),
   );
 
-  // The extension's answer route: `tasks/update {inputResponses}` (PROTOCOL.md §12.3, §13); an ack, nothing more.
   server.setRequestHandler(UpdateTaskRequestSchema, (request, extra) =>
-    wire(async () => {
-      requireTasksExtension(request.params._meta, 'tasks/update');
-      await service.answer(request.params.taskId, principalOf(extra), request.params.inputResponses);
-      return { resultType: 'complete' };
-    }),
+    wire(() =>
+      methods.updateTask(context(extra, request.params._meta), request.params.taskId, request.params.inputResponses),
+    ),
   );
 
   server.setRequestHandler(GetTaskPayloadRequestSchema, (request, extra) =>
     wire(async () => {
-      const { taskId } = request.params;
-      // The extension has no tasks/result: results are inline in tasks/get.
-      if (declaresTasksExtension(request.params._meta)) {
-        throw new WireError(-32601, 'Method not found: tasks/result is not part of the tasks extension; use tasks/get');
-      }
       const wait = eitherSignal(extra.signal, options.drainSignal);
       try {
-        sessionId ??= extra.sessionId;
         // The spec's side channel: the task's input requests go out on this response stream while it waits.
-        const stream = { sessionId: extra.sessionId, sink: channel.sink(extra.requestId, 'task') };
-        const record = await service.waitForTerminal(taskId, principalOf(extra), wait.signal, stream);
-        const result: CallToolResult = capResult(renderResult(record), maxResultBytes);
-        return { ...result, _meta: { ...result._meta, ...relatedTaskMeta(taskId) } };
+        const ctx = context(extra, request.params._meta, channel.sink(extra.requestId, 'task'));
+        return await methods.taskResult(ctx, request.params.taskId, wait.signal);
       } finally {
         wait.dispose();
       }
@@ -292,29 +203,17 @@ export function createSessionServer(options: SessionServerOptions): Server {
 
   if (options.authEnabled) {
     server.setRequestHandler(ListTasksRequestSchema, (request, extra) =>
-      wire(async () => {
-        const page = await service.list(principalOf(extra), request.params?.cursor);
-        return page.nextCursor === undefined
-          ? { tasks: page.tasks.map(renderTask) }
-          : { tasks: page.tasks.map(renderTask), nextCursor: page.nextCursor };
-      }),
+      wire(
+        async () =>
+          (await methods.listTasks(context(extra, request.params?._meta), request.params?.cursor)) as {
+            tasks: Task[];
+          },
+      ),
     );
   }
 
   server.setRequestHandler(CancelTaskRequestSchema, (request, extra) =>
-    wire(async () => {
-      const { taskId } = request.params;
-      if (!declaresTasksExtension(request.params._meta))
-        return renderTask(await service.cancel(taskId, principalOf(extra)));
-      // The extension's cancel is an ack, idempotent on a terminal task; an unknown task is still -32602.
-      const record = await service.get(taskId, principalOf(extra));
-      if (!isTerminal(record.status)) {
-        await service.cancel(taskId, principalOf(extra)).catch((error: unknown) => {
-          if (!(error instanceof TaskrelayError && error.code === 'TASK_TERMINAL')) throw error;
-        });
-      }
-      return { resultType: 'complete' };
-    }),
+    wire(async () => (await methods.cancelTask(context(extra, request.params._meta), request.params.taskId)) as Task),
   );
 
   return server;

@@ -46,6 +46,8 @@ export interface ListenStreamsOptions {
   inflight: InflightCalls;
   catalogChanges: CatalogChanges;
   log: Logger;
+  /** The transport's outgoing filter, applied to every message of the stream (PROTOCOL.md §16: one filtered send). */
+  outgoing?: (message: object) => object;
   /** Counters of every SSE response (§22.1); the bound of a listen stream is its own. */
   streams?: SseWriterOptions;
   /** Told when a stream opens and closes (the memory budget, §22.2). */
@@ -67,6 +69,8 @@ interface Followed {
 
 export function createListenStreams(options: ListenStreamsOptions) {
   const { service, log } = options;
+  const outgoing = options.outgoing ?? ((message: object) => message);
+  const eventText = (message: object) => sseEvent(outgoing(message));
   const maxStreams = options.maxStreamsPerPrincipal ?? MAX_LISTEN_STREAMS;
   const openPerPrincipal = new Map<string, number>();
 
@@ -257,6 +261,6 @@ export function createListenStreams(options: ListenStreamsOptions) {
   };
 }
 
-function eventText(message: unknown): string {
+function sseEvent(message: object): string {
   return `event: message\ndata: ${JSON.stringify(message)}\n\n`;
 }
