@@ -1,0 +1,545 @@
+/**
+ * The requirements manifest (issue 19, Deliver item 7): each behaviour the gateway promises an MCP client, written
+ * once against the uniform `Driver` (drivers.ts), with the specification or docs/PROTOCOL.md section it comes from
+ * and the combinations of transport × tasks rendering it applies to. `test/requirements.e2e.test.ts` runs every
+ * requirement on every combination it applies to, so a flow cannot drift between eras unnoticed.
+ *
+ * Where the eras differ by specification (a created task's shape, the cancel answer, which error a task-only tool
+ * called plainly gets), the body branches on `d.combo.rendering` / `d.combo.transport`: the difference is then
+ * written here, in one place, and every other expectation is shared.
+ *
+ * `knownFailure` marks a requirement that fails on one combination today, a suspected product bug, with what
+ * differs and the assertion it fails with; the runner runs it as `it.fails` there, and only that failure counts (any
+ * other error turns it red). Once fixed it turns red too: then delete the entry. `MANIFEST_STRICT=1` runs every
+ * known failure as an ordinary test.
+ */
+import { setTimeout as delay } from 'node:timers/promises';
+import { expect } from 'vitest';
+import { waitFor } from '../helpers/wait-for.js';
+import {
+  RELATED_TASK,
+  TASKS_EXT,
+  TaskFailedError,
+  type Answer,
+  type CombinationId,
+  type Driver,
+  type InputRequest,
+  type Json,
+} from './drivers.js';
+
+export interface RequirementContext {
+  /** The gateway's TASKRELAY_MAX_RESULT_BYTES. */
+  maxResultBytes: number;
+}
+
+export interface KnownFailure {
+  /** What differs from the requirement, and from the other combinations. */
+  differs: string;
+  /** The failure it must fail with: any other error (a timeout, a driver bug) does not count as this one. */
+  failsWith: RegExp;
+}
+
+export interface Requirement {
+  /** Stable id, `R<n>-<slug>`. */
+  id: string;
+  /** What is required, as one sentence. */
+  title: string;
+  /** Where it is specified: docs/PROTOCOL.md sections, the MCP specification, SEPs. */
+  spec: string;
+  appliesTo: readonly CombinationId[];
+  /** Combinations where it fails today (a suspected product bug), with what differs. */
+  knownFailure?: Partial<Record<CombinationId, KnownFailure>>;
+  body: (d: Driver, ctx: RequirementContext) => Promise<void>;
+}
+
+const ALL: readonly CombinationId[] = ['session-2025', 'session-ext', 'sessionless-ext'];
+const UNKNOWN_TASK = '0'.repeat(32);
+
+function ok(answer: Answer, what: string): Json {
+  if (!answer.ok) throw new Error(`${what} → JSON-RPC error ${JSON.stringify(answer.error)}`);
+  return answer.result;
+}
+
+function rpcError(answer: Answer, what: string): { code: number; message: string; data?: unknown } {
+  if (answer.ok) throw new Error(`${what} → a result where an error was required: ${JSON.stringify(answer.result)}`);
+  return answer.error;
+}
+
+function textOf(result: Json): string {
+  return ((result['content'] ?? []) as Json[]).map((c) => String(c['text'] ?? '')).join('');
+}
+
+const acceptName = (name: string) => (request: InputRequest) => {
+  expect(request.method).toBe('elicitation/create');
+  expect(request.params['message']).toBe('What is your name?');
+  return { action: 'accept', content: { name } };
+};
+
+/** The progress values one notification stream carried are strictly increasing, on `token`, and reach `total`. */
+function expectProgress(seen: Json[], token: unknown, total: number): void {
+  expect(seen.length).toBeGreaterThan(0);
+  const values = seen.map((p) => Number(p['progress']));
+  for (let i = 1; i < values.length; i++) expect(values[i]).toBeGreaterThan(values[i - 1] ?? -Infinity);
+  for (const p of seen) {
+    expect(p['progressToken']).toBe(token);
+    expect(p['total']).toBe(total);
+  }
+}
+
+export const REQUIREMENTS: readonly Requirement[] = [
+  {
+    id: 'R1-tools-list',
+    title: 'tools/list lists every tool with its name, description and input schema',
+    spec: 'MCP tools/list; PROTOCOL.md §14 (resultType "complete" on 2026-07-28)',
+    appliesTo: ALL,
+    async body(d) {
+      const tools = await d.listTools();
+      const byName = new Map(tools.map((t) => [String(t['name']), t]));
+      for (const name of ['m_count', 'm_count_plain', 'required_task', 'sleepy']) {
+        expect(byName.get(name)).toMatchObject({ description: expect.any(String), inputSchema: { type: 'object' } });
+      }
+      if (d.combo.transport === 'sessionless')
+        expect(ok(await d.request('tools/list'), 'tools/list')['resultType']).toBe('complete');
+    },
+  },
+  {
+    id: 'R2-tools-task-support',
+    title: "tools/list shows each tool's taskSupport where the rendering has it (2025-11-25), and not elsewhere",
+    spec: 'MCP 2025-11-25 Tool.execution.taskSupport; SEP-2663 (no per-tool flag: the server decides)',
+    appliesTo: ALL,
+    knownFailure: {
+      'session-ext': {
+        differs:
+          'a tools/list that declares the tasks extension on a session still lists execution.taskSupport (the ' +
+          '2025-11-25 flag the extension replaces by "the server decides"); the 2026-07-28 endpoint omits it',
+        failsWith: /to deeply equal \[ '[\w-]+', undefined \]/,
+      },
+    },
+    async body(d) {
+      const tools = await d.listTools();
+      const support = (name: string) =>
+        (tools.find((t) => t['name'] === name)?.['execution'] as Json | undefined)?.['taskSupport'];
+      if (d.combo.rendering === '2025-11-25') {
+        expect([support('m_count'), support('m_count_plain'), support('required_task')]).toEqual([
+          'optional',
+          'forbidden',
+          'required',
+        ]);
+      } else {
+        for (const tool of tools) expect([tool['name'], tool['execution']]).toEqual([tool['name'], undefined]);
+      }
+    },
+  },
+  {
+    id: 'R3-plain-result',
+    title: 'a plain call answers the tool result itself (no task), structuredContent and its text',
+    spec: 'PROTOCOL.md §4.4, §14 (resultType "complete" on 2026-07-28)',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, requests } = await d.call('m_count_plain', { steps: 2, stepMs: 1 });
+      const result = ok(answer, 'tools/call');
+      expect(requests).toBe(1);
+      expect(result).toMatchObject({ structuredContent: { steps: 2 } });
+      expect(JSON.parse(textOf(result))).toEqual({ steps: 2 });
+      expect(result['isError']).toBeFalsy();
+      for (const key of ['task', 'taskId']) expect(result).not.toHaveProperty(key);
+      if (d.combo.transport === 'sessionless') expect(result['resultType']).toBe('complete');
+    },
+  },
+  {
+    id: 'R4-plain-progress',
+    title: "a plain call's progress arrives on its own progressToken, strictly increasing, before the result",
+    spec: 'MCP basic/utilities/progress; PROTOCOL.md §6.3, §14 (progress on the response stream)',
+    appliesTo: ALL,
+    async body(d) {
+      const seen: Json[] = [];
+      const call = await d.call('m_count_plain', { steps: 4, stepMs: 40 }, { onProgress: (p) => seen.push(p) });
+      expect(ok(call.answer, 'tools/call')).toMatchObject({ structuredContent: { steps: 4 } });
+      expectProgress(seen, call.progressToken, 4);
+      // The last value is flushed before the answer, on the same stream (§6.5).
+      expect(seen.at(-1)).toMatchObject({ progress: 4, message: 'Step 4 of 4' });
+    },
+  },
+  {
+    id: 'R5-invalid-arguments',
+    title: 'invalid arguments are an isError tool result naming the field, not a JSON-RPC error',
+    spec: 'SEP-1303; PROTOCOL.md §4.1, §13 (a task: its result); MCP.md',
+    appliesTo: ALL,
+    async body(d) {
+      const plain = ok((await d.call('m_count_plain', { steps: 'many' })).answer, 'tools/call (plain)');
+      expect(plain['isError']).toBe(true);
+      expect(textOf(plain)).toMatch(/steps/);
+
+      const { answer, taskId } = await d.createTask('m_count', { steps: 'many' });
+      ok(answer, 'tools/call (task)');
+      const result = await d.taskResult(taskId);
+      expect(result['isError']).toBe(true);
+      expect(textOf(result)).toMatch(/steps/);
+      // A tool error: failed in 2025-11-25, completed with the isError result in the extension (§13).
+      const task = await d.waitStatus(taskId, 'terminal');
+      expect(task['status']).toBe(d.combo.rendering === '2025-11-25' ? 'failed' : 'completed');
+    },
+  },
+  {
+    id: 'R6-task-created',
+    title: "a task call answers at once with the rendering's CreateTaskResult, and tasks/get finds the task",
+    spec: 'MCP 2025-11-25 tasks ({task}); SEP-2663 (flat Result & Task & {resultType: "task"}, durable before the answer)',
+    appliesTo: ALL,
+    knownFailure: {
+      'session-ext': {
+        differs:
+          'the extension\'s CreateTaskResult on a session carries "content": [] beside resultType "task" (a ' +
+          'CallToolResult field; the SDK Server fills it in on tools/call results); the 2026-07-28 endpoint sends none',
+        failsWith: /to not have property "content"/,
+      },
+    },
+    async body(d) {
+      const { answer, taskId } = await d.createTask('m_count', { steps: 2, stepMs: 200 });
+      const created = ok(answer, 'tools/call');
+      expect(taskId).toMatch(/^[0-9a-f]{32}$/);
+      if (d.combo.rendering === '2025-11-25') {
+        expect(Object.keys(created)).toEqual(['task']);
+        expect(created['task']).toMatchObject({ taskId, status: 'working' });
+        expect(created['task']['ttl']).toEqual(expect.any(Number));
+        expect(created['task']['pollInterval']).toEqual(expect.any(Number));
+      } else {
+        expect(created).toMatchObject({ resultType: 'task', taskId, status: 'working' });
+        expect(created['ttlMs']).toEqual(expect.any(Number));
+        expect(created['pollIntervalMs']).toEqual(expect.any(Number));
+        // Result & Task & {resultType}: nothing of a CallToolResult, nothing of 2025-11-25.
+        for (const extra of ['task', 'ttl', 'pollInterval', 'content']) expect(created).not.toHaveProperty(extra);
+      }
+      // Durable before the answer: tasks/get resolves at once.
+      expect(ok(await d.getTask(taskId), 'tasks/get')).toMatchObject({ taskId, status: 'working' });
+      ok(await d.cancel(taskId), 'tasks/cancel');
+    },
+  },
+  {
+    id: 'R7-task-result',
+    title: "a task is polled with tasks/get and ends with the tool's result (tasks/result, or inline in tasks/get)",
+    spec: 'MCP 2025-11-25 tasks (tasks/result, related-task _meta); SEP-2663 (result inline in tasks/get); PROTOCOL.md §13',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, taskId } = await d.createTask('m_count', { steps: 3, stepMs: 60 });
+      ok(answer, 'tools/call');
+      const polled = ok(await d.getTask(taskId), 'tasks/get');
+      expect(['working', 'completed']).toContain(polled['status']);
+      const result = await d.taskResult(taskId);
+      expect(result).toMatchObject({ structuredContent: { steps: 3 } });
+      expect(result['isError']).toBeFalsy();
+      if (d.combo.rendering === '2025-11-25') expect(result['_meta']?.[RELATED_TASK]).toEqual({ taskId });
+      else expect(JSON.stringify(result)).not.toContain(RELATED_TASK);
+      const done = await d.waitStatus(taskId, 'terminal');
+      expect(done['status']).toBe('completed');
+      if (d.combo.rendering === 'extension') expect(done['resultType']).toBe('complete');
+    },
+  },
+  {
+    id: 'R8-task-progress',
+    title: "a task's progress: notifications on the original token (2025-11-25), statusMessage (extension)",
+    spec: 'MCP 2025-11-25 progress ("throughout the task\'s lifetime"); SEP-2663 ("statusMessage carries progress"); PROTOCOL.md §6, §13',
+    appliesTo: ALL,
+    async body(d) {
+      const notified: Json[] = [];
+      const { answer, taskId } = await d.createTask(
+        'm_count',
+        { steps: 5, stepMs: 80 },
+        { onProgress: (p) => notified.push(p), meta: { progressToken: 'unused-by-the-extension' } },
+      );
+      ok(answer, 'tools/call');
+      const messages = new Set<string>();
+      await waitFor(
+        async () => {
+          const task = ok(await d.getTask(taskId), 'tasks/get');
+          if (task['status'] === 'working' && typeof task['statusMessage'] === 'string') {
+            messages.add(task['statusMessage']);
+          }
+          return task['status'] === 'completed';
+        },
+        { timeoutMs: 15_000, message: 'the task did not complete' },
+      );
+      // Both renderings mirror progress into statusMessage (§6.2); the extension has nothing else.
+      expect([...messages].some((m) => /^Step [1-5] of 5$/.test(m))).toBe(true);
+      if (d.combo.rendering === '2025-11-25') {
+        await waitFor(() => notified.at(-1)?.['progress'] === 5, { message: 'no 5/5 progress notification' });
+        expectProgress(notified, notified[0]?.['progressToken'], 5);
+        for (const p of notified) expect(p['_meta']?.[RELATED_TASK]).toEqual({ taskId });
+      } else {
+        expect(notified).toEqual([]);
+      }
+    },
+  },
+  {
+    id: 'R9-cancel',
+    title: 'tasks/cancel ends a working task cancelled; a cancel of a terminal task: -32602 (2025) / an ack (ext)',
+    spec: 'MCP 2025-11-25 tasks ("MUST be cancelled before the response"); SEP-2663 (ack, idempotent); PROTOCOL.md §7',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, taskId } = await d.createTask('sleepy', { ms: 60_000 });
+      ok(answer, 'tools/call');
+      const cancelled = ok(await d.cancel(taskId), 'tasks/cancel');
+      if (d.combo.rendering === '2025-11-25') expect(cancelled).toMatchObject({ taskId, status: 'cancelled' });
+      else expect(cancelled).toMatchObject({ resultType: 'complete' });
+      expect((await d.waitStatus(taskId, 'terminal'))['status']).toBe('cancelled');
+
+      const again = await d.cancel(taskId);
+      if (d.combo.rendering === '2025-11-25') expect(rpcError(again, 'tasks/cancel (terminal)').code).toBe(-32602);
+      else expect(ok(again, 'tasks/cancel (terminal)')).toMatchObject({ resultType: 'complete' });
+      expect((await d.waitStatus(taskId, 'terminal'))['status']).toBe('cancelled');
+    },
+  },
+  {
+    id: 'R10-task-input',
+    title: 'a task that asks is input_required; the answer resumes it to its result',
+    spec: 'MCP 2025-11-25 tasks input_required (elicitation on the session); SEP-2663 inputRequests + tasks/update; PROTOCOL.md §12, §17 table',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, taskId } = await d.createTask('m_ask', {});
+      ok(answer, 'tools/call');
+      const waiting = await d.waitStatus(taskId, 'input_required');
+      if (d.combo.rendering === 'extension') {
+        expect(waiting['inputRequests']).toMatchObject({
+          name: { method: 'elicitation/create', params: { message: 'What is your name?' } },
+        });
+      }
+      const asked: InputRequest[] = [];
+      const result = await d.taskResult(taskId, {
+        answer: (request) => {
+          asked.push(request);
+          return acceptName('Ada')(request);
+        },
+      });
+      expect(result).toMatchObject({ structuredContent: { action: 'accept', name: 'Ada' } });
+      expect(asked.length).toBeGreaterThan(0);
+      if (d.combo.rendering === 'extension') expect(asked[0]?.key).toBe('name');
+    },
+  },
+  {
+    id: 'R11-question-once',
+    title: "a task's question reaches the client once while the stream it went out on is open",
+    spec: 'issue 19 Deliver item 6; PROTOCOL.md §19',
+    appliesTo: ALL,
+    knownFailure: {
+      'session-2025': {
+        differs:
+          'the elicitation/create the GET stream carried (the client holds it, unanswered) is sent again on the ' +
+          "tasks/result stream opened for the task: the client is asked twice (§19 is not built yet; MCP.md's " +
+          '"each new tasks/result gets the pending question again")',
+        failsWith: /to deeply equal \[ 'elicitation\/create' \]/,
+      },
+    },
+    async body(d) {
+      const { answer, taskId } = await d.createTask('m_ask', {});
+      ok(answer, 'tools/call');
+      await d.waitStatus(taskId, 'input_required');
+      // 2025-11-25: with no tasks/result open, the question is pushed on the GET stream; the client holds it.
+      if (d.combo.rendering === '2025-11-25') {
+        await waitFor(() => d.questionsHeld() === 1, { message: 'the question did not reach the GET stream' });
+      }
+      // A person takes a moment to answer a pushed question: up to 2 s, or until a copy of it arrives, whichever is
+      // first (so a duplicate is seen whenever one is sent, and a correct gateway costs those 2 s once).
+      const asked: InputRequest[] = [];
+      let copyArrived = () => {};
+      const copy = new Promise<void>((resolve) => (copyArrived = resolve));
+      const result = await d.taskResult(taskId, {
+        answer: async (request) => {
+          asked.push(request);
+          if (asked.length > 1) copyArrived();
+          if (d.combo.rendering === '2025-11-25') await Promise.race([copy, delay(2_000)]);
+          return acceptName('Lin')(request);
+        },
+      });
+      expect(result).toMatchObject({ structuredContent: { action: 'accept', name: 'Lin' } });
+      expect(asked.map((q) => q.method)).toEqual(['elicitation/create']);
+    },
+  },
+  {
+    id: 'R12-plain-input',
+    title: 'a plain call that asks: elicitation on the request stream (session) / an MRTR round (2026-07-28)',
+    spec: 'MCP 2025-11-25 elicitation; SEP-2322 InputRequiredResult + requestState; PROTOCOL.md §17',
+    appliesTo: ALL,
+    async body(d) {
+      const asked: InputRequest[] = [];
+      const call = await d.call(
+        'm_ask_plain',
+        {},
+        {
+          answer: (request) => {
+            asked.push(request);
+            return acceptName('Grace')(request);
+          },
+        },
+      );
+      expect(ok(call.answer, 'tools/call')).toMatchObject({ structuredContent: { action: 'accept', name: 'Grace' } });
+      expect(asked).toHaveLength(1);
+      // One request on a session (the question rides its stream); round 1 + its retry on 2026-07-28.
+      expect(call.requests).toBe(d.combo.transport === 'session' ? 1 : 2);
+      if (d.combo.transport === 'sessionless') expect(asked[0]?.key).toBe('name');
+
+      if (d.combo.transport === 'sessionless') {
+        // Round 1 on its own is the InputRequiredResult: no task, a signed state.
+        const round1 = ok((await d.call('m_ask_plain', {})).answer, 'tools/call round 1');
+        expect(round1).toMatchObject({
+          resultType: 'input_required',
+          inputRequests: { name: { method: 'elicitation/create' } },
+        });
+        expect(round1['requestState']).toEqual(expect.any(String));
+        expect(round1).not.toHaveProperty('taskId');
+      }
+    },
+  },
+  {
+    id: 'R13-unknown-task',
+    title: 'an unknown task id is -32602 on every task method of the rendering',
+    spec: 'MCP 2025-11-25 tasks (errors); SEP-2663; PROTOCOL.md §13',
+    appliesTo: ALL,
+    async body(d) {
+      const methods =
+        d.combo.rendering === '2025-11-25'
+          ? ['tasks/get', 'tasks/result', 'tasks/cancel']
+          : ['tasks/get', 'tasks/update', 'tasks/cancel'];
+      for (const method of methods) {
+        const params: Json = { taskId: UNKNOWN_TASK };
+        if (method === 'tasks/update') params['inputResponses'] = { '1': { action: 'decline' } };
+        expect([method, rpcError(await d.request(method, params), method).code]).toEqual([method, -32602]);
+      }
+    },
+  },
+  {
+    id: 'R14-foreign-task',
+    title: "another principal's task is invisible: -32602 as for an unknown one, and left untouched",
+    spec: 'MCP 2025-11-25 tasks §Security (bind to the authorization context); SEP-2663; MCP.md',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, taskId } = await d.createTask('sleepy', { ms: 60_000 });
+      ok(answer, 'tools/call');
+      const bob = await d.as('bob');
+      const methods =
+        d.combo.rendering === '2025-11-25'
+          ? ['tasks/get', 'tasks/result', 'tasks/cancel']
+          : ['tasks/get', 'tasks/update', 'tasks/cancel'];
+      for (const method of methods) {
+        const params: Json = { taskId };
+        if (method === 'tasks/update') params['inputResponses'] = { '1': { action: 'decline' } };
+        expect([method, rpcError(await bob.request(method, params), method).code]).toEqual([method, -32602]);
+      }
+      if (d.combo.rendering === '2025-11-25') {
+        const listed = ok(await bob.request('tasks/list'), 'tasks/list');
+        expect((listed['tasks'] as Json[]).map((t) => t['taskId'])).not.toContain(taskId);
+      }
+      expect(ok(await d.getTask(taskId), 'tasks/get (owner)')['status']).toBe('working');
+      ok(await d.cancel(taskId), 'tasks/cancel (owner)');
+    },
+  },
+  {
+    id: 'R15-result-cap-plain',
+    title: "a plain call's result over TASKRELAY_MAX_RESULT_BYTES is delivered as an isError result saying so",
+    spec: 'docs/CONFIGURATION.md TASKRELAY_MAX_RESULT_BYTES',
+    appliesTo: ALL,
+    async body(d, ctx) {
+      const plain = ok((await d.call('m_big_plain', { bytes: ctx.maxResultBytes * 2 })).answer, 'tools/call');
+      expect(JSON.stringify(plain).length).toBeLessThan(ctx.maxResultBytes);
+      expect(plain['isError']).toBe(true);
+      expect(textOf(plain)).toMatch(/larger than this gateway delivers/);
+    },
+  },
+  {
+    id: 'R16-result-cap-task',
+    title:
+      "a task's result over TASKRELAY_MAX_RESULT_BYTES is delivered as an isError result; the task stays completed",
+    spec: 'docs/CONFIGURATION.md TASKRELAY_MAX_RESULT_BYTES ("the task itself keeps its status")',
+    appliesTo: ALL,
+    knownFailure: {
+      'session-ext': {
+        differs:
+          "an extension task's tasks/get inlines the whole result, however big: the cap is applied to plain calls " +
+          'and to the 2025-11-25 tasks/result only (renderDetailedTask is not capped)',
+        failsWith: /to be less than/,
+      },
+      'sessionless-ext': {
+        differs: 'the same as session-ext: tasks/get on the 2026-07-28 endpoint inlines the uncapped result',
+        failsWith: /to be less than/,
+      },
+    },
+    async body(d, ctx) {
+      const { answer, taskId } = await d.createTask('m_big', { bytes: ctx.maxResultBytes * 2 });
+      ok(answer, 'tools/call');
+      const result = await d.taskResult(taskId);
+      expect(JSON.stringify(result).length).toBeLessThan(ctx.maxResultBytes);
+      expect(result['isError']).toBe(true);
+      expect(textOf(result)).toMatch(/larger than this gateway delivers/);
+      expect((await d.waitStatus(taskId, 'terminal'))['status']).toBe('completed');
+    },
+  },
+  {
+    id: 'R17-task-required-plain',
+    title: "a task-only tool called without asking for a task gets the era's error",
+    spec: 'MCP 2025-11-25 tools (taskSupport "required": -32601); SEP-2663 (-32021 requiredCapabilities); PROTOCOL.md §14',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer } = await d.call('required_task', {}, { declareTasks: false });
+      const error = rpcError(answer, 'tools/call');
+      if (d.combo.transport === 'session') {
+        expect(error.code).toBe(-32601);
+      } else {
+        expect(error.code).toBe(-32021);
+        expect(error.data).toEqual({ requiredCapabilities: { extensions: { [TASKS_EXT]: {} } } });
+      }
+      // Declaring the extension (or asking for a task) makes it a task instead.
+      const { answer: created, taskId } = await d.createTask('required_task', { ms: 1 });
+      ok(created, 'tools/call (task)');
+      expect(await d.taskResult(taskId)).toMatchObject({ content: [{ type: 'text', text: 'required_task done' }] });
+    },
+  },
+  {
+    id: 'R18-unknown-method',
+    title: 'an unknown method is -32601 (HTTP 404 on 2026-07-28)',
+    spec: 'JSON-RPC 2.0 -32601; PROTOCOL.md §16.2',
+    appliesTo: ALL,
+    async body(d) {
+      const answer = await d.request('no/such-method', {});
+      expect(rpcError(answer, 'no/such-method').code).toBe(-32601);
+      if (d.combo.transport === 'sessionless') expect(answer.status).toBe(404);
+    },
+  },
+  {
+    id: 'R19-removed-methods',
+    title: "a method the era removed is -32601 (HTTP 404 on 2026-07-28), never answered in another era's shape",
+    spec: 'SEP-2663 (tasks/result, tasks/list are not part of the extension); 2026-07-28 removals; PROTOCOL.md §14, §16.2',
+    appliesTo: ['session-ext', 'sessionless-ext'],
+    knownFailure: {
+      'session-ext': {
+        differs:
+          'tasks/list with the tasks extension declared on a session answers the 2025-11-25 task list ' +
+          '({"tasks": []}); tasks/result in the same situation is -32601, and both are 404 -32601 on 2026-07-28',
+        failsWith: /to deeply equal \[ 'tasks\/list', -32601 \]/,
+      },
+    },
+    async body(d) {
+      for (const method of d.removedMethods) {
+        const answer = await d.request(method, { taskId: UNKNOWN_TASK });
+        const code = answer.ok ? `a result: ${JSON.stringify(answer.result).slice(0, 120)}` : answer.error.code;
+        expect([method, code]).toEqual([method, -32601]);
+        if (d.combo.transport === 'sessionless') expect([method, answer.status]).toEqual([method, 404]);
+      }
+    },
+  },
+  {
+    id: 'R20-tool-error',
+    title: "a tool's thrown error ends its task with an isError result: failed (2025-11-25), completed (ext)",
+    spec: 'PROTOCOL.md §13 (outcomeOf); SEP-2663 ("an isError tool result is completed")',
+    appliesTo: ALL,
+    async body(d) {
+      const { answer, taskId } = await d.createTask('fail_now', { message: 'disk full' });
+      ok(answer, 'tools/call');
+      const result = await d.taskResult(taskId).catch((error: unknown) => {
+        if (error instanceof TaskFailedError) throw new Error(`a tool error became a JSON-RPC error: ${error.message}`);
+        throw error;
+      });
+      expect(result['isError']).toBe(true);
+      expect(textOf(result)).toContain('disk full');
+      const task = await d.waitStatus(taskId, 'terminal');
+      expect(task['status']).toBe(d.combo.rendering === '2025-11-25' ? 'failed' : 'completed');
+    },
+  },
+];
