@@ -107,14 +107,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
     title: "tools/list shows each tool's taskSupport where the rendering has it (2025-11-25), and not elsewhere",
     spec: 'MCP 2025-11-25 Tool.execution.taskSupport; SEP-2663 (no per-tool flag: the server decides)',
     appliesTo: ALL,
-    knownFailure: {
-      'session-ext': {
-        differs:
-          'a tools/list that declares the tasks extension on a session still lists execution.taskSupport (the ' +
-          '2025-11-25 flag the extension replaces by "the server decides"); the 2026-07-28 endpoint omits it',
-        failsWith: /to deeply equal \[ '[\w-]+', undefined \]/,
-      },
-    },
     async body(d) {
       const tools = await d.listTools();
       const support = (name: string) =>
@@ -185,14 +177,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
     title: "a task call answers at once with the rendering's CreateTaskResult, and tasks/get finds the task",
     spec: 'MCP 2025-11-25 tasks ({task}); SEP-2663 (flat Result & Task & {resultType: "task"}, durable before the answer)',
     appliesTo: ALL,
-    knownFailure: {
-      'session-ext': {
-        differs:
-          'the extension\'s CreateTaskResult on a session carries "content": [] beside resultType "task" (a ' +
-          'CallToolResult field; the SDK Server fills it in on tools/call results); the 2026-07-28 endpoint sends none',
-        failsWith: /to not have property "content"/,
-      },
-    },
     async body(d) {
       const { answer, taskId } = await d.createTask('m_count', { steps: 2, stepMs: 200 });
       const created = ok(answer, 'tools/call');
@@ -449,18 +433,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
       "a task's result over TASKRELAY_MAX_RESULT_BYTES is delivered as an isError result; the task stays completed",
     spec: 'docs/CONFIGURATION.md TASKRELAY_MAX_RESULT_BYTES ("the task itself keeps its status")',
     appliesTo: ALL,
-    knownFailure: {
-      'session-ext': {
-        differs:
-          "an extension task's tasks/get inlines the whole result, however big: the cap is applied to plain calls " +
-          'and to the 2025-11-25 tasks/result only (renderDetailedTask is not capped)',
-        failsWith: /to be less than/,
-      },
-      'sessionless-ext': {
-        differs: 'the same as session-ext: tasks/get on the 2026-07-28 endpoint inlines the uncapped result',
-        failsWith: /to be less than/,
-      },
-    },
     async body(d, ctx) {
       const { answer, taskId } = await d.createTask('m_big', { bytes: ctx.maxResultBytes * 2 });
       ok(answer, 'tools/call');
@@ -507,14 +479,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
     title: "a method the era removed is -32601 (HTTP 404 on 2026-07-28), never answered in another era's shape",
     spec: 'SEP-2663 (tasks/result, tasks/list are not part of the extension); 2026-07-28 removals; PROTOCOL.md §14, §16.2',
     appliesTo: ['session-ext', 'sessionless-ext'],
-    knownFailure: {
-      'session-ext': {
-        differs:
-          'tasks/list with the tasks extension declared on a session answers the 2025-11-25 task list ' +
-          '({"tasks": []}); tasks/result in the same situation is -32601, and both are 404 -32601 on 2026-07-28',
-        failsWith: /to deeply equal \[ 'tasks\/list', -32601 \]/,
-      },
-    },
     async body(d) {
       for (const method of d.removedMethods) {
         const answer = await d.request(method, { taskId: UNKNOWN_TASK });

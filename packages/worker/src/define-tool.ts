@@ -279,13 +279,31 @@ export function toolJsonSchema(
 }
 
 /**
+ * The shape of a `CallToolResult` a tool returns itself: content items each name their `type` (MCP's content block
+ * kinds, which carry their own fields), `structuredContent` is an object, `isError` a boolean. Loose: `_meta` and
+ * newer fields pass.
+ */
+const ToolResultShape = z.looseObject({
+  content: z.array(z.looseObject({ type: z.enum(['text', 'image', 'audio', 'resource_link', 'resource']) })),
+  structuredContent: z.record(z.string(), z.unknown()).optional(),
+  isError: z.boolean().optional(),
+});
+
+/**
  * Turns what `run` returned into the stored `CallToolResult` (see `ToolOptions.run`).
  *
  * @throws NonRetryableError when the value does not match the tool's `outputSchema`.
  */
 export function toToolResult(tool: Pick<ToolDefinition, 'name' | 'outputSchema'>, value: unknown): ToolResult {
   if (typeof value === 'string') return { content: [{ type: 'text', text: value }] };
-  if (isPlainObject(value) && Array.isArray(value['content'])) return value as ToolResult;
+  if (isPlainObject(value) && Array.isArray(value['content'])) {
+    // A tool's own CallToolResult is checked here, for every era and rendering alike (the gateway sends it as is).
+    const checked = ToolResultShape.safeParse(value);
+    if (!checked.success) {
+      throw new NonRetryableError(`Tool ${tool.name} returned an invalid result: ${describeIssues(checked.error)}`);
+    }
+    return value as ToolResult;
+  }
   let output = value;
   if (tool.outputSchema !== undefined) {
     const parsed = tool.outputSchema.safeParse(value);

@@ -30,6 +30,20 @@ describe('defineTool result normalisation', () => {
     expect(toToolResult(noop, result)).toBe(result);
   });
 
+  it('a result with a content array that is not a CallToolResult fails the run without retry, naming the field', () => {
+    for (const bad of [
+      { content: [{ text: 'no type' }] },
+      { content: [{ type: 'bogus' }] },
+      { content: [], structuredContent: 'not an object' },
+      { content: [], isError: 'yes' },
+    ]) {
+      expect(() => toToolResult(noop, bad)).toThrow(NonRetryableError);
+    }
+    expect(() => toToolResult(noop, { content: [{ type: 'bogus' }] })).toThrow(
+      /returned an invalid result: content\.0\.type/,
+    );
+  });
+
   it('a plain object becomes structuredContent plus its JSON as text', () => {
     expect(toToolResult(noop, { a: 1, b: 'two' })).toEqual({
       content: [{ type: 'text', text: '{"a":1,"b":"two"}' }],

@@ -6,6 +6,7 @@
  * and frame what it returns or throws. What differs between the eras is the data of `ERAS` below, not a second copy
  * of a flow.
  */
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { TaskrelayError, isTerminal, type Logger, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
 import { capResult } from '../http/limits.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
@@ -152,13 +153,18 @@ export class McpMethods {
     };
   }
 
-  async listTools(ctx: Pick<RequestContext, 'era'>): Promise<Result> {
+  /**
+   * `tools/list`. `execution.taskSupport` is the 2025-11-25 task negotiation: listed for that rendering only (the
+   * extension replaces it with "the server decides").
+   */
+  async listTools(ctx: Pick<RequestContext, 'era'> & { rendering?: Rendering }): Promise<Result> {
     const rules = ERAS[ctx.era];
+    const listsTaskSupport = rules.listsTaskSupport && ctx.rendering === '2025-11-25';
     const tools = (await this.o.service.listTools()).map((tool) => {
       const listed: Result = { name: tool.name, description: tool.description, inputSchema: tool.inputSchema };
       if (tool.title !== undefined) listed['title'] = tool.title;
       if (tool.outputSchema !== undefined) listed['outputSchema'] = tool.outputSchema;
-      if (rules.listsTaskSupport) listed['execution'] = { taskSupport: tool.taskSupport };
+      if (listsTaskSupport) listed['execution'] = { taskSupport: tool.taskSupport };
       return listed;
     });
     return rules.cachingHints ? { tools, ...NO_CACHE } : { tools };
@@ -318,7 +324,12 @@ export class McpMethods {
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {
     const rendering = renderingFor(ctx, 'tasks/get');
     const record = await this.o.service.get(taskId, ctx.principal);
-    return rendering === 'extension' ? renderDetailedTask(record) : renderTask(record);
+    if (rendering !== 'extension') return renderTask(record);
+    // The extension inlines the result: capped like every result this gateway delivers (the task keeps its status).
+    const detailed = renderDetailedTask(record);
+    if (detailed.result === undefined) return detailed;
+    const capped = capResult(detailed.result as CallToolResult, this.maxResultBytes);
+    return capped === detailed.result ? detailed : { ...detailed, result: { resultType: 'complete', ...capped } };
   }
 
   /** The extension's answer route (PROTOCOL.md §12.3, §13): an ack, nothing more. */
@@ -345,6 +356,10 @@ export class McpMethods {
 
   /** `tasks/list` (2025-11-25, authentication on): the principal's own tasks, newest first. */
   async listTasks(ctx: RequestContext, cursor: string | undefined): Promise<Result> {
+    // The extension has no tasks/list (SEP-2663): the same answer as on 2026-07-28, never the 2025-11-25 list.
+    if (ctx.rendering === 'extension') {
+      throw new WireError(-32601, 'Method not found: tasks/list is not part of the tasks extension');
+    }
     const page = await this.o.service.list(ctx.principal, cursor);
     const tasks = page.tasks.map(renderTask);
     return page.nextCursor === undefined ? { tasks } : { tasks, nextCursor: page.nextCursor };

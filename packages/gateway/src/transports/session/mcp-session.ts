@@ -4,6 +4,7 @@
  * JSON-RPC errors, and `tasks/result` blocks on Redis rather than on one process's memory.
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { Protocol } from '@modelcontextprotocol/sdk/shared/protocol.js';
 import {
   CallToolRequestSchema,
   CancelTaskRequestSchema,
@@ -160,11 +161,22 @@ export function createSessionServer(options: SessionServerOptions): Server {
     };
   };
 
-  server.setRequestHandler(ListToolsRequestSchema, () =>
-    wire(async () => (await methods.listTools({ era: '2025-11-25' })) as { tools: Tool[] }),
+  server.setRequestHandler(ListToolsRequestSchema, (request) =>
+    wire(
+      async () =>
+        (await methods.listTools({
+          era: '2025-11-25',
+          rendering: declaresTasksExtension(request.params?._meta) ? 'extension' : '2025-11-25',
+        })) as { tools: Tool[] },
+    ),
   );
 
-  server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+  // Registered on the SDK's Protocol, not through Server's tools/call wrapper: that wrapper parses the request a second
+  // time and re-validates each result as a CallToolResult, which writes `content: []` into the tasks extension's
+  // CreateTaskResult (a field it does not have) and costs a zod parse of every result. The method layer builds the
+  // results it answers; the request is still parsed once with CallToolRequestSchema.
+  const setUnwrappedHandler = Protocol.prototype.setRequestHandler.bind(server) as Server['setRequestHandler'];
+  setUnwrappedHandler(CallToolRequestSchema, (request, extra) =>
     wire(async () => {
       const { name, task, _meta: meta } = request.params;
       // A plain call has only its own request stream: its questions and logs go there.

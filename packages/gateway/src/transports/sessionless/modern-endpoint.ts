@@ -6,7 +6,6 @@
  * once a progress notification must go out first, as an SSE stream. Written on express rather than the v2 SDK: v2
  * serves this era but has no task runtime, and taskrelay needs one task store and one set of flows for both eras.
  */
-import { randomUUID } from 'node:crypto';
 import type { Request, Response } from 'express';
 import { z } from 'zod';
 import { McpError, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
@@ -59,6 +58,9 @@ interface Rpc {
   res: Response;
 }
 
+/** The signal of a request nothing cancels (the task methods answer at once). */
+const never = new AbortController().signal;
+
 type Handler = (rpc: Rpc) => Promise<Result | undefined>;
 
 const RequestSchema = z.object({
@@ -94,6 +96,7 @@ const REMOVED: ReadonlyMap<string, string> = new Map([
 
 export function createModernEndpoint(options: ModernEndpointOptions) {
   const { methods, service, log } = options;
+  let requests = 0;
   // Errors that reveal nothing (SECURITY.md): the same filter as the 2025-era sessions' transport.
   const outgoing: Outgoing = (message) => sanitizeOutgoing(message as JSONRPCMessage, log, undefined);
   const catalogChanges = new CatalogChanges({ list: () => service.listTools() });
@@ -138,24 +141,30 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
    * The request's context: always the extension's rendering when declared (this era has no other), the capabilities
    * its `_meta` declares, and its response stream's close as its cancel (MUST; PROTOCOL.md §14).
    */
-  function context(rpc: Rpc, stream?: SseResponse): RequestContext {
+  function context(rpc: Rpc, call?: { stream: SseResponse | undefined }): RequestContext {
     const meta = rpc.params._meta;
-    const closed = new AbortController();
-    const onClose = () => {
-      if (!rpc.res.writableFinished) closed.abort();
-    };
-    rpc.res.once('close', onClose);
+    let signal = never;
+    if (call) {
+      // Only a call is cancelled by its closed stream; the task methods answer at once and need no signal.
+      const closed = new AbortController();
+      rpc.res.once('close', () => {
+        if (!rpc.res.writableFinished) closed.abort();
+      });
+      signal = closed.signal;
+    }
+    const stream = call?.stream;
     const token = meta?.['progressToken'] as ProgressToken | undefined;
     return {
       era: '2026-07-28',
       principal: rpc.principal,
       sessionId: undefined,
-      scope: `modern:${randomUUID()}`,
+      // Unique per request on this gateway: sessionless ids may repeat across clients.
+      scope: `modern:${++requests}`,
       requestId: rpc.id,
       rendering: declaresTasksExtension(meta) ? 'extension' : undefined,
       meta,
       clientCapabilities: requestClientCapabilities(meta),
-      signal: closed.signal,
+      signal,
       progress:
         stream && token !== undefined
           ? {
@@ -195,7 +204,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     }
     const streams = params._meta?.['progressToken'] !== undefined && acceptsEventStream(rpc.req);
     const stream = streams ? new SseResponse(rpc.res, outgoing, options.streams) : undefined;
-    const ctx = context(rpc, stream);
+    const ctx = context(rpc, { stream });
     // A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663).
     const call = methods.callTool(ctx, { name, arguments: args, requestState, inputResponses });
     // Until a notification went out, the answer is one JSON body like any other (errors with their HTTP status).
