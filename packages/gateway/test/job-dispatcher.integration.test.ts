@@ -1,7 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import getPort from 'get-port';
 import { Redis } from 'ioredis';
-import { FAIL_FAST_REDIS_OPTIONS, createKeys, createLogger, createRedis, type TaskrelayError } from '@taskrelay/shared';
+import {
+  FAIL_FAST_REDIS_OPTIONS,
+  OpenCapReached,
+  RedisTaskStore,
+  createKeys,
+  createLogger,
+  createRedis,
+  type TaskrelayError,
+} from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { JobDispatcher } from '../src/tasks/job-dispatcher.js';
 import { toMcpError } from '../src/wire/errors.js';
@@ -61,6 +69,66 @@ describe('§4 job dispatcher', () => {
     } finally {
       nowhere.disconnect();
       await dispatcher.close();
+    }
+  });
+
+  it('adds a job in the create script exactly as Queue.add adds it, with the fair-share priority, and none on a refused create', async () => {
+    const keys = createKeys(uniquePrefix('dispatch'));
+    const connection = createRedis(server.url, FAIL_FAST_REDIS_OPTIONS);
+    const command = createRedis(server.url);
+    const dispatcher = new JobDispatcher(connection, keys, log);
+    const store = new RedisTaskStore(command, keys);
+    const retrying: CatalogTool = { ...tool, attempts: 3, backoff: { type: 'fixed', delayMs: 50 } };
+    const input = (taskId: string) => ({
+      taskId,
+      tool: 'echo',
+      queue: 'default',
+      principal: 'p',
+      mode: 'call' as const,
+      ttl: 10_000,
+      pollInterval: 1000,
+      fairShare: { ttlMs: 60_000 },
+      openTasks: { max: 3, ttlMs: 60_000 },
+    });
+    const data = (taskId: string) => ({ taskId, tool: 'echo', arguments: { n: 1 }, timeoutMs: 1000, principal: 'p' });
+    try {
+      // The reference: the same job through Queue.add (the path without the create script), priority 1.
+      await dispatcher.enqueue(retrying, data('ref'), { priority: 1 });
+      const jobKey = (id: string) => `${keys.bullPrefix}:${keys.queueName('default')}:${id}`;
+      for (const [i, id] of ['a', 'b'].entries()) {
+        const job = await dispatcher.prepare(retrying, data(id));
+        expect(job).toBeDefined();
+        const outcome = await store.createTask({ ...input(id), job: job! });
+        expect(outcome).toMatchObject({ created: true, jobAdded: true, priority: i + 1 });
+      }
+      const ref = await redis.hgetall(jobKey('ref'));
+      const b = await redis.hgetall(jobKey('b'));
+      const strip = (h: Record<string, string>) => {
+        const { timestamp: _t, ...rest } = h;
+        return { ...rest, data: JSON.parse(rest['data'] ?? '{}') as unknown, opts: JSON.parse(rest['opts'] ?? '{}') };
+      };
+      expect(strip(b)).toEqual({
+        ...strip(ref),
+        priority: '2',
+        data: data('b'),
+        opts: { ...(strip(ref).opts as object), jobId: 'b', priority: 2 },
+      });
+      const prioritized = await redis.zrange(`${keys.bullPrefix}:${keys.queueName('default')}:prioritized`, 0, -1);
+      expect(prioritized).toHaveLength(3);
+      // The third create fills the cap; the fourth is refused at it and adds no job.
+      expect(
+        await store.createTask({ ...input('c'), job: (await dispatcher.prepare(retrying, data('c')))! }),
+      ).toMatchObject({ created: true });
+      const refused = await store
+        .createTask({ ...input('d'), job: (await dispatcher.prepare(retrying, data('d')))! })
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(OpenCapReached);
+      expect((refused as OpenCapReached).open).toBe(3);
+      expect(await redis.exists(jobKey('d'), keys.task('d'))).toBe(0);
+    } finally {
+      await dispatcher.close();
+      connection.disconnect();
+      command.disconnect();
     }
   });
 });

@@ -32,6 +32,8 @@ export enum ResultCode {
   OUTCOME_RECORDED = -11,
   /** The batch exists already (a replay of the parent): nothing written. */
   BATCH_EXISTS = -12,
+  /** The principal is at its open-work cap (PROTOCOL.md §25): nothing created (how many are open follows). */
+  OPEN_CAP = -13,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

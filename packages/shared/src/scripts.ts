@@ -38,7 +38,7 @@ const { OK, TASK_MISSING, LOCK_LOST, TRANSITION_REFUSED, TASK_TERMINAL } = Resul
 export const SCRIPTS = {
   create: spec({
     name: 'create',
-    keys: ['task', 'principalIndex', 'live', 'idempotency', 'share'],
+    keys: ['task', 'principalIndex', 'live', 'idempotency', 'share', 'openTasks'],
     args: [
       'fields',
       'createdAtMs',
@@ -51,8 +51,10 @@ export const SCRIPTS = {
       'taskKeyPrefix',
       'shareTtlMs',
       'maxPriority',
+      'openMax',
+      'openTtlMs',
     ],
-    codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY],
+    codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY, ResultCode.OPEN_CAP],
   }),
   transition: spec({
     name: 'transition',
@@ -302,6 +304,49 @@ export function loadScripts(): Map<ScriptSpec, string> {
   return loaded;
 }
 
+/**
+ * A job queue's add script to run right after `create`, in the same EVALSHA (PROTOCOL.md §10.1): BullMQ's
+ * `addPrioritizedJob` with the keys and arguments BullMQ itself built for the job. Its msgpacked options get the
+ * fair-share priority the create answered, so the job is added exactly as `Queue.add` would add it with that priority.
+ */
+export interface JobAddScript {
+  /** The add script's source (includes resolved), run as a function of its own KEYS and ARGV. */
+  lua: string;
+  keys: string[];
+  /** Its ARGV: msgpacked arguments, the job data (JSON), msgpacked options (their `priority` is replaced). */
+  args: [string | Buffer, string, string | Buffer];
+}
+
+/**
+ * `create` and then, when it created the task, a job add script in one script: the two writes of a new task in one
+ * round trip. A create that answers anything but OK adds no job; an add that answers something other than the job's
+ * id is returned as the reply's fourth value for the caller to refuse.
+ */
+export function createWithJobLua(addLua: string): string {
+  const create = loadScripts().get(SCRIPTS.create) ?? '';
+  const nKeys = SCRIPTS.create.keys.length;
+  const nArgs = SCRIPTS.create.args.length;
+  return [
+    'local function taskrelay_create(KEYS, ARGV)',
+    create,
+    'end',
+    'local function job_add(KEYS, ARGV)',
+    addLua,
+    'end',
+    'local ck, ca, jk = {}, {}, {}',
+    `for i = 1, ${nKeys} do ck[i] = KEYS[i] end`,
+    `for i = ${nKeys + 1}, #KEYS do jk[#jk + 1] = KEYS[i] end`,
+    `for i = 1, ${nArgs} do ca[i] = ARGV[i] end`,
+    'local reply = taskrelay_create(ck, ca)',
+    `if reply[1] ~= ${ResultCode.OK} then return reply end`,
+    `local opts = cmsgpack.unpack(ARGV[${nArgs + 3}])`,
+    "opts['priority'] = reply[3]",
+    `reply[4] = job_add(jk, {ARGV[${nArgs + 1}], ARGV[${nArgs + 2}], cmsgpack.pack(opts)})`,
+    'return reply',
+    '',
+  ].join('\n');
+}
+
 /** The scripts bound to one client: registered as ioredis commands, so they go by SHA (EVALSHA) after the first call. */
 export class ScriptRunner {
   constructor(private readonly client: Client) {
@@ -318,6 +363,33 @@ export class ScriptRunner {
     const positional = [...s.keys.map((k) => keys[k] ?? ''), ...s.args.map((a) => args[a] ?? '')];
     const command = (this.client as unknown as Record<string, ScriptCommand>)[commandName(s)];
     if (!command) throw scriptError(s, 'is not registered on this client');
+    return decodeReply(s.name, s.codes, await command.apply(this.client, positional));
+  }
+
+  private readonly composed = new Map<string, string>();
+
+  /** `create` followed by `job`'s add script in the same EVALSHA (`createWithJobLua`). */
+  async callCreateWithJob(input: ScriptInput<typeof SCRIPTS.create>, job: JobAddScript): Promise<ScriptReply> {
+    const s = SCRIPTS.create;
+    let name = this.composed.get(job.lua);
+    if (name === undefined) {
+      name = `taskrelay_createWithJob${this.composed.size}`;
+      this.client.defineCommand(name, {
+        numberOfKeys: s.keys.length + job.keys.length,
+        lua: createWithJobLua(job.lua),
+      });
+      this.composed.set(job.lua, name);
+    }
+    const keys = input.keys as Record<string, string>;
+    const args = input.args as Record<string, string | number>;
+    const positional = [
+      ...s.keys.map((k) => keys[k] ?? ''),
+      ...job.keys,
+      ...s.args.map((a) => args[a] ?? ''),
+      ...job.args,
+    ];
+    const command = (this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[name];
+    if (!command) throw scriptError(s, 'with a job add is not registered on this client');
     return decodeReply(s.name, s.codes, await command.apply(this.client, positional));
   }
 }

@@ -5,7 +5,9 @@ import type { Keys } from './keys.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import type { StatusEvent } from './messages.js';
 import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { SCRIPTS, ScriptRunner, type JobAddScript } from './scripts.js';
+
+export type { JobAddScript } from './scripts.js';
 import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
 import {
   TASK_STATUSES,
@@ -48,6 +50,17 @@ export interface CreateTaskInput {
    * outliving it by `ttlMs`; the outcome's `priority` is what to add the job with.
    */
   fairShare?: { ttlMs: number };
+  /**
+   * The principal's open-work cap (PROTOCOL.md §25), checked and counted in the same step: the task joins the
+   * principal's open-work set unless it holds `max` or more members already (then nothing is created). The set
+   * outlives its newest member by `ttlMs`.
+   */
+  openTasks?: { max: number; ttlMs: number };
+  /**
+   * The task's job, added in the same round trip once the task is created (with the fair-share priority, so
+   * `fairShare` must be given too). A create that creates nothing adds no job.
+   */
+  job?: JobAddScript;
 }
 
 export interface CreateOutcome {
@@ -56,6 +69,19 @@ export interface CreateOutcome {
   created: boolean;
   /** The job's fair-share priority, when created with `fairShare`. */
   priority?: number;
+  /** true when `job` was added with the task; false when it was given and its add refused (no job exists). */
+  jobAdded?: boolean;
+}
+
+/** A create refused at the principal's open-work cap (`CreateTaskInput.openTasks`): nothing was created. */
+export class OpenCapReached extends Error {
+  constructor(
+    /** How many members the principal's open-work set holds. */
+    readonly open: number,
+  ) {
+    super(`Open-work cap reached (${open} open)`);
+    this.name = 'OpenCapReached';
+  }
 }
 
 export interface RedisTaskStoreOptions {
@@ -202,7 +228,8 @@ export class RedisTaskStore {
 
   /**
    * Stores a new task, indexed for its principal (task mode) and in the live set; or, when the idempotency key
-   * already names a live task of the principal, returns that one (PROTOCOL.md §10.8).
+   * already names a live task of the principal, returns that one (PROTOCOL.md §10.8). Throws `OpenCapReached` when
+   * the principal is at its open-work cap (`openTasks`).
    */
   async createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
     const taskId = input.taskId ?? newTaskId();
@@ -232,13 +259,14 @@ export class RedisTaskStore {
     }
     if (input.clientCapabilities !== undefined) fields[F.clientCaps] = input.clientCapabilities.join(',');
     const taskKey = this.keys.task(taskId);
-    const reply = await this.scripts.call(SCRIPTS.create, {
+    const script = {
       keys: {
         task: taskKey,
         principalIndex: this.keys.principalTasks(input.principal),
         live: this.keys.live,
         idempotency: idemKey ?? taskKey,
         share: input.fairShare ? this.keys.fairShare(input.queue, input.principal) : taskKey,
+        openTasks: input.openTasks ? this.keys.principalOpenTasks(input.principal) : taskKey,
       },
       args: {
         fields: JSON.stringify(fields),
@@ -252,8 +280,15 @@ export class RedisTaskStore {
         taskKeyPrefix: this.keys.taskKeyPrefix,
         shareTtlMs: input.fairShare ? input.fairShare.ttlMs : '',
         maxPriority: MAX_FAIR_PRIORITY,
+        openMax: input.openTasks ? input.openTasks.max : '',
+        openTtlMs: input.openTasks ? input.openTasks.ttlMs : '',
       },
-    });
+    };
+    const job = input.fairShare ? input.job : undefined;
+    const reply = job
+      ? await this.scripts.callCreateWithJob(script, job)
+      : await this.scripts.call(SCRIPTS.create, script);
+    if (reply.code === ResultCode.OPEN_CAP) throw new OpenCapReached(Number(reply.values[0]));
     if (reply.code === ResultCode.IDEMPOTENT_REPLAY) {
       const [existingId, existingTool] = reply.values as [string, string];
       if (existingTool !== input.tool) {
@@ -270,7 +305,14 @@ export class RedisTaskStore {
     if (reply.code === ResultCode.TASK_EXISTS) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
     const record = parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${taskId} could not be read back`);
-    return input.fairShare ? { record, created: true, priority: Number(reply.values[1]) } : { record, created: true };
+    if (!input.fairShare) return { record, created: true };
+    // An add that did not answer the job's id stored no job: `jobAdded` false, the caller fails the task.
+    return {
+      record,
+      created: true,
+      priority: Number(reply.values[1]),
+      jobAdded: job !== undefined && reply.values[2] === taskId,
+    };
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {

@@ -4,7 +4,6 @@
  * the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
  */
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
-import { randomUUID } from 'node:crypto';
 import { BatchStore, type RedisClient, type Keys, type Logger } from '@taskrelay/shared';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -162,9 +161,10 @@ function jsonBytes(value: unknown): number {
 
 /**
  * The per-principal cap on unfinished work: tasks and plain calls (PROTOCOL.md §25). A sorted set per principal holds
- * the ids of what it created, plus a reservation per create in flight, so concurrent creates cannot all pass the
- * check before any is counted (3,000 calls sent at once once put 2,984 jobs in a pool). It is pruned (ended or expired
- * ids, stale reservations) only when it reaches the cap, so a create below the cap costs one MULTI.
+ * the ids of what it created; the task's create script checks the cap and adds the id in the same step, so
+ * concurrent creates cannot all pass the check before any is counted (3,000 calls sent at once once put 2,984 jobs in
+ * a pool). It is pruned (ended or expired ids, stale reservations of gateways from before the check moved into the
+ * create) only when it reaches the cap, so a create below the cap costs nothing more than its create.
  */
 /** Reservations are members too, told apart by this mark (task ids never start with it). */
 const RESERVATION_MARK = 'reserved:';
@@ -178,25 +178,13 @@ export class OpenTaskLimit {
     /** The cap; 0: none. Batch children are held to it too (their jobs carry it, PROTOCOL.md §26.6). */
     readonly max: number,
     /** How long the set outlives its newest task (the longest ttl after the longest run). */
-    private readonly indexTtlMs: number,
+    readonly ttlMs: number,
   ) {}
 
-  /**
-   * Counts one more unfinished piece of work for the principal, or refuses it. Resolves with the reservation that
-   * `add` turns into the task's id (or `release` gives back); undefined when there is no cap.
-   */
-  async check(principal: string): Promise<string | undefined> {
-    if (this.max === 0) return undefined;
+  /** Drops ended work and stale reservations from the principal's set; resolves with how many members remain. */
+  async prune(principal: string): Promise<number> {
     const key = this.keys.principalOpenTasks(principal);
-    const reservation = `${RESERVATION_MARK}${randomUUID()}`;
     const now = Date.now();
-    const [, [, count]] = (await this.redis
-      .multi()
-      .zadd(key, now, reservation)
-      .zcard(key)
-      .pexpire(key, this.indexTtlMs)
-      .exec()) as [unknown, [unknown, number], unknown];
-    if (count <= this.max) return reservation;
     const flat = await this.redis.zrange(key, 0, -1, 'WITHSCORES');
     const ids: string[] = [];
     const stale: string[] = [];
@@ -210,31 +198,15 @@ export class OpenTaskLimit {
     const ended = ids.filter((_id, i) => endedFlags[i] === true);
     ended.push(...stale);
     if (ended.length > 0) await this.redis.zrem(key, ...ended);
-    // Ours is among them: over the cap means one more than it.
-    const open = flat.length / 2 - ended.length;
-    if (open > this.max) {
-      await this.release(principal, reservation);
-      throw new WireError(
-        JsonRpcCode.InvalidRequest,
-        `Too many open tasks: this principal has ${open - 1} unfinished tasks and calls (at most ${this.max}); wait for one to end or cancel one`,
-        { code: 'TOO_MANY_OPEN_TASKS' },
-      );
-    }
-    return reservation;
+    return flat.length / 2 - ended.length;
   }
 
-  /** The reserved work exists now, as `taskId`. */
-  async add(principal: string, taskId: string, reservation?: string): Promise<void> {
-    if (this.max === 0) return;
-    const key = this.keys.principalOpenTasks(principal);
-    const multi = this.redis.multi().zadd(key, Date.now(), taskId);
-    if (reservation !== undefined) multi.zrem(key, reservation);
-    await multi.pexpire(key, this.indexTtlMs).exec();
-  }
-
-  /** The reserved work was not created after all (an idempotent repeat, a failed create). */
-  async release(principal: string, reservation: string | undefined): Promise<void> {
-    if (this.max === 0 || reservation === undefined) return;
-    await this.redis.zrem(this.keys.principalOpenTasks(principal), reservation);
+  /** The refusal of a principal with `open` unfinished tasks and calls. */
+  refusal(open: number): Error {
+    return new WireError(
+      JsonRpcCode.InvalidRequest,
+      `Too many open tasks: this principal has ${open} unfinished tasks and calls (at most ${this.max}); wait for one to end or cancel one`,
+      { code: 'TOO_MANY_OPEN_TASKS' },
+    );
   }
 }

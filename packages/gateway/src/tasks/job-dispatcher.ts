@@ -1,9 +1,11 @@
 /**
  * Turns tasks into BullMQ jobs and carries cancels to whichever worker holds them (PROTOCOL.md §4, §7).
  */
-import { Queue } from 'bullmq';
+import { createRequire } from 'node:module';
+import { Job, Queue, type JobsOptions } from 'bullmq';
 import {
   FairShare,
+  type JobAddScript,
   type RedisClient,
   TaskrelayError,
   type CancelReason,
@@ -24,6 +26,32 @@ export function fairShareTtlMs(data: Pick<JobData, 'queueTimeoutMs' | 'timeoutMs
   return (data.queueTimeoutMs ?? 0) + (data.timeoutMs ?? 0) + FAIR_SHARE_SLACK_MS;
 }
 
+/**
+ * BullMQ's `addPrioritizedJob` script, includes resolved, as the installed BullMQ ships it (the same source its
+ * `Queue.add` runs); undefined when this BullMQ does not ship it so (then jobs are added by `Queue.add`).
+ */
+function bullmqAddPrioritizedLua(): string | undefined {
+  try {
+    const mod = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/addPrioritizedJob-9.js') as {
+      addPrioritizedJob?: { content?: unknown; keys?: unknown };
+    };
+    const script = mod.addPrioritizedJob;
+    return typeof script?.content === 'string' && script.keys === 9 ? script.content : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What BullMQ's Redis backend exposes to batch an add onto a caller's transaction (its flow producer uses it). */
+interface AddToTransaction {
+  addJobToTransaction(
+    client: { runCommand(name: string, args: unknown[]): Promise<unknown> },
+    job: unknown,
+    jobId: string,
+    parentKeyOpts?: { parentKey?: string; parentDependenciesKey?: string },
+  ): Promise<unknown>;
+}
+
 export interface JobDispatcherOptions {
   /**
    * How long a queue that was never connected may take to become ready before the call fails as "task store
@@ -32,10 +60,28 @@ export interface JobDispatcherOptions {
   readyTimeoutMs?: number;
 }
 
+/** How every task's job is added: BullMQ's options for it (`priority`: its fair-share place, PROTOCOL.md §25). */
+function jobOptions(tool: CatalogTool, data: JobData, priority: number): JobsOptions {
+  return {
+    jobId: data.taskId,
+    priority,
+    attempts: tool.attempts ?? 1,
+    ...(tool.backoff === undefined
+      ? {}
+      : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
+    // The task hash holds the result; the job is only the work item. Failed ones (cancels included) stay a little
+    // while for inspection, bounded per queue (bounded Redis, issue 9).
+    removeOnComplete: true,
+    removeOnFail: { age: 3600, count: 1_000 },
+  };
+}
+
 export class JobDispatcher {
   private readonly queues = new Map<string, Queue>();
   private readonly readyTimeoutMs: number;
   private readonly fairShare: FairShare;
+  /** BullMQ's add script for `prepare`; null once it turned out not to be usable (then `enqueue` adds). */
+  private addLua: string | null | undefined;
 
   /**
    * @param connection the dispatcher's own connection (fail-fast options, see `FAIL_FAST_REDIS_OPTIONS`), shared by its
@@ -61,24 +107,50 @@ export class JobDispatcher {
     // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
     const priority =
       entered?.priority ?? (await this.fairShare.enter(tool.queue, principal, data.taskId, fairShareTtlMs(data)));
-    const added = queue.add(tool.name, data, {
-      jobId: data.taskId,
-      priority,
-      attempts: tool.attempts ?? 1,
-      ...(tool.backoff === undefined
-        ? {}
-        : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
-      // The task hash holds the result; the job is only the work item. Failed ones (cancels included) stay a little
-      // while for inspection, bounded per queue (bounded Redis, issue 9).
-      removeOnComplete: true,
-      removeOnFail: { age: 3600, count: 1_000 },
-    });
+    const added = queue.add(tool.name, data, jobOptions(tool, data, priority));
     try {
       await added;
     } catch (error) {
       await this.fairShare.leave(tool.queue, principal, data.taskId).catch(() => undefined);
       throw error;
     }
+  }
+
+  /**
+   * The task's job as BullMQ would add it (`Queue.add` with `jobOptions`), for the task's create script to add in
+   * the same round trip (PROTOCOL.md §10.1): BullMQ builds the keys and arguments itself, onto a recording client in
+   * place of its transaction, and the create puts the fair-share priority into them. Undefined when this BullMQ
+   * does not lend itself to that (an unexpected script or backend): then `enqueue` adds the job after the create.
+   */
+  async prepare(tool: CatalogTool, data: JobData): Promise<JobAddScript | undefined> {
+    if (this.addLua === undefined) this.addLua = bullmqAddPrioritizedLua() ?? null;
+    if (this.addLua === null) return undefined;
+    const queue = await this.ready(tool.queue);
+    const backend = queue.getBackend() as unknown as Partial<AddToTransaction>;
+    if (typeof backend.addJobToTransaction !== 'function') {
+      this.addLua = null;
+      return undefined;
+    }
+    // Priority 1 stands in for the fair-share priority, which the create script sets (it picks the same script).
+    const job = new Job(queue, tool.name, data, { ...jobOptions(tool, data, 1), jobId: data.taskId }, data.taskId);
+    const json = job.asJSON();
+    (job as unknown as { validateOptions(json: unknown): void }).validateOptions(json);
+    let recorded: { name: string; args: unknown[] } | undefined;
+    const recorder = {
+      runCommand: (name: string, args: unknown[]) => {
+        recorded = { name, args };
+        return Promise.resolve(data.taskId);
+      },
+    };
+    await backend.addJobToTransaction(recorder, json, data.taskId, { parentDependenciesKey: '' });
+    const args = recorded?.args;
+    if (!recorded?.name.startsWith('addPrioritizedJob:') || args?.length !== 12) {
+      this.log.warn({ command: recorded?.name }, 'BullMQ add not in the create script: unexpected add command');
+      this.addLua = null;
+      return undefined;
+    }
+    const [packedArgs, json2, packedOpts] = args.slice(9) as [string | Buffer, string, string | Buffer];
+    return { lua: this.addLua, keys: args.slice(0, 9) as string[], args: [packedArgs, json2, packedOpts] };
   }
 
   /**

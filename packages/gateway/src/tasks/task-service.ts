@@ -6,6 +6,8 @@ import {
   TaskrelayError,
   inputKeyOf,
   isTerminal,
+  newTaskId,
+  OpenCapReached,
   type CancelReason,
   type InputRequest,
   type JobData,
@@ -45,15 +47,19 @@ export interface TaskServiceConfig {
 }
 
 /**
- * The per-principal cap on unfinished work, tasks and plain calls (PROTOCOL.md §25): `check` reserves a place or
- * throws when the principal is at the cap; `add` turns the reservation into the task, `release` gives it back.
+ * The per-principal cap on unfinished work, tasks and plain calls (PROTOCOL.md §25). The task's create script checks
+ * it and counts the task in the same step; at the cap, `prune` drops what has ended from the principal's set and the
+ * create is tried once more, and `refusal` is the error when it is still at the cap.
  */
 export interface OpenTaskCap {
   /** The cap (0: none); a job carries it, so a batch's children are held to it too (PROTOCOL.md §26.6). */
-  readonly max?: number;
-  check(principal: string): Promise<string | undefined>;
-  add(principal: string, taskId: string, reservation?: string): Promise<void>;
-  release(principal: string, reservation: string | undefined): Promise<void>;
+  readonly max: number;
+  /** How long the principal's set outlives its newest member. */
+  readonly ttlMs: number;
+  /** Removes ended work (and stale reservations) from the principal's set; resolves with how many members remain. */
+  prune(principal: string): Promise<number>;
+  /** The error for a principal with `open` unfinished tasks and calls, at the cap. */
+  refusal(open: number): Error;
 }
 
 export type AnswerCheck = { ok: true; answer: Record<string, unknown> } | { ok: false; message: string };
@@ -192,28 +198,13 @@ export class TaskService {
     }
     const webhook = await this.acceptWebhook(input.webhook, input.mode, input.principal);
     if (webhook) createInput.webhook = webhook;
-    // Tasks and plain calls alike count toward the principal's open-work cap (PROTOCOL.md §25).
-    const reservation = await this.config.openTasks?.check(input.principal);
-    const { record, created, priority } = await this.store.createTask(createInput).catch(async (error: unknown) => {
-      await this.config.openTasks?.release(input.principal, reservation).catch(() => undefined);
-      throw error;
-    });
-    if (!created) {
-      await this.config.openTasks?.release(input.principal, reservation);
-      this.log.info(
-        { taskId: record.taskId, tool: tool.name, principal: input.principal },
-        'idempotency key already used; returning its task',
-      );
-      return record;
-    }
-    await this.config.openTasks?.add(input.principal, record.taskId, reservation);
-    const route: Parameters<TaskRouter['register']>[0] = { record };
-    if (input.sendProgress) route.sendProgress = input.sendProgress;
-    if (input.sendStatus) route.sendStatus = input.sendStatus;
-    if (input.sink) route.sink = input.sink;
-    this.router.register(route);
+    const taskId = newTaskId();
+    createInput.taskId = taskId;
+    // Tasks and plain calls alike count toward the principal's open-work cap, checked by the create (PROTOCOL.md §25).
+    const cap = this.config.openTasks;
+    if (cap?.max) createInput.openTasks = { max: cap.max, ttlMs: cap.ttlMs };
     const span = startTaskSpan(`tools/call ${tool.name}`, {
-      'taskrelay.task_id': record.taskId,
+      'taskrelay.task_id': taskId,
       'taskrelay.tool': tool.name,
       'taskrelay.mode': input.mode,
       'taskrelay.principal': input.principal,
@@ -221,19 +212,53 @@ export class TaskService {
       'rpc.jsonrpc.request_id': input.requestId === undefined ? undefined : String(input.requestId),
     });
     const data: JobData = {
-      taskId: record.taskId,
+      taskId,
       tool: tool.name,
       arguments: input.args,
       timeoutMs,
       queueTimeoutMs: this.config.queueTimeoutMs,
       principal: input.principal,
     };
-    if (this.config.openTasks?.max) data.maxOpen = this.config.openTasks.max;
+    if (cap?.max) data.maxOpen = cap.max;
     if (input.sessionId !== undefined) data.sessionId = input.sessionId;
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
     if (span.carrier) data.trace = span.carrier;
+    // Without an idempotency key the create cannot be a replay: its job is added by the same script, one round trip
+    // for both writes (PROTOCOL.md §10.1). A replay must add nothing, so keyed tasks add their job after the create.
+    const job = createInput.idempotencyKey === undefined ? await this.prepareJob(tool, data) : undefined;
+    if (job) createInput.job = job;
+    let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
     try {
-      await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
+      outcome = await this.store.createTask(createInput).catch(async (error: unknown) => {
+        // At the cap: drop what has ended from the principal's set, and try once more if that made room.
+        if (!(error instanceof OpenCapReached) || !cap) throw error;
+        if ((await cap.prune(input.principal)) >= cap.max) throw cap.refusal(error.open);
+        return this.store.createTask(createInput).catch((again: unknown) => {
+          throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
+        });
+      });
+    } catch (error) {
+      span.end(error);
+      throw error;
+    }
+    const { record, created, priority } = outcome;
+    if (!created) {
+      span.end();
+      this.log.info(
+        { taskId: record.taskId, tool: tool.name, principal: input.principal },
+        'idempotency key already used; returning its task',
+      );
+      return record;
+    }
+    const route: Parameters<TaskRouter['register']>[0] = { record };
+    if (input.sendProgress) route.sendProgress = input.sendProgress;
+    if (input.sendStatus) route.sendStatus = input.sendStatus;
+    if (input.sink) route.sink = input.sink;
+    this.router.register(route);
+    try {
+      if (job && !outcome.jobAdded)
+        throw new TaskrelayError('INTERNAL', `the create script added no job for ${taskId}`);
+      if (!job) await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
     } catch (error) {
       this.router.retire(record.taskId, { flush: false });
       // The client reads this message: the Redis/BullMQ details stay in the log.
@@ -271,6 +296,16 @@ export class TaskService {
       'task created',
     );
     return record;
+  }
+
+  /** The job for the create script to add (`JobDispatcher.prepare`); undefined: `enqueue` adds it after the create. */
+  private async prepareJob(tool: CatalogTool, data: JobData) {
+    try {
+      return await this.dispatcher.prepare(tool, data);
+    } catch (error) {
+      this.log.debug({ taskId: data.taskId, err: error }, 'job not prepared for the create script; adding it after');
+      return undefined;
+    }
   }
 
   /** A webhook named with a call, checked (PROTOCOL.md §27.1): refused with a JSON-RPC error, or what to store. */

@@ -1,6 +1,7 @@
 --[[
-  Stores a new task (PROTOCOL.md §10.1, §10.8): the hash, its place in the live set and, in task mode, in the
-  principal's index; or, when the idempotency key already names a live task, nothing.
+  Stores a new task (PROTOCOL.md §10.1, §10.8, §25): the hash, its place in the live set, in the principal's
+  open-work set (the cap) and, in task mode, in the principal's index; or, when the idempotency key already names a
+  live task, or the principal is at its open-work cap, nothing.
 
   Input:
     KEYS[1] task              the task hash
@@ -8,6 +9,7 @@
     KEYS[3] live              the live set
     KEYS[4] idempotency       the idempotency key (the task key when there is none)
     KEYS[5] share             the principal's fair share of the task's pool (the task key when not entered)
+    KEYS[6] openTasks         the principal's open-work set (the task key when there is no cap)
 
     ARGV[1] fields            the hash fields, JSON object
     ARGV[2] createdAtMs       creation time, ms since epoch (the index score)
@@ -20,11 +22,15 @@
     ARGV[9] taskKeyPrefix     what a task key puts before the id
     ARGV[10] shareTtlMs       '' = no fair-share entry; else how long the share outlives this entry (§25)
     ARGV[11] maxPriority      BullMQ's highest priority value
+    ARGV[12] openMax          '' = no open-work cap; else how many members KEYS[6] may hold
+    ARGV[13] openTtlMs        how long the open-work set outlives its newest member
 
   Output:
     {R.OK, taskId, priority}                created; priority: its job's fair-share priority (0 when not entered)
     {R.IDEMPOTENT_REPLAY, existingId, tool} the key names a live task; nothing created
     {R.TASK_EXISTS}                         the id is taken
+    {R.OPEN_CAP, count}                     the open-work set holds openMax or more (count) members; nothing
+                                            created (the caller prunes ended work and may try once more)
 ]]
 --- @include "resultCodes"
 --- @include "taskFields"
@@ -38,6 +44,11 @@ if ARGV[8] == '1' then
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {R.TASK_EXISTS} end
+-- The cap is checked and the task counted in the same step: concurrent creates cannot all pass it (§25).
+if ARGV[12] ~= '' then
+  local open = redis.call('ZCARD', KEYS[6])
+  if open >= tonumber(ARGV[12]) then return {R.OPEN_CAP, open} end
+end
 local fields = cjson.decode(ARGV[1])
 local args = {}
 for k, v in pairs(fields) do
@@ -54,6 +65,10 @@ if ARGV[5] == '1' then
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
 end
 if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+if ARGV[12] ~= '' then
+  redis.call('ZADD', KEYS[6], tonumber(ARGV[2]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[13]))
+end
 -- The job's place in its principal's share, in the same step: its add follows, with this priority (§25).
 local priority = 0
 if ARGV[10] ~= '' then priority = fair_share_enter(KEYS[5], ARGV[3], ARGV[10], ARGV[11]) end
