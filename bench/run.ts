@@ -11,17 +11,20 @@
  *                                   the cost per enqueue
  *   pnpm bench --batch              a 10,000-child batch (PROTOCOL §26) on 1, 2 and 4 workers against a raw BullMQ
  *                                   FlowProducer of the same size
- *   options: --reps N, --window-ms N (compare modes)
+ *   pnpm bench --ab DIR [--auth]    A/B: another built checkout (A) against this one (B), interleaved windows of
+ *                                   plain calls and task cycles at C=1 and 32 (bench/lib/ab.ts)
+ *   options: --reps N, --window-ms N (compare and A/B modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
  * Everything started is stopped by PID (test/helpers/processes.ts), also on error or Ctrl-C. Loopback only.
  * See docs/PERFORMANCE.md for the method.
  */
 import { parseArgs } from 'node:util';
+import { runAb } from './lib/ab.js';
 import { runBatch } from './lib/batch.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
 import { stopAll, type GatewayProcess } from '../test/helpers/processes.js';
-import { openSessions, type McpSession } from './lib/mcp-http.js';
+import { modernClients, openSessions, type McpSession, type ModernClient } from './lib/mcp-http.js';
 import {
   RedisAdmin,
   assertAlive,
@@ -57,6 +60,8 @@ const { values: args } = parseArgs({
     load: { type: 'boolean', default: false },
     fair: { type: 'boolean', default: false },
     batch: { type: 'boolean', default: false },
+    ab: { type: 'string' },
+    auth: { type: 'boolean', default: false },
     minutes: { type: 'string' },
     reps: { type: 'string' },
     'window-ms': { type: 'string' },
@@ -133,7 +138,7 @@ async function guarded(
   rep: number,
   timeoutMs: number,
   deps: Array<{ child: GatewayProcess['child']; pid: number; output(): string }>,
-  sessions: McpSession[],
+  sessions: Array<McpSession | ModernClient>,
   fn: () => Promise<Record<string, number> | void>,
 ): Promise<void> {
   const started = Date.now();
@@ -158,7 +163,7 @@ async function guarded(
 
 interface Target {
   name: string;
-  sessions: McpSession[];
+  sessions: Array<McpSession | ModernClient>;
   cpu: CpuRoles;
   totalRoles: string[];
   deps: Array<{ child: GatewayProcess['child']; pid: number; output(): string }>;
@@ -237,6 +242,64 @@ function rowSpecs(): RowSpec[] {
         better: 'lower',
       },
     );
+  }
+  {
+    const group =
+      '2026-07-28 wire (sessionless; the SDK 1.32.2 peer does not serve it: reference = its 2025-11-25 figures)';
+    for (const kind of ['plain', 'task'] as const) {
+      const what = kind === 'task' ? 'task cycle (tools/call → subscriptions/listen)' : 'plain call';
+      for (const c of [1, 32]) {
+        const id = (t: string, k: string) => `${t}.${kind}.c${c}.${k}`;
+        const peer = (k: string) => ({ id: id('peer', k), name: 'peer 2025' });
+        rows.push(
+          {
+            group,
+            label: `${what}, C=${c} throughput`,
+            unit: 'ops/s',
+            id: id('tr26', 'opsPerS'),
+            ref: peer('opsPerS'),
+            better: 'higher',
+          },
+          { group, label: `${what}, C=${c} p50`, unit: 'ms', id: id('tr26', 'p50'), ref: peer('p50'), better: 'lower' },
+        );
+        if (c === 32) {
+          rows.push(
+            {
+              group,
+              label: `${what}, C=32 gateway CPU`,
+              unit: 'CPU-ms',
+              id: id('tr26', 'cpu.gateway'),
+              ref: peer('cpu.server'),
+              better: 'lower',
+            },
+            {
+              group,
+              label: `${what}, C=32 total CPU`,
+              unit: 'CPU-ms',
+              id: id('tr26', 'cpu.total'),
+              ref: peer('cpu.server'),
+              better: 'lower',
+            },
+          );
+        }
+      }
+    }
+  }
+  {
+    // Why two runs of this bench can disagree: the rest of the machine. taskrelay's three processes need more than
+    // one core at C=32, the peer's one process at most one, so another tenant's load costs taskrelay more.
+    const group = 'machine: cores busy outside the measured processes during the window';
+    for (const kind of ['task', 'plain'] as const) {
+      for (const c of [1, 32]) {
+        rows.push({
+          group,
+          label: `${kind === 'task' ? 'task cycle' : 'plain call'}, C=${c}, taskrelay window (peer window)`,
+          unit: 'cores',
+          id: `tr.${kind}.c${c}.otherCores`,
+          ref: { id: `peer.${kind}.c${c}.otherCores`, name: 'peer window' },
+        });
+      }
+    }
   }
   {
     const group = 'progress worker → client (GET stream)';
@@ -447,7 +510,12 @@ async function compare(): Promise<number> {
     open(w2.gateways[1]!.url, 16),
     open(w4.gateways[0]!.url, 32),
   ]);
-  const stackTarget = (name: string, stack: Stack, sessions: McpSession[], gateways = stack.gateways): Target => ({
+  const stackTarget = (
+    name: string,
+    stack: Stack,
+    sessions: Array<McpSession | ModernClient>,
+    gateways = stack.gateways,
+  ): Target => ({
     name,
     sessions,
     cpu: { gateway: gateways.map((p) => p.pid), worker: stack.workers.map((p) => p.pid), redis: redisPids },
@@ -466,6 +534,9 @@ async function compare(): Promise<number> {
     w2: stackTarget('tr-w2', w2, w2Sessions, [w2.gateways[0]!]),
     w4: stackTarget('tr-w4', w4, w4Sessions),
     g2: stackTarget('tr-g2', w2, [...w2Sessions.slice(0, 16), ...w2bSessions]),
+    // The 2026-07-28 wire on the same stack: task-declaring clients for the task cycle, plain ones for plain calls.
+    tr26task: stackTarget('tr26', tr, modernClients(tr.gateways[0]!.url, 32, { tasks: true })),
+    tr26plain: stackTarget('tr26', tr, modernClients(tr.gateways[0]!.url, 32)),
   };
   log(`started in ${Date.now() - startedAt.getTime()} ms; warming up`);
 
@@ -501,6 +572,10 @@ async function compare(): Promise<number> {
     );
 
   for (const t of Object.values(targets)) {
+    if (t === targets.tr26task || t === targets.tr26plain) {
+      await runCycle(0, t, t === targets.tr26task ? 'task' : 'plain', 32, WARMUP_MS / 3, false, WARMUP_OPS / 3);
+      continue;
+    }
     // Each worker of a stack must see the warm-up's number of jobs too: scale it with the workers.
     const workers = Math.max(1, t.cpu['worker']?.length ?? 1);
     await runCycle(0, t, 'task', 32, WARMUP_MS * workers, false, WARMUP_OPS * workers);
@@ -528,6 +603,10 @@ async function compare(): Promise<number> {
     const pair = rep % 2 === 1 ? [targets.peer, targets.tr] : [targets.tr, targets.peer];
     for (const kind of ['task', 'plain'] as const) {
       for (const c of CONCURRENCY) for (const t of pair) await runCycle(rep, t, kind, c);
+    }
+    // The 2026-07-28 wire on the same stack, right after (no peer serves it).
+    for (const kind of ['plain', 'task'] as const) {
+      for (const c of [1, 32]) await runCycle(rep, kind === 'task' ? targets.tr26task : targets.tr26plain, kind, c);
     }
     // taskrelay only: progress and cancel latency.
     for (const n of [1, 32]) {
@@ -658,6 +737,19 @@ async function main(): Promise<number> {
     if (args.batch) {
       const { redis } = await startInfra();
       return await runBatch({ redis, log });
+    }
+    if (args.ab !== undefined) {
+      const { redis, admin } = await startInfra();
+      return await runAb({
+        redis,
+        admin,
+        root: args.ab,
+        auth: args.auth === true,
+        reps: Number(args.reps ?? 5),
+        windowMs: Number(args['window-ms'] ?? 3_000),
+        cleanup,
+        log,
+      });
     }
     if (args.fair) {
       const { redis } = await startInfra();

@@ -64,6 +64,8 @@ interface PostOutcome {
 }
 
 export interface SessionOptions {
+  /** Sent as `Authorization: Bearer <token>` on every request (a gateway with TASKRELAY_AUTH_TOKENS). */
+  token?: string;
   /** Open the standalone GET SSE stream (as the SDK client does after `initialize`). Default true. */
   getStream?: boolean;
   /** Notifications that arrive on any stream of this session (GET stream or a POST response stream). */
@@ -80,6 +82,8 @@ export class McpSession {
   private getRequest: http.ClientRequest | undefined;
   private closed = false;
   private readonly url: URL;
+  private readonly auth: Record<string, string>;
+  readonly era = PROTOCOL_VERSION;
 
   private constructor(
     url: string,
@@ -88,6 +92,7 @@ export class McpSession {
   ) {
     this.url = new URL(url);
     this.onNotification = options.onNotification;
+    this.auth = authHeader(options.token);
   }
 
   static async open(url: string, options: SessionOptions = {}): Promise<McpSession> {
@@ -102,9 +107,14 @@ export class McpSession {
       },
     };
     let response: JsonRpcMessage | undefined;
-    const outcome = await rawPost(new URL(url), baseHeaders(), JSON.stringify(init), (m) => {
-      if (m.id === 0) response = m;
-    });
+    const outcome = await rawPost(
+      new URL(url),
+      { ...baseHeaders(), ...authHeader(options.token) },
+      JSON.stringify(init),
+      (m) => {
+        if (m.id === 0) response = m;
+      },
+    );
     const header = outcome.headers['mcp-session-id'];
     const sessionId = Array.isArray(header) ? header[0] : header;
     if (!sessionId || response?.result === undefined) {
@@ -117,7 +127,12 @@ export class McpSession {
   }
 
   private headers(): Record<string, string> {
-    return { ...baseHeaders(), 'mcp-session-id': this.sessionId, 'mcp-protocol-version': PROTOCOL_VERSION };
+    return {
+      ...baseHeaders(),
+      ...this.auth,
+      'mcp-session-id': this.sessionId,
+      'mcp-protocol-version': PROTOCOL_VERSION,
+    };
   }
 
   /** Sends a request; resolves with its JSON-RPC response (result or error) as soon as it arrives. */
@@ -227,6 +242,98 @@ export class McpSession {
   }
 }
 
+function authHeader(token: string | undefined): Record<string, string> {
+  return token === undefined ? {} : { authorization: `Bearer ${token}` };
+}
+
+export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
+
+/**
+ * A client of the sessionless 2026-07-28 transport (PROTOCOL.md §14), with the same `send` / `call` as a session:
+ * no `initialize`, no GET stream; every request carries `MCP-Protocol-Version`, `Mcp-Method` (and `Mcp-Name` for a
+ * `tools/call`) and the client's capabilities in `_meta`. `tasks: true` declares the tasks extension, so a
+ * `tools/call` creates a task and `subscriptions/listen` may follow it.
+ */
+export class ModernClient {
+  readonly era = MODERN_PROTOCOL_VERSION;
+  readonly sessionId = '';
+  private nextId = 1;
+  private readonly inflight = new Set<http.ClientRequest>();
+  private readonly url: URL;
+  private readonly auth: Record<string, string>;
+  private readonly meta: Record<string, unknown>;
+
+  constructor(url: string, options: { token?: string; tasks?: boolean } = {}) {
+    this.url = new URL(url);
+    this.auth = authHeader(options.token);
+    this.meta = {
+      'io.modelcontextprotocol/protocolVersion': MODERN_PROTOCOL_VERSION,
+      'io.modelcontextprotocol/clientCapabilities': options.tasks ? { extensions: { [TASKS_EXTENSION]: {} } } : {},
+    };
+  }
+
+  /** Sends a request; resolves with its JSON-RPC response once it arrives (after any notifications before it). */
+  send(
+    method: string,
+    params: Record<string, unknown> = {},
+    onNotification?: (m: JsonRpcMessage) => void,
+  ): Promise<JsonRpcMessage> {
+    const id = this.nextId++;
+    const body = JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: this.meta } });
+    const headers: Record<string, string> = {
+      ...baseHeaders(),
+      ...this.auth,
+      'mcp-protocol-version': MODERN_PROTOCOL_VERSION,
+      'mcp-method': method,
+    };
+    if (method === 'tools/call' && typeof params['name'] === 'string') headers['mcp-name'] = params['name'];
+    return new Promise<JsonRpcMessage>((resolve, reject) => {
+      let answered = false;
+      rawPost(
+        this.url,
+        headers,
+        body,
+        (m) => {
+          if (m.id === id && (m.result !== undefined || m.error !== undefined)) {
+            answered = true;
+            resolve(m);
+          } else if (m.method !== undefined && m.id === undefined) onNotification?.(m);
+        },
+        this.inflight,
+      ).then(
+        (outcome) => {
+          if (!answered)
+            reject(new Error(`${method}: no response (HTTP ${outcome.status} ${outcome.body.slice(0, 300)})`));
+        },
+        (error: unknown) => {
+          if (!answered) reject(error instanceof Error ? error : new Error(String(error)));
+        },
+      );
+    });
+  }
+
+  async call(
+    method: string,
+    params?: Record<string, unknown>,
+    onNotification?: (m: JsonRpcMessage) => void,
+  ): Promise<any> {
+    const m = await this.send(method, params, onNotification);
+    if (m.error) throw new RpcError(method, m.error);
+    return m.result;
+  }
+
+  abortInflight(): void {
+    for (const req of this.inflight) req.destroy();
+    this.inflight.clear();
+  }
+
+  close(): Promise<void> {
+    this.abortInflight();
+    return Promise.resolve();
+  }
+}
+
 function baseHeaders(): Record<string, string> {
   return { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 }
@@ -284,6 +391,11 @@ function rawPost(
     });
     req.end(body);
   });
+}
+
+/** `count` clients of the sessionless 2026-07-28 transport (nothing to open: each request stands alone). */
+export function modernClients(url: string, count: number, options: { token?: string; tasks?: boolean } = {}) {
+  return Array.from({ length: count }, () => new ModernClient(url, options));
 }
 
 /** Opens `count` sessions (a few at a time). */

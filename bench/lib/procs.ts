@@ -133,18 +133,46 @@ export interface StackOptions {
   workers: number;
   workerConcurrency: number;
   env?: Record<string, string>;
+  /**
+   * Another checkout (built) to run the gateways and workers from, for A/B runs of two versions (`pnpm bench --ab`).
+   * Default: this one.
+   */
+  root?: string;
+}
+
+/** A gateway from another checkout's dist (as `startGatewayProcess` starts this one's). */
+async function startGatewayAt(root: string, env: Record<string, string>): Promise<GatewayProcess> {
+  const port = await getPort({ host: '127.0.0.1' });
+  const proc = spawnNode(resolve(root, 'packages/gateway/dist/main.js'), {
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    ...env,
+  });
+  const base = `http://127.0.0.1:${port}`;
+  await waitFor(
+    async () => {
+      if (proc.child.exitCode !== null) throw new Error(`gateway exited: ${proc.output().slice(-1_000)}`);
+      const res = await fetch(`${base}/readyz`).catch(() => undefined);
+      return res?.status === 200;
+    },
+    { timeoutMs: 20_000, message: `gateway of ${root} did not become ready` },
+  );
+  return Object.assign(proc, { url: `${base}/mcp`, port });
 }
 
 export async function startStack(options: StackOptions): Promise<Stack> {
   const env = { REDIS_URL: options.redisUrl, TASKRELAY_PREFIX: options.prefix, ...probeEnv(), ...options.env };
   const gateways = await Promise.all(
     Array.from({ length: options.gateways }, async (_, i) =>
-      label(await startGatewayProcess(env), `${options.name} gateway ${i + 1}`),
+      label(
+        await (options.root === undefined ? startGatewayProcess(env) : startGatewayAt(options.root, env)),
+        `${options.name} gateway ${i + 1}`,
+      ),
     ),
   );
   const workers = Array.from({ length: options.workers }, (_, i) =>
     label(
-      spawnNode(WORKER_MAIN, {
+      spawnNode(options.root === undefined ? WORKER_MAIN : resolve(options.root, 'packages/worker/dist/main.js'), {
         ...env,
         TASKRELAY_TOOLS: BENCH_TOOLS,
         WORKER_CONCURRENCY: String(options.workerConcurrency),

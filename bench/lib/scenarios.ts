@@ -5,23 +5,56 @@
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { waitFor } from '../../test/helpers/wait-for.js';
-import { type McpSession } from './mcp-http.js';
+import { readFileSync } from 'node:fs';
+import { ModernClient, type JsonRpcMessage, type McpSession } from './mcp-http.js';
 import { cpuMs, probeHeap, type RedisAdmin } from './procs.js';
 import { latency, now, sleep } from './stats.js';
 
 /** The processes whose CPU a scenario charges to its operations, by role. */
 export type CpuRoles = Record<string, number[]>;
 
+/** Busy CPU time of the whole machine (every process, user + system + irq + steal), in ms, from /proc/stat. */
+function machineBusyMs(): number {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
+    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
+    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);
+    return (busy * 1000) / CLK_TCK_STAT;
+  } catch {
+    return Number.NaN;
+  }
+}
+/** /proc/stat counts in USER_HZ, which Linux fixes at 100 for user space. */
+const CLK_TCK_STAT = 100;
+
 /** CPU-ms of each role (sum over its processes) and of this process (the load generator) since `start()`. */
 export class CpuMeter {
   private before: Record<string, number> = {};
   private self = process.cpuUsage();
+  private machineBefore = 0;
+  private startedAt = 0;
   constructor(private readonly roles: CpuRoles) {}
 
   start(): this {
     this.before = Object.fromEntries(Object.entries(this.roles).map(([role, pids]) => [role, sum(pids.map(cpuMs))]));
     this.self = process.cpuUsage();
+    this.machineBefore = machineBusyMs();
+    this.startedAt = now();
     return this;
+  }
+
+  /**
+   * Cores the rest of the machine kept busy during the window (every process but the measured roles and the load
+   * generator: other tenants, idle stacks): what a drift between two runs of the same bench comes from.
+   */
+  otherCores(): number {
+    const elapsed = now() - this.startedAt;
+    let mine = 0;
+    for (const [role, pids] of Object.entries(this.roles)) mine += sum(pids.map(cpuMs)) - (this.before[role] ?? 0);
+    const self = process.cpuUsage(this.self);
+    mine += (self.user + self.system) / 1000;
+    return Math.max(0, machineBusyMs() - this.machineBefore - mine) / elapsed;
   }
 
   /** CPU-ms per operation of every role, plus `loadgen`. */
@@ -39,7 +72,8 @@ export class CpuMeter {
 const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
 
 export interface CycleOptions {
-  sessions: McpSession[];
+  /** 2025-11-25 sessions, or clients of the sessionless 2026-07-28 transport (`ModernClient`, tasks declared). */
+  sessions: Array<McpSession | ModernClient>;
   kind: 'task' | 'plain';
   concurrency: number;
   durationMs: number;
@@ -75,7 +109,21 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
       while (now() < deadline && issued++ < maxOps) {
         const t0 = now();
         try {
-          if (o.kind === 'task') {
+          if (o.kind === 'task' && session instanceof ModernClient) {
+            // 2026-07-28: the call creates a task (the extension is declared); its listen stream pushes the status
+            // changes and ends once the task is terminal (PROTOCOL.md §18) — the push a client waits with.
+            const created = await session.call('tools/call', tool);
+            const taskId = created?.taskId as string | undefined;
+            if (!taskId) throw new Error(`no task in ${JSON.stringify(created).slice(0, 200)}`);
+            let last: JsonRpcMessage | undefined;
+            await session.call('subscriptions/listen', { notifications: { taskIds: [taskId] } }, (m) => {
+              if (m.method === 'notifications/tasks') last = m;
+            });
+            const task = last?.params as { status?: string; result?: { isError?: boolean } } | undefined;
+            if (task?.status !== 'completed' || task.result?.isError) {
+              throw new Error(`task did not complete: ${JSON.stringify(task).slice(0, 200)}`);
+            }
+          } else if (o.kind === 'task') {
             const created = await session.call('tools/call', { ...tool, task: { ttl: o.ttlMs } });
             const taskId = created?.task?.taskId as string | undefined;
             if (!taskId) throw new Error(`no task in ${JSON.stringify(created).slice(0, 200)}`);
@@ -98,6 +146,7 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
   );
   const elapsedS = (now() - started) / 1000;
   if (samples.length === 0) throw new Error(`no operation succeeded; first error: ${firstError}`);
+  const otherCores = meter.otherCores();
   const cpu = meter.perOp(samples.length);
   const lat = latency(samples);
   return {
@@ -108,6 +157,7 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
     errors,
     ...cpu,
     'cpu.total': sum(o.totalRoles.map((r) => cpu[`cpu.${r}`] ?? 0)),
+    otherCores,
   };
 }
 
