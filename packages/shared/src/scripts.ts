@@ -88,8 +88,8 @@ export const SCRIPTS = {
   }),
   startRun: spec({
     name: 'startRun',
-    keys: ['task', 'lock'],
-    args: ['lockToken', 'deadlineAt', 'now', 'attempt'],
+    keys: ['task', 'lock', 'share'],
+    args: ['lockToken', 'deadlineAt', 'now', 'attempt', 'jobId'],
     codes: [OK, TASK_MISSING, LOCK_LOST],
   }),
   becomeTask: spec({

@@ -430,10 +430,25 @@ export class RedisTaskStore {
    * A worker's run starts: checks it holds the job's lock, records the attempt and moves the deadline, and returns
    * the task (PROTOCOL.md §10.2). A missing or terminal task is returned as is, unchanged.
    */
-  async startRun(taskId: string, lock: JobLock, attempt: number, deadlineAt: number): Promise<StartOutcome> {
+  /**
+   * A run starts (PROTOCOL.md §10.2); with `sharePrincipal`, its job leaves that principal's waiting share of the
+   * pool in the same step unless the lock is another run's (§25).
+   */
+  async startRun(
+    taskId: string,
+    lock: JobLock,
+    attempt: number,
+    deadlineAt: number,
+    sharePrincipal?: string,
+  ): Promise<StartOutcome> {
+    const taskKey = this.keys.task(taskId);
     const reply = await this.scripts.call(SCRIPTS.startRun, {
-      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
-      args: { lockToken: lock.token, deadlineAt, now: new Date().toISOString(), attempt },
+      keys: {
+        task: taskKey,
+        lock: this.keys.bullJobLock(lock.queue, taskId),
+        share: sharePrincipal === undefined ? taskKey : this.keys.fairShare(lock.queue, sharePrincipal),
+      },
+      args: { lockToken: lock.token, deadlineAt, now: new Date().toISOString(), attempt, jobId: taskId },
     });
     if (reply.code === ResultCode.LOCK_LOST) return { lockLost: true };
     if (reply.code === ResultCode.TASK_MISSING) return { lockLost: false, record: undefined };

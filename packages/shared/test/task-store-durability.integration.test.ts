@@ -146,6 +146,20 @@ describe('§10.4 lock-checked writes', () => {
     expect((await store.transition(taskId, 'completed', { result: { content: [] } }, { lock: mine })).ok).toBe(true);
   });
 
+  it('takes a started job out of its principal’s fair share, unless the lock is another run’s (§25)', async () => {
+    const { store, keys } = setup('share');
+    const { taskId } = await store.create({ ...base, fairShare: { ttlMs: 60_000 } });
+    const share = keys.fairShare('default', base.principal);
+    expect(await redis.zscore(share, taskId)).not.toBeNull();
+    const mine = { queue: 'default', token: 'run-1' };
+    await holdLock(keys, taskId, 'run-2');
+    expect(await store.startRun(taskId, mine, 1, Date.now() + 1000, base.principal)).toEqual({ lockLost: true });
+    expect(await redis.zscore(share, taskId)).not.toBeNull();
+    await holdLock(keys, taskId, 'run-1');
+    expect((await store.startRun(taskId, mine, 1, Date.now() + 1000, base.principal)).lockLost).toBe(false);
+    expect(await redis.zscore(share, taskId)).toBeNull();
+  });
+
   it('leaves the gateway’s writes (no lock) unchecked', async () => {
     const { store } = setup('nolock');
     const { taskId } = await store.create(base);

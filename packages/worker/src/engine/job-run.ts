@@ -140,14 +140,17 @@ export class JobRunner {
     // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
     const deadlineAt =
       Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.o.lockDurationMs + queueTimeoutMs;
-    const started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt));
+    // Taken: the job no longer counts in its principal's waiting share of the pool (§25), whatever happens next. A
+    // gateway's job names its principal, so the start script leaves the share in the same round trip.
+    const jobPrincipal = parsed.success ? parsed.data.principal : undefined;
+    const started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal));
     if (started.lockLost) {
       log.warn('job lock already lost at start; tool not run');
       throw new DelayedError();
     }
     const task = started.record;
-    // Taken: the job no longer counts in its principal's waiting share of the pool (§25), whatever happens next.
-    const sharePrincipal = task?.principal ?? (parsed.success ? parsed.data.principal : undefined);
+    // A job without its principal (or naming another than its task's) leaves the task principal's share here.
+    const sharePrincipal = task?.principal !== jobPrincipal ? task?.principal : undefined;
     if (sharePrincipal !== undefined) {
       this.o.fairShare.leave(this.o.queue, sharePrincipal, taskId).catch((error: unknown) => {
         log.debug({ err: error }, 'fair-share entry not removed');

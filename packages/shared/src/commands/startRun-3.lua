@@ -1,15 +1,19 @@
 --[[
   A run starts (PROTOCOL.md §10.2): the lock holder records the attempt and moves the deadline. A terminal task is
-  returned as it is, unchanged and without a lock check (the run then ends without running the tool).
+  returned as it is, unchanged and without a lock check (the run then ends without running the tool). Unless the
+  lock is another run's, the job leaves its principal's waiting share of the pool (§25) in the same step: it is
+  taken, whatever happens next.
 
   Input:
     KEYS[1] task              the task hash
     KEYS[2] lock              the job's lock key
+    KEYS[3] share             the principal's fair share of the pool (the task key when the job names no principal)
 
     ARGV[1] lockToken         the worker's lock token
     ARGV[2] deadlineAt        the run's deadline, ms since epoch
     ARGV[3] now               ISO time
     ARGV[4] attempt           the run's number
+    ARGV[5] jobId             the job's id in the share
 
   Output:
     {R.OK, hash}        the hash as a flat list
@@ -21,8 +25,15 @@
 --- @include "transitions"
 --- @include "checkLock"
 
+local function leave_share()
+  if KEYS[3] ~= KEYS[1] then redis.call('ZREM', KEYS[3], ARGV[5]) end
+end
+
 local status = redis.call('HGET', KEYS[1], F.status)
-if not status then return {R.TASK_MISSING} end
+if not status then
+  leave_share()
+  return {R.TASK_MISSING}
+end
 if not TERMINAL[status] then
   if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
   -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
@@ -30,4 +41,5 @@ if not TERMINAL[status] then
   redis.call('HSET', KEYS[1], F.attempt, ARGV[4])
   if redis.call('HEXISTS', KEYS[1], F.startedAt) == 0 then redis.call('HSET', KEYS[1], F.startedAt, ARGV[3]) end
 end
+leave_share()
 return {R.OK, redis.call('HGETALL', KEYS[1])}
