@@ -85,7 +85,7 @@ export async function runAb(o: AbOptions): Promise<number> {
         durationMs: ms,
         cpu: t.cpu,
         totalRoles: ['gateway', 'worker', 'redis'],
-        ttlMs: 1_000,
+        ttlMs: 5_000,
         ...(maxOps === undefined ? {} : { maxOps }),
       });
       into.addAll(`${t.name}.${kind}.c${c}`, m);

@@ -14,7 +14,6 @@ import {
   ROOT,
   WORKER_MAIN,
   spawnNode,
-  startGatewayProcess,
   type GatewayProcess,
   type ManagedProcess,
 } from '../../test/helpers/processes.js';
@@ -155,7 +154,7 @@ async function startGatewayAt(root: string, env: Record<string, string>): Promis
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
       return res?.status === 200;
     },
-    { timeoutMs: 20_000, message: `gateway of ${root} did not become ready` },
+    { timeoutMs: 60_000, message: `gateway of ${root} did not become ready` },
   );
   return Object.assign(proc, { url: `${base}/mcp`, port });
 }
@@ -165,7 +164,8 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const gateways = await Promise.all(
     Array.from({ length: options.gateways }, async (_, i) =>
       label(
-        await (options.root === undefined ? startGatewayProcess(env) : startGatewayAt(options.root, env)),
+        // A busy machine starts a gateway slowly: 60 s, not the tests' 20 s.
+        await startGatewayAt(options.root ?? ROOT, env),
         `${options.name} gateway ${i + 1}`,
       ),
     ),
@@ -190,7 +190,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         if (dead) throw new Error(`worker of ${options.name} exited: ${dead.output().slice(-500)}`);
         return (await redis.zcount(key, Date.now(), '+inf')) >= options.workers;
       },
-      { timeoutMs: 30_000, message: `workers of ${options.name} did not become ready` },
+      { timeoutMs: 60_000, message: `workers of ${options.name} did not become ready` },
     );
   } finally {
     redis.disconnect();
