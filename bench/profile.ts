@@ -3,6 +3,7 @@
  * a summary of where the time goes (issue 14: "guided by --cpu-prof of gateway and worker under load").
  *
  *   pnpm bench:profile [--kind task|plain] [--concurrency 32] [--seconds 8] [--warmup-ops 4000] [--out DIR]
+ *                      [--root DIR]   (profile another built checkout's gateway and worker: a "before")
  *
  * Starts its own redis-server, one gateway + one worker (the `tr` stack of `pnpm bench`) and the peer; warms both up,
  * then profiles only the measured window (the probe starts the inspector's profiler on SIGWINCH and writes
@@ -30,6 +31,7 @@ const { values: args } = parseArgs({
     'warmup-ops': { type: 'string', default: '4000' },
     top: { type: 'string', default: '25' },
     out: { type: 'string' },
+    root: { type: 'string' },
   },
 });
 const KIND = args.kind === 'plain' ? 'plain' : 'task';
@@ -125,6 +127,7 @@ async function main(): Promise<void> {
         gateways: 1,
         workers: 1,
         workerConcurrency: 64,
+        ...(args.root === undefined ? {} : { root: resolve(args.root) }),
       }),
     ]);
     const gateway = tr.gateways[0]!;

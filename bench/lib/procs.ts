@@ -35,6 +35,12 @@ export function probeEnv(extraNodeOptions = ''): Record<string, string> {
   };
 }
 
+/**
+ * How long a spawned process may take to become ready: on a busy 2-core machine (load average 20) a gateway took 9 s
+ * alone and over 20 s beside a benchmark, so the test helpers' 20 s failed whole runs before anything was measured.
+ */
+const STARTUP_TIMEOUT_MS = 90_000;
+
 const CLK_TCK = (() => {
   const out = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
   const n = Number(out.stdout?.trim());
@@ -154,7 +160,7 @@ async function startGatewayAt(root: string, env: Record<string, string>): Promis
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
       return res?.status === 200;
     },
-    { timeoutMs: 60_000, message: `gateway of ${root} did not become ready` },
+    { timeoutMs: STARTUP_TIMEOUT_MS, message: `gateway of ${root} did not become ready` },
   );
   return Object.assign(proc, { url: `${base}/mcp`, port });
 }
@@ -164,7 +170,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const gateways = await Promise.all(
     Array.from({ length: options.gateways }, async (_, i) =>
       label(
-        // A busy machine starts a gateway slowly: 60 s, not the tests' 20 s.
+        // A busy machine starts a gateway slowly (STARTUP_TIMEOUT_MS, not the tests' 20 s).
         await startGatewayAt(options.root ?? ROOT, env),
         `${options.name} gateway ${i + 1}`,
       ),
@@ -190,7 +196,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         if (dead) throw new Error(`worker of ${options.name} exited: ${dead.output().slice(-500)}`);
         return (await redis.zcount(key, Date.now(), '+inf')) >= options.workers;
       },
-      { timeoutMs: 60_000, message: `workers of ${options.name} did not become ready` },
+      { timeoutMs: STARTUP_TIMEOUT_MS, message: `workers of ${options.name} did not become ready` },
     );
   } finally {
     redis.disconnect();
@@ -212,7 +218,7 @@ export async function startPeer(): Promise<GatewayProcess> {
       const res = await fetch(`${base}/healthz`).catch(() => undefined);
       return res?.status === 200;
     },
-    { timeoutMs: 30_000, message: 'peer server did not become ready' },
+    { timeoutMs: STARTUP_TIMEOUT_MS, message: 'peer server did not become ready' },
   );
   return Object.assign(proc, { url: `${base}/mcp`, port });
 }
@@ -233,7 +239,7 @@ export async function startFloorWorker(redisUrl: string, queue: string, concurre
       if (proc.child.exitCode !== null) throw new Error(`floor worker exited: ${proc.output().slice(-500)}`);
       return proc.output().includes('floor worker ready');
     },
-    { timeoutMs: 20_000, message: 'floor worker did not become ready' },
+    { timeoutMs: STARTUP_TIMEOUT_MS, message: 'floor worker did not become ready' },
   );
   return proc;
 }
