@@ -269,6 +269,14 @@ function rowSpecs(): RowSpec[] {
           },
           { group, label: `${what}, C=${c} p50`, unit: 'ms', id: id('tr26', 'p50'), ref: peer('p50'), better: 'lower' },
         );
+        if (kind === 'task') {
+          rows.push({
+            group,
+            label: `${what}, C=${c} listen streams stuck (task read by tasks/get)`,
+            unit: 'count',
+            id: id('tr26', 'stuckListens'),
+          });
+        }
         if (c === 32) {
           rows.push(
             {

@@ -71,6 +71,9 @@ export class CpuMeter {
 
 const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
 
+/** How long a 2026-07-28 listen stream may outlive its task before the cycle counts it stuck and reads the task. */
+const LISTEN_WATCHDOG_MS = 1_000;
+
 export interface CycleOptions {
   /** 2025-11-25 sessions, or clients of the sessionless 2026-07-28 transport (`ModernClient`, tasks declared). */
   sessions: Array<McpSession | ModernClient>;
@@ -96,6 +99,7 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
   if (o.sessions.length === 0) throw new Error('no sessions');
   const tool = o.tool ?? { name: 'bench_noop', arguments: {} };
   const samples: number[] = [];
+  let stuckListens = 0;
   let errors = 0;
   let firstError = '';
   const meter = new CpuMeter(o.cpu).start();
@@ -116,10 +120,25 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
             const taskId = created?.taskId as string | undefined;
             if (!taskId) throw new Error(`no task in ${JSON.stringify(created).slice(0, 200)}`);
             let last: JsonRpcMessage | undefined;
-            await session.call('subscriptions/listen', { notifications: { taskIds: [taskId] } }, (m) => {
-              if (m.method === 'notifications/tasks') last = m;
-            });
-            const task = last?.params as { status?: string; result?: { isError?: boolean } } | undefined;
+            const listened = session
+              .call('subscriptions/listen', { notifications: { taskIds: [taskId] } }, (m) => {
+                if (m.method === 'notifications/tasks') last = m;
+              })
+              .then(() => true);
+            // A stream that has not ended a second after its task did is stuck (a status event it missed): counted,
+            // closed, and the task read with tasks/get, as a client with a watchdog would.
+            let timer: NodeJS.Timeout | undefined;
+            const ended = await Promise.race([
+              listened,
+              new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), LISTEN_WATCHDOG_MS))),
+            ]).finally(() => clearTimeout(timer));
+            let task = last?.params as { status?: string; result?: { isError?: boolean } } | undefined;
+            if (!ended) {
+              stuckListens++;
+              listened.catch(() => undefined);
+              session.abortInflight();
+              task = (await session.call('tasks/get', { taskId })) as typeof task;
+            }
             if (task?.status !== 'completed' || task.result?.isError) {
               throw new Error(`task did not complete: ${JSON.stringify(task).slice(0, 200)}`);
             }
@@ -158,6 +177,7 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
     ...cpu,
     'cpu.total': sum(o.totalRoles.map((r) => cpu[`cpu.${r}`] ?? 0)),
     otherCores,
+    stuckListens,
   };
 }
 
