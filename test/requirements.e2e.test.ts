@@ -16,6 +16,12 @@ const TOKENS = { alice: 'alice-manifest-token', bob: 'bob-manifest-token' };
 /** MANIFEST_STRICT=1 runs the known failures as ordinary tests: to see what they answer today, or that a fix works. */
 const STRICT = process.env['MANIFEST_STRICT'] === '1';
 
+/**
+ * Started once for the whole file, so it may take its time: under the load of other suites (load average 20+ on 2
+ * cores) a gateway took 14–22 s to answer /readyz, past the helpers' default 20 s. The hook has 60 s.
+ */
+const STARTUP = { readyTimeoutMs: 45_000 };
+
 let redis: TestRedis;
 let gateway: GatewayProcess;
 
@@ -23,17 +29,23 @@ beforeAll(async () => {
   redis = await startRedis();
   const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('manifest') };
   [gateway] = await Promise.all([
-    startGatewayProcess({
-      ...env,
-      TASKRELAY_AUTH_TOKENS: Object.entries(TOKENS)
-        .map(([principal, token]) => `${principal}:${token}`)
-        .join(','),
-      TASKRELAY_MAX_RESULT_BYTES: String(MAX_RESULT_BYTES),
-    }),
-    startWorkerProcess({
-      ...env,
-      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest-tools.mjs'),
-    }),
+    startGatewayProcess(
+      {
+        ...env,
+        TASKRELAY_AUTH_TOKENS: Object.entries(TOKENS)
+          .map(([principal, token]) => `${principal}:${token}`)
+          .join(','),
+        TASKRELAY_MAX_RESULT_BYTES: String(MAX_RESULT_BYTES),
+      },
+      STARTUP,
+    ),
+    startWorkerProcess(
+      {
+        ...env,
+        TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest-tools.mjs'),
+      },
+      STARTUP,
+    ),
   ]);
 });
 

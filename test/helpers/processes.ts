@@ -74,8 +74,19 @@ export interface GatewayProcess extends ManagedProcess {
   port: number;
 }
 
+export interface StartOptions {
+  /**
+   * How long the process may take to become ready. Default 20 s; a file that starts its processes once for many
+   * tests may allow more (on a loaded 2-core machine, importing the gateway alone has taken 17 s of wall time).
+   */
+  readyTimeoutMs?: number;
+}
+
 /** Starts a gateway on a free port, or on `env.PORT` when given (a restart behind the same address). */
-export async function startGatewayProcess(env: Record<string, string | undefined>): Promise<GatewayProcess> {
+export async function startGatewayProcess(
+  env: Record<string, string | undefined>,
+  options: StartOptions = {},
+): Promise<GatewayProcess> {
   const port = env['PORT'] ? Number(env['PORT']) : await getPort({ host: '127.0.0.1' });
   const proc = spawnNode(GATEWAY_MAIN, { HOST: '127.0.0.1', PORT: String(port), ...env });
   const base = `http://127.0.0.1:${port}`;
@@ -85,7 +96,7 @@ export async function startGatewayProcess(env: Record<string, string | undefined
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
       return res?.status === 200;
     },
-    { timeoutMs: 20_000, message: 'gateway did not become ready' },
+    { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'gateway did not become ready' },
   ).catch((error: unknown) => {
     // What the gateway said is what tells a slow start from a stuck one.
     throw new Error(
@@ -95,14 +106,17 @@ export async function startGatewayProcess(env: Record<string, string | undefined
   return Object.assign(proc, { url: `${base}/mcp`, port });
 }
 
-export async function startWorkerProcess(env: Record<string, string | undefined>): Promise<ManagedProcess> {
+export async function startWorkerProcess(
+  env: Record<string, string | undefined>,
+  options: StartOptions = {},
+): Promise<ManagedProcess> {
   const proc = spawnNode(WORKER_MAIN, env);
   await waitFor(
     () => {
       if (proc.child.exitCode !== null) throw new Error(`worker exited: ${proc.output()}`);
       return proc.logs().some((l) => l['msg'] === 'worker ready');
     },
-    { timeoutMs: 20_000, message: 'worker did not become ready' },
+    { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'worker did not become ready' },
   );
   return proc;
 }
