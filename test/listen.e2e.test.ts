@@ -34,6 +34,7 @@ let a: GatewayProcess;
 let b: GatewayProcess;
 let limited: GatewayProcess;
 let nextId = 1;
+const RESULT_CAP = 65_536;
 const prefix = uniquePrefix('listen');
 const keys = createKeys(prefix);
 
@@ -42,7 +43,8 @@ beforeAll(async () => {
   r = new Redis(redis.url);
   const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
   [a, b, limited] = await Promise.all([
-    startGatewayProcess(env),
+    // A's results are capped small: a listen frame inlines a task's result under the same cap as tasks/get.
+    startGatewayProcess({ ...env, TASKRELAY_MAX_RESULT_BYTES: String(RESULT_CAP) }),
     startGatewayProcess(env),
     startGatewayProcess({
       ...env,
@@ -174,6 +176,28 @@ describe('§18.1 a push across replicas', () => {
     expect(frames.at(-1)).toMatchObject({ id: listenId, result: { resultType: 'complete' } });
     // The 250 ms poll read each of the 20 tasks 6 times in this stretch (120 reads).
     expect(idleReads).toBeLessThan(count);
+  });
+});
+
+describe('§18.2 frames', () => {
+  it("inlines a task's result capped like tasks/get: a result over TASKRELAY_MAX_RESULT_BYTES is an isError result", async () => {
+    const taskId = await createTask(a, 'big_result', { bytes: RESULT_CAP * 2, ms: 200 });
+    const res = await post(a, 'subscriptions/listen', { notifications: { taskIds: [taskId] } }).response;
+    let completed: Json | undefined;
+    for await (const event of readSse(res)) {
+      const message = event.data as Json;
+      if (message['method'] === 'notifications/tasks' && message['params']?.['status'] === 'completed') {
+        completed = message;
+        expect(JSON.stringify(message).length).toBeLessThan(RESULT_CAP);
+      }
+    }
+    expect(completed?.['params']?.['result']).toMatchObject({
+      resultType: 'complete',
+      isError: true,
+      content: [{ type: 'text', text: expect.stringMatching(/larger than this gateway delivers/) }],
+    });
+    // tasks/get says the same.
+    expect((await result(a, 'tasks/get', { taskId }))['result']).toEqual(completed?.['params']?.['result']);
   });
 });
 

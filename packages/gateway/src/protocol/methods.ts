@@ -23,6 +23,7 @@ import {
   renderCreateTaskExt,
   renderDetailedTask,
   requireTasksExtension,
+  type ExtDetailedTask,
 } from '../wire/task-wire-ext.js';
 import type { InflightCalls } from './inflight-calls.js';
 import { inputRequiredResult } from './mrtr.js';
@@ -324,8 +325,14 @@ export class McpMethods {
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {
     const rendering = renderingFor(ctx, 'tasks/get');
     const record = await this.o.service.get(taskId, ctx.principal);
-    if (rendering !== 'extension') return renderTask(record);
-    // The extension inlines the result: capped like every result this gateway delivers (the task keeps its status).
+    return rendering === 'extension' ? this.detailedTask(record) : renderTask(record);
+  }
+
+  /**
+   * A task in the extension's rendering, its inline result capped like every result this gateway delivers (the task
+   * keeps its status): `tasks/get`, and each `notifications/tasks` of a listen stream.
+   */
+  detailedTask(record: TaskRecord): ExtDetailedTask {
     const detailed = renderDetailedTask(record);
     if (detailed.result === undefined) return detailed;
     const capped = capResult(detailed.result as CallToolResult, this.maxResultBytes);

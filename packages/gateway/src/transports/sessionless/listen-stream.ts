@@ -14,7 +14,7 @@ import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import type { CatalogChanges } from '../../protocol/catalog-changes.js';
 import type { TaskService } from '../../tasks/task-service.js';
-import { renderDetailedTask, requireTasksExtension } from '../../wire/task-wire-ext.js';
+import { requireTasksExtension, type ExtDetailedTask } from '../../wire/task-wire-ext.js';
 
 /** Most task ids one stream follows (§18.3). */
 export const MAX_LISTEN_TASKS = 100;
@@ -46,6 +46,8 @@ export interface ListenStreamsOptions {
   inflight: InflightCalls;
   catalogChanges: CatalogChanges;
   log: Logger;
+  /** A task as its `notifications/tasks` carries it: the extension's rendering, its result capped (`McpMethods`). */
+  render: (record: TaskRecord) => ExtDetailedTask;
   /** The transport's outgoing filter, applied to every message of the stream (PROTOCOL.md §16: one filtered send). */
   outgoing?: (message: object) => object;
   /** Counters of every SSE response (§22.1); the bound of a listen stream is its own. */
@@ -233,7 +235,7 @@ export function createListenStreams(options: ListenStreamsOptions) {
       const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
       if (entry.sent !== version) {
         entry.sent = version;
-        const { resultType: _complete, ...task } = renderDetailedTask(record);
+        const { resultType: _complete, ...task } = options.render(record);
         writer.writeLatest(
           record.taskId,
           eventText({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } }),

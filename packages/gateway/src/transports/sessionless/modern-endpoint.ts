@@ -128,6 +128,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     inflight: options.inflight,
     catalogChanges,
     log,
+    render: (record) => methods.detailedTask(record),
     outgoing,
     ...(options.streams ? { streams: options.streams } : {}),
     ...(options.listens ? { listens: options.listens } : {}),
