@@ -29,6 +29,8 @@ import {
 import { startTask, taskResult } from './helpers/tasks.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
+/** The open-work cap a batch has when its job carries none (authentication off): the gateway's default cap. */
+const DEFAULT_BATCH_OPEN_CAP = 1_000;
 const TOKENS = 'alice:alice-token,bob:bob-token';
 /** The pool's slots: one worker of four. */
 const SLOTS = 4;
@@ -181,4 +183,53 @@ describe('§26.6 a batch is fair to other principals', () => {
     await alice.close();
     await bob.close();
   }, 150_000);
+});
+
+describe('§26.6 batches with authentication off', () => {
+  it('hold the anonymous principal to the default open-work cap across its batches', async () => {
+    const prefix = uniquePrefix('batch-anon');
+    const keys = createKeys(prefix);
+    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+    const gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'warn' });
+    // Parents on one pool; their build_report children on the demo workers' pool, 20 s each: none ends in the test.
+    await startWorkerProcess({
+      ...env,
+      TASKRELAY_TOOLS: BATCH_TOOLS,
+      TASKRELAY_QUEUE: 'batch',
+      WORKER_CONCURRENCY: '4',
+    });
+    await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '2' });
+    const anon = await connectClient(gateway.url);
+    // Three batches asking for 600 children in flight each: 1,800 without a cap.
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      ids.push(await startTask(anon, 'fan_reports', { count: 700, items: 200, delayMs: 100, concurrency: 600 }));
+    }
+    const windows = await waitFor(
+      async () => {
+        // `released` moves once a release's jobs are added (the window is the concurrency until the first release).
+        const hashes = await Promise.all(ids.map((id) => admin.hmget(keys.batch(id).hash, 'released', 'window')));
+        return hashes.every(([released]) => Number(released) > 0) ? hashes.map(([, w]) => Number(w)) : undefined;
+      },
+      { timeoutMs: 30_000, message: 'every batch released its children' },
+    );
+    const owner = (await admin.hget(keys.batch(ids[0] as string).hash, 'owner')) ?? '';
+    const openWork = keys.principalOpenTasks(owner);
+    const open = await Promise.all(ids.map((id) => admin.scard(keys.batch(id).open)));
+    // Released one after the other, atomically: 600, then what the cap leaves (400), then the minimum of 1.
+    expect([...windows].sort((a, b) => b - a)).toEqual([DEFAULT_BATCH_OPEN_CAP - 400, 400, 1]);
+    expect(open.reduce((a, b) => a + b, 0)).toBe(DEFAULT_BATCH_OPEN_CAP + 1);
+    expect(await admin.zcard(openWork)).toBe(DEFAULT_BATCH_OPEN_CAP + 1);
+    expect(await admin.pttl(openWork), 'the open-work set expires even with no gateway counting it').toBeGreaterThan(0);
+
+    // Cancelled, the batches leave nothing counted.
+    for (const taskId of ids) {
+      await anon.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
+    }
+    await waitFor(async () => (await admin.zcard(openWork)) === 0, {
+      timeoutMs: 30_000,
+      message: 'the cancelled batches left children in the open work',
+    });
+    await anon.close();
+  }, 120_000);
 });

@@ -4,6 +4,7 @@
  * parent's `ctx.fanOut`, each child's start and record) and for the gateway (dashboard counts, the open-work cap).
  */
 import { BATCH_FIELDS as B } from './batch-fields.js';
+import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import { parseBatchChildId, type Keys } from './keys.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './script-results.js';
@@ -47,6 +48,23 @@ export interface BatchShape {
   concurrency: number;
   failFast: boolean;
   owner: string;
+}
+
+/** Where a batch's children go: their pool, and their principal's fair share of it. */
+export interface ChildPlacement {
+  childPool: string;
+  owner: string;
+  /** How long the principal's fair share of the pool outlives its newest entry. */
+  shareTtlMs: number;
+}
+
+/** A release of a batch's next children, for `BatchStore.release`. */
+export interface ChildRelease extends ChildPlacement {
+  concurrency: number;
+  /** The principal's open-work cap (§26.6). */
+  cap: number;
+  /** The principal's open work lives at least this long after a release (a cap nobody else counts still expires). */
+  openWorkTtlMs: number;
 }
 
 export type StartChildOutcome =
@@ -160,19 +178,53 @@ export class BatchStore {
   }
 
   /**
-   * Marks children `from .. from + count − 1` open before their jobs are added (a child recorded before this would
-   * otherwise stay open for ever), counts them in the principal's open work when there is a cap, and sets the window.
+   * Releases the batch's next children (PROTOCOL.md §26.3 step 2, §26.6): sizes the window against the principal's
+   * open-work cap, opens the children and counts them in its open work before their jobs exist, and answers each
+   * one's BullMQ priority from the pool's one fair-share rule (§25), 0 for a child whose job is in the pool already
+   * (do not add it). One script, so two batches of a principal released at once both see the other's children.
    */
-  async open(parentId: string, from: number, count: number, window: number, openWorkKey?: string): Promise<void> {
+  async release(parentId: string, r: ChildRelease): Promise<{ window: number; from: number; priorities: number[] }> {
+    const values = await this.releaseScript(parentId, r, '1', [], r.concurrency, r.cap);
+    const [window, from, ...priorities] = values;
+    return { window: window ?? 1, from: from ?? 0, priorities };
+  }
+
+  /** Re-adds open children (§26.3 step 2): each one's priority as `release` answers it, 0 when its job exists. */
+  async reenter(parentId: string, indices: readonly number[], r: ChildPlacement): Promise<number[]> {
+    if (indices.length === 0) return [];
+    return (await this.releaseScript(parentId, { ...r, openWorkTtlMs: 0 }, '0', indices, 0, 0)).slice(2);
+  }
+
+  private async releaseScript(
+    parentId: string,
+    r: ChildPlacement & { openWorkTtlMs: number },
+    release: '0' | '1',
+    indices: readonly number[],
+    concurrency: number,
+    cap: number,
+  ): Promise<number[]> {
     const k = this.keys.batch(parentId);
-    const indices = Array.from({ length: count }, (_v, i) => String(from + i));
-    const multi = this.redis.multi().hset(k.hash, B.window, String(window));
-    if (indices.length > 0) multi.sadd(k.open, ...indices);
-    if (openWorkKey !== undefined && indices.length > 0) {
-      const now = Date.now();
-      multi.zadd(openWorkKey, ...indices.flatMap((i) => [now, `${parentId}.${i}`]));
-    }
-    await multi.exec();
+    const reply = await this.scripts.call(SCRIPTS.batchRelease, {
+      keys: {
+        batch: k.hash,
+        open: k.open,
+        share: this.keys.fairShare(r.childPool, r.owner),
+        principalOpen: this.keys.principalOpenTasks(r.owner),
+      },
+      args: {
+        parentId,
+        indices: indices.join(','),
+        release,
+        concurrency,
+        cap,
+        nowMs: Date.now(),
+        openWorkTtlMs: r.openWorkTtlMs,
+        shareTtlMs: r.shareTtlMs,
+        maxPriority: MAX_FAIR_PRIORITY,
+        queueKey: `${this.keys.bullQueueKeyPrefix}${r.childPool}`,
+      },
+    });
+    return reply.values.map(Number);
   }
 
   /** The children's jobs are added: the release moves on to `released`. */

@@ -170,6 +170,23 @@ export const SCRIPTS = {
     args: ['lockToken', 'index', 'childId', 'failed', 'outcome'],
     codes: [OK, ResultCode.OUTCOME_RECORDED, TASK_MISSING, LOCK_LOST],
   }),
+  batchRelease: spec({
+    name: 'batchRelease',
+    keys: ['batch', 'open', 'share', 'principalOpen'],
+    args: [
+      'parentId',
+      'indices',
+      'release',
+      'concurrency',
+      'cap',
+      'nowMs',
+      'openWorkTtlMs',
+      'shareTtlMs',
+      'maxPriority',
+      'queueKey',
+    ],
+    codes: [OK],
+  }),
   batchPeek: spec({
     name: 'batchPeek',
     keys: ['batch', 'open'],

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { BatchStore } from '../src/batch-store.js';
+import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
 import { createKeys } from '../src/keys.js';
 import { TASK_FIELDS as F } from '../src/task-fields.js';
 
@@ -35,7 +36,23 @@ async function batch(size: number, shape = SHAPE) {
   expect(await store.create(PARENT, { queue: 'pp', token: 'parent-token' }, shape, items, 60_000)).toBe('created');
   /** Gives child `index` a lock held by `token`, as BullMQ does when a worker takes its job. */
   const lockChild = (index: number, token: string) => redis.set(keys.bullJobLock('cp', `${PARENT}.${index}`), token);
-  return { keys, store, lockChild, lock: (token: string) => ({ queue: 'cp', token }) };
+  /**
+   * Releases the batch's next children as a parent does (§26.3 step 2): up to `concurrency` open, within `cap`, then
+   * moves `released`. Resolves with the released children's priorities.
+   */
+  const open = async (concurrency: number, cap = 1_000) => {
+    const { from, priorities } = await store.release(PARENT, {
+      concurrency,
+      cap,
+      childPool: shape.childPool,
+      owner: shape.owner,
+      openWorkTtlMs: 60_000,
+      shareTtlMs: 60_000,
+    });
+    await store.released(PARENT, from + priorities.length, -1);
+    return priorities;
+  };
+  return { keys, store, lockChild, open, lock: (token: string) => ({ queue: 'cp', token }) };
 }
 
 describe('26. batch store', () => {
@@ -48,8 +65,8 @@ describe('26. batch store', () => {
   });
 
   it('records a child exactly once, and only under its job lock', async () => {
-    const { store, lockChild, lock, keys } = await batch(2);
-    await store.open(PARENT, 0, 2, 2);
+    const { store, lockChild, lock, keys, open } = await batch(2);
+    await open(2);
     await lockChild(0, 't1');
     expect(await store.recordChild(PARENT, 0, 'alice', lock('stale'), { status: 'completed' })).toEqual({
       outcome: 'lock_lost',
@@ -68,8 +85,8 @@ describe('26. batch store', () => {
   });
 
   it('wakes the parent once per half window and when the last child is recorded', async () => {
-    const { store, lockChild, lock } = await batch(6);
-    await store.open(PARENT, 0, 4, 4);
+    const { store, lockChild, lock, open } = await batch(6);
+    await open(4);
     await store.released(PARENT, 4, 0);
     const wakes: boolean[] = [];
     for (const index of [0, 1, 2, 3]) {
@@ -80,7 +97,7 @@ describe('26. batch store', () => {
     // Open 3, 2 (half of 4: wake), 1, 0.
     expect(wakes).toEqual([false, true, false, false]);
     expect((await store.peek(PARENT))?.wake).toBe(true);
-    await store.open(PARENT, 4, 2, 4);
+    await open(4);
     await store.released(PARENT, 6, 4);
     await lockChild(4, 't');
     await lockChild(5, 't');
@@ -95,8 +112,8 @@ describe('26. batch store', () => {
   });
 
   it('wakes a fail-fast parent at the first failure', async () => {
-    const { store, lockChild, lock } = await batch(10, { ...SHAPE, failFast: true });
-    await store.open(PARENT, 0, 4, 4);
+    const { store, lockChild, lock, open } = await batch(10, { ...SHAPE, failFast: true });
+    await open(4);
     await store.released(PARENT, 4, 0);
     await lockChild(2, 't');
     expect(await store.recordChild(PARENT, 2, 'alice', lock('t'), { status: 'failed' })).toMatchObject({
@@ -105,8 +122,8 @@ describe('26. batch store', () => {
   });
 
   it('starts a child only while its parent is live, the batch not stopped and its outcome not recorded', async () => {
-    const { store, lockChild, lock, keys } = await batch(3);
-    await store.open(PARENT, 0, 3, 3);
+    const { store, lockChild, lock, keys, open } = await batch(3);
+    await open(3);
     await lockChild(0, 't');
     expect(await store.startChild(PARENT, 0, lock('x'))).toEqual({ outcome: 'lock_lost' });
     expect(await store.startChild(PARENT, 0, lock('t'))).toEqual({ outcome: 'run', owner: 'alice', parentPool: 'pp' });
@@ -123,9 +140,9 @@ describe('26. batch store', () => {
   });
 
   it('counts open children in the principal’s open work until they are recorded', async () => {
-    const { store, lockChild, lock, keys } = await batch(2);
+    const { store, lockChild, lock, keys, open } = await batch(2);
     const openWork = keys.principalOpenTasks('alice');
-    await store.open(PARENT, 0, 2, 2, openWork);
+    await open(2);
     expect(await redis.zrange(openWork, 0, -1)).toEqual([`${PARENT}.0`, `${PARENT}.1`]);
     expect(await store.endedWork([`${PARENT}.0`, `${PARENT}.1`, 'gone-task'])).toEqual([false, false, true]);
     await lockChild(0, 't');
@@ -133,5 +150,79 @@ describe('26. batch store', () => {
     expect(await redis.zrange(openWork, 0, -1)).toEqual([`${PARENT}.1`]);
     await redis.hset(keys.task(PARENT), F.status, 'cancelled');
     expect(await store.endedWork([`${PARENT}.1`])).toEqual([true]);
+  });
+
+  it('gives released children the pool’s fair-share priorities, the same rule as every job (§25, §26.6)', async () => {
+    const { store, keys, open } = await batch(12);
+    const fair = new FairShare(redis, keys);
+    // Alice has two tasks waiting in the child pool: her children queue behind them, one priority each.
+    expect(await fair.enter('cp', 'alice', 't0', 60_000)).toBe(1);
+    expect(await fair.enter('cp', 'alice', 't1', 60_000)).toBe(2);
+    expect(await open(3)).toEqual([3, 4, 5]);
+    // Bob has nothing waiting: his task goes ahead of her whole backlog, children included.
+    expect(await fair.enter('cp', 'bob', 'b0', 60_000)).toBe(1);
+    // Her next task queues behind her children, which the gateway's rule sees as her backlog.
+    expect(await fair.enter('cp', 'alice', 't2', 60_000)).toBe(6);
+    // Workers take everything of hers but one child; the next release never goes below her newest waiting job.
+    for (const id of ['t0', 't1', 't2', `${PARENT}.0`, `${PARENT}.1`]) await fair.leave('cp', 'alice', id);
+    expect(await open(5)).toEqual([5, 5]);
+    const share = keys.fairShare('cp', 'alice');
+    expect(await redis.zrange(share, 0, -1)).toEqual([`${PARENT}.2`, `${PARENT}.3`, `${PARENT}.4`]);
+    expect(await redis.pttl(share)).toBeGreaterThan(0);
+    // A re-add keeps a waiting child's entry, skips a child whose job is in the pool, and enters a vanished one.
+    await redis.hset(`${keys.bullQueueKeyPrefix}cp:${PARENT}.3`, 'name', 'c');
+    await fair.leave('cp', 'alice', `${PARENT}.3`);
+    await fair.leave('cp', 'alice', `${PARENT}.4`);
+    const placement = { childPool: 'cp', owner: 'alice', shareTtlMs: 60_000 };
+    expect(await store.reenter(PARENT, [2, 3, 4], placement)).toEqual([5, 0, 5]);
+    // A release whose job exists already (a parent killed after its add) adds nothing for it.
+    expect(await store.reenter(PARENT, [3], placement)).toEqual([0]);
+    // A deep backlog stays within BullMQ's priority range.
+    await redis.zadd(share, MAX_FAIR_PRIORITY, 'deep');
+    expect(await open(7)).toEqual([MAX_FAIR_PRIORITY, MAX_FAIR_PRIORITY]);
+  });
+
+  it('sizes the window against the open-work cap in the release, so batches released together share it', async () => {
+    const first = await batch(50);
+    const openWork = first.keys.principalOpenTasks('alice');
+    await redis.zadd(openWork, 1, 'other-task');
+    // Concurrency 30 asked for under a cap of 20, beside one other open task: 19.
+    expect(await first.open(30, 20)).toHaveLength(19);
+    expect(await redis.hget(first.keys.batch(PARENT).hash, 'window')).toBe('19');
+    expect(await redis.zcard(openWork)).toBe(20);
+    // A second batch of the same principal finds the cap full: one child.
+    await redis.hset(first.keys.batch('bbbb').hash, 'size', '50', 'released', '0');
+    const { window, priorities } = await first.store.release('bbbb', {
+      concurrency: 30,
+      cap: 20,
+      childPool: 'cp',
+      owner: 'alice',
+      openWorkTtlMs: 60_000,
+      shareTtlMs: 60_000,
+    });
+    expect({ window, released: priorities.length }).toEqual({ window: 1, released: 1 });
+    // Ten of the first batch's children are recorded: its next release leaves room for the other two open.
+    for (let index = 0; index < 10; index++) {
+      await first.lockChild(index, 't');
+      await first.store.recordChild(PARENT, index, 'alice', first.lock('t'), { status: 'completed' });
+    }
+    expect(await first.open(30, 20)).toHaveLength(9);
+    expect(await redis.hget(first.keys.batch(PARENT).hash, 'window')).toBe('18');
+    expect(await redis.zcard(openWork)).toBe(20);
+  });
+
+  it('counts released children in their principal’s open work, which expires even when no gateway counts it', async () => {
+    const { keys, open } = await batch(4);
+    const openWork = keys.principalOpenTasks('alice');
+    await open(2);
+    expect(await redis.zrange(openWork, 0, -1)).toEqual([`${PARENT}.0`, `${PARENT}.1`]);
+    const ttl = await redis.pttl(openWork);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+    // A gateway's longer ttl is never shortened.
+    await redis.pexpire(openWork, 600_000);
+    await open(3);
+    expect(await redis.pttl(openWork)).toBeGreaterThan(60_000);
+    expect(await redis.hget(keys.batch(PARENT).hash, 'window')).toBe('3');
   });
 });

@@ -1,33 +1,11 @@
-/** PROTOCOL.md §26: the pure parts of a batch — window, priorities, the result's shape — without Redis. */
+/**
+ * PROTOCOL.md §26: the pure parts of a batch — the result's shape — without Redis. The window and the children's
+ * priorities are the release script's (packages/shared/test/batch-store.integration.test.ts).
+ */
 import { describe, expect, it } from 'vitest';
-import { MAX_FAIR_PRIORITY, parseBatchChildId, batchChildId } from '@taskrelay/shared';
-import { childPriorities, fanOutResult, releaseWindow } from '../src/engine/batch-parent.js';
+import { parseBatchChildId, batchChildId } from '@taskrelay/shared';
+import { fanOutResult } from '../src/engine/batch-parent.js';
 import { batchMessage } from '../src/context.js';
-
-describe('26. release window', () => {
-  it('is the concurrency without an open-work cap', () => {
-    expect(releaseWindow(64, undefined, 5_000)).toBe(64);
-  });
-  it('shrinks to what the cap leaves beside the principal’s other work, never below one', () => {
-    expect(releaseWindow(64, 1_000, 1)).toBe(64);
-    expect(releaseWindow(64, 50, 10)).toBe(40);
-    expect(releaseWindow(64, 50, 50)).toBe(1);
-    expect(releaseWindow(64, 50, 80)).toBe(1);
-  });
-});
-
-describe('26. children’s fair-share priorities', () => {
-  it('start at 1 for a principal with nothing waiting and rise by one per child', () => {
-    expect(childPriorities(0, undefined, 4)).toEqual([1, 2, 3, 4]);
-  });
-  it('queue behind the principal’s own waiting jobs, never before its newest', () => {
-    expect(childPriorities(3, 4, 3)).toEqual([4, 5, 6]);
-    expect(childPriorities(2, 40, 2)).toEqual([40, 40]);
-  });
-  it('stay within BullMQ’s priority range', () => {
-    expect(childPriorities(MAX_FAIR_PRIORITY, MAX_FAIR_PRIORITY, 2)).toEqual([MAX_FAIR_PRIORITY, MAX_FAIR_PRIORITY]);
-  });
-});
 
 describe('26. fan-out result', () => {
   const counts = { size: 5, completed: 2, failed: 1, released: 5, open: 0, window: 4, stopped: true, wake: false };

@@ -6,7 +6,6 @@
  */
 import {
   type BatchStore,
-  MAX_FAIR_PRIORITY,
   TaskrelayError,
   WorkerCatalogSchema,
   batchChildId,
@@ -48,23 +47,11 @@ export interface BatchParentOptions {
 }
 
 /**
- * How many children may be in flight for this release (§26.6): the tool's concurrency, less what the principal's
- * open-work cap leaves once its other unfinished work is counted, but never below 1 (the batch always moves on).
+ * The open-work cap of a batch whose job carries none (authentication off, where the gateway counts no one's tasks,
+ * or `TASKRELAY_MAX_OPEN_TASKS=0`): a principal's batches together keep at most this many children open across the
+ * fleet (each batch at least one), counted in the same open-work set (§26.6). The gateway's default cap.
  */
-export function releaseWindow(concurrency: number, maxOpen: number | undefined, otherOpenWork: number): number {
-  if (maxOpen === undefined) return concurrency;
-  return Math.max(1, Math.min(concurrency, maxOpen - otherOpenWork));
-}
-
-/**
- * The fair-share priorities of `count` jobs entering a principal's share together (§25's rule, applied to each in
- * turn): one more than the jobs waiting before it, never below the newest waiting job's priority.
- */
-export function childPriorities(waiting: number, newest: number | undefined, count: number): number[] {
-  return Array.from({ length: count }, (_v, i) =>
-    Math.min(MAX_FAIR_PRIORITY, Math.max(waiting + 1 + i, waiting + i === 0 ? 1 : (newest ?? 1))),
-  );
-}
+export const DEFAULT_BATCH_OPEN_CAP = 1_000;
 
 /** The result a finished (or fail-fast stopped) batch gives its parent. */
 export function fanOutResult(counts: BatchCounts, listed: ReadonlyArray<BatchOutcome | undefined>): FanOutResult {
@@ -92,7 +79,10 @@ function childOutcome(index: number, outcome: BatchOutcome | undefined): ChildOu
 export class BatchParent {
   constructor(private readonly o: BatchParentOptions) {}
 
-  /** The host of one parent run: `maxOpen` is its principal's open-work cap, from its job (§26.6). */
+  /**
+   * The host of one parent run: `maxOpen` is its principal's open-work cap, from its job (§26.6), or
+   * `DEFAULT_BATCH_OPEN_CAP` for its children when the job carries none.
+   */
   forRun(maxOpen: number | undefined): FanOutHost {
     return {
       fanOut: (run, items, options) => this.fanOut(run, items, options, maxOpen),
@@ -157,77 +147,79 @@ export class BatchParent {
       return { kind: 'done', result: fanOutResult(final, listed) };
     }
 
-    // A run that sees no child finished since the last one re-adds the open children's jobs: an add of a job that
-    // exists is a no-op, and one that vanished (evicted, say) comes back (its start check refuses it if recorded).
+    // A run that sees no child finished since the last one re-adds the open children whose jobs vanished (evicted,
+    // say); one whose job is in the pool is left alone (its start check refuses it if recorded).
     if (done === shape.seenDone && counts.open > 0) {
       const indices = await store.openIndices(taskId);
-      log.info({ open: indices.length }, 'batch made no progress since the last run; re-adding open children');
-      await this.addChildren(taskId, shape, indices, maxOpen);
+      const priorities = await store.reenter(taskId, indices, this.placement(shape));
+      const added = await this.addChildren(taskId, shape, indices, priorities, maxOpen);
+      log.info(
+        { open: indices.length, added },
+        'batch made no progress since the last run; re-added vanished children',
+      );
     }
 
-    const openWorkKey = maxOpen === undefined ? undefined : this.o.keys.principalOpenTasks(shape.owner);
-    let window = options.concurrency;
-    if (openWorkKey !== undefined) {
-      window = releaseWindow(options.concurrency, maxOpen, await this.otherOpenWork(openWorkKey, counts.open, maxOpen));
-    }
-    const count = Math.max(0, Math.min(window - counts.open, counts.size - counts.released));
+    // The window is the concurrency less what the open-work cap leaves beside the principal's other open work, at
+    // least 1 (the batch always moves on), sized by the release script itself (§26.6).
+    const cap = maxOpen ?? DEFAULT_BATCH_OPEN_CAP;
+    await this.pruneOpenWork(this.o.keys.principalOpenTasks(shape.owner), counts.open, cap);
+    const { window, from, priorities } = await store.release(taskId, {
+      ...this.placement(shape),
+      concurrency: options.concurrency,
+      cap,
+      openWorkTtlMs: BATCH_TTL_MS,
+    });
+    const count = priorities.length;
     if (count > 0) {
-      await store.open(taskId, counts.released, count, window, openWorkKey);
-      const indices = Array.from({ length: count }, (_v, i) => counts.released + i);
-      await this.addChildren(taskId, shape, indices, maxOpen);
+      const indices = Array.from({ length: count }, (_v, i) => from + i);
+      await this.addChildren(taskId, shape, indices, priorities, maxOpen);
       this.o.metrics.batchChildrenReleased.inc({ tool: shape.childTool }, count);
-      log.debug({ from: counts.released, count, window }, 'batch children released');
+      log.debug({ from, count, window }, 'batch children released');
     }
-    await store.released(taskId, counts.released + count, done);
+    await store.released(taskId, from + count, done);
     return { kind: 'wait', pollMs: BATCH_POLL_MS };
   }
 
   /**
-   * The principal's unfinished work other than this batch's open children (§26.6). Counted exactly (ended ids pruned,
-   * as the gateway's cap does) only when the raw count says the cap might bind.
+   * Prunes the principal's open work of ended ids (as the gateway's cap does) when its raw count says the cap might
+   * bind, so the release script's count of it is exact where it matters (§26.6).
    */
-  private async otherOpenWork(key: string, ownOpen: number, maxOpen: number | undefined): Promise<number> {
+  private async pruneOpenWork(key: string, ownOpen: number, cap: number): Promise<void> {
     const { redis, store } = this.o;
-    const raw = (await redis.zcard(key)) - ownOpen;
-    if (maxOpen === undefined || raw < maxOpen) return raw;
+    if ((await redis.zcard(key)) - ownOpen < cap) return;
     const ids = await redis.zrange(key, 0, -1);
     const ended = await store.endedWork(ids);
     const gone = ids.filter((_id, i) => ended[i] === true);
     if (gone.length > 0) await redis.zrem(key, ...gone);
-    return ids.length - gone.length - ownOpen;
   }
 
-  /** Adds the children's jobs, in their principal's fair share of the child pool (§25). */
+  private placement(shape: { childPool: string; owner: string }) {
+    return { childPool: shape.childPool, owner: shape.owner, shareTtlMs: FAIR_SHARE_TTL_MS };
+  }
+
+  /**
+   * Adds the jobs of the children whose priority (from the release script: the pool's one fair-share rule, §25, its
+   * entry written before the job exists) is above 0; 0 is a child whose job is in the pool already. Resolves with
+   * how many it added.
+   */
   private async addChildren(
     taskId: string,
     shape: { childTool: string; childPool: string; owner: string },
     indices: readonly number[],
+    priorities: readonly number[],
     maxOpen: number | undefined,
-  ): Promise<void> {
-    if (indices.length === 0) return;
-    const { redis, keys, store, queues } = this.o;
-    const first = indices[0] ?? 0;
-    const last = indices[indices.length - 1] ?? first;
+  ): Promise<number> {
+    const { store, queues } = this.o;
+    const adding = indices.flatMap((index, i) => {
+      const priority = priorities[i] ?? 0;
+      return priority > 0 ? [{ index, priority }] : [];
+    });
+    if (adding.length === 0) return 0;
+    const first = adding[0]?.index ?? 0;
+    const last = adding[adding.length - 1]?.index ?? first;
     const texts = await store.items(taskId, first, last + 1);
     const tool = await this.childToolInPool(shape.childTool, shape.childPool);
-    const shareKey = keys.fairShare(shape.childPool, shape.owner);
-    const [[, waiting], [, newest]] = (await redis
-      .pipeline()
-      .zcard(shareKey)
-      .zrange(shareKey, -1, -1, 'WITHSCORES')
-      .exec()) as [[unknown, number], [unknown, string[]]];
-    const priorities = childPriorities(
-      waiting,
-      newest[1] === undefined ? undefined : Number(newest[1]),
-      indices.length,
-    );
-    const ids = indices.map((index) => batchChildId(taskId, index));
-    const share = redis.multi();
-    ids.forEach((id, i) => share.zadd(shareKey, priorities[i] ?? 1, id));
-    // The entry exists before any worker can take the job, as the gateway's (Redis runs one connection's commands in
-    // order, and the Queue shares this connection).
-    const entered = share.pexpire(shareKey, FAIR_SHARE_TTL_MS).exec();
-    const jobs = indices.map((index, i) => ({
+    const jobs = adding.map(({ index, priority }) => ({
       name: shape.childTool,
       data: {
         taskId,
@@ -239,8 +231,8 @@ export class BatchParent {
         ...(maxOpen === undefined ? {} : { maxOpen }),
       },
       opts: {
-        jobId: ids[i] as string,
-        priority: priorities[i] ?? 1,
+        jobId: batchChildId(taskId, index),
+        priority,
         attempts: tool.attempts ?? 1,
         ...(tool.backoff === undefined
           ? {}
@@ -249,7 +241,8 @@ export class BatchParent {
         removeOnFail: { age: 3600, count: 1_000 },
       },
     }));
-    await Promise.all([entered, queues.get(shape.childPool).addBulk(jobs)]);
+    await queues.get(shape.childPool).addBulk(jobs);
+    return jobs.length;
   }
 
   /**
