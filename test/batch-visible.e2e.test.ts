@@ -1,21 +1,15 @@
 /**
  * PROTOCOL.md §26.9 (issue 23, item 8): a batch is visible like any task. The worker's metrics count its children
  * (released, and recorded by outcome) as they run, not only at the end; the `taskrelay` CLI shows a `batch_report`
- * task's progress off a TTY (plain and JSON lines) and on one (a live bar in a tmux pane) moving through its
- * children's count.
+ * task's progress off a TTY (plain and JSON lines) moving through its children's count. Its bar on a TTY is in
+ * test/cli-tty.e2e.test.ts (the terminal project, which has tmux).
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import getPort from 'get-port';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
-  ROOT,
   connectClient,
   readMetric,
   startGatewayProcess,
@@ -23,7 +17,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
-import { CLI_MAIN, runCli } from './helpers/cli.js';
+import { runCli } from './helpers/cli.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 
 let redis: TestRedis;
@@ -31,9 +25,6 @@ let gateway: GatewayProcess;
 let client: Client;
 /** readMetric() wants an `/mcp` URL and reads its sibling `/metrics`. */
 let workerUrl: string;
-let dir: string;
-const socket = `taskrelay-batch-${randomBytes(4).toString('hex')}`;
-const tmux = (...args: string[]) => execFileSync('tmux', ['-u', '-L', socket, ...args], { encoding: 'utf8' });
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -43,19 +34,12 @@ beforeAll(async () => {
   await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '4', WORKER_METRICS_PORT: String(metricsPort) });
   workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
   client = await connectClient(gateway.url);
-  dir = mkdtempSync(join(tmpdir(), 'taskrelay-batch-visible-'));
 });
 
 afterAll(async () => {
-  try {
-    tmux('kill-server');
-  } catch {
-    // never started, or gone
-  }
   await client?.close();
   await stopAll();
   await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);
@@ -117,42 +101,5 @@ describe('§26.9 the CLI shows a batch like any task', () => {
     const result = json.lines.at(-1)!;
     expect(result['status']).toBe('completed');
     expect((result['result'] as { structuredContent: { completed: number } }).structuredContent.completed).toBe(12);
-  }, 90_000);
-
-  it('on a TTY: one live bar that moves through the children’s count to its end', async () => {
-    const exitFile = join(dir, 'exit');
-    // 30 children of 10 × 30 ms on 4 slots: a couple of seconds of bar.
-    const list = JSON.stringify(reports(30, 't'));
-    const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call batch_report 'reports=${list}' items=10 ` +
-      `delayMs=30 --task; echo $? > ${exitFile}; sleep 120`;
-    tmux('new-session', '-d', '-s', 'batch', '-x', '130', '-y', '16', '-c', ROOT, command);
-    const BAR = /batch_report\s+[█░]{30}\s+(\d+)\/(\d+)\s+\d+% (\w+) ?(.*)$/;
-    const values = new Set<number>();
-    let shown = '';
-    await waitFor(
-      () => {
-        shown = tmux('capture-pane', '-p', '-t', 'batch');
-        for (const line of shown.split('\n')) {
-          const bar = BAR.exec(line.trimEnd());
-          if (!bar) continue;
-          expect(Number(bar[2])).toBe(30);
-          if (bar[3] === 'working') {
-            expect(bar[4]).toMatch(new RegExp(`^${bar[1]} of 30 children done \\(0 failed\\)$`));
-          }
-          values.add(Number(bar[1]));
-        }
-        return existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '';
-      },
-      { timeoutMs: 60_000, intervalMs: 50, message: 'the CLI did not finish the batch' },
-    ).catch((error: unknown) => {
-      throw new Error(`${String(error)}; the screen:\n${shown}`);
-    });
-    expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
-    // The bar was drawn part way (children done, not all), and ended with the result.
-    expect([...values].filter((n) => n > 0 && n < 30).length, `bar values: ${[...values].join(',')}`).toBeGreaterThan(
-      0,
-    );
-    expect(tmux('capture-pane', '-p', '-t', 'batch')).toMatch(/completed/);
   }, 90_000);
 });

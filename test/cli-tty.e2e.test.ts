@@ -319,6 +319,45 @@ describe('taskrelay CLI with more calls than the terminal has rows', () => {
 });
 
 /** The coloured screen, for the README's terminal picture (`scripts/render-terminal.mjs`); not an assertion. */
+describe('taskrelay CLI shows a batch’s bar on a TTY (PROTOCOL.md §26.9)', () => {
+  it('draws one live bar for batch_report that moves through the children’s count to its end', async () => {
+    const exitFile = join(dir, 'exit-batch');
+    // 30 children of 10 × 30 ms on 4 slots: a couple of seconds of bar.
+    const list = JSON.stringify(Array.from({ length: 30 }, (_v, i) => `t${i}`));
+    const command =
+      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call batch_report 'reports=${list}' items=10 ` +
+      `delayMs=30 --task; echo $? > ${exitFile}; sleep 120`;
+    tmux('new-session', '-d', '-s', 'batch', '-x', '130', '-y', '16', '-c', ROOT, command);
+    const BAR = /batch_report\s+[█░]{30}\s+(\d+)\/(\d+)\s+\d+% (\w+) ?(.*)$/;
+    const values = new Set<number>();
+    let shown = '';
+    await waitFor(
+      () => {
+        shown = tmux('capture-pane', '-p', '-t', 'batch');
+        for (const line of shown.split('\n')) {
+          const bar = BAR.exec(line.trimEnd());
+          if (!bar) continue;
+          expect(Number(bar[2])).toBe(30);
+          if (bar[3] === 'working') {
+            expect(bar[4]).toMatch(new RegExp(`^${bar[1]} of 30 children done \\(0 failed\\)$`));
+          }
+          values.add(Number(bar[1]));
+        }
+        return existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '';
+      },
+      { timeoutMs: 60_000, intervalMs: 50, message: 'the CLI did not finish the batch' },
+    ).catch((error: unknown) => {
+      throw new Error(`${String(error)}; the screen:\n${shown}`);
+    });
+    expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
+    // The bar was drawn part way (children done, not all), and ended with the result.
+    expect([...values].filter((n) => n > 0 && n < 30).length, `bar values: ${[...values].join(',')}`).toBeGreaterThan(
+      0,
+    );
+    expect(tmux('capture-pane', '-p', '-t', 'batch')).toMatch(/completed/);
+  }, 90_000);
+});
+
 function saveCapture(text: string): void {
   const out = resolve(ROOT, '.tmp');
   mkdirSync(out, { recursive: true });
