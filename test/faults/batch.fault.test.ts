@@ -4,7 +4,7 @@
  * and none is counted twice (a child whose worker died after it ran runs again, and its outcome is still recorded and
  * counted once).
  */
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +17,21 @@ import { WorkerPool, startTask, taskResult, testRedis, watchingClient } from '..
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const SIZE = 150;
-const TRACE = join(mkdtempSync(join(tmpdir(), 'f-batch-')), 'trace.log');
+const DIR = mkdtempSync(join(tmpdir(), 'f-batch-'));
+const TRACE = join(DIR, 'trace.log');
+/**
+ * Each kill happens while children run: the children from `from` on wait at a gate file the test opens after the
+ * kill before, so the batch cannot run out of work while a replacement worker starts (seconds on a loaded machine).
+ */
+const KILLS = [
+  { at: 15, gate: undefined },
+  { at: 40, gate: join(DIR, 'gate-1'), from: 20 },
+  { at: 65, gate: join(DIR, 'gate-2'), from: 45 },
+] as const;
+const LAST_GATE = { gate: join(DIR, 'gate-3'), from: 70 };
+const GATES = [...KILLS.flatMap((k) => (k.gate === undefined ? [] : [k])), LAST_GATE];
+/** The gate child `n` waits at: the last one whose `from` it has reached. */
+const gateOf = (n: number) => GATES.filter((g) => n >= g.from).at(-1)?.gate;
 
 let redis: TestRedis;
 let r: Redis;
@@ -101,14 +115,18 @@ async function killBusyWorker(): Promise<void> {
 describe('§26.8 batch crash safety', () => {
   it('loses no child and counts none twice through worker SIGKILLs, a gateway restart and a Redis restart', async () => {
     const watcher = await watchingClient(gateway.url);
-    const items = Array.from({ length: SIZE }, (_v, n) => ({ n, delayMs: 300 }));
+    const items = Array.from({ length: SIZE }, (_v, n) => {
+      const gate = gateOf(n);
+      return gate === undefined ? { n, delayMs: 300 } : { n, delayMs: 300, gate };
+    });
     const taskId = await startTask(watcher.client, 'fan_out', { items, concurrency: 12 }, { ttl: 600_000 });
     const batch = createKeys(prefix).batch(taskId);
     const done = async () => Number((await r.hget(batch.hash, 'completed')) ?? 0);
 
-    for (const at of [15, 40, 65]) {
+    for (const [i, { at }] of KILLS.entries()) {
       await waitFor(async () => (await done()) >= at, { timeoutMs: 60_000, message: `${at} children done` });
       await killBusyWorker();
+      writeFileSync(KILLS[i + 1]?.gate ?? LAST_GATE.gate, '');
     }
     await watcher.client.close().catch(() => undefined);
 
