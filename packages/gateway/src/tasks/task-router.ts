@@ -51,8 +51,13 @@ export interface LogParams {
 export interface CallerSink {
   /** Sends the task's pending input request on this stream, once per request, and handles the answer. */
   deliverInput(record: TaskRecord): void;
-  /** Stops waiting on this stream for an answer to the task's request `n` (any, when undefined). */
+  /** Stops waiting on this stream for an answer to the task's request `n` (any, when undefined): it is moot. */
   withdrawInput(taskId: string, n?: string): void;
+  /**
+   * This stream stops waiting for the task (its `tasks/result` ended) while its requests may still be pending: one
+   * in flight here moves to another stream of the session that wants it (PROTOCOL.md §19). Default: `withdrawInput`.
+   */
+  leave?(taskId: string): void;
   /** Sends a tool's log message, when the session's level lets it through. */
   sendLog(taskId: string, params: LogParams): void;
 }
@@ -237,7 +242,8 @@ export class TaskRouter {
       const streams = this.resultStreams.get(taskId) ?? new Set();
       this.resultStreams.set(taskId, streams);
       streams.add(options.stream);
-      // A client that asks for the result while the task waits gets the pending request on this stream (again).
+      // A client that asks for the result while the task waits gets the pending request on this stream, unless its
+      // session has it in flight on another open stream (then this one stands by, PROTOCOL.md §19).
       if (record.status === 'input_required') this.deliverInput(taskId, [options.stream.sink], record);
     };
     if (!read && routed) openStream(routed);
@@ -280,7 +286,9 @@ export class TaskRouter {
       clearTimeout(timer);
       if (onAbort) signal?.removeEventListener('abort', onAbort);
       if (streamOpen && options.stream) {
-        options.stream.sink.withdrawInput(taskId);
+        const { sink } = options.stream;
+        if (sink.leave) sink.leave(taskId);
+        else sink.withdrawInput(taskId);
         const streams = this.resultStreams.get(taskId);
         streams?.delete(options.stream);
         if (streams?.size === 0) this.resultStreams.delete(taskId);

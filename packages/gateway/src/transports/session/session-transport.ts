@@ -119,6 +119,8 @@ export class SessionTransport implements Transport {
   private readonly resumable = new Set<string>();
   /** Responses ready for a POST whose other requests are still running. */
   private readonly responses = new Map<RequestId, JSONRPCMessage>();
+  /** Told when one of the session's streams ends (PROTOCOL.md §19: a question in flight on it may move). */
+  private readonly streamEndListeners = new Set<() => void>();
 
   constructor(options: SessionTransportOptions) {
     this.options = options;
@@ -415,6 +417,28 @@ export class SessionTransport implements Transport {
     return Promise.resolve();
   }
 
+  /**
+   * Whether the stream that messages related to `relatedRequestId` (the GET stream when undefined) go to is open on a
+   * live connection now; a stream resumed with Last-Event-ID is open again (PROTOCOL.md §19).
+   */
+  isStreamOpen(relatedRequestId?: RequestId): boolean {
+    const streamId = relatedRequestId === undefined ? STANDALONE_STREAM_ID : this.requestStream.get(relatedRequestId);
+    const stream = streamId === undefined ? undefined : this.streams.get(streamId);
+    return stream !== undefined && !stream.res.destroyed && !stream.res.writableEnded;
+  }
+
+  /** Calls `listener` each time a stream of this session ends (closed by the client or ended here); returns the stop. */
+  onStreamEnded(listener: () => void): () => void {
+    this.streamEndListeners.add(listener);
+    return () => this.streamEndListeners.delete(listener);
+  }
+
+  private streamEnded(): void {
+    // A closing session ends all its streams: nothing is to move then.
+    if (this.closed) return;
+    for (const listener of this.streamEndListeners) listener();
+  }
+
   /** Ends a request's SSE stream; the client reconnects with Last-Event-ID (polling during long operations). */
   closeSSEStream(requestId: RequestId): void {
     const streamId = this.requestStream.get(requestId);
@@ -496,6 +520,7 @@ export class SessionTransport implements Transport {
     if (stream.state === 'json') jsonError(stream.res, 404, -32001, 'Session not found');
     else if (stream.writer) stream.writer.end();
     else if (!stream.res.writableEnded) stream.res.end();
+    this.streamEnded();
   }
 
   /** The client closed the response: only this stream's registration goes (a resume may have replaced it). */
@@ -503,6 +528,7 @@ export class SessionTransport implements Transport {
     clearInterval(stream.keepAlive);
     clearTimeout(stream.grace);
     if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
+    this.streamEnded();
   }
 
   private fail(res: ServerResponse, status: number, code: number, message: string): void {
