@@ -98,6 +98,12 @@ export const SCRIPTS = {
     args: ['ttl', 'indexCap', 'indexTtlMs', 'taskId', 'createdAtMs'],
     codes: [OK, TASK_MISSING, TASK_TERMINAL],
   }),
+  routeCall: spec({
+    name: 'routeCall',
+    keys: ['task'],
+    args: ['gatewayId', 'progressToken'],
+    codes: [OK, TASK_MISSING, TASK_TERMINAL],
+  }),
   watch: spec({
     name: 'watch',
     keys: ['task'],

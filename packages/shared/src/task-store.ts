@@ -349,6 +349,19 @@ export class RedisTaskStore {
     return reply.code === ResultCode.OK;
   }
 
+  /**
+   * A plain call's retried input round takes its route (PROTOCOL.md §17.3): `gatewayId` becomes its owner, with the
+   * retry's progress token (none: its progress goes nowhere); the previous owner stays a watcher. False when the call
+   * is gone, is not a plain call, or has ended.
+   */
+  async routeCall(taskId: string, gatewayId: string, progressToken: ProgressToken | undefined): Promise<boolean> {
+    const reply = await this.scripts.call(SCRIPTS.routeCall, {
+      keys: { task: this.keys.task(taskId) },
+      args: { gatewayId, progressToken: progressToken === undefined ? '' : JSON.stringify(progressToken) },
+    });
+    return reply.code === ResultCode.OK;
+  }
+
   /** Statuses of many tasks in one round trip (undefined for missing ones). */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];

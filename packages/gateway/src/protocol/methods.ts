@@ -304,7 +304,12 @@ export class McpMethods {
     const { state } = verified;
     const record = await service.getCall(state.taskId, ctx.principal);
     if (!record) throw new WireError(INVALID_PARAMS, 'Invalid requestState: its call has ended or expired');
+    // A call that becomes a task reports no progress (its statusMessage does).
+    const progress = state.becomesTask ? undefined : ctx.progress;
     if (!isTerminal(record.status)) {
+      // The retry takes the call's route before its answers resume the run: the progress the tool reports from now on
+      // goes to this request's stream, on its token, on whichever replica it landed (PROTOCOL.md §17.3).
+      await service.routeRetry(record, progress?.token, progress?.send);
       const { resumed } = await service.answerCall(record, responses);
       if (!resumed) {
         // Something is still pending (an answer was missing): asked again at once, with a fresh state.
@@ -318,8 +323,7 @@ export class McpMethods {
         if (task) return renderCreateTaskExt(task);
       }
     }
-    // Progress stays on the first round's route (PROTOCOL.md §17.3): a retry's answer is the result alone.
-    return this.awaitCall({ ...ctx, progress: undefined, sink: undefined }, record, state.becomesTask);
+    return this.awaitCall({ ...ctx, progress, sink: undefined }, record, state.becomesTask);
   }
 
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {

@@ -158,27 +158,66 @@ export class TaskRouter {
 
   /** Starts forwarding a task's progress and status; call before its job exists so no early update is lost. */
   register(input: RouteInput): void {
-    const { record, sendProgress } = input;
-    const token = record.progressToken;
-    const taskId = record.taskId;
-    const coalescer =
-      sendProgress && token !== undefined
-        ? new Coalescer<ProgressEvent>({
-            minIntervalMs: this.options.progressIntervalMs,
-            onCoalesced: () => this.metrics.progressCoalesced.inc(),
-            send: (event) => {
-              const params: ProgressParams = { progressToken: token, progress: event.progress };
-              if (event.total !== undefined) params.total = event.total;
-              if (event.message !== undefined) params.message = event.message;
-              this.metrics.progressForwarded.inc();
-              sendProgress(params, taskId).catch((error: unknown) =>
-                this.log.debug({ taskId, err: error }, 'progress notification not delivered'),
-              );
-            },
-          })
-        : undefined;
-    this.routes.set(taskId, { record, mode: record.mode, sink: input.sink, coalescer, sendStatus: input.sendStatus });
+    const { record } = input;
+    const coalescer = this.progressCoalescer(record.taskId, record.progressToken, input.sendProgress);
+    this.routes.set(record.taskId, {
+      record,
+      mode: record.mode,
+      sink: input.sink,
+      coalescer,
+      sendStatus: input.sendStatus,
+    });
     this.metrics.routes.set(this.routes.size);
+  }
+
+  /**
+   * A plain call's retried input round (PROTOCOL.md §17.3), once this gateway owns the call (`routeCall`): its
+   * progress from now on goes to `sendProgress` on the retry's `token` (none: nowhere), replacing the earlier round's
+   * route here, or making one when the call was routed by another gateway.
+   */
+  reroute(record: TaskRecord, token: ProgressToken | undefined, sendProgress?: RouteInput['sendProgress']): void {
+    const coalescer = this.progressCoalescer(record.taskId, token, sendProgress);
+    const route = this.routes.get(record.taskId);
+    if (route) {
+      route.coalescer?.cancel();
+      route.coalescer = coalescer;
+      return;
+    }
+    // What the route knows of the call is only what a status event keeps current: no questions (a wait reads them).
+    const routed: TaskRecord = { ...record, status: 'working', gatewayId: this.options.gatewayId };
+    delete routed.pendingInputs;
+    delete routed.inputRequests;
+    if (token === undefined) delete routed.progressToken;
+    else routed.progressToken = token;
+    this.routes.set(record.taskId, {
+      record: routed,
+      mode: record.mode,
+      sink: undefined,
+      coalescer,
+      sendStatus: undefined,
+    });
+    this.metrics.routes.set(this.routes.size);
+  }
+
+  private progressCoalescer(
+    taskId: string,
+    token: ProgressToken | undefined,
+    sendProgress: RouteInput['sendProgress'],
+  ): Coalescer<ProgressEvent> | undefined {
+    if (!sendProgress || token === undefined) return undefined;
+    return new Coalescer<ProgressEvent>({
+      minIntervalMs: this.options.progressIntervalMs,
+      onCoalesced: () => this.metrics.progressCoalesced.inc(),
+      send: (event) => {
+        const params: ProgressParams = { progressToken: token, progress: event.progress };
+        if (event.total !== undefined) params.total = event.total;
+        if (event.message !== undefined) params.message = event.message;
+        this.metrics.progressForwarded.inc();
+        sendProgress(params, taskId).catch((error: unknown) =>
+          this.log.debug({ taskId, err: error }, 'progress notification not delivered'),
+        );
+      },
+    });
   }
 
   /**

@@ -470,6 +470,21 @@ export class TaskService {
     return this.answerPending(record, responses);
   }
 
+  /**
+   * A retried input round of a plain call takes the call's route before its answers resume the run (PROTOCOL.md
+   * §17.3): this gateway owns the call from now on (the previous owner watches it to its end), and the progress the
+   * tool reports goes to `sendProgress` on the retry's own token. False when the call ended meanwhile.
+   */
+  async routeRetry(
+    record: TaskRecord,
+    progressToken: ProgressToken | undefined,
+    sendProgress?: (params: ProgressParams, taskId: string) => Promise<void>,
+  ): Promise<boolean> {
+    if (!(await this.store.routeCall(record.taskId, this.config.gatewayId, progressToken))) return false;
+    this.router.reroute(record, progressToken, sendProgress);
+    return true;
+  }
+
   private async answerPending(
     record: TaskRecord,
     responses: Record<string, unknown>,
