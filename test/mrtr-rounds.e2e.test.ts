@@ -37,7 +37,9 @@ beforeAll(async () => {
     TASKRELAY_MAX_OPEN_TASKS: '1',
     TASKRELAY_REAPER_INTERVAL_MS: '200',
   };
-  [gatewayA, gatewayB] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
+  // One after the other: two starting at once on a loaded machine have missed the helper's 20 s readiness bound.
+  gatewayA = await startGatewayProcess(env);
+  gatewayB = await startGatewayProcess(env);
   await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/round-tools.mjs') });
 });
 

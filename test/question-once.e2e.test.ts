@@ -60,7 +60,15 @@ describe('§19 a question reaches an SDK client once', () => {
     // A second delivery could still be on its way when tasks/result answered: give it time to arrive.
     await new Promise((r) => setTimeout(r, 300));
     const counts = taskIds.map((id) => asked.get(id) ?? 0);
-    expect(counts, `elicitation/create per task: ${counts.join(' ')}`).toEqual(taskIds.map(() => 1));
+    // What the gateway said of a task asked twice tells which path sent it again.
+    const twice = taskIds.filter((id) => (asked.get(id) ?? 0) > 1);
+    const told = gateway
+      .logs()
+      .filter((l) => twice.includes(String(l['taskId'])))
+      .map((l) => `${String(l['msg'])} ${JSON.stringify({ from: l['from'], to: l['to'], err: l['err'] })}`);
+    expect(counts, `elicitation/create per task: ${counts.join(' ')}; gateway: ${told.join(' | ')}`).toEqual(
+      taskIds.map(() => 1),
+    );
     expect([...asked.keys()].sort()).toEqual([...taskIds].sort());
     await client.close();
   });

@@ -303,12 +303,13 @@ export class SessionTransport implements Transport {
       res.end();
       return;
     }
-    // A reconnect re-registers the stream id: the predecessor's response ends.
+    // A reconnect re-registers the stream id: the predecessor's response ends, once its successor is registered (so
+    // the stream is never seen closed in between, PROTOCOL.md §19).
     const previous = this.streams.get(streamId);
-    if (previous) this.endStream(streamId, previous);
     const writer = this.writerFor(res);
     const stream: Stream = { res, keepAlive: this.keepAlive(writer), state: 'sse', priming: true, writer };
     this.streams.set(streamId, stream);
+    if (previous) this.endStream(streamId, previous);
     this.resumable.add(streamId);
     res.on('close', () => this.onStreamClosed(streamId, stream));
   }
