@@ -302,15 +302,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
     title: "a task's question reaches the client once while the stream it went out on is open",
     spec: 'issue 19 Deliver item 6; PROTOCOL.md §19',
     appliesTo: ALL,
-    knownFailure: {
-      'session-2025': {
-        differs:
-          'the elicitation/create the GET stream carried (the client holds it, unanswered) is sent again on the ' +
-          "tasks/result stream opened for the task: the client is asked twice (§19 is not built yet; MCP.md's " +
-          '"each new tasks/result gets the pending question again")',
-        failsWith: /to deeply equal \[ 'elicitation\/create' \]/,
-      },
-    },
     async body(d) {
       const { answer, taskId } = await d.createTask('m_ask', {});
       ok(answer, 'tools/call');
