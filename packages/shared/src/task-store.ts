@@ -231,8 +231,17 @@ export class RedisTaskStore {
    * already names a live task of the principal, returns that one (PROTOCOL.md §10.8). Throws `OpenCapReached` when
    * the principal is at its open-work cap (`openTasks`).
    */
-  async createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
-    const taskId = input.taskId ?? newTaskId();
+  /**
+   * The record `createTask` stores for `input` at `now`: what a gateway routes before the create, when the create
+   * also adds the job (a worker may end the task before the create's reply arrives).
+   */
+  recordOf(input: CreateTaskInput & { taskId: string }, now: Date): TaskRecord {
+    const record = parseRecord(this.fieldsOf(input, input.taskId, now).fields);
+    if (!record) throw new TaskrelayError('INTERNAL', `Task ${input.taskId} has no valid record`);
+    return record;
+  }
+
+  private fieldsOf(input: CreateTaskInput, taskId: string, now: Date) {
     const iso = now.toISOString();
     const idemKey =
       input.idempotencyKey === undefined ? undefined : this.keys.idempotency(input.principal, input.idempotencyKey);
@@ -258,6 +267,12 @@ export class RedisTaskStore {
       fields[F.webhookCap] = String(input.webhook.cap);
     }
     if (input.clientCapabilities !== undefined) fields[F.clientCaps] = input.clientCapabilities.join(',');
+    return { fields, idemKey };
+  }
+
+  async createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
+    const taskId = input.taskId ?? newTaskId();
+    const { fields, idemKey } = this.fieldsOf(input, taskId, now);
     const taskKey = this.keys.task(taskId);
     const script = {
       keys: {

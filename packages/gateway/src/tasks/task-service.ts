@@ -227,17 +227,29 @@ export class TaskService {
     // for both writes (PROTOCOL.md §10.1). A replay must add nothing, so keyed tasks add their job after the create.
     const job = createInput.idempotencyKey === undefined ? await this.prepareJob(tool, data) : undefined;
     if (job) createInput.job = job;
+    const route = (record: TaskRecord) => {
+      const r: Parameters<TaskRouter['register']>[0] = { record };
+      if (input.sendProgress) r.sendProgress = input.sendProgress;
+      if (input.sendStatus) r.sendStatus = input.sendStatus;
+      if (input.sink) r.sink = input.sink;
+      this.router.register(r);
+    };
+    // A job added by the create may run and end before the create's reply arrives: its route must exist first, or
+    // its status events reach a gateway that does not know it yet (and a plain call waits for nothing).
+    const now = new Date();
+    if (job) route(this.store.recordOf({ ...createInput, taskId }, now));
     let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
     try {
-      outcome = await this.store.createTask(createInput).catch(async (error: unknown) => {
+      outcome = await this.store.createTask(createInput, now).catch(async (error: unknown) => {
         // At the cap: drop what has ended from the principal's set, and try once more if that made room.
         if (!(error instanceof OpenCapReached) || !cap) throw error;
         if ((await cap.prune(input.principal)) >= cap.max) throw cap.refusal(error.open);
-        return this.store.createTask(createInput).catch((again: unknown) => {
+        return this.store.createTask(createInput, now).catch((again: unknown) => {
           throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
         });
       });
     } catch (error) {
+      if (job) this.router.retire(taskId, { flush: false });
       span.end(error);
       throw error;
     }
@@ -250,11 +262,7 @@ export class TaskService {
       );
       return record;
     }
-    const route: Parameters<TaskRouter['register']>[0] = { record };
-    if (input.sendProgress) route.sendProgress = input.sendProgress;
-    if (input.sendStatus) route.sendStatus = input.sendStatus;
-    if (input.sink) route.sink = input.sink;
-    this.router.register(route);
+    if (!job) route(record);
     try {
       if (job && !outcome.jobAdded)
         throw new TaskrelayError('INTERNAL', `the create script added no job for ${taskId}`);
