@@ -201,6 +201,30 @@ describe('§18.2 frames', () => {
   });
 });
 
+describe('§18.1 a task that ends at once', () => {
+  it('ends every stream opened right after its task was created: an end during the first read is not lost', async () => {
+    // Before: the status event that came while the listen read its task found no entry yet (2 of 30 hung).
+    const runs = 30;
+    for (let i = 0; i < runs; i += 10) {
+      await Promise.all(
+        Array.from({ length: 10 }, async () => {
+          const taskId = await createTask(a, 'sleepy', { ms: 1, stepMs: 10_000 });
+          const { id, response } = post(
+            a,
+            'subscriptions/listen',
+            { notifications: { taskIds: [taskId] } },
+            { signal: AbortSignal.timeout(15_000) },
+          );
+          const frames: Json[] = [];
+          for await (const event of readSse(await response)) frames.push(event.data as Json);
+          expect(frames.some((f) => f['params']?.['status'] === 'completed')).toBe(true);
+          expect(frames.at(-1)).toMatchObject({ id, result: { resultType: 'complete' } });
+        }),
+      );
+    }
+  });
+});
+
 describe('§18.3 bounds', () => {
   it('refuses more than 100 task ids in one stream (-32602)', async () => {
     const ids = Array.from({ length: 101 }, (_, i) => i.toString(16).padStart(32, '0'));

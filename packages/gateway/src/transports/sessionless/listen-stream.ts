@@ -127,6 +127,8 @@ export function createListenStreams(options: ListenStreamsOptions) {
         cancelled(`The client fell behind this listen stream by more than its buffer holds; listen again`),
     });
     const followed = new Map<string, Followed>();
+    /** False until the acknowledgement and the first frames are out: changes meanwhile only mark their entry. */
+    let streaming = false;
     let ended = false;
     let finish!: () => void;
     const finished = new Promise<void>((resolve) => (finish = resolve));
@@ -149,10 +151,22 @@ export function createListenStreams(options: ListenStreamsOptions) {
       for (const taskId of new Set(taskIds ?? [])) {
         if (ended || followed.has(taskId)) continue;
         const entry: Followed = { stop: () => undefined, reading: false, again: false, done: false, sent: undefined };
-        const found = await service.follow(taskId, rpc.principal, () => changed(taskId));
-        if (!found) continue;
-        entry.stop = found.stop;
+        // In the map before the follow starts: a status event that comes while the first read is under way (a task
+        // that ends at once) marks the entry, and is read once the stream has begun, instead of being lost.
         followed.set(taskId, entry);
+        const found = await service
+          .follow(taskId, rpc.principal, () => changed(taskId))
+          .catch((error: unknown) => {
+            followed.delete(taskId);
+            throw error;
+          });
+        if (!found) {
+          followed.delete(taskId);
+          continue;
+        }
+        entry.stop = found.stop;
+        // The client left while the task was being read: its clean-up has run already.
+        if (ended) found.stop();
         initial.push(found.record);
       }
       if (ended) return;
@@ -179,6 +193,11 @@ export function createListenStreams(options: ListenStreamsOptions) {
         );
       }
       for (const record of initial) frame(record);
+      // What changed while the stream was being set up is read now, after the acknowledgement and the first frames.
+      streaming = true;
+      for (const [taskId, entry] of followed) {
+        if (entry.again) changed(taskId);
+      }
       // A drain ends the stream as the server's (§18.4): told first, then closed.
       call = options.inflight.track(`listen:${randomUUID()}`, rpc.id, new AbortController().signal, {
         shutdown: () => {
@@ -196,7 +215,7 @@ export function createListenStreams(options: ListenStreamsOptions) {
     function changed(taskId: string): void {
       const entry = followed.get(taskId);
       if (!entry || entry.done || ended) return;
-      if (entry.reading) {
+      if (entry.reading || !streaming) {
         entry.again = true;
         return;
       }
