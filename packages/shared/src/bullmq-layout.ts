@@ -4,6 +4,7 @@
  * them here and finds them in the keys a real BullMQ queue creates, so an upgrade that moves them fails that test.
  * The Lua scripts get the same layout as functions of a generated include (scripts.ts).
  */
+import type { Backoff } from './messages.js';
 
 /** What separates the parts of a BullMQ key: `<prefix>:<queue>:<jobId>`. */
 export const BULLMQ_SEPARATOR = ':';
@@ -44,4 +45,27 @@ export function bullmqLayoutLua(): string {
     `local BULL_FAILED_REASON = ${q(BULLMQ_FAILED_REASON_FIELD)}`,
     '',
   ].join('\n');
+}
+
+/**
+ * BullMQ's options for the job of a task or of a batch child, the same for both (PROTOCOL.md §25): its id, its
+ * fair-share priority, the tool's attempts and backoff. The task hash (or the batch's outcome) holds the result; the
+ * job is only the work item, so completed jobs go at once, and failed ones (cancels included) stay a little while for
+ * inspection, bounded per queue (bounded Redis). Structural, so that shared need not depend on bullmq.
+ */
+export function jobOptions(
+  jobId: string,
+  priority: number,
+  tool: { attempts?: number | undefined; backoff?: Backoff | undefined },
+) {
+  return {
+    jobId,
+    priority,
+    attempts: tool.attempts ?? 1,
+    ...(tool.backoff === undefined
+      ? {}
+      : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
+    removeOnComplete: true,
+    removeOnFail: { age: 3600, count: 1_000 },
+  };
 }

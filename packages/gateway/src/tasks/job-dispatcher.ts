@@ -2,9 +2,10 @@
  * Turns tasks into BullMQ jobs and carries cancels to whichever worker holds them (PROTOCOL.md §4, §7).
  */
 import { createRequire } from 'node:module';
-import { Job, Queue, type JobsOptions } from 'bullmq';
+import { Job, Queue } from 'bullmq';
 import {
   FairShare,
+  jobOptions,
   type JobAddScript,
   type RedisClient,
   TaskrelayError,
@@ -60,22 +61,6 @@ export interface JobDispatcherOptions {
   readyTimeoutMs?: number;
 }
 
-/** How every task's job is added: BullMQ's options for it (`priority`: its fair-share place, PROTOCOL.md §25). */
-function jobOptions(tool: CatalogTool, data: JobData, priority: number): JobsOptions {
-  return {
-    jobId: data.taskId,
-    priority,
-    attempts: tool.attempts ?? 1,
-    ...(tool.backoff === undefined
-      ? {}
-      : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
-    // The task hash holds the result; the job is only the work item. Failed ones (cancels included) stay a little
-    // while for inspection, bounded per queue (bounded Redis, issue 9).
-    removeOnComplete: true,
-    removeOnFail: { age: 3600, count: 1_000 },
-  };
-}
-
 export class JobDispatcher {
   private readonly queues = new Map<string, Queue>();
   private readonly readyTimeoutMs: number;
@@ -107,7 +92,7 @@ export class JobDispatcher {
     // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
     const priority =
       entered?.priority ?? (await this.fairShare.enter(tool.queue, principal, data.taskId, fairShareTtlMs(data)));
-    const added = queue.add(tool.name, data, jobOptions(tool, data, priority));
+    const added = queue.add(tool.name, data, jobOptions(data.taskId, priority, tool));
     try {
       await added;
     } catch (error) {
@@ -132,7 +117,7 @@ export class JobDispatcher {
       return undefined;
     }
     // Priority 1 stands in for the fair-share priority, which the create script sets (it picks the same script).
-    const job = new Job(queue, tool.name, data, { ...jobOptions(tool, data, 1), jobId: data.taskId }, data.taskId);
+    const job = new Job(queue, tool.name, data, jobOptions(data.taskId, 1, tool), data.taskId);
     const json = job.asJSON();
     (job as unknown as { validateOptions(json: unknown): void }).validateOptions(json);
     let recorded: { name: string; args: unknown[] } | undefined;

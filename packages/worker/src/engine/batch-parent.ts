@@ -9,6 +9,7 @@ import {
   TaskrelayError,
   WorkerCatalogSchema,
   batchChildId,
+  jobOptions,
   parseMessage,
   type BatchCounts,
   type BatchOutcome,
@@ -230,16 +231,7 @@ export class BatchParent {
         ...(tool.timeoutMs === undefined ? {} : { timeoutMs: tool.timeoutMs }),
         ...(maxOpen === undefined ? {} : { maxOpen }),
       },
-      opts: {
-        jobId: batchChildId(taskId, index),
-        priority,
-        attempts: tool.attempts ?? 1,
-        ...(tool.backoff === undefined
-          ? {}
-          : { backoff: { type: tool.backoff.type, delay: tool.backoff.delayMs, jitter: tool.backoff.jitter ?? 0 } }),
-        removeOnComplete: true,
-        removeOnFail: { age: 3600, count: 1_000 },
-      },
+      opts: jobOptions(batchChildId(taskId, index), priority, tool),
     }));
     await queues.get(shape.childPool).addBulk(jobs);
     return jobs.length;

@@ -157,7 +157,14 @@ export class AdminQueries {
       detail.job = { state, attemptsMade: job.attemptsMade };
       if (job.failedReason) detail.job.failedReason = job.failedReason;
       if (job.processedBy) detail.job.workerName = job.processedBy;
-      timeline.push({ at: iso(job.timestamp), event: 'queued', detail: `queue ${task.queue}` });
+      // The job is added in the task's own create script, its timestamp taken a moment before the task's: never
+      // shown ahead of the creation it belongs to.
+      const queuedAt = iso(job.timestamp);
+      timeline.push({
+        at: queuedAt < task.createdAt ? task.createdAt : queuedAt,
+        event: 'queued',
+        detail: `queue ${task.queue}`,
+      });
       if (job.processedOn) {
         timeline.push({
           at: iso(job.processedOn),
