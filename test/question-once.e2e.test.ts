@@ -158,7 +158,7 @@ class RawClient {
           events.push({ data: await res.json() });
           return;
         }
-        for await (const event of readEvents(res)) events.push(event);
+        for await (const event of readSse(res, { priming: true })) events.push(event);
       } catch (error) {
         if (!controller.signal.aborted) throw error;
       }
@@ -177,32 +177,6 @@ class RawClient {
   async close(): Promise<void> {
     const res = await fetch(this.url, { method: 'DELETE', headers: this.headers() });
     await res.body?.cancel();
-  }
-}
-
-/** SSE events with their ids, the priming event's too (its data is empty: `data` is undefined). */
-async function* readEvents(res: Response): AsyncGenerator<SseEvent> {
-  if (!res.body) return;
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let at: number;
-    while ((at = buffer.indexOf('\n\n')) >= 0) {
-      const block = buffer.slice(0, at);
-      buffer = buffer.slice(at + 2);
-      let id: string | undefined;
-      const data: string[] = [];
-      for (const line of block.split('\n')) {
-        if (line.startsWith('id:')) id = line.slice(3).trim();
-        else if (line.startsWith('data:')) data.push(line.slice(5).trimStart());
-      }
-      const text = data.join('\n');
-      if (id === undefined && text === '') continue; // a keep-alive comment
-      const event: SseEvent = { data: text === '' ? undefined : (JSON.parse(text) as unknown) };
-      if (id !== undefined) event.id = id;
-      yield event;
-    }
   }
 }
 

@@ -89,7 +89,11 @@ export class RawSession {
   }
 }
 
-export async function* readSse(res: Response): AsyncGenerator<SseEvent> {
+/**
+ * The SSE events of a response, parsed. With `priming`, an event with an id and no data (the priming event) is
+ * yielded too, its `data` undefined; keep-alive comments never are.
+ */
+export async function* readSse(res: Response, options: { priming?: boolean } = {}): AsyncGenerator<SseEvent> {
   if (!res.body) return;
   const decoder = new TextDecoder();
   let buffer = '';
@@ -105,8 +109,9 @@ export async function* readSse(res: Response): AsyncGenerator<SseEvent> {
         if (line.startsWith('id:')) id = line.slice(3).trim();
         else if (line.startsWith('data:')) data.push(line.slice(5).trimStart());
       }
-      if (data.length === 0 || data.join('') === '') continue;
-      const event: SseEvent = { data: JSON.parse(data.join('\n')) as unknown };
+      const text = data.join('\n');
+      if (text === '' && (options.priming !== true || id === undefined)) continue;
+      const event: SseEvent = { data: text === '' ? undefined : (JSON.parse(text) as unknown) };
       if (id !== undefined) event.id = id;
       yield event;
     }
