@@ -249,6 +249,29 @@ function rowSpecs(): RowSpec[] {
         better: 'lower',
       },
     );
+    // Socket sends and receives: the hops of an operation (a queue hop is several of them on each side).
+    const sys = (t: string, k: string) => `${t}.${kind}.c32.sys.${k}`;
+    const peerSys = { id: sys('peer', 'server'), name: 'peer server' };
+    rows.push(
+      {
+        group,
+        label: 'read + write syscalls: gateway',
+        unit: 'count',
+        id: sys('tr', 'gateway'),
+        ref: peerSys,
+        better: 'lower',
+      },
+      { group, label: 'read + write syscalls: worker', unit: 'count', id: sys('tr', 'worker') },
+      { group, label: 'read + write syscalls: Redis', unit: 'count', id: sys('tr', 'redis') },
+      {
+        group,
+        label: 'read + write syscalls: taskrelay total',
+        unit: 'count',
+        id: sys('tr', 'total'),
+        ref: peerSys,
+        better: 'lower',
+      },
+    );
   }
   {
     const group =

@@ -125,6 +125,9 @@ export async function runAb(o: AbOptions): Promise<number> {
           row('worker CPU', 'CPU-ms', 'cpu.worker', 'lower'),
           row('Redis CPU', 'CPU-ms', 'cpu.redis', 'lower'),
           row('total CPU', 'CPU-ms', 'cpu.total', 'lower'),
+          row('worker syscalls', 'count', 'sys.worker', 'lower'),
+          row('Redis syscalls', 'count', 'sys.redis', 'lower'),
+          row('total syscalls', 'count', 'sys.total', 'lower'),
         );
       }
       specs.push(row('other cores busy', 'cores', 'otherCores'), row('load average (1 min)', '', 'load1'));

@@ -59,6 +59,21 @@ export function cpuMs(pid: number): number {
   }
 }
 
+/**
+ * Read and write system calls a process has made (`syscr` + `syscw` of /proc/<pid>/io; NaN when gone): each socket
+ * send and receive is one, so their count per operation is the hops an operation costs, whatever their CPU.
+ */
+export function ioSyscalls(pid: number | 'self'): number {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+    const r = /syscr:\s+(\d+)/.exec(io);
+    const w = /syscw:\s+(\d+)/.exec(io);
+    return r && w ? Number(r[1]) + Number(w[1]) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
 /** Resident set size in bytes from /proc/<pid>/status (NaN when gone). */
 export function rssBytes(pid: number): number {
   try {

@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { waitFor } from '../../test/helpers/wait-for.js';
 import { readFileSync } from 'node:fs';
 import { ModernClient, type JsonRpcMessage, type McpSession } from './mcp-http.js';
-import { cpuMs, probeHeap, type RedisAdmin } from './procs.js';
+import { cpuMs, ioSyscalls, probeHeap, type RedisAdmin } from './procs.js';
 import { latency, now, sleep } from './stats.js';
 
 /** The processes whose CPU a scenario charges to its operations, by role. */
@@ -31,6 +31,7 @@ const CLK_TCK_STAT = 100;
 /** CPU-ms of each role (sum over its processes) and of this process (the load generator) since `start()`. */
 export class CpuMeter {
   private before: Record<string, number> = {};
+  private syscallsBefore: Record<string, number> = {};
   private self = process.cpuUsage();
   private machineBefore = 0;
   private startedAt = 0;
@@ -38,6 +39,10 @@ export class CpuMeter {
 
   start(): this {
     this.before = Object.fromEntries(Object.entries(this.roles).map(([role, pids]) => [role, sum(pids.map(cpuMs))]));
+    this.syscallsBefore = Object.fromEntries(
+      Object.entries(this.roles).map(([role, pids]) => [role, sum(pids.map(ioSyscalls))]),
+    );
+    this.syscallsBefore['loadgen'] = ioSyscalls('self');
     this.self = process.cpuUsage();
     this.machineBefore = machineBusyMs();
     this.startedAt = now();
@@ -57,12 +62,14 @@ export class CpuMeter {
     return Math.max(0, machineBusyMs() - this.machineBefore - mine) / elapsed;
   }
 
-  /** CPU-ms per operation of every role, plus `loadgen`. */
+  /** CPU-ms and read + write syscalls (`sys.<role>`) per operation of every role, plus `loadgen`. */
   perOp(ops: number): Record<string, number> {
     const out: Record<string, number> = {};
     for (const [role, pids] of Object.entries(this.roles)) {
       out[`cpu.${role}`] = (sum(pids.map(cpuMs)) - (this.before[role] ?? 0)) / ops;
+      out[`sys.${role}`] = (sum(pids.map(ioSyscalls)) - (this.syscallsBefore[role] ?? 0)) / ops;
     }
+    out['sys.loadgen'] = (ioSyscalls('self') - (this.syscallsBefore['loadgen'] ?? 0)) / ops;
     const self = process.cpuUsage(this.self);
     out['cpu.loadgen'] = (self.user + self.system) / 1000 / ops;
     return out;
@@ -176,6 +183,7 @@ export async function cycles(o: CycleOptions): Promise<Record<string, number>> {
     errors,
     ...cpu,
     'cpu.total': sum(o.totalRoles.map((r) => cpu[`cpu.${r}`] ?? 0)),
+    'sys.total': sum(o.totalRoles.map((r) => cpu[`sys.${r}`] ?? 0)),
     otherCores,
     stuckListens,
   };
