@@ -130,6 +130,15 @@ export interface TransitionFields {
   cancelReason?: CancelReason;
 }
 
+/** A create's fields and record, built once (`prepareCreate`) for the route and the create script alike. */
+export interface PreparedCreate {
+  taskId: string;
+  now: Date;
+  fields: Record<string, string>;
+  idemKey: string | undefined;
+  record: TaskRecord;
+}
+
 export type TransitionOutcome =
   | { ok: true; status: TaskStatus }
   /**
@@ -232,13 +241,15 @@ export class RedisTaskStore {
    * the principal is at its open-work cap (`openTasks`).
    */
   /**
-   * The record `createTask` stores for `input` at `now`: what a gateway routes before the create, when the create
-   * also adds the job (a worker may end the task before the create's reply arrives).
+   * What `createTask` stores for `input` at `now`, built once: the record is what a gateway routes before the create,
+   * when the create also adds the job (a worker may end the task before the create's reply arrives). Passed back to
+   * `createTask`, it is not built again (the profile of a plain call showed it built twice).
    */
-  recordOf(input: CreateTaskInput & { taskId: string }, now: Date): TaskRecord {
-    const record = parseRecord(this.fieldsOf(input, input.taskId, now).fields);
+  prepareCreate(input: CreateTaskInput & { taskId: string }, now: Date): PreparedCreate {
+    const { fields, idemKey } = this.fieldsOf(input, input.taskId, now);
+    const record = parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${input.taskId} has no valid record`);
-    return record;
+    return { taskId: input.taskId, now, fields, idemKey, record };
   }
 
   private fieldsOf(input: CreateTaskInput, taskId: string, now: Date) {
@@ -270,9 +281,10 @@ export class RedisTaskStore {
     return { fields, idemKey };
   }
 
-  async createTask(input: CreateTaskInput, now = new Date()): Promise<CreateOutcome> {
-    const taskId = input.taskId ?? newTaskId();
-    const { fields, idemKey } = this.fieldsOf(input, taskId, now);
+  async createTask(input: CreateTaskInput, now = new Date(), prepared?: PreparedCreate): Promise<CreateOutcome> {
+    const usable = prepared !== undefined && prepared.taskId === input.taskId && prepared.now === now;
+    const taskId = usable ? prepared.taskId : (input.taskId ?? newTaskId());
+    const { fields, idemKey } = usable ? prepared : this.fieldsOf(input, taskId, now);
     const taskKey = this.keys.task(taskId);
     const script = {
       keys: {
@@ -315,10 +327,11 @@ export class RedisTaskStore {
       const existing = await this.get(existingId);
       if (existing) return { record: existing, created: false };
       // Expired between the two reads: the key is free again.
-      return this.createTask(input, now);
+      return this.createTask(input, now, prepared);
     }
     if (reply.code === ResultCode.TASK_EXISTS) throw new TaskrelayError('INTERNAL', `Task ${taskId} already exists`);
-    const record = parseRecord(fields);
+    // A copy of the prepared record: the caller's route holds that one.
+    const record = usable ? { ...prepared.record } : parseRecord(fields);
     if (!record) throw new TaskrelayError('INTERNAL', `Task ${taskId} could not be read back`);
     if (!input.fairShare) return { record, created: true };
     // An add that did not answer the job's id stored no job: `jobAdded` false, the caller fails the task.

@@ -237,14 +237,15 @@ export class TaskService {
     // A job added by the create may run and end before the create's reply arrives: its route must exist first, or
     // its status events reach a gateway that does not know it yet (and a plain call waits for nothing).
     const now = new Date();
-    if (job) route(this.store.recordOf({ ...createInput, taskId }, now));
+    const prepared = job ? this.store.prepareCreate({ ...createInput, taskId }, now) : undefined;
+    if (prepared) route(prepared.record);
     let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
     try {
-      outcome = await this.store.createTask(createInput, now).catch(async (error: unknown) => {
+      outcome = await this.store.createTask(createInput, now, prepared).catch(async (error: unknown) => {
         // At the cap: drop what has ended from the principal's set, and try once more if that made room.
         if (!(error instanceof OpenCapReached) || !cap) throw error;
         if ((await cap.prune(input.principal)) >= cap.max) throw cap.refusal(error.open);
-        return this.store.createTask(createInput, now).catch((again: unknown) => {
+        return this.store.createTask(createInput, now, prepared).catch((again: unknown) => {
           throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
         });
       });
