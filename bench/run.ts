@@ -226,52 +226,31 @@ function rowSpecs(): RowSpec[] {
   }
   for (const kind of ['task', 'plain'] as const) {
     const group = `CPU per ${kind === 'task' ? 'task cycle' : 'plain call'}, C=32`;
-    const id = (t: string, k: string) => `${t}.${kind}.c32.cpu.${k}`;
-    const peer = { id: id('peer', 'server'), name: 'peer server' };
-    rows.push(
-      { group, label: 'gateway', unit: 'CPU-ms', id: id('tr', 'gateway'), ref: peer, better: 'lower' },
-      { group, label: 'worker', unit: 'CPU-ms', id: id('tr', 'worker') },
-      { group, label: 'Redis', unit: 'CPU-ms', id: id('tr', 'redis') },
-      {
-        group,
-        label: 'taskrelay total (gateway + worker + Redis)',
-        unit: 'CPU-ms',
-        id: id('tr', 'total'),
-        ref: peer,
-        better: 'lower',
-      },
-      {
-        group,
-        label: 'load generator',
-        unit: 'CPU-ms',
-        id: id('tr', 'loadgen'),
-        ref: { id: id('peer', 'loadgen'), name: 'at peer' },
-        better: 'lower',
-      },
+    /** Per role: CPU-ms (`cpu`), or read + write syscalls (`sys`: the hops of an operation, several per queue hop). */
+    const perRole = (metric: 'cpu' | 'sys', label: (role: string) => string, unit: string): RowSpec[] => {
+      const id = (t: string, k: string) => `${t}.${kind}.c32.${metric}.${k}`;
+      const peer = { id: id('peer', 'server'), name: 'peer server' };
+      return [
+        { group, label: label('gateway'), unit, id: id('tr', 'gateway'), ref: peer, better: 'lower' },
+        { group, label: label('worker'), unit, id: id('tr', 'worker') },
+        { group, label: label('Redis'), unit, id: id('tr', 'redis') },
+        { group, label: label('taskrelay total'), unit, id: id('tr', 'total'), ref: peer, better: 'lower' },
+      ];
+    };
+    const cpu = perRole(
+      'cpu',
+      (role) => (role === 'taskrelay total' ? 'taskrelay total (gateway + worker + Redis)' : role),
+      'CPU-ms',
     );
-    // Socket sends and receives: the hops of an operation (a queue hop is several of them on each side).
-    const sys = (t: string, k: string) => `${t}.${kind}.c32.sys.${k}`;
-    const peerSys = { id: sys('peer', 'server'), name: 'peer server' };
-    rows.push(
-      {
-        group,
-        label: 'read + write syscalls: gateway',
-        unit: 'count',
-        id: sys('tr', 'gateway'),
-        ref: peerSys,
-        better: 'lower',
-      },
-      { group, label: 'read + write syscalls: worker', unit: 'count', id: sys('tr', 'worker') },
-      { group, label: 'read + write syscalls: Redis', unit: 'count', id: sys('tr', 'redis') },
-      {
-        group,
-        label: 'read + write syscalls: taskrelay total',
-        unit: 'count',
-        id: sys('tr', 'total'),
-        ref: peerSys,
-        better: 'lower',
-      },
-    );
+    rows.push(...cpu, {
+      group,
+      label: 'load generator',
+      unit: 'CPU-ms',
+      id: `tr.${kind}.c32.cpu.loadgen`,
+      ref: { id: `peer.${kind}.c32.cpu.loadgen`, name: 'at peer' },
+      better: 'lower',
+    });
+    rows.push(...perRole('sys', (role) => `read + write syscalls: ${role}`, 'count'));
   }
   {
     const group =
