@@ -21,10 +21,11 @@ COPY packages/worker/package.json packages/worker/
 COPY packages/gateway/package.json packages/gateway/
 COPY packages/cli/package.json packages/cli/
 
-# ---- build: every dependency, then tsc -b ----
+# ---- build: every dependency, then the one build (scripts/build.mjs: tsc -b, then the Lua commands) ----
 FROM base AS build
 RUN pnpm install --frozen-lockfile
 COPY tsconfig.base.json ./
+COPY scripts/build.mjs scripts/
 COPY packages/shared packages/shared
 COPY packages/worker packages/worker
 COPY packages/gateway packages/gateway

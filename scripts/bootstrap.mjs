@@ -14,10 +14,9 @@ import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
+import { build, PACKAGES, STEPS } from './build.mjs';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
-/** Build order matters for `tsc -b` only through project references, but keep the dependency order anyway. */
-const PACKAGES = ['shared', 'worker', 'gateway', 'cli'];
 const isWindows = process.platform === 'win32';
 
 function log(message) {
@@ -83,7 +82,10 @@ function newestMtime(path, only) {
   return newest;
 }
 
-/** A package is stale when its dist is missing or older than its src, its tsconfig or the shared base config. */
+/**
+ * A package is stale when its dist is missing, lacks what a build step writes, or is older than its src (`.lua` files
+ * too), its tsconfig or the shared base config.
+ */
 function stalePackages() {
   const baseConfig = newestMtime(join(root, 'tsconfig.base.json'));
   return PACKAGES.filter((name) => {
@@ -92,17 +94,17 @@ function stalePackages() {
     // A package with no sources yet has nothing to build (tsc -b emits no dist for it and says nothing).
     if (newestMtime(join(dir, 'src'), (file) => file.endsWith('.ts')) === 0) return false;
     if (!existsSync(dist)) return true;
+    // A dist that tsc wrote but a later step did not (the Lua commands of an older bootstrap) is not a build.
+    if (STEPS.some((step) => step.pkg === name && !existsSync(join(dir, step.output)))) return true;
     const inputs = Math.max(newestMtime(join(dir, 'src')), newestMtime(join(dir, 'tsconfig.json')), baseConfig);
     return newestMtime(dist) < inputs;
   });
 }
 
-function build(stale) {
-  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-  if (!existsSync(tsc)) fail('node_modules/typescript is missing: run `pnpm install --frozen-lockfile`');
+function rebuild(stale) {
   log(`building (${stale.join(', ')} out of date)…`);
-  // All three, in one `tsc -b`: it skips the up-to-date ones and keeps project references consistent.
-  run(process.execPath, [tsc, '-b', ...PACKAGES.map((name) => `packages/${name}`)]);
+  // The same build as `pnpm build` (scripts/build.mjs): tsc -b, then the steps tsc does not know (the Lua commands).
+  build();
 }
 
 function onPath(command) {
@@ -171,4 +173,4 @@ async function ensureRedis() {
 await ensureRedis();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
-if (stale.length > 0) build(stale);
+if (stale.length > 0) rebuild(stale);
