@@ -147,6 +147,8 @@ const NO_REDIS =
   'REDIS_URL=redis://127.0.0.1:6379';
 
 async function ensureRedis() {
+  // `pnpm test:unit` needs no Redis: its project is Node only (docs/TESTING.md).
+  if (process.argv.includes('--no-redis')) return;
   const external = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'].some((name) => process.env[name]);
   if (external || onPath('redis-server')) return;
   const plan = redisInstallPlan();

@@ -108,6 +108,14 @@ describe('bootstrap installs a missing redis-server', () => {
     expect(run.status).toBe(0);
   });
 
+  it('with --no-redis (pnpm test:unit, whose project is Node only) neither asks for Redis nor installs it', () => {
+    stub('brew', installs);
+    const run = bootstrap({ TASKRELAY_BOOTSTRAP_PLATFORM: 'darwin' }, ['--no-redis']);
+    expect(run.calls).toEqual([]);
+    expect(run.stderr).not.toMatch(/redis/i);
+    expect(run.status).toBe(0);
+  });
+
   it('asks first on a terminal, and installs once the user says yes', async () => {
     stub('brew', installs);
     const socket = `bootstrap-${process.pid}`;

@@ -3,6 +3,7 @@
  * exit codes, and Ctrl-C (SIGINT) cancelling what it started.
  */
 import { spawnSync } from 'node:child_process';
+import getPort from 'get-port';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -215,6 +216,32 @@ describe('taskrelay CLI off a TTY', () => {
     const anonymous = await runCli(['list', '--url', authed.url], {});
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/401|Unauthorized|Authorization header|bearer token required/i);
+  });
+
+  it('says in one line what to do when its first command cannot reach MCP (no gateway, no /mcp, no token)', async () => {
+    const oneLine = (stderr: string) => {
+      expect(stderr.trim().split('\n')).toHaveLength(1);
+      expect(stderr).not.toMatch(/<html|<!doctype|"jsonrpc"|fetch failed/i);
+    };
+    const free = await getPort({ host: '127.0.0.1' });
+    const nobody = await runCli(['tools', '--url', `http://127.0.0.1:${free}/mcp`], {});
+    expect(nobody.code).toBe(1);
+    oneLine(nobody.stderr);
+    expect(nobody.stderr).toMatch(/cannot reach the gateway at .*\(connection refused\): is it running\?.*--url/);
+
+    const noPath = await runCli(['tools', '--url', gateway.url.replace(/\/mcp$/, '')], {});
+    expect(noPath.code).toBe(1);
+    oneLine(noPath.stderr);
+    expect(noPath.stderr).toMatch(/is not an MCP endpoint \(HTTP 404\): .*try --url http:\/\/127\.0\.0\.1:\d+\/mcp/);
+
+    const noToken = await runCli(['tools', '--url', authed.url], {});
+    expect(noToken.code).toBe(1);
+    oneLine(noToken.stderr);
+    expect(noToken.stderr).toMatch(/needs a bearer token \(HTTP 401\): pass --token <token> or set TASKRELAY_TOKEN/);
+
+    const wrongToken = await runCli(['tools', '--url', authed.url, '--token', 'nope'], {});
+    expect(wrongToken.code).toBe(1);
+    expect(wrongToken.stderr).toMatch(/refused the token \(HTTP 401\)/);
   });
 
   it('cancels a running task call on Ctrl-C (tasks/cancel) and exits 130', async () => {

@@ -9,7 +9,7 @@ import { positiveInt, parseToolArguments } from './args.js';
 import { startCall, watchTask, type Run } from './calls.js';
 import { connect, type Connection } from './connection.js';
 import { terminalElicitation } from './elicit.js';
-import { EXIT, UsageError, worstExit, type ExitCode } from './errors.js';
+import { EXIT, UsageError, explainFailure, worstExit, type ExitCode } from './errors.js';
 import {
   SILENT_VIEW,
   createReporter,
@@ -258,7 +258,8 @@ async function main(): Promise<ExitCode> {
       process.stderr.write(`taskrelay: ${error.message}\n`);
       return EXIT.usage;
     }
-    process.stderr.write(`taskrelay: ${error instanceof Error ? error.message : String(error)}\n`);
+    const { url, token } = program.opts<GlobalOptions>();
+    process.stderr.write(`taskrelay: ${explainFailure(error, { url, token })}\n`);
     return EXIT.failed;
   }
   return code;

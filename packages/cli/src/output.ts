@@ -144,9 +144,14 @@ interface Row {
   bar: SingleBar | undefined;
 }
 
-/** Rows the bars may use: a terminal shorter than the bars scrolls, and the redraw can no longer reach the top ones. */
-function barRows(stream: NodeJS.WriteStream): number {
-  return Math.max(2, (stream.rows ?? 24) - 1);
+/**
+ * Rows the bars may use: a terminal shorter than the bars scrolls, and the redraw can no longer reach the top ones.
+ * Some terminals report 0 rows (a pty made by `script`, some IDE terminals): then `LINES`, else 24.
+ */
+export function barRows(stream: { rows?: number }, env: NodeJS.ProcessEnv = process.env): number {
+  const lines = Number(env['LINES']);
+  const rows = stream.rows !== undefined && stream.rows > 0 ? stream.rows : lines > 0 ? lines : 24;
+  return Math.max(2, rows - 1);
 }
 
 class BarReporter implements Reporter {
