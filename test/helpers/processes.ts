@@ -76,8 +76,9 @@ export interface GatewayProcess extends ManagedProcess {
 
 export interface StartOptions {
   /**
-   * How long the process may take to become ready. Default 20 s; a file that starts its processes once for many
-   * tests may allow more (on a loaded 2-core machine, importing the gateway alone has taken 17 s of wall time).
+   * How long the process may take to become ready on a quiet machine. Default 20 s, stretched by the machine's load
+   * while it waits (`waitFor`, test/helpers/load.ts): on a loaded 2-core machine, importing the gateway alone has
+   * taken 17 s of wall time. A process that exits fails the wait at once, with its output.
    */
   readyTimeoutMs?: number;
 }

@@ -10,6 +10,7 @@ import {
   type CallToolResult,
   type GetTaskResult,
 } from '@modelcontextprotocol/sdk/types.js';
+import { scaled } from './load.js';
 
 export interface StartTaskOptions {
   /** Sent as `_meta.progressToken`, so the gateway forwards the task's progress to this client. */
@@ -42,7 +43,7 @@ export async function startTask(
       },
     },
     CreateTaskResultSchema,
-    { timeout: options.timeoutMs ?? 15_000 },
+    { timeout: scaled(options.timeoutMs ?? 15_000) },
   );
   return created.task.taskId;
 }
@@ -54,5 +55,5 @@ export function getTask(client: Client, taskId: string): Promise<GetTaskResult> 
 
 /** `tasks/result`, bounded: a hung request fails the test instead of the test timeout. */
 export function taskResult(client: Client, taskId: string, timeoutMs = 20_000): Promise<CallToolResult> {
-  return client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema, { timeout: timeoutMs });
+  return client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema, { timeout: scaled(timeoutMs) });
 }

@@ -1,11 +1,16 @@
-/** Polls `condition` until it returns a truthy value or `timeoutMs` passes. Never a bare sleep. */
+import { loadFactor } from './load.js';
+
+/**
+ * Polls `condition` until it returns a truthy value or `timeoutMs` passes, stretched by the machine's load
+ * (`loadFactor`, read again at each poll, so a load that rises during the wait extends it). Never a bare sleep.
+ */
 export async function waitFor<T>(
   condition: () => T | Promise<T>,
   options: { timeoutMs?: number; intervalMs?: number; message?: string } = {},
 ): Promise<NonNullable<T>> {
   const timeoutMs = options.timeoutMs ?? 10_000;
   const intervalMs = options.intervalMs ?? 20;
-  const deadline = Date.now() + timeoutMs;
+  const started = Date.now();
   let lastError: unknown;
   for (;;) {
     try {
@@ -14,9 +19,10 @@ export async function waitFor<T>(
     } catch (error) {
       lastError = error;
     }
-    if (Date.now() > deadline) {
+    const waited = Date.now() - started;
+    if (waited > timeoutMs * loadFactor()) {
       const cause = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
-      throw new Error(`${options.message ?? 'condition not met'} within ${timeoutMs} ms${cause}`);
+      throw new Error(`${options.message ?? 'condition not met'} within ${waited} ms${cause}`);
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
