@@ -16,6 +16,8 @@ const WORKER_MAIN = join(root, 'packages', 'worker', 'dist', 'main.js');
 const STOP_GRACE_MS = 10_000;
 const REDIS_START_TIMEOUT_MS = 10_000;
 const READY_TIMEOUT_MS = 30_000;
+/** The Inspector the README pins: an unpinned one on Node 20 resolves to 0.15.0, which cannot call task-only tools. */
+const INSPECTOR_VERSION = '0.21.2';
 
 const host = process.env['HOST'] ?? '127.0.0.1';
 /** One pino-pretty stream shared by the children, so their lines never interleave mid-line. */
@@ -261,8 +263,9 @@ function banner(mcpUrl, redisUrl, privateRedis) {
     '',
     '  Try it:',
     `    node examples/call-build-report.mjs ${mcpUrl}`,
-    `    npx @modelcontextprotocol/inspector --cli ${mcpUrl} --transport http --method tools/list`,
-    `    npx @modelcontextprotocol/inspector     (UI: transport "Streamable HTTP", URL ${mcpUrl})` + auth,
+    `    node packages/cli/dist/main.js --url ${mcpUrl} call build_report report=q3 items=20 --task`,
+    `    npx @modelcontextprotocol/inspector@${INSPECTOR_VERSION}   (Node 22.7.5+; UI: transport "Streamable HTTP", URL ${mcpUrl})` +
+      auth,
     '',
     '  Ctrl-C stops everything.',
     '',

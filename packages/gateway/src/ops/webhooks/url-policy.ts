@@ -9,7 +9,7 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { TaskrelayError } from '@taskrelay/shared';
 
-/** `_meta` key naming a task's completion webhook (CONTRACT §4). */
+/** `_meta` key naming a task's completion webhook (docs/WEBHOOKS.md). */
 export const WEBHOOK_META_KEY = 'dev.taskrelay/webhook';
 
 /** Longest webhook URL accepted. */
