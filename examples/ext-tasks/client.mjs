@@ -106,11 +106,13 @@ async function main() {
   const args = JSON.parse(process.argv[4] ?? '{"report":"ext-tasks","items":5}');
   const { session, close } = await connectTasks(url, { token: process.env.TASKRELAY_TOKEN });
   const execution = await session.callTool(tool, args);
-  console.log(`execution ${execution.kind}`);
+  // Ctrl-C cancels from here on. The handler goes in before the line that says the task exists: a Ctrl-C sent on
+  // seeing that line (as a person or a test does) could otherwise arrive first and end the process uncancelled.
   process.once('SIGINT', () => {
     console.log('cancelling');
     void execution.cancel();
   });
+  console.log(`execution ${execution.kind}`);
   const { outcome } = await execution.settle();
   console.log(`status ${outcome.status}${outcome.task?.statusMessage ? `: ${outcome.task.statusMessage}` : ''}`);
   if (outcome.result)
