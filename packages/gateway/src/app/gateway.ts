@@ -114,6 +114,11 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
 async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): Promise<GatewayHandle> {
   let state: GatewayState = 'starting';
   const log = options.logger ?? createLogger('gateway', { level: options.logLevel });
+  // One debug line per move, so a lifecycle test (and an operator at LOG_LEVEL=debug) sees each state once, in order.
+  const enter = (next: GatewayState) => {
+    log.debug({ from: state, to: next }, 'gateway state');
+    state = next;
+  };
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
@@ -264,7 +269,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const port = (http.address() as AddressInfo).port;
   const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${hostForUrl}:${port}/mcp`;
-  state = 'ready';
+  enter('ready');
   log.info({ url, gatewayId, auth: authEnabled }, 'gateway listening');
 
   /** Resolves true once no request or plain call is in flight, false if `ms` pass first. */
@@ -292,7 +297,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     },
     close: () =>
       (closing ??= (async () => {
-        state = 'draining';
+        enter('draining');
         sessions.stopSweep();
         await reaper.stop();
         // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
@@ -320,7 +325,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
         await admin.close();
         await dispatcher.close();
         await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
-        state = 'closed';
+        enter('closed');
         log.info({ gatewayId }, 'gateway stopped');
       })()),
   };

@@ -262,6 +262,8 @@ export class TaskWorker {
     if (!from.includes(this.stateValue)) {
       throw new Error(`Worker cannot go from ${this.stateValue} to ${next}`);
     }
+    // One debug line per move, so a lifecycle test (and an operator at LOG_LEVEL=debug) sees each state once, in order.
+    this.log.debug({ from: this.stateValue, to: next }, 'worker state');
     this.stateValue = next;
   }
 

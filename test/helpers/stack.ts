@@ -1,0 +1,130 @@
+/**
+ * One disposable test stack: a Redis, gateways, workers and SDK clients, started for a file and stopped after it.
+ * Before it, each cross-process suite wrote the same Redis → gateway → workers → client setup and teardown itself.
+ *
+ *   const stack = useStack({ name: 'cancel', workers: [{ WORKER_CONCURRENCY: '1' }] });
+ *   it('…', async () => { const client = await stack.client(); … stack.gateway.url … });
+ *
+ * `useStack` registers the file's `beforeAll` and `afterAll`; `startStack` is the same without them (for a test that
+ * wants a stack of its own). Everything started here is stopped by `stop()`, in order: clients, then processes (by
+ * PID), then an owned Redis.
+ */
+import { afterAll, beforeAll } from 'vitest';
+import { Redis } from 'ioredis';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { startRedis, uniquePrefix, type StartRedisOptions, type TestRedis } from './redis.js';
+import {
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  type GatewayProcess,
+  type ManagedProcess,
+  type StartOptions,
+} from './processes.js';
+
+type Env = Record<string, string | undefined>;
+
+export interface StackOptions {
+  /** Names the key prefix (`uniquePrefix(name)`), so two files never share keys on the run's Redis. */
+  name: string;
+  /** What every process of the stack gets, besides REDIS_URL and TASKRELAY_PREFIX. */
+  env?: Env;
+  /** One entry per gateway, each its own extra environment. Default: one gateway. */
+  gateways?: Env[];
+  /** One entry per worker, each its own extra environment (TASKRELAY_TOOLS, TASKRELAY_QUEUE…). Default: one demo worker. */
+  workers?: Env[];
+  /** A Redis of the stack's own (`startRedis` options, e.g. `{ owned: true }` for a fault suite). Default: the run's. */
+  redis?: StartRedisOptions;
+  /** Readiness bounds of the processes (stretched by the load, test/helpers/load.ts). */
+  ready?: StartOptions;
+}
+
+export interface TestStack {
+  readonly redis: TestRedis;
+  readonly prefix: string;
+  /** REDIS_URL, TASKRELAY_PREFIX and the stack's `env`: what another process of this stack needs. */
+  readonly env: Env;
+  readonly gateways: GatewayProcess[];
+  /** The first gateway. */
+  readonly gateway: GatewayProcess;
+  readonly workers: ManagedProcess[];
+  /** A Redis connection to the stack's server, closed with the stack. */
+  readonly r: Redis;
+  /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
+  client(headers?: Record<string, string>, url?: string): Promise<Client>;
+  addGateway(env?: Env): Promise<GatewayProcess>;
+  addWorker(env?: Env): Promise<ManagedProcess>;
+  stop(): Promise<void>;
+}
+
+export async function startStack(options: StackOptions): Promise<TestStack> {
+  const redis = await startRedis(options.redis);
+  const prefix = uniquePrefix(options.name);
+  const env: Env = { ...options.env, REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  const gateways: GatewayProcess[] = [];
+  const workers: ManagedProcess[] = [];
+  const clients: Client[] = [];
+  const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  const addGateway = async (extra: Env = {}) => {
+    const gateway = await startGatewayProcess({ ...env, ...extra }, options.ready);
+    gateways.push(gateway);
+    return gateway;
+  };
+  const addWorker = async (extra: Env = {}) => {
+    const worker = await startWorkerProcess({ ...env, ...extra }, options.ready);
+    workers.push(worker);
+    return worker;
+  };
+  const stack: TestStack = {
+    redis,
+    prefix,
+    env,
+    gateways,
+    get gateway() {
+      const first = gateways[0];
+      if (first === undefined) throw new Error('this stack has no gateway');
+      return first;
+    },
+    workers,
+    r,
+    async client(headers = {}, url) {
+      const client = await connectClient(url ?? stack.gateway.url, headers);
+      clients.push(client);
+      return client;
+    },
+    addGateway,
+    addWorker,
+    async stop() {
+      await Promise.allSettled(clients.map((c) => c.close()));
+      await Promise.allSettled([...gateways, ...workers].map((p) => p.kill('SIGKILL')));
+      r.disconnect();
+      await redis.stop();
+    },
+  };
+  try {
+    await Promise.all((options.gateways ?? [{}]).map((extra) => addGateway(extra)));
+    await Promise.all((options.workers ?? [{}]).map((extra) => addWorker(extra)));
+  } catch (error) {
+    await stack.stop();
+    throw error;
+  }
+  return stack;
+}
+
+/** `startStack` for the whole file: started in `beforeAll`, stopped in `afterAll`. Read its members inside tests. */
+export function useStack(options: StackOptions): TestStack {
+  let started: TestStack | undefined;
+  beforeAll(async () => {
+    started = await startStack(options);
+  });
+  afterAll(async () => {
+    await started?.stop();
+  });
+  return new Proxy({} as TestStack, {
+    get(_target, property) {
+      if (started === undefined) throw new Error(`stack ${options.name} is not started (read it inside a test)`);
+      const value = started[property as keyof TestStack];
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(started) : value;
+    },
+  });
+}

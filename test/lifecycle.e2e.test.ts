@@ -1,0 +1,99 @@
+/**
+ * Each process's life, from outside, state by state (PROTOCOL.md §11 for the gateway, §21.1 for the worker), the way
+ * Temporal tests its worker's lifecycle: every state is entered once and in order, and in each state the process does
+ * what that state promises.
+ * - gateway: starting → ready (`/readyz` 200) → draining on SIGTERM (`/readyz` 503 at once; a plain call in flight
+ *   still gets its result) → closed (exit 0).
+ * - worker: STARTING → RUNNING (its catalog listed) → DRAINING on SIGTERM (a running tool finishes; its catalog stays
+ *   listed) → STOPPING → STOPPED (its catalog gone, exit 0).
+ */
+import { describe, expect, it } from 'vitest';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { createKeys } from '@taskrelay/shared';
+import { waitFor } from './helpers/wait-for.js';
+import type { ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
+
+const stack = useStack({
+  name: 'lifecycle',
+  // The state lines are debug lines; a long grace, so the drain waits for the call in flight.
+  gateways: [{ LOG_LEVEL: 'debug', GATEWAY_SHUTDOWN_GRACE_MS: '30000' }],
+  workers: [{ LOG_LEVEL: 'debug', WORKER_SHUTDOWN_GRACE_MS: '30000' }],
+});
+
+/**
+ * A plain `build_report` call of ~1.5 s, resolved once its first progress arrived (the tool is running in the worker):
+ * then `result` is its answer.
+ */
+async function callInFlight(url: string): Promise<{ result: Promise<{ isError?: boolean; content: unknown }> }> {
+  const client = await stack.client({}, url);
+  let progressed!: () => void;
+  const running = new Promise<void>((resolve) => (progressed = resolve));
+  const result = client.request(
+    { method: 'tools/call', params: { name: 'build_report', arguments: { report: 'drain', items: 30, delayMs: 50 } } },
+    CallToolResultSchema,
+    { timeout: 60_000, onprogress: () => progressed() },
+  );
+  await Promise.race([running, result]);
+  return { result };
+}
+
+/** The `to` of each state line a process logged, in order. */
+function states(proc: ManagedProcess, msg: string): string[] {
+  return proc
+    .logs()
+    .filter((l) => l['msg'] === msg)
+    .map((l) => String(l['to']));
+}
+
+describe('process lifecycles', () => {
+  it('gateway: starting → ready → draining (readyz 503, a call in flight answered) → closed', async () => {
+    // A gateway of its own, so the worker's test keeps the stack's.
+    const gateway = await stack.addGateway({ LOG_LEVEL: 'debug', GATEWAY_SHUTDOWN_GRACE_MS: '30000' });
+    const base = gateway.url.replace(/\/mcp$/, '');
+    expect(states(gateway, 'gateway state')).toEqual(['ready']);
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
+
+    const call = await callInFlight(gateway.url);
+    gateway.child.kill('SIGTERM');
+    await waitFor(() => states(gateway, 'gateway state').includes('draining'), {
+      message: 'the gateway did not enter draining',
+    });
+    // Draining: not ready for new work (a connection kept alive from before gets 503, a new one is refused).
+    expect(
+      await fetch(`${base}/readyz`).then(
+        (r) => r.status,
+        () => 'refused',
+      ),
+    ).not.toBe(200);
+    const result = await call.result;
+    expect(result.isError).toBeFalsy();
+    expect(JSON.stringify(result.content)).toContain('built from 30 items');
+    expect(await gateway.exited).toBe(0);
+    expect(states(gateway, 'gateway state')).toEqual(['ready', 'draining', 'closed']);
+  });
+
+  it('worker: STARTING → RUNNING → DRAINING (a running tool finishes, still listed) → STOPPING → STOPPED (unlisted)', async () => {
+    const worker = stack.workers[0]!;
+    const keys = createKeys(stack.prefix);
+    const workerId = await waitFor(
+      () => worker.logs().find((l) => l['msg'] === 'worker ready')?.['workerId'] as string | undefined,
+      { message: 'no worker id in the ready line' },
+    );
+    expect(states(worker, 'worker state')).toEqual(['STARTING', 'RUNNING']);
+    expect(await stack.r.zscore(keys.workers, workerId)).not.toBeNull();
+
+    const call = await callInFlight(stack.gateway.url);
+    worker.child.kill('SIGTERM');
+    await waitFor(() => states(worker, 'worker state').includes('DRAINING'), { message: 'no DRAINING' });
+    // Draining: still listed, so the gateway keeps routing the tool and its calls queue.
+    expect(await stack.r.zscore(keys.workers, workerId)).not.toBeNull();
+    const result = await call.result;
+    expect(result.isError).toBeFalsy();
+    expect(JSON.stringify(result.content)).toContain('built from 30 items');
+    expect(await worker.exited).toBe(0);
+    expect(states(worker, 'worker state')).toEqual(['STARTING', 'RUNNING', 'DRAINING', 'STOPPING', 'STOPPED']);
+    expect(await stack.r.zscore(keys.workers, workerId)).toBeNull();
+    expect(await stack.r.exists(keys.workerCatalog(workerId))).toBe(0);
+  });
+});
