@@ -2,32 +2,18 @@
  * Issue 8: a popular client nobody here wrote, `@ai-sdk/mcp`, lists and calls taskrelay's tools without logging an
  * error: no `Failed to parse message` for the SSE priming events (they are named `event: priming`), no failed GET.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createMCPClient } from '@ai-sdk/mcp';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { RawSession } from './helpers/raw-mcp.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('ai-sdk') };
-  gateway = await startGatewayProcess(env);
-  await startWorkerProcess(env);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
+const stack = useStack({ name: 'ai-sdk' });
 
 describe('§14 @ai-sdk/mcp against taskrelay', () => {
   it('lists the tools and calls one, with no error reported', async () => {
     const errors: string[] = [];
     const client = await createMCPClient({
-      transport: { type: 'http', url: gateway.url },
+      transport: { type: 'http', url: stack.gateway.url },
       onUncaughtError: (error: unknown) => errors.push(error instanceof Error ? error.message : String(error)),
     });
     try {
@@ -45,7 +31,7 @@ describe('§14 @ai-sdk/mcp against taskrelay', () => {
   });
 
   it('names the priming event of each response stream, so it is no message', async () => {
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     // A call still running after the transport's 100 ms, so its answer streams (one answered sooner comes as JSON,
     // with no priming event).
     const res = await session.post({

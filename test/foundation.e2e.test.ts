@@ -2,42 +2,18 @@
  * Issue 2 end to end: the built gateway and workers as separate processes, driven by the SDK's own Client over HTTP.
  */
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  GATEWAY_MAIN,
-  WORKER_MAIN,
-  connectClient,
-  spawnNode,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { GATEWAY_MAIN, WORKER_MAIN, spawnNode, startGatewayProcess, startWorkerProcess } from './helpers/processes.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'e2e', workers: [{}, FIXTURE_WORKER] });
 let client: Client;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('e2e') };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
-  ]);
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+  client = await stack.client();
 });
 
 async function expectRpcError(promise: Promise<unknown>, code: number, message: RegExp): Promise<void> {
@@ -264,7 +240,7 @@ describe('§4 calling a tool', () => {
 });
 
 describe('HTTP surface', () => {
-  const base = () => gateway.url.replace(/\/mcp$/, '');
+  const base = () => stack.gateway.url.replace(/\/mcp$/, '');
 
   it('serves health, readiness and metrics without authentication', async () => {
     expect((await fetch(`${base()}/healthz`)).status).toBe(200);
@@ -274,7 +250,7 @@ describe('HTTP surface', () => {
   });
 
   it('answers malformed JSON with a JSON-RPC parse error', async () => {
-    const res = await fetch(gateway.url, {
+    const res = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: '{"jsonrpc": "2.0", "method": ',
@@ -285,13 +261,13 @@ describe('HTTP surface', () => {
 
   it('refuses a foreign Origin with 403 and an unknown session with 404', async () => {
     const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-    const forbidden = await fetch(gateway.url, {
+    const forbidden = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: { ...headers, origin: 'https://evil.example' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
     });
     expect(forbidden.status).toBe(403);
-    const unknown = await fetch(gateway.url, {
+    const unknown = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: { ...headers, 'mcp-session-id': 'nope' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
@@ -303,7 +279,7 @@ describe('HTTP surface', () => {
 describe('entry points', () => {
   it('exit with one line, no stack, on invalid configuration', async () => {
     for (const script of [GATEWAY_MAIN, WORKER_MAIN]) {
-      const p = spawnNode(script, { REDIS_URL: redis.url, LOG_LEVEL: 'nonsense' });
+      const p = spawnNode(script, { REDIS_URL: stack.redis.url, LOG_LEVEL: 'nonsense' });
       expect(await p.exited).toBe(1);
       const lines = p.output().trim().split('\n');
       expect(lines).toHaveLength(1);
@@ -322,7 +298,7 @@ describe('entry points', () => {
   });
 
   it('exit 0 on SIGTERM', async () => {
-    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('sig') };
+    const env = { REDIS_URL: stack.redis.url, TASKRELAY_PREFIX: `${stack.prefix}-sig` };
     const g = await startGatewayProcess(env);
     const w = await startWorkerProcess(env);
     expect(await g.kill('SIGTERM')).toBe(0);

@@ -4,40 +4,23 @@
  * workerId), and no line carries a bearer token.
  */
 import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createLogger } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { connectClient } from './helpers/processes.js';
 
 const TOKEN = 'tok-3f9a1c';
-let redis: TestRedis;
-let gateway: GatewayProcess;
-let worker: ManagedProcess;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('logs') };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: `carol:${TOKEN}`, LOG_LEVEL: 'debug' });
-  worker = await startWorkerProcess({ ...env, LOG_LEVEL: 'debug' });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+const stack = useStack({
+  name: 'logs',
+  gateways: [{ TASKRELAY_AUTH_TOKENS: `carol:${TOKEN}`, LOG_LEVEL: 'debug' }],
+  workers: [{ LOG_LEVEL: 'debug' }],
 });
 
 describe('correlated logs', () => {
   it('carry the same task, job, tool, principal, session and request on the gateway and the worker', async () => {
-    const client = await connectClient(gateway.url, { Authorization: `Bearer ${TOKEN}` });
+    const client = await connectClient(stack.gateway.url, { Authorization: `Bearer ${TOKEN}` });
     const result = await client.callTool(
       { name: 'build_report', arguments: { report: 'logs', items: 2, delayMs: 1 } },
       CallToolResultSchema,
@@ -45,7 +28,7 @@ describe('correlated logs', () => {
     expect(result.isError).toBeFalsy();
     await client.close();
 
-    const created = gateway.logs().find((l) => l['msg'] === 'task created');
+    const created = stack.gateway.logs().find((l) => l['msg'] === 'task created');
     expect(created).toBeDefined();
     const taskId = created!['taskId'] as string;
     expect(created).toMatchObject({ jobId: taskId, tool: 'build_report', principal: 'carol' });
@@ -54,7 +37,7 @@ describe('correlated logs', () => {
 
     const lines = await waitFor(
       () => {
-        const mine = worker.logs().filter((l) => l['taskId'] === taskId);
+        const mine = stack.workers[0]!.logs().filter((l) => l['taskId'] === taskId);
         return mine.some((l) => l['msg'] === 'task completed') ? mine : undefined;
       },
       { timeoutMs: 10_000, message: 'the worker never logged the task as completed' },
@@ -71,7 +54,7 @@ describe('correlated logs', () => {
       });
       expect(typeof line['workerId']).toBe('string');
     }
-    for (const proc of [gateway, worker]) expect(proc.output()).not.toContain(TOKEN);
+    for (const proc of [stack.gateway, stack.workers[0]!]) expect(proc.output()).not.toContain(TOKEN);
   });
 
   it('redact bearer tokens and credentials wherever they are logged', () => {

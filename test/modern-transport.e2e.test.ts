@@ -3,46 +3,20 @@
  * sessions, over the same stored tasks. Raw HTTP, as a 2026 client sends it (routing headers, per-request _meta).
  */
 import { connect } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { resolve } from 'node:path';
-import {
-  FIXTURE_TOOLS,
-  ROOT,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, readMetric } from './helpers/processes.js';
 import { RawSession, readSse } from './helpers/raw-mcp.js';
 
 const V = '2026-07-28';
 const EXT = 'io.modelcontextprotocol/tasks';
 type Json = Record<string, any>;
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'modern', workers: [{}, FIXTURE_WORKER] });
 let nextId = 1;
-let prefix: string;
 const CONFORMANCE_TOOLS = resolve(ROOT, 'test/conformance/tools.mjs');
-
-beforeAll(async () => {
-  redis = await startRedis();
-  prefix = uniquePrefix('modern');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
-  ]);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
 
 interface SendOptions {
   ext?: boolean;
@@ -97,7 +71,7 @@ function request(
 
 function post(method: string, params: Json = {}, options: SendOptions = {}): Promise<Response> {
   const { headers, body } = request(method, params, options);
-  return fetch(gateway.url, { method: 'POST', headers, body, signal: options.signal ?? null });
+  return fetch(stack.gateway.url, { method: 'POST', headers, body, signal: options.signal ?? null });
 }
 
 /**
@@ -106,7 +80,7 @@ function post(method: string, params: Json = {}, options: SendOptions = {}): Pro
  */
 function sendAndHangUp(method: string, params: Json, options: SendOptions = {}): Promise<void> {
   const { headers, body } = request(method, params, options);
-  const url = new URL(gateway.url);
+  const url = new URL(stack.gateway.url);
   const head = [
     `POST ${url.pathname} HTTP/1.1`,
     `host: ${url.host}`,
@@ -250,7 +224,7 @@ describe('§14 the 2026-07-28 transport', () => {
   });
 
   it('refuses a request without the per-request _meta, or for a version it does not speak', async () => {
-    const noMeta = await fetch(gateway.url, {
+    const noMeta = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'mcp-protocol-version': V, 'mcp-method': 'tools/list' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }),
@@ -266,18 +240,18 @@ describe('§14 the 2026-07-28 transport', () => {
 
   it('answers GET and DELETE with 405 on this transport, and a GET before initialize too', async () => {
     for (const method of ['GET', 'DELETE']) {
-      const res = await fetch(gateway.url, { method, headers: { 'mcp-protocol-version': V } });
+      const res = await fetch(stack.gateway.url, { method, headers: { 'mcp-protocol-version': V } });
       expect(res.status).toBe(405);
       expect(res.headers.get('allow')).toBe('POST');
       await res.body?.cancel();
     }
-    const early = await fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream' } });
+    const early = await fetch(stack.gateway.url, { method: 'GET', headers: { accept: 'text/event-stream' } });
     expect(early.status).toBe(405);
     await early.body?.cancel();
   });
 
   it('cancels a plain call whose response stream the client closes (MUST on this transport)', async () => {
-    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
+    const before = await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
     const controller = new AbortController();
     const res = await post(
       'tools/call',
@@ -291,7 +265,8 @@ describe('§14 the 2026-07-28 transport', () => {
     controller.abort();
     await waitFor(
       async () =>
-        (await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })) === before + 1,
+        (await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })) ===
+        before + 1,
       { message: 'closing the stream did not cancel the call' },
     );
   });
@@ -300,7 +275,8 @@ describe('§14 the 2026-07-28 transport', () => {
     const key = `k-${Date.now()}`;
     const call = { name: 'sleepy', arguments: { ms: 300, stepMs: 50 } };
     const meta = { 'dev.taskrelay/idempotency-key': key };
-    const created = () => readMetric(gateway.url, 'taskrelay_tasks_created_total', { tool: 'sleepy', mode: 'task' });
+    const created = () =>
+      readMetric(stack.gateway.url, 'taskrelay_tasks_created_total', { tool: 'sleepy', mode: 'task' });
     const before = await created();
     await sendAndHangUp('tools/call', call, { ext: true, meta });
     // The call must have reached the gateway and made its task, or this test proves nothing.
@@ -375,12 +351,7 @@ describe('§14 the 2026-07-28 transport', () => {
       if (message['method'] === 'notifications/subscriptions/acknowledged' && !extraWorker) {
         extraWorker = true;
         // A worker with other tools joins: the catalog changes.
-        await startWorkerProcess({
-          REDIS_URL: redis.url,
-          TASKRELAY_PREFIX: prefix,
-          TASKRELAY_TOOLS: CONFORMANCE_TOOLS,
-          TASKRELAY_QUEUE: 'conformance',
-        });
+        await stack.addWorker({ TASKRELAY_TOOLS: CONFORMANCE_TOOLS, TASKRELAY_QUEUE: 'conformance' });
       }
       if (message['method'] === 'notifications/tools/list_changed') break;
     }
@@ -403,7 +374,7 @@ describe('§14 the 2026-07-28 transport', () => {
     const created = await result('tools/call', { name: 'sleepy', arguments: { ms: 20 } }, { ext: true });
     const taskId = String(created['taskId']);
     await until(taskId, 'completed');
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     const v1 = await session.request('tasks/get', { taskId });
     expect(v1.result).toMatchObject({ taskId, status: 'completed' });
     await session.close();
@@ -412,8 +383,8 @@ describe('§14 the 2026-07-28 transport', () => {
 
 describe('§14 2025-11-25 semantics kept', () => {
   it('does not cancel a plain call whose stream closes; Last-Event-ID resumption still delivers the result', async () => {
-    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
-    const session = await RawSession.open(gateway.url);
+    const before = await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' });
+    const session = await RawSession.open(stack.gateway.url);
     const controller = new AbortController();
     const res = await session.post(
       {
@@ -432,7 +403,7 @@ describe('§14 2025-11-25 semantics kept', () => {
     controller.abort();
     expect(lastEventId).toBeDefined();
     // Resume once the gateway has seen the POST stream close (before that, the SDK answers 409 to a resumption).
-    await waitFor(async () => (await readMetric(gateway.url, 'taskrelay_requests_in_flight')) === 0, {
+    await waitFor(async () => (await readMetric(stack.gateway.url, 'taskrelay_requests_in_flight')) === 0, {
       message: 'the gateway did not see the stream close',
     });
     const resumed = session.openGetStream(lastEventId);
@@ -442,7 +413,9 @@ describe('§14 2025-11-25 semantics kept', () => {
     });
     resumed.close();
     expect(response['result']).toMatchObject({ structuredContent: { ms: 800 } });
-    expect(await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })).toBe(before);
+    expect(await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'stream-closed' })).toBe(
+      before,
+    );
     await session.close();
   });
 });

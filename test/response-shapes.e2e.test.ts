@@ -2,26 +2,12 @@
  * PROTOCOL.md §9.0 and §6.7, against a live gateway and demo worker: which session POSTs are answered as one JSON body
  * and which stream, and that a `tasks/result` for a task this gateway saw end is answered at once, from memory.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
 import { RawSession, readSse } from './helpers/raw-mcp.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('shapes') };
-  gateway = await startGatewayProcess(env);
-  await startWorkerProcess(env);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
+const stack = useStack({ name: 'shapes' });
 
 const report = (delayMs: number) => ({ name: 'build_report', arguments: { report: 'r', items: 1, delayMs } });
 
@@ -35,7 +21,7 @@ async function lastMessage(res: Response, id: number): Promise<{ result?: Record
 
 describe('§9.0 response shapes', () => {
   it('answers task creation, tasks/get and a just-ended task’s tasks/result as JSON; a running one streams', async () => {
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     const created = await session.post({
       jsonrpc: '2.0',
       id: 1,
@@ -73,7 +59,7 @@ describe('§9.0 response shapes', () => {
   });
 
   it('answers a quick plain call as one JSON body, and streams a slow one, with the named priming event first', async () => {
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     // Ready within the transport's 100 ms with nothing sent before it: one JSON body (PROTOCOL §9.0, issue 25).
     // Each try is answered right; a try that missed the 100 ms on a loaded machine streams instead, and is retried.
     await waitFor(async () => {

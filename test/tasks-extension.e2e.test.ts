@@ -3,20 +3,12 @@
  * `_meta["io.modelcontextprotocol/clientCapabilities"]`, beside the 2025-11-25 rendering of the same tasks
  * (PROTOCOL.md §13). Real gateway and worker processes; the SDK 1.32.2 client sends the raw requests.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
 
 const EXT = 'io.modelcontextprotocol/tasks';
 const extMeta = {
@@ -25,25 +17,11 @@ const extMeta = {
 const Loose = z.looseObject({});
 type Loose = Record<string, unknown>;
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'ext', workers: [{}, FIXTURE_WORKER] });
 let client: Client;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('ext') };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
-  ]);
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+  client = await stack.client();
 });
 
 function call(name: string, args: Record<string, unknown>): Promise<Loose> {

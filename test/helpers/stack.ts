@@ -14,6 +14,7 @@ import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type StartRedisOptions, type TestRedis } from './redis.js';
 import {
+  FIXTURE_TOOLS,
   connectClient,
   startGatewayProcess,
   startWorkerProcess,
@@ -128,3 +129,6 @@ export function useStack(options: StackOptions): TestStack {
     },
   });
 }
+
+/** The test fixtures' worker (test/fixtures/tools.mjs), on a queue of its own beside the demo worker. */
+export const FIXTURE_WORKER: Env = { TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' };
