@@ -11,48 +11,33 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT } from './helpers/processes.js';
 import { CLI_MAIN, runCli } from './helpers/cli.js';
 
 const CLI_TOOLS = resolve(ROOT, 'test/fixtures/cli-tools.mjs');
 const socket = `taskrelay-test-${randomBytes(4).toString('hex')}`;
 const tmux = (...args: string[]) => execFileSync('tmux', ['-u', '-L', socket, ...args], { encoding: 'utf8' });
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({
+  name: 'clitty',
+  workers: [{}, { TASKRELAY_TOOLS: CLI_TOOLS, TASKRELAY_QUEUE: 'cli-fixtures' }],
+});
 let client: Client;
 let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('clitty') };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: CLI_TOOLS, TASKRELAY_QUEUE: 'cli-fixtures' }),
-  ]);
-  client = await connectClient(gateway.url);
+  client = await stack.client();
   dir = mkdtempSync(join(tmpdir(), 'taskrelay-cli-tty-'));
 });
 
-afterAll(async () => {
+afterAll(() => {
   try {
     tmux('kill-server');
   } catch {
     // already gone
   }
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -97,7 +82,7 @@ describe('taskrelay CLI on a TTY', () => {
     const exitFile = join(dir, 'exit');
     // Call i waits i·10 ms per item: three speeds, so the bars cannot move together by accident.
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call build_report 'report=r{i}' items=3000 ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call build_report 'report=r{i}' items=3000 ` +
       `'delayMs={i}0' --task --parallel 3; echo $? > ${exitFile}`;
     tmux('new-session', '-d', '-s', 'cli', '-x', '130', '-y', '16', '-c', ROOT, command);
 
@@ -122,7 +107,7 @@ describe('taskrelay CLI on a TTY', () => {
     }
 
     // Cancel call 2 from another command: its bar stops at `cancelled`, the other two go on moving.
-    const cancelled = await runCli(['cancel', first.taskIds.get(2)!], { TASKRELAY_URL: gateway.url });
+    const cancelled = await runCli(['cancel', first.taskIds.get(2)!], { TASKRELAY_URL: stack.gateway.url });
     expect(cancelled.code).toBe(0);
     await waitFor(() => bar(screen().bars, 2)?.status === 'cancelled', {
       timeoutMs: 10_000,
@@ -161,7 +146,7 @@ describe('taskrelay CLI answers a tool’s question on a TTY', () => {
     const exitFile = join(dir, 'exit-elicit');
     const outFile = join(dir, 'out-elicit');
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Ship it?' ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Ship it?' ` +
       `--task; echo $? > ${exitFile}`;
     tmux('new-session', '-d', '-s', 'ask', '-x', '130', '-y', '16', '-c', ROOT, command);
     tmux('pipe-pane', '-t', 'ask', '-o', `cat >> ${outFile}`);
@@ -194,7 +179,7 @@ describe('taskrelay CLI asks a question on a TTY with its bar on screen', () => 
     const outFile = join(dir, 'out-ask-bar');
     // No --task: the tool requires one, so the CLI runs it as a task (and the question may come on two streams).
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call ask_after_progress 'question=Ship it?'; ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call ask_after_progress 'question=Ship it?'; ` +
       // The pane stays open after the CLI exits, to read its last screen.
       `echo $? > ${exitFile}; sleep 120`;
     tmux('new-session', '-d', '-s', 'askbar', '-x', '130', '-y', '16', '-c', ROOT, command);
@@ -243,7 +228,7 @@ describe('taskrelay CLI asks a question once', () => {
   it('when the question comes on two streams of its session (a plain call of a task-required tool)', async () => {
     const exitFile = join(dir, 'exit-once');
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Once?'; ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Once?'; ` +
       `echo $? > ${exitFile}; sleep 120`;
     tmux('new-session', '-d', '-s', 'once', '-x', '130', '-y', '16', '-c', ROOT, command);
     const lines = () =>
@@ -276,7 +261,7 @@ describe('taskrelay CLI with more calls than the terminal has rows', () => {
   it('draws a bar for the calls that fit and one summary row for the rest, never more rows than the screen', async () => {
     const exitFile = join(dir, 'exit-many');
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call build_report 'report=m{i}' items=3000 ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call build_report 'report=m{i}' items=3000 ` +
       `delayMs=20 --task --parallel 8; echo $? > ${exitFile}`;
     // 6 rows: 4 bars and the summary fit under one log line.
     tmux('new-session', '-d', '-s', 'many', '-x', '130', '-y', '6', '-c', ROOT, command);
@@ -325,7 +310,7 @@ describe('taskrelay CLI shows a batch’s bar on a TTY (PROTOCOL.md §26.9)', ()
     // 30 children of 10 × 30 ms on 4 slots: a couple of seconds of bar.
     const list = JSON.stringify(Array.from({ length: 30 }, (_v, i) => `t${i}`));
     const command =
-      `TASKRELAY_URL=${gateway.url} ${process.execPath} ${CLI_MAIN} call batch_report 'reports=${list}' items=10 ` +
+      `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call batch_report 'reports=${list}' items=10 ` +
       `delayMs=30 --task; echo $? > ${exitFile}; sleep 120`;
     tmux('new-session', '-d', '-s', 'batch', '-x', '130', '-y', '16', '-c', ROOT, command);
     const BAR = /batch_report\s+[█░]{30}\s+(\d+)\/(\d+)\s+\d+% (\w+) ?(.*)$/;

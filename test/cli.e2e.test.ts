@@ -4,42 +4,23 @@
  */
 import { spawnSync } from 'node:child_process';
 import getPort from 'get-port';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { readMetric, type GatewayProcess } from './helpers/processes.js';
 import { CLI_MAIN, runCli, startCli } from './helpers/cli.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'cli', gateways: [{}, { TASKRELAY_AUTH_TOKENS: 'alice:s3cret' }] });
 let authed: GatewayProcess;
 let client: Client;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const prefix = uniquePrefix('cli');
-  const base = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess(base);
-  authed = await startGatewayProcess({ ...base, TASKRELAY_AUTH_TOKENS: 'alice:s3cret' });
-  await startWorkerProcess(base);
-  client = await connectClient(gateway.url);
-  env = { TASKRELAY_URL: gateway.url };
-});
-
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+  authed = stack.gateways[1]!;
+  client = await stack.client();
+  env = { TASKRELAY_URL: stack.gateway.url };
 });
 
 /** Progress lines of one call: each its own, strictly increasing, the last at `total`. */
@@ -229,7 +210,7 @@ describe('taskrelay CLI off a TTY', () => {
     oneLine(nobody.stderr);
     expect(nobody.stderr).toMatch(/cannot reach the gateway at .*\(connection refused\): is it running\?.*--url/);
 
-    const noPath = await runCli(['tools', '--url', gateway.url.replace(/\/mcp$/, '')], {});
+    const noPath = await runCli(['tools', '--url', stack.gateway.url.replace(/\/mcp$/, '')], {});
     expect(noPath.code).toBe(1);
     oneLine(noPath.stderr);
     expect(noPath.stderr).toMatch(/is not an MCP endpoint \(HTTP 404\): .*try --url http:\/\/127\.0\.0\.1:\d+\/mcp/);
@@ -258,7 +239,7 @@ describe('taskrelay CLI off a TTY', () => {
   });
 
   it('cancels a running plain call on Ctrl-C (notifications/cancelled) and exits 130', async () => {
-    const before = await readMetric(gateway.url, 'taskrelay_cancel_requests_total', {
+    const before = await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', {
       trigger: 'notifications/cancelled',
     });
     const run = startCli(['call', 'build_report', 'report=plain', 'items=1000', 'delayMs=50'], env);
@@ -271,7 +252,7 @@ describe('taskrelay CLI off a TTY', () => {
     expect(run.stdout().trim().split('\n').at(-1)).toBe('cancelled');
     // The gateway got the cancel before the CLI exited.
     expect(
-      await readMetric(gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'notifications/cancelled' }),
+      await readMetric(stack.gateway.url, 'taskrelay_cancel_requests_total', { trigger: 'notifications/cancelled' }),
     ).toBe(before + 1);
   });
 

@@ -6,29 +6,21 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'ext-client' });
 let client: Client;
 let session: ReturnType<typeof createTaskSessionFromClient>;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('ext-client') };
-  gateway = await startGatewayProcess(env);
-  await startWorkerProcess(env);
   client = new Client({ name: 'ext-tasks-test', version: '0' }, { capabilities: {} });
-  await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  await client.connect(new StreamableHTTPClientTransport(new URL(stack.gateway.url)));
   session = createTaskSessionFromClient(client, { endpointId: 'taskrelay' });
 });
 
 afterAll(async () => {
   await session?.close();
   await client?.close();
-  await stopAll();
-  await redis?.stop();
 });
 
 /** The tool as the caller knows it; ext-tasks decides task execution from the declaration. */
@@ -74,7 +66,7 @@ describe('§13, §14 ext-tasks 0.2.2 against taskrelay (2026-07-28, the tasks ex
 
   beforeAll(async () => {
     modern = new Client(clientInfo, { capabilities: {}, versionNegotiation: { mode: { pin: '2026-07-28' } } });
-    await modern.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+    await modern.connect(new StreamableHTTPClientTransport(new URL(stack.gateway.url)));
     let nextId = 1;
     // ext-tasks sends the extension's requests itself on this transport: the routing headers are the host's job.
     const rawDispatch = async (input: unknown) => {
@@ -91,7 +83,7 @@ describe('§13, §14 ext-tasks 0.2.2 against taskrelay (2026-07-28, the tasks ex
       };
       const name = request.method === 'tools/call' ? request.params?.name : request.params?.taskId;
       if (name !== undefined) headers['mcp-name'] = name;
-      const res = await fetch(gateway.url, { method: 'POST', headers, body: JSON.stringify(request) });
+      const res = await fetch(stack.gateway.url, { method: 'POST', headers, body: JSON.stringify(request) });
       return (await res.json()) as never;
     };
     extSession = createTaskSessionFromClient(modern, {

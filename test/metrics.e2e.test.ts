@@ -2,7 +2,7 @@
  * Issue 13: Prometheus metrics on the gateway (`/metrics`) and on a worker (`WORKER_METRICS_PORT`): tasks created and
  * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { toolPool } from '@taskrelay/shared';
 
 /** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
@@ -10,44 +10,27 @@ const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fai
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  WORKER_MAIN,
-  connectClient,
-  readMetric,
-  spawnNode,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { WORKER_MAIN, readMetric, spawnNode } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const metricsPort = await getPort({ host: '127.0.0.1' });
+const stack = useStack({
+  name: 'metrics',
+  workers: [{ WORKER_CONCURRENCY: '1', WORKER_METRICS_PORT: String(metricsPort) }],
+});
 let client: Client;
-let env: Record<string, string>;
+let env: Record<string, string | undefined>;
 /** readMetric() wants an `/mcp` URL and reads its sibling `/metrics`. */
-let workerUrl: string;
+const workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('metrics') };
-  gateway = await startGatewayProcess(env);
-  const metricsPort = await getPort({ host: '127.0.0.1' });
-  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '1', WORKER_METRICS_PORT: String(metricsPort) });
-  workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
-  client = await connectClient(gateway.url);
+  env = stack.env;
+  client = await stack.client();
 });
 
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
-});
-
-const g = (name: string, labels: Record<string, string> = {}) => readMetric(gateway.url, name, labels);
+const g = (name: string, labels: Record<string, string> = {}) => readMetric(stack.gateway.url, name, labels);
 const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);
 const tool = 'build_report';
 
@@ -117,7 +100,7 @@ describe('metrics', () => {
   });
 
   it('name every metric of both processes taskrelay_*', async () => {
-    for (const url of [gateway.url, workerUrl]) {
+    for (const url of [stack.gateway.url, workerUrl]) {
       const text = await (await fetch(url.replace(/\/mcp$/, '/metrics'))).text();
       const names = text
         .split('\n')

@@ -103,13 +103,34 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
     },
   };
   try {
-    await Promise.all((options.gateways ?? [{}]).map((extra) => addGateway(extra)));
-    await Promise.all((options.workers ?? [{}]).map((extra) => addWorker(extra)));
+    // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
+    const startGateways = (options.gateways ?? [{}]).map((extra) =>
+      startGatewayProcess({ ...env, ...extra }, options.ready),
+    );
+    gateways.push(...(await settleAll(startGateways)));
+    const startWorkers = (options.workers ?? [{}]).map((extra) =>
+      startWorkerProcess({ ...env, ...extra }, options.ready),
+    );
+    workers.push(...(await settleAll(startWorkers)));
   } catch (error) {
     await stack.stop();
     throw error;
   }
   return stack;
+}
+
+/**
+ * Like Promise.all, but waits for every start to settle, so a start that fails does not leave the others running
+ * unseen: the started ones are stopped by PID.
+ */
+async function settleAll<T extends ManagedProcess>(starts: Array<Promise<T>>): Promise<T[]> {
+  const settled = await Promise.allSettled(starts);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    await Promise.allSettled(settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value.kill('SIGKILL')] : [])));
+    throw failed.reason;
+  }
+  return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
 }
 
 /** `startStack` for the whole file: started in `beforeAll`, stopped in `afterAll`. Read its members inside tests. */
