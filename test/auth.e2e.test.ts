@@ -2,38 +2,19 @@
  * docs/CONFIGURATION.md, docs/HTTP.md, docs/MCP.md: with TASKRELAY_AUTH_TOKENS set, every /mcp request needs a bearer token and tasks belong to the
  * principal, never the session (the MCP tasks specification, security considerations).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
+import { connectClient } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
+const stack = useStack({ name: 'auth', gateways: [{ TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token' }] });
 const alice = { authorization: 'Bearer alice-token' };
 const bob = { authorization: 'Bearer bob-token' };
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('auth') };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token' });
-  await startWorkerProcess(env);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
-
 /** A client of its own for `headers`' principal, and one build_report task it started. */
 async function clientWithTask(headers: Record<string, string>) {
-  const client = await connectClient(gateway.url, headers);
+  const client = await connectClient(stack.gateway.url, headers);
   const taskId = await startTask(client, 'build_report', { report: 'r', items: 2, delayMs: 1 });
   return { client, taskId };
 }
@@ -42,16 +23,16 @@ describe('authentication and task ownership', () => {
   it('answers 401 with WWW-Authenticate without a valid bearer token, but keeps probes open', async () => {
     const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
     const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-    const missing = await fetch(gateway.url, { method: 'POST', headers, body });
+    const missing = await fetch(stack.gateway.url, { method: 'POST', headers, body });
     expect(missing.status).toBe(401);
     expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer/);
-    const wrong = await fetch(gateway.url, {
+    const wrong = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: { ...headers, authorization: 'Bearer nope' },
       body,
     });
     expect(wrong.status).toBe(401);
-    expect((await fetch(gateway.url.replace(/\/mcp$/, '/readyz'))).status).toBe(200);
+    expect((await fetch(stack.gateway.url.replace(/\/mcp$/, '/readyz'))).status).toBe(200);
   });
 
   it('offers tasks/list and lists only the caller’s own tasks', async () => {
@@ -68,10 +49,10 @@ describe('authentication and task ownership', () => {
   it('lets the same principal reach its task from a new session, and tells another principal it does not exist', async () => {
     const { client, taskId } = await clientWithTask(alice);
     await client.close();
-    const again = await connectClient(gateway.url, alice);
+    const again = await connectClient(stack.gateway.url, alice);
     const result = await again.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toEqual({ report: 'r', items: 2 });
-    const mallory = await connectClient(gateway.url, bob);
+    const mallory = await connectClient(stack.gateway.url, bob);
     // Settled as they are made: all three are in flight at once, and any may fail first.
     const attempts = [
       mallory.experimental.tasks.getTask(taskId),
@@ -93,9 +74,9 @@ describe('authentication and task ownership', () => {
   });
 
   it('does not let another principal use a session it did not open', async () => {
-    const a = await connectClient(gateway.url, alice);
+    const a = await connectClient(stack.gateway.url, alice);
     const sessionId = (a.transport as unknown as { sessionId?: string }).sessionId ?? '';
-    const res = await fetch(gateway.url, {
+    const res = await fetch(stack.gateway.url, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',

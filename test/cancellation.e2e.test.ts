@@ -3,61 +3,44 @@
  * worker holds it, frees that worker, never runs a retry, and leaves exactly one terminal state.
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
   FIXTURE_TOOLS,
   connectClient,
   readMetric,
   startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'cancel',
+  // Concurrency 1: a freed slot shows as the next task starting.
+  workers: [{ TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '1', WORKER_ABORT_GRACE_MS: '300' }],
+});
 let r: Redis;
 let prefix: string;
-let gateway: GatewayProcess;
 let worker: ManagedProcess;
 let client: Client;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('cancel');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess(env);
-  // Concurrency 1: a freed slot shows as the next task starting.
-  worker = await startWorkerProcess({
-    ...env,
-    TASKRELAY_TOOLS: FIXTURE_TOOLS,
-    WORKER_CONCURRENCY: '1',
-    WORKER_ABORT_GRACE_MS: '300',
-  });
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+  ({ r, prefix } = stack);
+  worker = stack.workers[0]!;
+  client = await stack.client();
 });
 
 const status = async (taskId: string) => (await client.experimental.tasks.getTask(taskId)).status;
 const hash = (taskId: string) => r.hgetall(createKeys(prefix).task(taskId));
 const workerLogs = (taskId: string) => worker.logs().filter((l) => l['taskId'] === taskId);
 
-const metric = (name: string, trigger: string) => readMetric(gateway.url, name, { trigger });
+const metric = (name: string, trigger: string) => readMetric(stack.gateway.url, name, { trigger });
 
 /** With concurrency 1, a short task finishing proves the worker's only slot is free. */
 async function expectWorkerFree(): Promise<void> {
@@ -101,7 +84,7 @@ describe('§7 cancel flow', () => {
     await waitFor(() =>
       workerLogs(taskId).some((l) => l['reason'] === 'CLIENT_CANCELLED' && l['principal'] === 'anonymous'),
     );
-    expect(gateway.logs().find((l) => l['taskId'] === taskId && l['msg'] === 'task cancelled')).toMatchObject({
+    expect(stack.gateway.logs().find((l) => l['taskId'] === taskId && l['msg'] === 'task cancelled')).toMatchObject({
       principal: 'anonymous',
       reason: 'CLIENT_CANCELLED',
       trigger: 'tasks/cancel',
@@ -203,7 +186,7 @@ describe('§7 plain-call triggers', () => {
   // and the stream can be resumed. Both, and a task call's closed stream, are in modern-transport.e2e.test.ts.
 
   it('bounds every tool by the gateway-wide maximum timeout', async () => {
-    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_MAX_TOOL_TIMEOUT_MS: '300' };
+    const env = { ...stack.env, TASKRELAY_MAX_TOOL_TIMEOUT_MS: '300' };
     const strict = await startGatewayProcess(env);
     const strictClient = await connectClient(strict.url);
     const result = await strictClient.callTool({ name: 'sleepy', arguments: { ms: 30_000, stepMs: 50 } });
