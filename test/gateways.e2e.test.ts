@@ -3,24 +3,21 @@
  * task, a cancel answered by one replica is never followed by a progress notification from the owner, and idempotent
  * creation returns one task whichever replica is asked.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { type Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, McpError, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { RedisTaskStore, createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { FIXTURE_TOOLS, type GatewayProcess } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'gateways',
+  gateways: [{}, {}],
+  workers: [{ TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '16' }],
+});
 let r: Redis;
 let prefix: string;
 let a: GatewayProcess;
@@ -29,20 +26,9 @@ let onA: Client;
 let onB: Client;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('gateways');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [a, b] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '16' });
-  [onA, onB] = await Promise.all([connectClient(a.url), connectClient(b.url)]);
-});
-
-afterAll(async () => {
-  await Promise.all([onA?.close(), onB?.close()]);
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+  ({ r, prefix } = stack);
+  [a, b] = stack.gateways as [GatewayProcess, GatewayProcess];
+  [onA, onB] = await Promise.all([stack.client({}, a.url), stack.client({}, b.url)]);
 });
 
 const IDEMPOTENCY = 'dev.taskrelay/idempotency-key';

@@ -2,8 +2,8 @@
  * Issue 3, PROTOCOL.md §6 and §9: each progress update reaches exactly its own caller, across processes and gateway
  * replicas, strictly increasing, never after terminal, and survives a dropped stream.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { type Redis } from 'ioredis';
 import {
   CallToolResultSchema,
   ProgressNotificationSchema,
@@ -12,46 +12,31 @@ import {
   type TaskStatusNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, RedisTaskStore } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  ROOT,
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, connectClient, readMetric, type GatewayProcess } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
 
 const GATED_TOOLS = `${ROOT}/test/fixtures/gated-tools.mjs`;
 const RELATED = 'io.modelcontextprotocol/related-task';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'progress',
+  gateways: [{}, {}],
+  workers: [
+    { WORKER_CONCURRENCY: '32' },
+    { TASKRELAY_TOOLS: GATED_TOOLS, TASKRELAY_QUEUE: 'gated', WORKER_CONCURRENCY: '16' },
+    FIXTURE_WORKER,
+  ],
+});
 let r: Redis;
 let prefix: string;
 let gatewayA: GatewayProcess;
 let gatewayB: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('progress');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [gatewayA, gatewayB] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
-  await Promise.all([
-    startWorkerProcess({ ...env, WORKER_CONCURRENCY: '32' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: GATED_TOOLS, TASKRELAY_QUEUE: 'gated', WORKER_CONCURRENCY: '16' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, TASKRELAY_QUEUE: 'fixtures' }),
-  ]);
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix } = stack);
+  [gatewayA, gatewayB] = stack.gateways as [GatewayProcess, GatewayProcess];
 });
 
 /** A client that records every progress notification it receives, by token, like a UI with one card per call. */

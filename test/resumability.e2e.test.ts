@@ -1,43 +1,24 @@
 /**
  * Issue 3, PROTOCOL.md §9: a client whose GET stream drops and reconnects with Last-Event-ID misses no progress event.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { type Redis } from 'ioredis';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, readMetric } from './helpers/processes.js';
 import { RawSession, type SseEvent } from './helpers/raw-mcp.js';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'resume',
+  // No coalescing here, so every single value must arrive.
+  env: { TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+  workers: [{ TASKRELAY_TOOLS: `${ROOT}/test/fixtures/gated-tools.mjs`, TASKRELAY_QUEUE: 'gated' }],
+});
 let r: Redis;
 let prefix: string;
-let gateway: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('resume');
-  // No coalescing here, so every single value must arrive.
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_PROGRESS_INTERVAL_MS: '0' };
-  gateway = await startGatewayProcess(env);
-  await startWorkerProcess({
-    ...env,
-    TASKRELAY_TOOLS: `${ROOT}/test/fixtures/gated-tools.mjs`,
-    TASKRELAY_QUEUE: 'gated',
-  });
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix } = stack);
 });
 
 type Msg = {
@@ -52,7 +33,7 @@ const progressOf = (events: SseEvent[], token: string) =>
 
 describe('§9 session event store (resumability)', () => {
   it('replays every progress event sent while the GET stream was down', async () => {
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     const first = session.openGetStream();
     const gate = `${prefix}:gate:resume`;
     const created = await session.request('tools/call', {
@@ -93,7 +74,7 @@ describe('§9 session event store (resumability)', () => {
   });
 
   it('keeps the events in the gateway, not in Redis, and releases them when the session closes', async () => {
-    const session = await RawSession.open(gateway.url);
+    const session = await RawSession.open(stack.gateway.url);
     const stream = session.openGetStream();
     const gate = `${prefix}:gate:release`;
     const created = await session.request('tools/call', {
@@ -106,7 +87,7 @@ describe('§9 session event store (resumability)', () => {
     await r.rpush(gate, JSON.stringify({ progress: 1, total: 1 }), JSON.stringify({ done: true }));
     await waitFor(async () => (await session.request('tasks/get', { taskId })).result?.status === 'completed');
     await waitFor(() => progressOf(stream.events, 'release-1').includes(1));
-    expect(await readMetric(gateway.url, 'taskrelay_sse_event_store_bytes')).toBeGreaterThan(0);
+    expect(await readMetric(stack.gateway.url, 'taskrelay_sse_event_store_bytes')).toBeGreaterThan(0);
     // Nothing of the SSE traffic reached Redis: only the task's own keys carry the prefix.
     const keys = await r.keys(`${prefix}:*`);
     expect(keys.filter((k) => k.includes(':stream:'))).toEqual([]);
@@ -114,7 +95,7 @@ describe('§9 session event store (resumability)', () => {
     expect(await session.close()).toBe(200);
     stream.close();
     await stream.done;
-    await waitFor(async () => (await readMetric(gateway.url, 'taskrelay_sse_event_store_bytes')) === 0, {
+    await waitFor(async () => (await readMetric(stack.gateway.url, 'taskrelay_sse_event_store_bytes')) === 0, {
       message: 'the closed session still holds its events',
     });
   });
