@@ -6,6 +6,9 @@
  * One slot per worker, so the order jobs start in is the order the pool hands them out: a long task A runs on the
  * first worker; B, C and D are queued behind it; the worker is sent SIGTERM, aborts A after its grace and hands it
  * back; a second worker then runs A, B, C, D in that order.
+ *
+ * The same holds for a batch child (PROTOCOL.md §26): both runs share one hand-back (engine/run-envelope.ts). A child
+ * used to go back with a 0 ms delayed move, behind every job of its fair-share priority queued meanwhile.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
@@ -98,5 +101,60 @@ describe('a job handed back at SIGTERM', () => {
     );
     const order = [...ended].sort((a, b) => a.at - b.at).map((e) => e.id);
     expect(order).toEqual([handedBack, ...queuedAfter]);
+  });
+});
+
+describe('a batch child handed back at SIGTERM', () => {
+  let childId: string;
+  let after: string[];
+  let first: ManagedProcess;
+  let second: ManagedProcess;
+  let client: WatchingClient;
+
+  beforeAll(async () => {
+    const prefix = uniquePrefix('f-handback-batch');
+    const batchRecords = new FaultRecords(r, prefix);
+    const env = {
+      REDIS_URL: redis.url,
+      TASKRELAY_PREFIX: prefix,
+      TASKRELAY_TOOLS: FAULT_TOOLS,
+      WORKER_CONCURRENCY: '1',
+      WORKER_LOCK_DURATION_MS: '2000',
+      WORKER_SHUTDOWN_GRACE_MS: '300',
+      WORKER_HEARTBEAT_MS: '500',
+    };
+    let gateway;
+    [gateway, first] = await Promise.all([
+      startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix }),
+      startWorkerProcess(env),
+    ]);
+    client = await watchingClient(gateway.url);
+    // One child, far longer than the grace on its first run. The parent suspends while it runs (no slot held).
+    const parent = await startTask(client.client, 'fan_steady', { items: [{ ms: 300, firstRunMs: 60_000 }] });
+    childId = `${parent}.0`;
+    await batchRecords.waitForStart(childId, { pid: first.pid });
+    // Queued after the child started, by the same principal, who then has nothing else waiting: the fair-share
+    // priority the child was given, so only the hand-back's place in that priority orders them.
+    after = [];
+    for (let i = 0; i < 3; i++) after.push(await startTask(client.client, 'steady', { ms: 300 }));
+    void first.kill('SIGTERM');
+    await first.exited;
+    second = await startWorkerProcess(env);
+    await Promise.all([parent, ...after].map((id) => waitForTerminal(client.client, id, 30_000)));
+    records = batchRecords;
+  });
+
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it('runs again before the jobs queued after it', async () => {
+    const runs = await records.runs(childId);
+    expect(runs.map((run) => run.pid)).toEqual([first.pid, second.pid]);
+    expect(runs[0]?.events.at(-1)).toMatchObject({ e: 'end', outcome: 'threw', reason: 'WORKER_SHUTDOWN' });
+    const startOf = async (id: string, pid: number) =>
+      (await records.runs(id)).find((run) => run.pid === pid)?.events.find((e) => e.e === 'start')?.at ?? Infinity;
+    const childAgain = await startOf(childId, second.pid);
+    for (const id of after) expect(childAgain).toBeLessThan(await startOf(id, second.pid));
   });
 });

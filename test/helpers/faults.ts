@@ -33,6 +33,8 @@ export interface FaultEvent {
   message?: string;
   outcome?: 'returned' | 'threw';
   reason?: string;
+  /** When the tool recorded it (Date.now() in the worker): orders the runs of one worker across tasks. */
+  at?: number;
   /** Written by the test itself (markFault), not by a tool. */
   fault?: string;
 }

@@ -8,7 +8,6 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
   Coalescer,
-  isRedisUnavailableError,
   serializeError,
   type BatchOutcome,
   type BatchStore,
@@ -25,7 +24,8 @@ import { describeIssues, toToolResult, type ToolDefinition } from '../define-too
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
-import type { RunningJob, RunningJobs } from './running-jobs.js';
+import type { RunEnvelope } from './run-envelope.js';
+import type { RunningJob } from './running-jobs.js';
 import { settle, type RunOutcome } from './settle.js';
 
 /** setTimeout's ceiling. */
@@ -57,11 +57,12 @@ export interface ChildRunnerOptions {
   store: Pick<RedisTaskStore, 'recordProgress'>;
   queues: BatchQueues;
   fairShare: Pick<FairShare, 'leave'>;
-  running: RunningJobs;
   metrics: WorkerMetrics;
   log: Logger;
   progressIntervalMs: number;
   isClosing: () => boolean;
+  /** What surrounds every run, and the one hand-back (run-envelope.ts): the same as a task's. */
+  envelope: RunEnvelope;
 }
 
 export class ChildRunner {
@@ -69,29 +70,17 @@ export class ChildRunner {
 
   constructor(private readonly o: ChildRunnerOptions) {}
 
-  async process(job: Job<unknown, void>, token: string | undefined, signal: AbortSignal | undefined): Promise<void> {
+  process(job: Job<unknown, void>, token: string | undefined, signal: AbortSignal | undefined): Promise<void> {
     const jobId = job.id ?? '';
-    const entry = this.o.running.add(jobId);
-    const forward = () => entry.controller.abort(cancelReasonOf(signal as AbortSignal));
-    signal?.addEventListener('abort', forward, { once: true });
-    const log = this.o.log.child({ jobId, tool: job.name });
-    this.o.metrics.jobsStarted.inc({ tool: job.name });
-    const startedAt = Date.now();
-    try {
-      await this.run(job, token, jobId, entry, log);
-    } catch (error) {
-      // Redis went away while the child recorded its start or outcome: the job goes back (or returns when its lock
-      // expires), so no attempt is used and the child is not lost; its record, when it comes, is still the only one.
-      if (isRedisUnavailableError(error)) {
-        log.warn({ err: error }, 'Redis unreachable while recording a batch child; handing the job back');
-        return await handBack(job, token, log, 'LOCK_LOST');
-      }
-      throw error;
-    } finally {
-      signal?.removeEventListener('abort', forward);
-      this.o.metrics.runDuration.observe({ tool: job.name }, (Date.now() - startedAt) / 1000);
-      this.o.running.release(jobId, entry);
-    }
+    const parentId = (job.data as { taskId?: unknown } | undefined)?.taskId;
+    const log = this.o.log.child({ jobId, tool: job.name, ...(typeof parentId === 'string' ? { parentId } : {}) });
+    const attributes = {
+      'taskrelay.task_id': typeof parentId === 'string' ? parentId : undefined,
+      'taskrelay.job_id': jobId,
+      'taskrelay.tool': job.name,
+      'taskrelay.attempt': Math.max(1, job.attemptsStarted || job.attemptsMade + 1),
+    };
+    return this.o.envelope.run(job, token, signal, log, attributes, (entry) => this.run(job, token, jobId, entry, log));
   }
 
   private async run(
@@ -101,7 +90,7 @@ export class ChildRunner {
     entry: RunningJob,
     log: Logger,
   ): Promise<void> {
-    if (this.o.isClosing()) return handBack(job, token, log);
+    if (this.o.isClosing()) return this.o.envelope.handBack(job, token, log);
     const parsed = ChildJobDataSchema.safeParse(job.data);
     if (!parsed.success) throw new UnrecoverableError(`Invalid batch child data: ${describeIssues(parsed.error)}`);
     const data = parsed.data;
@@ -177,7 +166,7 @@ export class ChildRunner {
     });
     switch (action.kind) {
       case 'hand_back':
-        return handBack(job, token, log, action.reason);
+        return this.o.envelope.handBack(job, token, log, action.reason);
       case 'timed_out':
         return record(failed('TIMEOUT', `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`));
       case 'cancelled':
@@ -267,19 +256,4 @@ function failedWith(error: SerializedError): BatchOutcome {
     result: { content: [{ type: 'text', text: error.message }], isError: true },
     error,
   };
-}
-
-async function handBack(
-  job: Job<unknown, void>,
-  token: string | undefined,
-  log: Logger,
-  reason: CancelReason = 'WORKER_SHUTDOWN',
-): Promise<never> {
-  try {
-    await job.moveToDelayed(Date.now(), token);
-    log.info({ reason }, 'batch child put back for another worker');
-  } catch (error) {
-    log.info({ err: error, reason }, 'batch child not put back (its lock is gone)');
-  }
-  throw new DelayedError();
 }

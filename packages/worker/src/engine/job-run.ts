@@ -2,7 +2,7 @@
  * The run of one job (PROTOCOL.md §5, §10, §12): BullMQ's processor. It records the run's start, checks the job,
  * runs the tool with its context, then carries out what `settle` decides.
  */
-import { DelayedError, UnrecoverableError, WaitingError, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
   type FairShare,
@@ -10,7 +10,6 @@ import {
   isRedisUnavailableError,
   isTerminal,
   serializeError,
-  withJobSpan,
   type CancelReason,
   type JobLock,
   type Logger,
@@ -25,6 +24,7 @@ import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { isChildJob, type ChildRunner } from './batch-child.js';
 import type { BatchParent } from './batch-parent.js';
+import type { RunEnvelope } from './run-envelope.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 
@@ -46,14 +46,10 @@ export interface JobRunnerOptions {
   log: Logger;
   lockDurationMs: number;
   progressIntervalMs: number;
-  abortGraceMs: number;
   /** True once the worker no longer takes jobs: a job fetched anyway is handed back. */
   isClosing: () => boolean;
-  /**
-   * Wakes the pool's idle workers (BullMQ's marker): BullMQ's own move of an active job back to its priority level sets
-   * none, so without it an idle worker would see the handed-back job only at its next block timeout (5 s).
-   */
-  wakeWorkers: () => Promise<void>;
+  /** What surrounds every run, and the one hand-back (run-envelope.ts). */
+  envelope: RunEnvelope;
   /** Batches (PROTOCOL.md §26): the parent's `ctx.fanOut`, and the runs of child jobs. */
   batches?: { parent: BatchParent; children: ChildRunner };
 }
@@ -70,8 +66,6 @@ export class JobRunner {
     // A batch child has no task of its own (§26.3): its run is the child runner's.
     if (this.o.batches && isChildJob(job.data)) return this.o.batches.children.process(job, token, signal);
     const taskId = job.id ?? '';
-    const entry = this.o.running.add(taskId);
-    const { controller } = entry;
     const log = this.o.log.child({
       taskId,
       jobId: taskId,
@@ -79,47 +73,15 @@ export class JobRunner {
       attempt: attemptOf(job),
       ...correlationOf(job),
     });
-    const startedAt = Date.now();
-    const { metrics } = this.o;
-    metrics.jobsStarted.inc({ tool: job.name });
-    if (job.attemptsMade === 0 && job.stalledCounter === 0) {
-      metrics.queueWait.observe({ tool: job.name }, Math.max(0, startedAt - job.timestamp) / 1000);
-    }
-    const forward = () => controller.abort(cancelReasonOf(signal as AbortSignal));
-    signal?.addEventListener('abort', forward, { once: true });
-    controller.signal.addEventListener('abort', () => this.onAbort(entry, log), { once: true });
-    try {
-      const data = (job.data ?? {}) as { trace?: Record<string, string> };
-      await withJobSpan(
-        `run ${job.name}`,
-        data.trace,
-        {
-          'taskrelay.task_id': taskId,
-          'taskrelay.tool': job.name,
-          'taskrelay.attempt': attemptOf(job),
-          'taskrelay.worker_id': this.o.workerId,
-        },
-        () => this.run(job, token, taskId, entry, log),
-      );
-    } catch (error) {
-      // Redis went away while this run recorded its start or its outcome: not the tool's fault, so no attempt is
-      // used. The job goes back (or, with Redis still away, returns to the queue when its lock expires).
-      if (error instanceof TaskrelayError && error.code === 'REDIS_UNAVAILABLE') {
-        log.warn({ err: error.cause }, 'Redis unreachable while recording the run; handing the job back');
-        return await this.handBack(job, token, log, 'LOCK_LOST');
-      }
-      throw error;
-    } finally {
-      signal?.removeEventListener('abort', forward);
-      clearTimeout(entry.graceTimer);
-      const endedAt = Date.now();
-      metrics.runDuration.observe({ tool: job.name }, (endedAt - startedAt) / 1000);
-      if (entry.abortedAt !== undefined) {
-        const reason = cancelReasonOf(controller.signal);
-        metrics.cancelLatency.observe({ reason }, (endedAt - entry.abortedAt) / 1000);
-      }
-      this.o.running.release(taskId, entry);
-    }
+    const attributes = {
+      'taskrelay.task_id': taskId,
+      'taskrelay.tool': job.name,
+      'taskrelay.attempt': attemptOf(job),
+      'taskrelay.worker_id': this.o.workerId,
+    };
+    return this.o.envelope.run(job, token, signal, log, attributes, (entry) =>
+      this.run(job, token, taskId, entry, log),
+    );
   };
 
   private async run(
@@ -420,30 +382,13 @@ export class JobRunner {
     }
   }
 
-  /**
-   * Puts the job back without using an attempt (§5 on WORKER_SHUTDOWN, §10.4), at the front of its queue: ahead of
-   * every job of its fair-share priority (§25), and so of every job its principal queued after it (BullMQ's
-   * `moveToWait`, which scores it `priority × 2³²` with no counter). The task stays `working`. A delayed move of 0 ms,
-   * as before, re-entered it behind every job of its priority queued meanwhile.
-   */
-  private async handBack(
+  private handBack(
     job: Job<unknown, void>,
     token: string | undefined,
     log: Logger,
-    reason: CancelReason = 'WORKER_SHUTDOWN',
+    reason?: CancelReason,
   ): Promise<never> {
-    try {
-      await job.moveToWait(token);
-      log.info({ reason }, 'job put back, at the front of its queue, for another worker');
-    } catch (error) {
-      log.info(
-        { err: error, reason },
-        'job not put back (its lock is gone); it is already with, or returns to, the queue',
-      );
-      throw new DelayedError();
-    }
-    await this.o.wakeWorkers().catch((error: unknown) => log.debug({ err: error }, 'could not wake idle workers'));
-    throw new WaitingError();
+    return this.o.envelope.handBack(job, token, log, reason);
   }
 
   private async failTask(
@@ -492,18 +437,6 @@ export class JobRunner {
       `${what} refused: this worker no longer holds the job; another run owns the task`,
     );
     throw new DelayedError();
-  }
-
-  private onAbort(entry: RunningJob, log: Logger): void {
-    const reason = cancelReasonOf(entry.controller.signal);
-    entry.abortedAt = Date.now();
-    log.debug({ reason }, 'tool signal aborted');
-    entry.graceTimer = setTimeout(() => {
-      log.warn(
-        { reason, abortGraceMs: this.o.abortGraceMs },
-        'tool still running after its signal aborted; it ignores its signal and keeps its slot until it returns',
-      );
-    }, this.o.abortGraceMs).unref();
   }
 }
 

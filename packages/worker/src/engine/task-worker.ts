@@ -23,6 +23,7 @@ import { ChildRunner } from './batch-child.js';
 import { BatchParent } from './batch-parent.js';
 import { BatchQueues } from './batch-queues.js';
 import { JobRunner } from './job-run.js';
+import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
 
 /**
@@ -87,6 +88,16 @@ export class TaskWorker {
     const isClosing = () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING';
     // Batches (§26): the parent's fan-out and the child runs share one store and one set of queues.
     const batchStore = new BatchStore(this.redis, this.keys);
+    const envelope = new RunEnvelope({
+      running: this.running,
+      metrics: options.metrics,
+      abortGraceMs: options.abortGraceMs,
+      // BullMQ's own marker key (public on the worker), not a layout of ours; "0" is its "a job is waiting".
+      wakeWorkers: async () => {
+        const marker = this.bullWorker?.keys.marker;
+        if (marker !== undefined) await this.redis.zadd(marker, 0, '0');
+      },
+    });
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
     const batches = {
       parent: new BatchParent({
@@ -105,11 +116,11 @@ export class TaskWorker {
         store: this.store,
         queues: this.batchQueues,
         fairShare,
-        running: this.running,
         metrics: options.metrics,
         log: this.log,
         progressIntervalMs: options.progressIntervalMs,
         isClosing,
+        envelope,
       }),
     };
     this.runner = new JobRunner({
@@ -124,13 +135,8 @@ export class TaskWorker {
       log: this.log,
       lockDurationMs: options.lockDurationMs,
       progressIntervalMs: options.progressIntervalMs,
-      abortGraceMs: options.abortGraceMs,
       isClosing,
-      // BullMQ's own marker key (public on the worker), not a layout of ours; "0" is its "a job is waiting".
-      wakeWorkers: async () => {
-        const marker = this.bullWorker?.keys.marker;
-        if (marker !== undefined) await this.redis.zadd(marker, 0, '0');
-      },
+      envelope,
     });
     this.cancelWatch = new CancelWatch({
       subscriber: this.subscriber,
