@@ -155,6 +155,33 @@ export interface InputRequest {
    * `inputResponses` on the 2026-07-28 wire (PROTOCOL.md §17.6). Without one the request number is the key.
    */
   key?: string;
+  /**
+   * Which ask of its run made it (1 for the run's first `ctx.elicit`/`sample`/`listRoots`, …): an unkeyed question is
+   * matched to its stored answer by this position, a keyed one by its key, and either only while the question is the
+   * same (method, key, requested schema; PROTOCOL.md §12.3). Requests stored before positions were recorded have
+   * `position` = their number.
+   */
+  position?: number;
+}
+
+/**
+ * What makes two asks the same question, whatever their wording: the method, the tool's key, and for an elicitation the
+ * schema of the answer it asks for. A stored answer is handed only to the same question (PROTOCOL.md §12.3).
+ */
+export function questionIdentity(request: Pick<InputRequest, 'method' | 'params' | 'key'>): string {
+  const schema = request.method === 'elicitation/create' ? request.params['requestedSchema'] : undefined;
+  return JSON.stringify([request.method, request.key ?? null, canonical(schema ?? null)]);
+}
+
+/** `value` with every object's keys in order, so equal JSON values give equal text. */
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(
+    Object.keys(value)
+      .sort()
+      .map((k) => [k, canonical((value as Record<string, unknown>)[k])]),
+  );
 }
 
 /** The key of request `n` on the wire: the tool's name for it, or its number (PROTOCOL.md §17.6). */

@@ -561,11 +561,12 @@ export class RedisTaskStore {
             : JSON.stringify(
                 requests.map((r) => [
                   r.n,
-                  JSON.stringify(
-                    r.key === undefined
-                      ? { method: r.method, params: r.params }
-                      : { method: r.method, params: r.params, key: r.key },
-                  ),
+                  JSON.stringify({
+                    method: r.method,
+                    params: r.params,
+                    ...(r.key === undefined ? {} : { key: r.key }),
+                    ...(r.position === undefined ? {} : { position: r.position }),
+                  }),
                 ]),
               ),
         now: now.toISOString(),

@@ -4,6 +4,7 @@ import {
   LOG_LEVELS,
   TaskrelayError,
   isRedisUnavailableError,
+  questionIdentity,
   type InputMethod,
   type LogLevel,
   type LogMessage,
@@ -333,11 +334,18 @@ export class TaskContext implements ToolContext {
   private stateValue: unknown;
   private steps: Record<string, unknown>;
   private readonly answered: Record<string, unknown>;
-  /** Input requests of this run so far: the next one is number `requests + 1` (§12.2). */
+  /** Asks of this run so far: the next one is at position `requests + 1` (§12.2). */
   private requests = 0;
+  /** The questions the task asked before this run, by number, with where they were asked (§12.3). */
+  private readonly stored: Array<{ n: number; identity: string; key: string | undefined; position: number }>;
+  /** Request numbers this run has used: a stored request is matched at most once per run. */
+  private readonly used = new Set<number>();
+  /** The highest request number the task has: a new question takes the next one. */
+  private lastNumber: number;
   /** Input requests of this turn, asked together by `flushBatch`. */
   private batch: Array<{
     n: number;
+    position: number;
     key: string | undefined;
     method: InputMethod;
     params: Record<string, unknown>;
@@ -374,6 +382,13 @@ export class TaskContext implements ToolContext {
     this.stateValue = options.record?.state;
     this.steps = { ...options.record?.steps };
     this.answered = { ...options.record?.inputResponses };
+    this.stored = Object.entries(options.record?.inputRequests ?? {}).map(([n, request]) => ({
+      n: Number(n),
+      identity: questionIdentity(request),
+      key: request.key,
+      position: request.position ?? Number(n),
+    }));
+    this.lastNumber = Math.max(0, ...this.stored.map((request) => request.n));
   }
 
   get answers(): Readonly<Record<string, unknown>> {
@@ -607,7 +622,8 @@ export class TaskContext implements ToolContext {
         return Promise.reject(new TypeError(`options.key ${key} is already asked in this turn`));
       }
     }
-    const n = ++this.requests;
+    const position = ++this.requests;
+    const n = this.numberFor(position, key, questionIdentity({ method, params, key }));
     if (Object.hasOwn(this.answered, String(n))) {
       try {
         return Promise.resolve(this.checkAnswer(method, this.answered[String(n)], answerSchema));
@@ -626,9 +642,36 @@ export class TaskContext implements ToolContext {
       );
     }
     return new Promise<unknown>((resolve, reject) => {
-      this.batch.push({ n, key, method, params, schema: answerSchema, resolve, reject });
+      this.batch.push({ n, position, key, method, params, schema: answerSchema, resolve, reject });
       if (this.batch.length === 1) setImmediate(() => void this.flushBatch());
     });
+  }
+
+  /**
+   * The request number of this ask (PROTOCOL.md §12.3): the stored question it is — the one with its key, or for an
+   * unkeyed question the one asked at its position — when that question is the same (`questionIdentity`), so its
+   * answer (or its pending wait) is this ask's; otherwise a new number, and the question is asked again. A stored
+   * answer is never handed to another question: after a deploy that reorders or changes a tool's questions, the ones
+   * that changed are asked anew and the others keep their answers.
+   */
+  private numberFor(position: number, key: string | undefined, identity: string): number {
+    const candidates = this.stored.filter((request) =>
+      key !== undefined ? request.key === key : request.key === undefined && request.position === position,
+    );
+    const latest = candidates.filter((request) => !this.used.has(request.n)).sort((a, b) => b.n - a.n)[0];
+    if (latest !== undefined && latest.identity === identity) {
+      this.used.add(latest.n);
+      return latest.n;
+    }
+    if (latest !== undefined) {
+      this.log.warn(
+        { taskId: this.taskId, inputRequest: latest.n, position, ...(key === undefined ? {} : { key }) },
+        'the question asked here changed since its answer was stored (a deploy?): asking it again',
+      );
+    }
+    const n = ++this.lastNumber;
+    this.used.add(n);
+    return n;
   }
 
   /** Asks every request of this turn in one SUSPEND (§12.2): answered ones resolve, the rest suspend the run. */
@@ -639,8 +682,8 @@ export class TaskContext implements ToolContext {
       const durable = this.requireDurable(batch[0]?.method === 'sampling/createMessage' ? 'sample' : 'elicit');
       const until = Date.now() + this.inputTimeoutMs;
       const outcome = await durable.suspend(this.taskId, this.requireLock(), {
-        requests: batch.map(({ n, key, method, params }) =>
-          key === undefined ? { n, method, params } : { n, key, method, params },
+        requests: batch.map(({ n, position, key, method, params }) =>
+          key === undefined ? { n, position, method, params } : { n, position, key, method, params },
         ),
         deadlineAt: until,
       });
