@@ -195,6 +195,21 @@ describe('§17 MRTR on 2026-07-28 plain calls', () => {
     expect(done).toMatchObject({ resultType: 'complete', content: [{ text: 'state-ok: confirmed=true' }] });
   });
 
+  it('refuses a retry with other arguments than the round it answers (R9), and the real retry still works', async () => {
+    const r1 = await call('test_elicitation', { arguments: { message: 'pay alice 10' } });
+    expect(r1).toMatchObject({ resultType: 'input_required' });
+    const state = String(r1['requestState']);
+    const key = Object.keys(r1['inputRequests'] as Json)[0] ?? '';
+    const answers = { inputResponses: { [key]: accept({ username: 'a', email: 'a@x' }) }, requestState: state };
+    const other = await callError('test_elicitation', { arguments: { message: 'pay mallory 1000' }, ...answers });
+    expect(other).toMatchObject({ code: -32602 });
+    expect(String(other['message'])).toMatch(/^Invalid requestState: it was issued for a call with other arguments/);
+    expect(await taskStatus(taskIdOf(state))).toBe('input_required');
+    const done = await call('test_elicitation', { arguments: { message: 'pay alice 10' }, ...answers });
+    expect(done).toMatchObject({ resultType: 'complete' });
+    expect(JSON.stringify(done['content'])).toContain('action=accept');
+  });
+
   it('refuses an expired requestState, even one signed with the deployment key', async () => {
     const r1 = await call('test_input_required_result_request_state');
     const state = String(r1['requestState']);

@@ -2,12 +2,20 @@
  * PROTOCOL.md §17.2 and §16.2, without Redis: the MRTR `requestState` signer and the SEP-2243 header checks.
  */
 import { describe, expect, it } from 'vitest';
-import { RequestStateSigner } from '../src/protocol/request-state.js';
+import { RequestStateSigner, argumentsDigest } from '../src/protocol/request-state.js';
 import { checkParamHeaders, decodeHeaderValue } from '../src/transports/sessionless/param-headers.js';
 
 const signer = RequestStateSigner.withKey(Buffer.alloc(32, 7));
-const state = { taskId: 't1', principal: 'alice', tool: 'ask', expiresAt: 2_000, becomesTask: false };
-const expect_ = { principal: 'alice', tool: 'ask' };
+const digest = argumentsDigest({ question: 'q', n: 1 });
+const state = {
+  taskId: 't1',
+  principal: 'alice',
+  tool: 'ask',
+  expiresAt: 2_000,
+  becomesTask: false,
+  argumentsDigest: digest,
+};
+const expect_ = { principal: 'alice', tool: 'ask', argumentsDigest: digest };
 
 describe('§17.2 requestState', () => {
   it('verifies what it signed, bound to principal, tool and expiry', () => {
@@ -18,6 +26,18 @@ describe('§17.2 requestState', () => {
     expect(signer.verify(token, expect_, 2_000)).toEqual({ ok: false, reason: 'expired' });
     const task = signer.sign({ ...state, becomesTask: true }, 1_000);
     expect(signer.verify(task, expect_, 1_500)).toMatchObject({ ok: true, state: { becomesTask: true } });
+  });
+
+  it('is bound to the call’s arguments (R9): a retry with other arguments is refused', () => {
+    const token = signer.sign(state, 1_000);
+    // The same arguments in another key order are the same call.
+    expect(argumentsDigest({ n: 1, question: 'q' })).toBe(digest);
+    const other = argumentsDigest({ question: 'q', n: 2 });
+    expect(other).not.toBe(digest);
+    expect(signer.verify(token, { ...expect_, argumentsDigest: other }, 1_500)).toEqual({
+      ok: false,
+      reason: 'arguments',
+    });
   });
 
   it('gives each round its own state', () => {

@@ -28,7 +28,7 @@ import {
 import type { InflightCalls } from './inflight-calls.js';
 import { inputRequiredResult } from './mrtr.js';
 import { idempotencyKeyOf } from './request-meta.js';
-import type { RequestStateSigner } from './request-state.js';
+import { argumentsDigest, type RequestStateSigner } from './request-state.js';
 
 export type Era = '2025-11-25' | '2026-07-28';
 
@@ -202,7 +202,7 @@ export class McpMethods {
     ctx.checkCall?.(tool, args);
     if (tool.taskSupport === 'required' && !ext && rules.inputRounds) throw taskRequired(name);
     if (rules.inputRounds && params.requestState !== undefined) {
-      return this.retryRound(ctx, tool.name, params.requestState, params.inputResponses ?? {});
+      return this.retryRound(ctx, tool.name, argumentsDigest(args), params.requestState, params.inputResponses ?? {});
     }
     // Answers without a state belong to no round: a new call, which asks again (SEP-2322: ignore what is not known).
     // An inputFirst tool asks as a plain call first and becomes a task once answered (PROTOCOL.md §17.4).
@@ -244,14 +244,18 @@ export class McpMethods {
       ...(ctx.progress ? { sendProgress: ctx.progress.send } : {}),
       ...(ctx.sink ? { sink: ctx.sink } : {}),
     });
-    return this.awaitCall(ctx, record, inputFirst);
+    return this.awaitCall(ctx, record, { becomesTask: inputFirst, argumentsDigest: argumentsDigest(args) });
   }
 
   /**
    * A plain call until it answers: its task's result, capped; on 2026-07-28 also the end of an input round. The
    * request's abort cancels the call; a draining gateway ends it with `GATEWAY_SHUTDOWN`.
    */
-  private async awaitCall(ctx: RequestContext, record: TaskRecord, becomesTask: boolean): Promise<Result> {
+  private async awaitCall(
+    ctx: RequestContext,
+    record: TaskRecord,
+    round: { becomesTask: boolean; argumentsDigest: string },
+  ): Promise<Result> {
     const { service, inflight } = this.o;
     const rules = ERAS[ctx.era];
     const started = Date.now();
@@ -265,9 +269,9 @@ export class McpMethods {
     try {
       let done: TaskRecord;
       if (rules.inputRounds) {
-        const round = await service.waitForRound(record.taskId, ctx.principal, never);
-        if (round.asked) return inputRequiredResult(round.record, this.o.requestState, { becomesTask });
-        done = round.record;
+        const asked = await service.waitForRound(record.taskId, ctx.principal, never);
+        if (asked.asked) return inputRequiredResult(asked.record, this.o.requestState, round);
+        done = asked.record;
       } else {
         done = await service.waitForCall(record, never);
       }
@@ -292,14 +296,20 @@ export class McpMethods {
   private async retryRound(
     ctx: RequestContext,
     toolName: string,
+    digest: string,
     token: string,
     responses: Record<string, unknown>,
   ): Promise<Result> {
     const { service, requestState: signer } = this.o;
-    const verified = signer.verify(token, { principal: ctx.principal, tool: toolName });
+    const verified = signer.verify(token, { principal: ctx.principal, tool: toolName, argumentsDigest: digest });
     if (!verified.ok) {
       this.o.log.info({ reason: verified.reason, tool: toolName }, 'requestState refused');
-      throw new WireError(INVALID_PARAMS, 'Invalid requestState');
+      throw new WireError(
+        INVALID_PARAMS,
+        verified.reason === 'arguments'
+          ? 'Invalid requestState: it was issued for a call with other arguments; retry with the same arguments, or call again without requestState'
+          : 'Invalid requestState',
+      );
     }
     const { state } = verified;
     const record = await service.getCall(state.taskId, ctx.principal);
@@ -315,7 +325,7 @@ export class McpMethods {
         // Something is still pending (an answer was missing): asked again at once, with a fresh state.
         const now = await service.getCall(state.taskId, ctx.principal);
         if (now?.status === 'input_required') {
-          return inputRequiredResult(now, signer, { becomesTask: state.becomesTask });
+          return inputRequiredResult(now, signer, state);
         }
       } else if (state.becomesTask) {
         // The answers resumed the run: from here on it is a task the client polls (tasks-mrtr-composition).
@@ -323,7 +333,7 @@ export class McpMethods {
         if (task) return renderCreateTaskExt(task);
       }
     }
-    return this.awaitCall({ ...ctx, progress, sink: undefined }, record, state.becomesTask);
+    return this.awaitCall({ ...ctx, progress, sink: undefined }, record, state);
   }
 
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {

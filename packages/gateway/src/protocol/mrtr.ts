@@ -10,7 +10,7 @@ import type { RequestStateSigner } from './request-state.js';
 export function inputRequiredResult(
   record: TaskRecord,
   signer: RequestStateSigner,
-  options: { becomesTask: boolean; inputTimeoutFallbackMs?: number },
+  options: { becomesTask: boolean; argumentsDigest: string; inputTimeoutFallbackMs?: number },
 ): Record<string, unknown> {
   const inputRequests: Record<string, { method: string; params: Record<string, unknown> }> = {};
   for (const n of record.pendingInputs ?? []) {
@@ -24,6 +24,7 @@ export function inputRequiredResult(
     // The round lives as long as the task waits for its answers (the tool's input timeout).
     expiresAt: record.deadlineAt ?? Date.now() + (options.inputTimeoutFallbackMs ?? 86_400_000),
     becomesTask: options.becomesTask,
+    argumentsDigest: options.argumentsDigest,
   });
   return { resultType: 'input_required', inputRequests, requestState };
 }

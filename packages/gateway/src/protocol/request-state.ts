@@ -5,7 +5,7 @@
  * and when it expires. It carries no argument, answer or secret: those stay on the task hash. Hand-written (node's
  * crypto, no library) because it is a dozen lines: a JWT library would bring algorithms and headers nothing here uses.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
 import type { RedisClient } from '@taskrelay/shared';
 
@@ -24,6 +24,11 @@ const PayloadSchema = z.strictObject({
   i: z.number().int(),
   /** 1 when the call becomes a task once its answers resume it (an `inputFirst` tool, §17.4). */
   k: z.literal(1).optional(),
+  /**
+   * The call's arguments, digested (`argumentsDigest`): a retry must carry the same ones. Absent only in a state an
+   * older gateway issued (accepted unbound until it expires, so a rolling deploy ends no round).
+   */
+  a: z.string().min(1).optional(),
 });
 export type RequestStatePayload = z.infer<typeof PayloadSchema>;
 
@@ -35,10 +40,32 @@ export interface RequestState {
   expiresAt: number;
   /** The call becomes a task once its answers resume it. */
   becomesTask: boolean;
+  /** `argumentsDigest` of the call's arguments: the round belongs to this call, not to another of the same tool. */
+  argumentsDigest: string;
+}
+
+/**
+ * A digest of a call's arguments (SHA-256 of their JSON with every object's keys in order, base64url): what a
+ * `requestState` is bound to, so a retry with other arguments is refused instead of getting the first call's result.
+ */
+export function argumentsDigest(args: Record<string, unknown> | undefined): string {
+  return createHash('sha256')
+    .update(JSON.stringify(sorted(args ?? {})))
+    .digest('base64url');
+}
+
+function sorted(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sorted);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(
+    Object.keys(value)
+      .sort()
+      .map((k) => [k, sorted((value as Record<string, unknown>)[k])]),
+  );
 }
 
 /** Why a `requestState` was refused; the client is told only that it is invalid. */
-export type RequestStateRefusal = 'malformed' | 'signature' | 'principal' | 'tool' | 'expired';
+export type RequestStateRefusal = 'malformed' | 'signature' | 'principal' | 'tool' | 'arguments' | 'expired';
 
 export class RequestStateSigner {
   private constructor(private readonly key: Buffer) {}
@@ -73,6 +100,7 @@ export class RequestStateSigner {
       n: state.tool,
       e: state.expiresAt,
       i: now,
+      a: state.argumentsDigest,
     };
     if (state.becomesTask) payload.k = 1;
     const body = Buffer.from(JSON.stringify(payload), 'utf8').toString('base64url');
@@ -85,7 +113,7 @@ export class RequestStateSigner {
    */
   verify(
     token: string,
-    expect: { principal: string; tool: string },
+    expect: { principal: string; tool: string; argumentsDigest: string },
     now = Date.now(),
   ): { ok: true; state: RequestState } | { ok: false; reason: RequestStateRefusal } {
     const dot = token.indexOf('.');
@@ -108,6 +136,7 @@ export class RequestStateSigner {
     }
     if (payload.p !== expect.principal) return { ok: false, reason: 'principal' };
     if (payload.n !== expect.tool) return { ok: false, reason: 'tool' };
+    if (payload.a !== undefined && payload.a !== expect.argumentsDigest) return { ok: false, reason: 'arguments' };
     if (payload.e <= now) return { ok: false, reason: 'expired' };
     return {
       ok: true,
@@ -117,6 +146,7 @@ export class RequestStateSigner {
         tool: payload.n,
         expiresAt: payload.e,
         becomesTask: payload.k === 1,
+        argumentsDigest: payload.a ?? expect.argumentsDigest,
       },
     };
   }
