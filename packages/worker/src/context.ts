@@ -16,7 +16,7 @@ import {
   type ToolResult,
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
-import { wellFormedJson, wellFormedText } from './well-formed.js';
+import { MAX_PROGRESS_MESSAGE_BYTES, boundedText, wellFormedJson, wellFormedText } from './well-formed.js';
 
 /** A primitive property of an elicitation's `requestedSchema` (MCP restricts forms to flat objects of these). */
 export type ElicitValue = string | number | boolean | string[];
@@ -533,7 +533,10 @@ export class TaskContext implements ToolContext {
     const update: ProgressUpdate = { progress };
     if (total !== undefined) update.total = total;
     // Well-formed, or the store's script refuses the whole update (§22.4).
-    if (message !== undefined) update.message = wellFormedText(String(message));
+    // Bounded, or a flood of long messages gets the gateway's subscriber cut (§22.4).
+    if (message !== undefined) {
+      update.message = boundedText(wellFormedText(String(message)), MAX_PROGRESS_MESSAGE_BYTES);
+    }
     this.coalescer.push(update);
   };
 

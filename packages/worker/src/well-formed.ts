@@ -21,3 +21,22 @@ export function wellFormedJson(value: unknown): unknown {
   }
   return value;
 }
+
+/**
+ * The most bytes (UTF-8) of a progress message (PROTOCOL.md §22.4): a message is status text, and every one is
+ * published to the gateway that routes the task. Without a bound, 200 KB messages made Redis cut that gateway's
+ * subscriber (its 32 MB pub/sub output limit), and every task on the gateway lost live notifications while it
+ * reconnected.
+ */
+export const MAX_PROGRESS_MESSAGE_BYTES = 4_096;
+
+/** `text` cut to at most `maxBytes` of UTF-8, on a character boundary, with a marker saying how much there was. */
+export function boundedText(text: string, maxBytes: number): string {
+  const bytes = Buffer.byteLength(text);
+  if (bytes <= maxBytes) return text;
+  const marker = ` …[truncated: ${bytes} bytes]`;
+  const room = Math.max(0, maxBytes - Buffer.byteLength(marker));
+  // encodeInto writes whole characters only: `read` is where a cut leaves no half of a character behind.
+  const { read } = new TextEncoder().encodeInto(text, new Uint8Array(room));
+  return text.slice(0, read) + marker;
+}

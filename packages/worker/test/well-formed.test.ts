@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { wellFormedJson, wellFormedText } from '../src/well-formed.js';
+import { MAX_PROGRESS_MESSAGE_BYTES, boundedText, wellFormedJson, wellFormedText } from '../src/well-formed.js';
 
 describe('well-formed texts (PROTOCOL.md §22.4)', () => {
   it('replaces each lone surrogate with U+FFFD and keeps pairs, wherever they sit', () => {
@@ -15,5 +15,16 @@ describe('well-formed texts (PROTOCOL.md §22.4)', () => {
     expect(wellFormedJson({ 'k\uD800': ['\uDC00', 1, true, null, { deep: 'x\uD801' }] })).toEqual({
       'k\uFFFD': ['\uFFFD', 1, true, null, { deep: 'x\uFFFD' }],
     });
+  });
+
+  it('bounds a progress message to MAX_PROGRESS_MESSAGE_BYTES of UTF-8, cut on a character, with a marker', () => {
+    expect(boundedText('short', MAX_PROGRESS_MESSAGE_BYTES)).toBe('short');
+    const long = 'é'.repeat(150_000); // 300,000 bytes
+    const bounded = boundedText(long, MAX_PROGRESS_MESSAGE_BYTES);
+    expect(Buffer.byteLength(bounded)).toBeLessThanOrEqual(MAX_PROGRESS_MESSAGE_BYTES);
+    expect(bounded).toMatch(/^é+ …\[truncated: 300000 bytes\]$/);
+    const emoji = boundedText('\u{1F600}'.repeat(5_000), 100);
+    expect(emoji).toMatch(/^(\u{1F600})+ …\[truncated: 20000 bytes\]$/u);
+    expect(Buffer.byteLength(emoji)).toBeLessThanOrEqual(100);
   });
 });

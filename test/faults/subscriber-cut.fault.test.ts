@@ -1,0 +1,107 @@
+/**
+ * Fault suite, PROTOCOL.md §22.4 and §6: the gateway's one subscriber is shared by every task it routes.
+ * - A flood of long progress messages must not get it cut. Redis cuts a pub/sub client whose unsent output passes its
+ *   `client-output-buffer-limit` (32 MB by default): 200 KB progress messages did, 25 times in one probe, and every
+ *   task on that gateway lost its live notifications during each reconnect. A progress message is now at most
+ *   MAX_PROGRESS_MESSAGE_BYTES (4 KiB), cut with a marker. The limit is lowered here (1 MB hard, 256 KB soft) so that a
+ *   flood a test can afford shows the same cut.
+ * - When Redis cuts it anyway (`CLIENT KILL TYPE pubsub`), the gateway reconnects, re-reads what it routes, and the
+ *   tasks' progress and results reach their callers again.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { CallToolResultSchema, type Progress } from '@modelcontextprotocol/sdk/types.js';
+import { ROOT, connectClient, readMetric, type GatewayProcess } from '../helpers/processes.js';
+import { testRedis } from '../helpers/faults.js';
+import { waitFor } from '../helpers/wait-for.js';
+import { startStack, type TestStack } from '../helpers/stack.js';
+
+const ABUSE_TOOLS = `${ROOT}/test/fixtures/abuse-tools.mjs`;
+const MAX_PROGRESS_MESSAGE_BYTES = 4_096;
+
+let stack: TestStack;
+let r: Redis;
+let gateway: GatewayProcess;
+
+beforeAll(async () => {
+  stack = await startStack({
+    name: 'f-subscriber',
+    redis: { owned: true },
+    // No coalescing anywhere: every message is published and forwarded.
+    env: { TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+    workers: [{ TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: '4' }],
+  });
+  gateway = stack.gateway;
+  r = testRedis(stack.redis.url);
+  await r.config('SET', 'client-output-buffer-limit', 'pubsub 1mb 256kb 10');
+});
+
+afterAll(async () => {
+  r?.disconnect();
+  await stack?.stop();
+});
+
+const subscriberReconnects = () =>
+  readMetric(gateway.url, 'taskrelay_redis_reconnects_total', { connection: 'subscriber' });
+
+describe('the gateway’s subscriber', () => {
+  it('stays connected through 200 KB progress messages, each bounded and marked', async () => {
+    const client = await connectClient(gateway.url);
+    try {
+      const messages: string[] = [];
+      const calls = Array.from({ length: 3 }, (_, i) =>
+        client.callTool(
+          { name: 'echo_progress', arguments: { text: `${i}`.repeat(200_000), steps: 30, stepMs: 20 } },
+          CallToolResultSchema,
+          { timeout: 120_000, onprogress: (p: Progress) => void messages.push(String(p.message ?? '')) },
+        ),
+      );
+      // A gateway that falls behind (here: stopped for 2 s while the tools report) is when Redis buffers for it.
+      await waitFor(() => messages.length > 0, { message: 'no progress at all' });
+      process.kill(gateway.pid, 'SIGSTOP');
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      process.kill(gateway.pid, 'SIGCONT');
+      const results = await Promise.all(calls);
+      for (const result of results) expect(result.isError).toBeFalsy();
+      for (const message of messages) {
+        expect(Buffer.byteLength(message)).toBeLessThanOrEqual(MAX_PROGRESS_MESSAGE_BYTES);
+        expect(message).toMatch(/ …\[truncated: 2000\d\d bytes\]$/);
+      }
+      expect(await subscriberReconnects()).toBe(0);
+      expect(gateway.logs().some((l) => l['msg'] === 'subscriber reconnected; task routes reconciled')).toBe(false);
+    } finally {
+      process.kill(gateway.pid, 'SIGCONT');
+      await client.close();
+    }
+  });
+
+  it('reconnects when Redis cuts it anyway, and its callers get their progress and results again', async () => {
+    const client = await connectClient(gateway.url);
+    try {
+      const before = await subscriberReconnects();
+      const progress: number[] = [];
+      const call = client.callTool(
+        { name: 'echo_progress', arguments: { text: 'x', steps: 60, stepMs: 50 } },
+        CallToolResultSchema,
+        { timeout: 120_000, onprogress: (p: Progress) => void progress.push(p.progress) },
+      );
+      await waitFor(() => progress.length >= 5, { message: 'no progress before the cut' });
+      const killed = Number(await r.client('KILL', 'TYPE', 'pubsub'));
+      expect(killed).toBeGreaterThanOrEqual(1);
+      const cutAt = progress.length;
+      await waitFor(async () => (await subscriberReconnects()) > before, {
+        message: 'the subscriber did not reconnect',
+      });
+      await waitFor(() => gateway.logs().some((l) => l['msg'] === 'subscriber reconnected; task routes reconciled'), {
+        message: 'the gateway did not reconcile its routes after the reconnect',
+      });
+      const result = await call;
+      expect(result.isError).toBeFalsy();
+      // Progress went on reaching the caller after the cut, up to the last step.
+      expect(progress.length).toBeGreaterThan(cutAt);
+      expect(progress.at(-1)).toBe(60);
+    } finally {
+      await client.close();
+    }
+  });
+});
