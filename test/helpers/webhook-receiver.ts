@@ -21,7 +21,11 @@ export interface ReceivedWebhook {
 }
 
 /** What the receiver does with request number `n` (1-based, over all requests). */
-export type Answer = number | { status: number; headers?: Record<string, string> } | 'hang';
+/**
+ * How a request is answered: a status (with headers), `hang` (no answer at all), or `stall-body` (the status line and
+ * headers, a first chunk of body, then nothing: the receiver that once kept a socket per try open).
+ */
+export type Answer = number | { status: number; headers?: Record<string, string> } | 'hang' | 'stall-body';
 
 export interface WebhookReceiver {
   /** `http://127.0.0.1:<port>` */
@@ -32,6 +36,8 @@ export interface WebhookReceiver {
   answer(fn: (n: number, hook: ReceivedWebhook) => Answer): void;
   /** Answers every request left hanging with `status`. */
   release(status?: number): void;
+  /** Connections open to the receiver now. */
+  openConnections(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -78,9 +84,10 @@ export async function startWebhookReceiver(secret: string): Promise<WebhookRecei
       };
       received.push(hook);
       const answer = answerFn(received.length, hook);
-      if (answer === 'hang') {
+      if (answer === 'hang' || answer === 'stall-body') {
         hanging.add(res);
         res.on('close', () => hanging.delete(res));
+        if (answer === 'stall-body') res.writeHead(200, { 'content-length': '1000' }).write('the rest never comes');
         return;
       }
       const { status, headers } = typeof answer === 'number' ? { status: answer, headers: {} } : answer;
@@ -96,8 +103,10 @@ export async function startWebhookReceiver(secret: string): Promise<WebhookRecei
     answer: (fn) => {
       answerFn = fn;
     },
+    openConnections: () =>
+      new Promise<number>((resolve, reject) => server.getConnections((e, n) => (e ? reject(e) : resolve(n)))),
     release: (status = 200) => {
-      for (const res of hanging) res.writeHead(status).end();
+      for (const res of hanging) if (!res.headersSent) res.writeHead(status).end();
       hanging.clear();
     },
     close: async () => {

@@ -9,7 +9,7 @@ import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { GatewayMetrics } from '../src/ops/metrics.js';
-import { WebhookDeliverer } from '../src/ops/webhooks/deliverer.js';
+import { PER_PRINCIPAL_SLOTS, WebhookDeliverer } from '../src/ops/webhooks/deliverer.js';
 import { WebhookOutbox } from '../src/ops/webhooks/outbox.js';
 import { WebhookSigner } from '../src/ops/webhooks/signer.js';
 import { WebhookPolicy } from '../src/ops/webhooks/url-policy.js';
@@ -60,13 +60,13 @@ async function receiver(): Promise<WebhookReceiver> {
 
 function deliverer(
   outbox: WebhookOutbox,
-  r: WebhookReceiver,
+  r: WebhookReceiver | WebhookReceiver[],
   overrides: Partial<{ maxAttempts: number; timeoutMs: number; gatewayId: string }> = {},
 ) {
   const metrics = new GatewayMetrics();
   const d = new WebhookDeliverer(
     outbox,
-    new WebhookPolicy({ secretSet: true, allowedHosts: [`127.0.0.1:${r.port}`] }),
+    new WebhookPolicy({ secretSet: true, allowedHosts: [r].flat().map((x) => `127.0.0.1:${x.port}`) }),
     new WebhookSigner(SECRET),
     metrics,
     createLogger('gateway', { level: 'silent' }),
@@ -291,5 +291,51 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
     await waitFor(async () => (await outbox.counts()).dead === 1, { timeoutMs: 10_000 });
     expect(r.received).toHaveLength(0);
     expect((await outbox.deadLetters())[0]?.reason).toMatch(/resolves to .*loopback address/);
+  });
+});
+
+describe('§27.3 delivery is fair between principals and bounded per try', () => {
+  it("one principal's events to a receiver that never answers do not hold another principal's (R2)", async () => {
+    const { store, outbox } = setup('ob-fair');
+    const dead = await receiver();
+    dead.answer(() => 'hang');
+    const live = await receiver();
+    for (let i = 0; i < 40; i++) {
+      const t = await store.create({ ...base, principal: 'alice', webhook: { url: `${dead.origin}/h`, cap: 100 } });
+      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+    }
+    const d = await store.create({ ...base, principal: 'dave', webhook: { url: `${live.origin}/h`, cap: 100 } });
+    await store.transition(d.taskId, 'completed', { result: { content: [] } });
+    // Tries time out after 5 s: dave's event must not wait for alice's tries to end.
+    const { d: deliv, metrics } = deliverer(outbox, [dead, live], { timeoutMs: 5_000 });
+    deliv.start();
+    await waitFor(() => live.received.length === 1, { message: "dave's webhook did not arrive" });
+    expect(live.received[0]?.event).toMatchObject({ taskId: d.taskId, status: 'completed' });
+    // When it arrived, none of alice's tries had ended: only dave's event is settled.
+    expect(await outcomes(metrics)).toEqual({ delivered: 1 });
+    // Alice holds PER_PRINCIPAL_SLOTS of the 16 slots, no more, however many of her events are due.
+    await waitFor(() => dead.received.length === PER_PRINCIPAL_SLOTS, { message: "alice's tries did not start" });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(dead.received.length).toBe(PER_PRINCIPAL_SLOTS);
+    dead.release(200);
+  });
+
+  it('a receiver that sends its headers and stalls the body gets its socket closed at the try deadline (R4)', async () => {
+    const { store, outbox } = setup('ob-stall');
+    const stalling = await receiver();
+    stalling.answer(() => 'stall-body');
+    for (let i = 0; i < 10; i++) {
+      const t = await store.create({ ...base, webhook: { url: `${stalling.origin}/h`, cap: 100 } });
+      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+    }
+    const { d, metrics } = deliverer(outbox, stalling, { timeoutMs: 300 });
+    d.start();
+    // The status line decides the outcome: each event is delivered (200).
+    await waitFor(async () => (await outcomes(metrics))['delivered'] === 10, { message: 'not all delivered' });
+    // And the body that never comes holds no socket past the try's deadline.
+    await waitFor(async () => (await stalling.openConnections()) === 0, {
+      timeoutMs: 5_000,
+      message: 'sockets left open after the try deadline',
+    });
   });
 });

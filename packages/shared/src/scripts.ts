@@ -15,6 +15,7 @@ import { batchFieldsLua } from './batch-fields.js';
 import { bullmqLayoutLua } from './bullmq-layout.js';
 import { ResultCode, decodeReply, resultCodesLua, type ScriptReply } from './script-results.js';
 import { TASK_FIELDS, TASK_FIELD_PREFIXES } from './task-fields.js';
+import { webhookLimitsLua } from './webhook-limits.js';
 import { TASK_STATUSES, TERMINAL_STATUSES, allowedSources } from './task-model.js';
 
 /** One script: its file is `commands/<name>-<keys.length>.lua`. */
@@ -126,6 +127,18 @@ export const SCRIPTS = {
       'leaseMs',
       'webhookPrefix',
     ],
+    codes: [OK, ResultCode.LEASE_HELD],
+  }),
+  webhookClaim: spec({
+    name: 'webhookClaim',
+    keys: ['due'],
+    args: ['batch', 'leaseMs', 'holder', 'eventPrefix', 'perPrincipal', 'inFlight', 'scan'],
+    codes: [OK],
+  }),
+  webhookSettle: spec({
+    name: 'webhookSettle',
+    keys: ['due', 'pending', 'dead'],
+    args: ['eventPrefix', 'id', 'lease', 'outcome', 'delayMs', 'reason'],
     codes: [OK, ResultCode.LEASE_HELD],
   }),
   list: spec({
@@ -240,6 +253,7 @@ const GENERATED_INCLUDES: Record<string, () => string> = {
   taskFields: taskFieldsLua,
   bullmqLayout: bullmqLayoutLua,
   batchFields: batchFieldsLua,
+  webhookLimits: webhookLimitsLua,
 };
 
 const INCLUDE = /^--- @include "([A-Za-z0-9_]+)"\s*$/gm;

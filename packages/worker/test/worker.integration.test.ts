@@ -336,11 +336,11 @@ describe('§7 cancel flow', () => {
     await waitFor(() => started.has(taskId), { message: 'tool did not start' });
 
     await h.cancel(taskId, false);
-    const clients = (await h.redis.call('CLIENT', 'LIST')) as string;
+    const clients = (await h.redis.client('LIST')) as string;
     const line = clients.split('\n').find((l) => l.includes(` name=taskrelay-worker:${handle.workerId}:cancel `));
     const id = /\bid=(\d+)/.exec(line ?? '')?.[1];
     expect(id).toBeDefined();
-    await h.redis.call('CLIENT', 'KILL', 'ID', id ?? '');
+    await h.redis.client('KILL', 'ID', id ?? '');
 
     await waitFor(() => aborts.get(taskId), { message: 'tool not aborted after the reconnect' });
     expect(aborts.get(taskId)).toBe('CLIENT_CANCELLED');

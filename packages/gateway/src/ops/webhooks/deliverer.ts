@@ -19,6 +19,13 @@ export const MAX_ANSWER_BYTES = 64 * 1024;
 export const MAX_EVENT_MESSAGE_CHARS = 1_024;
 /** Tries one gateway makes at once. */
 export const DELIVERY_SLOTS = 16;
+/**
+ * Tries one principal may have in flight on one gateway: a quarter of the slots. A principal whose receivers are dead
+ * or slow holds at most these (each for at most the try's timeout), and every other principal's events find a free slot
+ * at the next poll; before, one principal's 300 events to a receiver that never answered held all 16 slots and another
+ * principal's webhooks arrived after 178 s.
+ */
+export const PER_PRINCIPAL_SLOTS = 4;
 
 /** The event body: the same bytes on every try of one event (PROTOCOL.md §27.4). No result: the client reads it. */
 export function eventBody(event: Pick<OutboxEvent, 'taskId' | 'status' | 'statusMessage' | 'timestamp'>): string {
@@ -81,7 +88,8 @@ export function settlementOf(
 /**
  * One POST to `target`, connected to its checked address only (a `lookup` that answers nothing else, so a DNS
  * answer that changed since the check cannot redirect it), no redirect followed (node's client follows none), at
- * most `timeoutMs` from start to the answer's status, at most MAX_ANSWER_BYTES of the answer read.
+ * most `timeoutMs` from start to the socket's close — headers and body alike — and at most MAX_ANSWER_BYTES of the
+ * answer read.
  */
 export function postOnce(
   target: ResolvedTarget,
@@ -91,11 +99,11 @@ export function postOnce(
 ): Promise<TryResult> {
   return new Promise((resolve) => {
     let settled = false;
+    // The result is known at the status line; the deadline still holds until the socket is gone, so a receiver that
+    // sends its headers and then stalls the body cannot keep the socket (one leaked per try, before).
     const finish = (result: TryResult) => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
-      options.signal?.removeEventListener('abort', onAbort);
       resolve(result);
     };
     const pinned: LookupFunction = (_hostname, lookupOptions, callback) => {
@@ -138,14 +146,19 @@ export function postOnce(
       },
     );
     const timer = setTimeout(() => {
-      req.destroy();
       finish({ kind: 'error', message: `no answer within ${options.timeoutMs} ms` });
+      req.destroy();
     }, options.timeoutMs);
     const onAbort = () => {
-      req.destroy();
       finish({ kind: 'error', message: 'the try was stopped (gateway shutting down)' });
+      req.destroy();
     };
     options.signal?.addEventListener('abort', onAbort, { once: true });
+    // However the try ends (answered and drained, cut at the bound, timed out, refused), its socket is gone here.
+    req.on('close', () => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    });
     req.on('error', (error: NodeJS.ErrnoException) => {
       finish({ kind: 'error', message: `could not reach the receiver (${error.code ?? error.message})` });
     });
@@ -174,6 +187,8 @@ export class WebhookDeliverer {
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<boolean> | undefined;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Tries in flight by principal: a claim takes no event of a principal at PER_PRINCIPAL_SLOTS. */
+  private readonly inFlightBy = new Map<string, number>();
   private readonly stop$ = new AbortController();
   /** A try's lease outlives its longest try (the timeout) with room for one more round trip. */
   private readonly leaseMs: number;
@@ -233,13 +248,22 @@ export class WebhookDeliverer {
     if (free <= 0 || this.state !== 'running') return false;
     let events: OutboxEvent[];
     try {
-      events = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs);
+      events = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs, {
+        perPrincipal: PER_PRINCIPAL_SLOTS,
+        inFlight: this.inFlightBy,
+      });
     } catch (error) {
       this.log.warn({ err: error }, 'webhook outbox claim failed; trying again next poll');
       return false;
     }
     for (const event of events) {
-      const run = this.deliver(event).finally(() => this.inFlight.delete(run));
+      this.inFlightBy.set(event.principal, (this.inFlightBy.get(event.principal) ?? 0) + 1);
+      const run = this.deliver(event).finally(() => {
+        this.inFlight.delete(run);
+        const left = (this.inFlightBy.get(event.principal) ?? 1) - 1;
+        if (left > 0) this.inFlightBy.set(event.principal, left);
+        else this.inFlightBy.delete(event.principal);
+      });
       this.inFlight.add(run);
     }
     return events.length === free;

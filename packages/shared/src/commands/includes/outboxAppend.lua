@@ -5,6 +5,8 @@
   dead-lettered at once. The event hash's own fields (id, url, attempts, ...) are the outbox's, not the task's.
 ]]
 --- @include "taskFields"
+--- @include "webhookLimits"
+--- @include "deadLetter"
 
 local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix)
   local h = redis.call('HMGET', taskKey, F.webhook, F.principal, F.taskId, F.webhookCap)
@@ -17,16 +19,14 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   local cap = tonumber(h[4])
   local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
   if cap and held >= cap then
-    redis.call('LPUSH', deadKey, cjson.encode({id = id, taskId = h[3], principal = principal, url = h[1],
-      status = status, attempts = 0, reason = 'pending cap reached: ' .. held .. ' events of this principal not settled',
-      deadAt = nowMs}))
-    redis.call('LTRIM', deadKey, 0, 999)
+    dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
+      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs})
     return
   end
-  local fields = {'id', id, 'taskId', h[3], 'principal', principal, 'url', h[1], 'status', status,
-    'timestamp', timestamp, 'attempts', '0', 'createdAt', tostring(nowMs)}
+  local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,
+    W.timestamp, timestamp, W.attempts, '0', W.createdAt, tostring(nowMs)}
   if message and message ~= '' then
-    fields[#fields + 1] = 'statusMessage'
+    fields[#fields + 1] = W.statusMessage
     fields[#fields + 1] = message
   end
   redis.call('HSET', eventPrefix .. id, unpack(fields))

@@ -1,0 +1,153 @@
+/**
+ * The webhook outbox's store (PROTOCOL.md §27.2, §27.3, §27.5). Events are appended by the task store's status-change
+ * scripts; here they are claimed with a visibility timeout (a lease), fairly between principals, and settled. Both
+ * scripts (`webhookClaim-1`, `webhookSettle-3`) are command files behind the script layer, and use Redis server time,
+ * as the append does, so gateways whose clocks disagree still agree on what is due.
+ */
+import { z } from 'zod';
+import type { WebhookKeys } from './keys.js';
+import type { RedisClient } from './redis.js';
+import { ResultCode } from './script-results.js';
+import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { TASK_STATUSES } from './task-model.js';
+import { WEBHOOK_DEAD_LETTERS_KEPT } from './webhook-limits.js';
+
+export { WEBHOOK_DEAD_LETTERS_KEPT };
+
+/**
+ * Due events a claim looks at, at most: past the ones of principals at their cap, it still finds the others' events
+ * within this many (a principal's backlog is bounded by its pending cap, `TASKRELAY_WEBHOOK_MAX_PENDING`).
+ */
+const CLAIM_SCAN = 2_000;
+
+/** One event as claimed: what a try needs (PROTOCOL.md §27.2). */
+export const OutboxEventSchema = z.object({
+  id: z.string().min(1),
+  taskId: z.string().min(1),
+  principal: z.string(),
+  url: z.string().min(1),
+  status: z.enum(TASK_STATUSES),
+  statusMessage: z.string().optional(),
+  timestamp: z.string(),
+  /** Tries so far, this one included. */
+  attempts: z.coerce.number().int().min(1),
+  /** This try's lease token: settling needs it. */
+  lease: z.string().min(1),
+});
+export type OutboxEvent = z.infer<typeof OutboxEventSchema>;
+
+/** What one try decided (PROTOCOL.md §27.5). */
+export type Settlement =
+  | { outcome: 'delivered' }
+  | { outcome: 'gone' }
+  | { outcome: 'retry'; delayMs: number; reason: string }
+  | { outcome: 'dead'; reason: string };
+
+export const DeadLetterSchema = z.object({
+  id: z.string(),
+  taskId: z.string().optional(),
+  principal: z.string().optional(),
+  url: z.string().optional(),
+  status: z.string().optional(),
+  attempts: z.number().optional(),
+  reason: z.string(),
+  /** ms since epoch (Redis server time). */
+  deadAt: z.number(),
+});
+export type DeadLetter = z.infer<typeof DeadLetterSchema>;
+
+/** How one claim shares the slots: at most `perPrincipal` tries of one principal in flight on this gateway. */
+export interface ClaimFairness {
+  perPrincipal: number;
+  /** Tries in flight on this gateway now, by principal. */
+  inFlight: ReadonlyMap<string, number>;
+}
+
+export class WebhookOutbox {
+  private readonly scripts: ScriptRunner;
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly keys: WebhookKeys,
+  ) {
+    this.scripts = new ScriptRunner(redis);
+  }
+
+  /**
+   * Leases up to `batch` due events to `holder` for `leaseMs`, skipping those of principals that already have
+   * `fairness.perPrincipal` tries in flight here. An event whose hash cannot be read as one (written by hand, or by
+   * another version) is settled dead at once rather than retried for ever.
+   */
+  async claim(
+    holder: string,
+    batch: number,
+    leaseMs: number,
+    fairness: ClaimFairness = { perPrincipal: batch, inFlight: new Map() },
+  ): Promise<OutboxEvent[]> {
+    if (batch <= 0) return [];
+    const reply = await this.scripts.call(SCRIPTS.webhookClaim, {
+      keys: { due: this.keys.due },
+      args: {
+        batch,
+        leaseMs,
+        holder,
+        eventPrefix: this.keys.eventPrefix,
+        perPrincipal: fairness.perPrincipal,
+        inFlight: JSON.stringify(Object.fromEntries(fairness.inFlight)),
+        scan: CLAIM_SCAN,
+      },
+    });
+    const rows = (Array.isArray(reply.values[0]) ? reply.values[0] : []) as string[][];
+    const events: OutboxEvent[] = [];
+    for (const flat of rows) {
+      const h: Record<string, string> = {};
+      for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
+      const parsed = OutboxEventSchema.safeParse(h);
+      if (parsed.success) events.push(parsed.data);
+      else if (h['id'] && h['lease']) {
+        await this.settle({ id: h['id'], lease: h['lease'] }, { outcome: 'dead', reason: 'unreadable event' });
+      }
+    }
+    return events;
+  }
+
+  /** Records a try's outcome; false when the lease ran out and another try holds the event now. */
+  async settle(event: Pick<OutboxEvent, 'id' | 'lease'>, settlement: Settlement): Promise<boolean> {
+    const reply = await this.scripts.call(SCRIPTS.webhookSettle, {
+      keys: { due: this.keys.due, pending: this.keys.pending, dead: this.keys.dead },
+      args: {
+        eventPrefix: this.keys.eventPrefix,
+        id: event.id,
+        lease: event.lease,
+        outcome: settlement.outcome,
+        delayMs: settlement.outcome === 'retry' ? Math.max(0, Math.round(settlement.delayMs)) : 0,
+        reason: settlement.outcome === 'retry' || settlement.outcome === 'dead' ? settlement.reason : '',
+      },
+    });
+    return reply.code === ResultCode.OK;
+  }
+
+  /** Events of `principal` not settled yet (the creation-time cap). */
+  async pendingFor(principal: string): Promise<number> {
+    return Number((await this.redis.hget(this.keys.pending, principal)) ?? 0);
+  }
+
+  /** Fleet-wide: events waiting (due or in a try) and dead letters held. */
+  async counts(): Promise<{ pending: number; dead: number }> {
+    const [pending, dead] = await Promise.all([this.redis.zcard(this.keys.due), this.redis.llen(this.keys.dead)]);
+    return { pending, dead };
+  }
+
+  /** The newest `limit` dead letters. */
+  async deadLetters(limit = 50): Promise<DeadLetter[]> {
+    const raws = await this.redis.lrange(this.keys.dead, 0, Math.max(0, limit - 1));
+    return raws.flatMap((raw) => {
+      try {
+        const parsed = DeadLetterSchema.safeParse(JSON.parse(raw));
+        return parsed.success ? [parsed.data] : [];
+      } catch {
+        return [];
+      }
+    });
+  }
+}
