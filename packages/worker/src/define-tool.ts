@@ -155,15 +155,35 @@ const ToolOptionsSchema = z.object({
   inputTimeoutMs: z.number().int().positive().default(86_400_000),
 });
 
+/** Every option `defineTool` takes: the checked ones, the schemas and the functions. */
+const TOOL_OPTION_KEYS: ReadonlySet<string> = new Set([
+  ...Object.keys(ToolOptionsSchema.shape),
+  'inputSchema',
+  'outputSchema',
+  'run',
+  'onCancelled',
+]);
+
 /**
  * Defines a tool a worker can serve. Export the result from a tools module (`TASKRELAY_TOOLS`) or pass it to
  * `startWorker({ tools })`.
  *
- * @throws TypeError when an option is invalid or a schema cannot be published as a JSON Schema object.
+ * @throws TypeError when an option is unknown or invalid, or a schema cannot be published as a JSON Schema object.
  */
 export function defineTool<I extends ToolInputSchema, O extends z.ZodType | undefined = undefined>(
   options: ToolOptions<I, O>,
 ): ToolDefinition<I, O> {
+  // An option this version does not know is a mistake to say at once: ignored, a typo (`concurency: 3`) would
+  // silently remove the limit it meant to set.
+  const unknown = Object.keys(options ?? {}).filter((key) => !TOOL_OPTION_KEYS.has(key));
+  if (unknown.length > 0) {
+    const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
+    const known = [...TOOL_OPTION_KEYS].sort().join(', ');
+    throw new TypeError(
+      `${label}: unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} ` +
+        `(known: ${known})`,
+    );
+  }
   const parsed = ToolOptionsSchema.safeParse(options);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];

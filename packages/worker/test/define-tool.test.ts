@@ -176,3 +176,40 @@ describe('demo tools', () => {
     expect(failAfter.descriptor.inputSchema).toMatchObject({ required: ['delayMs', 'message'] });
   });
 });
+
+describe('defineTool options', () => {
+  it('refuses an option it does not know, naming it, instead of ignoring it (a typo would drop a limit)', () => {
+    const typo = {
+      name: 'limited',
+      description: 'Has a typo in an option.',
+      inputSchema: z.object({}),
+      concurency: 3,
+      run: () => 'ok',
+    };
+    expect(() => defineTool(typo as never)).toThrow(/^defineTool\(limited\): unknown option 'concurency' \(known: /);
+    expect(() => defineTool({ ...typo, concurency: undefined, retries: 2, concurency2: 1 } as never)).toThrow(
+      /unknown options 'concurency', 'retries', 'concurency2'/,
+    );
+  });
+
+  it('takes every option it documents', () => {
+    expect(
+      defineTool({
+        name: 'all',
+        title: 'All',
+        description: 'Every option.',
+        inputSchema: z.object({}),
+        outputSchema: z.object({}),
+        taskSupport: 'optional',
+        inputFirst: false,
+        timeoutMs: 1000,
+        attempts: 2,
+        backoff: { type: 'fixed', delayMs: 10 },
+        maxStalls: 1,
+        inputTimeoutMs: 1000,
+        onCancelled: () => undefined,
+        run: () => ({}),
+      }).name,
+    ).toBe('all');
+  });
+});
