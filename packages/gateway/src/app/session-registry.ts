@@ -2,6 +2,7 @@
  * The 2025-11-25 sessions this gateway holds (PROTOCOL.md §9, §16.1): by id, counted per principal, swept when idle,
  * and closed together when the gateway stops. A session is usable only by the principal that opened it.
  */
+import { SESSION_COST_BYTES } from './memory-budget.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { Logger } from '@taskrelay/shared';
 import type { GatewayMetrics } from '../ops/metrics.js';
@@ -80,23 +81,48 @@ export class SessionRegistry {
   }
 
   /**
-   * Closes the sessions with no open response, least recently seen first, until `fits()` (the memory budget,
-   * PROTOCOL.md §22.2). Their tasks go on; a client finds its session gone (404) and opens another. Returns
-   * whether it fits in the end.
+   * Closes idle sessions (no open response) until `fits()` (the memory budget, PROTOCOL.md §22.2): each time one of
+   * the principal that holds the most (its sessions and their event stores), its least recently seen first. So under
+   * pressure the largest consumer gives way before anyone else's idle sessions do; before, one least-recently-seen
+   * order across principals let carol's and dave's new sessions evict 156 of alice's and bob's 200 idle ones. Their
+   * tasks go on; a client finds its session gone (404) and opens another. Returns whether it fits in the end.
    */
   evictIdle(fits: () => boolean): boolean {
-    if (fits()) return true;
-    const idle = [...this.sessions]
-      .filter(([, session]) => session.openResponses === 0)
-      .sort(([, a], [, b]) => a.lastSeenAt - b.lastSeenAt);
-    for (const [sessionId, session] of idle) {
-      if (fits()) break;
-      this.options.log.info({ sessionId }, 'memory budget reached: closing the least recently seen idle session');
+    while (!fits()) {
+      const victim = this.nextToEvict();
+      if (victim === undefined) break;
+      const [sessionId, session] = victim;
+      this.options.log.info(
+        { sessionId, principal: session.principal },
+        'memory budget reached: closing an idle session of the principal that holds the most',
+      );
       this.options.metrics.sessionsEvicted.inc();
       this.close(sessionId);
       void session.transport.close().catch(() => undefined);
     }
     return fits();
+  }
+
+  /** The least recently seen idle session of the principal that holds the most bytes among those with one. */
+  private nextToEvict(): [string, Session] | undefined {
+    const held = new Map<string, number>();
+    for (const session of this.sessions.values()) {
+      held.set(session.principal, (held.get(session.principal) ?? 0) + SESSION_COST_BYTES + session.events.bytes);
+    }
+    let best: [string, Session] | undefined;
+    for (const entry of this.sessions) {
+      const [, session] = entry;
+      if (session.openResponses !== 0) continue;
+      if (best === undefined) {
+        best = entry;
+        continue;
+      }
+      const [, current] = best;
+      const mine = held.get(session.principal) ?? 0;
+      const theirs = held.get(current.principal) ?? 0;
+      if (mine > theirs || (mine === theirs && session.lastSeenAt < current.lastSeenAt)) best = entry;
+    }
+    return best;
   }
 
   /** Starts the idle sweep: clients that vanish without DELETE would otherwise keep their session for ever. */
