@@ -39,13 +39,13 @@ async function readiness(): Promise<Readiness> {
 }
 
 /** Fills a session's event store: a plain call whose six progress events of 200 KB each are kept for replay. */
+/** About 1.2 MB of log messages on the session's stream: its event store fills to its 1 MiB bound. */
 async function fill(session: RawSession): Promise<void> {
   const answer = await session.request('tools/call', {
-    name: 'echo_progress',
-    arguments: { text: 'e'.repeat(200_000), steps: 6, stepMs: 5 },
-    _meta: { progressToken: 'fill' },
+    name: 'log_flood',
+    arguments: { count: 20, bytes: 60_000, stepMs: 5 },
   });
-  expect(answer.result?.structuredContent).toEqual({ steps: 6 });
+  expect(answer.result?.structuredContent).toEqual({ count: 20 });
 }
 
 async function pingStatus(session: RawSession): Promise<number> {
