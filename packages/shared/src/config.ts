@@ -217,6 +217,11 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_ARGUMENT_BYTES: int(2, 1024 * 1024 * 1024).default(262_144),
   TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: int(1, 65_536).default(256),
   TASKRELAY_MAX_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024).default(16 * 1024 * 1024),
+  TASKRELAY_MAX_LARGE_READS_PER_PRINCIPAL: int(1, 64)
+    .default(2)
+    .describe(
+      'results over 1 MiB one principal may have read at once on one gateway; each goes over a Redis connection of its own (4 per gateway, one read at a time each), never the connection every other command waits on ([PROTOCOL.md §22.5](PROTOCOL.md#22-backpressure-and-the-memory-budget)); the rest wait their turn',
+    ),
   TASKRELAY_MAX_STREAM_BUFFER_BYTES: int(16_384, 1024 * 1024 * 1024).default(1_048_576),
   TASKRELAY_MEMORY_BUDGET_BYTES: int(1_048_576, 1024 * 1024 * 1024 * 1024).default(536_870_912),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
@@ -335,6 +340,8 @@ export interface GatewayConfig extends CommonConfig {
   maxProgressTokenBytes: number;
   /** Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result. */
   maxResultBytes: number;
+  /** Large results (over 1 MiB) one principal may have read at once on this gateway (PROTOCOL.md §22.5). Default 2. */
+  maxLargeReadsPerPrincipal: number;
   /**
    * Bytes that may wait to go out on one SSE stream while its client does not read; past it progress is coalesced
    * and the stream is closed (the client resumes it). Default 1 MiB.
@@ -485,6 +492,7 @@ const GATEWAY_ENV_NAMES = {
   maxArgumentBytes: 'TASKRELAY_MAX_ARGUMENT_BYTES',
   maxProgressTokenBytes: 'TASKRELAY_MAX_PROGRESS_TOKEN_BYTES',
   maxResultBytes: 'TASKRELAY_MAX_RESULT_BYTES',
+  maxLargeReadsPerPrincipal: 'TASKRELAY_MAX_LARGE_READS_PER_PRINCIPAL',
   maxStreamBufferBytes: 'TASKRELAY_MAX_STREAM_BUFFER_BYTES',
   requestStateSecret: 'TASKRELAY_REQUEST_STATE_SECRET',
   memoryBudgetBytes: 'TASKRELAY_MEMORY_BUDGET_BYTES',

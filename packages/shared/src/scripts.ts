@@ -108,7 +108,7 @@ export const SCRIPTS = {
   watch: spec({
     name: 'watch',
     keys: ['task'],
-    args: ['gatewayId'],
+    args: ['gatewayId', 'inlineMax'],
     codes: [OK, TASK_MISSING],
   }),
   reap: spec({
@@ -140,6 +140,12 @@ export const SCRIPTS = {
     keys: ['due', 'pending', 'dead'],
     args: ['eventPrefix', 'id', 'lease', 'outcome', 'delayMs', 'reason'],
     codes: [OK, ResultCode.LEASE_HELD],
+  }),
+  read: spec({
+    name: 'read',
+    keys: ['task'],
+    args: ['inlineMax'],
+    codes: [OK],
   }),
   list: spec({
     name: 'list',

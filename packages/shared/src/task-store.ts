@@ -91,6 +91,12 @@ export interface RedisTaskStoreOptions {
   indexCap?: number;
   /** The index expires this long after its last task was added. Default 30 days. */
   indexTtlMs?: number;
+  /**
+   * Large results read apart (PROTOCOL.md §22.5): a result over `inlineMaxBytes` is read over one of `connections`,
+   * never over the store's own connection, at most `perPrincipal` at once for one principal and one per connection
+   * in all. Without it, `get` reads the whole hash (a worker's store).
+   */
+  largeReads?: { connections: RedisClient[]; inlineMaxBytes: number; perPrincipal: number };
 }
 
 /** A worker's proof that it holds the job's BullMQ lock (PROTOCOL.md §10.4). */
@@ -211,6 +217,75 @@ export function newTaskId(): string {
 export const MAX_EVENT_OUTCOME_CHARS = 64 * 1024;
 
 /**
+ * Reads of large results, apart from everything else (PROTOCOL.md §22.5): each on a connection of its own, one at a
+ * time per connection, at most `perPrincipal` at once for one principal; the others wait their turn in order. Before,
+ * ten concurrent 16 MiB results went over the gateway's one command connection: nine of them timed out as `Task store
+ * unavailable`, and every other principal's commands queued behind them. Hand-written: two counting semaphores.
+ */
+class LargeReads {
+  private readonly idle: RedisClient[];
+  private readonly waiting: Array<() => void> = [];
+  private readonly perPrincipalActive = new Map<string, number>();
+  private readonly perPrincipalWaiting = new Map<string, Array<() => void>>();
+
+  constructor(
+    connections: RedisClient[],
+    private readonly perPrincipal: number,
+  ) {
+    this.idle = [...connections];
+  }
+
+  async read<T>(principal: string, fn: (client: RedisClient) => Promise<T>): Promise<T> {
+    await this.enterPrincipal(principal);
+    try {
+      const client = await this.takeConnection();
+      try {
+        return await fn(client);
+      } finally {
+        this.idle.push(client);
+        this.waiting.shift()?.();
+      }
+    } finally {
+      this.leavePrincipal(principal);
+    }
+  }
+
+  private async takeConnection(): Promise<RedisClient> {
+    while (this.idle.length === 0) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    return this.idle.pop() as RedisClient;
+  }
+
+  private async enterPrincipal(principal: string): Promise<void> {
+    while ((this.perPrincipalActive.get(principal) ?? 0) >= this.perPrincipal) {
+      await new Promise<void>((resolve) => {
+        const queue = this.perPrincipalWaiting.get(principal) ?? [];
+        queue.push(resolve);
+        this.perPrincipalWaiting.set(principal, queue);
+      });
+    }
+    this.perPrincipalActive.set(principal, (this.perPrincipalActive.get(principal) ?? 0) + 1);
+  }
+
+  private leavePrincipal(principal: string): void {
+    const left = (this.perPrincipalActive.get(principal) ?? 1) - 1;
+    if (left > 0) this.perPrincipalActive.set(principal, left);
+    else this.perPrincipalActive.delete(principal);
+    const queue = this.perPrincipalWaiting.get(principal);
+    const next = queue?.shift();
+    if (queue !== undefined && queue.length === 0) this.perPrincipalWaiting.delete(principal);
+    next?.();
+  }
+}
+
+/** A script's flat `name, value, ...` reply as a hash. */
+function flatToHash(flat: unknown): Record<string, string> {
+  const h: Record<string, string> = {};
+  if (!Array.isArray(flat)) return h;
+  for (let i = 0; i + 1 < flat.length; i += 2) h[String(flat[i])] = String(flat[i + 1]);
+  return h;
+}
+
+/**
  * The Redis task store. Gateway and worker both use it; every status change goes through `transition`, which checks
  * the state machine atomically (Lua), so a terminal task never changes.
  */
@@ -220,12 +295,20 @@ export class RedisTaskStore {
   private readonly indexCap: number;
   private readonly indexTtlMs: number;
 
+  private readonly largeReads: (LargeReads & { inlineMaxBytes: number }) | undefined;
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
     options: RedisTaskStoreOptions = {},
   ) {
     this.scripts = new ScriptRunner(redis);
+    const large = options.largeReads;
+    if (large !== undefined && large.connections.length > 0) {
+      this.largeReads = Object.assign(new LargeReads(large.connections, large.perPrincipal), {
+        inlineMaxBytes: large.inlineMaxBytes,
+      });
+    }
     this.reaperIntervalMs = options.reaperIntervalMs ?? 5_000;
     this.indexCap = options.indexCap ?? 10_000;
     this.indexTtlMs = options.indexTtlMs ?? 30 * 86_400_000;
@@ -344,7 +427,25 @@ export class RedisTaskStore {
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {
-    return parseRecord(await this.redis.hgetall(this.keys.task(taskId)));
+    if (this.largeReads === undefined) return parseRecord(await this.redis.hgetall(this.keys.task(taskId)));
+    const reply = await this.scripts.call(SCRIPTS.read, {
+      keys: { task: this.keys.task(taskId) },
+      args: { inlineMax: this.largeReads.inlineMaxBytes },
+    });
+    return parseRecord(await this.withLargeResult(taskId, flatToHash(reply.values[0]), reply.values[1]));
+  }
+
+  /** `h` with its result read apart when the script left it out for its size (§22.5). */
+  private async withLargeResult(
+    taskId: string,
+    h: Record<string, string>,
+    resultBytes: unknown,
+  ): Promise<Record<string, string>> {
+    const large = this.largeReads;
+    if (large === undefined || Number(resultBytes ?? 0) <= large.inlineMaxBytes || h[F.status] === undefined) return h;
+    const result = await large.read(h[F.principal] ?? '', (client) => client.hget(this.keys.task(taskId), F.result));
+    if (result !== null) h[F.result] = result;
+    return h;
   }
 
   /**
@@ -354,9 +455,11 @@ export class RedisTaskStore {
   async watch(taskId: string, gatewayId: string): Promise<TaskRecord | undefined> {
     const reply = await this.scripts.call(SCRIPTS.watch, {
       keys: { task: this.keys.task(taskId) },
-      args: { gatewayId },
+      // Without large reads (a worker's store) every result comes inline, as before.
+      args: { gatewayId, inlineMax: this.largeReads?.inlineMaxBytes ?? Number.MAX_SAFE_INTEGER },
     });
-    return reply.code === ResultCode.OK ? parseRecord(fromFlat(reply.values[0] as string[])) : undefined;
+    const h = reply.code === ResultCode.OK ? fromFlat(reply.values[0] as string[]) : undefined;
+    return h === undefined ? undefined : parseRecord(await this.withLargeResult(taskId, h, reply.values[1]));
   }
 
   /**
@@ -690,9 +793,23 @@ export class RedisTaskStore {
     const entries: Array<{ id: string; score: number }> = [];
     for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
     const pageEntries = entries.slice(0, limit);
-    const pipeline = this.redis.pipeline();
-    for (const { id } of pageEntries) pipeline.hgetall(this.keys.task(id));
-    const replies = pageEntries.length > 0 ? ((await pipeline.exec()) ?? []) : [];
+    let replies: Array<[unknown, unknown]>;
+    if (this.largeReads !== undefined) {
+      // A page lists tasks, not their results: no result is read, however large (§22.5).
+      replies = await Promise.all(
+        pageEntries.map(async ({ id }) => {
+          const reply = await this.scripts.call(SCRIPTS.read, {
+            keys: { task: this.keys.task(id) },
+            args: { inlineMax: -1 },
+          });
+          return [null, flatToHash(reply.values[0])] as [unknown, unknown];
+        }),
+      );
+    } else {
+      const pipeline = this.redis.pipeline();
+      for (const { id } of pageEntries) pipeline.hgetall(this.keys.task(id));
+      replies = pageEntries.length > 0 ? ((await pipeline.exec()) ?? []) : [];
+    }
     const tasks: TaskRecord[] = [];
     const expired: string[] = [];
     replies.forEach(([, value], i) => {

@@ -111,6 +111,13 @@ export async function startGateway(options: StartGatewayOptions): Promise<Gatewa
   }
 }
 
+/** A result over this many bytes is read apart from the task's other fields (PROTOCOL.md §22.5). */
+const LARGE_RESULT_BYTES = 1024 * 1024;
+/** Connections that read large results, one read at a time each. */
+const LARGE_READ_CONNECTIONS = 4;
+/** How long one large read may take (16 MiB on a busy Redis), where other commands fail fast. */
+const LARGE_READ_TIMEOUT_MS = 30_000;
+
 async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): Promise<GatewayHandle> {
   let state: GatewayState = 'starting';
   const log = options.logger ?? createLogger('gateway', { level: options.logLevel });
@@ -127,7 +134,17 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
   const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
   const subscriber = createRedis(redisUrl);
-  const connections = { redis, queue: queueRedis, subscriber };
+  // Large results are read over connections of their own (PROTOCOL.md §22.5), so a 16 MiB reply never holds the one
+  // every other command waits on; they get longer than the fail-fast bound to arrive.
+  const largeReads = Array.from({ length: LARGE_READ_CONNECTIONS }, () =>
+    createRedis(redisUrl, { ...FAIL_FAST_REDIS_OPTIONS, commandTimeout: LARGE_READ_TIMEOUT_MS }),
+  );
+  const connections = {
+    redis,
+    queue: queueRedis,
+    subscriber,
+    ...Object.fromEntries(largeReads.map((client, i) => [`largeRead${i}`, client])),
+  };
   undo.push(() => {
     for (const client of Object.values(connections)) client.disconnect();
   });
@@ -145,7 +162,15 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   metrics.watchFleet(admin);
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
-  const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: options.reaperIntervalMs, indexTtlMs });
+  const store = new RedisTaskStore(redis, keys, {
+    reaperIntervalMs: options.reaperIntervalMs,
+    indexTtlMs,
+    largeReads: {
+      connections: largeReads,
+      inlineMaxBytes: LARGE_RESULT_BYTES,
+      perPrincipal: options.maxLargeReadsPerPrincipal,
+    },
+  });
   // One JSON Schema validator for tool arguments and input answers alike.
   const jsonSchemas = new JsonSchemaValidator(log);
   const catalogOptions = {

@@ -6,29 +6,47 @@
     KEYS[1] task              the task hash
 
     ARGV[1] gatewayId         the waiting gateway
+    ARGV[2] inlineMax         largest result (bytes) read with the rest; a larger one is left out (§22.5)
 
   Output:
-    {R.OK, hash}        the hash as a flat list
+    {R.OK, hash, resultBytes}   the hash as a flat list, without a result over inlineMax
     {R.TASK_MISSING}
 ]]
 --- @include "resultCodes"
 --- @include "taskFields"
 --- @include "transitions"
 
-local h = redis.call('HGETALL', KEYS[1])
+local size = redis.call('HSTRLEN', KEYS[1], F.result)
+local h
+if size <= tonumber(ARGV[2]) then
+  h = redis.call('HGETALL', KEYS[1])
+else
+  h = {}
+  local wanted = {}
+  for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if name ~= F.result then wanted[#wanted + 1] = name end
+  end
+  if #wanted > 0 then
+    local values = redis.call('HMGET', KEYS[1], unpack(wanted))
+    for i, name in ipairs(wanted) do
+      h[#h + 1] = name
+      h[#h + 1] = values[i]
+    end
+  end
+end
 if #h == 0 then return {R.TASK_MISSING} end
 local status, owner, watchers
 for i = 1, #h, 2 do
   if h[i] == F.status then status = h[i + 1] elseif h[i] == F.gatewayId then owner = h[i + 1]
   elseif h[i] == F.watchers then watchers = h[i + 1] end
 end
-if TERMINAL[status] or owner == ARGV[1] then return {R.OK, h} end
+if TERMINAL[status] or owner == ARGV[1] then return {R.OK, h, size} end
 if watchers then
   for id in string.gmatch(watchers, '[^,]+') do
-    if id == ARGV[1] then return {R.OK, h} end
+    if id == ARGV[1] then return {R.OK, h, size} end
   end
   redis.call('HSET', KEYS[1], F.watchers, watchers .. ',' .. ARGV[1])
 else
   redis.call('HSET', KEYS[1], F.watchers, ARGV[1])
 end
-return {R.OK, h}
+return {R.OK, h, size}
