@@ -12,20 +12,7 @@
     {R.OK, fields, resultBytes}   fields: flat name, value, ...; empty when the task is missing
 ]]
 --- @include "resultCodes"
---- @include "taskFields"
+--- @include "readTask"
 
-local size = redis.call('HSTRLEN', KEYS[1], F.result)
-if size <= tonumber(ARGV[1]) then return {R.OK, redis.call('HGETALL', KEYS[1]), size} end
-local wanted = {}
-for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if name ~= F.result then wanted[#wanted + 1] = name end
-end
-local fields = {}
-if #wanted > 0 then
-  local values = redis.call('HMGET', KEYS[1], unpack(wanted))
-  for i, name in ipairs(wanted) do
-    fields[#fields + 1] = name
-    fields[#fields + 1] = values[i]
-  end
-end
+local fields, size = read_task(KEYS[1], ARGV[1])
 return {R.OK, fields, size}

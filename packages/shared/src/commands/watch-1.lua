@@ -15,25 +15,9 @@
 --- @include "resultCodes"
 --- @include "taskFields"
 --- @include "transitions"
+--- @include "readTask"
 
-local size = redis.call('HSTRLEN', KEYS[1], F.result)
-local h
-if size <= tonumber(ARGV[2]) then
-  h = redis.call('HGETALL', KEYS[1])
-else
-  h = {}
-  local wanted = {}
-  for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if name ~= F.result then wanted[#wanted + 1] = name end
-  end
-  if #wanted > 0 then
-    local values = redis.call('HMGET', KEYS[1], unpack(wanted))
-    for i, name in ipairs(wanted) do
-      h[#h + 1] = name
-      h[#h + 1] = values[i]
-    end
-  end
-end
+local h, size = read_task(KEYS[1], ARGV[2])
 if #h == 0 then return {R.TASK_MISSING} end
 local status, owner, watchers
 for i = 1, #h, 2 do
