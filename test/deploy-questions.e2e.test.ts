@@ -3,7 +3,8 @@
  * (asks the amount, then a confirmation) is answered once, then, while it waits for the confirmation, its workers are
  * replaced by v2 (which asks the confirmation first). Matched by position alone, v2 used to complete with
  * `confirm: {amount: 100}, amount: {ok: true}`, on every era. Now each question it asks keeps only an answer stored for
- * the same question (its key or place, and its requested schema); the changed ones are asked again.
+ * the same question (its key or place, and its requested schema); the changed ones are asked again. A step renamed by
+ * the deploy runs again (steps are keyed by name), and the worker reports it with the task id.
  */
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,6 +76,39 @@ for (const combo of COMBINATIONS) {
             .filter((l) => l['taskId'] === taskId && String(l['msg']).startsWith('the question asked here changed'))
             .length === 2,
         { message: 'v2 did not warn, with the task id, that the questions changed' },
+      );
+    });
+
+    it('reports a step a deploy renamed, with the task id, when its side effect runs again', async () => {
+      const deployed = v2!;
+      await deployed.kill('SIGTERM');
+      const v1again = await stack.addWorker(worker(1));
+      const { taskId } = await driver.createTask('charge', {});
+      let renamed: ManagedProcess | undefined;
+      const result = await driver.taskResult(taskId, {
+        answer: async (request) => {
+          if (renamed === undefined) {
+            expect(await v1again.kill('SIGTERM')).toBe(0);
+            renamed = await stack.addWorker(worker(2));
+            v2 = renamed;
+          }
+          return answerOf(request);
+        },
+      });
+      // The step ran again under its new name (the side effect R8 found); the worker said so, naming the task.
+      expect(result['structuredContent']).toMatchObject({ version: 2, charged: { chargedBy: 2 } });
+      await waitFor(
+        () =>
+          renamed!
+            .logs()
+            .some(
+              (l) =>
+                l['taskId'] === taskId &&
+                l['step'] === 'charge_card' &&
+                JSON.stringify(l['storedSteps']) === '["charge"]' &&
+                String(l['msg']).includes('renamed by a deploy'),
+            ),
+        { message: 'the renamed step was not reported with the task id' },
       );
     });
   });

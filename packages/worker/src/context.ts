@@ -333,6 +333,9 @@ export class TaskContext implements ToolContext {
   private readonly fanOutHost: FanOutHost | undefined;
   private stateValue: unknown;
   private steps: Record<string, unknown>;
+  /** Step names earlier runs stored, and the ones this run asked for (a renamed step is reported, §12.1). */
+  private readonly storedSteps: ReadonlySet<string>;
+  private readonly stepsAsked = new Set<string>();
   private readonly answered: Record<string, unknown>;
   /** Asks of this run so far: the next one is at position `requests + 1` (§12.2). */
   private requests = 0;
@@ -381,6 +384,7 @@ export class TaskContext implements ToolContext {
     this.fanOutHost = options.batch;
     this.stateValue = options.record?.state;
     this.steps = { ...options.record?.steps };
+    this.storedSteps = new Set(Object.keys(this.steps));
     this.answered = { ...options.record?.inputResponses };
     this.stored = Object.entries(options.record?.inputRequests ?? {}).map(([n, request]) => ({
       n: Number(n),
@@ -408,9 +412,20 @@ export class TaskContext implements ToolContext {
   readonly step = async <T>(name: string, fn: () => T | Promise<T>): Promise<T> => {
     if (typeof name !== 'string' || name === '') throw new TypeError('ctx.step needs a non-empty name');
     if (typeof fn !== 'function') throw new TypeError('ctx.step needs a function');
+    this.stepsAsked.add(name);
     if (Object.hasOwn(this.steps, name)) return this.steps[name] as T;
     this.throwIfSuspended();
     this.throwIfCancelled();
+    // A step earlier runs never stored, while steps they stored are still unasked by this run: most likely one was
+    // renamed by a deploy, and its side effect is about to run again. Said before it runs, so a crash cannot hide it.
+    const unasked = [...this.storedSteps].filter((stored) => !this.stepsAsked.has(stored));
+    if (unasked.length > 0) {
+      this.log.warn(
+        { taskId: this.taskId, step: name, storedSteps: unasked },
+        'ctx.step runs a step earlier runs never stored while steps they stored are unasked: renamed by a deploy? ' +
+          'Its side effect runs again',
+      );
+    }
     const value = await fn();
     const steps = { ...this.steps, [name]: value === undefined ? null : value };
     await this.writeDurable('steps', steps);
