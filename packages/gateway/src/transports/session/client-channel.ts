@@ -61,6 +61,13 @@ interface Delivery extends Target {
   aborted: boolean;
   /** The request in flight: aborting it sends the client `notifications/cancelled` for it (and only for it). */
   inflight: AbortController | undefined;
+  /**
+   * The client's answer is in hand and being stored: the question stays here until the store says whether it took
+   * it. Moving it meanwhile would ask the client a question it has just answered.
+   */
+  answering: boolean;
+  /** Its stream left while the answer was being stored: a refused answer moves the question to a standby. */
+  moveOnEnd: boolean;
 }
 
 function abortDelivery(delivery: Delivery, reason: string): void {
@@ -188,7 +195,7 @@ export class ClientChannel {
     }
     const current = this.deliveries.get(key);
     if (current?.streamKey === target.streamKey) return; // once per stream; a resume replays it
-    if (current && this.isOpen(current)) {
+    if (current && (current.answering || this.isOpen(current))) {
       const waiting = this.standbys.get(key) ?? new Map<string, Target>();
       this.standbys.set(key, waiting);
       waiting.set(target.streamKey, target);
@@ -209,7 +216,15 @@ export class ClientChannel {
     if (!request) return;
     const key = questionKey(record.taskId, n);
     this.standbys.get(key)?.delete(target.streamKey);
-    const delivery: Delivery = { ...target, taskId: record.taskId, n, aborted: false, inflight: undefined };
+    const delivery: Delivery = {
+      ...target,
+      taskId: record.taskId,
+      n,
+      aborted: false,
+      inflight: undefined,
+      answering: false,
+      moveOnEnd: false,
+    };
     this.deliveries.set(key, delivery);
     void this.run(delivery, request, log).then(
       (answered) => this.ended(delivery, answered, log),
@@ -225,13 +240,18 @@ export class ClientChannel {
     const key = questionKey(delivery.taskId, delivery.n);
     if (this.deliveries.get(key) === delivery) this.deliveries.delete(key);
     if (answered) {
-      this.standbys.delete(key);
-      this.settled.add(key);
-      if (this.settled.size > SETTLED_MAX) this.settled.delete(this.settled.values().next().value as string);
+      this.settle(key);
       return;
     }
-    if (delivery.aborted || this.closed || this.deliveries.has(key)) return;
+    if ((delivery.aborted && !delivery.moveOnEnd) || this.closed || this.deliveries.has(key)) return;
     this.moveToStandby(key, log);
+  }
+
+  /** The question is answered, or moot: no stream of this session is asked it again, even by a late read of it. */
+  private settle(key: string): void {
+    this.standbys.delete(key);
+    this.settled.add(key);
+    if (this.settled.size > SETTLED_MAX) this.settled.delete(this.settled.values().next().value as string);
   }
 
   /** The question in flight nowhere now: sent on a standby stream, an open one first. */
@@ -252,7 +272,7 @@ export class ClientChannel {
   private onStreamEnded(): void {
     if (this.closed) return;
     for (const [key, delivery] of [...this.deliveries]) {
-      if (this.isOpen(delivery)) continue;
+      if (delivery.answering || this.isOpen(delivery)) continue;
       const open = [...(this.standbys.get(key)?.values() ?? [])].find((t) => this.isOpen(t));
       if (!open) continue; // kept: a Last-Event-ID resume of its stream replays it, or the next stream takes it
       this.options.log.info(
@@ -306,10 +326,12 @@ export class ClientChannel {
         delivery.inflight = undefined;
       }
       if (delivery.aborted) return false;
+      delivery.answering = true;
       const outcome = await this.options.answer(record, n, raw).catch((error: unknown) => {
         log.warn({ err: error }, 'could not store the answer; asking again');
         return 'invalid' as const;
       });
+      delivery.answering = false;
       // Answered (or refused as late): the question is settled in this session.
       if (outcome !== 'invalid') return true;
       bad += 1;
@@ -325,18 +347,29 @@ export class ClientChannel {
    * on, ended) and every stream is told so by the router.
    */
   private withdraw(taskId: string, n: string | undefined, streamKey: string, leaving: boolean): void {
+    const moot: string[] = [];
     for (const [key, waiting] of this.standbys) {
       if (!key.startsWith(`${taskId}\u0000`) || (n !== undefined && key !== questionKey(taskId, n))) continue;
       waiting.delete(streamKey);
       if (waiting.size === 0) this.standbys.delete(key);
+      if (!leaving) moot.push(key);
     }
     for (const [key, delivery] of [...this.deliveries]) {
       if (delivery.taskId !== taskId || (n !== undefined && delivery.n !== n)) continue;
       if (delivery.streamKey !== streamKey) continue;
+      if (!leaving) moot.push(key);
+      if (leaving && delivery.answering) {
+        // The answer decides: stored settles the question; refused moves it to a standby then (`ended`).
+        delivery.aborted = true;
+        delivery.moveOnEnd = true;
+        continue;
+      }
       abortDelivery(delivery, 'no longer pending');
       this.deliveries.delete(key);
       if (leaving) this.moveToStandby(key, this.options.log.child({ taskId, inputRequest: delivery.n }));
-      else this.standbys.delete(key);
     }
+    // The task moved on from these questions: a read of the task that started before it did (a `tasks/result` that
+    // opened meanwhile) must not ask them again on another stream.
+    for (const key of moot) this.settle(key);
   }
 }
