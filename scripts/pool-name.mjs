@@ -1,13 +1,15 @@
 #!/usr/bin/env node
-// Prints the worker pool (BullMQ queue) a worker joins and the BullMQ keys KEDA scales it on
-// (deploy/k8s/worker-autoscaling.yaml): its prioritized set, where every job waits (each is added with its fair-share
-// priority, PROTOCOL.md §25), and its wait list, which holds only jobs put back after a worker died. Usage, after `pnpm build`:
+// Prints the BullMQ queues a worker consumes, one per tool it serves (PROTOCOL.md §3.2: `<queue>~<tool>`), and for
+// each the keys KEDA scales it on (deploy/k8s/worker-autoscaling.yaml): its prioritized set, where every job waits
+// (each is added with its fair-share priority, PROTOCOL.md §25), its wait list, which holds only jobs put back, and its
+// active list, the running ones. It also prints the worker's pool, the catalog's name for its tool set (§24).
+// Usage, after `pnpm build`:
 //   node scripts/pool-name.mjs [tools module] [--queue NAME] [--prefix PREFIX]
-// Without a module: the demo tools. The pool is the queue name plus a digest of the tool names (PROTOCOL.md §3.2).
+// Without a module: the demo tools.
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createKeys, toolPool } from '@taskrelay/shared';
+import { createKeys, toolPool, toolQueue } from '@taskrelay/shared';
 import { demoTools, isToolDefinition } from '@taskrelay/worker';
 
 const { values, positionals } = parseArgs({
@@ -21,7 +23,13 @@ const pool = toolPool(
   values.queue,
   tools.map((t) => t.name),
 );
-console.log(`pool:      ${pool}`);
-const queueKey = `${createKeys(values.prefix).bullQueueKeyPrefix}${pool}`;
-console.log(`prioritized set (KEDA's main listName): ${queueKey}:prioritized`);
-console.log(`wait list (jobs put back after a crash): ${queueKey}:wait`);
+console.log(`pool (the catalog's name for this tool set): ${pool}`);
+const prefix = createKeys(values.prefix).bullQueueKeyPrefix;
+for (const tool of tools) {
+  const queue = toolQueue(values.queue, tool.name);
+  const queueKey = `${prefix}${queue}`;
+  console.log(`queue ${queue}`);
+  console.log(`  prioritized set (KEDA's main listName): ${queueKey}:prioritized`);
+  console.log(`  wait list (jobs put back):              ${queueKey}:wait`);
+  console.log(`  active list (running jobs):             ${queueKey}:active`);
+}

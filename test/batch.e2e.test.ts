@@ -11,7 +11,7 @@ import {
   ProgressNotificationSchema,
   type ProgressNotification,
 } from '@modelcontextprotocol/sdk/types.js';
-import { createKeys, toolPool } from '@taskrelay/shared';
+import { createKeys, toolQueue } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -26,7 +26,8 @@ import {
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
-const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']);
+/** The children's queue: the child tool's (PROTOCOL.md §3.2). */
+const CHILD_QUEUE = toolQueue('default', 'build_report');
 
 let redis: TestRedis;
 let r: Redis;
@@ -125,7 +126,7 @@ describe('§26 batch_report', () => {
       },
       { timeoutMs: 10_000, message: 'running children aborted' },
     );
-    const pool = `${prefix}:q-${DEMO_POOL}`;
+    const pool = `${prefix}:q-${CHILD_QUEUE}`;
     await waitFor(async () => (await r.zcard(`${pool}:prioritized`)) + (await r.llen(`${pool}:wait`)) === 0, {
       timeoutMs: 10_000,
       message: 'queued children removed',

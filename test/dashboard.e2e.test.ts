@@ -6,10 +6,10 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { toolPool } from '@taskrelay/shared';
+import { toolQueue } from '@taskrelay/shared';
 
-/** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
-const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']);
+/** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
+const BUILD_QUEUE = toolQueue('default', 'build_report');
 import { chromium, type Browser, type Page } from 'playwright-core';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
@@ -94,8 +94,12 @@ describe('admin pages in Chromium', () => {
     expect(workers).toContain('build_report');
     expect(workers).toContain('fail_after');
     expect(workers).toMatch(/\d+s ago/);
-    const queues = await page.locator('#queues tbody tr').first().locator('td').allInnerTexts();
-    expect(queues).toEqual([DEMO_POOL, '1', '2', '0', '0']);
+    const queues = await page
+      .locator('#queues tbody tr', { hasText: BUILD_QUEUE })
+      .first()
+      .locator('td')
+      .allInnerTexts();
+    expect(queues).toEqual([BUILD_QUEUE, '1', '2', '0', '0']);
     const queuedRow = (await row(queued))!;
     expect(queuedRow[3]).toBe('queued');
     expect(queuedRow.slice(1, 3)).toEqual(['build_report', 'working']);
@@ -139,10 +143,10 @@ describe('admin pages in Chromium', () => {
     await startTask(client, 'build_report', { report: 'on-the-board', items: 2_000, delayMs: 50 });
     await page.goto(`${admin}/queues`);
     // One name for the pool everywhere: bull-board shows it as the dashboard does, not as BullMQ's `q-<pool>`.
-    await page.getByText(DEMO_POOL).first().waitFor({ timeout: 15_000 });
+    await page.getByText(BUILD_QUEUE).first().waitFor({ timeout: 15_000 });
     expect(await page.locator('body').innerText()).not.toContain('q-default');
-    await page.getByText(DEMO_POOL).first().click();
-    await page.waitForURL(`**/admin/queues/queue/${DEMO_POOL}**`);
+    await page.getByText(BUILD_QUEUE).first().click();
+    await page.waitForURL(`**/admin/queues/queue/${BUILD_QUEUE}**`);
     expect(await page.locator('body').innerText()).not.toContain('q-default');
     // The running job shows with its name (the tool) once bull-board loaded the queue.
     await page.getByText('build_report').first().waitFor({ timeout: 15_000 });

@@ -17,7 +17,7 @@ import { ConfigMap, Service } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
-import { createKeys, toolPool } from '@taskrelay/shared';
+import { createKeys, toolQueue } from '@taskrelay/shared';
 import { demoTools } from '@taskrelay/worker';
 import { envProblems, processOf } from './helpers/deploy-contract.js';
 import { ROOT, startWorkerProcess, stopAll } from './helpers/processes.js';
@@ -153,30 +153,31 @@ describe('worker autoscaling (KEDA)', () => {
     await redis?.stop();
   });
 
-  it('scales the demo worker Deployment from zero on the wait and active lists its pool really uses', async () => {
+  it('scales the demo worker Deployment from zero on the prioritized, wait and active lists of each tool queue', async () => {
     const scaled = byKind('ScaledObject')[0];
     expect(scaled?.spec.scaleTargetRef.name).toBe('taskrelay-worker');
-    // Fair share (PROTOCOL.md §25): jobs wait in the prioritized set; the wait list holds only ones put back.
-    const [trigger, waitTrigger] = scaled?.spec.triggers ?? [];
-    expect(waitTrigger?.type).toBe('redis');
-    expect(trigger.type).toBe('redis');
-    expect(config['REDIS_URL']).toBe(`redis://${trigger.metadata.address}`);
-    const pool = toolPool(
-      'default',
-      demoTools.map((t) => t.name),
-    );
+    const triggers = scaled?.spec.triggers ?? [];
     const keys = createKeys(config['TASKRELAY_PREFIX']);
-    expect(trigger.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:prioritized`);
-    expect(waitTrigger?.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:wait`);
-    expect(waitTrigger?.metadata.activationListLength).toBe('0');
-
-    // From zero (PROTOCOL.md §24): one waiting job activates the pool; the running ones keep it up.
+    // Work queues per tool (PROTOCOL.md §3.2); fair share (§25): jobs wait in the prioritized set, the wait list holds
+    // only ones put back, the active list the running ones. Three triggers per demo tool, in that order.
+    expect(triggers).toHaveLength(demoTools.length * 3);
+    demoTools.forEach((tool, i) => {
+      const queueKey = `${keys.bullQueueKeyPrefix}${toolQueue('default', tool.name)}`;
+      const [waiting, back, running] = triggers.slice(i * 3, i * 3 + 3);
+      for (const t of [waiting, back, running]) {
+        expect(t?.type).toBe('redis');
+        expect(config['REDIS_URL']).toBe(`redis://${t?.metadata.address}`);
+        // From zero (PROTOCOL.md §24): one waiting job activates the workers; the running ones keep them up.
+        expect(t?.metadata.activationListLength).toBe('0');
+      }
+      expect(waiting?.metadata.listName).toBe(`${queueKey}:prioritized`);
+      expect(back?.metadata.listName).toBe(`${queueKey}:wait`);
+      expect(running?.metadata.listName).toBe(`${queueKey}:active`);
+    });
     expect(scaled?.spec.minReplicaCount).toBe(0);
-    expect(trigger.metadata.activationListLength).toBe('0');
-    const active = scaled?.spec.triggers[2];
-    expect(active?.type).toBe('redis');
-    expect(active?.metadata.listName).toBe(`${keys.bullQueueKeyPrefix}${pool}:active`);
-    expect(active?.metadata.activationListLength).toBe('0');
+    const [trigger] = triggers;
+    const active = triggers[2];
+    const pool = toolQueue('default', demoTools[0]?.name ?? '');
 
     // Those keys are BullMQ's wait and active lists: a waiting job of that queue shows in the first's LLEN, a running
     // one in the second's.
@@ -195,10 +196,10 @@ describe('worker autoscaling (KEDA)', () => {
     try {
       // Added as the gateway adds it, with a priority: it shows in the prioritized set's ZCARD.
       await queue.add('build_report', {}, { jobId: 'j1', priority: 1 });
-      expect(await connection.zcard(inTest(trigger.metadata.listName))).toBe(1);
+      expect(await connection.zcard(inTest(trigger?.metadata.listName ?? ''))).toBe(1);
       void worker.run();
       await waitFor(async () => (await connection.llen(inTest(active?.metadata.listName ?? ''))) === 1);
-      expect(await connection.zcard(inTest(trigger.metadata.listName))).toBe(0);
+      expect(await connection.zcard(inTest(trigger?.metadata.listName ?? ''))).toBe(0);
     } finally {
       release();
       await worker.close();

@@ -3,10 +3,10 @@
  * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { toolPool } from '@taskrelay/shared';
+import { toolQueue } from '@taskrelay/shared';
 
-/** The stock worker's pool: its queue name plus the digest of the demo tools (PROTOCOL.md §3.2). */
-const DEMO_POOL = toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']);
+/** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
+const BUILD_QUEUE = toolQueue('default', 'build_report');
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -68,15 +68,15 @@ describe('metrics', () => {
     const queued = await startTask(client, 'build_report', { report: 'm', items: 1, delayMs: 0 });
     // Queued with its fair-share priority (PROTOCOL §25): BullMQ counts it as prioritized.
     const queuedJobs = async () =>
-      (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'waiting' })) +
-      (await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'prioritized' }));
+      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'waiting' })) +
+      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'prioritized' }));
     await waitFor(async () => (await queuedJobs()) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',
     });
-    expect(await g('taskrelay_queue_jobs', { queue: DEMO_POOL, state: 'active' })).toBe(1);
+    expect(await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'active' })).toBe(1);
     expect(await g('taskrelay_tasks_live', { tool, status: 'working' })).toBe(2);
-    expect(await g('taskrelay_workers_live', { queue: DEMO_POOL })).toBe(1);
+    expect(await g('taskrelay_workers_live', { queue: BUILD_QUEUE })).toBe(1);
 
     await client.experimental.tasks.cancelTask(running);
     expect(await g('taskrelay_cancel_seconds_count', { trigger: 'tasks/cancel' })).toBe(1);

@@ -59,7 +59,8 @@ beforeAll(async () => {
   handedBack = await startTask(watcher.client, 'steady_once', { ms: 300, firstRunMs: 60_000 });
   await records.waitForStart(handedBack, { pid: draining.pid });
   queuedAfter = [];
-  for (let i = 0; i < 3; i++) queuedAfter.push(await startTask(watcher.client, 'steady', { ms: 300 }));
+  // The same tool: one queue (PROTOCOL.md §3.2), whose order the hand-back is about.
+  for (let i = 0; i < 3; i++) queuedAfter.push(await startTask(watcher.client, 'steady_once', { ms: 300 }));
   void draining.kill('SIGTERM');
   exitCode = await Promise.race([
     draining.exited,
@@ -136,7 +137,8 @@ describe('a batch child handed back at SIGTERM', () => {
     // Queued after the child started, by the same principal, who then has nothing else waiting: the fair-share
     // priority the child was given, so only the hand-back's place in that priority orders them.
     after = [];
-    for (let i = 0; i < 3; i++) after.push(await startTask(client.client, 'steady', { ms: 300 }));
+    // The child's tool, so one queue (PROTOCOL.md §3.2).
+    for (let i = 0; i < 3; i++) after.push(await startTask(client.client, 'steady_once', { ms: 300 }));
     void first.kill('SIGTERM');
     await first.exited;
     second = await startWorkerProcess(env);

@@ -6,9 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { UnrecoverableError, Worker } from 'bullmq';
-import { pathToFileURL } from 'node:url';
-import { RedisTaskStore, createKeys, toolPool } from '@taskrelay/shared';
-import { isToolDefinition } from '@taskrelay/worker';
+import { RedisTaskStore, createKeys, toolQueue } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
 import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
@@ -55,15 +53,10 @@ async function gatewayWithoutWorkers(label: string): Promise<{ prefix: string; g
   return { prefix, gateway };
 }
 
-/** The fault worker's pool (PROTOCOL.md §3.2): the queue its calls' jobs wait in. */
-const FAULT_POOL = toolPool(
-  'default',
-  Object.values((await import(pathToFileURL(FAULT_TOOLS).href)) as Record<string, unknown>)
-    .filter(isToolDefinition)
-    .map((tool) => tool.name),
-);
+/** The queue of the fault worker's `steady` tool (PROTOCOL.md §3.2): where its calls' jobs wait. */
+const FAULT_POOL = toolQueue('default', 'steady');
 
-/** BullMQ's job hash of a task (jobId = taskId) in the fault worker's pool. */
+/** BullMQ's job hash of a `steady` task (jobId = taskId) in its tool's queue. */
 const jobKey = (prefix: string, taskId: string) => `${prefix}:${createKeys(prefix).queueName(FAULT_POOL)}:${taskId}`;
 
 async function expectReapedFailed(watcher: WatchingClient, taskId: string, waiting: Promise<unknown>) {

@@ -4,6 +4,7 @@ import {
   createKeys,
   createLogger,
   toolPool,
+  toolQueue,
   type PoolCatalog,
   type ToolDescriptor,
   type WorkerCatalog,
@@ -39,58 +40,62 @@ async function heartbeat(
   workerId: string,
   tools: ToolDescriptor[],
   at = Date.now(),
+  queueName = 'default',
 ) {
   const catalog: WorkerCatalog = {
     workerId,
     queue: toolPool(
-      'default',
+      queueName,
       tools.map((t) => t.name),
     ),
+    queueName,
     tools,
     heartbeatAt: at,
   };
   await redis.set(keys.workerCatalog(workerId), JSON.stringify(catalog), 'PX', 60_000);
   await redis.zadd(keys.workers, Date.now() + 60_000, workerId);
-  const pool: PoolCatalog = { pool: catalog.queue, queueName: 'default', tools, lastSeenAt: at };
+  const pool: PoolCatalog = { pool: catalog.queue, queueName, tools, lastSeenAt: at };
   await redis.hset(keys.pools, catalog.queue, JSON.stringify(pool));
   return catalog.queue;
 }
 
-describe('§3.2 the catalog routes each call to a pool that serves its tool', () => {
-  it('sends a tool served by one pool only there, and spreads a shared tool over its pools by live workers', async () => {
+describe('§3.2 the catalog routes each call to the queue of its tool', () => {
+  it('sends every call of a tool to its one queue, whichever tool sets serve it; TASKRELAY_QUEUE splits by workers', async () => {
     const keys = createKeys(uniquePrefix('catalog'));
-    const demo = await heartbeat(keys, 'w1', [descriptor('build_report'), descriptor('shared')]);
-    const custom = await heartbeat(keys, 'w2', [descriptor('count_to'), descriptor('shared')]);
+    await heartbeat(keys, 'w1', [descriptor('build_report'), descriptor('shared')]);
+    await heartbeat(keys, 'w2', [descriptor('count_to'), descriptor('shared')]);
     await heartbeat(keys, 'w3', [descriptor('count_to'), descriptor('shared', 'newer')], Date.now() + 1);
+    await heartbeat(keys, 'w4', [descriptor('shared')], Date.now() - 1, 'team');
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 60_000 });
 
     for (let i = 0; i < 50; i++) {
-      expect((await catalog.find('build_report'))?.queue).toBe(demo);
-      expect((await catalog.find('count_to'))?.queue).toBe(custom);
+      expect((await catalog.find('build_report'))?.queue).toBe(toolQueue('default', 'build_report'));
+      expect((await catalog.find('count_to'))?.queue).toBe(toolQueue('default', 'count_to'));
     }
     const picks = new Map<string, number>();
-    for (let i = 0; i < 600; i++) {
+    for (let i = 0; i < 800; i++) {
       const queue = (await catalog.find('shared'))?.queue ?? '';
       picks.set(queue, (picks.get(queue) ?? 0) + 1);
     }
-    expect([...picks.keys()].sort()).toEqual([demo, custom].sort());
-    // Two of the three live workers serving it are in the custom pool.
-    expect(picks.get(custom) ?? 0).toBeGreaterThan(picks.get(demo) ?? 0);
+    // Two tool sets, one queue: the three `default` workers; the `team` worker has a queue of its own.
+    expect([...picks.keys()].sort()).toEqual([toolQueue('default', 'shared'), toolQueue('team', 'shared')].sort());
+    expect(picks.get(toolQueue('default', 'shared')) ?? 0).toBeGreaterThan(picks.get(toolQueue('team', 'shared')) ?? 0);
     // The newest heartbeat's descriptor is listed.
     expect((await catalog.list()).find((t) => t.name === 'shared')?.description).toBe('newer');
     expect(await catalog.find('missing')).toBeUndefined();
   });
 
-  it('says why a queued task waits when its pool has no live worker, and nothing while one lives', async () => {
+  it('says why a queued task waits when no live worker consumes its queue, and nothing while one does', async () => {
     const keys = createKeys(uniquePrefix('catalog'));
-    const pool = await heartbeat(keys, 'w1', [descriptor('echo')]);
+    await heartbeat(keys, 'w1', [descriptor('echo')]);
+    const queue = toolQueue('default', 'echo');
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0 });
-    expect(await catalog.unservedReason('echo', pool)).toBeUndefined();
-    expect(await catalog.unservedReason('echo', 'default.000000000000')).toMatch(
-      /no live worker consumes pool default\.000000000000.*served by another pool/,
+    expect(await catalog.unservedReason('echo', queue)).toBeUndefined();
+    expect(await catalog.unservedReason('echo', toolQueue('team', 'echo'))).toMatch(
+      /no live worker consumes queue team~echo.*served under another TASKRELAY_QUEUE/,
     );
     await redis.zrem(keys.workers, 'w1');
-    expect(await catalog.unservedReason('echo', pool)).toMatch(/no live worker serves tool echo/);
+    expect(await catalog.unservedReason('echo', queue)).toMatch(/no live worker serves tool echo/);
   });
 });
 
@@ -116,8 +121,10 @@ describe('§24 catalog retention: a pool scaled to zero keeps its tools listed',
     const pool = await remember(keys, [descriptor('build_report')], Date.now() - 60_000);
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
     expect((await catalog.list()).map((t) => t.name)).toEqual(['build_report']);
-    expect((await catalog.find('build_report'))?.queue).toBe(pool);
-    expect(await catalog.unservedReason('build_report', pool)).toMatch(/no live worker serves tool build_report/);
+    expect(pool).toMatch(/^default\./);
+    const queue = toolQueue('default', 'build_report');
+    expect((await catalog.find('build_report'))?.queue).toBe(queue);
+    expect(await catalog.unservedReason('build_report', queue)).toMatch(/no live worker serves tool build_report/);
   });
 
   it('forgets a pool past the retention, and with a retention of 0 at once', async () => {
@@ -143,8 +150,10 @@ describe('§24 catalog retention: a pool scaled to zero keeps its tools listed',
     const other = await remember(keys, [descriptor('count_to')], now - 600_000);
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
     expect((await catalog.list()).map((t) => t.name).sort()).toEqual(['build_report', 'count_to']);
-    expect((await catalog.find('build_report'))?.queue).toBe(current);
-    expect((await catalog.find('count_to'))?.queue).toBe(other);
+    // A remembered pool's calls go to its tools' queues (§3.2).
+    expect(current).not.toBe(other);
+    expect((await catalog.find('build_report'))?.queue).toBe(toolQueue('default', 'build_report'));
+    expect((await catalog.find('count_to'))?.queue).toBe(toolQueue('default', 'count_to'));
   });
 
   it('prefers a live worker over a remembered pool, and a retired pool is forgotten at once', async () => {
@@ -152,12 +161,12 @@ describe('§24 catalog retention: a pool scaled to zero keeps its tools listed',
     const gone = await remember(keys, [descriptor('build_report'), descriptor('only_remembered')], Date.now() - 1_000);
     const live = await heartbeat(keys, 'w1', [descriptor('build_report')]);
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 0, retentionMs: 3_600_000 });
-    expect((await catalog.find('build_report'))?.queue).toBe(live);
+    expect((await catalog.find('build_report'))?.queue).toBe(toolQueue('default', 'build_report'));
     // Superseded by the live pool of the same queue name that shares build_report.
     expect(await catalog.find('only_remembered')).toBeUndefined();
 
     const separate = await remember(keys, [descriptor('count_to')], Date.now() - 1_000, 'gpu');
-    expect((await catalog.find('count_to'))?.queue).toBe(separate);
+    expect((await catalog.find('count_to'))?.queue).toBe(toolQueue('gpu', 'count_to'));
     expect(await retirePool(redis, keys, live)).toBe('live');
     expect(await retirePool(redis, keys, separate)).toBe('retired');
     expect(await retirePool(redis, keys, separate)).toBe('unknown');

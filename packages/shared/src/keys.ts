@@ -138,10 +138,10 @@ export function createKeys(prefix = 'taskrelay'): Keys {
 }
 
 /**
- * The worker pool a worker joins (PROTOCOL.md §3.2): its configured queue name plus a digest of the sorted names of
- * the tools it serves. Workers with the same tool set share one BullMQ queue; a worker with another tool set gets a
- * queue of its own, so a job is only ever taken by a worker that serves its tool, whatever `queue` says. Names only,
- * not schemas: a rolling deploy that changes a description keeps the pool (and the jobs waiting in it).
+ * The pool a worker belongs to in the catalog (PROTOCOL.md §3.2, §24): its configured queue name plus a digest of the
+ * sorted names of the tools it serves. A pool is what the catalog remembers and retires, never where work queues: jobs
+ * go to the queue of their tool (`toolQueue`). Names only, not schemas: a rolling deploy that changes a description
+ * keeps the pool.
  */
 export function toolPool(queue: string, toolNames: readonly string[]): string {
   const digest = createHash('sha256')
@@ -149,6 +149,28 @@ export function toolPool(queue: string, toolNames: readonly string[]): string {
     .digest('hex')
     .slice(0, 12);
   return `${queue}.${digest}`;
+}
+
+/** Our name of a queue from its BullMQ name (`Keys.queueName` adds `q-`): what a job's `queueName` says. */
+export function queueOfBullName(bullQueueName: string): string {
+  return bullQueueName.startsWith('q-') ? bullQueueName.slice(2) : bullQueueName;
+}
+
+/**
+ * The BullMQ queue of one tool (PROTOCOL.md §3.2): the unit of queueing. Every worker that serves the tool under the
+ * same `TASKRELAY_QUEUE` consumes it, whatever else it serves, so a call, a batch child, a hand-back, a takeover and a
+ * resume all go to any live worker of the tool; BullMQ's per-queue pause, global concurrency and rate limit then act
+ * on one tool. `~` is in neither a queue name nor a tool name (both `[A-Za-z0-9_.-]`), so the pair is unambiguous.
+ */
+export function toolQueue(queueName: string, tool: string): string {
+  return `${queueName}~${tool}`;
+}
+
+/** The tool and `TASKRELAY_QUEUE` of a tool queue, or undefined for any other name (an old pool's). */
+export function parseToolQueue(queue: string): { queueName: string; tool: string } | undefined {
+  const at = queue.indexOf('~');
+  if (at <= 0 || at === queue.length - 1) return undefined;
+  return { queueName: queue.slice(0, at), tool: queue.slice(at + 1) };
 }
 
 /** A batch child's job id (PROTOCOL.md §26): `<parent task id>.<index>`. Task ids are hex, so the dot is unambiguous. */

@@ -137,11 +137,19 @@ export type ToolDescriptor = z.infer<typeof ToolDescriptorSchema>;
 /** §3: one worker's catalog. */
 export const WorkerCatalogSchema = z.object({
   workerId: z.string(),
+  /** The worker's pool (§3.2, §24): its catalog group, not where its jobs queue. */
   queue: z.string(),
+  /** Its `TASKRELAY_QUEUE`: each tool it serves is consumed from `toolQueue(queueName, tool)`. */
+  queueName: z.string().optional(),
   tools: z.array(ToolDescriptorSchema),
   heartbeatAt: z.number(),
 });
 export type WorkerCatalog = z.infer<typeof WorkerCatalogSchema>;
+
+/** A worker's `TASKRELAY_QUEUE`: its catalog's `queueName`, or (a worker from before queues per tool) its pool less the digest. */
+export function catalogQueueName(catalog: Pick<WorkerCatalog, 'queue' | 'queueName'>): string {
+  return catalog.queueName ?? catalog.queue.replace(/\.[0-9a-f]{12}$/, '');
+}
 
 /** A pool's tools as its workers last published them (`P:pools` field value, PROTOCOL.md §24). */
 export const PoolCatalogSchema = z.object({

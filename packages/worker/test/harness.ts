@@ -14,6 +14,7 @@ import {
   type Logger,
   type TaskRecord,
   type TaskStatus,
+  toolQueue,
 } from '@taskrelay/shared';
 import { uniquePrefix } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -48,6 +49,8 @@ export class LogCapture extends Writable {
 }
 
 export interface EnqueueOptions {
+  /** Add the job to this tool's queue instead of its own (a hand-made job in the wrong queue). */
+  intoQueueOf?: string;
   timeoutMs?: number;
   attempts?: number;
   /** What the caller's client can answer (recorded on the task as the gateway does). */
@@ -65,8 +68,11 @@ export class Harness {
   readonly store: RedisTaskStore;
   private readonly queueConnection: Redis;
   private readonly queues = new Map<string, Queue>();
-  /** The pool jobs go to: the last started worker's (PROTOCOL.md §3.2), or the one `usePool` named. */
-  private pool = 'default';
+  /** The TASKRELAY_QUEUE jobs go under: the last started worker's, or the one `useQueueName` named. */
+  private queueName = 'default';
+  /** Each enqueued task's tool, so its job is found in its tool's queue (PROTOCOL.md §3.2). */
+  private readonly toolOf = new Map<string, string>();
+  private lastTool = '';
   private readonly handles: WorkerHandle[] = [];
   private readonly clients: Redis[] = [];
 
@@ -76,22 +82,32 @@ export class Harness {
     this.store = new RedisTaskStore(this.redis, this.keys);
   }
 
-  /** The BullMQ queue of the current pool. */
+  /** The BullMQ queue of the last enqueued tool. */
   get queue(): Queue {
-    let queue = this.queues.get(this.pool);
+    return this.queueOf(this.lastTool);
+  }
+
+  /** The BullMQ queue of a tool (PROTOCOL.md §3.2: one per tool and TASKRELAY_QUEUE). */
+  queueOf(tool: string): Queue {
+    const name = toolQueue(this.queueName, tool);
+    let queue = this.queues.get(name);
     if (!queue) {
-      queue = new Queue(this.keys.queueName(this.pool), {
+      queue = new Queue(this.keys.queueName(name), {
         connection: this.queueConnection,
         prefix: this.keys.bullPrefix,
       });
-      this.queues.set(this.pool, queue);
+      this.queues.set(name, queue);
     }
     return queue;
   }
 
-  /** Sends the next jobs to this pool (a worker process this harness did not start). */
-  usePool(pool: string): void {
-    this.pool = pool;
+  private queueOfTask(taskId: string): Queue {
+    return this.queueOf(this.toolOf.get(taskId) ?? this.lastTool);
+  }
+
+  /** Sends the next jobs under this TASKRELAY_QUEUE (a worker process this harness did not start). */
+  useQueueName(queueName: string): void {
+    this.queueName = queueName;
   }
 
   /** Starts a worker on this harness's prefix; closed by `close()`. */
@@ -105,7 +121,7 @@ export class Harness {
       ...options,
     });
     this.handles.push(handle);
-    this.pool = handle.queue;
+    this.queueName = options.queue ?? 'default';
     return handle;
   }
 
@@ -113,7 +129,7 @@ export class Harness {
   async enqueue(tool: string, args: Record<string, unknown>, options: EnqueueOptions = {}): Promise<string> {
     const task = await this.store.create({
       tool,
-      queue: this.pool,
+      queue: toolQueue(this.queueName, tool),
       principal: 'test',
       mode: 'task',
       ttl: 60_000,
@@ -133,7 +149,14 @@ export class Harness {
   ): Promise<void> {
     const data: Record<string, unknown> = { taskId, tool, arguments: args };
     if (options.timeoutMs !== undefined) data['timeoutMs'] = options.timeoutMs;
-    await this.queue.add(tool, data, { jobId: taskId, attempts: options.attempts ?? 1, removeOnComplete: true });
+    const queueTool = options.intoQueueOf ?? tool;
+    this.toolOf.set(taskId, queueTool);
+    this.lastTool = queueTool;
+    await this.queueOf(queueTool).add(tool, data, {
+      jobId: taskId,
+      attempts: options.attempts ?? 1,
+      removeOnComplete: true,
+    });
   }
 
   /** The gateway's cancel (§7.2, §7.3): state first, then the wake-up, unless `publish` is false. */
@@ -153,7 +176,7 @@ export class Harness {
 
   /** Promotes the task's delayed job, if it is delayed. */
   async promote(taskId: string): Promise<void> {
-    const job = await this.queue.getJob(taskId);
+    const job = await this.queueOfTask(taskId).getJob(taskId);
     await job?.promote().catch(() => undefined);
   }
 
@@ -173,7 +196,7 @@ export class Harness {
 
   /** BullMQ's view of the job: 'completed' jobs are removed, so they read as 'unknown'. */
   jobState(taskId: string): Promise<string> {
-    return this.queue.getJobState(taskId);
+    return this.queueOfTask(taskId).getJobState(taskId);
   }
 
   /** A separate subscriber connection, closed with the harness. */

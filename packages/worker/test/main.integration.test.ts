@@ -129,7 +129,7 @@ describe('stock worker entry point', () => {
       queue: toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']),
       tools: ['build_report', 'wait_for_approval', 'fail_after', 'batch_report'],
     });
-    h.usePool(toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']));
+    h.useQueueName('default');
 
     const report = await h.enqueue('build_report', { report: 'q3', items: 3, delayMs: 1 });
     const failing = await h.enqueue('fail_after', { delayMs: 1, message: 'as requested' }, { attempts: 3 });
@@ -177,7 +177,7 @@ describe('stock worker entry point', () => {
     ]);
     expect(catalog.tools.find((t) => t.name === 'slow_timeout')?.timeoutMs).toBe(200);
     expect(catalog.tools.find((t) => t.name === 'flaky')?.attempts).toBe(2);
-    h.usePool(catalog.queue);
+    h.useQueueName(catalog.queueName ?? 'default');
 
     const echoed = await h.enqueue('echo', { hello: 'world' });
     expect((await h.waitForStatus(echoed, 'completed')).result?.structuredContent).toEqual({ hello: 'world' });

@@ -167,6 +167,7 @@ describe('§3 tool catalog and heartbeat', () => {
     expect(first).toEqual({
       workerId: 'w-catalog',
       queue: pool,
+      queueName: 'default',
       tools: [echo.descriptor, steps.descriptor],
       heartbeatAt: expect.any(Number) as number,
     });
@@ -224,13 +225,14 @@ describe('§5 running a job', () => {
     expect(runs.has(taskId)).toBe(false);
   });
 
-  it('a job for a tool this worker does not serve fails the task with TOOL_NOT_FOUND', async () => {
+  it('a hand-made job for a tool this worker does not serve, in a queue it consumes, fails with TOOL_NOT_FOUND', async () => {
     const handle = await h.start([echo]);
-    const taskId = await h.enqueue('elsewhere', {});
+    const taskId = await h.enqueue('elsewhere', {}, { jobless: true });
+    await h.addJob(taskId, 'elsewhere', {}, { intoQueueOf: 'echo' });
     const task = await h.waitForStatus(taskId, 'failed');
     expect(task.error).toEqual({
       code: 'TOOL_NOT_FOUND',
-      message: `Tool elsewhere is not served by worker ${handle.workerId} (queue ${handle.queue})`,
+      message: `Tool elsewhere is not served by worker ${handle.workerId} (queue default~echo)`,
     });
     expect(task.result?.isError).toBe(true);
   });

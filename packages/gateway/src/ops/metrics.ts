@@ -1,4 +1,4 @@
-import { ProcessMetrics } from '@taskrelay/shared';
+import { ProcessMetrics, catalogQueueName, toolQueue } from '@taskrelay/shared';
 import type { AdminQueries } from './admin/queries.js';
 
 /** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
@@ -129,7 +129,7 @@ export class GatewayMetrics extends ProcessMetrics {
   watchFleet(queries: AdminQueries): void {
     this.gauge({
       name: 'taskrelay_queue_jobs',
-      help: 'BullMQ jobs per worker pool (queue) and state, fleet-wide.',
+      help: 'BullMQ jobs per tool queue (PROTOCOL.md §3.2) and state, fleet-wide.',
       labelNames: ['queue', 'state'] as const,
       async collect() {
         this.reset();
@@ -150,12 +150,17 @@ export class GatewayMetrics extends ProcessMetrics {
     });
     this.gauge({
       name: 'taskrelay_workers_live',
-      help: 'Workers with a live heartbeat, by queue, fleet-wide.',
+      help: 'Workers with a live heartbeat, by the tool queue they consume (one per tool, PROTOCOL.md §3.2), fleet-wide.',
       labelNames: ['queue'] as const,
       async collect() {
         this.reset();
         const byQueue = new Map<string, number>();
-        for (const w of await queries.workers().catch(() => [])) byQueue.set(w.queue, (byQueue.get(w.queue) ?? 0) + 1);
+        for (const w of await queries.workers().catch(() => [])) {
+          for (const tool of w.tools) {
+            const queue = toolQueue(catalogQueueName(w), tool.name);
+            byQueue.set(queue, (byQueue.get(queue) ?? 0) + 1);
+          }
+        }
         for (const [queue, count] of byQueue) this.set({ queue }, count);
       },
     });

@@ -7,6 +7,8 @@ import {
   PoolCatalogSchema,
   type RedisClient,
   WorkerCatalogSchema,
+  catalogQueueName,
+  toolQueue,
   parseMessage,
   type Keys,
   type Logger,
@@ -30,9 +32,11 @@ interface CatalogSnapshot {
    * Tool name → its newest descriptor and one pool entry per live worker serving it; for a tool no live worker
    * serves, the retained pool that served it last (`live: false`).
    */
-  tools: Map<string, { descriptor: ToolDescriptor; pools: string[]; live: boolean }>;
+  tools: Map<string, { descriptor: ToolDescriptor; queues: string[]; live: boolean }>;
   /** Pools with at least one live worker. */
   pools: Set<string>;
+  /** The tool queues (§3.2) some live worker consumes. */
+  queues: Set<string>;
 }
 
 export interface ToolCatalogOptions {
@@ -100,9 +104,9 @@ export class ToolCatalog {
   }
 
   async list(): Promise<CatalogTool[]> {
-    return [...(await this.load()).tools.values()].map(({ descriptor, pools }) => ({
+    return [...(await this.load()).tools.values()].map(({ descriptor, queues }) => ({
       ...descriptor,
-      queue: pools[0] ?? '',
+      queue: queues[0] ?? '',
     }));
   }
 
@@ -113,7 +117,7 @@ export class ToolCatalog {
   async find(name: string): Promise<CatalogTool | undefined> {
     const entry = (await this.load()).tools.get(name);
     if (!entry) return undefined;
-    const queue = entry.pools[Math.floor(Math.random() * entry.pools.length)] ?? '';
+    const queue = entry.queues[Math.floor(Math.random() * entry.queues.length)] ?? '';
     return { ...entry.descriptor, queue };
   }
 
@@ -123,9 +127,9 @@ export class ToolCatalog {
    */
   async unservedReason(tool: string, queue: string): Promise<string | undefined> {
     const snapshot = await this.load();
-    if (snapshot.pools.has(queue)) return undefined;
+    if (snapshot.queues.has(queue)) return undefined;
     return snapshot.tools.get(tool)?.live
-      ? `Waiting: no live worker consumes pool ${queue}, where this task was queued (tool ${tool} is served by another pool now)`
+      ? `Waiting: no live worker consumes queue ${queue}, where this task was queued (tool ${tool} is served under another TASKRELAY_QUEUE now)`
       : `Waiting: no live worker serves tool ${tool}; the task runs once one starts`;
   }
 
@@ -176,24 +180,32 @@ export class ToolCatalog {
       .filter((c) => c !== undefined)
       // Newest heartbeat last, so during a rolling deploy the newest definition of a tool wins.
       .sort((a, b) => a.heartbeatAt - b.heartbeatAt);
-    const tools = new Map<string, { descriptor: ToolDescriptor; pools: string[]; live: boolean }>();
+    const tools = new Map<string, { descriptor: ToolDescriptor; queues: string[]; live: boolean }>();
     const pools = new Set<string>();
+    const queues = new Set<string>();
     for (const catalog of catalogs) {
       pools.add(catalog.queue);
+      const queueName = catalogQueueName(catalog);
       for (const tool of catalog.tools) {
+        // One entry per live worker: a call picks a queue weighted by the workers consuming it (one queue per tool
+        // and TASKRELAY_QUEUE, §3.2).
+        const queue = toolQueue(queueName, tool.name);
+        queues.add(queue);
         const entry = tools.get(tool.name);
         if (entry) {
           entry.descriptor = tool;
-          entry.pools.push(catalog.queue);
+          entry.queues.push(queue);
         } else {
-          tools.set(tool.name, { descriptor: tool, pools: [catalog.queue], live: true });
+          tools.set(tool.name, { descriptor: tool, queues: [queue], live: true });
         }
       }
     }
     for (const pool of this.retained(Object.values(remembered), pools, now)) {
       for (const tool of pool.tools) {
         // Newest retained pool first: it wins a tool no live worker serves.
-        if (!tools.has(tool.name)) tools.set(tool.name, { descriptor: tool, pools: [pool.pool], live: false });
+        if (!tools.has(tool.name)) {
+          tools.set(tool.name, { descriptor: tool, queues: [toolQueue(pool.queueName, tool.name)], live: false });
+        }
       }
     }
     for (const name of this.served) {
@@ -202,7 +214,7 @@ export class ToolCatalog {
       this.served.delete(name);
       if (entry) {
         this.log.warn(
-          { tool: name, queue: entry.pools[0], retentionMs: this.retentionMs },
+          { tool: name, queue: entry.queues[0], retentionMs: this.retentionMs },
           'no live worker serves this tool any more; it stays listed for the catalog retention, and its calls wait until a worker starts',
         );
       } else {
@@ -226,7 +238,7 @@ export class ToolCatalog {
       this.prunedAt = now;
       this.prune(Object.entries(remembered), pools, now);
     }
-    const snapshot: CatalogSnapshot = { at: now, tools, pools };
+    const snapshot: CatalogSnapshot = { at: now, tools, pools, queues };
     this.cached = snapshot;
     this.log.trace({ workers: workerIds.length, tools: tools.size, pools: pools.size }, 'catalog refreshed');
     return snapshot;

@@ -18,6 +18,7 @@ import {
   type ProgressUpdate,
   type RedisTaskStore,
   type SerializedError,
+  queueOfBullName,
 } from '@taskrelay/shared';
 import { TaskContext, batchMessage } from '../context.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
@@ -50,7 +51,6 @@ export function isChildJob(data: unknown): boolean {
 }
 
 export interface ChildRunnerOptions {
-  queue: string;
   tools: ReadonlyMap<string, ToolDefinition>;
   batches: BatchStore;
   /** The parent's progress writes (unlocked: the parent's lock is not this worker's). */
@@ -97,11 +97,11 @@ export class ChildRunner {
     const parentId = data.taskId;
     const index = data.child;
     entry.parentId = parentId;
-    const lock: JobLock = { queue: this.o.queue, token: token ?? '' };
+    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
 
     const start = await this.o.batches.startChild(parentId, index, lock);
     const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
-    this.o.fairShare.leave(this.o.queue, owner, jobId).catch(() => undefined);
+    this.o.fairShare.leave(lock.queue, owner, jobId).catch(() => undefined);
     if (start.outcome === 'lock_lost') {
       log.warn('child job lock already lost at start; tool not run');
       throw new DelayedError();
@@ -115,7 +115,12 @@ export class ChildRunner {
 
     const tool = this.o.tools.get(data.tool);
     if (!tool) {
-      return record(failed('TOOL_NOT_FOUND', `Tool ${data.tool} is not served by this worker (queue ${this.o.queue})`));
+      return record(
+        failed(
+          'TOOL_NOT_FOUND',
+          `Tool ${data.tool} is not served by this worker (queue ${queueOfBullName(job.queueName)})`,
+        ),
+      );
     }
     if (job.stalledCounter > tool.maxStalls) {
       return record(

@@ -8,6 +8,8 @@ import {
   type BatchStore,
   TaskrelayError,
   WorkerCatalogSchema,
+  catalogQueueName,
+  toolQueue,
   batchChildId,
   jobOptions,
   parseMessage,
@@ -41,8 +43,8 @@ export interface BatchParentOptions {
   keys: Keys;
   store: BatchStore;
   queues: BatchQueues;
-  /** This worker's pool and tools: a child tool served here runs in this pool. */
-  ownPool: string;
+  /** This worker's `TASKRELAY_QUEUE`: a child tool served here queues in `toolQueue(ownQueueName, tool)`. */
+  ownQueueName: string;
   tools: ReadonlyMap<string, ToolDefinition>;
   metrics: WorkerMetrics;
 }
@@ -265,24 +267,27 @@ export class BatchParent {
     return (await this.o.store.peek(taskId))?.wake === true;
   }
 
-  /** The pool a new batch's children go to: this worker's when it serves the tool, else a live worker's that does. */
+  /**
+   * The queue a new batch's children go to (§3.2): the child tool's queue, which every worker of the tool consumes;
+   * under this worker's `TASKRELAY_QUEUE` when it serves the tool, else under a live worker's that does.
+   */
   private async childTool(name: string): Promise<{ pool: string; tool: ChildToolInfo }> {
     const local = this.o.tools.get(name);
-    if (local) return { pool: this.o.ownPool, tool: local.descriptor };
+    if (local) return { pool: toolQueue(this.o.ownQueueName, name), tool: local.descriptor };
     const serving = (await this.catalogs()).filter((c) => c.tools.some((t) => t.name === name));
     const pick = serving[Math.floor(Math.random() * serving.length)];
     const tool = pick?.tools.find((t) => t.name === name);
     if (!pick || !tool) {
       throw new TaskrelayError('TOOL_NOT_FOUND', `ctx.fanOut: no live worker serves tool ${name}`);
     }
-    return { pool: pick.queue, tool };
+    return { pool: toolQueue(catalogQueueName(pick), name), tool };
   }
 
   /** The child tool's attempts, backoff and timeout as its pool serves it (the parent may run elsewhere now). */
   private async childToolInPool(name: string, pool: string): Promise<ChildToolInfo> {
     const local = this.o.tools.get(name);
-    if (local && pool === this.o.ownPool) return local.descriptor;
-    const catalog = (await this.catalogs()).find((c) => c.queue === pool);
+    if (local && pool === toolQueue(this.o.ownQueueName, name)) return local.descriptor;
+    const catalog = (await this.catalogs()).find((c) => toolQueue(catalogQueueName(c), name) === pool);
     return catalog?.tools.find((t) => t.name === name) ?? { name };
   }
 

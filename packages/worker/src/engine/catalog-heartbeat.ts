@@ -50,7 +50,13 @@ export class CatalogHeartbeat {
     const { redis, keys, workerId } = this.o;
     const now = Date.now();
     const ttlMs = 3 * this.o.heartbeatMs;
-    const catalog: WorkerCatalog = { workerId, queue: this.o.queue, tools: [...this.o.tools], heartbeatAt: now };
+    const catalog: WorkerCatalog = {
+      workerId,
+      queue: this.o.queue,
+      queueName: this.o.queueName,
+      tools: [...this.o.tools],
+      heartbeatAt: now,
+    };
     const pool: PoolCatalog = {
       pool: this.o.queue,
       queueName: this.o.queueName,

@@ -17,6 +17,7 @@ import {
   type SerializedError,
   type TaskRecord,
   type ToolResult,
+  queueOfBullName,
 } from '@taskrelay/shared';
 import { TaskContext, type Suspension } from '../context.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
@@ -35,8 +36,6 @@ const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
 
 export interface JobRunnerOptions {
   workerId: string;
-  /** The pool this worker consumes; the lock key of each job is under it. */
-  queue: string;
   tools: ReadonlyMap<string, ToolDefinition>;
   store: RedisTaskStore;
   /** Where a job leaves its principal's waiting share of the pool when a run takes it (PROTOCOL.md §25). */
@@ -93,7 +92,7 @@ export class JobRunner {
   ): Promise<void> {
     if (this.o.isClosing()) return this.handBack(job, token, log);
     const { controller } = entry;
-    const lock: JobLock = { queue: this.o.queue, token: token ?? '' };
+    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
     const attempt = attemptOf(job);
 
     const parsed = JobDataSchema.safeParse(job.data);
@@ -114,7 +113,7 @@ export class JobRunner {
     // A job without its principal (or naming another than its task's) leaves the task principal's share here.
     const sharePrincipal = task?.principal !== jobPrincipal ? task?.principal : undefined;
     if (sharePrincipal !== undefined) {
-      this.o.fairShare.leave(this.o.queue, sharePrincipal, taskId).catch((error: unknown) => {
+      this.o.fairShare.leave(lock.queue, sharePrincipal, taskId).catch((error: unknown) => {
         log.debug({ err: error }, 'fair-share entry not removed');
       });
     }
@@ -147,7 +146,7 @@ export class JobRunner {
 
     const tool = this.o.tools.get(toolName);
     if (!tool) {
-      const message = `Tool ${toolName} is not served by worker ${this.o.workerId} (queue ${this.o.queue})`;
+      const message = `Tool ${toolName} is not served by worker ${this.o.workerId} (queue ${queueOfBullName(job.queueName)})`;
       await this.failTask(taskId, lock, message, { code: 'TOOL_NOT_FOUND', message }, log);
       throw new UnrecoverableError(message);
     }

@@ -31,10 +31,11 @@ export interface RunEnvelopeOptions {
   metrics: WorkerMetrics;
   abortGraceMs: number;
   /**
-   * Wakes the pool's idle workers (BullMQ's marker): BullMQ's own move of an active job back to its priority level sets
-   * none, so without it an idle worker would see the handed-back job only at its next block timeout (5 s).
+   * Wakes the idle workers of a BullMQ queue (by its BullMQ name; BullMQ's marker): BullMQ's own move of an active job
+   * back to its priority level sets none, so without it an idle worker would see the handed-back job only at its next
+   * block timeout (5 s).
    */
-  wakeWorkers: () => Promise<void>;
+  wakeWorkers: (bullQueueName: string) => Promise<void>;
 }
 
 /** What a run's body gets: its entry in `RunningJobs` (its controller, its lock watch). */
@@ -112,7 +113,9 @@ export class RunEnvelope {
       );
       throw new DelayedError();
     }
-    await this.o.wakeWorkers().catch((error: unknown) => log.debug({ err: error }, 'could not wake idle workers'));
+    await this.o
+      .wakeWorkers(job.queueName)
+      .catch((error: unknown) => log.debug({ err: error }, 'could not wake idle workers'));
     throw new WaitingError();
   }
 

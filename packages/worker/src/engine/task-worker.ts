@@ -3,7 +3,6 @@
  * each own one concern — `JobRunner` (the run of a job, `settle`), `CancelWatch` (§7), `CatalogHeartbeat` (§3) and
  * the lock watch over `RunningJobs` (§10.4).
  */
-import { Worker } from 'bullmq';
 import {
   BatchStore,
   RedisTaskStore,
@@ -11,6 +10,8 @@ import {
   FairShare,
   createRedis,
   toolPool,
+  toolQueue,
+  bullQueueKey,
   type CancelReason,
   type Keys,
   type Logger,
@@ -25,6 +26,7 @@ import { BatchQueues } from './batch-queues.js';
 import { JobRunner } from './job-run.js';
 import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
+import { GatedWorker, SlotGate } from './slot-gate.js';
 
 /**
  * Where a worker is in its life, as Temporal's worker documents its `State`. Each state is entered once, in order;
@@ -47,8 +49,10 @@ const BULLMQ_MAX_STALLED = 1_000_000_000;
 
 export class TaskWorker {
   readonly workerId: string;
-  /** The BullMQ queue is the pool of this tool set (§3.2), never the bare name: only jobs of tools served here. */
+  /** The pool of this tool set in the catalog (§3.2, §24); jobs queue per tool (`queues`). */
   readonly queue: string;
+  /** Tool name → the BullMQ queue this worker consumes for it (`toolQueue`, §3.2). */
+  readonly queues: ReadonlyMap<string, string>;
 
   private stateValue: WorkerState = 'INITIALIZED';
   private readonly options: ResolvedWorkerOptions;
@@ -63,7 +67,9 @@ export class TaskWorker {
   private readonly cancelWatch: CancelWatch;
   private readonly heartbeat: CatalogHeartbeat;
   private readonly batchQueues: BatchQueues;
-  private bullWorker: Worker | undefined;
+  /** One BullMQ Worker per tool queue, under one process-wide limit (`gate`). */
+  private bullWorkers: GatedWorker[] = [];
+  private readonly gate: SlotGate;
   private lockWatchTimer: NodeJS.Timeout | undefined;
   private starting: Promise<void> | undefined;
   private closed: Promise<void> | undefined;
@@ -75,6 +81,8 @@ export class TaskWorker {
       options.queue,
       options.tools.map((tool) => tool.name),
     );
+    this.queues = new Map(options.tools.map((tool) => [tool.name, toolQueue(options.queue, tool.name)]));
+    this.gate = new SlotGate(options.concurrency);
     this.keys = createKeys(options.prefix);
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     this.running = new RunningJobs(this.log);
@@ -92,11 +100,7 @@ export class TaskWorker {
       running: this.running,
       metrics: options.metrics,
       abortGraceMs: options.abortGraceMs,
-      // BullMQ's own marker key (public on the worker), not a layout of ours; "0" is its "a job is waiting".
-      wakeWorkers: async () => {
-        const marker = this.bullWorker?.keys.marker;
-        if (marker !== undefined) await this.redis.zadd(marker, 0, '0');
-      },
+      wakeWorkers: (bullQueueName) => this.wakeWorkers(bullQueueName),
     });
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
     const batches = {
@@ -105,12 +109,11 @@ export class TaskWorker {
         keys: this.keys,
         store: batchStore,
         queues: this.batchQueues,
-        ownPool: this.queue,
+        ownQueueName: options.queue,
         tools,
         metrics: options.metrics,
       }),
       children: new ChildRunner({
-        queue: this.queue,
         tools,
         batches: batchStore,
         store: this.store,
@@ -125,7 +128,6 @@ export class TaskWorker {
     };
     this.runner = new JobRunner({
       workerId: this.workerId,
-      queue: this.queue,
       tools,
       store: this.store,
       fairShare,
@@ -172,26 +174,34 @@ export class TaskWorker {
     try {
       await this.cancelWatch.start();
       const { lockDurationMs } = this.options;
-      const worker = new Worker<unknown, void>(this.keys.queueName(this.queue), this.runner.process, {
-        connection: this.bullConnection,
-        prefix: this.keys.bullPrefix,
-        concurrency: this.options.concurrency,
-        // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6 (§10.5).
-        lockDuration: Math.max(100, Math.round((lockDurationMs * 2) / 3)),
-        stalledInterval: Math.max(50, Math.round(lockDurationMs / 6)),
-        maxStalledCount: BULLMQ_MAX_STALLED,
-        name: this.workerId,
-      });
-      this.bullWorker = worker;
-      worker.on('error', (error) => this.log.warn({ err: error }, 'BullMQ worker error'));
-      worker.on('stalled', (jobId) =>
-        this.log.warn({ taskId: jobId }, 'job stalled: the worker running it stopped renewing its lock; re-queued'),
-      );
-      worker.on('locksRenewed', ({ jobIds }) => this.running.renewed(jobIds));
-      worker.on('lockRenewalFailed', (jobIds) => {
-        for (const id of jobIds) this.running.loseLock(id, 'lock renewal refused');
-      });
-      await worker.waitUntilReady();
+      // One BullMQ Worker per tool queue (§3.2): every worker of a tool takes its jobs; the gate bounds the process.
+      for (const queue of new Set(this.queues.values())) {
+        const worker = new GatedWorker<unknown, void>(this.keys.queueName(queue), this.runner.process, {
+          gate: this.gate,
+          wakeOthers: () => this.wakeWorkers(this.keys.queueName(queue)),
+          connection: this.bullConnection,
+          prefix: this.keys.bullPrefix,
+          // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6
+          // (§10.5).
+          lockDuration: Math.max(100, Math.round((lockDurationMs * 2) / 3)),
+          stalledInterval: Math.max(50, Math.round(lockDurationMs / 6)),
+          maxStalledCount: BULLMQ_MAX_STALLED,
+          name: this.workerId,
+        });
+        this.bullWorkers.push(worker);
+        worker.on('error', (error) => this.log.warn({ err: error, queue }, 'BullMQ worker error'));
+        worker.on('stalled', (jobId) =>
+          this.log.warn(
+            { taskId: jobId, queue },
+            'job stalled: the worker running it stopped renewing its lock; re-queued',
+          ),
+        );
+        worker.on('locksRenewed', ({ jobIds }) => this.running.renewed(jobIds));
+        worker.on('lockRenewalFailed', (jobIds) => {
+          for (const id of jobIds) this.running.loseLock(id, 'lock renewal refused');
+        });
+      }
+      await Promise.all(this.bullWorkers.map((worker) => worker.waitUntilReady()));
       await this.heartbeat.start();
       // Renewals come every sixth to third of the lock duration: none for half of it means the lock is about to go.
       const limitMs = Math.round(lockDurationMs / 2);
@@ -223,9 +233,15 @@ export class TaskWorker {
     this.enter('DRAINING', ['RUNNING']);
     // BullMQ's close stops fetching at once and resolves when the running jobs are done. The heartbeat, the cancel
     // subscriber and the sweep keep working meanwhile: the tools stay listed, and a running tool may still be cancelled.
-    const drained = (this.bullWorker?.close() ?? Promise.resolve()).catch((error: unknown) => {
-      this.log.warn({ err: error }, 'BullMQ worker close failed');
-    });
+    // The gate first: a Worker waiting for a slot takes nothing now.
+    this.gate.close();
+    const drained = Promise.all(
+      this.bullWorkers.map((worker) =>
+        worker.close().catch((error: unknown) => {
+          this.log.warn({ err: error }, 'BullMQ worker close failed');
+        }),
+      ),
+    );
     if (!(await settlesWithin(drained, graceMs))) {
       const live = this.running.live();
       this.log.info({ graceMs, taskIds: live.map(([id]) => id) }, 'grace period over; aborting running tools');
@@ -258,7 +274,8 @@ export class TaskWorker {
     this.cancelWatch.stop();
     clearInterval(this.lockWatchTimer);
     await this.heartbeat.stop();
-    await this.bullWorker?.close(true).catch(() => undefined);
+    this.gate.close();
+    await Promise.all(this.bullWorkers.map((worker) => worker.close(true).catch(() => undefined)));
     this.subscriber.disconnect();
     this.redis.disconnect();
     this.bullConnection.disconnect();
@@ -271,6 +288,11 @@ export class TaskWorker {
     // One debug line per move, so a lifecycle test (and an operator at LOG_LEVEL=debug) sees each state once, in order.
     this.log.debug({ from: this.stateValue, to: next }, 'worker state');
     this.stateValue = next;
+  }
+
+  /** Sets BullMQ's "a job is waiting" marker of a queue (its key layout, not ours; "0" is its "a job is waiting"). */
+  private async wakeWorkers(bullQueueName: string): Promise<void> {
+    await this.redis.zadd(`${bullQueueKey(this.keys.bullPrefix, bullQueueName)}:marker`, 0, '0');
   }
 
   private connect(role: string): RedisClient {

@@ -9,6 +9,8 @@ import {
   type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
+  catalogQueueName,
+  toolQueue,
   parseRecord,
   type Keys,
   type TaskRecord,
@@ -78,10 +80,12 @@ export class AdminQueries {
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
   }
 
-  /** The worker pools to show: those of live workers (each a pool name plus its tool-set digest, PROTOCOL.md §3.2). */
+  /** The queues to show: the tool queues live workers consume (one per tool and TASKRELAY_QUEUE, PROTOCOL.md §3.2). */
   async queueNames(): Promise<string[]> {
     const names = new Set<string>();
-    for (const worker of await this.workers()) names.add(worker.queue);
+    for (const worker of await this.workers()) {
+      for (const tool of worker.tools) names.add(toolQueue(catalogQueueName(worker), tool.name));
+    }
     return [...names].sort();
   }
 

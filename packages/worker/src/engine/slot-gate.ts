@@ -1,0 +1,157 @@
+/**
+ * One process-wide limit over the BullMQ Workers of a worker's tool queues (PROTOCOL.md §3.2). Hand-written because
+ * BullMQ (OSS) has no worker that consumes several queues, and its `concurrency` is per Worker: N tool queues with
+ * `concurrency: C` each would run up to N × C jobs in one process. The gate sits where BullMQ takes a job
+ * (`moveToActive`, protected in BullMQ 6 for this kind of extension) and where it ends one (`processJob`), so a job
+ * holds a slot from the moment it is taken until its Worker is done with it.
+ *
+ * - A full process takes nothing: a Worker whose queue's marker woke it while every slot is busy puts the marker back
+ *   (so a worker of another process with a free slot wakes and takes the job) and waits for a slot here, holding no
+ *   job and no lock.
+ * - A freed slot goes to the longest waiting Worker first (FIFO across tools); when none waits, a finishing job hands
+ *   its slot to the next job BullMQ fetches with its completion (the same round trip, as BullMQ does alone).
+ * - A failed or delayed job (suspend, hand-back, retry) fetches nothing with its move: its slot is freed, and the next
+ *   job comes through `moveToActive` like any other.
+ */
+import { Worker, type Job, type WorkerOptions, type Processor } from 'bullmq';
+
+/** A job that holds one of the gate's slots (set on the Job object BullMQ hands to the processor). */
+const HOLDS_SLOT = Symbol('taskrelay.holdsSlot');
+type Tagged = { [HOLDS_SLOT]?: true };
+
+export class SlotGate {
+  private used = 0;
+  private readonly waiters: Array<(granted: boolean) => void> = [];
+  private closed = false;
+
+  constructor(readonly size: number) {}
+
+  /** Slots in use now. */
+  get inUse(): number {
+    return this.used;
+  }
+
+  /** Workers waiting for a slot now. */
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
+  tryAcquire(): boolean {
+    if (this.closed || this.used >= this.size) return false;
+    this.used += 1;
+    return true;
+  }
+
+  /** Resolves true with a slot, or false when the gate closed first. */
+  acquire(): Promise<boolean> {
+    if (this.tryAcquire()) return Promise.resolve(true);
+    if (this.closed) return Promise.resolve(false);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** A slot is free: it goes straight to the longest waiting Worker, if any. */
+  release(): void {
+    const next = this.waiters.shift();
+    if (next) next(true);
+    else this.used = Math.max(0, this.used - 1);
+  }
+
+  /** Shutting down: every waiter gets no slot (its Worker takes nothing more). */
+  close(): void {
+    this.closed = true;
+    for (const waiter of this.waiters.splice(0)) waiter(false);
+  }
+}
+
+export interface GatedWorkerOptions extends WorkerOptions {
+  gate: SlotGate;
+  /** Puts this queue's "a job is waiting" marker back, for a worker elsewhere to take the job this one cannot. */
+  wakeOthers: () => Promise<void>;
+}
+
+/** A BullMQ Worker of one tool queue that takes a job only with a slot of its process's gate. */
+export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<DataType, ResultType> {
+  private readonly gate: SlotGate;
+  private readonly wakeOthers: () => Promise<void>;
+  /**
+   * Jobs this Worker holds a slot for and has not started yet. BullMQ's main loop fetches in sequence before it starts
+   * what it fetched: waiting for a slot there with such a job in hand would hold that job unstarted until another slot
+   * frees (seen as a 7 s stall of a job on an idle slot).
+   */
+  private unstarted = 0;
+
+  constructor(name: string, processor: Processor<DataType, ResultType>, options: GatedWorkerOptions) {
+    const { gate, wakeOthers, ...workerOptions } = options;
+    super(name, processor, { ...workerOptions, concurrency: gate.size });
+    this.gate = gate;
+    this.wakeOthers = wakeOthers;
+  }
+
+  protected override async moveToActive(token: string, name?: string): Promise<Job<DataType, ResultType>> {
+    if (!this.gate.tryAcquire()) {
+      await this.wakeOthers().catch(() => undefined);
+      // "No job now": BullMQ starts what it has fetched, then comes back here.
+      if (this.unstarted > 0) return undefined as unknown as Job<DataType, ResultType>;
+      if (!(await this.gate.acquire())) return undefined as unknown as Job<DataType, ResultType>;
+    }
+    let job: Job<DataType, ResultType> | undefined;
+    try {
+      job = await super.moveToActive(token, name);
+    } finally {
+      if (job) {
+        (job as Tagged)[HOLDS_SLOT] = true;
+        this.unstarted += 1;
+      } else {
+        this.gate.release();
+      }
+    }
+    return job;
+  }
+
+  override async processJob(
+    job: Job<DataType, ResultType>,
+    token: string,
+    fetchNextCallback: () => boolean = () => true,
+  ): Promise<void | Job<DataType, ResultType>> {
+    let next: void | Job<DataType, ResultType> = undefined;
+    if ((job as Tagged)[HOLDS_SLOT]) this.unstarted = Math.max(0, this.unstarted - 1);
+    try {
+      next = await super.processJob(job, token, fetchNextCallback);
+    } finally {
+      if ((job as Tagged)[HOLDS_SLOT]) {
+        delete (job as Tagged)[HOLDS_SLOT];
+        // The next job fetched with this one's completion takes its slot over.
+        if (next && typeof next === 'object') {
+          (next as Tagged)[HOLDS_SLOT] = true;
+          this.unstarted += 1;
+        } else {
+          this.gate.release();
+        }
+      }
+    }
+    return next;
+  }
+
+  protected override handleCompleted(
+    result: ResultType,
+    job: Job<DataType, ResultType>,
+    token: string,
+    fetchNextCallback: () => boolean = () => true,
+    span?: Parameters<Worker<DataType, ResultType>['handleCompleted']>[4],
+  ): Promise<Job<DataType, ResultType>> {
+    // The slot passes to the next job only when no other tool's Worker waits for one (they go first).
+    return super.handleCompleted(result, job, token, () => fetchNextCallback() && this.gate.waiting === 0, span);
+  }
+
+  protected override handleFailed(
+    err: Error,
+    job: Job<DataType, ResultType>,
+    token: string,
+    _fetchNextCallback?: () => boolean,
+    span?: Parameters<Worker<DataType, ResultType>['handleFailed']>[4],
+  ): Promise<Job<DataType, ResultType>> {
+    // Never fetch with a failure or a delay: BullMQ's delayed path fetches through `moveToActive`, which would wait
+    // for a slot while this job still holds one.
+    return super.handleFailed(err, job, token, () => false, span);
+  }
+}
