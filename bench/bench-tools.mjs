@@ -21,6 +21,22 @@ export const benchNoop = defineTool({
   },
 });
 
+/**
+ * `bench_noop` under fleet-wide controls (PROTOCOL.md §3.3) that never bind: a concurrency and a rate limit far above
+ * what the bench reaches, so the row measures what the controls cost, not what they hold back.
+ */
+export const benchLimited = defineTool({
+  name: 'bench_limited',
+  description: 'Does nothing, under a generous concurrency limit and rate limit.',
+  inputSchema: z.object({}),
+  taskSupport: 'optional',
+  concurrency: 100_000,
+  rateLimit: { max: 1_000_000, perMs: 1_000 },
+  async run() {
+    return 'ok';
+  },
+});
+
 export const benchProgress = defineTool({
   name: 'bench_progress',
   description: 'Reports `count` progress updates `intervalMs` apart, each stamped with its send time.',

@@ -89,6 +89,8 @@ const CONCURRENCY = [1, 8, 32] as const;
  * the task had expired (`Task not found`), which failed whole windows; 5 s keeps a few thousand hashes at most.
  */
 const CYCLE_TTL_MS = 5_000;
+/** The tool of the controls rows: bench_noop under a concurrency and a rate limit that never bind (§3.3). */
+const LIMITED = { name: 'bench_limited', arguments: {} };
 /** Outlives one memory measurement; the next repetition's waits until these have expired. */
 const MEMORY_TTL_MS = QUICK ? 15_000 : 60_000;
 const MEMORY_TASKS = QUICK ? 400 : 2_000;
@@ -251,6 +253,29 @@ function rowSpecs(): RowSpec[] {
       better: 'lower',
     });
     rows.push(...perRole('sys', (role) => `read + write syscalls: ${role}`, 'count'));
+  }
+  {
+    const group = 'tool controls (PROTOCOL §3.3): task cycle, C=32, a tool with concurrency + rate limit vs none';
+    const ref = (k: string) => ({ id: `tr.task.c32.${k}`, name: 'no limits' });
+    rows.push(
+      {
+        group,
+        label: 'throughput',
+        unit: 'ops/s',
+        id: 'tr.limited.c32.opsPerS',
+        ref: ref('opsPerS'),
+        better: 'higher',
+      },
+      { group, label: 'latency p50', unit: 'ms', id: 'tr.limited.c32.p50', ref: ref('p50'), better: 'lower' },
+      {
+        group,
+        label: 'CPU per task (gateway + worker + Redis)',
+        unit: 'CPU-ms',
+        id: 'tr.limited.c32.cpu.total',
+        ref: ref('cpu.total'),
+        better: 'lower',
+      },
+    );
   }
   {
     const group =
@@ -569,7 +594,7 @@ async function compare(): Promise<number> {
   ) =>
     guarded(
       record ? results : new Results(),
-      `${t.name}.${tool ? 'hold' : kind}.c${c}`,
+      `${t.name}.${tool ? (tool.name === 'bench_limited' ? 'limited' : 'hold') : kind}.c${c}`,
       rep,
       durationMs + 60_000,
       t.deps,
@@ -621,6 +646,9 @@ async function compare(): Promise<number> {
     for (const kind of ['task', 'plain'] as const) {
       for (const c of CONCURRENCY) for (const t of pair) await runCycle(rep, t, kind, c);
     }
+    // Tool controls (PROTOCOL.md §3.3): the task cycle through a tool with a generous concurrency and rate limit,
+    // right after the same cycle through bench_noop (tr.task.c32), so the pair shares the machine's state.
+    await runCycle(rep, targets.tr, 'task', 32, WINDOW_MS, true, undefined, LIMITED);
     // The 2026-07-28 wire on the same stack, right after (no peer serves it).
     for (const kind of ['plain', 'task'] as const) {
       for (const c of [1, 32]) await runCycle(rep, kind === 'task' ? targets.tr26task : targets.tr26plain, kind, c);

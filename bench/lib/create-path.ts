@@ -15,6 +15,7 @@ import {
   createRedis,
   newTaskId,
   type JobData,
+  toolQueue,
 } from '@taskrelay/shared';
 import { JobDispatcher } from '../../packages/gateway/src/tasks/job-dispatcher.js';
 import type { CatalogTool } from '../../packages/gateway/src/tasks/catalog.js';
@@ -25,7 +26,8 @@ const TOOL: CatalogTool = {
   description: 'no-op',
   inputSchema: { type: 'object' },
   taskSupport: 'optional',
-  queue: 'default',
+  queue: toolQueue('default', 'bench_noop'),
+  paused: false,
 };
 const CREATES = 2_000;
 const ROUNDS = 3;

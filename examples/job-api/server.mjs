@@ -16,8 +16,9 @@
  *
  * Control, for tests and demos (no auth):
  *   GET  /_stats      {submits, jobsCreated, cancels, polls, results, requests}  (submits counts every POST /jobs)
- *   POST /_control    {flaky?: ["500","timeout","slow","ok",...], slowMs?, hangMs?, reset?: true}
- *                     `flaky` is a pattern cycled over the /jobs requests that follow: "500" answers 503, "timeout"
+ *   POST /_control    {flaky?: ["500","429","timeout","slow","ok",...], slowMs?, hangMs?, reset?: true}
+ *                     `flaky` is a pattern cycled over the /jobs requests that follow: "500" answers 503, "429"
+ *                     answers 429 with `Retry-After: 1` (a quota), "timeout"
  *                     holds the answer `hangMs` (default 30000) then drops the connection, "slow" answers after
  *                     `slowMs` (default 300), "ok" answers at once. [] turns it off.
  *   POST /_jobs/<id>/advance {steps?}  moves a `manual` job on (default 1 step; it ends `done` at `steps`).
@@ -87,6 +88,10 @@ async function misbehave(res) {
   flakyIndex += 1;
   if (mode === '500') {
     send(res, 503, { error: { message: 'temporarily unavailable (flaky mode)' } });
+    return true;
+  }
+  if (mode === '429') {
+    send(res, 429, { error: { message: 'quota exhausted (flaky mode)' } }, { 'retry-after': '1' });
     return true;
   }
   if (mode === 'timeout') {

@@ -33,6 +33,49 @@ interface GlobalOptions {
 
 const out = process.stdout;
 
+/** `_meta` key of a tool's controls in `tools/list` (the gateway's TOOL_CONTROLS_META, docs/MCP.md). */
+const TOOL_CONTROLS_META = 'dev.taskrelay/controls';
+
+/** What controls a tool's runs, as `taskrelay tools` prints it before the description: `[paused, ≤3, 10/1000ms] `. */
+function controlsText(raw: unknown): string {
+  if (typeof raw !== 'object' || raw === null) return '';
+  const c = raw as { paused?: unknown; concurrency?: unknown; rateLimit?: { max?: unknown; perMs?: unknown } };
+  const parts: string[] = [];
+  if (c.paused === true) parts.push('paused');
+  if (typeof c.concurrency === 'number') parts.push(`at most ${c.concurrency} at once`);
+  if (typeof c.rateLimit?.max === 'number' && typeof c.rateLimit.perMs === 'number') {
+    parts.push(`${c.rateLimit.max} per ${c.rateLimit.perMs} ms`);
+  }
+  return parts.length > 0 ? `[${parts.join(', ')}] ` : '';
+}
+
+/** A tool as the gateway's admin API answers it (docs/HTTP.md). */
+interface AdminToolView {
+  name: string;
+  paused: boolean;
+  active: number;
+  waiting: number;
+}
+
+/** POSTs to the gateway's admin API beside its MCP endpoint (`…/mcp` → `…/admin`), with the token. */
+async function adminPost(options: GlobalOptions, path: string): Promise<AdminToolView> {
+  if (!/\/mcp\/?$/.test(new URL(options.url).pathname)) {
+    throw new UsageError(`--url must end in /mcp to find the gateway's admin API beside it (got ${options.url})`);
+  }
+  const url = options.url.replace(/\/mcp\/?$/, `/admin${path}`);
+  const headers: Record<string, string> = {};
+  if (options.token !== undefined) headers['Authorization'] = `Bearer ${options.token}`;
+  const res = await fetch(url, { method: 'POST', headers });
+  const body = (await res.json().catch(() => ({}))) as { tool?: AdminToolView; error?: string };
+  if (res.status === 401 || res.status === 403) {
+    throw new Error(
+      `the gateway at ${options.url} refused this (HTTP ${res.status}): pausing a tool needs an operator's token (TASKRELAY_OPERATORS)`,
+    );
+  }
+  if (!res.ok || !body.tool) throw new Error(body.error ?? `the gateway answered HTTP ${res.status}`);
+  return body.tool;
+}
+
 function mode(options: GlobalOptions): OutputMode {
   if (options.json) return 'json';
   return out.isTTY ? 'tty' : 'plain';
@@ -125,11 +168,32 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
           if (options.json) writeJson({ type: 'tool', tool });
           else {
             const support = tool.execution?.taskSupport ?? 'forbidden';
-            out.write(`${tool.name.padEnd(24)} ${support.padEnd(9)} ${tool.description ?? ''}\n`);
+            const controls = controlsText(tool._meta?.[TOOL_CONTROLS_META]);
+            out.write(`${tool.name.padEnd(24)} ${support.padEnd(9)} ${controls}${tool.description ?? ''}\n`);
           }
         }
       });
     });
+
+  // The incident switch (docs/CLI.md): an operator pauses a tool's queues; calls are still accepted and queued.
+  for (const action of ['pause', 'resume'] as const) {
+    program
+      .command(`${action} <tool>`)
+      .description(
+        action === 'pause'
+          ? 'pause a tool: its calls are queued, nothing new starts (operator token)'
+          : 'resume a paused tool: its queued calls start (operator token)',
+      )
+      .action(async (tool: string) => {
+        const options = globals();
+        const view = await adminPost(options, `/api/tools/${encodeURIComponent(tool)}/${action}`);
+        if (options.json) writeJson({ type: 'tool', tool: view });
+        else
+          out.write(
+            `${tool}: ${action === 'pause' ? 'paused' : 'resumed'} (${view.waiting} queued, ${view.active} running)\n`,
+          );
+      });
+  }
 
   program
     .command('call')

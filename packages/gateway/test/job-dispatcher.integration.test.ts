@@ -19,6 +19,7 @@ let server: TestRedis;
 let redis: Redis;
 const log = createLogger('test', { level: 'silent' });
 const tool: CatalogTool = {
+  paused: false,
   name: 'echo',
   description: 'echo',
   inputSchema: { type: 'object' },

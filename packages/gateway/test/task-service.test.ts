@@ -193,6 +193,7 @@ class FakeRouter {
 }
 
 const TOOL: CatalogTool = {
+  paused: false,
   name: 'build_report',
   description: 'Builds a report.',
   inputSchema: { type: 'object' },

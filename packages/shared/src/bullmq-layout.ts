@@ -69,3 +69,13 @@ export function jobOptions(
     removeOnFail: { age: 3600, count: 1_000 },
   };
 }
+
+/**
+ * A queue's meta hash (`<queue key>:meta`) and the fields of it taskrelay reads (PROTOCOL.md §3.3): `paused` exists
+ * while the queue is paused (`Queue.pause()`), `concurrency` is its global concurrency (`setGlobalConcurrency`), `max`
+ * and `duration` its global rate limit (`setGlobalRateLimit`). Written only through BullMQ's own `Queue` methods.
+ */
+export const BULLMQ_META_SUFFIX = ':meta';
+export const BULLMQ_META_FIELDS = ['paused', 'concurrency', 'max', 'duration'] as const;
+/** A queue's list of active job ids (`<queue key>:active`). */
+export const BULLMQ_ACTIVE_SUFFIX = ':active';

@@ -15,5 +15,6 @@ export * from './task-fields.js';
 export * from './task-model.js';
 export * from './task-store.js';
 export * from './tracing.js';
+export * from './tool-controls.js';
 export * from './webhook-limits.js';
 export * from './webhook-outbox.js';

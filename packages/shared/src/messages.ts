@@ -126,6 +126,10 @@ export const ToolDescriptorSchema = z.object({
   attempts: z.number().int().positive().optional(),
   backoff: BackoffSchema.optional(),
   maxStalls: z.number().int().nonnegative().optional(),
+  /** At most this many runs of the tool at once, across the fleet (PROTOCOL.md §3.3; BullMQ's global concurrency). */
+  concurrency: z.number().int().positive().optional(),
+  /** At most `max` starts of the tool in any window of `perMs`, across the fleet (§3.3; BullMQ's global rate limit). */
+  rateLimit: z.object({ max: z.number().int().positive(), perMs: z.number().int().positive() }).optional(),
   /**
    * Asks for its input before it becomes a task (PROTOCOL.md §17.4): a 2026-07-28 task call runs as a plain call
    * through its input rounds and becomes a task once the answers resume it.

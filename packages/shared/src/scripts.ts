@@ -156,7 +156,16 @@ export const SCRIPTS = {
   suspend: spec({
     name: 'suspend',
     keys: ['task', 'lock', 'webhookDue', 'webhookPending', 'webhookDead'],
-    args: ['lockToken', 'requests', 'now', 'deadlineAt', 'channelPrefix', 'channelSuffix', 'webhookPrefix'],
+    args: [
+      'lockToken',
+      'requests',
+      'now',
+      'deadlineAt',
+      'channelPrefix',
+      'channelSuffix',
+      'webhookPrefix',
+      'statusMessage',
+    ],
     codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, TRANSITION_REFUSED],
   }),
   answer: spec({

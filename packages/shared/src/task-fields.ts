@@ -31,6 +31,8 @@ export const TASK_FIELDS = {
   deadlineAt: 'deadlineAt',
   /** Runs started so far. */
   attempt: 'attempt',
+  /** Set while a run backs off (`RetryAfterError`, §3.4): the next start clears it and the back-off message. */
+  backOff: 'backOff',
   /** When the first run started (ISO); a task that never started frees its idempotency key when it ends. */
   startedAt: 'startedAt',
   /** The idempotency key that names this task, if any. */

@@ -191,6 +191,8 @@ export interface SuspendInput {
   requests?: Array<{ n: number } & InputRequest>;
   /** The task's deadline while it is suspended (ms since epoch). */
   deadlineAt: number;
+  /** A timed suspension's status message (a back-off says why and until when, PROTOCOL.md §3.4). */
+  statusMessage?: string;
 }
 
 /**
@@ -677,6 +679,7 @@ export class RedisTaskStore {
         channelPrefix: this.keys.gatewayChannelPrefix,
         channelSuffix: this.keys.gatewayChannelSuffix,
         webhookPrefix: this.keys.webhooks.eventPrefix,
+        statusMessage: input.statusMessage ?? '',
       },
     });
     if (reply.code === ResultCode.OK) {

@@ -82,6 +82,17 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   maxStalls?: number;
   /**
+   * At most this many runs of the tool at once across the whole fleet, batch children included: `3`, or
+   * `{ limit: 3 }`. A run waiting for a slot holds no worker slot; its task's `statusMessage` says so (PROTOCOL.md
+   * §3.3). A crashed holder's slot comes back within the lock duration. Default: none (only `WORKER_CONCURRENCY`).
+   */
+  concurrency?: number | { limit: number };
+  /**
+   * At most `max` starts of the tool in any window of `perMs` across the fleet, batch children included
+   * (PROTOCOL.md §3.3). Default: none.
+   */
+  rateLimit?: { max: number; perMs: number };
+  /**
    * How long a task of this tool may wait for the answer to an input request (`ctx.elicit`, `ctx.sample`) before it
    * fails with `TIMEOUT`. The wait holds no worker slot (PROTOCOL.md §12). Default `86400000` (24 h).
    */
@@ -131,6 +142,9 @@ export interface ToolDefinition<
   readonly attempts: number;
   readonly backoff: Backoff;
   readonly maxStalls: number;
+  /** Fleet-wide runs at once, when limited. */
+  readonly concurrency: number | undefined;
+  readonly rateLimit: { max: number; perMs: number } | undefined;
   readonly inputTimeoutMs: number;
   readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
@@ -152,6 +166,13 @@ const ToolOptionsSchema = z.object({
   attempts: z.number().int().min(1).max(1000).default(1),
   backoff: BackoffSchema.default({ type: 'exponential', delayMs: 1000, jitter: 0.5 }),
   maxStalls: z.number().int().min(0).max(1000).default(10),
+  // Strict: a per-key limit (`key`) is not supported yet, and a field it does not know must not be ignored.
+  concurrency: z
+    .union([z.number().int().min(1).max(100_000), z.strictObject({ limit: z.number().int().min(1).max(100_000) })])
+    .optional(),
+  rateLimit: z
+    .strictObject({ max: z.number().int().min(1).max(1_000_000), perMs: z.number().int().min(1).max(86_400_000) })
+    .optional(),
   inputTimeoutMs: z.number().int().positive().default(86_400_000),
 });
 
@@ -202,7 +223,10 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     backoff,
     maxStalls,
     inputTimeoutMs,
+    rateLimit,
   } = parsed.data;
+  const concurrency =
+    typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.limit : parsed.data.concurrency;
   if (inputFirst && taskSupport === 'forbidden') {
     throw new TypeError(`defineTool(${name}): inputFirst needs taskSupport 'optional' or 'required'`);
   }
@@ -241,6 +265,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     descriptor.outputSchema = toolJsonSchema(options.outputSchema, 'output', `defineTool(${name}): outputSchema`);
   }
   if (timeoutMs !== undefined) descriptor.timeoutMs = timeoutMs;
+  if (concurrency !== undefined) descriptor.concurrency = concurrency;
+  if (rateLimit !== undefined) descriptor.rateLimit = rateLimit;
 
   return Object.freeze({
     [TOOL_DEFINITION]: true as const,
@@ -255,6 +281,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     attempts,
     backoff,
     maxStalls,
+    concurrency,
+    rateLimit,
     inputTimeoutMs,
     onCancelled:
       typeof options.onCancelled === 'function'

@@ -36,6 +36,29 @@ export function cancelReasonOf(signal: AbortSignal): CancelReason {
 }
 
 /**
+ * Throw from a tool when the upstream says to come back later (HTTP 429/503 with `Retry-After`, a quota): the run ends
+ * without using an attempt or holding a worker slot, the task stays `working` with a `statusMessage` saying why and
+ * until when, and a new run starts after `ms` (PROTOCOL.md §3.4). `ctx.attempt` counts that run as any other.
+ */
+export class RetryAfterError extends Error {
+  /** How long to wait before the next run, in ms (at least 1, at most 24 h). */
+  readonly retryAfterMs: number;
+
+  constructor(ms: number, message = 'the upstream asked to retry later') {
+    super(message);
+    this.name = 'RetryAfterError';
+    this.retryAfterMs = Math.min(86_400_000, Math.max(1, Math.round(Number.isFinite(ms) ? ms : 1)));
+  }
+}
+
+/** A `RetryAfterError` from any copy of this package: its wait, else undefined. */
+export function retryAfterOf(error: unknown): number | undefined {
+  if (error instanceof RetryAfterError) return error.retryAfterMs;
+  const { name, retryAfterMs } = (error ?? {}) as { name?: unknown; retryAfterMs?: unknown };
+  return name === 'RetryAfterError' && typeof retryAfterMs === 'number' && retryAfterMs > 0 ? retryAfterMs : undefined;
+}
+
+/**
  * What `ctx.elicit`, `ctx.sample` and `ctx.suspend` reject with when the run suspends (PROTOCOL.md §12.7): the job
  * waits without a worker and a later run replays the handler. Let it propagate; whatever the handler returns or
  * throws after it is discarded.

@@ -11,7 +11,7 @@ export type {
   ToolContext,
   ToolState,
 } from './context.js';
-export { CancelledError, NonRetryableError, ProtocolError, SuspendedError } from './errors.js';
+export { CancelledError, NonRetryableError, ProtocolError, RetryAfterError, SuspendedError } from './errors.js';
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';
 export { demoTools } from './demo-tools.js';

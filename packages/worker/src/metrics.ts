@@ -35,6 +35,11 @@ export class WorkerMetrics extends ProcessMetrics {
     labelNames: ['reason'] as const,
     buckets: CANCEL_BUCKETS,
   });
+  readonly backOffs = this.counter({
+    name: 'taskrelay_worker_back_offs_total',
+    help: 'Runs that ended with RetryAfterError (or an upstream 429/503 with Retry-After): delayed, no attempt used.',
+    labelNames: ['tool'] as const,
+  });
   readonly progressWritten = this.counter({
     name: 'taskrelay_worker_progress_writes_total',
     help: 'Progress updates written to Redis (after the throttle).',

@@ -206,10 +206,31 @@ describe('defineTool options', () => {
         attempts: 2,
         backoff: { type: 'fixed', delayMs: 10 },
         maxStalls: 1,
+        concurrency: { limit: 3 },
+        rateLimit: { max: 10, perMs: 1000 },
         inputTimeoutMs: 1000,
         onCancelled: () => undefined,
         run: () => ({}),
       }).name,
     ).toBe('all');
+  });
+
+  it('publishes fleet-wide limits (PROTOCOL.md §3.3), and refuses a form it does not support', () => {
+    const base = { name: 'limited', description: 'Limited.', inputSchema: z.object({}), run: () => 'ok' };
+    expect(defineTool({ ...base, concurrency: 3 }).descriptor.concurrency).toBe(3);
+    expect(defineTool({ ...base, concurrency: { limit: 4 } }).descriptor.concurrency).toBe(4);
+    expect(defineTool({ ...base, rateLimit: { max: 10, perMs: 1000 } }).descriptor.rateLimit).toEqual({
+      max: 10,
+      perMs: 1000,
+    });
+    expect(defineTool(base).descriptor).not.toHaveProperty('concurrency');
+    // A per-key limit is not supported yet: refused at start, never silently dropped.
+    expect(() => defineTool({ ...base, concurrency: { limit: 3, key: () => 'k' } } as never)).toThrow(
+      /^defineTool\(limited\): concurrency/,
+    );
+    expect(() => defineTool({ ...base, rateLimit: { max: 10, perMs: 1000, name: 'upstream' } } as never)).toThrow(
+      /^defineTool\(limited\): rateLimit/,
+    );
+    expect(() => defineTool({ ...base, concurrency: 0 })).toThrow(/^defineTool\(limited\): concurrency/);
   });
 });

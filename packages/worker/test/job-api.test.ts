@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError, createLogger, type TaskRecord, type ToolResult } from '@taskrelay/shared';
-import { SuspendedError } from '../src/errors.js';
+import { RetryAfterError, SuspendedError } from '../src/errors.js';
 import { TaskContext } from '../src/context.js';
 import type { ToolDefinition } from '../src/define-tool.js';
 import { defineJobApiTool, parseJobApiFile, type JobApiToolDefinition } from '../src/job-api/index.js';
@@ -171,6 +171,12 @@ describe('the TASKRELAY_JOB_APIS file', () => {
     expect(message).not.toMatch(/\n/);
   });
 
+  it('takes the fleet-wide limits a tool takes (PROTOCOL.md §3.3), and names a bad one', () => {
+    const [tool] = parseJobApiFile(minimal({ concurrency: 2, rateLimit: { max: 10, perMs: 1000 } }), { env: {} });
+    expect(tool?.descriptor).toMatchObject({ concurrency: 2, rateLimit: { max: 10, perMs: 1000 } });
+    expect(error(minimal({ concurrency: { limit: 2, key: 'tenant' } }))).toMatch(/tool render_video: concurrency/);
+  });
+
   it('names an unknown field, an unknown template and a URL that is none', () => {
     expect(error(minimal({ pol: {} }))).toMatch(/tool render_video: pol: unknown field/);
     expect(error(minimal({ cancel: { url: 'http://h/{{jobid}}' } }))).toMatch(
@@ -262,6 +268,20 @@ describe('§12.9 polling an external job', () => {
     expect(run.result?.structuredContent).toMatchObject({ steps: 3 });
     const stats = await service.stats();
     expect(stats.jobsCreated).toBe(1);
+  });
+
+  it('ends the run on a 429 with Retry-After (PROTOCOL.md §3.4): RetryAfterError, not a retry inside the run', async () => {
+    await service.control({ flaky: ['429'] });
+    const started = Date.now();
+    const run = await drive(tool('batch_job'), { label: 'q', steps: 2, stepMs: 20 });
+    expect(run.error).toBeInstanceOf(RetryAfterError);
+    expect((run.error as RetryAfterError).retryAfterMs).toBe(1_000);
+    expect((run.error as Error).message).toMatch(
+      /^Upstream asked to retry later: submit POST .*HTTP 429: quota exhausted/,
+    );
+    // The run did not wait out the second itself (the worker delays the job instead, holding no slot).
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect((await service.stats()).jobsCreated).toBe(0);
   });
 
   it('calls the external cancel once when the task is cancelled, and stops polling', async () => {

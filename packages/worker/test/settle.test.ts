@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { NonRetryableError } from '@taskrelay/shared';
 import { failOrRetry, settle, type SettleInput } from '../src/engine/settle.js';
-import { SuspendedError } from '../src/errors.js';
+import { RetryAfterError, SuspendedError } from '../src/errors.js';
 
 const base: SettleInput = {
   outcome: { ok: true, value: 'done' },
@@ -13,6 +13,22 @@ const base: SettleInput = {
 const failed = (error: unknown): SettleInput['outcome'] => ({ ok: false, error });
 
 describe('settle: how a run ends', () => {
+  it('backs off on RetryAfterError (§3.4) whatever the attempts left, unless the run was aborted', () => {
+    const error = new RetryAfterError(1500, 'quota');
+    expect(settle({ ...base, outcome: failed(error), attemptsMade: 0, attempts: 1 })).toEqual({
+      kind: 'back_off',
+      ms: 1500,
+      message: 'quota',
+    });
+    // Another copy of the package: the name and the wait count.
+    const copy = Object.assign(new Error('copy'), { name: 'RetryAfterError', retryAfterMs: 20 });
+    expect(settle({ ...base, outcome: failed(copy) })).toMatchObject({ kind: 'back_off', ms: 20 });
+    expect(settle({ ...base, outcome: failed(error), reason: 'CLIENT_CANCELLED' })).toMatchObject({
+      kind: 'cancelled',
+    });
+    expect(settle({ ...base, outcome: failed(error), reason: 'TIMEOUT' })).toMatchObject({ kind: 'timed_out' });
+  });
+
   it('completes a run that returned without an abort', () => {
     expect(settle(base)).toEqual({ kind: 'complete', value: 'done' });
   });

@@ -149,6 +149,28 @@ export class GatewayMetrics extends ProcessMetrics {
       },
     });
     this.gauge({
+      name: 'taskrelay_tool_paused',
+      help: 'Tools an operator paused (1), by tool, fleet-wide (PROTOCOL.md §3.3).',
+      labelNames: ['tool'] as const,
+      async collect() {
+        this.reset();
+        for (const tool of await queries.tools().catch(() => [])) this.set({ tool: tool.name }, tool.paused ? 1 : 0);
+      },
+    });
+    this.gauge({
+      name: 'taskrelay_runs_waiting',
+      help: 'Queued runs per tool and why they wait: paused, concurrency (the tool is at its limit) or queued, fleet-wide.',
+      labelNames: ['tool', 'reason'] as const,
+      async collect() {
+        this.reset();
+        for (const tool of await queries.tools().catch(() => [])) {
+          const atLimit = tool.concurrency !== undefined && tool.active >= tool.concurrency;
+          const reason = tool.paused ? 'paused' : atLimit ? 'concurrency' : 'queued';
+          this.set({ tool: tool.name, reason }, tool.waiting);
+        }
+      },
+    });
+    this.gauge({
       name: 'taskrelay_workers_live',
       help: 'Workers with a live heartbeat, by the tool queue they consume (one per tool, PROTOCOL.md §3.2), fleet-wide.',
       labelNames: ['queue'] as const,

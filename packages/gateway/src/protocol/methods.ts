@@ -7,7 +7,14 @@
  * of a flow.
  */
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { TaskrelayError, isTerminal, type Logger, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
+import {
+  TOOL_CONTROLS_META,
+  TaskrelayError,
+  isTerminal,
+  type Logger,
+  type ProgressToken,
+  type TaskRecord,
+} from '@taskrelay/shared';
 import { capResult } from '../http/limits.js';
 import type { GatewayMetrics } from '../ops/metrics.js';
 import { WEBHOOK_META_KEY } from '../ops/webhooks/url-policy.js';
@@ -166,6 +173,13 @@ export class McpMethods {
       if (tool.title !== undefined) listed['title'] = tool.title;
       if (tool.outputSchema !== undefined) listed['outputSchema'] = tool.outputSchema;
       if (listsTaskSupport) listed['execution'] = { taskSupport: tool.taskSupport };
+      // What controls its runs (PROTOCOL.md §3.3), for clients and `taskrelay tools`: only when something does.
+      if (tool.paused || tool.concurrency !== undefined || tool.rateLimit !== undefined) {
+        const controls: Result = { paused: tool.paused };
+        if (tool.concurrency !== undefined) controls['concurrency'] = tool.concurrency;
+        if (tool.rateLimit !== undefined) controls['rateLimit'] = tool.rateLimit;
+        listed['_meta'] = { [TOOL_CONTROLS_META]: controls };
+      }
       return listed;
     });
     return rules.cachingHints ? { tools, ...NO_CACHE } : { tools };

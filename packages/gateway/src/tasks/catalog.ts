@@ -9,6 +9,9 @@ import {
   WorkerCatalogSchema,
   catalogQueueName,
   toolQueue,
+  controlsWaitReason,
+  readToolControls,
+  type ToolControls,
   parseMessage,
   type Keys,
   type Logger,
@@ -23,6 +26,13 @@ export interface CatalogTool extends ToolDescriptor {
    * several pools serve it, `find` picks one per call, weighted by their live workers.
    */
   queue: string;
+  /** True while an operator has paused the tool (every queue of it, PROTOCOL.md §3.3). */
+  paused: boolean;
+}
+
+/** A tool is paused when every queue it is listed with is (PROTOCOL.md §3.3). */
+function isPaused(snapshot: CatalogSnapshot | undefined, queues: readonly string[]): boolean {
+  return snapshot !== undefined && queues.length > 0 && queues.every((q) => snapshot.controls.get(q)?.paused === true);
 }
 
 /** One read of the catalogs. */
@@ -37,6 +47,8 @@ interface CatalogSnapshot {
   pools: Set<string>;
   /** The tool queues (§3.2) some live worker consumes. */
   queues: Set<string>;
+  /** Each listed queue's controls (paused, limits, active runs), read with the catalog (§3.3). */
+  controls: Map<string, ToolControls>;
 }
 
 export interface ToolCatalogOptions {
@@ -104,9 +116,11 @@ export class ToolCatalog {
   }
 
   async list(): Promise<CatalogTool[]> {
-    return [...(await this.load()).tools.values()].map(({ descriptor, queues }) => ({
+    const snapshot = await this.load();
+    return [...snapshot.tools.values()].map(({ descriptor, queues }) => ({
       ...descriptor,
       queue: queues[0] ?? '',
+      paused: isPaused(snapshot, queues),
     }));
   }
 
@@ -115,10 +129,11 @@ export class ToolCatalog {
    * retention.
    */
   async find(name: string): Promise<CatalogTool | undefined> {
-    const entry = (await this.load()).tools.get(name);
+    const snapshot = await this.load();
+    const entry = snapshot.tools.get(name);
     if (!entry) return undefined;
     const queue = entry.queues[Math.floor(Math.random() * entry.queues.length)] ?? '';
-    return { ...entry.descriptor, queue };
+    return { ...entry.descriptor, queue, paused: isPaused(snapshot, entry.queues) };
   }
 
   /**
@@ -127,7 +142,7 @@ export class ToolCatalog {
    */
   async unservedReason(tool: string, queue: string): Promise<string | undefined> {
     const snapshot = await this.load();
-    if (snapshot.queues.has(queue)) return undefined;
+    if (snapshot.queues.has(queue)) return controlsWaitReason(tool, snapshot.controls.get(queue));
     return snapshot.tools.get(tool)?.live
       ? `Waiting: no live worker consumes queue ${queue}, where this task was queued (tool ${tool} is served under another TASKRELAY_QUEUE now)`
       : `Waiting: no live worker serves tool ${tool}; the task runs once one starts`;
@@ -238,7 +253,17 @@ export class ToolCatalog {
       this.prunedAt = now;
       this.prune(Object.entries(remembered), pools, now);
     }
-    const snapshot: CatalogSnapshot = { at: now, tools, pools, queues };
+    const listed = [...new Set([...tools.values()].flatMap((entry) => entry.queues))];
+    const read = await readToolControls(this.redis, this.keys, listed).catch((error: unknown) => {
+      this.log.debug({ err: error }, "could not read the tool queues' controls");
+      return [];
+    });
+    const controls = new Map<string, ToolControls>();
+    listed.forEach((queue, i) => {
+      const c = read[i];
+      if (c) controls.set(queue, c);
+    });
+    const snapshot: CatalogSnapshot = { at: now, tools, pools, queues, controls };
     this.cached = snapshot;
     this.log.trace({ workers: workerIds.length, tools: tools.size, pools: pools.size }, 'catalog refreshed');
     return snapshot;

@@ -39,6 +39,8 @@ if not TERMINAL[status] then
   -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
   if status ~= 'input_required' then redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[2]) end
   redis.call('HSET', KEYS[1], F.attempt, ARGV[4])
+  -- A back-off is over once a run starts (§3.4): its message goes with it.
+  if redis.call('HDEL', KEYS[1], F.backOff) == 1 then redis.call('HDEL', KEYS[1], F.statusMessage) end
   if redis.call('HEXISTS', KEYS[1], F.startedAt) == 0 then redis.call('HSET', KEYS[1], F.startedAt, ARGV[3]) end
 end
 leave_share()

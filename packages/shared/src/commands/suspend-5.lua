@@ -2,7 +2,8 @@
   A run suspends (PROTOCOL.md §12): lock-checked. With input requests (one or several asked at once) it stores each
   one not yet answered, adds it to the pending list, moves the task to input_required through the transition table
   (a status event carrying inputRequestId, the newly pending numbers) and sets the input deadline. Requests already
-  answered are returned instead. A timed suspension only moves the deadline.
+  answered are returned instead. A timed suspension only moves the deadline, and sets the status message when one is
+  given (a back-off, §3.4: the task stays working and says why and until when).
 
   Input:
     KEYS[1] task              the task hash
@@ -18,6 +19,7 @@
     ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
     ARGV[6] channelSuffix     gateway channel: what comes after it
     ARGV[7] webhookPrefix     what an outbox event key puts before the event id
+    ARGV[8] statusMessage     a timed suspension's status message, or '' to leave it
 
   Output:
     {R.OK, answers}                    answers: flat {n, answerJSON, ...} of the requests already answered
@@ -39,6 +41,9 @@ if TERMINAL[status] then return {R.TASK_TERMINAL, status} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 if ARGV[2] == '' then
   redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[4])
+  if ARGV[8] ~= '' then
+    redis.call('HSET', KEYS[1], F.statusMessage, ARGV[8], F.lastUpdatedAt, ARGV[3], F.backOff, '1')
+  end
   return {R.OK, {}}
 end
 local requests = cjson.decode(ARGV[2])

@@ -191,6 +191,15 @@ export class ChildRunner {
       }
       case 'fail':
         return record(failedWith(serializeError(action.error)));
+      case 'back_off':
+        // The upstream said when to come back (§3.4): the child waits in the delayed set, no attempt used, no slot.
+        try {
+          await job.moveToDelayed(Date.now() + action.ms, token);
+          log.info({ retryAfterMs: action.ms }, 'batch child backs off; it runs again after the wait');
+        } catch (error) {
+          log.info({ err: error }, 'batch child not delayed (its lock is gone); it returns to the queue');
+        }
+        throw new DelayedError();
       case 'retry':
         log.warn({ err: action.error, attemptsMade: job.attemptsMade + 1 }, 'batch child failed; it will be retried');
         throw action.error instanceof Error ? action.error : new Error(serializeError(action.error).message);

@@ -278,6 +278,23 @@ export class JobRunner {
         else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
         return;
       }
+      case 'back_off': {
+        await ctx.flushProgress();
+        ctx.close();
+        const until = Date.now() + action.ms;
+        const statusMessage = `Backing off until ${new Date(until).toISOString()}: ${action.message}`;
+        const held = await bookkeeping(
+          this.o.store.suspend(taskId, lock, { deadlineAt: until + queueTimeoutMs, statusMessage }),
+        );
+        if (held.outcome === 'lock_lost') this.lostWhileWriting(log, 'back-off');
+        if (held.outcome === 'gone') {
+          log.info({ status: held.status ?? 'missing' }, 'task ended meanwhile; no back-off');
+          return;
+        }
+        log.info({ retryAfterMs: action.ms, until }, 'upstream asked to retry later; the run ends, holding no slot');
+        this.o.metrics.backOffs.inc({ tool: tool.name });
+        return this.suspendJob(job, token, taskId, { kind: 'time', until }, log);
+      }
       case 'fail':
       case 'retry':
         await ctx.flushProgress();

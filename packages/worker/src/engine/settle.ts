@@ -4,7 +4,7 @@
  */
 import { UnrecoverableError } from 'bullmq';
 import { NonRetryableError, type CancelReason } from '@taskrelay/shared';
-import { SuspendedError } from '../errors.js';
+import { SuspendedError, retryAfterOf } from '../errors.js';
 
 /** What the tool's handler did: returned a value or threw. */
 export type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
@@ -35,6 +35,8 @@ export type SettleAction =
   | { kind: 'suspend'; wentOn: boolean }
   /** Record the returned value as the task's result. */
   | { kind: 'complete'; value: unknown }
+  /** The upstream said to come back later (`RetryAfterError`): delay the job `ms`, using no attempt (§3.4). */
+  | { kind: 'back_off'; ms: number; message: string }
   /** Fail the task and end the job unrecoverably. */
   | { kind: 'fail'; error: unknown }
   /** Leave the task `working` and let BullMQ retry the job. */
@@ -52,6 +54,10 @@ export function settle(input: SettleInput): SettleAction {
   // A draining worker keeps a finished result; anything else goes back for another worker.
   if (reason === 'WORKER_SHUTDOWN' && !outcome.ok) return { kind: 'hand_back', reason };
   if (outcome.ok) return { kind: 'complete', value: outcome.value };
+  const backOffMs = retryAfterOf(outcome.error);
+  if (backOffMs !== undefined) {
+    return { kind: 'back_off', ms: backOffMs, message: (outcome.error as Error).message };
+  }
   return failOrRetry(outcome.error, input);
 }
 

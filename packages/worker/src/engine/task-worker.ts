@@ -174,6 +174,7 @@ export class TaskWorker {
     try {
       await this.cancelWatch.start();
       const { lockDurationMs } = this.options;
+      await this.applyToolLimits();
       // One BullMQ Worker per tool queue (§3.2): every worker of a tool takes its jobs; the gate bounds the process.
       for (const queue of new Set(this.queues.values())) {
         const worker = new GatedWorker<unknown, void>(this.keys.queueName(queue), this.runner.process, {
@@ -288,6 +289,22 @@ export class TaskWorker {
     // One debug line per move, so a lifecycle test (and an operator at LOG_LEVEL=debug) sees each state once, in order.
     this.log.debug({ from: this.stateValue, to: next }, 'worker state');
     this.stateValue = next;
+  }
+
+  /**
+   * Writes each tool's fleet-wide limits onto its queue with BullMQ's own `setGlobalConcurrency` and
+   * `setGlobalRateLimit` (PROTOCOL.md §3.3), and takes away a limit the tool no longer sets: the newest worker to start
+   * sets them, so a deploy that changes a limit changes it for the fleet.
+   */
+  private async applyToolLimits(): Promise<void> {
+    for (const tool of this.options.tools) {
+      const queue = this.batchQueues.get(this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name));
+      const { concurrency, rateLimit } = tool.descriptor;
+      await (concurrency === undefined ? queue.removeGlobalConcurrency() : queue.setGlobalConcurrency(concurrency));
+      await (rateLimit === undefined
+        ? queue.removeGlobalRateLimit()
+        : queue.setGlobalRateLimit(rateLimit.max, rateLimit.perMs));
+    }
   }
 
   /** Sets BullMQ's "a job is waiting" marker of a queue (its key layout, not ours; "0" is its "a job is waiting"). */

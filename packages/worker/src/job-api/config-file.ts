@@ -26,6 +26,9 @@ const ToolEntrySchema = z.looseObject({
   timeoutMs: z.number().int().positive().optional(),
   attempts: z.number().int().min(1).max(1000).optional(),
   maxStalls: z.number().int().min(0).max(1000).optional(),
+  // Checked by defineTool (PROTOCOL.md §3.3): a shape it does not support is refused there, naming the field.
+  concurrency: z.unknown().optional(),
+  rateLimit: z.unknown().optional(),
 });
 
 /** Every field a tool entry may have: its own and the job API's (checked by `defineJobApiTool`). */

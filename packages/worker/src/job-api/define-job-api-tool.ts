@@ -5,7 +5,13 @@
 import type { z } from 'zod';
 import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
 import type { ToolContext } from '../context.js';
-import { defineTool, type CancelledTaskInfo, type ToolDefinition, type ToolInputSchema } from '../define-tool.js';
+import {
+  defineTool,
+  type CancelledTaskInfo,
+  type ToolDefinition,
+  type ToolInputSchema,
+  type ToolOptions,
+} from '../define-tool.js';
 import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
   redact,
@@ -90,6 +96,10 @@ export interface JobApiToolOptions<I extends ToolInputSchema> extends JobApiSpec
   backoff?: Backoff;
   /** Worker crashes survived (takeovers) before the task fails. Default `10`. */
   maxStalls?: number;
+  /** At most this many runs at once across the fleet (`defineTool`'s `concurrency`, PROTOCOL.md §3.3). */
+  concurrency?: ToolOptions<ToolInputSchema>['concurrency'];
+  /** At most `max` starts in any `perMs` across the fleet (`defineTool`'s `rateLimit`). */
+  rateLimit?: ToolOptions<ToolInputSchema>['rateLimit'];
   hooks?: JobApiHooks;
 }
 
@@ -157,6 +167,8 @@ export function defineJobApiTool<I extends ToolInputSchema>(options: JobApiToolO
     attempts: options.attempts ?? 3,
     ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
     ...(options.maxStalls === undefined ? {} : { maxStalls: options.maxStalls }),
+    ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+    ...(options.rateLimit === undefined ? {} : { rateLimit: options.rateLimit }),
     run: (input: z.output<I>, ctx: ToolContext) =>
       new JobApiRun(spec, hooks, secrets, declared(input as Record<string, unknown>), ctx).run(ctx),
     onCancelled: (task: CancelledTask) => onCancelled(task),

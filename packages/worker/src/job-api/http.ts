@@ -4,7 +4,7 @@
  * any other 4xx is permanent and fails the task without retry, carrying the upstream's own message.
  */
 import { NonRetryableError } from '@taskrelay/shared';
-import { CancelledError, cancelReasonOf } from '../errors.js';
+import { CancelledError, RetryAfterError, cancelReasonOf } from '../errors.js';
 
 /** Which request of a job this is; hooks and error messages name it. */
 export type JobApiPhase = 'submit' | 'poll' | 'result' | 'cancel';
@@ -111,6 +111,12 @@ export async function sendWithRetry(options: SendOptions): Promise<JobApiHttpRes
       failure = { message };
       const retryAfterMs = retryAfter(response.headers.get('retry-after'));
       if (retryAfterMs !== undefined) failure.retryAfterMs = retryAfterMs;
+      // The upstream says when to come back (PROTOCOL.md §3.4): the run ends without using an attempt or holding a
+      // worker slot, and a new run comes back then (a submit that was refused submits again; a poll resumes). A
+      // cancel's own request is not a run of the task: it keeps waiting here.
+      if (retryAfterMs !== undefined && (response.status === 429 || response.status === 503) && !options.ignoreAbort) {
+        throw new RetryAfterError(retryAfterMs, `Upstream asked to retry later: ${message}`);
+      }
     } catch (error) {
       if (!(error instanceof UpstreamUnavailableError)) throw error;
       failure = { message: error.message };

@@ -9,6 +9,8 @@ import {
   type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
+  PoolCatalogSchema,
+  readToolControls,
   catalogQueueName,
   toolQueue,
   parseRecord,
@@ -42,6 +44,22 @@ export interface TaskDetail {
 }
 
 /** A batch's children as the dashboard shows them (PROTOCOL.md §26.9). */
+/** One tool as the operator pages show it (PROTOCOL.md §3.3): its queues, their controls and their depth. */
+export interface ToolView {
+  name: string;
+  queues: string[];
+  /** Every queue of the tool paused. */
+  paused: boolean;
+  concurrency?: number;
+  rateLimit?: { max: number; perMs: number };
+  /** Runs active now, over its queues. */
+  active: number;
+  /** Jobs queued (waiting or prioritized, a pause holds them there), over its queues. */
+  waiting: number;
+  /** A live worker serves it (else it is listed from a retained pool, §24). */
+  live: boolean;
+}
+
 export interface BatchView {
   taskId: string;
   childTool: string;
@@ -87,6 +105,71 @@ export class AdminQueries {
       for (const tool of worker.tools) names.add(toolQueue(catalogQueueName(worker), tool.name));
     }
     return [...names].sort();
+  }
+
+  /**
+   * Every tool live workers serve, and every tool of a retained pool (§24), with its queues' controls and depth
+   * (PROTOCOL.md §3.3), by name.
+   */
+  async tools(): Promise<ToolView[]> {
+    const byName = new Map<
+      string,
+      { queues: Set<string>; live: boolean; descriptor?: WorkerCatalog['tools'][number] }
+    >();
+    const add = (name: string, queue: string, live: boolean, descriptor?: WorkerCatalog['tools'][number]) => {
+      const entry = byName.get(name) ?? { queues: new Set<string>(), live: false };
+      entry.queues.add(queue);
+      entry.live ||= live;
+      entry.descriptor ??= descriptor;
+      byName.set(name, entry);
+    };
+    for (const worker of await this.workers()) {
+      for (const tool of worker.tools) add(tool.name, toolQueue(catalogQueueName(worker), tool.name), true, tool);
+    }
+    for (const raw of Object.values(await this.redis.hgetall(this.keys.pools))) {
+      const pool = parseMessage(PoolCatalogSchema, raw);
+      for (const tool of pool?.tools ?? []) add(tool.name, toolQueue(pool?.queueName ?? '', tool.name), false, tool);
+    }
+    const names = [...byName.keys()].sort();
+    const queues = names.flatMap((name) => [...(byName.get(name)?.queues ?? [])]);
+    const [controls, counts] = await Promise.all([
+      readToolControls(this.redis, this.keys, queues),
+      Promise.all(queues.map((q) => this.queue(q).getJobCounts('waiting', 'prioritized'))),
+    ]);
+    const at = new Map(queues.map((q, i) => [q, { controls: controls[i], counts: counts[i] }]));
+    return names.map((name) => {
+      const entry = byName.get(name)!;
+      const mine = [...entry.queues].map((q) => at.get(q));
+      const view: ToolView = {
+        name,
+        queues: [...entry.queues],
+        paused: mine.length > 0 && mine.every((m) => m?.controls?.paused === true),
+        active: mine.reduce((n, m) => n + (m?.controls?.active ?? 0), 0),
+        waiting: mine.reduce(
+          (n, m) => n + Object.values(m?.counts ?? {}).reduce((a: number, b: number) => a + b, 0),
+          0,
+        ),
+        live: entry.live,
+      };
+      const limits = mine.find((m) => m?.controls)?.controls;
+      const concurrency = limits?.concurrency ?? entry.descriptor?.concurrency;
+      const rateLimit = limits?.rateLimit ?? entry.descriptor?.rateLimit;
+      if (concurrency !== undefined) view.concurrency = concurrency;
+      if (rateLimit !== undefined) view.rateLimit = rateLimit;
+      return view;
+    });
+  }
+
+  /**
+   * Pauses or resumes every queue of a tool with BullMQ's own `pause`/`resume` (PROTOCOL.md §3.3): kept in Redis, so
+   * it survives restarts. Calls are still accepted and queued; runs already started go on. Undefined for a tool no
+   * live worker serves and no retained pool lists.
+   */
+  async setPaused(name: string, paused: boolean): Promise<ToolView | undefined> {
+    const tool = (await this.tools()).find((t) => t.name === name);
+    if (!tool) return undefined;
+    await Promise.all(tool.queues.map((q) => (paused ? this.queue(q).pause() : this.queue(q).resume())));
+    return (await this.tools()).find((t) => t.name === name);
   }
 
   /** BullMQ's `Queue` for a pool, made once (bull-board shows these). */

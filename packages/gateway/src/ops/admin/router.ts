@@ -50,6 +50,15 @@ class PoolAdapter extends BullMQAdapter {
   }
 }
 
+/** True when an `Origin` names the host the request was sent to. */
+function sameHost(origin: string, host: string | undefined): boolean {
+  try {
+    return new URL(origin).host === host;
+  } catch {
+    return false;
+  }
+}
+
 /** A `<link>` to anything on another host (bull-board's web fonts). */
 const OUTSIDE_LINK = /<link\b[^>]*\bhref="(?:https?:)?\/\/[^"]*"[^>]*>\s*/gi;
 
@@ -118,11 +127,12 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
   };
 
   router.get('/api/overview', async (_req: Request, res: Response) => {
-    const [workers, queues, live, webhooks] = await Promise.all([
+    const [workers, queues, live, webhooks, tools] = await Promise.all([
       queries.workers(),
       queries.queueDepths(),
       queries.liveTasks(),
       webhookView(),
+      queries.tools(),
     ]);
     remember(live);
     const liveIds = new Set(live.map((t) => t.taskId));
@@ -133,8 +143,31 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
     // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
     const batches = await queries.batches(tasks.map((t) => t.taskId));
-    res.json({ now: Date.now(), workers, queues, tasks, batches, ...(webhooks ? { webhooks } : {}) });
+    res.json({ now: Date.now(), workers, queues, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
   });
+
+  // Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool.
+  router.get('/api/tools', async (_req: Request, res: Response) => {
+    res.json({ tools: await queries.tools() });
+  });
+  for (const action of ['pause', 'resume'] as const) {
+    router.post(`/api/tools/:name/${action}`, async (req: Request, res: Response) => {
+      // No cross-site form may flip the switch: a browser's POST from another origin names it.
+      const origin = req.get('origin');
+      if (origin !== undefined && !sameHost(origin, req.get('host'))) {
+        res.status(403).json({ error: `cross-origin ${action} refused (Origin ${origin})` });
+        return;
+      }
+      const name = String(req.params['name']);
+      const tool = await queries.setPaused(name, action === 'pause');
+      if (!tool) {
+        res.status(404).json({ error: `unknown tool ${name}: no live worker serves it and no retained pool lists it` });
+        return;
+      }
+      log.info({ tool: name, queues: tool.queues }, action === 'pause' ? 'tool paused' : 'tool resumed');
+      res.json({ tool });
+    });
+  }
 
   router.get('/api/tasks/:id', async (req: Request, res: Response) => {
     const detail = await queries.task(String(req.params['id']));

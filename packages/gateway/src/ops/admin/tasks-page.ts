@@ -119,6 +119,17 @@ export const TASKS_PAGE = `<!doctype html>
           t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
+    // Tools with a limit or a pause (PROTOCOL.md §3.3): their limits, running, waiting and paused state.
+    const controlled = (data.tools || []).filter((t) => t.paused || t.concurrency !== undefined || t.rateLimit !== undefined);
+    if (controlled.length > 0) {
+      main.append(el('section', { id: 'tools' }, el('h2', { text: 'Limited and paused tools' }),
+        table(['tool', 'state', 'concurrency', 'rate limit', 'running', 'waiting'],
+          controlled.map((t) => [t.name, t.paused ? badge('paused') : 'running',
+            t.concurrency === undefined ? '—' : 'at most ' + t.concurrency,
+            t.rateLimit === undefined ? '—' : t.rateLimit.max + ' per ' + t.rateLimit.perMs + ' ms',
+            t.active, t.waiting]),
+          '')));
+    }
     if (data.batches && data.batches.length > 0) {
       main.append(el('section', { id: 'batches' }, el('h2', { text: 'Batches' }),
         table(['task', 'children', 'total', 'queued', 'running', 'done', 'failed'],
