@@ -100,7 +100,7 @@ describe('§3.3 a tool concurrency limit', () => {
     for (const id of ids) expect((await taskResult(client, id, 30_000)).isError).toBeFalsy();
     const list = await events('limited');
     expect(list.filter((e) => e.e === 'start')).toHaveLength(8);
-    expect(new Set(list.map((e) => e.pid)).size).toBe(2);
+    // Either worker alone could run 4 at once (WORKER_CONCURRENCY); which of them takes which run is BullMQ's.
     expect(mostAtOnce(list)).toBe(2);
   }, 60_000);
 
@@ -135,9 +135,11 @@ describe('§3.3 a tool rate limit', () => {
   it('holds across the fleet: at most 2 starts in any second', async () => {
     const ids = await Promise.all(Array.from({ length: 6 }, () => startTask(client, 'throttled', { ms: 0 })));
     for (const id of ids) expect((await taskResult(client, id, 30_000)).isError).toBeFalsy();
-    const starts = (await events('throttled')).filter((e) => e.e === 'start').map((e) => e.at);
+    const starts = (await events('throttled'))
+      .filter((e) => e.e === 'start')
+      .map((e) => e.at)
+      .sort((a, b) => a - b);
     expect(starts).toHaveLength(6);
-    expect(new Set((await events('throttled')).map((e) => e.pid)).size).toBeGreaterThanOrEqual(1);
     // Any three starts span at least the window (less a little clock slack between the two workers).
     for (let i = 0; i + 2 < starts.length; i++) expect(starts[i + 2]! - starts[i]!).toBeGreaterThanOrEqual(950);
   }, 60_000);

@@ -56,6 +56,8 @@ export interface ChildPlacement {
   owner: string;
   /** How long the principal's fair share of the pool outlives its newest entry. */
   shareTtlMs: number;
+  /** The parent's priority level's base (§25.1): children take their parent's level. 0 (level 1) when absent. */
+  priorityBase?: number;
 }
 
 /** A release of a batch's next children, for `BatchStore.release`. */
@@ -222,6 +224,7 @@ export class BatchStore {
         shareTtlMs: r.shareTtlMs,
         maxPriority: MAX_FAIR_PRIORITY,
         queueKey: `${this.keys.bullQueueKeyPrefix}${r.childPool}`,
+        priorityBase: r.priorityBase ?? 0,
       },
     });
     return reply.values.map(Number);

@@ -9,8 +9,27 @@ import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { SCRIPTS, ScriptRunner } from './scripts.js';
 
-/** BullMQ's highest priority value (`2 ** 21`); a deeper backlog shares it and runs first in, first out. */
-export const MAX_FAIR_PRIORITY = 2_097_152;
+/**
+ * Priority levels above fair share (PROTOCOL.md §25.1): 1 runs first, 5 last, 3 by default. Each level is a band of
+ * BullMQ priorities `PRIORITY_BAND` wide; within it a job's place is its fair-share rank, so fair share holds within a
+ * level and every job of a level goes before every job of the next. Five bands fit BullMQ's `2 ** 21`.
+ */
+export const PRIORITY_LEVELS = 5;
+export const DEFAULT_PRIORITY = 3;
+export const PRIORITY_BAND = 262_144;
+/** The highest fair-share rank in a level; a deeper backlog shares it and runs first in, first out. */
+export const MAX_FAIR_PRIORITY = PRIORITY_BAND - 1;
+
+/** What a priority level adds to a fair-share rank to give the BullMQ priority: 0 for level 1. */
+export function priorityBase(level: number): number {
+  const clamped = Math.min(PRIORITY_LEVELS, Math.max(1, Math.trunc(level) || DEFAULT_PRIORITY));
+  return (clamped - 1) * PRIORITY_BAND;
+}
+
+/** The priority level of a BullMQ priority (0, BullMQ's "none", counts as the default level). */
+export function priorityLevelOf(bullPriority: number): number {
+  return bullPriority > 0 ? Math.floor((bullPriority - 1) / PRIORITY_BAND) + 1 : DEFAULT_PRIORITY;
+}
 
 export class FairShare {
   private readonly scripts: ScriptRunner;
@@ -28,10 +47,10 @@ export class FairShare {
    * key outlives its newest job (so an entry whose job vanished without starting, such as one whose gateway died
    * between this and the add, is forgotten with it).
    */
-  async enter(queue: string, principal: string, jobId: string, ttlMs: number): Promise<number> {
+  async enter(queue: string, principal: string, jobId: string, ttlMs: number, base = 0): Promise<number> {
     const reply = await this.scripts.call(SCRIPTS.fairEnter, {
       keys: { share: this.keys.fairShare(queue, principal) },
-      args: { jobId, ttlMs, maxPriority: MAX_FAIR_PRIORITY },
+      args: { jobId, ttlMs, maxPriority: MAX_FAIR_PRIORITY, priorityBase: base },
     });
     return Number(reply.values[0]);
   }

@@ -98,6 +98,8 @@ export const JobDataSchema = z.object({
    * count toward it (PROTOCOL.md §26.6). Absent: no cap.
    */
   maxOpen: z.number().int().positive().optional(),
+  /** The job's priority level, 1 (first) to 5 (PROTOCOL.md §25.1): a batch parent's children take it. Absent: 3. */
+  priority: z.number().int().min(1).max(5).optional(),
   /** W3C trace context (`traceparent`, `tracestate`) of the request that created the task. */
   trace: z.record(z.string(), z.string()).optional(),
 });
@@ -126,6 +128,8 @@ export const ToolDescriptorSchema = z.object({
   attempts: z.number().int().positive().optional(),
   backoff: BackoffSchema.optional(),
   maxStalls: z.number().int().nonnegative().optional(),
+  /** The priority level of the tool's calls, 1 (first) to 5; absent: 3 (PROTOCOL.md §25.1). */
+  priority: z.number().int().min(1).max(5).optional(),
   /** At most this many runs of the tool at once, across the fleet (PROTOCOL.md §3.3; BullMQ's global concurrency). */
   concurrency: z.number().int().positive().optional(),
   /** At most `max` starts of the tool in any window of `perMs`, across the fleet (§3.3; BullMQ's global rate limit). */

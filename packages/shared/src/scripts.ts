@@ -54,6 +54,7 @@ export const SCRIPTS = {
       'maxPriority',
       'openMax',
       'openTtlMs',
+      'priorityBase',
     ],
     codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY, ResultCode.OPEN_CAP],
   }),
@@ -183,7 +184,7 @@ export const SCRIPTS = {
   fairEnter: spec({
     name: 'fairEnter',
     keys: ['share'],
-    args: ['jobId', 'ttlMs', 'maxPriority'],
+    args: ['jobId', 'ttlMs', 'maxPriority', 'priorityBase'],
     codes: [OK],
   }),
   batchCreate: spec({
@@ -218,6 +219,7 @@ export const SCRIPTS = {
       'shareTtlMs',
       'maxPriority',
       'queueKey',
+      'priorityBase',
     ],
     codes: [OK],
   }),

@@ -49,7 +49,7 @@ export interface CreateTaskInput {
    * Enter the task's job in its principal's fair share of `queue` in the same step (PROTOCOL.md §25), the share
    * outliving it by `ttlMs`; the outcome's `priority` is what to add the job with.
    */
-  fairShare?: { ttlMs: number };
+  fairShare?: { ttlMs: number; /** The job's priority level's base (§25.1); 0 (level 1) when absent. */ base?: number };
   /**
    * The principal's open-work cap (PROTOCOL.md §25), checked and counted in the same step: the task joins the
    * principal's open-work set unless it holds `max` or more members already (then nothing is created). The set
@@ -394,6 +394,7 @@ export class RedisTaskStore {
         maxPriority: MAX_FAIR_PRIORITY,
         openMax: input.openTasks ? input.openTasks.max : '',
         openTtlMs: input.openTasks ? input.openTasks.ttlMs : '',
+        priorityBase: input.fairShare?.base ?? 0,
       },
     };
     const job = input.fairShare ? input.job : undefined;

@@ -88,6 +88,12 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   concurrency?: number | { limit: number };
   /**
+   * The priority level of the tool's calls, 1 (first) to 5 (PROTOCOL.md §25.1): queued work of a lower number starts
+   * before queued work of a higher one; fair share holds within a level. A call may ask for this level or a later one
+   * (`_meta["dev.taskrelay/priority"]`); only an operator may ask for an earlier one. Default `3`.
+   */
+  priority?: number;
+  /**
    * At most `max` starts of the tool in any window of `perMs` across the fleet, batch children included
    * (PROTOCOL.md §3.3). Default: none.
    */
@@ -144,6 +150,7 @@ export interface ToolDefinition<
   readonly maxStalls: number;
   /** Fleet-wide runs at once, when limited. */
   readonly concurrency: number | undefined;
+  readonly priority: number | undefined;
   readonly rateLimit: { max: number; perMs: number } | undefined;
   readonly inputTimeoutMs: number;
   readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
@@ -167,6 +174,7 @@ const ToolOptionsSchema = z.object({
   backoff: BackoffSchema.default({ type: 'exponential', delayMs: 1000, jitter: 0.5 }),
   maxStalls: z.number().int().min(0).max(1000).default(10),
   // Strict: a per-key limit (`key`) is not supported yet, and a field it does not know must not be ignored.
+  priority: z.number().int().min(1).max(5).optional(),
   concurrency: z
     .union([z.number().int().min(1).max(100_000), z.strictObject({ limit: z.number().int().min(1).max(100_000) })])
     .optional(),
@@ -224,6 +232,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     maxStalls,
     inputTimeoutMs,
     rateLimit,
+    priority,
   } = parsed.data;
   const concurrency =
     typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.limit : parsed.data.concurrency;
@@ -267,6 +276,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
   if (timeoutMs !== undefined) descriptor.timeoutMs = timeoutMs;
   if (concurrency !== undefined) descriptor.concurrency = concurrency;
   if (rateLimit !== undefined) descriptor.rateLimit = rateLimit;
+  if (priority !== undefined) descriptor.priority = priority;
 
   return Object.freeze({
     [TOOL_DEFINITION]: true as const,
@@ -282,6 +292,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     backoff,
     maxStalls,
     concurrency,
+    priority,
     rateLimit,
     inputTimeoutMs,
     onCancelled:

@@ -174,6 +174,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     version: deps.version,
     maxResultBytes: options.maxResultBytes,
     authEnabled,
+    operators: new Set(options.operators ?? []),
   });
   const modern = createModernEndpoint({
     methods,

@@ -34,7 +34,7 @@ import {
 } from '../wire/task-wire-ext.js';
 import type { InflightCalls } from './inflight-calls.js';
 import { inputRequiredResult } from './mrtr.js';
-import { idempotencyKeyOf } from './request-meta.js';
+import { idempotencyKeyOf, priorityOf } from './request-meta.js';
 import { argumentsDigest, type RequestStateSigner } from './request-state.js';
 
 export type Era = '2025-11-25' | '2026-07-28';
@@ -128,6 +128,11 @@ export interface McpMethodsOptions {
   maxResultBytes?: number;
   /** Authentication on: `tasks/list` is served (requestors can be told apart). */
   authEnabled: boolean;
+  /**
+   * `TASKRELAY_OPERATORS`: they may ask for any priority level (PROTOCOL.md §25.1). With authentication off everyone
+   * may, as everyone may use the operator pages then.
+   */
+  operators?: ReadonlySet<string>;
 }
 
 /** The versions the 2026-07-28 endpoint serves sessionless, as `server/discover` lists them. */
@@ -174,8 +179,14 @@ export class McpMethods {
       if (tool.outputSchema !== undefined) listed['outputSchema'] = tool.outputSchema;
       if (listsTaskSupport) listed['execution'] = { taskSupport: tool.taskSupport };
       // What controls its runs (PROTOCOL.md §3.3), for clients and `taskrelay tools`: only when something does.
-      if (tool.paused || tool.concurrency !== undefined || tool.rateLimit !== undefined) {
+      if (
+        tool.paused ||
+        tool.concurrency !== undefined ||
+        tool.rateLimit !== undefined ||
+        tool.priority !== undefined
+      ) {
         const controls: Result = { paused: tool.paused };
+        if (tool.priority !== undefined) controls['priority'] = tool.priority;
         if (tool.concurrency !== undefined) controls['concurrency'] = tool.concurrency;
         if (tool.rateLimit !== undefined) controls['rateLimit'] = tool.rateLimit;
         listed['_meta'] = { [TOOL_CONTROLS_META]: controls };
@@ -224,7 +235,15 @@ export class McpMethods {
     const asTask = ext ? tool.taskSupport !== 'forbidden' && !inputFirst : params.task !== undefined;
     const requestedTtlMs = ext ? undefined : (params.task?.ttl ?? undefined);
     const webhook = ctx.meta?.[WEBHOOK_META_KEY];
-    const base = { tool, principal: ctx.principal, sessionId: ctx.sessionId, requestedTtlMs, webhook };
+    const base = {
+      tool,
+      principal: ctx.principal,
+      sessionId: ctx.sessionId,
+      requestedTtlMs,
+      webhook,
+      priority: priorityOf(ctx.meta),
+      operator: !this.o.authEnabled || this.o.operators?.has(ctx.principal) === true,
+    };
 
     if (invalid !== undefined) {
       // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.

@@ -14,6 +14,8 @@ import {
   type JobData,
   type Keys,
   type Logger,
+  DEFAULT_PRIORITY,
+  priorityBase,
 } from '@taskrelay/shared';
 import type { CatalogTool } from './catalog.js';
 
@@ -91,7 +93,14 @@ export class JobDispatcher {
     const principal = data.principal ?? '';
     // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
     const priority =
-      entered?.priority ?? (await this.fairShare.enter(tool.queue, principal, data.taskId, fairShareTtlMs(data)));
+      entered?.priority ??
+      (await this.fairShare.enter(
+        tool.queue,
+        principal,
+        data.taskId,
+        fairShareTtlMs(data),
+        priorityBase(data.priority ?? DEFAULT_PRIORITY),
+      ));
     const added = queue.add(tool.name, data, jobOptions(data.taskId, priority, tool));
     try {
       await added;

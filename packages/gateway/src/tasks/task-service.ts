@@ -18,6 +18,9 @@ import {
   type TaskPage,
   type TaskRecord,
   startTaskSpan,
+  DEFAULT_PRIORITY,
+  PRIORITY_LEVELS,
+  priorityBase,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { TaskSupportMismatchError, taskNotFound } from './errors.js';
@@ -82,6 +85,10 @@ export interface StartTaskInput {
   requestedTtlMs: number | undefined;
   /** `_meta["dev.taskrelay/idempotency-key"]` of a task call (1..200 characters). */
   idempotencyKey?: string | undefined;
+  /** `_meta["dev.taskrelay/priority"]` (1..5), checked for its form; `start` checks it against the ceiling (§25.1). */
+  priority?: number | undefined;
+  /** The caller is an operator (`TASKRELAY_OPERATORS`): it may ask for any priority level. */
+  operator?: boolean;
   sendProgress?: (params: ProgressParams, taskId: string) => Promise<void>;
   sendStatus?: (record: TaskRecord) => Promise<void>;
   /** Where the task's input requests and log messages go (PROTOCOL.md §12.9, §15). */
@@ -178,9 +185,13 @@ export class TaskService {
     const { tool } = input;
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const timeoutMs = toolTimeoutMs(tool, this.config);
+    const level = priorityLevel(tool, input);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
-      // Its job's fair-share entry is made with it: one round trip (§25).
-      fairShare: { ttlMs: fairShareTtlMs({ timeoutMs, queueTimeoutMs: this.config.queueTimeoutMs }) },
+      // Its job's fair-share entry is made with it, in its priority level: one round trip (§25, §25.1).
+      fairShare: {
+        ttlMs: fairShareTtlMs({ timeoutMs, queueTimeoutMs: this.config.queueTimeoutMs }),
+        base: priorityBase(level),
+      },
       tool: tool.name,
       queue: tool.queue,
       principal: input.principal,
@@ -219,6 +230,7 @@ export class TaskService {
       queueTimeoutMs: this.config.queueTimeoutMs,
       principal: input.principal,
     };
+    if (level !== DEFAULT_PRIORITY) data.priority = level;
     if (cap?.max) data.maxOpen = cap.max;
     if (input.sessionId !== undefined) data.sessionId = input.sessionId;
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
@@ -685,4 +697,26 @@ export function grantTtl(
 
 function terminalError(record: TaskRecord): TaskrelayError {
   return new TaskrelayError('TASK_TERMINAL', `Cannot cancel task in terminal status: ${record.status}`);
+}
+
+/**
+ * A call's priority level (PROTOCOL.md §25.1): what it asks for (`_meta["dev.taskrelay/priority"]`), else its tool's
+ * (`defineTool({ priority })`), else 3. A principal may ask for its tool's level or a later one (4, 5); only an
+ * operator may ask for an earlier one, so priority never lets a principal take more than its share from others.
+ */
+export function priorityLevel(
+  tool: Pick<CatalogTool, 'name' | 'priority'>,
+  input: Pick<StartTaskInput, 'priority' | 'operator'>,
+): number {
+  const own = tool.priority ?? DEFAULT_PRIORITY;
+  const asked = input.priority;
+  if (asked === undefined) return own;
+  if (asked < own && !input.operator) {
+    throw new TaskrelayError(
+      'INVALID_ARGUMENTS',
+      `_meta["dev.taskrelay/priority"] ${asked} is ahead of what tool ${tool.name} allows (${own}); ` +
+        `ask for ${own} to ${PRIORITY_LEVELS}, or be an operator`,
+    );
+  }
+  return asked;
 }

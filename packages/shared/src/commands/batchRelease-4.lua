@@ -30,6 +30,7 @@
     ARGV[8] shareTtlMs        how long the share outlives its newest entry
     ARGV[9] maxPriority       BullMQ's highest priority value
     ARGV[10] queueKey         the child pool's BullMQ queue key (a job's hash is bull_job_key(queueKey, jobId))
+    ARGV[11] priorityBase     the parent's priority level's base: children take their parent's level (§25.1)
 
   Output:
     {R.OK, window, from, priority, ...}   a priority per child, for indices from, from + 1, ... (a release), or for
@@ -67,8 +68,8 @@ for _, index in ipairs(indices) do
   local priority = 0
   if redis.call('EXISTS', bull_job_key(ARGV[10], id)) == 0 then
     local entered = redis.call('ZSCORE', KEYS[3], id)
-    if entered then priority = tonumber(entered)
-    else priority = fair_share_enter(KEYS[3], id, ARGV[8], ARGV[9]) end
+    if entered then priority = tonumber(entered) + (tonumber(ARGV[11]) or 0)
+    else priority = fair_share_enter(KEYS[3], id, ARGV[8], ARGV[9], ARGV[11]) end
   end
   reply[#reply + 1] = priority
 end

@@ -24,6 +24,7 @@
     ARGV[11] maxPriority      BullMQ's highest priority value
     ARGV[12] openMax          '' = no open-work cap; else how many members KEYS[6] may hold
     ARGV[13] openTtlMs        how long the open-work set outlives its newest member
+    ARGV[14] priorityBase     the BullMQ priority of the job's priority level's first rank, less one (§25.1)
 
   Output:
     {R.OK, taskId, priority}                created; priority: its job's fair-share priority (0 when not entered)
@@ -71,5 +72,5 @@ if ARGV[12] ~= '' then
 end
 -- The job's place in its principal's share, in the same step: its add follows, with this priority (§25).
 local priority = 0
-if ARGV[10] ~= '' then priority = fair_share_enter(KEYS[5], ARGV[3], ARGV[10], ARGV[11]) end
+if ARGV[10] ~= '' then priority = fair_share_enter(KEYS[5], ARGV[3], ARGV[10], ARGV[11], ARGV[14]) end
 return {R.OK, ARGV[3], priority}

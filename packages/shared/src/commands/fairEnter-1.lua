@@ -8,7 +8,8 @@
 
     ARGV[1] jobId             the job (= task) id
     ARGV[2] ttlMs             how long the share outlives its newest entry
-    ARGV[3] maxPriority       BullMQ's highest priority value
+    ARGV[3] maxPriority       the highest rank within a priority level
+    ARGV[4] priorityBase      the job's priority level's base (§25.1)
 
   Output:
     {R.OK, priority}
@@ -16,4 +17,4 @@
 --- @include "resultCodes"
 --- @include "fairShareEnter"
 
-return {R.OK, fair_share_enter(KEYS[1], ARGV[1], ARGV[2], ARGV[3])}
+return {R.OK, fair_share_enter(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])}

@@ -8,6 +8,8 @@ import {
   type BatchStore,
   TaskrelayError,
   WorkerCatalogSchema,
+  DEFAULT_PRIORITY,
+  priorityBase,
   catalogQueueName,
   toolQueue,
   batchChildId,
@@ -86,9 +88,9 @@ export class BatchParent {
    * The host of one parent run: `maxOpen` is its principal's open-work cap, from its job (§26.6), or
    * `DEFAULT_BATCH_OPEN_CAP` for its children when the job carries none.
    */
-  forRun(maxOpen: number | undefined): FanOutHost {
+  forRun(maxOpen: number | undefined, priority = DEFAULT_PRIORITY): FanOutHost {
     return {
-      fanOut: (run, items, options) => this.fanOut(run, items, options, maxOpen),
+      fanOut: (run, items, options) => this.fanOut(run, items, options, maxOpen, priorityBase(priority)),
       outcomes: async (taskId, from, count) => {
         const listed = await this.o.store.outcomes(taskId, from, count);
         return listed.map((outcome, i) => childOutcome(from + i, outcome));
@@ -101,6 +103,7 @@ export class BatchParent {
     items: ReadonlyArray<Record<string, unknown>>,
     options: Required<FanOutOptions>,
     maxOpen: number | undefined,
+    base: number,
   ): ReturnType<FanOutHost['fanOut']> {
     const { store } = this.o;
     const { taskId, lock, record, log } = run;
@@ -154,7 +157,7 @@ export class BatchParent {
     // say); one whose job is in the pool is left alone (its start check refuses it if recorded).
     if (done === shape.seenDone && counts.open > 0) {
       const indices = await store.openIndices(taskId);
-      const priorities = await store.reenter(taskId, indices, this.placement(shape));
+      const priorities = await store.reenter(taskId, indices, this.placement(shape, base));
       const added = await this.addChildren(taskId, shape, indices, priorities, maxOpen);
       log.info(
         { open: indices.length, added },
@@ -167,7 +170,7 @@ export class BatchParent {
     const cap = maxOpen ?? DEFAULT_BATCH_OPEN_CAP;
     await this.pruneOpenWork(this.o.keys.principalOpenTasks(shape.owner), counts.open, cap);
     const { window, from, priorities } = await store.release(taskId, {
-      ...this.placement(shape),
+      ...this.placement(shape, base),
       concurrency: options.concurrency,
       cap,
       openWorkTtlMs: BATCH_TTL_MS,
@@ -196,8 +199,9 @@ export class BatchParent {
     if (gone.length > 0) await redis.zrem(key, ...gone);
   }
 
-  private placement(shape: { childPool: string; owner: string }) {
-    return { childPool: shape.childPool, owner: shape.owner, shareTtlMs: FAIR_SHARE_TTL_MS };
+  /** Where children go: the child tool's queue, their principal's share there, at their parent's level (§25.1). */
+  private placement(shape: { childPool: string; owner: string }, base: number) {
+    return { childPool: shape.childPool, owner: shape.owner, shareTtlMs: FAIR_SHARE_TTL_MS, priorityBase: base };
   }
 
   /**

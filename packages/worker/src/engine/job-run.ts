@@ -187,7 +187,7 @@ export class JobRunner {
       queueTimeoutMs,
       onProgressCoalesced: () => metrics.progressCoalesced.inc(),
       onProgressWritten: () => metrics.progressWritten.inc(),
-      ...(this.o.batches ? { batch: this.o.batches.parent.forRun(parsed.data.maxOpen) } : {}),
+      ...(this.o.batches ? { batch: this.o.batches.parent.forRun(parsed.data.maxOpen, parsed.data.priority) } : {}),
     });
 
     // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its

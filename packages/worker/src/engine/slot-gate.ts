@@ -8,8 +8,9 @@
  * - A full process takes nothing: a Worker whose queue's marker woke it while every slot is busy puts the marker back
  *   (so a worker of another process with a free slot wakes and takes the job) and waits for a slot here, holding no
  *   job and no lock.
- * - A freed slot goes to the longest waiting Worker first (FIFO across tools); when none waits, a finishing job hands
- *   its slot to the next job BullMQ fetches with its completion (the same round trip, as BullMQ does alone).
+ * - A freed slot goes to the waiting Worker of the earliest priority level (its tool's, PROTOCOL.md §25.1), the
+ *   longest waiting first within a level; when none waits, a finishing job hands its slot to the next job BullMQ
+ *   fetches with its completion (the same round trip, as BullMQ does alone).
  * - A failed or delayed job (suspend, hand-back, retry) fetches nothing with its move: its slot is freed, and the next
  *   job comes through `moveToActive` like any other.
  */
@@ -21,7 +22,7 @@ type Tagged = { [HOLDS_SLOT]?: true };
 
 export class SlotGate {
   private used = 0;
-  private readonly waiters: Array<(granted: boolean) => void> = [];
+  private readonly waiters: Array<{ level: number; grant: (granted: boolean) => void }> = [];
   private closed = false;
 
   constructor(readonly size: number) {}
@@ -42,29 +43,35 @@ export class SlotGate {
     return true;
   }
 
-  /** Resolves true with a slot, or false when the gate closed first. */
-  acquire(): Promise<boolean> {
+  /** Resolves true with a slot, or false when the gate closed first. `level`: 1 is served first (§25.1). */
+  acquire(level = 3): Promise<boolean> {
     if (this.tryAcquire()) return Promise.resolve(true);
     if (this.closed) return Promise.resolve(false);
-    return new Promise((resolve) => this.waiters.push(resolve));
+    return new Promise((grant) => {
+      // Kept sorted by level, first come first within one: the head is the next to be served.
+      const at = this.waiters.findIndex((w) => w.level > level);
+      this.waiters.splice(at === -1 ? this.waiters.length : at, 0, { level, grant });
+    });
   }
 
-  /** A slot is free: it goes straight to the longest waiting Worker, if any. */
+  /** A slot is free: it goes straight to the first waiting Worker, if any. */
   release(): void {
     const next = this.waiters.shift();
-    if (next) next(true);
+    if (next) next.grant(true);
     else this.used = Math.max(0, this.used - 1);
   }
 
   /** Shutting down: every waiter gets no slot (its Worker takes nothing more). */
   close(): void {
     this.closed = true;
-    for (const waiter of this.waiters.splice(0)) waiter(false);
+    for (const waiter of this.waiters.splice(0)) waiter.grant(false);
   }
 }
 
 export interface GatedWorkerOptions extends WorkerOptions {
   gate: SlotGate;
+  /** The priority level of this queue's tool (§25.1): a freed slot goes to the earliest level's Worker first. */
+  level?: number;
   /** Puts this queue's "a job is waiting" marker back, for a worker elsewhere to take the job this one cannot. */
   wakeOthers: () => Promise<void>;
 }
@@ -73,6 +80,7 @@ export interface GatedWorkerOptions extends WorkerOptions {
 export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<DataType, ResultType> {
   private readonly gate: SlotGate;
   private readonly wakeOthers: () => Promise<void>;
+  private readonly level: number;
   /**
    * Jobs this Worker holds a slot for and has not started yet. BullMQ's main loop fetches in sequence before it starts
    * what it fetched: waiting for a slot there with such a job in hand would hold that job unstarted until another slot
@@ -81,10 +89,11 @@ export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<D
   private unstarted = 0;
 
   constructor(name: string, processor: Processor<DataType, ResultType>, options: GatedWorkerOptions) {
-    const { gate, wakeOthers, ...workerOptions } = options;
+    const { gate, wakeOthers, level, ...workerOptions } = options;
     super(name, processor, { ...workerOptions, concurrency: gate.size });
     this.gate = gate;
     this.wakeOthers = wakeOthers;
+    this.level = level ?? 3;
   }
 
   protected override async moveToActive(token: string, name?: string): Promise<Job<DataType, ResultType>> {
@@ -92,7 +101,7 @@ export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<D
       await this.wakeOthers().catch(() => undefined);
       // "No job now": BullMQ starts what it has fetched, then comes back here.
       if (this.unstarted > 0) return undefined as unknown as Job<DataType, ResultType>;
-      if (!(await this.gate.acquire())) return undefined as unknown as Job<DataType, ResultType>;
+      if (!(await this.gate.acquire(this.level))) return undefined as unknown as Job<DataType, ResultType>;
     }
     let job: Job<DataType, ResultType> | undefined;
     try {

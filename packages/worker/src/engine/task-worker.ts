@@ -11,6 +11,7 @@ import {
   createRedis,
   toolPool,
   toolQueue,
+  DEFAULT_PRIORITY,
   bullQueueKey,
   type CancelReason,
   type Keys,
@@ -179,6 +180,7 @@ export class TaskWorker {
       for (const queue of new Set(this.queues.values())) {
         const worker = new GatedWorker<unknown, void>(this.keys.queueName(queue), this.runner.process, {
           gate: this.gate,
+          level: Math.min(...this.options.tools.filter((t) => this.queues.get(t.name) === queue).map(levelOf)),
           wakeOthers: () => this.wakeWorkers(this.keys.queueName(queue)),
           connection: this.bullConnection,
           prefix: this.keys.bullPrefix,
@@ -318,6 +320,11 @@ export class TaskWorker {
     this.options.metrics.watchRedis(client, role, this.log);
     return client;
   }
+}
+
+/** A tool's priority level (PROTOCOL.md §25.1): its definition's, else the default. */
+function levelOf(tool: { descriptor: { priority?: number } }): number {
+  return tool.descriptor.priority ?? DEFAULT_PRIORITY;
 }
 
 /** Resolves true when `promise` settles within `ms`, false otherwise. */

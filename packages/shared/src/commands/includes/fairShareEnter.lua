@@ -1,7 +1,7 @@
--- Enters a job in its principal's fair share of a pool (PROTOCOL.md §25) and answers its BullMQ priority: one more
--- than the principal's jobs still waiting there, never below its newest waiting job's priority (its own jobs keep
--- their order), at most `max_priority`.
-local function fair_share_enter(key, job_id, ttl_ms, max_priority)
+-- Enters a job in its principal's fair share of a queue (PROTOCOL.md §25) and answers its BullMQ priority: its
+-- priority level's `base` (§25.1) plus its rank, one more than the principal's jobs still waiting there, never below
+-- its newest waiting job's rank (its own jobs keep their order), at most `max_priority`. The share keeps ranks.
+local function fair_share_enter(key, job_id, ttl_ms, max_priority, base)
   local waiting = redis.call('ZCARD', key)
   local priority = 1
   if waiting > 0 then
@@ -11,5 +11,5 @@ local function fair_share_enter(key, job_id, ttl_ms, max_priority)
   end
   redis.call('ZADD', key, priority, job_id)
   redis.call('PEXPIRE', key, ttl_ms)
-  return priority
+  return priority + (tonumber(base) or 0)
 end
