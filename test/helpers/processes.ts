@@ -132,8 +132,13 @@ export async function connectClient(url: string, headers: Record<string, string>
 }
 
 /** One sample of a gateway's Prometheus metric (0 when absent), e.g. `metric(url, 'x_total', { trigger: 'a' })`. */
-export async function readMetric(mcpUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(mcpUrl.replace(/\/mcp$/, '/metrics'))).text();
+export async function readMetric(
+  mcpUrl: string,
+  name: string,
+  labels: Record<string, string> = {},
+  headers: Record<string, string> = {},
+): Promise<number> {
+  const text = await (await fetch(mcpUrl.replace(/\/mcp$/, '/metrics'), { headers })).text();
   const labelText = Object.entries(labels)
     .map(([k, v]) => `${k}="${v}"`)
     .join(',');

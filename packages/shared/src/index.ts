@@ -1,5 +1,6 @@
 export * from './batch-fields.js';
 export * from './batch-store.js';
+export * from './canonical.js';
 export * from './bullmq-layout.js';
 export * from './config.js';
 export * from './coalescer.js';

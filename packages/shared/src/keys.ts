@@ -57,6 +57,8 @@ export interface Keys {
    * Sorted set of one principal's jobs waiting in one pool, not yet started, scored by their BullMQ priority: the
    * fair-share state (PROTOCOL.md §25).
    */
+  /** A call's dedupe key (§25.2): per principal, mode and tool, the digest of its deduped arguments → task id. */
+  dedupe(principal: string, mode: string, tool: string, digest: string): string;
   fairShare(queue: string, principal: string): string;
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
@@ -106,6 +108,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     reaperLease: `${prefix}:reaper:lease`,
     requestStateKey: `${prefix}:request-state-key`,
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,
+    dedupe: (principal, mode, tool, digest) =>
+      `${prefix}:dedupe:${encodeURIComponent(principal)}:${mode}:${encodeURIComponent(tool)}:${digest}`,
     workers: `${prefix}:workers`,
     workerCatalog: (workerId) => `${prefix}:worker:${workerId}:catalog`,
     pools: `${prefix}:pools`,

@@ -128,6 +128,11 @@ export const ToolDescriptorSchema = z.object({
   attempts: z.number().int().positive().optional(),
   backoff: BackoffSchema.optional(),
   maxStalls: z.number().int().nonnegative().optional(),
+  /**
+   * Calls with the same values of these arguments (all of them when `key` is absent), by one principal and in one mode,
+   * join the unfinished task of the first (PROTOCOL.md §25.2), for at most `ttlMs`.
+   */
+  dedupe: z.object({ key: z.array(z.string()).optional(), ttlMs: z.number().int().positive() }).optional(),
   /** The priority level of the tool's calls, 1 (first) to 5; absent: 3 (PROTOCOL.md §25.1). */
   priority: z.number().int().min(1).max(5).optional(),
   /** At most this many runs of the tool at once, across the fleet (PROTOCOL.md §3.3; BullMQ's global concurrency). */

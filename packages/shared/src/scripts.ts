@@ -55,6 +55,7 @@ export const SCRIPTS = {
       'openMax',
       'openTtlMs',
       'priorityBase',
+      'dedupeTtlMs',
     ],
     codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY, ResultCode.OPEN_CAP],
   }),

@@ -37,6 +37,8 @@ export const TASK_FIELDS = {
   startedAt: 'startedAt',
   /** The idempotency key that names this task, if any. */
   idemKey: 'idemKey',
+  /** '1' when `idemKey` is a dedupe key (§25.2): freed when the task ends. */
+  dedupe: 'dedupe',
   /** What the caller's client can answer, as a comma list. */
   clientCaps: 'clientCaps',
   /** The tool's durable state (JSON). */

@@ -38,6 +38,12 @@ export interface CreateTaskInput {
   deadlineAt?: number;
   /** The principal's idempotency key (task mode): a second create with it returns the first task. */
   idempotencyKey?: string;
+  /**
+   * A dedupe digest (§25.2), when there is no idempotency key: a create with the same principal, mode, tool and digest
+   * while the task it named is unfinished returns that task; the mapping lives `ttlMs` at most, and goes when the
+   * task ends.
+   */
+  dedupe?: { digest: string; ttlMs: number };
   /** What the caller's client can answer (`elicitation`, `sampling`): `ctx.elicit` refuses what it cannot (§12). */
   clientCapabilities?: readonly string[];
   /**
@@ -340,7 +346,11 @@ export class RedisTaskStore {
   private fieldsOf(input: CreateTaskInput, taskId: string, now: Date) {
     const iso = now.toISOString();
     const idemKey =
-      input.idempotencyKey === undefined ? undefined : this.keys.idempotency(input.principal, input.idempotencyKey);
+      input.idempotencyKey !== undefined
+        ? this.keys.idempotency(input.principal, input.idempotencyKey)
+        : input.dedupe === undefined
+          ? undefined
+          : this.keys.dedupe(input.principal, input.mode, input.tool, input.dedupe.digest);
     const fields: Record<string, string> = {
       [F.taskId]: taskId,
       [F.status]: 'working',
@@ -358,6 +368,7 @@ export class RedisTaskStore {
     if (input.progressToken !== undefined) fields[F.progressToken] = JSON.stringify(input.progressToken);
     if (input.deadlineAt !== undefined) fields[F.deadlineAt] = String(input.deadlineAt);
     if (idemKey !== undefined) fields[F.idemKey] = idemKey;
+    if (input.idempotencyKey === undefined && input.dedupe !== undefined) fields[F.dedupe] = '1';
     if (input.webhook !== undefined) {
       fields[F.webhook] = input.webhook.url;
       fields[F.webhookCap] = String(input.webhook.cap);
@@ -388,13 +399,14 @@ export class RedisTaskStore {
         indexed: input.mode === 'task' ? '1' : '0',
         indexCap: this.indexCap,
         indexTtlMs: this.indexTtlMs,
-        hasIdempotency: idemKey === undefined ? '0' : '1',
+        hasIdempotency: idemKey === undefined ? '0' : input.idempotencyKey === undefined ? '2' : '1',
         taskKeyPrefix: this.keys.taskKeyPrefix,
         shareTtlMs: input.fairShare ? input.fairShare.ttlMs : '',
         maxPriority: MAX_FAIR_PRIORITY,
         openMax: input.openTasks ? input.openTasks.max : '',
         openTtlMs: input.openTasks ? input.openTasks.ttlMs : '',
         priorityBase: input.fairShare?.base ?? 0,
+        dedupeTtlMs: input.idempotencyKey === undefined && input.dedupe ? input.dedupe.ttlMs : '',
       },
     };
     const job = input.fairShare ? input.job : undefined;

@@ -88,6 +88,14 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   concurrency?: number | { limit: number };
   /**
+   * Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): a call whose values of the `key` arguments (all
+   * of them by default) match an unfinished call of this tool by the same principal, in the same mode (task or plain),
+   * gets that task's id, or that call's result; nothing new starts. For at most `ttlMs` after the first call (default
+   * 1 h). `true`: every argument, 1 h. The key is a list of argument names, not a function: the gateway decides before
+   * any worker sees the call, and a function cannot travel there.
+   */
+  dedupe?: true | { key?: string[]; ttlMs?: number };
+  /**
    * The priority level of the tool's calls, 1 (first) to 5 (PROTOCOL.md §25.1): queued work of a lower number starts
    * before queued work of a higher one; fair share holds within a level. A call may ask for this level or a later one
    * (`_meta["dev.taskrelay/priority"]`); only an operator may ask for an earlier one. Default `3`.
@@ -151,6 +159,7 @@ export interface ToolDefinition<
   /** Fleet-wide runs at once, when limited. */
   readonly concurrency: number | undefined;
   readonly priority: number | undefined;
+  readonly dedupe: { key?: string[]; ttlMs: number } | undefined;
   readonly rateLimit: { max: number; perMs: number } | undefined;
   readonly inputTimeoutMs: number;
   readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
@@ -175,6 +184,20 @@ const ToolOptionsSchema = z.object({
   maxStalls: z.number().int().min(0).max(1000).default(10),
   // Strict: a per-key limit (`key`) is not supported yet, and a field it does not know must not be ignored.
   priority: z.number().int().min(1).max(5).optional(),
+  dedupe: z
+    .union([
+      z.literal(true),
+      z.strictObject({
+        key: z.array(z.string().min(1)).min(1, { message: 'must name at least one argument' }).optional(),
+        ttlMs: z
+          .number()
+          .int()
+          .min(1)
+          .max(30 * 86_400_000)
+          .optional(),
+      }),
+    ])
+    .optional(),
   concurrency: z
     .union([z.number().int().min(1).max(100_000), z.strictObject({ limit: z.number().int().min(1).max(100_000) })])
     .optional(),
@@ -213,6 +236,13 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
         `(known: ${known})`,
     );
   }
+  const dedupeKey = (options as { dedupe?: { key?: unknown } } | undefined)?.dedupe?.key;
+  if (typeof dedupeKey === 'function') {
+    throw new TypeError(
+      `defineTool(${String(options.name)}): dedupe.key must list argument names, not be a function: the gateway ` +
+        'decides before any worker sees the call, and a function cannot travel there',
+    );
+  }
   const parsed = ToolOptionsSchema.safeParse(options);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -234,6 +264,14 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     rateLimit,
     priority,
   } = parsed.data;
+  const dedupeOption = parsed.data.dedupe;
+  const dedupe =
+    dedupeOption === undefined
+      ? undefined
+      : {
+          ...(dedupeOption === true || dedupeOption.key === undefined ? {} : { key: dedupeOption.key }),
+          ttlMs: (dedupeOption === true ? undefined : dedupeOption.ttlMs) ?? 3_600_000,
+        };
   const concurrency =
     typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.limit : parsed.data.concurrency;
   if (inputFirst && taskSupport === 'forbidden') {
@@ -277,6 +315,14 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
   if (concurrency !== undefined) descriptor.concurrency = concurrency;
   if (rateLimit !== undefined) descriptor.rateLimit = rateLimit;
   if (priority !== undefined) descriptor.priority = priority;
+  if (dedupe !== undefined) {
+    const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
+    const unknown = dedupe.key?.filter((k) => !properties.includes(k)) ?? [];
+    if (unknown.length > 0) {
+      throw new TypeError(`defineTool(${name}): dedupe.key names ${unknown.join(', ')}, which inputSchema does not`);
+    }
+    descriptor.dedupe = dedupe;
+  }
 
   return Object.freeze({
     [TOOL_DEFINITION]: true as const,
@@ -293,6 +339,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     maxStalls,
     concurrency,
     priority,
+    dedupe,
     rateLimit,
     inputTimeoutMs,
     onCancelled:

@@ -215,6 +215,26 @@ describe('defineTool options', () => {
     ).toBe('all');
   });
 
+  it('publishes dedupe (PROTOCOL.md §25.2) as argument names, and refuses a function or an unknown argument', () => {
+    const base = {
+      name: 'deduped',
+      description: 'Deduped.',
+      inputSchema: z.object({ report: z.string(), ms: z.number() }),
+      run: () => 'ok',
+    };
+    expect(defineTool({ ...base, dedupe: true }).descriptor.dedupe).toEqual({ ttlMs: 3_600_000 });
+    expect(defineTool({ ...base, dedupe: { key: ['report'], ttlMs: 60_000 } }).descriptor.dedupe).toEqual({
+      key: ['report'],
+      ttlMs: 60_000,
+    });
+    expect(() => defineTool({ ...base, dedupe: { key: () => 'k' } } as never)).toThrow(
+      /^defineTool\(deduped\): dedupe\.key must list argument names, not be a function/,
+    );
+    expect(() => defineTool({ ...base, dedupe: { key: ['reprot'] } })).toThrow(
+      /^defineTool\(deduped\): dedupe\.key names reprot, which inputSchema does not/,
+    );
+  });
+
   it('publishes fleet-wide limits (PROTOCOL.md §3.3), and refuses a form it does not support', () => {
     const base = { name: 'limited', description: 'Limited.', inputSchema: z.object({}), run: () => 'ok' };
     expect(defineTool({ ...base, concurrency: 3 }).descriptor.concurrency).toBe(3);

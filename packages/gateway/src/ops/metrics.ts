@@ -7,6 +7,11 @@ const CANCEL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 
 /** The gateway's Prometheus metrics; one registry per gateway so tests can run several in one process. */
 export class GatewayMetrics extends ProcessMetrics {
+  readonly callsJoined = this.counter({
+    name: 'taskrelay_calls_joined_total',
+    help: 'Calls that joined an unfinished call of the same tool, principal and dedupe key instead of starting one (PROTOCOL.md §25.2).',
+    labelNames: ['tool'] as const,
+  });
   readonly tasksCreated = this.counter({
     name: 'taskrelay_tasks_created_total',
     help: 'Tasks created by this gateway, by tool and mode (task or call).',

@@ -277,7 +277,18 @@ export class McpMethods {
       ...(ctx.progress ? { sendProgress: ctx.progress.send } : {}),
       ...(ctx.sink ? { sink: ctx.sink } : {}),
     });
+    if (record.joined) return this.awaitJoined(ctx, record);
     return this.awaitCall(ctx, record, { becomesTask: inputFirst, argumentsDigest: argumentsDigest(args) });
+  }
+
+  /**
+   * A plain call that joined an unfinished one with the same dedupe key (PROTOCOL.md §25.2): it gets that call's
+   * result. Its own abort only stops its wait: the work is the first caller's too.
+   */
+  private async awaitJoined(ctx: RequestContext, record: TaskRecord): Promise<Result> {
+    const done = await this.o.service.waitForJoined(record, ctx.signal);
+    if (done.status === 'cancelled' && done.cancelReason === 'GATEWAY_SHUTDOWN') throw callEndedByShutdown();
+    return capResult(renderResult(done), this.maxResultBytes);
   }
 
   /**

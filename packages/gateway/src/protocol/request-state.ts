@@ -5,9 +5,9 @@
  * and when it expires. It carries no argument, answer or secret: those stay on the task hash. Hand-written (node's
  * crypto, no library) because it is a dozen lines: a JWT library would bring algorithms and headers nothing here uses.
  */
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
-import type { RedisClient } from '@taskrelay/shared';
+import { canonicalDigest, type RedisClient } from '@taskrelay/shared';
 
 const PayloadSchema = z.strictObject({
   /** Format version. */
@@ -49,19 +49,7 @@ export interface RequestState {
  * `requestState` is bound to, so a retry with other arguments is refused instead of getting the first call's result.
  */
 export function argumentsDigest(args: Record<string, unknown> | undefined): string {
-  return createHash('sha256')
-    .update(JSON.stringify(sorted(args ?? {})))
-    .digest('base64url');
-}
-
-function sorted(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(sorted);
-  if (value === null || typeof value !== 'object') return value;
-  return Object.fromEntries(
-    Object.keys(value)
-      .sort()
-      .map((k) => [k, sorted((value as Record<string, unknown>)[k])]),
-  );
+  return canonicalDigest(args ?? {});
 }
 
 /** Why a `requestState` was refused; the client is told only that it is invalid. */

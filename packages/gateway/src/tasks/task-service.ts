@@ -20,6 +20,7 @@ import {
   startTaskSpan,
   DEFAULT_PRIORITY,
   PRIORITY_LEVELS,
+  canonicalDigest,
   priorityBase,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
@@ -98,6 +99,9 @@ export interface StartTaskInput {
   /** `_meta["dev.taskrelay/webhook"]` as the request carried it (PROTOCOL.md §27.1); checked before anything is stored. */
   webhook?: unknown;
 }
+
+/** What `start` answers: the task, `joined` when it is an earlier one the call joined (idempotency or dedupe). */
+export type StartedTask = TaskRecord & { joined?: true };
 
 /** How an answer to an input request ended: stored (the task resumes), invalid (asked again), refused (too late). */
 export type InputAnswerOutcome = 'stored' | 'invalid' | 'refused';
@@ -181,7 +185,7 @@ export class TaskService {
    * Stores the task durably, starts routing its progress, then enqueues its job. With an idempotency key the
    * principal already used, returns that task and starts nothing.
    */
-  async start(input: StartTaskInput): Promise<TaskRecord> {
+  async start(input: StartTaskInput): Promise<StartedTask> {
     const { tool } = input;
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const timeoutMs = toolTimeoutMs(tool, this.config);
@@ -206,6 +210,11 @@ export class TaskService {
     if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
       createInput.idempotencyKey = input.idempotencyKey;
+    } else if (tool.dedupe) {
+      // A repeat of an unfinished call joins it (§25.2): the digest of the tool's dedupe arguments, in this mode.
+      const { key, ttlMs } = tool.dedupe;
+      const picked = key ? Object.fromEntries(key.map((k) => [k, input.args[k] ?? null])) : input.args;
+      createInput.dedupe = { digest: canonicalDigest(picked), ttlMs };
     }
     const webhook = await this.acceptWebhook(input.webhook, input.mode, input.principal);
     if (webhook) createInput.webhook = webhook;
@@ -269,11 +278,15 @@ export class TaskService {
     const { record, created, priority } = outcome;
     if (!created) {
       span.end();
+      const joined = createInput.idempotencyKey === undefined;
       this.log.info(
-        { taskId: record.taskId, tool: tool.name, principal: input.principal },
-        'idempotency key already used; returning its task',
+        { taskId: record.taskId, tool: tool.name, principal: input.principal, mode: input.mode },
+        joined
+          ? 'call joined an unfinished one with the same dedupe key'
+          : 'idempotency key already used; returning its task',
       );
-      return record;
+      if (joined) this.metrics.callsJoined.inc({ tool: tool.name });
+      return { ...record, joined: true };
     }
     if (!job) route(record);
     try {
@@ -440,6 +453,11 @@ export class TaskService {
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** Waits for a joined call's task to end (§25.2); `signal` only stops the wait, it cancels nothing. */
+  waitForJoined(record: TaskRecord, signal: AbortSignal): Promise<TaskRecord> {
+    return this.router.waitForTerminal(record.taskId, { signal });
   }
 
   async list(principal: string, cursor: string | undefined): Promise<TaskPage> {

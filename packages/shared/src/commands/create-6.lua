@@ -7,7 +7,7 @@
     KEYS[1] task              the task hash
     KEYS[2] principalIndex    the principal's task-mode index (sorted set)
     KEYS[3] live              the live set
-    KEYS[4] idempotency       the idempotency key (the task key when there is none)
+    KEYS[4] idempotency       the idempotency or dedupe key (the task key when there is none)
     KEYS[5] share             the principal's fair share of the task's pool (the task key when not entered)
     KEYS[6] openTasks         the principal's open-work set (the task key when there is no cap)
 
@@ -18,17 +18,20 @@
     ARGV[5] indexed           '1' to add the task to the principal's index
     ARGV[6] indexCap          how many ids the index keeps
     ARGV[7] indexTtlMs        the index expires this long after its last addition
-    ARGV[8] hasIdempotency    '1' when KEYS[4] is an idempotency key
+    ARGV[8] hasIdempotency    '1' when KEYS[4] is an idempotency key; '2' when it is a dedupe key (§25.2: it joins
+                              only an unfinished task, and expires after dedupeTtlMs)
     ARGV[9] taskKeyPrefix     what a task key puts before the id
     ARGV[10] shareTtlMs       '' = no fair-share entry; else how long the share outlives this entry (§25)
     ARGV[11] maxPriority      BullMQ's highest priority value
     ARGV[12] openMax          '' = no open-work cap; else how many members KEYS[6] may hold
     ARGV[13] openTtlMs        how long the open-work set outlives its newest member
     ARGV[14] priorityBase     the BullMQ priority of the job's priority level's first rank, less one (§25.1)
+    ARGV[15] dedupeTtlMs      how long a dedupe key joins calls at most ('' without one)
 
   Output:
     {R.OK, taskId, priority}                created; priority: its job's fair-share priority (0 when not entered)
-    {R.IDEMPOTENT_REPLAY, existingId, tool} the key names a live task; nothing created
+    {R.IDEMPOTENT_REPLAY, existingId, tool} the key names a live task (a dedupe key: an unfinished one); nothing
+                                            created
     {R.TASK_EXISTS}                         the id is taken
     {R.OPEN_CAP, count}                     the open-work set holds openMax or more (count) members; nothing
                                             created (the caller prunes ended work and may try once more)
@@ -36,12 +39,13 @@
 --- @include "resultCodes"
 --- @include "taskFields"
 --- @include "fairShareEnter"
+--- @include "transitions"
 
-if ARGV[8] == '1' then
+if ARGV[8] == '1' or ARGV[8] == '2' then
   local existing = redis.call('GET', KEYS[4])
   if existing then
-    local tool = redis.call('HGET', ARGV[9] .. existing, F.tool)
-    if tool then return {R.IDEMPOTENT_REPLAY, existing, tool} end
+    local h = redis.call('HMGET', ARGV[9] .. existing, F.tool, F.status)
+    if h[1] and (ARGV[8] == '1' or not TERMINAL[h[2]]) then return {R.IDEMPOTENT_REPLAY, existing, h[1]} end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {R.TASK_EXISTS} end
@@ -66,6 +70,7 @@ if ARGV[5] == '1' then
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
 end
 if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+if ARGV[8] == '2' then redis.call('SET', KEYS[4], ARGV[3], 'PX', tonumber(ARGV[15])) end
 if ARGV[12] ~= '' then
   redis.call('ZADD', KEYS[6], tonumber(ARGV[2]), ARGV[3])
   redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[13]))
