@@ -13,6 +13,8 @@
  *                                   FlowProducer of the same size
  *   pnpm bench --ab DIR [--auth]    A/B: another built checkout (A) against this one (B), interleaved windows of
  *                                   plain calls and task cycles at C=1 and 32 (bench/lib/ab.ts)
+ *   pnpm bench --sdk                the cycles as SDK clients run them (Client + its GET stream, callToolStream's
+ *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32 (bench/lib/sdk-cycle.ts)
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
  *   options: --reps N, --window-ms N (compare and A/B modes)
  *
@@ -23,6 +25,7 @@
 import { parseArgs } from 'node:util';
 import { runAb } from './lib/ab.js';
 import { runCreatePath } from './lib/create-path.js';
+import { runSdkCycle } from './lib/sdk-cycle.js';
 import { runBatch } from './lib/batch.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
 import { stopAll, type GatewayProcess } from '../test/helpers/processes.js';
@@ -62,6 +65,7 @@ const { values: args } = parseArgs({
     load: { type: 'boolean', default: false },
     fair: { type: 'boolean', default: false },
     batch: { type: 'boolean', default: false },
+    sdk: { type: 'boolean', default: false },
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
     auth: { type: 'boolean', default: false },
@@ -803,6 +807,17 @@ async function main(): Promise<number> {
     if (args.fair) {
       const { redis } = await startInfra();
       return await runFair({ redis, cleanup, log });
+    }
+    if (args.sdk) {
+      const { redis, admin } = await startInfra();
+      return await runSdkCycle({
+        redis,
+        admin,
+        reps: Number(args.reps ?? (args.quick ? 2 : 3)),
+        windowMs: Number(args['window-ms'] ?? (args.quick ? 1_000 : 5_000)),
+        cleanup,
+        log,
+      });
     }
     return await compare();
   } finally {
