@@ -3,6 +3,8 @@
 // REDIS_URL and no redis-server on PATH, installs Redis with the platform's package manager (apt-get on Debian/Ubuntu,
 // as root or through sudo; brew on macOS), printing the exact command; on a terminal it asks first, with `--yes`
 // (`npm start --yes`, `npm test --yes`) or CI=true it goes ahead, elsewhere it stops with one line saying what to run.
+// With `--tests` (`npm test`) the same goes for what the suite drives besides Redis: tmux (the CLI's terminal test),
+// chromium (the dashboard test) and docker-compose (the compose file's offline check), in the same one install.
 // Then installs the workspace with the pinned pnpm when it was never installed, and rebuilds the packages whose
 // `dist` is missing or older than their sources. Prints nothing when there is nothing to do. Plain Node, no
 // dependencies (it runs before any are installed).
@@ -125,10 +127,22 @@ function linuxFamily() {
   );
 }
 
-/** The commands that install redis-server here, or undefined when no package manager here can. */
-function redisInstallPlan() {
+/** What bootstrap installs when missing: the program it looks for on PATH, and its package per package manager. */
+const REDIS = { bin: 'redis-server', apt: 'redis-server', brew: 'redis' };
+/** What `npm test` drives besides Redis (`--tests`): each is on `.ci/run`'s list too. */
+const TEST_TOOLS = [
+  { bin: 'tmux', apt: 'tmux', brew: 'tmux' },
+  { bin: 'chromium', apt: 'chromium', brew: undefined },
+  { bin: 'docker-compose', apt: 'docker-compose', brew: 'docker-compose' },
+];
+
+/** The commands that install `tools` here, or undefined when no package manager here can install them all. */
+function installPlan(tools) {
   const platform = process.env['TASKRELAY_BOOTSTRAP_PLATFORM'] ?? process.platform;
-  if (platform === 'darwin') return onPath('brew') ? [['brew', 'install', 'redis']] : undefined;
+  if (platform === 'darwin') {
+    if (!onPath('brew') || tools.some((t) => t.brew === undefined)) return undefined;
+    return [['brew', 'install', ...tools.map((t) => t.brew)]];
+  }
   if (platform !== 'linux') return undefined;
   const family = linuxFamily();
   if (!family.some((id) => id === 'debian' || id === 'ubuntu') || !onPath('apt-get')) return undefined;
@@ -137,7 +151,7 @@ function redisInstallPlan() {
   const sudo = asRoot ? [] : ['sudo'];
   return [
     [...sudo, 'apt-get', 'update'],
-    [...sudo, 'apt-get', 'install', '-y', '--no-install-recommends', 'redis-server'],
+    [...sudo, 'apt-get', 'install', '-y', '--no-install-recommends', ...tools.map((t) => t.apt)],
   ];
 }
 
@@ -146,13 +160,25 @@ const NO_REDIS =
   'or run `docker compose -f docker-compose.yml -f docker-compose.redis-port.yml up -d redis` and start with ' +
   'REDIS_URL=redis://127.0.0.1:6379';
 
-async function ensureRedis() {
+async function ensureTools() {
   // `pnpm test:unit` needs no Redis: its project is Node only (docs/TESTING.md).
-  if (process.argv.includes('--no-redis')) return;
   const external = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'].some((name) => process.env[name]);
-  if (external || onPath('redis-server')) return;
-  const plan = redisInstallPlan();
-  if (!plan) fail(NO_REDIS);
+  const wanted = [
+    ...(process.argv.includes('--no-redis') || external ? [] : [REDIS]),
+    ...(process.argv.includes('--tests') ? TEST_TOOLS : []),
+  ];
+  const missing = wanted.filter((t) => !onPath(t.bin));
+  if (missing.length === 0) return;
+  const names = missing.map((t) => t.bin).join(', ');
+  const isAre = missing.length > 1 ? 'are' : 'is';
+  const itThem = missing.length > 1 ? 'them' : 'it';
+  const plan = installPlan(missing);
+  if (!plan) {
+    if (missing.includes(REDIS)) fail(NO_REDIS);
+    fail(
+      `${names} ${isAre} missing and no package manager here can install ${itThem}: install ${itThem}, then run the tests again`,
+    );
+  }
   const shown = plan.map((argv) => argv.join(' ')).join(' && ');
   const yes =
     process.argv.includes('--yes') ||
@@ -160,19 +186,23 @@ async function ensureRedis() {
     ['1', 'true'].includes((process.env['CI'] ?? '').toLowerCase());
   if (!yes) {
     if (!process.stdin.isTTY || !process.stderr.isTTY) {
-      fail(`redis-server is missing; to install it, run: ${shown} (or rerun with --yes, e.g. \`npm start --yes\`)`);
+      fail(
+        `${names} ${isAre} missing; to install ${itThem}, run: ${shown} (or rerun with --yes, e.g. \`npm start --yes\`)`,
+      );
     }
     const prompt = createInterface({ input: process.stdin, output: process.stderr });
-    const answer = (await prompt.question(`bootstrap: redis-server is missing. Run \`${shown}\` now? [Y/n] `)).trim();
+    const answer = (await prompt.question(`bootstrap: ${names} ${isAre} missing. Run \`${shown}\` now? [Y/n] `)).trim();
     prompt.close();
-    if (!/^(y|yes)?$/i.test(answer)) fail(`not installing redis-server; ${NO_REDIS}`);
+    if (!/^(y|yes)?$/i.test(answer))
+      fail(`not installing ${names}; ${missing.includes(REDIS) ? NO_REDIS : 'the tests need it'}`);
   }
-  log(`redis-server is missing; installing it: ${shown}`);
+  log(`${names} ${isAre} missing; installing ${itThem}: ${shown}`);
   for (const argv of plan) run(argv[0], argv.slice(1));
-  if (!onPath('redis-server')) fail(`\`${shown}\` ran, but there is still no redis-server on PATH`);
+  const still = missing.filter((t) => !onPath(t.bin)).map((t) => t.bin);
+  if (still.length > 0) fail(`\`${shown}\` ran, but there is still no ${still.join(', ')} on PATH`);
 }
 
-await ensureRedis();
+await ensureTools();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
 if (stale.length > 0) rebuild(stale);

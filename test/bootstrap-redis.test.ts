@@ -68,6 +68,28 @@ describe('bootstrap installs a missing redis-server', () => {
     expect(run.status).toBe(0);
   });
 
+  it.runIf(process.getuid?.() === 0)(
+    'with --tests (npm test) installs what the suite drives besides Redis, in the same one install',
+    () => {
+      // The install leaves every program behind, as the real packages do.
+      const leaves = `case "$*" in *install*) for p in redis-server tmux chromium docker-compose; do printf '#!/bin/sh\\nexit 0\\n' > "$STUB_BIN/$p"; /bin/chmod +x "$STUB_BIN/$p"; done;; esac`;
+      stub('apt-get', leaves);
+      const run = bootstrap({ CI: 'true', TASKRELAY_BOOTSTRAP_OS_RELEASE: osRelease('debian') }, ['--tests']);
+      expect(run.stderr).toContain(
+        'redis-server, tmux, chromium, docker-compose are missing; installing them: apt-get update && ' +
+          'apt-get install -y --no-install-recommends redis-server tmux chromium docker-compose',
+      );
+      expect(run.status).toBe(0);
+      // What is there already is not installed again: here only chromium is missing.
+      for (const p of ['redis-server', 'tmux', 'docker-compose']) stub(p);
+      rmSync(join(bin, 'chromium'));
+      rmSync(calls);
+      const again = bootstrap({ CI: 'true', TASKRELAY_BOOTSTRAP_OS_RELEASE: osRelease('debian') }, ['--tests']);
+      expect(again.calls).toContain('apt-get install -y --no-install-recommends chromium');
+      expect(again.status).toBe(0);
+    },
+  );
+
   it('runs brew install redis on macOS with --yes', () => {
     stub('brew', installs);
     const run = bootstrap({ TASKRELAY_BOOTSTRAP_PLATFORM: 'darwin' }, ['--yes']);

@@ -64,8 +64,9 @@ describe('§3.2 the catalog routes each call to the queue of its tool', () => {
     const keys = createKeys(uniquePrefix('catalog'));
     await heartbeat(keys, 'w1', [descriptor('build_report'), descriptor('shared')]);
     await heartbeat(keys, 'w2', [descriptor('count_to'), descriptor('shared')]);
-    await heartbeat(keys, 'w3', [descriptor('count_to'), descriptor('shared', 'newer')], Date.now() + 1);
-    await heartbeat(keys, 'w4', [descriptor('shared')], Date.now() - 1, 'team');
+    // Clearly the newest heartbeat, and clearly an older one, however slowly these lines run.
+    await heartbeat(keys, 'w3', [descriptor('count_to'), descriptor('shared', 'newer')], Date.now() + 60_000);
+    await heartbeat(keys, 'w4', [descriptor('shared')], Date.now() - 60_000, 'team');
     const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 60_000 });
 
     for (let i = 0; i < 50; i++) {
