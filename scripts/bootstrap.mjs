@@ -109,8 +109,8 @@ function rebuild(stale) {
   build();
 }
 
-function onPath(command) {
-  return spawnSync(command, ['--version'], { stdio: 'ignore', shell: isWindows }).status === 0;
+function onPath(command, versionArgs = ['--version']) {
+  return spawnSync(command, versionArgs, { stdio: 'ignore', shell: isWindows }).status === 0;
 }
 
 /** `ID` and `ID_LIKE` of /etc/os-release (`debian`, `ubuntu`, …), lower case. */
@@ -131,7 +131,8 @@ function linuxFamily() {
 const REDIS = { bin: 'redis-server', apt: 'redis-server', brew: 'redis' };
 /** What `npm test` drives besides Redis (`--tests`): each is on `.ci/run`'s list too. */
 const TEST_TOOLS = [
-  { bin: 'tmux', apt: 'tmux', brew: 'tmux' },
+  // tmux answers `-V`, and fails on `--version`.
+  { bin: 'tmux', apt: 'tmux', brew: 'tmux', version: ['-V'] },
   { bin: 'chromium', apt: 'chromium', brew: undefined },
   { bin: 'docker-compose', apt: 'docker-compose', brew: 'docker-compose' },
 ];
@@ -167,7 +168,7 @@ async function ensureTools() {
     ...(process.argv.includes('--no-redis') || external ? [] : [REDIS]),
     ...(process.argv.includes('--tests') ? TEST_TOOLS : []),
   ];
-  const missing = wanted.filter((t) => !onPath(t.bin));
+  const missing = wanted.filter((t) => !onPath(t.bin, t.version));
   if (missing.length === 0) return;
   const names = missing.map((t) => t.bin).join(', ');
   const isAre = missing.length > 1 ? 'are' : 'is';
@@ -198,7 +199,7 @@ async function ensureTools() {
   }
   log(`${names} ${isAre} missing; installing ${itThem}: ${shown}`);
   for (const argv of plan) run(argv[0], argv.slice(1));
-  const still = missing.filter((t) => !onPath(t.bin)).map((t) => t.bin);
+  const still = missing.filter((t) => !onPath(t.bin, t.version)).map((t) => t.bin);
   if (still.length > 0) fail(`\`${shown}\` ran, but there is still no ${still.join(', ')} on PATH`);
 }
 

@@ -90,6 +90,15 @@ describe('bootstrap installs a missing redis-server', () => {
     },
   );
 
+  it('with --tests finds each program the way it answers (tmux: -V, and it fails on --version), installing nothing', () => {
+    for (const p of ['redis-server', 'chromium', 'docker-compose']) stub(p);
+    writeFileSync(join(bin, 'tmux'), '#!/bin/sh\ncase "$1" in -V) exit 0;; *) exit 1;; esac\n', { mode: 0o755 });
+    stub('apt-get');
+    const run = bootstrap({ CI: 'true', TASKRELAY_BOOTSTRAP_OS_RELEASE: osRelease('debian') }, ['--tests']);
+    expect(run.calls.filter((c) => c.startsWith('apt-get install'))).toEqual([]);
+    expect(run.status).toBe(0);
+  });
+
   it('runs brew install redis on macOS with --yes', () => {
     stub('brew', installs);
     const run = bootstrap({ TASKRELAY_BOOTSTRAP_PLATFORM: 'darwin' }, ['--yes']);
