@@ -122,8 +122,9 @@ describe('§26.6 a batch is fair to other principals', () => {
       { timeoutMs: 30_000, message: "bob's task did not start" },
     );
     const bobAt = all.indexOf(BOB_N);
-    const ahead = all.slice(before, bobAt).filter((n) => n >= 0).length;
-    expect(bobAt, "bob's start is traced after his job was added").toBeGreaterThanOrEqual(before);
+    // On a loaded machine bob's run may be traced before this test reads the trace after his create answered: then
+    // no child of alice's went ahead of him after that point.
+    const ahead = bobAt < before ? 0 : all.slice(before, bobAt).filter((n) => n >= 0).length;
     expect(ahead, "alice's children started between bob's add and bob's start").toBeLessThanOrEqual(AHEAD_BOUND);
     // Alice's batch still had most of its children to run: bob did not simply wait for it to drain.
     expect(all.filter((n) => n >= 0).length).toBeLessThan(items.length / 2);
