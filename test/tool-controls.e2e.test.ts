@@ -191,6 +191,7 @@ describe('§3.3 pause and resume a tool', () => {
     const tools = await cli('tools');
     expect(tools.stdout).toMatch(/^free\s+optional\s+\[paused\] Sleeps ms\./m);
     expect(tools.stdout).toMatch(/^throttled\s+optional\s+\[2 per 1000 ms\] /m);
+    expect(tools.stdout).toMatch(/^urgent\s+optional\s+\[priority 2\] Sleeps ms; priority level 2\.$/m);
     const admin = (await (await fetch(gateway.url.replace(/\/mcp$/, '/admin/api/tools'))).json()) as {
       tools: Array<{ name: string; paused: boolean; waiting: number }>;
     };

@@ -39,9 +39,15 @@ const TOOL_CONTROLS_META = 'dev.taskrelay/controls';
 /** What controls a tool's runs, as `taskrelay tools` prints it before the description: `[paused, ≤3, 10/1000ms] `. */
 function controlsText(raw: unknown): string {
   if (typeof raw !== 'object' || raw === null) return '';
-  const c = raw as { paused?: unknown; concurrency?: unknown; rateLimit?: { max?: unknown; perMs?: unknown } };
+  const c = raw as {
+    paused?: unknown;
+    priority?: unknown;
+    concurrency?: unknown;
+    rateLimit?: { max?: unknown; perMs?: unknown };
+  };
   const parts: string[] = [];
   if (c.paused === true) parts.push('paused');
+  if (typeof c.priority === 'number') parts.push(`priority ${c.priority}`);
   if (typeof c.concurrency === 'number') parts.push(`at most ${c.concurrency} at once`);
   if (typeof c.rateLimit?.max === 'number' && typeof c.rateLimit.perMs === 'number') {
     parts.push(`${c.rateLimit.max} per ${c.rateLimit.perMs} ms`);
