@@ -1,5 +1,5 @@
 import { ProcessMetrics, catalogQueueName, toolQueue } from '@taskrelay/shared';
-import type { AdminQueries } from './admin/queries.js';
+import type { AdminQueries, ToolView } from './admin/queries.js';
 
 /** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
 const DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
@@ -132,6 +132,14 @@ export class GatewayMetrics extends ProcessMetrics {
    * live tasks by tool and status. Every gateway reports the same fleet values; aggregate them with `max`, not `sum`.
    */
   watchFleet(queries: AdminQueries): void {
+    // Two gauges read the tools' view; one scrape reads it once (each read is a few Redis round trips per queue).
+    let toolsRead: { at: number; tools: Promise<ToolView[]> } | undefined;
+    const tools = () => {
+      if (!toolsRead || Date.now() - toolsRead.at > 1_000) {
+        toolsRead = { at: Date.now(), tools: queries.tools().catch(() => []) };
+      }
+      return toolsRead.tools;
+    };
     this.gauge({
       name: 'taskrelay_queue_jobs',
       help: 'BullMQ jobs per tool queue (PROTOCOL.md §3.2) and state, fleet-wide.',
@@ -159,7 +167,7 @@ export class GatewayMetrics extends ProcessMetrics {
       labelNames: ['tool'] as const,
       async collect() {
         this.reset();
-        for (const tool of await queries.tools().catch(() => [])) this.set({ tool: tool.name }, tool.paused ? 1 : 0);
+        for (const tool of await tools()) this.set({ tool: tool.name }, tool.paused ? 1 : 0);
       },
     });
     this.gauge({
@@ -168,7 +176,7 @@ export class GatewayMetrics extends ProcessMetrics {
       labelNames: ['tool', 'reason'] as const,
       async collect() {
         this.reset();
-        for (const tool of await queries.tools().catch(() => [])) {
+        for (const tool of await tools()) {
           const atLimit = tool.concurrency !== undefined && tool.active >= tool.concurrency;
           const reason = tool.paused ? 'paused' : atLimit ? 'concurrency' : 'queued';
           this.set({ tool: tool.name, reason }, tool.waiting);
