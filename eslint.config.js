@@ -60,7 +60,7 @@ const GATEWAY_NO_WORKER = {
 };
 
 export default defineConfig(
-  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**'], 'taskrelay/ignores'),
+  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**', '.venv/**'], 'taskrelay/ignores'),
 
   {
     name: 'taskrelay/all',

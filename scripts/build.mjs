@@ -3,7 +3,8 @@
 // `npm test`, `pnpm bench`) and the Dockerfile all run this file, so they all produce the same `dist/`:
 //   1. `tsc -b` over the packages (it skips what is up to date and keeps project references consistent);
 //   2. every build step that tsc does not know, listed in STEPS: today the Lua commands copied beside the compiled
-//      code (packages/shared/copy-commands.mjs), which tsc never copies.
+//      code (packages/shared/copy-commands.mjs), which tsc never copies, and the same scripts resolved for the Python
+//      worker (packages/shared/emit-python-lua.mjs).
 // Before this file, bootstrap ran step 1 only, so a fresh clone's `npm start` had no Lua in dist and its worker
 // exited at once. Plain Node, no dependencies.
 import { spawnSync } from 'node:child_process';
@@ -18,7 +19,16 @@ export const PACKAGES = ['shared', 'worker', 'gateway', 'cli'];
  * Build steps after tsc: a Node script run from the repository root, the package it builds for, and what it writes
  * there (a package missing one of these outputs is out of date, whatever its timestamps say).
  */
-export const STEPS = [{ script: 'packages/shared/copy-commands.mjs', pkg: 'shared', output: 'dist/commands' }];
+export const STEPS = [
+  { script: 'packages/shared/copy-commands.mjs', pkg: 'shared', output: 'dist/commands' },
+  // The same scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2); committed, so pip installs from a
+  // checkout without Node, and `.ci/run` fails when they differ from what this step writes.
+  {
+    script: 'packages/shared/emit-python-lua.mjs',
+    pkg: 'shared',
+    output: '../worker-python/src/taskrelay_worker/protocol/manifest.json',
+  },
+];
 
 function fail(message) {
   process.stderr.write(`build: ${message}\n`);

@@ -12,6 +12,7 @@ export * from './messages.js';
 export * from './metrics.js';
 export * from './redis.js';
 export * from './script-results.js';
+export { scriptsGeneration } from './scripts.js';
 export * from './task-fields.js';
 export * from './task-model.js';
 export * from './task-store.js';

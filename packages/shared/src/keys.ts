@@ -31,6 +31,11 @@ export interface Keys {
    * worker has gone, so its tools stay listed for the gateway's catalog retention (PROTOCOL.md §24).
    */
   readonly pools: string;
+  /**
+   * Hash: generation of the task-store scripts (`scriptsGeneration`) → when a gateway of it last started (ms), so a
+   * worker in another language can tell whether it runs the deployment's scripts (PROTOCOL.md §29.2).
+   */
+  readonly protocol: string;
   /** Channel: progress, status and acks for the tasks one gateway routes or waits on. */
   gatewayChannel(gatewayId: string): string;
   /** What `gatewayChannel(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
@@ -113,6 +118,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     workers: `${prefix}:workers`,
     workerCatalog: (workerId) => `${prefix}:worker:${workerId}:catalog`,
     pools: `${prefix}:pools`,
+    protocol: `${prefix}:protocol`,
     gatewayChannelPrefix,
     gatewayChannelSuffix,
     gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,

@@ -8,6 +8,7 @@
  * maps to KEYS and ARGV in that order. Loading checks the file's header and body against the declaration, so a
  * header that lists eleven ARGV while the code reads a twelfth fails at the first load, not in production.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { TaskrelayError } from './errors.js';
@@ -357,6 +358,20 @@ export function loadScripts(): Map<ScriptSpec, string> {
     loaded = sources;
   }
   return loaded;
+}
+
+/**
+ * The generation of the task-store scripts (PROTOCOL.md §29.2): 16 hex digits of SHA-256 over every script's name and
+ * resolved source. Two processes of one generation run the same Lua on the same keys; the gateway records its
+ * generation in `P:protocol`, and a worker in another language (the Python worker, whose copy of the scripts the build
+ * emits with this generation) refuses to start when the deployment runs generations it does not know.
+ */
+export function scriptsGeneration(): string {
+  const hash = createHash('sha256');
+  // By code point, as any language sorts: a Python check of the emitted files computes the same digest.
+  const entries = [...loadScripts()].sort(([a], [b]) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const [s, source] of entries) hash.update(`${s.name}-${s.keys.length}\n${source}\n`);
+  return hash.digest('hex').slice(0, 16);
 }
 
 /**

@@ -5,7 +5,10 @@ import type { Keys } from './keys.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import type { StatusEvent } from './messages.js';
 import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner, type JobAddScript } from './scripts.js';
+import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript } from './scripts.js';
+
+/** How long a scripts generation stays known in `P:protocol` after its last announcement (§29.2). */
+const GENERATION_KEPT_MS = 30 * 86_400_000;
 
 export type { JobAddScript } from './scripts.js';
 import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
@@ -439,6 +442,23 @@ export class RedisTaskStore {
       priority: Number(reply.values[1]),
       jobAdded: job !== undefined && reply.values[2] === taskId,
     };
+  }
+
+  /**
+   * Records that a process running this build's scripts started (PROTOCOL.md §29.2): `P:protocol` maps each generation
+   * to when it was last announced. Generations not announced for 30 days are dropped, so a worker of a long-gone
+   * generation is refused again. Returns this build's generation.
+   */
+  async announceScriptsGeneration(now = Date.now()): Promise<string> {
+    const generation = scriptsGeneration();
+    const seen = await this.redis.hgetall(this.keys.protocol);
+    const stale = Object.entries(seen)
+      .filter(([other, at]) => other !== generation && now - Number(at) > GENERATION_KEPT_MS)
+      .map(([other]) => other);
+    const tx = this.redis.multi().hset(this.keys.protocol, generation, String(now));
+    if (stale.length > 0) tx.hdel(this.keys.protocol, ...stale);
+    await tx.exec();
+    return generation;
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {

@@ -1,0 +1,46 @@
+// Emits the task store's Lua scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2): the same sources
+// the Node processes load (scripts.ts `loadScripts`), written as files beside a manifest of their keys, arguments and
+// result codes, the hash field names and the scripts generation. The Python worker runs these files and never a copy
+// kept by hand; `.ci/run` fails when the committed files differ from what this writes.
+// Run by scripts/build.mjs after tsc (it reads the compiled shared package).
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+
+const shared = new URL('./dist/', import.meta.url);
+const { loadScripts, scriptsGeneration } = await import(new URL('scripts.js', shared).href);
+const { ResultCode } = await import(new URL('script-results.js', shared).href);
+const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
+const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
+
+const python = new URL('../worker-python/', import.meta.url);
+const out = new URL('src/taskrelay_worker/protocol/', python);
+
+const nodeBullmq = JSON.parse(readFileSync(new URL('../worker/package.json', import.meta.url), 'utf8')).dependencies
+  .bullmq;
+const pythonBullmq = /"bullmq==([^"]+)"/.exec(readFileSync(new URL('pyproject.toml', python), 'utf8'))?.[1];
+if (!pythonBullmq) throw new Error('packages/worker-python/pyproject.toml pins no bullmq==<version>');
+
+const codes = Object.fromEntries(Object.entries(ResultCode).filter(([, value]) => typeof value === 'number'));
+const scripts = {};
+mkdirSync(out, { recursive: true });
+for (const file of readdirSync(out)) if (file.endsWith('.lua')) rmSync(new URL(file, out));
+for (const [spec, source] of loadScripts()) {
+  const file = `${spec.name}-${spec.keys.length}.lua`;
+  writeFileSync(new URL(file, out), source);
+  scripts[spec.name] = {
+    file,
+    keys: [...spec.keys],
+    args: [...spec.args],
+    codes: spec.codes.map((code) => ResultCode[code]),
+  };
+}
+const manifest = {
+  generated: 'by packages/shared/emit-python-lua.mjs (the build) from packages/shared/src/commands: do not edit',
+  generation: scriptsGeneration(),
+  bullmq: { node: nodeBullmq, python: pythonBullmq },
+  resultCodes: codes,
+  fields: TASK_FIELDS,
+  fieldPrefixes: TASK_FIELD_PREFIXES,
+  cancelReasons: CancelReasonSchema.options,
+  scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
+};
+writeFileSync(new URL('manifest.json', out), `${JSON.stringify(manifest, null, 2)}\n`);

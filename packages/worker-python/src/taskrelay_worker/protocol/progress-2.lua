@@ -1,0 +1,61 @@
+--[[
+  Records a run's progress on the task and wakes the gateway that routes it (PROTOCOL.md §6). Progress only grows.
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] lock              the job's lock key (the task key when the write is not a worker's)
+
+    ARGV[1] progress          the new progress value
+    ARGV[2] total             the total, or '' for none
+    ARGV[3] message           the message as a JSON string, or '' for none
+    ARGV[4] now               ISO time
+    ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
+    ARGV[6] channelSuffix     gateway channel: what comes after it
+    ARGV[7] lockToken         the worker's lock token; '' = no lock check
+
+  Output:
+    {R.OK}               recorded and published
+    {R.PROGRESS_STALE}   not above the last value
+    {R.TASK_MISSING}
+    {R.TASK_TERMINAL}
+    {R.LOCK_LOST}
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", input = "input:", answer = "answer:"}
+
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
+
+--[[
+  A worker's write is lock-checked (PROTOCOL.md §10.4): true when the job's lock holds `token`, or when the write is
+  not a worker's (an empty token).
+]]
+
+local function holds_lock(lockKey, token)
+  return token == '' or redis.call('GET', lockKey) == token
+end
+
+local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId)
+if not h[1] then return {R.TASK_MISSING} end
+if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
+if not holds_lock(KEYS[2], ARGV[7]) then return {R.LOCK_LOST} end
+local progress = tonumber(ARGV[1])
+if h[2] and tonumber(h[2]) >= progress then return {R.PROGRESS_STALE} end
+local event = {type = 'progress', taskId = h[4], progress = progress}
+redis.call('HSET', KEYS[1], F.progress, ARGV[1], F.lastUpdatedAt, ARGV[4])
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[1], F.total, ARGV[2])
+  event.total = tonumber(ARGV[2])
+else
+  redis.call('HDEL', KEYS[1], F.total)
+end
+if ARGV[3] ~= '' then
+  local message = cjson.decode(ARGV[3])
+  redis.call('HSET', KEYS[1], F.progressMessage, message, F.statusMessage, message)
+  event.message = message
+end
+if h[3] and h[3] ~= '' then
+  redis.call('PUBLISH', ARGV[5] .. h[3] .. ARGV[6], cjson.encode(event))
+end
+return {R.OK}

@@ -1,0 +1,206 @@
+--[[
+  The reaper (PROTOCOL.md §10.3): fails the due live tasks whose deadline passed or whose job is gone or failed, and
+  schedules the others' next look. One process at a time holds the lease.
+
+  Input:
+    KEYS[1] live              the live set, scored by when the reaper next looks
+    KEYS[2] lease             the reaper lease
+    KEYS[3] webhookDue        the webhook outbox's due set (§27.2)
+    KEYS[4] webhookPending    the outbox's pending counts per principal
+    KEYS[5] webhookDead       the outbox's dead letters
+
+    ARGV[1] nowMs             now, ms since epoch
+    ARGV[2] now               now, ISO
+    ARGV[3] batch             how many due tasks one pass looks at
+    ARGV[4] lookAgainMs       when a task still fine is looked at again
+    ARGV[5] taskKeyPrefix     what a task key puts before the id
+    ARGV[6] queueKeyPrefix    what a BullMQ queue key puts before the pool name
+    ARGV[7] channelPrefix     gateway channel: what comes before the gateway id
+    ARGV[8] channelSuffix     gateway channel: what comes after it
+    ARGV[9] holder            who asks for the lease
+    ARGV[10] leaseMs          how long the lease is held
+    ARGV[11] webhookPrefix    what an outbox event key puts before the event id
+
+  Output:
+    {R.OK, looked, {taskId, code, message, ...}}   the tasks failed by this pass
+    {R.LEASE_HELD}                                 another process holds the lease
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", input = "input:", answer = "answer:"}
+
+local function bull_job_key(queueKey, jobId) return queueKey .. ":" .. jobId end
+local function bull_failed_key(queueKey) return queueKey .. ":failed" end
+local BULL_FAILED_REASON = "failedReason"
+
+--[[
+  The one status write (PROTOCOL.md §2): checks the move against the transition table, generated from
+  allowedSources(), and writes the status with its time and any extra fields. Every script that changes a status goes
+  through here; none writes the status field itself.
+
+  Returns R.OK when written; R.TASK_MISSING when there is no task (current is false or nil); R.TASK_TERMINAL when the
+  task has ended; R.TRANSITION_REFUSED when the table does not allow `to` after `current`.
+]]
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
+
+
+
+local function check_source(current, to)
+  if not current then return R.TASK_MISSING end
+  local sources = SOURCES[to]
+  if sources and sources[current] then return R.OK end
+  if TERMINAL[current] then return R.TASK_TERMINAL end
+  return R.TRANSITION_REFUSED
+end
+
+-- extra: a flat list {field, value, ...} written with the status.
+local function move_status(taskKey, current, to, now, extra)
+  local code = check_source(current, to)
+  if code ~= R.OK then return code end
+  local args = {F.status, to, F.lastUpdatedAt, now}
+  for i = 1, #extra do args[#args + 1] = extra[i] end
+  redis.call('HSET', taskKey, unpack(args))
+  return R.OK
+end
+
+--[[
+  Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9).
+]]
+
+local function publish_status(taskKey, event, channelPrefix, channelSuffix)
+  local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
+  local payload = cjson.encode(event)
+  local sent = {}
+  local function send(id)
+    if id and id ~= '' and not sent[id] then
+      sent[id] = true
+      redis.call('PUBLISH', channelPrefix .. id .. channelSuffix, payload)
+    end
+  end
+  send(h[1])
+  if h[2] then
+    for id in string.gmatch(h[2], '[^,]+') do send(id) end
+  end
+end
+
+--[[
+  Ends a task (PROTOCOL.md §10.1): the hash expires after its ttl, leaves the live set, drops its watchers, and its
+  idempotency mapping is kept as long as the task (or freed at once, for a task that never ran); a dedupe mapping
+  (§25.2) is freed at once: only an unfinished task is joined.
+]]
+
+local function finish(taskKey, liveKey, taskId, dropIdempotency)
+  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe)
+  if h[3] == '1' then dropIdempotency = true end
+  local ttl = tonumber(h[1]) or 60000
+  redis.call('PEXPIRE', taskKey, ttl)
+  redis.call('ZREM', liveKey, taskId)
+  redis.call('HDEL', taskKey, F.watchers)
+  if h[2] and h[2] ~= '' then
+    if dropIdempotency and redis.call('GET', h[2]) == taskId then
+      redis.call('DEL', h[2])
+    else
+      redis.call('PEXPIRE', h[2], ttl)
+    end
+  end
+end
+
+--[[
+  Completion webhooks (PROTOCOL.md §27.2): when the task names a webhook, its event joins the outbox in the same script
+  as the status write (a move to input_required or a terminal status). Scores are Redis server time, so gateways with
+  skewed clocks agree on what is due. An event that would take the principal past the cap the task carries is
+  dead-lettered at once. The event hash's own fields (id, url, attempts, ...) are the outbox's, not the task's.
+]]
+
+local W = {id = 'id', taskId = 'taskId', principal = 'principal', url = 'url', status = 'status', statusMessage = 'statusMessage', timestamp = 'timestamp', attempts = 'attempts', lease = 'lease', createdAt = 'createdAt', lastError = 'lastError'}
+local WEBHOOK_DEAD_LETTERS_KEPT = 1000
+
+-- A webhook event that will not be delivered joins the dead letters, newest first; at most
+-- WEBHOOK_DEAD_LETTERS_KEPT are kept (one bound, for the outbox's append and its settle alike).
+
+local function dead_letter(key, letter)
+  redis.call('LPUSH', key, cjson.encode(letter))
+  redis.call('LTRIM', key, 0, WEBHOOK_DEAD_LETTERS_KEPT - 1)
+end
+
+local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix)
+  local h = redis.call('HMGET', taskKey, F.webhook, F.principal, F.taskId, F.webhookCap)
+  if not h[1] or h[1] == '' then return end
+  local principal = h[2] or ''
+  local n = redis.call('HINCRBY', taskKey, F.webhookSeq, 1)
+  local id = 'msg_' .. h[3] .. '_' .. n
+  local t = redis.call('TIME')
+  local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local cap = tonumber(h[4])
+  local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
+  if cap and held >= cap then
+    dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
+      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs})
+    return
+  end
+  local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,
+    W.timestamp, timestamp, W.attempts, '0', W.createdAt, tostring(nowMs)}
+  if message and message ~= '' then
+    fields[#fields + 1] = W.statusMessage
+    fields[#fields + 1] = message
+  end
+  redis.call('HSET', eventPrefix .. id, unpack(fields))
+  redis.call('ZADD', dueKey, nowMs, id)
+  redis.call('HINCRBY', pendingKey, principal, 1)
+end
+
+if redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', tonumber(ARGV[10])) == false then
+  if redis.call('GET', KEYS[2]) ~= ARGV[9] then return {R.LEASE_HELD} end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[10]))
+end
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local reaped = {}
+for _, taskId in ipairs(due) do
+  local taskKey = ARGV[5] .. taskId
+  local h = redis.call('HMGET', taskKey, F.status, F.deadlineAt, F.queue, F.startedAt)
+  if check_source(h[1], 'failed') ~= R.OK then
+    -- Gone or ended: nothing to reap, and no reason to look again.
+    redis.call('ZREM', KEYS[1], taskId)
+  else
+    local deadline = tonumber(h[2])
+    local code, message
+    if deadline and now >= deadline then
+      code = 'TIMEOUT'
+      if h[1] == 'input_required' then
+        message = 'Task deadline passed: its input request was not answered in time'
+      else
+        message = 'Task deadline passed: no worker finished it in time'
+      end
+    else
+      local queueKey = ARGV[6] .. (h[3] or '')
+      local jobKey = bull_job_key(queueKey, taskId)
+      if redis.call('EXISTS', jobKey) == 0 then
+        code = 'JOB_LOST'
+        message = 'The job of this task was lost (never enqueued, evicted or removed)'
+      elseif redis.call('ZSCORE', bull_failed_key(queueKey), taskId) then
+        code = 'JOB_LOST'
+        local reason = redis.call('HGET', jobKey, BULL_FAILED_REASON)
+        message = 'The job of this task failed: ' .. (reason or 'unknown reason')
+      end
+    end
+    if code then
+      local result = cjson.encode({content = {{type = 'text', text = message}}, isError = true})
+      local err = cjson.encode({code = code, message = message})
+      move_status(taskKey, h[1], 'failed', ARGV[2], {F.statusMessage, message, F.result, result, F.error, err})
+      publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
+        lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
+      outbox_append(taskKey, 'failed', message, ARGV[2], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
+      finish(taskKey, KEYS[1], taskId, h[4] == false)
+      reaped[#reaped + 1] = taskId
+      reaped[#reaped + 1] = code
+      reaped[#reaped + 1] = message
+    else
+      local again = now + tonumber(ARGV[4])
+      if deadline and deadline < again then again = deadline end
+      redis.call('ZADD', KEYS[1], again, taskId)
+    end
+  end
+end
+return {R.OK, #due, reaped}

@@ -1,0 +1,40 @@
+--[[
+  A run writes its durable state (PROTOCOL.md §12.1): lock-checked, refused once the task is terminal.
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] lock              the job's lock key
+
+    ARGV[1] lockToken         the worker's lock token
+    ARGV[2] field             F.state or F.steps
+    ARGV[3] json              the value, JSON
+
+  Output:
+    {R.OK}
+    {R.TASK_MISSING}
+    {R.TASK_TERMINAL}
+    {R.LOCK_LOST}
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", input = "input:", answer = "answer:"}
+
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
+
+--[[
+  A worker's write is lock-checked (PROTOCOL.md §10.4): true when the job's lock holds `token`, or when the write is
+  not a worker's (an empty token).
+]]
+
+local function holds_lock(lockKey, token)
+  return token == '' or redis.call('GET', lockKey) == token
+end
+
+local status = redis.call('HGET', KEYS[1], F.status)
+if not status then return {R.TASK_MISSING} end
+if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
+if ARGV[2] ~= F.state and ARGV[2] ~= F.steps then return redis.error_reply('setState writes state or steps only') end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+return {R.OK}

@@ -1,0 +1,193 @@
+--[[
+  Moves a task to a new status when the transition table allows it (PROTOCOL.md §2), publishes the status event,
+  and ends the task when the new status is terminal.
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] live              the live set
+    KEYS[3] lock              the job's lock key (the task key when the write is not a worker's)
+    KEYS[4] webhookDue        the webhook outbox's due set (§27.2)
+    KEYS[5] webhookPending    the outbox's pending counts per principal
+    KEYS[6] webhookDead       the outbox's dead letters
+
+    ARGV[1] to                the new status
+    ARGV[2] now               ISO time
+    ARGV[3] fields            extra fields, JSON object (statusMessage, result, error, cancelReason)
+    ARGV[4] lockToken         the worker's lock token; '' = no lock check
+    ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
+    ARGV[6] channelSuffix     gateway channel: what comes after it
+    ARGV[7] ackTo             gateway to name in the event's ackTo, or ''
+    ARGV[8] deadlineAt        the new deadline (ms since epoch), or '' to keep it
+    ARGV[9] dropIdempotency   '1' to free the idempotency key at once (the task never ran)
+    ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
+    ARGV[11] webhookPrefix    what an outbox event key puts before the event id
+
+  Output:
+    {R.OK, to}
+    {R.TASK_MISSING}
+    {R.LOCK_LOST, current}             another run holds the job
+    {R.TASK_TERMINAL, current}         the task has ended already
+    {R.TRANSITION_REFUSED, current}    the table does not allow the move
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", input = "input:", answer = "answer:"}
+
+--[[
+  A worker's write is lock-checked (PROTOCOL.md §10.4): true when the job's lock holds `token`, or when the write is
+  not a worker's (an empty token).
+]]
+
+local function holds_lock(lockKey, token)
+  return token == '' or redis.call('GET', lockKey) == token
+end
+
+--[[
+  The one status write (PROTOCOL.md §2): checks the move against the transition table, generated from
+  allowedSources(), and writes the status with its time and any extra fields. Every script that changes a status goes
+  through here; none writes the status field itself.
+
+  Returns R.OK when written; R.TASK_MISSING when there is no task (current is false or nil); R.TASK_TERMINAL when the
+  task has ended; R.TRANSITION_REFUSED when the table does not allow `to` after `current`.
+]]
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
+
+
+
+local function check_source(current, to)
+  if not current then return R.TASK_MISSING end
+  local sources = SOURCES[to]
+  if sources and sources[current] then return R.OK end
+  if TERMINAL[current] then return R.TASK_TERMINAL end
+  return R.TRANSITION_REFUSED
+end
+
+-- extra: a flat list {field, value, ...} written with the status.
+local function move_status(taskKey, current, to, now, extra)
+  local code = check_source(current, to)
+  if code ~= R.OK then return code end
+  local args = {F.status, to, F.lastUpdatedAt, now}
+  for i = 1, #extra do args[#args + 1] = extra[i] end
+  redis.call('HSET', taskKey, unpack(args))
+  return R.OK
+end
+
+--[[
+  Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9).
+]]
+
+local function publish_status(taskKey, event, channelPrefix, channelSuffix)
+  local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
+  local payload = cjson.encode(event)
+  local sent = {}
+  local function send(id)
+    if id and id ~= '' and not sent[id] then
+      sent[id] = true
+      redis.call('PUBLISH', channelPrefix .. id .. channelSuffix, payload)
+    end
+  end
+  send(h[1])
+  if h[2] then
+    for id in string.gmatch(h[2], '[^,]+') do send(id) end
+  end
+end
+
+--[[
+  Ends a task (PROTOCOL.md §10.1): the hash expires after its ttl, leaves the live set, drops its watchers, and its
+  idempotency mapping is kept as long as the task (or freed at once, for a task that never ran); a dedupe mapping
+  (§25.2) is freed at once: only an unfinished task is joined.
+]]
+
+local function finish(taskKey, liveKey, taskId, dropIdempotency)
+  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe)
+  if h[3] == '1' then dropIdempotency = true end
+  local ttl = tonumber(h[1]) or 60000
+  redis.call('PEXPIRE', taskKey, ttl)
+  redis.call('ZREM', liveKey, taskId)
+  redis.call('HDEL', taskKey, F.watchers)
+  if h[2] and h[2] ~= '' then
+    if dropIdempotency and redis.call('GET', h[2]) == taskId then
+      redis.call('DEL', h[2])
+    else
+      redis.call('PEXPIRE', h[2], ttl)
+    end
+  end
+end
+
+--[[
+  Completion webhooks (PROTOCOL.md §27.2): when the task names a webhook, its event joins the outbox in the same script
+  as the status write (a move to input_required or a terminal status). Scores are Redis server time, so gateways with
+  skewed clocks agree on what is due. An event that would take the principal past the cap the task carries is
+  dead-lettered at once. The event hash's own fields (id, url, attempts, ...) are the outbox's, not the task's.
+]]
+
+local W = {id = 'id', taskId = 'taskId', principal = 'principal', url = 'url', status = 'status', statusMessage = 'statusMessage', timestamp = 'timestamp', attempts = 'attempts', lease = 'lease', createdAt = 'createdAt', lastError = 'lastError'}
+local WEBHOOK_DEAD_LETTERS_KEPT = 1000
+
+-- A webhook event that will not be delivered joins the dead letters, newest first; at most
+-- WEBHOOK_DEAD_LETTERS_KEPT are kept (one bound, for the outbox's append and its settle alike).
+
+local function dead_letter(key, letter)
+  redis.call('LPUSH', key, cjson.encode(letter))
+  redis.call('LTRIM', key, 0, WEBHOOK_DEAD_LETTERS_KEPT - 1)
+end
+
+local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix)
+  local h = redis.call('HMGET', taskKey, F.webhook, F.principal, F.taskId, F.webhookCap)
+  if not h[1] or h[1] == '' then return end
+  local principal = h[2] or ''
+  local n = redis.call('HINCRBY', taskKey, F.webhookSeq, 1)
+  local id = 'msg_' .. h[3] .. '_' .. n
+  local t = redis.call('TIME')
+  local nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local cap = tonumber(h[4])
+  local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
+  if cap and held >= cap then
+    dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
+      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs})
+    return
+  end
+  local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,
+    W.timestamp, timestamp, W.attempts, '0', W.createdAt, tostring(nowMs)}
+  if message and message ~= '' then
+    fields[#fields + 1] = W.statusMessage
+    fields[#fields + 1] = message
+  end
+  redis.call('HSET', eventPrefix .. id, unpack(fields))
+  redis.call('ZADD', dueKey, nowMs, id)
+  redis.call('HINCRBY', pendingKey, principal, 1)
+end
+
+local current = redis.call('HGET', KEYS[1], F.status)
+if not current then return {R.TASK_MISSING} end
+if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
+local extra = cjson.decode(ARGV[3])
+local fields = {}
+for k, v in pairs(extra) do
+  fields[#fields + 1] = k
+  fields[#fields + 1] = v
+end
+if ARGV[8] ~= '' then
+  fields[#fields + 1] = F.deadlineAt
+  fields[#fields + 1] = ARGV[8]
+end
+local code = move_status(KEYS[1], current, ARGV[1], ARGV[2], fields)
+if code ~= R.OK then return {code, current} end
+local taskId = redis.call('HGET', KEYS[1], F.taskId)
+local event = {type = 'status', taskId = taskId, status = ARGV[1], lastUpdatedAt = ARGV[2]}
+local message = redis.call('HGET', KEYS[1], F.statusMessage)
+if message and message ~= '' then event.statusMessage = message end
+if extra.cancelReason then event.cancelReason = extra.cancelReason end
+if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
+if ARGV[10] == '1' then
+  event.final = true
+  event.result = extra.result
+  event.error = extra.error
+end
+publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
+  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
+end
+if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1') end
+return {R.OK, ARGV[1]}
