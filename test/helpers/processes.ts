@@ -3,6 +3,7 @@
  * processes it started, by PID.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import getPort from 'get-port';
@@ -29,7 +30,12 @@ export interface ManagedProcess {
 const running = new Set<ManagedProcess>();
 
 export function spawnNode(script: string, env: Record<string, string | undefined>): ManagedProcess {
-  const child = spawn(process.execPath, [script], {
+  return spawnProcess(process.execPath, [script], env);
+}
+
+/** Any command, tracked like `spawnNode`'s (the Python worker: `spawnProcess(PYTHON, ['-m', 'taskrelay_worker'], env)`). */
+export function spawnProcess(command: string, args: string[], env: Record<string, string | undefined>): ManagedProcess {
+  const child = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -118,6 +124,32 @@ export async function startWorkerProcess(
       return proc.logs().some((l) => l['msg'] === 'worker ready');
     },
     { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'worker did not become ready' },
+  );
+  return proc;
+}
+
+/**
+ * The Python interpreter with taskrelay-worker installed: `TASKRELAY_PYTHON`, else the repository's `.venv` (made by
+ * `npm test`'s bootstrap and `.ci/run` when Python 3.11+ is present). Undefined when neither exists.
+ */
+export const PYTHON: string | undefined = (() => {
+  const candidate = process.env['TASKRELAY_PYTHON'] ?? resolve(ROOT, '.venv/bin/python');
+  return existsSync(candidate) ? candidate : undefined;
+})();
+
+/** A Python worker (`python -m taskrelay_worker`), ready once it logs `worker ready`. */
+export async function startPythonWorkerProcess(
+  env: Record<string, string | undefined>,
+  options: StartOptions = {},
+): Promise<ManagedProcess> {
+  if (PYTHON === undefined) throw new Error('no Python with taskrelay-worker installed (.venv/bin/python)');
+  const proc = spawnProcess(PYTHON, ['-m', 'taskrelay_worker'], env);
+  await waitFor(
+    () => {
+      if (proc.child.exitCode !== null) throw new Error(`python worker exited: ${proc.output()}`);
+      return proc.logs().some((l) => l['msg'] === 'worker ready');
+    },
+    { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'python worker did not become ready' },
   );
   return proc;
 }

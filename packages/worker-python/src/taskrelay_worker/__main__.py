@@ -1,0 +1,67 @@
+"""``python -m taskrelay_worker``: serves the tools of the module ``TASKRELAY_TOOLS`` names (a ``.py`` file or a
+module name), with the Node worker's environment. A bad configuration or an unreachable Redis is one line on stderr
+and exit code 1; SIGTERM or SIGINT drains (PROTOCOL.md §21.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_config
+from .engine import StartError, TaskrelayWorker
+from .log import Logger
+from .tools import ToolDefinition, collect_tools
+
+
+def load_tools(spec: str) -> list[ToolDefinition]:
+    try:
+        if spec.endswith(".py") or os.sep in spec or "/" in spec:
+            path = Path(spec).resolve()
+            if not path.is_file():
+                raise ConfigError(f"Invalid configuration: TASKRELAY_TOOLS names no file: {path}")
+            module_spec = importlib.util.spec_from_file_location(f"taskrelay_tools_{path.stem}", path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError(f"Invalid configuration: TASKRELAY_TOOLS could not load {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_spec.name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(spec)
+        return collect_tools(vars(module))
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the module raised is the line to print
+        raise ConfigError(f"Invalid configuration: TASKRELAY_TOOLS could not load {spec}: {error}") from None
+
+
+async def serve() -> int:
+    config = load_config(os.environ)
+    tools = load_tools(config.tools)
+    log = Logger(config.log_level, {"name": "worker", "language": "python"})
+    worker = TaskrelayWorker(config, tools, log)
+    await worker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await worker.close()
+    return 0
+
+
+def main() -> None:
+    try:
+        code = asyncio.run(serve())
+    except (ConfigError, StartError) as error:
+        sys.stderr.write(f"taskrelay-worker: {' '.join(str(error).split())}\n")
+        sys.exit(1)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,796 @@
+"""The worker engine (PROTOCOL.md §5, §7, §10, §21, §29): one BullMQ ``Worker`` per tool queue under one process-wide
+slot limit, the run of a job and what ``settle`` decides, cancels, the catalog heartbeat, hand-back and drain. It
+follows the Node engine (packages/worker/src/engine) step for step; §29 lists where it does not reach it yet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from importlib import metadata, resources
+from typing import Any
+
+import bullmq
+from bullmq.custom_errors import DelayedError, UnrecoverableError
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from .config import Config, ConfigError
+from .context import RunSignal, Suspension, ToolContext
+from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
+from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
+from .log import Logger
+from .protocol import BULLMQ_PAIR, GENERATION
+from .store import TERMINAL, JobLock, TaskStore
+from .tools import ToolDefinition, to_tool_result
+
+#: setTimeout's ceiling in the Node worker: a longer timeout counts as none.
+MAX_TIMER_MS = 2_147_483_647
+DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
+#: Stalls are counted per tool (``max_stalls``, §10.6), never by BullMQ.
+BULLMQ_MAX_STALLED = 1_000_000_000
+PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000
+
+
+class StartError(Exception):
+    """The worker cannot start (Redis unreachable, another scripts generation): one line, exit code 1."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def is_redis_loss(error: BaseException) -> bool:
+    return isinstance(error, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError))
+
+
+@dataclass
+class RunEntry:
+    signal: RunSignal
+    token: str
+    queue: str
+    parent_id: str | None = None
+    run_task: asyncio.Task | None = None
+    grace: asyncio.TimerHandle | None = None
+    aborted_at: float | None = None
+
+
+class GatedWorker(bullmq.Worker):
+    """A BullMQ Worker that takes a job only with a slot of the process (§3.2): ``WORKER_CONCURRENCY`` bounds the
+    whole process, whatever number of tool queues it consumes. BullMQ (Python, like Node OSS) has no worker of several
+    queues, so the gate is ours: a job holds its slot from ``moveToActive`` until ``processJob`` is done with it."""
+
+    def __init__(self, name: str, processor: Any, opts: dict, gate: asyncio.Semaphore) -> None:
+        self._gate = gate
+        super().__init__(name, processor, opts)
+
+    async def moveToActive(self, token: str):  # noqa: N802 - BullMQ's name
+        if self._gate.locked():
+            # Every slot is busy: put back the marker this worker may have taken, so an idle worker of another
+            # process takes the job, and wait for a slot holding no job.
+            try:
+                await self.client.zadd(self.keys["marker"], {"0": 0})
+            except Exception:  # noqa: BLE001 - a lost wake-up costs one block timeout, nothing more
+                pass
+        await self._gate.acquire()
+        try:
+            job = await super().moveToActive(token)
+        except BaseException:
+            self._gate.release()
+            raise
+        if job is None:
+            self._gate.release()
+        return job
+
+    async def processJob(self, job: Any, token: str):  # noqa: N802
+        try:
+            return await super().processJob(job, token)
+        finally:
+            self._gate.release()
+
+
+class TaskrelayWorker:
+    def __init__(self, config: Config, tools: list[ToolDefinition], log: Logger) -> None:
+        self.config = config
+        self.tools = {t.name: t for t in tools}
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.log = log.child(workerId=self.worker_id)
+        self.keys = Keys(config.prefix)
+        self.pool = tool_pool(config.queue, list(self.tools))
+        self.queues = {name: tool_queue(config.queue, name) for name in self.tools}
+        self.running: dict[str, RunEntry] = {}
+        self.closing = False
+        self._bull: list[GatedWorker] = []
+        self._bull_runs: list[asyncio.Task] = []
+        self._background: list[asyncio.Task] = []
+        self._redis: Redis | None = None
+        self._subscriber: Redis | None = None
+        self.store: TaskStore | None = None
+        #: Queues of batch parents this worker's children woke (§26.4), one per queue, closed with the worker.
+        self._parent_queues: dict[str, bullmq.Queue] = {}
+
+    # Start ---------------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        installed = metadata.version("bullmq")
+        if installed != BULLMQ_PAIR["python"]:
+            raise StartError(
+                f"bullmq {installed} is installed, but this worker's scripts pair with bullmq {BULLMQ_PAIR['python']} "
+                f"(Node bullmq {BULLMQ_PAIR['node']}): pip install bullmq=={BULLMQ_PAIR['python']}"
+            )
+        cfg = self.config
+        self._redis = Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=5)
+        self._subscriber = Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=5)
+        try:
+            await self._redis.ping()
+        except Exception as error:  # noqa: BLE001 - any failure here is "cannot reach Redis"
+            await self._close_redis()
+            raise StartError(f"Redis is unreachable at {_redacted(cfg.redis_url)}: {error}") from None
+        self.store = TaskStore(self._redis, self.keys)
+        known = await self.store.known_generations()
+        if known and GENERATION not in known:
+            await self._close_redis()
+            raise StartError(
+                f"this worker runs task-store scripts generation {GENERATION}, but the deployment's gateways run "
+                f"{', '.join(sorted(known))}: install the taskrelay-worker built with your gateway's version"
+            )
+        if not known:
+            self.log.warn("no gateway has announced its scripts generation yet; starting on this build's", generation=GENERATION)
+        await self._apply_tool_limits()
+        gate = asyncio.Semaphore(cfg.concurrency)
+        lock_ms = cfg.lock_duration_ms
+        for name, queue in self.queues.items():
+            worker = GatedWorker(
+                self.keys.queue_name(queue),
+                self.process,
+                {
+                    "connection": cfg.redis_url,
+                    "prefix": self.keys.bull_prefix,
+                    "concurrency": cfg.concurrency,
+                    # Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within
+                    # 5L/6 (§10.5), as the Node worker does.
+                    "lockDuration": max(100, round(lock_ms * 2 / 3)),
+                    "lockRenewTime": max(50, round(lock_ms / 3)),
+                    "stalledInterval": max(50, round(lock_ms / 6)),
+                    "maxStalledCount": BULLMQ_MAX_STALLED,
+                    "name": self.worker_id,
+                    "autorun": False,
+                },
+                gate,
+            )
+            worker.on("error", lambda error, *_: self.log.warn("BullMQ worker error", err=error))
+            worker.on("lockRenewalFailed", self._on_lock_renewal_failed)
+            self._bull.append(worker)
+            self.log.debug("consuming tool queue", tool=name, queue=queue)
+        self._background.append(asyncio.ensure_future(self._cancel_listener()))
+        self._background.append(asyncio.ensure_future(self._cancel_sweep()))
+        await self._publish_catalog()
+        self._background.append(asyncio.ensure_future(self._heartbeat()))
+        self._bull_runs = [asyncio.ensure_future(worker.run()) for worker in self._bull]
+        self.log.info(
+            "worker ready",
+            queue=cfg.queue,
+            pool=self.pool,
+            tools=list(self.tools),
+            concurrency=cfg.concurrency,
+            generation=GENERATION,
+            language="python",
+        )
+
+    async def _apply_tool_limits(self) -> None:
+        """BullMQ's global concurrency and rate limit of each tool's queue (§3.3): the newest worker to start decides."""
+        for name, tool in self.tools.items():
+            queue = bullmq.Queue(
+                self.keys.queue_name(self.queues[name]),
+                {"connection": self.config.redis_url, "prefix": self.keys.bull_prefix},
+            )
+            try:
+                if tool.concurrency is not None:
+                    await queue.setGlobalConcurrency(tool.concurrency)
+                else:
+                    await queue.removeGlobalConcurrency()
+                if tool.rate_limit is not None:
+                    await queue.setGlobalRateLimit(tool.rate_limit[0], tool.rate_limit[1])
+                else:
+                    await queue.removeGlobalRateLimit()
+            finally:
+                await queue.close()
+
+    # Catalog heartbeat (§3.1) ----------------------------------------------------------------------------------------
+
+    async def _publish_catalog(self) -> None:
+        assert self._redis is not None
+        now = _now_ms()
+        ttl = 3 * self.config.heartbeat_ms
+        descriptors = [t.descriptor() for t in self.tools.values()]
+        catalog = {
+            "workerId": self.worker_id,
+            "queue": self.pool,
+            "queueName": self.config.queue,
+            "tools": descriptors,
+            "heartbeatAt": now,
+        }
+        pool = {"pool": self.pool, "queueName": self.config.queue, "tools": descriptors, "lastSeenAt": now}
+        async with self._redis.pipeline(transaction=True) as tx:
+            tx.set(self.keys.worker_catalog(self.worker_id), json.dumps(catalog), px=ttl)
+            tx.zadd(self.keys.workers, {self.worker_id: now + ttl})
+            tx.hset(self.keys.pools, self.pool, json.dumps(pool))
+            tx.zremrangebyscore(self.keys.workers, "-inf", now - PRUNE_DEAD_WORKERS_AFTER_MS)
+            await tx.execute()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+            try:
+                await self._publish_catalog()
+            except Exception as error:  # noqa: BLE001
+                self.log.warn("heartbeat failed", err=error)
+
+    # Cancels (§7) ------------------------------------------------------------------------------------------------
+
+    def _abort(self, task_id: str, reason: str) -> None:
+        entry = self.running.get(task_id)
+        if entry is None or entry.signal.aborted:
+            return
+        entry.signal.abort(reason)
+        entry.aborted_at = time.monotonic()
+        self.log.info("tool signal aborted", taskId=task_id, reason=reason)
+
+        def past_grace() -> None:
+            if entry.run_task is not None and not entry.run_task.done():
+                self.log.warn(
+                    "tool still running after its cancellation; its asyncio task is cancelled",
+                    taskId=task_id,
+                    reason=reason,
+                    abortGraceMs=self.config.abort_grace_ms,
+                )
+                entry.run_task.cancel()
+
+        entry.grace = asyncio.get_running_loop().call_later(self.config.abort_grace_ms / 1000, past_grace)
+
+    def _on_lock_renewal_failed(self, job_ids: Any, *_: Any) -> None:
+        for job_id in job_ids or []:
+            self._abort(str(job_id), "LOCK_LOST")
+
+    async def _cancel_listener(self) -> None:
+        assert self._subscriber is not None
+        while True:
+            pubsub = self._subscriber.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.cancel_channel)
+                # A message missed while the subscriber was away is found by re-reading the running tasks.
+                await self._sweep_once()
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if message is None or message.get("type") != "message":
+                        continue
+                    try:
+                        request = json.loads(message["data"])
+                        task_id, reason = request["taskId"], request["reason"]
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if isinstance(task_id, str) and isinstance(reason, str) and task_id in self.running:
+                        self._abort(task_id, reason)
+            except asyncio.CancelledError:
+                await pubsub.aclose()
+                raise
+            except Exception as error:  # noqa: BLE001 - Redis gone: subscribe again
+                self.log.debug("cancel subscriber lost; subscribing again", err=error)
+                try:
+                    await pubsub.aclose()
+                except Exception:  # noqa: BLE001
+                    pass
+                await asyncio.sleep(0.5)
+
+    async def _cancel_sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cancel_sweep_ms / 1000)
+            try:
+                await self._sweep_once()
+            except Exception as error:  # noqa: BLE001
+                self.log.debug("cancel sweep failed", err=error)
+
+    async def _sweep_once(self) -> None:
+        """Aborts runs whose task ended elsewhere (§7.5) or whose job lock is another's (§10.4)."""
+        assert self._redis is not None
+        for task_id, entry in list(self.running.items()):
+            if entry.signal.aborted:
+                continue
+            # A batch child has no task of its own: its parent's end ends it (§26.7).
+            status, reason = await self._redis.hmget(self.keys.task(entry.parent_id or task_id), "status", "cancelReason")
+            lock = await self._redis.get(self.keys.bull_job_lock(entry.queue, task_id))
+            if entry.parent_id is not None:
+                if status is None or status in TERMINAL:
+                    self._abort(task_id, "CLIENT_CANCELLED")
+            elif status in TERMINAL:
+                self._abort(task_id, reason or ("TIMEOUT" if status == "failed" else "LOCK_LOST"))
+            elif status is not None and lock is not None and lock != entry.token:
+                self._abort(task_id, "LOCK_LOST")
+
+    # The run of a job (§5, §21.2) ------------------------------------------------------------------------------------
+
+    async def process(self, job: Any, token: str) -> Any:
+        task_id = str(job.id)
+        data = job.data if isinstance(job.data, dict) else {}
+        attempt = max(1, int(getattr(job, "attemptsStarted", 0) or 0) or job.attemptsMade + 1)
+        log = self.log.child(taskId=task_id, jobId=task_id, tool=job.name, attempt=attempt)
+        if isinstance(data.get("principal"), str):
+            log.bind(principal=data["principal"])
+        queue = queue_of_bull_name(job.queue.name)
+        entry = RunEntry(signal=RunSignal(), token=token, queue=queue)
+        self.running[task_id] = entry
+        try:
+            if isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool):
+                return await self._run_child(job, token, data, attempt, entry, log)
+            return await self._run(job, token, task_id, data, attempt, entry, log)
+        except (DelayedError, UnrecoverableError):
+            raise
+        except Exception as error:
+            if is_redis_loss(error):
+                log.warn("Redis unreachable while recording the run; handing the job back", err=error)
+                return await self.hand_back(job, token, log, "LOCK_LOST")
+            raise
+        finally:
+            if entry.grace is not None:
+                entry.grace.cancel()
+            if self.running.get(task_id) is entry:
+                del self.running[task_id]
+
+    async def _run(
+        self, job: Any, token: str, task_id: str, data: dict, attempt: int, entry: RunEntry, log: Logger
+    ) -> Any:
+        assert self.store is not None
+        if self.closing:
+            return await self.hand_back(job, token, log)
+        lock = JobLock(entry.queue, token)
+        timeout_hint = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else None
+        queue_timeout_ms = data.get("queueTimeoutMs") if isinstance(data.get("queueTimeoutMs"), int) else None
+        queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
+        deadline_at = _now_ms() + min(timeout_hint or MAX_TIMER_MS, MAX_TIMER_MS) + self.config.lock_duration_ms + queue_timeout_ms
+        principal = data.get("principal") if isinstance(data.get("principal"), str) else None
+        lock_lost, task = await self.store.start_run(task_id, lock, attempt, deadline_at, principal)
+        if lock_lost:
+            log.warn("job lock already lost at start; tool not run")
+            raise DelayedError()
+        if task is not None and task.principal != principal:
+            await self._redis.zrem(self.keys.fair_share(lock.queue, task.principal), task_id)  # type: ignore[union-attr]
+        if task is None or task.status in TERMINAL:
+            log.info("task is missing or already terminal; tool not run", status=task.status if task else "missing")
+            return None
+        if principal != task.principal:
+            log.bind(principal=task.principal)
+
+        tool_name, arguments = data.get("tool"), data.get("arguments")
+        if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
+            message = "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+            await self._fail_task(task_id, lock, message, {"code": "INTERNAL", "message": message}, log)
+            raise UnrecoverableError(message)
+        tool = self.tools.get(tool_name)
+        if tool is None:
+            message = f"Tool {tool_name} is not served by worker {self.worker_id} (queue {lock.queue})"
+            await self._fail_task(task_id, lock, message, {"code": "TOOL_NOT_FOUND", "message": message}, log)
+            raise UnrecoverableError(message)
+        if job.stalledCounter > tool.max_stalls:
+            message = (
+                f"The worker running this task stopped responding {job.stalledCounter} times (crashed or lost its "
+                f"lock); giving up (maxStalls {tool.max_stalls})"
+            )
+            await self._fail_task(task_id, lock, message, {"code": "JOB_LOST", "message": message}, log)
+            raise UnrecoverableError(message)
+        try:
+            args = tool.parse_arguments(arguments)
+        except NonRetryableError as error:
+            await self._fail_task(task_id, lock, str(error), {"code": "INVALID_ARGUMENTS", "message": str(error)}, log)
+            raise UnrecoverableError(str(error)) from None
+
+        timeout_ms = min((t for t in (timeout_hint, tool.timeout_ms) if t is not None), default=None)
+        ctx = ToolContext(
+            task_id=task_id,
+            tool=tool.name,
+            attempt=attempt,
+            signal=entry.signal,
+            store=self.store,
+            lock=lock,
+            log=log,
+            record=task,
+            progress_interval_ms=self.config.progress_interval_ms,
+            input_timeout_ms=tool.input_timeout_ms,
+            queue_timeout_ms=queue_timeout_ms,
+            on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
+        )
+        timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
+        timeout_write: asyncio.Task | None = None
+
+        def on_timeout() -> None:
+            nonlocal timeout_write
+            if entry.signal.aborted or ctx.suspension is not None:
+                return
+            log.info("tool timed out; aborting it", reason="TIMEOUT", timeoutMs=timeout_ms)
+            self._abort(task_id, "TIMEOUT")
+            ctx.close()
+            timeout_write = asyncio.ensure_future(
+                self._fail_task(task_id, lock, timeout_message, {"code": "TIMEOUT", "message": timeout_message}, log)
+            )
+
+        loop = asyncio.get_running_loop()
+        timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
+        log.info("tool started", timeoutMs=timeout_ms)
+        entry.run_task = asyncio.ensure_future(tool.run(args, ctx))
+        await asyncio.wait({entry.run_task})
+        if timer is not None:
+            timer.cancel()
+        ok, value, error = False, None, None
+        if entry.run_task.cancelled():
+            error = TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
+        elif entry.run_task.exception() is not None:
+            error = entry.run_task.exception()
+        else:
+            ok, value = True, entry.run_task.result()
+        reason = entry.signal.reason
+
+        # settle (§21.3): the abort reason first, then the suspension, then the outcome.
+        if reason == "LOCK_LOST":
+            ctx.close()
+            log.warn("run ended after losing the job lock; nothing recorded", returned=ok)
+            return await self.hand_back(job, token, log, "LOCK_LOST")
+        if reason == "TIMEOUT":
+            ctx.close()
+            if timeout_write is not None:
+                await timeout_write
+            raise UnrecoverableError(timeout_message)
+        if reason == "CLIENT_CANCELLED":
+            ctx.close()
+            if ok:
+                log.info("tool returned after its task was cancelled; result discarded")
+            await self._ensure_cancelled(task_id, lock, log)
+            return None
+        if reason == "GATEWAY_SHUTDOWN":
+            ctx.close()
+            log.info("tool stopped: the gateway holding its call shut down", reason=reason)
+            return None
+        if ctx.suspension is not None:
+            await ctx.flush()
+            ctx.close()
+            if ok or not isinstance(error, SuspendedError):
+                log.warn("tool went on after its run suspended; what it returned or raised is discarded")
+            return await self._suspend_job(job, token, task_id, ctx.suspension, log)
+        if reason == "WORKER_SHUTDOWN" and not ok:
+            ctx.close()
+            return await self.hand_back(job, token, log, "WORKER_SHUTDOWN")
+        if ok:
+            try:
+                result = to_tool_result(tool, value)
+            except NonRetryableError as bad:
+                ok, error = False, bad
+            else:
+                await ctx.flush()
+                ctx.close()
+                written, status, lost = await self.store.transition(task_id, "completed", {"result": result}, lock)
+                if written:
+                    log.info("task completed")
+                elif lost:
+                    self._lost_while_writing(log, "result")
+                else:
+                    log.info("task already terminal; result discarded", status=status or "missing")
+                return None
+        await ctx.flush()
+        ctx.close()
+        if isinstance(error, RetryAfterError):
+            until = _now_ms() + int(error.retry_after * 1000)
+            iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until / 1000)) + f".{until % 1000:03d}Z"
+            held, _ = await self.store.suspend(
+                task_id, lock, until + queue_timeout_ms, status_message=f"Backing off until {iso}: {error}"
+            )
+            if held == "lock_lost":
+                self._lost_while_writing(log, "back-off")
+            if held == "gone":
+                log.info("task ended meanwhile; no back-off")
+                return None
+            log.info("upstream asked to retry later; the run ends, holding no slot", retryAfterMs=until - _now_ms())
+            return await self._suspend_job(job, token, task_id, Suspension("time", until), log)
+        assert error is not None
+        attempts = int(job.opts.get("attempts") or 1)
+        non_retryable = isinstance(error, (NonRetryableError, UnrecoverableError, SuspendedError)) or (
+            isinstance(error, TaskrelayError) and error.code == "PROTOCOL_ERROR"
+        )
+        if non_retryable or job.attemptsMade + 1 >= attempts:
+            serialized = serialize_error(error)
+            await self._fail_task(task_id, lock, serialized["message"], serialized, log, error)
+            raise UnrecoverableError(serialized["message"])
+        log.warn("tool failed; the job will be retried", err=error, attempts=attempts, attemptsMade=job.attemptsMade + 1)
+        raise error if isinstance(error, Exception) else RuntimeError(str(error))
+
+    async def _run_child(self, job: Any, token: str, data: dict, attempt: int, entry: RunEntry, log: Logger) -> Any:
+        """One batch child (§26.3): runs while its parent is live and its outcome unrecorded, records it once under
+        its job lock, moves the parent's progress and wakes the parent when a window or the batch is done."""
+        assert self.store is not None
+        if self.closing:
+            return await self.hand_back(job, token, log)
+        parent_id, index, tool_name = data.get("taskId"), data.get("child"), data.get("tool")
+        arguments = data.get("arguments")
+        if not isinstance(parent_id, str) or not isinstance(tool_name, str) or not isinstance(arguments, dict):
+            raise UnrecoverableError("Invalid batch child data: it needs taskId, child, tool and an arguments object")
+        entry.parent_id = parent_id
+        log.bind(parentId=parent_id, child=index)
+        lock = JobLock(entry.queue, token)
+        start, owner, parent_pool = await self.store.start_child(parent_id, index, lock)
+        owner = owner if start == "run" else (data.get("principal") or "")
+        try:
+            await self._redis.zrem(self.keys.fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - the fair share prunes what it misses
+            pass
+        if start == "lock_lost":
+            log.warn("child job lock already lost at start; tool not run")
+            raise DelayedError()
+        if start != "run":
+            log.info("batch child not run (parent ended, batch stopped, or recorded)", outcome=start)
+            return None
+
+        async def record(outcome: dict) -> None:
+            written = await self.store.record_child(parent_id, index, owner, lock, outcome)  # type: ignore[union-attr]
+            if written["outcome"] == "lock_lost":
+                self._lost_while_writing(log, "child outcome")
+            if written["outcome"] != "recorded":
+                log.info("child outcome not recorded (already recorded, or the batch is gone)", outcome=written["outcome"])
+                return
+            done, size, failed_count = written["done"], written["size"], written["failed"]
+            message = f"{done} of {size} children done ({failed_count} failed)"
+            try:
+                await self.store.record_progress(parent_id, done, size, message, None)  # type: ignore[union-attr]
+            except Exception as error:  # noqa: BLE001
+                log.debug("batch progress write failed", err=error)
+            if written["wake"]:
+                await self._promote(parent_pool, parent_id, log)
+
+        def failed(code: str, message: str) -> dict:
+            return {
+                "status": "failed",
+                "result": {"content": [{"type": "text", "text": message}], "isError": True},
+                "error": {"code": code, "message": message},
+            }
+
+        tool = self.tools.get(tool_name)
+        if tool is None:
+            return await record(failed("TOOL_NOT_FOUND", f"Tool {tool_name} is not served by this worker (queue {lock.queue})"))
+        if job.stalledCounter > tool.max_stalls:
+            return await record(failed("JOB_LOST", f"The worker running this child stopped responding {job.stalledCounter} times; giving up"))
+        try:
+            args = tool.parse_arguments(arguments)
+        except NonRetryableError as error:
+            return await record(failed("INVALID_ARGUMENTS", str(error)))
+        timeout_ms = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else tool.timeout_ms
+        ctx = ToolContext(
+            task_id=str(job.id),
+            tool=tool.name,
+            attempt=attempt,
+            signal=entry.signal,
+            store=_NoProgressStore(self.store),  # type: ignore[arg-type]
+            lock=lock,
+            log=log,
+            record=_child_record(str(job.id), tool.name),
+            progress_interval_ms=self.config.progress_interval_ms,
+            input_timeout_ms=tool.input_timeout_ms,
+            queue_timeout_ms=DEFAULT_QUEUE_TIMEOUT_MS,
+            on_lock_lost=lambda: self._abort(str(job.id), "LOCK_LOST"),
+        )
+        loop = asyncio.get_running_loop()
+        timer = None if timeout_ms is None else loop.call_later(timeout_ms / 1000, self._abort, str(job.id), "TIMEOUT")
+        log.info("batch child started")
+        entry.run_task = asyncio.ensure_future(tool.run(args, ctx))
+        await asyncio.wait({entry.run_task})
+        if timer is not None:
+            timer.cancel()
+        ctx.close()
+        ok, value, error = False, None, None
+        if entry.run_task.cancelled():
+            error = TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
+        elif entry.run_task.exception() is not None:
+            error = entry.run_task.exception()
+        else:
+            ok, value = True, entry.run_task.result()
+        reason = entry.signal.reason
+        if reason == "LOCK_LOST" or (reason == "WORKER_SHUTDOWN" and not ok):
+            return await self.hand_back(job, token, log, reason)
+        if reason == "TIMEOUT":
+            return await record(failed("TIMEOUT", f"Tool {tool.name} timed out after {timeout_ms or 0} ms"))
+        if reason in ("CLIENT_CANCELLED", "GATEWAY_SHUTDOWN") or isinstance(error, SuspendedError):
+            log.info("batch child stopped with its batch")
+            return None
+        if ok:
+            try:
+                return await record({"status": "completed", "result": to_tool_result(tool, value)})
+            except NonRetryableError as bad:
+                return await record({**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
+        if isinstance(error, RetryAfterError):
+            try:
+                await job.moveToDelayed(_now_ms() + int(error.retry_after * 1000), token)
+                log.info("batch child backs off; it runs again after the wait", retryAfterMs=int(error.retry_after * 1000))
+            except Exception as moved:  # noqa: BLE001
+                log.info("batch child not delayed (its lock is gone); it returns to the queue", err=moved)
+            raise DelayedError()
+        assert error is not None
+        attempts = int(job.opts.get("attempts") or 1)
+        if isinstance(error, (NonRetryableError, UnrecoverableError)) or job.attemptsMade + 1 >= attempts:
+            serialized = serialize_error(error)
+            return await record({**failed(serialized["code"], serialized["message"]), "error": serialized})
+        log.warn("batch child failed; it will be retried", err=error, attemptsMade=job.attemptsMade + 1)
+        raise error if isinstance(error, Exception) else RuntimeError(str(error))
+
+    async def _promote(self, pool: str, job_id: str, log: Logger) -> None:
+        """Wakes a batch parent's delayed job in its queue (§26.4)."""
+        queue = self._parent_queues.get(pool)
+        if queue is None:
+            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": self.config.redis_url, "prefix": self.keys.bull_prefix})
+            self._parent_queues[pool] = queue
+        try:
+            await queue.backend.promote(job_id)
+            log.debug("batch parent woken", parentId=job_id)
+        except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it
+            log.debug("batch parent not promoted", parentId=job_id, err=error)
+
+    async def _suspend_job(self, job: Any, token: str, task_id: str, suspension: Suspension, log: Logger) -> Any:
+        """The job waits in BullMQ's delayed set, holding no slot, until its answer or time (§12); no attempt used."""
+        until = suspension.until + self.config.lock_duration_ms if suspension.kind == "input" else suspension.until
+        try:
+            await job.moveToDelayed(until, token)
+        except Exception as error:  # noqa: BLE001
+            log.info("suspended job not delayed (its lock is gone); it is with, or returns to, the queue", err=error)
+            raise DelayedError() from None
+        if suspension.kind == "input":
+            try:
+                task = await self.store.get(task_id)  # type: ignore[union-attr]
+                # Every question answered (or the task ended) while suspending: nobody else will promote it.
+                if task is None or task.status != "input_required":
+                    await job.promote()
+                    log.info("answered (or ended) while suspending; job promoted", inputRequest=suspension.n)
+                    raise DelayedError()
+            except DelayedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the gateway's promote, or the delay, brings it back
+                log.warn("could not re-check the task after suspending", err=error)
+            log.info("run suspended until the input request is answered", inputRequest=suspension.n, until=until)
+        else:
+            log.info("run suspended", until=until)
+        raise DelayedError()
+
+    async def hand_back(self, job: Any, token: str, log: Logger, reason: str = "WORKER_SHUTDOWN") -> Any:
+        """Puts the job back at the front of its queue without using an attempt (§5.7), and wakes idle workers."""
+        keys = job.queue.keys
+        source = _bullmq_command("moveJobFromActiveToWait-9.lua")
+        script = job.queue.client.register_script(source)
+        try:
+            result = await script(
+                keys=[keys[k] for k in ("active", "wait", "stalled", "paused", "meta", "limiter", "prioritized", "marker", "events")],
+                args=[str(job.id), token, f"{keys['']}{job.id}"],
+            )
+            if isinstance(result, int) and result < 0:
+                raise RuntimeError(f"moveJobFromActiveToWait answered {result}")
+        except Exception as error:  # noqa: BLE001
+            log.info("job not put back (its lock is gone); it is with, or returns to, the queue", err=error, reason=reason)
+            raise DelayedError() from None
+        log.info("job put back, at the front of its queue, for another worker", reason=reason)
+        try:
+            await job.queue.client.zadd(keys["marker"], {"0": 0})
+        except Exception as error:  # noqa: BLE001
+            log.debug("could not wake idle workers", err=error)
+        raise DelayedError()
+
+    async def _fail_task(
+        self, task_id: str, lock: JobLock, message: str, error: dict, log: Logger, cause: BaseException | None = None
+    ) -> None:
+        assert self.store is not None
+        fields: dict[str, Any] = {"statusMessage": message, "error": error}
+        if error.get("code") != "PROTOCOL_ERROR":
+            fields["result"] = {"content": [{"type": "text", "text": message}], "isError": True}
+        written, status, lost = await self.store.transition(task_id, "failed", fields, lock)
+        if written:
+            log.info("task failed", code=error.get("code"), statusMessage=message, **({"err": cause} if cause else {}))
+        elif lost:
+            self._lost_while_writing(log, "failure")
+        else:
+            log.info("task already terminal; failure lost", status=status or "missing", statusMessage=message)
+
+    async def _ensure_cancelled(self, task_id: str, lock: JobLock, log: Logger) -> None:
+        assert self.store is not None
+        written, status, lost = await self.store.transition(
+            task_id, "cancelled", {"cancelReason": "CLIENT_CANCELLED", "statusMessage": "Cancelled"}, lock
+        )
+        if written:
+            log.info("task was not terminal; marked cancelled")
+        elif lost:
+            self._lost_while_writing(log, "cancel")
+        else:
+            log.info("tool stopped; task already terminal", status=status or "missing")
+
+    def _lost_while_writing(self, log: Logger, what: str) -> None:
+        log.warn(f"{what} refused: this worker no longer holds the job; another run owns the task", reason="LOCK_LOST")
+        raise DelayedError()
+
+    # Drain and close (§21.1) -----------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """SIGTERM: take no more jobs; let running tools finish within ``WORKER_SHUTDOWN_GRACE_MS``; then cancel them
+        with ``WORKER_SHUTDOWN`` (their jobs go back for another worker, no attempt used); then leave the catalog."""
+        if self.closing:
+            return
+        self.closing = True
+        self.log.info("worker draining", running=len(self.running), graceMs=self.config.shutdown_grace_ms)
+        closes = [asyncio.ensure_future(worker.close()) for worker in self._bull]
+        deadline = time.monotonic() + self.config.shutdown_grace_ms / 1000
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task_id in list(self.running):
+            self._abort(task_id, "WORKER_SHUTDOWN")
+        try:
+            await asyncio.wait_for(asyncio.gather(*closes, return_exceptions=True), timeout=30)
+        except asyncio.TimeoutError:
+            self.log.warn("BullMQ workers did not close in 30 s")
+        for task in [*self._background, *self._bull_runs]:
+            task.cancel()
+        await asyncio.gather(*self._background, *self._bull_runs, return_exceptions=True)
+        try:
+            assert self._redis is not None
+            async with self._redis.pipeline(transaction=True) as tx:
+                tx.delete(self.keys.worker_catalog(self.worker_id))
+                tx.zrem(self.keys.workers, self.worker_id)
+                await tx.execute()
+        except Exception as error:  # noqa: BLE001
+            self.log.warn("could not remove the catalog", err=error)
+        for queue in self._parent_queues.values():
+            try:
+                await queue.close()
+            except Exception:  # noqa: BLE001
+                pass
+        await self._close_redis()
+        self.log.info("worker stopped")
+
+    async def _close_redis(self) -> None:
+        for client in (self._redis, self._subscriber):
+            if client is not None:
+                try:
+                    await client.aclose()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+class _NoProgressStore:
+    """A child reports no progress of its own: its parent's is the children's count (§26.3)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self._store = store
+
+    async def record_progress(self, *_: Any) -> str:
+        return "accepted"
+
+    async def record_log(self, *_: Any) -> str:
+        return "unrouted"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _child_record(job_id: str, tool: str) -> Any:
+    from .store import TaskRecord
+
+    return TaskRecord(task_id=job_id, status="working", principal="", tool=tool, fields={})
+
+
+def _bullmq_command(file: str) -> str:
+    """One of bullmq's own (resolved) Lua commands, from the installed package: never a copy of ours."""
+    return (resources.files("bullmq") / "commands" / file).read_text(encoding="utf-8")
+
+
+def _redacted(url: str) -> str:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@")
+    return url
+
+
+__all__ = ["ConfigError", "StartError", "TaskrelayWorker"]

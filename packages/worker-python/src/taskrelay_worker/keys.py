@@ -1,0 +1,68 @@
+"""Redis key and channel names (PROTOCOL.md §1), as ``packages/shared/src/keys.ts`` builds them."""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import quote
+
+
+def encode_uri_component(value: str) -> str:
+    """JavaScript's ``encodeURIComponent``: the keys that embed a principal are built with it on the Node side."""
+    return quote(value, safe="-_.!~*'()")
+
+
+def tool_queue(queue_name: str, tool: str) -> str:
+    """The queue of one tool (§3.2): ``<TASKRELAY_QUEUE>~<tool>``."""
+    return f"{queue_name}~{tool}"
+
+
+def tool_pool(queue: str, tool_names: list[str]) -> str:
+    """The catalog pool of a worker (§3.2, §24): its queue name and 12 hex digits of SHA-256 over its sorted tools."""
+    digest = hashlib.sha256("\n".join(sorted(set(tool_names))).encode()).hexdigest()[:12]
+    return f"{queue}.{digest}"
+
+
+def queue_of_bull_name(bull_queue_name: str) -> str:
+    return bull_queue_name[2:] if bull_queue_name.startswith("q-") else bull_queue_name
+
+
+class Keys:
+    def __init__(self, prefix: str = "taskrelay") -> None:
+        self.prefix = prefix
+        self.task_key_prefix = f"{prefix}:task:"
+        self.live = f"{prefix}:live"
+        self.workers = f"{prefix}:workers"
+        self.pools = f"{prefix}:pools"
+        self.protocol = f"{prefix}:protocol"
+        self.gateway_channel_prefix = f"{prefix}:gateway:"
+        self.gateway_channel_suffix = ":events"
+        self.cancel_channel = f"{prefix}:cancel"
+        #: BullMQ's ``prefix`` option.
+        self.bull_prefix = prefix
+        self.webhook_event_prefix = f"{prefix}:webhook:"
+        self.webhook_due = f"{prefix}:webhooks:due"
+        self.webhook_pending = f"{prefix}:webhooks:pending"
+        self.webhook_dead = f"{prefix}:webhooks:dead"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.task_key_prefix}{task_id}"
+
+    def worker_catalog(self, worker_id: str) -> str:
+        return f"{self.prefix}:worker:{worker_id}:catalog"
+
+    @staticmethod
+    def queue_name(queue: str) -> str:
+        """BullMQ's name of one of our queues."""
+        return f"q-{queue}"
+
+    def bull_queue_key(self, queue: str) -> str:
+        return f"{self.bull_prefix}:{self.queue_name(queue)}"
+
+    def bull_job_lock(self, queue: str, job_id: str) -> str:
+        return f"{self.bull_queue_key(queue)}:{job_id}:lock"
+
+    def principal_open_tasks(self, principal: str) -> str:
+        return f"{self.prefix}:principal:{encode_uri_component(principal)}:open"
+
+    def fair_share(self, queue: str, principal: str) -> str:
+        return f"{self.prefix}:fair:{queue}:{encode_uri_component(principal)}"

@@ -1,0 +1,210 @@
+"""Tools in Python: ``define_tool(...)`` or the ``@tool(...)`` decorator, with the Node ``defineTool``'s options
+under Python names. An option the worker does not know is a ``TypeError`` when the module loads, never ignored."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from .errors import NonRetryableError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_TASK_SUPPORT = ("forbidden", "optional", "required")
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    run: Handler
+    #: The pydantic model arguments are validated with (and passed as), when ``input_schema`` was one.
+    model: Any = None
+    title: str | None = None
+    output_schema: dict[str, Any] | None = None
+    task_support: str = "optional"
+    timeout_ms: int | None = None
+    attempts: int = 1
+    max_stalls: int = 10
+    input_timeout_ms: int = 86_400_000
+    concurrency: int | None = None
+    rate_limit: tuple[int, int] | None = None
+    priority: int | None = None
+
+    def descriptor(self) -> dict[str, Any]:
+        """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "taskSupport": self.task_support,
+            "attempts": self.attempts,
+            "maxStalls": self.max_stalls,
+        }
+        if self.title is not None:
+            out["title"] = self.title
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
+        if self.timeout_ms is not None:
+            out["timeoutMs"] = self.timeout_ms
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
+        if self.rate_limit is not None:
+            out["rateLimit"] = {"max": self.rate_limit[0], "perMs": self.rate_limit[1]}
+        if self.priority is not None:
+            out["priority"] = self.priority
+        return out
+
+    def parse_arguments(self, arguments: dict[str, Any]) -> Any:
+        """The handler's ``args``: the pydantic model's instance, or the arguments as given (the gateway already
+        validated them against ``input_schema``)."""
+        if self.model is None:
+            return arguments
+        from pydantic import ValidationError
+
+        try:
+            return self.model.model_validate(arguments)
+        except ValidationError as error:
+            issues = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"] for e in error.errors()
+            )
+            raise NonRetryableError(f"Invalid arguments for tool {self.name}: {issues}") from None
+
+
+def _positive(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be a whole number {bound} (got {value!r})")
+
+
+def _schema_of(tool_name: str, input_schema: Any) -> tuple[dict[str, Any], Any]:
+    if input_schema is None:
+        return {"type": "object", "properties": {}}, None
+    if isinstance(input_schema, dict):
+        if input_schema.get("type") != "object":
+            raise ValueError(f"tool {tool_name}: input_schema must be a JSON Schema of type 'object'")
+        json.dumps(input_schema)
+        return input_schema, None
+    if inspect.isclass(input_schema) and hasattr(input_schema, "model_json_schema"):
+        return input_schema.model_json_schema(), input_schema
+    raise ValueError(f"tool {tool_name}: input_schema must be a JSON Schema dict or a pydantic model class")
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    run: Handler,
+    input_schema: Any = None,
+    title: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+    task_support: str = "optional",
+    timeout_ms: int | None = None,
+    attempts: int = 1,
+    max_stalls: int = 10,
+    input_timeout_ms: int = 86_400_000,
+    concurrency: int | None = None,
+    rate_limit: dict[str, int] | None = None,
+    priority: int | None = None,
+) -> ToolDefinition:
+    """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
+    dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
+    text copy, a string as text. ``rate_limit`` is ``{"max": n, "per_ms": ms}``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"tool name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {name!r})")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError(f"tool {name}: description must be a non-empty string")
+    if not inspect.iscoroutinefunction(run):
+        raise TypeError(f"tool {name}: run must be an async function: async def run(args, ctx)")
+    if task_support not in _TASK_SUPPORT:
+        raise ValueError(f"tool {name}: task_support must be one of {', '.join(_TASK_SUPPORT)} (got {task_support!r})")
+    if timeout_ms is not None:
+        _positive(f"tool {name}: timeout_ms", timeout_ms)
+    _positive(f"tool {name}: attempts", attempts, high=100)
+    _positive(f"tool {name}: max_stalls", max_stalls, low=0, high=1000)
+    _positive(f"tool {name}: input_timeout_ms", input_timeout_ms)
+    if concurrency is not None:
+        _positive(f"tool {name}: concurrency", concurrency)
+    limit: tuple[int, int] | None = None
+    if rate_limit is not None:
+        if not isinstance(rate_limit, dict) or set(rate_limit) != {"max", "per_ms"}:
+            raise ValueError(f"tool {name}: rate_limit must be {{'max': n, 'per_ms': ms}} and nothing else")
+        _positive(f"tool {name}: rate_limit.max", rate_limit["max"])
+        _positive(f"tool {name}: rate_limit.per_ms", rate_limit["per_ms"])
+        limit = (rate_limit["max"], rate_limit["per_ms"])
+    if priority is not None:
+        _positive(f"tool {name}: priority", priority, high=5)
+    schema, model = _schema_of(name, input_schema)
+    return ToolDefinition(
+        name=name,
+        description=description,
+        input_schema=schema,
+        run=run,
+        model=model,
+        title=title,
+        output_schema=output_schema,
+        task_support=task_support,
+        timeout_ms=timeout_ms,
+        attempts=attempts,
+        max_stalls=max_stalls,
+        input_timeout_ms=input_timeout_ms,
+        concurrency=concurrency,
+        rate_limit=limit,
+        priority=priority,
+    )
+
+
+def tool(**options: Any) -> Callable[[Handler], ToolDefinition]:
+    """``define_tool`` as a decorator: ``@tool(name="train", description="...")`` over ``async def run(args, ctx)``."""
+
+    def wrap(run: Handler) -> ToolDefinition:
+        return define_tool(run=run, **options)
+
+    return wrap
+
+
+def to_tool_result(tool_def: ToolDefinition, value: Any) -> dict[str, Any]:
+    """What a handler returned, as a ``CallToolResult`` (the Node worker's ``toToolResult``)."""
+    if isinstance(value, str):
+        return {"content": [{"type": "text", "text": value}]}
+    if isinstance(value, dict) and isinstance(value.get("content"), list):
+        for item in value["content"]:
+            if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+                raise NonRetryableError(f"Tool {tool_def.name} returned an invalid result: each content item needs a type")
+        return value
+    if value is None:
+        return {"content": []}
+    if hasattr(value, "model_dump") and callable(value.model_dump):
+        value = value.model_dump(mode="json")
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise NonRetryableError(f"Tool {tool_def.name} returned a value that is not JSON: {error}") from None
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if isinstance(value, dict):
+        result["structuredContent"] = value
+    return result
+
+
+def collect_tools(namespace: dict[str, Any]) -> list[ToolDefinition]:
+    """The tools a module defines: its ``TOOLS`` list when it has one, else every ``ToolDefinition`` it holds."""
+    listed = namespace.get("TOOLS")
+    if listed is not None:
+        tools = list(listed)
+        for entry in tools:
+            if not isinstance(entry, ToolDefinition):
+                raise TypeError(f"TOOLS must hold tool definitions made by define_tool or @tool (got {entry!r})")
+    else:
+        tools = [value for value in namespace.values() if isinstance(value, ToolDefinition)]
+    if not tools:
+        raise ValueError("defines no tools (define_tool(...) or @tool(...) at module level, or a TOOLS list)")
+    names = [t.name for t in tools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"defines tool {', '.join(duplicates)} more than once")
+    return tools

@@ -1,0 +1,34 @@
+import pytest
+
+from taskrelay_worker.config import ConfigError, load_config
+
+BASE = {"REDIS_URL": "redis://127.0.0.1:6379", "TASKRELAY_TOOLS": "tools.py"}
+
+
+def test_defaults_are_the_node_workers():
+    config = load_config(BASE)
+    assert (config.prefix, config.queue, config.concurrency) == ("taskrelay", "default", 8)
+    assert (config.lock_duration_ms, config.shutdown_grace_ms, config.heartbeat_ms) == (30_000, 30_000, 5_000)
+    assert (config.cancel_sweep_ms, config.abort_grace_ms, config.progress_interval_ms) == (2_000, 5_000, 50)
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"TASKRELAY_TOOLS": "t.py"}, "Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)"),
+        ({**BASE, "REDIS_URL": "http://x"}, "Invalid configuration: REDIS_URL must be a redis:// or rediss:// URL"),
+        ({**BASE, "WORKER_CONCURRENCY": "0"}, "Invalid configuration: WORKER_CONCURRENCY must be at least 1 (got 0)"),
+        ({**BASE, "WORKER_LOCK_DURATION_MS": "abc"}, "Invalid configuration: WORKER_LOCK_DURATION_MS must be a whole number (got 'abc')"),
+        ({**BASE, "TASKRELAY_QUEUE": "a b"}, "Invalid configuration: TASKRELAY_QUEUE must be letters, digits, _ . or -"),
+        ({**BASE, "LOG_LEVEL": "loud"}, "Invalid configuration: LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent (got 'loud')"),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:1"}, None),
+        ({"REDIS_URL": "redis://h:1"}, None),
+    ],
+)
+def test_a_bad_configuration_is_one_line_naming_the_variable(env, line):
+    with pytest.raises(ConfigError) as raised:
+        load_config(env)
+    message = str(raised.value)
+    assert "\n" not in message
+    if line is not None:
+        assert message == line

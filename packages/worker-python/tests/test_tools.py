@@ -1,0 +1,74 @@
+import pytest
+from pydantic import BaseModel
+
+from taskrelay_worker import NonRetryableError, RetryAfterError, define_tool, tool
+from taskrelay_worker.tools import collect_tools, to_tool_result
+
+
+async def run(args, ctx):
+    return args
+
+
+def test_the_decorator_and_define_tool_describe_the_same_tool():
+    @tool(name="t", description="d", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    async def t(args, ctx):
+        return args
+
+    assert t.descriptor() == {
+        "name": "t",
+        "description": "d",
+        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "taskSupport": "optional",
+        "attempts": 1,
+        "maxStalls": 10,
+    }
+
+
+def test_an_option_the_worker_does_not_know_is_refused_at_definition():
+    with pytest.raises(TypeError):
+        define_tool(name="t", description="d", run=run, retries=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="rate_limit"):
+        define_tool(name="t", description="d", run=run, rate_limit={"max": 1, "per_ms": 10, "key": ["a"]})
+    with pytest.raises(TypeError, match="async"):
+        define_tool(name="t", description="d", run=lambda a, c: None)
+    with pytest.raises(ValueError, match="name"):
+        define_tool(name="bad name", description="d", run=run)
+
+
+def test_a_pydantic_model_gives_the_schema_and_validates_the_arguments():
+    class Args(BaseModel):
+        epochs: int
+        rate: float = 0.1
+
+    t = define_tool(name="train", description="d", run=run, input_schema=Args, concurrency=2, rate_limit={"max": 5, "per_ms": 1000})
+    assert t.input_schema["properties"]["epochs"]["type"] == "integer"
+    assert t.descriptor()["concurrency"] == 2
+    assert t.descriptor()["rateLimit"] == {"max": 5, "perMs": 1000}
+    assert t.parse_arguments({"epochs": 3}).epochs == 3
+    with pytest.raises(NonRetryableError, match="epochs"):
+        t.parse_arguments({"epochs": "many"})
+
+
+def test_results_become_call_tool_results():
+    t = define_tool(name="t", description="d", run=run)
+    assert to_tool_result(t, {"a": 1}) == {"content": [{"type": "text", "text": '{"a":1}'}], "structuredContent": {"a": 1}}
+    assert to_tool_result(t, "hi") == {"content": [{"type": "text", "text": "hi"}]}
+    own = {"content": [{"type": "text", "text": "x"}], "isError": True}
+    assert to_tool_result(t, own) is own
+    with pytest.raises(NonRetryableError):
+        to_tool_result(t, {"content": [{"text": "no type"}]})
+
+
+def test_a_module_lists_its_tools_once():
+    t = define_tool(name="t", description="d", run=run)
+    assert collect_tools({"t": t, "x": 1}) == [t]
+    with pytest.raises(ValueError, match="more than once"):
+        collect_tools({"TOOLS": [t, t]})
+    with pytest.raises(ValueError, match="no tools"):
+        collect_tools({})
+
+
+def test_retry_after_takes_seconds():
+    assert RetryAfterError(1.5, "slow down").retry_after == 1.5
+    with pytest.raises(ValueError):
+        RetryAfterError(-1)

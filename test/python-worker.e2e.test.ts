@@ -1,0 +1,321 @@
+/**
+ * Issue 33, PROTOCOL.md §29: Python workers (`python -m taskrelay_worker`) serve tools from the same queues, task store
+ * and protocol as the Node workers, behind one gateway. Real processes: Redis, a Node gateway, a Node worker (the demo
+ * tools) and Python workers serving test/fixtures/python_tools.py. Skipped, with one line, when no Python with
+ * taskrelay-worker is installed (`npm test` and `.ci/run` make `.venv` when Python 3.11+ is present).
+ */
+import { setTimeout as delay } from 'node:timers/promises';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  ElicitRequestSchema,
+  ProgressNotificationSchema,
+  type ProgressNotification,
+} from '@modelcontextprotocol/sdk/types.js';
+import { Redis } from 'ioredis';
+import { createKeys, scriptsGeneration } from '@taskrelay/shared';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import {
+  PYTHON,
+  ROOT,
+  spawnProcess,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { startTask, taskResult } from './helpers/tasks.js';
+import { waitFor } from './helpers/wait-for.js';
+import { scaled } from './helpers/load.js';
+
+const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_tools.py');
+const BATCH_TOOLS = resolve(ROOT, 'test/fixtures/batch-tools.mjs');
+/** A short lock: a SIGKILLed worker's job is back in the queue within 5/6 of it (§10.5). */
+const LOCK_MS = 3_000;
+
+if (PYTHON === undefined) {
+  console.log('python-worker suite skipped: no .venv/bin/python with taskrelay-worker (needs Python 3.11+)');
+}
+
+describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', () => {
+  let redis: TestRedis;
+  let gateway: GatewayProcess;
+  let env: Record<string, string>;
+  const pythons: ManagedProcess[] = [];
+  let client: Client;
+  let r: Redis;
+  const progress: ProgressNotification['params'][] = [];
+  /** Called for each elicitation/create; the default accepts with a name. */
+  let onElicit: (taskId: string) => Promise<void> = () => Promise.resolve();
+
+  const addPython = async (extra: Record<string, string> = {}) => {
+    const worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, ...extra });
+    pythons.push(worker);
+    return worker;
+  };
+  const alive = () => pythons.filter((p) => p.child.exitCode === null && p.child.signalCode === null);
+  /** The Python worker whose log says it started `taskId`'s tool (attempt `attempt`). */
+  const runnerOf = (taskId: string, attempt = 1) =>
+    alive().find((p) =>
+      p.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'tool started' && l['attempt'] === attempt),
+    );
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    env = {
+      REDIS_URL: redis.url,
+      TASKRELAY_PREFIX: uniquePrefix('python'),
+      WORKER_LOCK_DURATION_MS: String(LOCK_MS),
+      WORKER_SHUTDOWN_GRACE_MS: '300',
+    };
+    gateway = await startGatewayProcess(env);
+    r = new Redis(redis.url);
+    await Promise.all([
+      startWorkerProcess(env),
+      startWorkerProcess({ ...env, TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batches' }),
+      addPython(),
+      addPython(),
+    ]);
+    client = new Client(
+      { name: 'python-test', version: '0.0.0' },
+      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
+    );
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      progress.push(n.params);
+      return Promise.resolve();
+    });
+    client.setRequestHandler(ElicitRequestSchema, async (request) => {
+      const related = request.params._meta?.['io.modelcontextprotocol/related-task'] as { taskId?: string } | undefined;
+      await onElicit(related?.taskId ?? '');
+      return { action: 'accept', content: { name: 'Ada' } };
+    });
+    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    r?.disconnect();
+    await stopAll();
+    await redis?.stop();
+  });
+
+  it('lists the Python tools with their schemas beside the Node tools, and routes calls to both', async () => {
+    const { tools } = await client.listTools();
+    const count = tools.find((t) => t.name === 'py_count');
+    expect(count?.inputSchema).toMatchObject({ type: 'object', required: ['n'] });
+    expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['py_count', 'py_ask', 'build_report']));
+    const py = await taskResult(client, await startTask(client, 'py_count', { n: 2, delay_ms: 1 }));
+    expect(py.structuredContent).toEqual({ counted: 2, attempt: 1 });
+    const failed = await taskResult(client, await startTask(client, 'py_bad', {}));
+    expect(failed).toMatchObject({ isError: true, content: [{ type: 'text', text: 'bad input upstream' }] });
+  });
+
+  it('§6 progress of parallel calls reaches each caller on its own token, in order, up to n/n', async () => {
+    const tokens = ['py-a', 'py-b', 'py-c'];
+    const ids = await Promise.all(
+      tokens.map((token, i) => startTask(client, 'py_count', { n: 4 + i, delay_ms: 60 }, { progressToken: token })),
+    );
+    const results = await Promise.all(ids.map((id) => taskResult(client, id)));
+    results.forEach((r, i) => expect(r.structuredContent).toMatchObject({ counted: 4 + i }));
+    await waitFor(() => tokens.every((t, i) => progress.some((p) => p.progressToken === t && p.progress === 4 + i)));
+    for (const [i, token] of tokens.entries()) {
+      const mine = progress.filter((p) => p.progressToken === token);
+      const values = mine.map((p) => p.progress);
+      expect(values, `token ${token}`).toEqual([...values].sort((a, b) => a - b));
+      expect(new Set(values).size).toBe(values.length);
+      expect(mine.every((p) => p.total === 4 + i)).toBe(true);
+      expect(values.at(-1)).toBe(4 + i);
+    }
+  });
+
+  it('§26 a Node parent fans out to a Python child tool: each child recorded once, failures included', async () => {
+    const items = Array.from({ length: 6 }, (_, n) => ({ n, delayMs: 20, ...(n === 4 ? { fail: true } : {}) }));
+    const taskId = await startTask(client, 'fan_out', { items, tool: 'py_child' }, { progressToken: 'py-batch' });
+    const result = await taskResult(client, taskId, 30_000);
+    const batch = result.structuredContent as {
+      completed: number;
+      failed: number;
+      outcomes: Array<{ index: number; status: string; error?: string }>;
+    };
+    expect(batch).toMatchObject({ total: 6, completed: 5, failed: 1 });
+    expect(batch.outcomes.map((o) => o.status)).toEqual([
+      'completed',
+      'completed',
+      'completed',
+      'completed',
+      'failed',
+      'completed',
+    ]);
+    expect(batch.outcomes[4]?.error).toBe('child 4 failed as asked');
+    const started = alive()
+      .flatMap((p) => p.logs())
+      .filter((l) => l['parentId'] === taskId && l['msg'] === 'batch child started');
+    expect(started).toHaveLength(6);
+  });
+
+  it('§3.3 §25 a Python tool’s concurrency limit holds fleet-wide, and its runs leave the fair share', async () => {
+    const keys = createKeys(env.TASKRELAY_PREFIX);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i += 1) ids.push(await startTask(client, 'py_limited', { ms: 1_500 }));
+    const queue = (await r.hget(keys.task(ids[2]!), 'queue')) ?? '';
+    expect(queue).toMatch(/~py_limited$/);
+    await waitFor(
+      async () =>
+        (await client.experimental.tasks.getTask(ids[2]!)).statusMessage?.startsWith('Waiting for a slot') === true,
+      {
+        message: 'the third run never said it waits for a slot',
+      },
+    );
+    // While runs wait, the principal's waiting jobs are in its fair share of the queue (§25)…
+    const waiting = await r.keys(`${env.TASKRELAY_PREFIX}:fair:${queue}:*`);
+    expect((await Promise.all(waiting.map((k) => r.zcard(k)))).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    await Promise.all(ids.map((id) => taskResult(client, id)));
+    const spans = ids.map((id) => {
+      const lines = alive()
+        .flatMap((p) => p.logs())
+        .filter((l) => l['taskId'] === id);
+      const start = lines.find((l) => l['msg'] === 'tool started')?.['time'] as number;
+      const end = lines.find((l) => l['msg'] === 'task completed')?.['time'] as number;
+      return [start, end] as const;
+    });
+    spans.sort((a, b) => a[0] - b[0]);
+    for (let i = 1; i < spans.length; i += 1) expect(spans[i]![0]).toBeGreaterThanOrEqual(spans[i - 1]![1] - 5);
+    // …and each run's start took its job out of it.
+    for (const share of waiting) expect(await r.zcard(share)).toBe(0);
+  });
+
+  it('§7 tasks/cancel stops a Python run cooperatively, and its job never runs again', async () => {
+    const taskId = await startTask(client, 'py_slow', { seconds: 30 }, { progressToken: 'py-cancel' });
+    await waitFor(() => progress.some((p) => p.progressToken === 'py-cancel'));
+    const runner = runnerOf(taskId);
+    expect(runner).toBeDefined();
+    const cancelled = await client.experimental.tasks.cancelTask(taskId);
+    expect(cancelled.status).toBe('cancelled');
+    await waitFor(
+      () =>
+        runner!
+          .logs()
+          .some(
+            (l) => l['taskId'] === taskId && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED',
+          ),
+      { timeoutMs: 2_000, message: 'the Python run was not aborted within the cancel bound' },
+    );
+    await delay(scaled(300));
+    const started = pythons
+      .flatMap((p) => p.logs())
+      .filter((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
+    expect(started).toHaveLength(1);
+    expect((await client.experimental.tasks.getTask(taskId)).status).toBe('cancelled');
+  });
+
+  it('§12 a question suspends the run without a slot and resumes on another Python worker', async () => {
+    let asker: ManagedProcess | undefined;
+    onElicit = async (taskId) => {
+      // The worker that asked stops before the answer: the resume can only run on the other one.
+      // The question can reach the client before the worker has logged its suspension: wait for the log line.
+      await waitFor(() => {
+        asker = pythons.find((p) =>
+          p
+            .logs()
+            .some((l) => l['taskId'] === taskId && l['msg'] === 'run suspended until the input request is answered'),
+        );
+        return asker !== undefined;
+      });
+      await asker?.kill('SIGTERM');
+    };
+    try {
+      const taskId = await startTask(client, 'py_ask', {});
+      const result = await taskResult(client, taskId, 30_000);
+      expect(result.structuredContent).toEqual({ greeting: 'Hello, Ada', attempt: 2 });
+      expect(asker).toBeDefined();
+      expect(await asker!.exited).toBe(0);
+      const resumedOn = runnerOf(taskId, 2);
+      expect(resumedOn).toBeDefined();
+      expect(resumedOn).not.toBe(asker);
+    } finally {
+      onElicit = () => Promise.resolve();
+      await addPython();
+    }
+  });
+
+  it('§10.5 a SIGKILLed Python worker’s job is taken over within the lock duration and completes once', async () => {
+    const taskId = await startTask(client, 'py_slow', { seconds: 1.5 }, { progressToken: 'py-kill' });
+    await waitFor(() => progress.some((p) => p.progressToken === 'py-kill'));
+    const victim = runnerOf(taskId);
+    expect(victim).toBeDefined();
+    const killedAt = Date.now();
+    await victim!.kill('SIGKILL');
+    const result = await taskResult(client, taskId, 30_000);
+    expect(result.structuredContent).toMatchObject({ slept: 1.5 });
+    const survivor = runnerOf(taskId, 2);
+    expect(survivor).toBeDefined();
+    const takenAt = survivor!
+      .logs()
+      .find((l) => l['taskId'] === taskId && l['msg'] === 'tool started' && l['attempt'] === 2)?.['time'] as number;
+    expect(takenAt - killedAt).toBeLessThan(scaled(LOCK_MS + 1_000));
+    const completions = alive()
+      .flatMap((p) => p.logs())
+      .filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
+    expect(completions).toHaveLength(1);
+    await addPython();
+  });
+
+  it('§5.7 SIGTERM drains: the running job is handed back and finishes on another worker', async () => {
+    const taskId = await startTask(client, 'py_slow', { seconds: 2 }, { progressToken: 'py-term' });
+    await waitFor(() => progress.some((p) => p.progressToken === 'py-term'));
+    const draining = runnerOf(taskId);
+    expect(draining).toBeDefined();
+    expect(await draining!.kill('SIGTERM')).toBe(0);
+    expect(
+      draining!
+        .logs()
+        .some(
+          (l) => l['taskId'] === taskId && l['msg'] === 'job put back, at the front of its queue, for another worker',
+        ),
+    ).toBe(true);
+    const result = await taskResult(client, taskId, 30_000);
+    expect(result.structuredContent).toMatchObject({ slept: 2, attempt: 2 });
+    await addPython();
+  });
+
+  it('§29.2 refuses to start, in one line, where the gateways run another scripts generation', async () => {
+    expect(scriptsGeneration()).toMatch(/^[0-9a-f]{16}$/);
+    const prefix = uniquePrefix('python-gen');
+    await r.hset(createKeys(prefix).protocol, 'deadbeefdeadbeef', String(Date.now()));
+    const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+      ...env,
+      TASKRELAY_PREFIX: prefix,
+      TASKRELAY_TOOLS: PY_TOOLS,
+    });
+    expect(await refused.exited).toBe(1);
+    const lines = refused.output().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(
+      /^taskrelay-worker: this worker runs task-store scripts generation [0-9a-f]{16}, but .*deadbeefdeadbeef/,
+    );
+  });
+
+  it('exits with one line when Redis is unreachable or the configuration is wrong', async () => {
+    const unreachable = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+      REDIS_URL: 'redis://127.0.0.1:1',
+      TASKRELAY_TOOLS: PY_TOOLS,
+    });
+    expect(await unreachable.exited).toBe(1);
+    expect(unreachable.output().trim()).toMatch(
+      /^taskrelay-worker: Redis is unreachable at redis:\/\/127\.0\.0\.1:1: [^\n]+$/,
+    );
+    const bad = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+      REDIS_URL: redis.url,
+      TASKRELAY_TOOLS: PY_TOOLS,
+      WORKER_CONCURRENCY: '0',
+    });
+    expect(await bad.exited).toBe(1);
+    expect(bad.output().trim()).toBe(
+      'taskrelay-worker: Invalid configuration: WORKER_CONCURRENCY must be at least 1 (got 0)',
+    );
+  });
+});
