@@ -6,13 +6,16 @@
 // With `--tests` (`npm test`) the same goes for what the suite drives besides Redis: tmux (the CLI's terminal test),
 // chromium (the dashboard test) and docker-compose (the compose file's offline check), in the same one install.
 // Then installs the workspace with the pinned pnpm when it was never installed, and rebuilds the packages whose
-// `dist` is missing or older than their sources. Prints nothing when there is nothing to do. Plain Node, no
-// dependencies (it runs before any are installed).
+// `dist` is missing or older than their sources. With `--tests`, when Python 3.11+ is on PATH, makes `.venv` and
+// installs the Python worker into it (packages/worker-python, editable, with its test extra) for its pytest suite and
+// the cross-language suite; without Python 3.11+ it says in one line that those are skipped. Prints nothing when
+// there is nothing to do. Plain Node, no dependencies (it runs before any are installed).
 //
 // For tests only: TASKRELAY_BOOTSTRAP_PLATFORM stands for process.platform and TASKRELAY_BOOTSTRAP_OS_RELEASE for
 // /etc/os-release, so the installer choice can be checked with stub package managers on a fake PATH.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
@@ -203,7 +206,49 @@ async function ensureTools() {
   if (still.length > 0) fail(`\`${shown}\` ran, but there is still no ${still.join(', ')} on PATH`);
 }
 
+/**
+ * The Python worker's environment for `npm test` (issue 33): `.venv` with packages/worker-python installed (editable,
+ * `[test]`), reinstalled when its pyproject.toml changes. No Python 3.11+: one line, and the Python suites skip.
+ */
+function ensurePython() {
+  const python = ['python3', 'python'].find((bin) => {
+    const probe = spawnSync(bin, ['-c', 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)']);
+    return probe.status === 0;
+  });
+  if (!python) {
+    log('no Python 3.11+ on PATH: the Python worker tests (pytest, test/python-worker.e2e.test.ts) are skipped');
+    return;
+  }
+  const venv = join(root, '.venv');
+  const venvPython = join(venv, isWindows ? 'Scripts/python.exe' : 'bin/python');
+  if (!existsSync(venvPython)) {
+    const made = spawnSync(python, ['-m', 'venv', venv], { cwd: root, stdio: 'inherit' });
+    if (made.status !== 0) {
+      log(
+        `\`${python} -m venv .venv\` failed (on Debian: apt-get install python3-venv): the Python worker tests are skipped`,
+      );
+      return;
+    }
+  }
+  const pyproject = join(root, 'packages/worker-python/pyproject.toml');
+  const stamp = join(venv, '.taskrelay-worker-installed');
+  const digest = createHash('sha256').update(readFileSync(pyproject)).digest('hex');
+  if (existsSync(stamp) && readFileSync(stamp, 'utf8') === digest) return;
+  log('installing the Python worker into .venv (pip install -e packages/worker-python[test])');
+  run(venvPython, [
+    '-m',
+    'pip',
+    'install',
+    '--quiet',
+    '--disable-pip-version-check',
+    '-e',
+    'packages/worker-python[test]',
+  ]);
+  writeFileSync(stamp, digest);
+}
+
 await ensureTools();
+if (process.argv.includes('--tests')) ensurePython();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
 if (stale.length > 0) rebuild(stale);

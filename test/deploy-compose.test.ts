@@ -14,7 +14,7 @@ import { envProblems, processOf } from './helpers/deploy-contract.js';
 
 interface Service {
   image?: string;
-  build?: string | { context: string };
+  build?: string | { context: string; dockerfile?: string };
   command?: string[];
   environment?: Record<string, string>;
   ports?: string[];
@@ -40,7 +40,8 @@ function commandOf(service: Service): string[] {
   if (service.command) return service.command;
   const context = typeof service.build === 'string' ? service.build : service.build?.context;
   if (!context) return [];
-  const cmd = /^CMD (\[.*\])$/m.exec(readFileSync(resolve(ROOT, context, 'Dockerfile'), 'utf8'))?.[1];
+  const dockerfile = (typeof service.build === 'object' && service.build.dockerfile) || 'Dockerfile';
+  const cmd = /^CMD (\[.*\])$/m.exec(readFileSync(resolve(ROOT, context, dockerfile), 'utf8'))?.[1];
   return cmd ? (JSON.parse(cmd) as string[]) : [];
 }
 
@@ -55,7 +56,18 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
   it.runIf(hasCompose)('is valid for docker-compose, with every profile', () => {
     const checked = spawnSync(
       'docker-compose',
-      ['-f', 'docker-compose.yml', '--profile', 'custom', '--profile', 'mounted', 'config', '-q'],
+      [
+        '-f',
+        'docker-compose.yml',
+        '--profile',
+        'custom',
+        '--profile',
+        'mounted',
+        '--profile',
+        'python',
+        'config',
+        '-q',
+      ],
       { cwd: ROOT, encoding: 'utf8' },
     );
     expect(checked.stderr).toBe('');
@@ -84,8 +96,11 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
       }
       runs++;
       const script = command.find((c) => c.endsWith('main.js')) ?? '';
-      // The stock image copies packages/<kind>/dist; the example image installs the package into node_modules.
-      if (script.startsWith('packages/')) {
+      // The stock image copies packages/<kind>/dist; the example image installs the package into node_modules; the
+      // Python worker's image runs `python -m taskrelay_worker` from its virtualenv (test/deploy-python-image.test.ts).
+      if (command.includes('taskrelay_worker')) {
+        expect(command.slice(-2)).toEqual(['-m', 'taskrelay_worker']);
+      } else if (script.startsWith('packages/')) {
         expect(existsSync(resolve(ROOT, script)), `${script} (run pnpm build)`).toBe(true);
         expect(dockerfile).toContain(`/app/packages/${kind}/dist packages/${kind}/dist`);
       } else {
@@ -152,7 +167,8 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
     }
     // Every service built from the repository's own Dockerfile names the shared image.
     const fromRoot = services.filter(
-      ([, s]) => s.build === '.' || (typeof s.build === 'object' && s.build.context === '.'),
+      ([, s]) =>
+        s.build === '.' || (typeof s.build === 'object' && s.build.context === '.' && s.build.dockerfile === undefined),
     );
     expect(fromRoot.map(([name]) => name)).toEqual(['gateway']);
   });

@@ -28,6 +28,8 @@ export function processOf(command: readonly string[]): ProcessKind | undefined {
   const script = command.find((part) => part.endsWith('main.js')) ?? '';
   if (/gateway\/dist\/main\.js$/.test(script)) return 'gateway';
   if (/worker\/dist\/main\.js$/.test(script)) return 'worker';
+  // The Python worker reads the Node worker's environment (docs/PYTHON.md).
+  if (command.includes('taskrelay_worker')) return 'worker';
   return undefined;
 }
 

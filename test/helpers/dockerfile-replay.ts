@@ -133,6 +133,8 @@ export interface ReplayOptions {
   context: string;
   /** An empty directory the stages' roots go into. */
   scratch: string;
+  /** The Dockerfile, relative to the context (`docker build -f`). Default `Dockerfile`. */
+  dockerfile?: string;
   /** Build args (`--build-arg`), overriding the Dockerfile's defaults. */
   buildArgs?: Record<string, string>;
   /** Called with each step as it starts, for the test's log. */
@@ -159,7 +161,7 @@ interface StageState {
 
 export function replayDockerfile(options: ReplayOptions): ReplayedImage {
   const context = resolve(options.context);
-  const parsed = parseDockerfile(readFileSync(join(context, 'Dockerfile'), 'utf8'));
+  const parsed = parseDockerfile(readFileSync(join(context, options.dockerfile ?? 'Dockerfile'), 'utf8'));
   const globalArgs = { ...parsed.args, ...options.buildArgs };
   const dockerignore = join(context, '.dockerignore');
   const ignored = ignore().add(existsSync(dockerignore) ? readFileSync(dockerignore, 'utf8') : '');

@@ -134,7 +134,11 @@ export async function startWorkerProcess(
  */
 export const PYTHON: string | undefined = (() => {
   const candidate = process.env['TASKRELAY_PYTHON'] ?? resolve(ROOT, '.venv/bin/python');
-  return existsSync(candidate) ? candidate : undefined;
+  if (existsSync(candidate)) return candidate;
+  // CI sets it: there the Python suites must run, never skip.
+  if (process.env['TASKRELAY_REQUIRE_PYTHON'])
+    throw new Error(`TASKRELAY_REQUIRE_PYTHON is set but ${candidate} is missing`);
+  return undefined;
 })();
 
 /** A Python worker (`python -m taskrelay_worker`), ready once it logs `worker ready`. */

@@ -422,7 +422,7 @@ class ToolContext:
             self._on_lock_lost()
             raise TaskCancelledError("LOCK_LOST")
         if outcome == "gone":
-            raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+            self._ended_elsewhere()
 
     async def _write_durable(self, field_name: str, value: Any) -> None:
         outcome = await self._store.set_state(self.task_id, self._lock, field_name, value)
@@ -430,7 +430,13 @@ class ToolContext:
             self._on_lock_lost()
             raise TaskCancelledError("LOCK_LOST")
         if outcome == "gone":
-            raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+            self._ended_elsewhere()
+
+    def _ended_elsewhere(self) -> None:
+        """A write found the task ended (cancelled, or failed by the reaper) before the cancel message arrived: the
+        run is cancelled now, so the worker ends it as a cancel and not as the tool's failure."""
+        self._signal.abort(self._signal.reason or "CLIENT_CANCELLED")
+        raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
 
     def _check_running(self) -> None:
         if self.suspension is not None:
