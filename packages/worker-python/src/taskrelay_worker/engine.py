@@ -64,8 +64,12 @@ class GatedWorker(bullmq.Worker):
     whole process, whatever number of tool queues it consumes. BullMQ (Python, like Node OSS) has no worker of several
     queues, so the gate is ours: a job holds its slot from ``moveToActive`` until ``processJob`` is done with it."""
 
-    def __init__(self, name: str, processor: Any, opts: dict, gate: asyncio.Semaphore) -> None:
+    def __init__(
+        self, name: str, processor: Any, opts: dict, gate: asyncio.Semaphore, current_token: Any = None
+    ) -> None:
         self._gate = gate
+        #: The token of the run of a job id now running in this process, if any (TaskrelayWorker.running).
+        self._current_token = current_token or (lambda job_id: None)
         super().__init__(name, processor, opts)
 
     async def moveToActive(self, token: str):  # noqa: N802 - BullMQ's name
@@ -91,6 +95,12 @@ class GatedWorker(bullmq.Worker):
             return await super().processJob(job, token)
         finally:
             self._gate.release()
+            # bullmq tracks locks by job id: a run handed back here and taken again here at once (its marker woke
+            # this worker) was just untracked by the end of the old run. Track the new run's lock again, or it would
+            # not be renewed and another worker would take the job over.
+            current = self._current_token(str(job.id))
+            if current is not None and current != token:
+                self.lockManager.track_job(str(job.id), current, int(time.time() * 1000))
 
 
 class TaskrelayWorker:
@@ -161,6 +171,7 @@ class TaskrelayWorker:
                     "autorun": False,
                 },
                 gate,
+                lambda job_id: entry.token if (entry := self.running.get(job_id)) is not None else None,
             )
             worker.on("error", lambda error, *_: self.log.warn("BullMQ worker error", err=error))
             worker.on("lockRenewalFailed", self._on_lock_renewal_failed)
@@ -253,8 +264,21 @@ class TaskrelayWorker:
         entry.grace = asyncio.get_running_loop().call_later(self.config.abort_grace_ms / 1000, past_grace)
 
     def _on_lock_renewal_failed(self, job_ids: Any, *_: Any) -> None:
+        # bullmq names job ids, not tokens: the failed renewal may be an earlier run's of a job this process runs
+        # again. Only a lock that is no longer this run's aborts it.
         for job_id in job_ids or []:
-            self._abort(str(job_id), "LOCK_LOST")
+            entry = self.running.get(str(job_id))
+            if entry is not None:
+                asyncio.ensure_future(self._check_lock(str(job_id), entry))
+
+    async def _check_lock(self, job_id: str, entry: RunEntry) -> None:
+        assert self._redis is not None
+        try:
+            holder = await self._redis.get(self.keys.bull_job_lock(entry.queue, job_id))
+        except Exception:  # noqa: BLE001 - Redis away: the sweep and the next renewal decide
+            return
+        if holder != entry.token and self.running.get(job_id) is entry:
+            self._abort(job_id, "LOCK_LOST")
 
     async def _cancel_listener(self) -> None:
         assert self._subscriber is not None
