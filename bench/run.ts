@@ -28,7 +28,7 @@ import { runCreatePath } from './lib/create-path.js';
 import { runSdkCycle } from './lib/sdk-cycle.js';
 import { runBatch } from './lib/batch.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
-import { stopAll, type GatewayProcess } from '../test/helpers/processes.js';
+import { PYTHON, stopAll, type GatewayProcess } from '../test/helpers/processes.js';
 import { modernClients, openSessions, type McpSession, type ModernClient } from './lib/mcp-http.js';
 import {
   RedisAdmin,
@@ -283,6 +283,38 @@ function rowSpecs(): RowSpec[] {
   }
   {
     const group =
+      'Python worker (PROTOCOL §29): task cycle, C=32, one Python worker vs one Node worker (same gateway, bench_noop)';
+    const ref = (k: string) => ({ id: `tr.task.c32.${k}`, name: 'Node worker' });
+    rows.push(
+      {
+        group,
+        label: 'throughput',
+        unit: 'ops/s',
+        id: 'tr-py.task.c32.opsPerS',
+        ref: ref('opsPerS'),
+        better: 'higher',
+      },
+      { group, label: 'latency p50', unit: 'ms', id: 'tr-py.task.c32.p50', ref: ref('p50'), better: 'lower' },
+      {
+        group,
+        label: 'worker CPU per task',
+        unit: 'CPU-ms',
+        id: 'tr-py.task.c32.cpu.worker',
+        ref: ref('cpu.worker'),
+        better: 'lower',
+      },
+      {
+        group,
+        label: 'CPU per task (gateway + worker + Redis)',
+        unit: 'CPU-ms',
+        id: 'tr-py.task.c32.cpu.total',
+        ref: ref('cpu.total'),
+        better: 'lower',
+      },
+    );
+  }
+  {
+    const group =
       '2026-07-28 wire (sessionless; the SDK 1.32.2 peer does not serve it: reference = its 2025-11-25 figures)';
     for (const kind of ['plain', 'task'] as const) {
       const what = kind === 'task' ? 'task cycle (tools/call → subscriptions/listen)' : 'plain call';
@@ -509,8 +541,10 @@ async function compare(): Promise<number> {
   if (admin.pid <= 0)
     results.errors.push({ scenario: 'setup', rep: 0, message: 'Redis pid unknown: its CPU is not counted' });
 
-  const prefixes = { tr: uniquePrefix('b1'), w2: uniquePrefix('b2'), w4: uniquePrefix('b4') };
-  const [peer, tr, w2, w4, floorWorker] = await Promise.all([
+  const prefixes = { tr: uniquePrefix('b1'), w2: uniquePrefix('b2'), w4: uniquePrefix('b4'), py: uniquePrefix('bpy') };
+  // The Python worker's rows need `.venv` (made by `npm test` or this command's bootstrap); without it they are empty.
+  if (PYTHON === undefined) log('no .venv/bin/python: the Python worker rows are skipped (needs Python 3.11+)');
+  const [peer, tr, w2, w4, floorWorker, py] = await Promise.all([
     startPeer(),
     startStack({
       name: 'tr',
@@ -537,6 +571,17 @@ async function compare(): Promise<number> {
       workerConcurrency: WORKER_CONCURRENCY,
     }),
     startFloorWorker(redis.url, 'bench-floor', 32),
+    PYTHON === undefined
+      ? undefined
+      : startStack({
+          name: 'tr-py',
+          prefix: prefixes.py,
+          redisUrl: redis.url,
+          gateways: 1,
+          workers: 1,
+          workerConcurrency: WORKER_CONCURRENCY,
+          python: true,
+        }),
   ]);
   const floor = new BullFloor(redis.url, 'bench-floor');
   cleanup.push(() => floor.close());
@@ -549,12 +594,13 @@ async function compare(): Promise<number> {
     return s;
   };
   cleanup.push(() => Promise.all(allSessions.map((s) => s.close())).then(() => undefined));
-  const [peerSessions, trSessions, w2Sessions, w2bSessions, w4Sessions] = await Promise.all([
+  const [peerSessions, trSessions, w2Sessions, w2bSessions, w4Sessions, pySessions] = await Promise.all([
     open(peer.url, 32),
     open(tr.gateways[0]!.url, 32),
     open(w2.gateways[0]!.url, 32),
     open(w2.gateways[1]!.url, 16),
     open(w4.gateways[0]!.url, 32),
+    py === undefined ? Promise.resolve([]) : open(py.gateways[0]!.url, 32),
   ]);
   const stackTarget = (
     name: string,
@@ -583,6 +629,7 @@ async function compare(): Promise<number> {
     // The 2026-07-28 wire on the same stack: task-declaring clients for the task cycle, plain ones for plain calls.
     tr26task: stackTarget('tr26', tr, modernClients(tr.gateways[0]!.url, 32, { tasks: true })),
     tr26plain: stackTarget('tr26', tr, modernClients(tr.gateways[0]!.url, 32)),
+    ...(py === undefined ? {} : { py: stackTarget('tr-py', py, pySessions) }),
   };
   log(`started in ${Date.now() - startedAt.getTime()} ms; warming up`);
 
@@ -653,6 +700,8 @@ async function compare(): Promise<number> {
     // Tool controls (PROTOCOL.md §3.3): the task cycle through a tool with a generous concurrency and rate limit,
     // right after the same cycle through bench_noop (tr.task.c32), so the pair shares the machine's state.
     await runCycle(rep, targets.tr, 'task', 32, WINDOW_MS, true, undefined, LIMITED);
+    // The Python worker (PROTOCOL.md §29), right after the same cycle on the Node worker.
+    if (targets.py) await runCycle(rep, targets.py, 'task', 32);
     // The 2026-07-28 wire on the same stack, right after (no peer serves it).
     for (const kind of ['plain', 'task'] as const) {
       for (const c of [1, 32]) await runCycle(rep, kind === 'task' ? targets.tr26task : targets.tr26plain, kind, c);

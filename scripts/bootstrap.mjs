@@ -6,7 +6,7 @@
 // With `--tests` (`npm test`) the same goes for what the suite drives besides Redis: tmux (the CLI's terminal test),
 // chromium (the dashboard test) and docker-compose (the compose file's offline check), in the same one install.
 // Then installs the workspace with the pinned pnpm when it was never installed, and rebuilds the packages whose
-// `dist` is missing or older than their sources. With `--tests`, when Python 3.11+ is on PATH, makes `.venv` and
+// `dist` is missing or older than their sources. With `--tests` (and `--python`: `pnpm bench`), when Python 3.11+ is on PATH, makes `.venv` and
 // installs the Python worker into it (packages/worker-python, editable, with its test extra) for its pytest suite and
 // the cross-language suite; without Python 3.11+ it says in one line that those are skipped. Prints nothing when
 // there is nothing to do. Plain Node, no dependencies (it runs before any are installed).
@@ -248,7 +248,8 @@ function ensurePython() {
 }
 
 await ensureTools();
-if (process.argv.includes('--tests')) ensurePython();
+// `pnpm bench --python`'s rows need the same .venv.
+if (process.argv.includes('--tests') || process.argv.includes('--python')) ensurePython();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
 if (stale.length > 0) rebuild(stale);

@@ -243,43 +243,54 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
   });
 
   it('§10.5 a SIGKILLed Python worker’s job is taken over within the lock duration and completes once', async () => {
-    const taskId = await startTask(client, 'py_slow', { seconds: 1.5 }, { progressToken: 'py-kill' });
-    await waitFor(() => progress.some((p) => p.progressToken === 'py-kill'));
-    const victim = runnerOf(taskId);
-    expect(victim).toBeDefined();
-    const killedAt = Date.now();
-    await victim!.kill('SIGKILL');
-    const result = await taskResult(client, taskId, 30_000);
-    expect(result.structuredContent).toMatchObject({ slept: 1.5 });
-    const survivor = runnerOf(taskId, 2);
-    expect(survivor).toBeDefined();
-    const takenAt = survivor!
-      .logs()
-      .find((l) => l['taskId'] === taskId && l['msg'] === 'tool started' && l['attempt'] === 2)?.['time'] as number;
-    expect(takenAt - killedAt).toBeLessThan(scaled(LOCK_MS + 1_000));
-    const completions = alive()
-      .flatMap((p) => p.logs())
-      .filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
-    expect(completions).toHaveLength(1);
-    await addPython();
+    try {
+      const taskId = await startTask(client, 'py_slow', { seconds: 1.5 }, { progressToken: 'py-kill' });
+      await waitFor(() => progress.some((p) => p.progressToken === 'py-kill'));
+      const victim = runnerOf(taskId);
+      expect(victim).toBeDefined();
+      const killedAt = Date.now();
+      await victim!.kill('SIGKILL');
+      const result = await taskResult(client, taskId, 30_000);
+      expect(result.structuredContent).toMatchObject({ slept: 1.5 });
+      const survivor = runnerOf(taskId, 2);
+      expect(survivor).toBeDefined();
+      const takenAt = survivor!
+        .logs()
+        .find((l) => l['taskId'] === taskId && l['msg'] === 'tool started' && l['attempt'] === 2)?.['time'] as number;
+      expect(takenAt - killedAt).toBeLessThan(scaled(LOCK_MS + 1_000));
+      // The worker logs its completion right after the write that answered the client: wait for the line.
+      const completions = () =>
+        alive()
+          .flatMap((p) => p.logs())
+          .filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
+      await waitFor(() => completions().length > 0);
+      await delay(scaled(200));
+      expect(completions()).toHaveLength(1);
+    } finally {
+      await addPython();
+    }
   });
 
   it('§5.7 SIGTERM drains: the running job is handed back and finishes on another worker', async () => {
-    const taskId = await startTask(client, 'py_slow', { seconds: 2 }, { progressToken: 'py-term' });
-    await waitFor(() => progress.some((p) => p.progressToken === 'py-term'));
-    const draining = runnerOf(taskId);
-    expect(draining).toBeDefined();
-    expect(await draining!.kill('SIGTERM')).toBe(0);
-    expect(
-      draining!
-        .logs()
-        .some(
-          (l) => l['taskId'] === taskId && l['msg'] === 'job put back, at the front of its queue, for another worker',
-        ),
-    ).toBe(true);
-    const result = await taskResult(client, taskId, 30_000);
-    expect(result.structuredContent).toMatchObject({ slept: 2, attempt: 2 });
-    await addPython();
+    try {
+      const taskId = await startTask(client, 'py_slow', { seconds: 2 }, { progressToken: 'py-term' });
+      await waitFor(() => progress.some((p) => p.progressToken === 'py-term'));
+      const draining = runnerOf(taskId);
+      expect(draining).toBeDefined();
+      expect(await draining!.kill('SIGTERM')).toBe(0);
+      // 'exit' can come before the last of its output: wait for the line.
+      await waitFor(() =>
+        draining!
+          .logs()
+          .some(
+            (l) => l['taskId'] === taskId && l['msg'] === 'job put back, at the front of its queue, for another worker',
+          ),
+      );
+      const result = await taskResult(client, taskId, 30_000);
+      expect(result.structuredContent).toMatchObject({ slept: 2, attempt: 2 });
+    } finally {
+      await addPython();
+    }
   });
 
   it('§29.2 refuses to start, in one line, where the gateways run another scripts generation', async () => {

@@ -11,9 +11,11 @@ import getPort from 'get-port';
 import { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
 import {
+  PYTHON,
   ROOT,
   WORKER_MAIN,
   spawnNode,
+  spawnProcess,
   type GatewayProcess,
   type ManagedProcess,
 } from '../../test/helpers/processes.js';
@@ -22,6 +24,8 @@ import { sleep } from './stats.js';
 
 export const BENCH_DIR = resolve(ROOT, 'bench');
 export const BENCH_TOOLS = resolve(BENCH_DIR, 'bench-tools.mjs');
+/** The Python worker's bench tools (the same `bench_noop`). */
+export const BENCH_PY_TOOLS = resolve(BENCH_DIR, 'bench_tools.py');
 const PROBE = pathToFileURL(resolve(BENCH_DIR, 'lib/probe.mjs')).href;
 export const probeDir = mkdtempSync(join(tmpdir(), 'taskrelay-bench-probe-'));
 export const removeProbeDir = () => rmSync(probeDir, { recursive: true, force: true });
@@ -158,6 +162,8 @@ export interface StackOptions {
    * Default: this one.
    */
   root?: string;
+  /** The workers are Python workers (`python -m taskrelay_worker`, bench/bench_tools.py): needs `.venv`. */
+  python?: boolean;
 }
 
 /** A gateway from another checkout's dist (as `startGatewayProcess` starts this one's). */
@@ -193,11 +199,17 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   );
   const workers = Array.from({ length: options.workers }, (_, i) =>
     label(
-      spawnNode(options.root === undefined ? WORKER_MAIN : resolve(options.root, 'packages/worker/dist/main.js'), {
-        ...env,
-        TASKRELAY_TOOLS: BENCH_TOOLS,
-        WORKER_CONCURRENCY: String(options.workerConcurrency),
-      }),
+      options.python
+        ? spawnProcess(PYTHON ?? 'python3', ['-m', 'taskrelay_worker'], {
+            ...env,
+            TASKRELAY_TOOLS: BENCH_PY_TOOLS,
+            WORKER_CONCURRENCY: String(options.workerConcurrency),
+          })
+        : spawnNode(options.root === undefined ? WORKER_MAIN : resolve(options.root, 'packages/worker/dist/main.js'), {
+            ...env,
+            TASKRELAY_TOOLS: BENCH_TOOLS,
+            WORKER_CONCURRENCY: String(options.workerConcurrency),
+          }),
       `${options.name} worker ${i + 1}`,
     ),
   );
