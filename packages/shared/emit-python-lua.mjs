@@ -3,7 +3,11 @@
 // result codes, the hash field names and the scripts generation. The Python worker runs these files and never a copy
 // kept by hand; `.ci/run` fails when the committed files differ from what this writes.
 // Run by scripts/build.mjs after tsc (it reads the compiled shared package).
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+
+const python = new URL('../worker-python/', import.meta.url);
+// A build without the Python package (the Node image copies only the Node packages) has nothing to emit.
+if (!existsSync(new URL('pyproject.toml', python))) process.exit(0);
 
 const shared = new URL('./dist/', import.meta.url);
 const { loadScripts, scriptsGeneration } = await import(new URL('scripts.js', shared).href);
@@ -11,7 +15,6 @@ const { ResultCode } = await import(new URL('script-results.js', shared).href);
 const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
 const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
 
-const python = new URL('../worker-python/', import.meta.url);
 const out = new URL('src/taskrelay_worker/protocol/', python);
 
 const nodeBullmq = JSON.parse(readFileSync(new URL('../worker/package.json', import.meta.url), 'utf8')).dependencies
