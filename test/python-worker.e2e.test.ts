@@ -293,6 +293,36 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     }
   });
 
+  it('§12.11 a deploy of a Python tool between a question and its answer applies its onVersionChange', async () => {
+    const versioned = (v: number) => ({
+      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_versioned.py'),
+      PY_TOOL_VERSION: String(v),
+    });
+    const v1 = await addPython(versioned(1));
+    // The client holds its answer until build 2 is up.
+    let release: () => void = () => undefined;
+    const deployed = new Promise<void>((resolve) => (release = resolve));
+    onElicit = () => deployed;
+    const taskId = await startTask(client, 'py_versioned', {});
+    await waitFor(async () => (await client.experimental.tasks.getTask(taskId)).status === 'input_required');
+    expect(await r.hget(createKeys(env.TASKRELAY_PREFIX).task(taskId), 'toolVersion')).toBe('1');
+    expect(await v1.kill('SIGTERM')).toBe(0);
+    const v2 = await addPython(versioned(2));
+    release();
+    try {
+      // Build 1's question is answered; build 2 restarts the task (onVersionChange: restart) and asks again.
+      const result = await taskResult(client, taskId, 30_000);
+      expect(result.structuredContent).toEqual({ version: 2, prepared: { by: 2 }, name: 'Ada' });
+      const hash = await r.hgetall(createKeys(env.TASKRELAY_PREFIX).task(taskId));
+      expect(hash['toolVersion']).toBe('2');
+      expect(hash['inputFloor']).toBe('1');
+      await waitFor(() => v2.logs().some((l) => l['taskId'] === taskId && l['onVersionChange'] === 'restart'));
+    } finally {
+      onElicit = () => Promise.resolve();
+      await v2.kill('SIGTERM');
+    }
+  });
+
   it('§29.2 refuses to start, in one line, where the gateways run another scripts generation', async () => {
     expect(scriptsGeneration()).toMatch(/^[0-9a-f]{16}$/);
     const prefix = uniquePrefix('python-gen');

@@ -19,6 +19,7 @@ export const ERROR_CODES = [
   'LOCK_LOST',
   'CAPABILITY_MISSING',
   'PROTOCOL_ERROR',
+  'VERSION_CHANGED',
   'INTERNAL',
 ] as const;
 

@@ -65,6 +65,8 @@ export interface Keys {
   /** A call's dedupe key (§25.2): per principal, mode and tool, the digest of its deduped arguments → task id. */
   dedupe(principal: string, mode: string, tool: string, digest: string): string;
   fairShare(queue: string, principal: string): string;
+  /** String: when a run first deferred a task to a worker of its recorded tool version (PROTOCOL.md §12.11). */
+  versionWait(taskId: string): string;
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
 }
@@ -136,6 +138,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       pending: `${prefix}:webhooks:pending`,
       dead: `${prefix}:webhooks:dead`,
     },
+    versionWait: (taskId) => `${prefix}:version-wait:${taskId}`,
     fairShare: (queue, principal) => `${prefix}:fair:${queue}:${encodeURIComponent(principal)}`,
     batch: (taskId) => ({
       hash: `${prefix}:batch:${taskId}`,

@@ -135,6 +135,10 @@ export const ToolDescriptorSchema = z.object({
   dedupe: z.object({ key: z.array(z.string()).optional(), ttlMs: z.number().int().positive() }).optional(),
   /** The priority level of the tool's calls, 1 (first) to 5; absent: 3 (PROTOCOL.md §25.1). */
   priority: z.number().int().min(1).max(5).optional(),
+  /** The tool's version (PROTOCOL.md §12.11): explicit, or derived from its name, schemas and code. */
+  version: z.string().optional(),
+  /** What a run does with a task another version of the tool started (§12.11). Absent: `resume`. */
+  onVersionChange: z.enum(['resume', 'restart', 'fail']).optional(),
   /** At most this many runs of the tool at once, across the fleet (PROTOCOL.md §3.3; BullMQ's global concurrency). */
   concurrency: z.number().int().positive().optional(),
   /** At most `max` starts of the tool in any window of `perMs`, across the fleet (§3.3; BullMQ's global rate limit). */

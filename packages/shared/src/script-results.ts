@@ -34,6 +34,8 @@ export enum ResultCode {
   BATCH_EXISTS = -12,
   /** The principal is at its open-work cap (PROTOCOL.md §25): nothing created (how many are open follows). */
   OPEN_CAP = -13,
+  /** The task records another version of its tool (PROTOCOL.md §12.11): the run did not start (the version follows). */
+  VERSION_OTHER = -14,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

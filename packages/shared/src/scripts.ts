@@ -93,8 +93,8 @@ export const SCRIPTS = {
   startRun: spec({
     name: 'startRun',
     keys: ['task', 'lock', 'share'],
-    args: ['lockToken', 'deadlineAt', 'now', 'attempt', 'jobId'],
-    codes: [OK, TASK_MISSING, LOCK_LOST],
+    args: ['lockToken', 'deadlineAt', 'now', 'attempt', 'jobId', 'toolVersion', 'deferIfOther', 'reset'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, ResultCode.VERSION_OTHER],
   }),
   becomeTask: spec({
     name: 'becomeTask',

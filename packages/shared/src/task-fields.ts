@@ -31,6 +31,8 @@ export const TASK_FIELDS = {
   deadlineAt: 'deadlineAt',
   /** Runs started so far. */
   attempt: 'attempt',
+  /** The version of the tool the last run ran (PROTOCOL.md §12.11). */
+  toolVersion: 'toolVersion',
   /** Set while a run backs off (`RetryAfterError`, §3.4): the next start clears it and the back-off message. */
   backOff: 'backOff',
   /** When the first run started (ISO); a task that never started frees its idempotency key when it ends. */
@@ -45,6 +47,8 @@ export const TASK_FIELDS = {
   state: 'state',
   /** `ctx.step` results by step name (JSON). */
   steps: 'steps',
+  /** The highest input request number a restart (onVersionChange, §12.11) cleared: new requests number above it. */
+  inputFloor: 'inputFloor',
   /** Numbers of the input requests waiting for an answer, as a comma list. */
   pendingInput: 'pendingInput',
   /** Other gateways waiting on the task, as a comma list: each gets its status events too. */

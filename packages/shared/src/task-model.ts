@@ -93,6 +93,10 @@ export interface TaskRecord {
   deadlineAt?: number;
   /** Runs started so far (1 on the first; a takeover after a crash is a new run). */
   attempt?: number;
+  /** The version of the tool the last run ran (PROTOCOL.md §12.11). */
+  toolVersion?: string | undefined;
+  /** Input request numbers up to this one were cleared by a restart (§12.11): new ones number above it. */
+  inputFloor?: number | undefined;
   /** The tool's durable per-task state (PROTOCOL.md §12.1). */
   state?: unknown;
   /** Results of `ctx.step`, by step name (§12.1). */

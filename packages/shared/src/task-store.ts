@@ -176,7 +176,13 @@ export interface LogMessage {
 }
 
 /** What `startRun` finds: the task (undefined when missing), or that the lock is no longer this run's. */
-export type StartOutcome = { lockLost: false; record: TaskRecord | undefined } | { lockLost: true };
+export type StartOutcome =
+  | {
+      lockLost: false;
+      record: TaskRecord | undefined;
+      /** The task records this other tool version (§12.11). */ versionOther?: string;
+    }
+  | { lockLost: true };
 
 export interface ProgressUpdate {
   progress: number;
@@ -611,7 +617,9 @@ export class RedisTaskStore {
    */
   /**
    * A run starts (PROTOCOL.md §10.2); with `sharePrincipal`, its job leaves that principal's waiting share of the
-   * pool in the same step unless the lock is another run's (§25).
+   * pool in the same step unless the lock is another run's (§25). With `version` (§12.11) the run records the tool
+   * version it runs; `deferIfOther` makes it not start a task recorded under another version (`versionOther`), and
+   * `reset` clears the task's state, steps, questions and answers as it starts.
    */
   async startRun(
     taskId: string,
@@ -619,6 +627,7 @@ export class RedisTaskStore {
     attempt: number,
     deadlineAt: number,
     sharePrincipal?: string,
+    version: { toolVersion?: string; deferIfOther?: boolean; reset?: boolean } = {},
   ): Promise<StartOutcome> {
     const taskKey = this.keys.task(taskId);
     const reply = await this.scripts.call(SCRIPTS.startRun, {
@@ -627,9 +636,22 @@ export class RedisTaskStore {
         lock: this.keys.bullJobLock(lock.queue, taskId),
         share: sharePrincipal === undefined ? taskKey : this.keys.fairShare(lock.queue, sharePrincipal),
       },
-      args: { lockToken: lock.token, deadlineAt, now: new Date().toISOString(), attempt, jobId: taskId },
+      args: {
+        lockToken: lock.token,
+        deadlineAt,
+        now: new Date().toISOString(),
+        attempt,
+        jobId: taskId,
+        toolVersion: version.toolVersion ?? '',
+        deferIfOther: version.deferIfOther === true ? '1' : '0',
+        reset: version.reset === true ? '1' : '0',
+      },
     });
     if (reply.code === ResultCode.LOCK_LOST) return { lockLost: true };
+    if (reply.code === ResultCode.VERSION_OTHER) {
+      const recorded = reply.values[0];
+      return { lockLost: false, record: undefined, versionOther: typeof recorded === 'string' ? recorded : '' };
+    }
     if (reply.code === ResultCode.TASK_MISSING) return { lockLost: false, record: undefined };
     return { lockLost: false, record: parseRecord(fromFlat(reply.values[0] as string[])) };
   }
@@ -968,6 +990,8 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     cancelReason: h[F.cancelReason] as CancelReason | undefined,
     deadlineAt: parseNumber(h[F.deadlineAt]),
     attempt: parseNumber(h[F.attempt]),
+    toolVersion: h[F.toolVersion],
+    inputFloor: parseNumber(h[F.inputFloor]),
     state: parseJson<unknown>(h[F.state]),
     steps: parseJson<Record<string, unknown>>(h[F.steps]),
     pendingInput: pending,

@@ -63,3 +63,5 @@ export function controlsWaitReason(tool: string, controls: ToolControls | undefi
 
 /** `_meta` key of a listed tool's controls in `tools/list` (docs/MCP.md): `{ paused, concurrency?, rateLimit? }`. */
 export const TOOL_CONTROLS_META = 'dev.taskrelay/controls';
+/** `_meta` key of a tool's version in `tools/list` (PROTOCOL.md §12.11). */
+export const TOOL_VERSION_META = 'dev.taskrelay/version';

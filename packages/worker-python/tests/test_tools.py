@@ -21,7 +21,24 @@ def test_the_decorator_and_define_tool_describe_the_same_tool():
         "taskSupport": "optional",
         "attempts": 1,
         "maxStalls": 10,
+        "version": t.version,
     }
+
+
+def test_a_version_is_explicit_or_derived_from_name_schema_and_source():
+    async def other(args, ctx):
+        return "other"
+
+    a = define_tool(name="t", description="d", run=run)
+    assert len(a.version) == 12 and a.version == define_tool(name="t", description="d", run=run).version
+    assert define_tool(name="t", description="d", run=other).version != a.version
+    assert define_tool(name="t", description="d", run=run, input_schema={"type": "object", "properties": {"x": {}}}).version != a.version
+    explicit = define_tool(name="t", description="d", run=run, version="2.0", on_version_change="restart")
+    assert explicit.descriptor()["version"] == "2.0" and explicit.descriptor()["onVersionChange"] == "restart"
+    with pytest.raises(ValueError, match="version"):
+        define_tool(name="t", description="d", run=run, version="two words")
+    with pytest.raises(ValueError, match="on_version_change"):
+        define_tool(name="t", description="d", run=run, on_version_change="retry")
 
 
 def test_an_option_the_worker_does_not_know_is_refused_at_definition():

@@ -75,6 +75,19 @@ export interface AskOptions {
 
 const AskKeySchema = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/, { message: 'must be 1 to 100 of A-Z a-z 0-9 _ - .' });
 
+/** How a step is named (`ctx.step(name, fn, { version })`, PROTOCOL.md §12.1). */
+export interface StepOptions {
+  /**
+   * The step's own version (1 to 64 of A-Z a-z 0-9 _ - .): part of its key, so a deploy that changes what the step does
+   * bumps it, and the task's next run runs the new step once instead of returning the old one's result.
+   */
+  version?: string;
+}
+
+const StepVersionSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9_.-]{1,64}$/, { message: 'must be 1 to 64 of A-Z a-z 0-9 _ - .' });
+
 /** The tool's durable per-task state (PROTOCOL.md §12.1). */
 export interface ToolState {
   /** The value as this run started, or as last `set`; undefined before the first `set` of the task. */
@@ -240,7 +253,7 @@ export interface ToolContext {
    * Runs `fn` once per task and returns its (JSON) result; every later run of the task gets the stored result without
    * running `fn` again. A crash between `fn` finishing and the write runs it again (at-least-once).
    */
-  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  step<T>(name: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T>;
   /**
    * Asks the user a question (MCP elicitation, form mode) and resolves with the answer. The task is
    * `input_required` meanwhile and the run suspends: the handler runs again from the top when the answer comes, and
@@ -392,7 +405,7 @@ export class TaskContext implements ToolContext {
       key: request.key,
       position: request.position ?? Number(n),
     }));
-    this.lastNumber = Math.max(0, ...this.stored.map((request) => request.n));
+    this.lastNumber = Math.max(options.record?.inputFloor ?? 0, ...this.stored.map((request) => request.n));
   }
 
   get answers(): Readonly<Record<string, unknown>> {
@@ -409,9 +422,15 @@ export class TaskContext implements ToolContext {
     },
   };
 
-  readonly step = async <T>(name: string, fn: () => T | Promise<T>): Promise<T> => {
-    if (typeof name !== 'string' || name === '') throw new TypeError('ctx.step needs a non-empty name');
+  readonly step = async <T>(stepName: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T> => {
+    if (typeof stepName !== 'string' || stepName === '') throw new TypeError('ctx.step needs a non-empty name');
     if (typeof fn !== 'function') throw new TypeError('ctx.step needs a function');
+    const version = options?.version;
+    if (version !== undefined && !StepVersionSchema.safeParse(version).success) {
+      throw new TypeError('ctx.step: options.version must be 1 to 64 of A-Z a-z 0-9 _ - .');
+    }
+    // A versioned step is stored as `<name>@<version>` (§12.1): another version of it is another step.
+    const name = version === undefined ? stepName : `${stepName}@${version}`;
     this.stepsAsked.add(name);
     if (Object.hasOwn(this.steps, name)) return this.steps[name] as T;
     this.throwIfSuspended();

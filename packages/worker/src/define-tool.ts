@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import {
   BackoffSchema,
@@ -107,6 +108,19 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   rateLimit?: { max: number; perMs: number };
   /**
+   * The tool's version (PROTOCOL.md §12.11): 1 to 64 of A-Z a-z 0-9 _ - . Every run records it on its task, and a
+   * resume prefers a worker of the version the task last ran. Default: derived from the name, the published schemas
+   * and the text of `run` (a change in code `run` calls is not seen: set a version when that matters).
+   */
+  version?: string;
+  /**
+   * What a run does with a task another version of this tool ran before (a deploy between two runs), once no live
+   * worker of that version is left to take it (PROTOCOL.md §12.11): `'resume'` goes on with the task's state, steps and
+   * answers (changed questions are asked again, renamed steps reported); `'restart'` clears them and runs from the top;
+   * `'fail'` fails the task with `VERSION_CHANGED`. Default `'resume'`.
+   */
+  onVersionChange?: 'resume' | 'restart' | 'fail';
+  /**
    * How long a task of this tool may wait for the answer to an input request (`ctx.elicit`, `ctx.sample`) before it
    * fails with `TIMEOUT`. The wait holds no worker slot (PROTOCOL.md §12). Default `86400000` (24 h).
    */
@@ -162,6 +176,9 @@ export interface ToolDefinition<
   readonly dedupe: { key?: string[]; ttlMs: number } | undefined;
   readonly rateLimit: { max: number; perMs: number } | undefined;
   readonly inputTimeoutMs: number;
+  /** The tool's version, explicit or derived (PROTOCOL.md §12.11). */
+  readonly version: string;
+  readonly onVersionChange: 'resume' | 'restart' | 'fail';
   readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
@@ -205,6 +222,11 @@ const ToolOptionsSchema = z.object({
     .strictObject({ max: z.number().int().min(1).max(1_000_000), perMs: z.number().int().min(1).max(86_400_000) })
     .optional(),
   inputTimeoutMs: z.number().int().positive().default(86_400_000),
+  version: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,64}$/, { message: 'must be 1 to 64 of A-Z a-z 0-9 _ - .' })
+    .optional(),
+  onVersionChange: z.enum(['resume', 'restart', 'fail']).default('resume'),
 });
 
 /** Every option `defineTool` takes: the checked ones, the schemas and the functions. */
@@ -263,6 +285,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     inputTimeoutMs,
     rateLimit,
     priority,
+    onVersionChange,
   } = parsed.data;
   const dedupeOption = parsed.data.dedupe;
   const dedupe =
@@ -323,6 +346,10 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     }
     descriptor.dedupe = dedupe;
   }
+  // The function's text, not the function: `run` is a method of the options object.
+  const version = parsed.data.version ?? derivedVersion(name, descriptor, options.run.toString());
+  descriptor.version = version;
+  if (onVersionChange !== 'resume') descriptor.onVersionChange = onVersionChange;
 
   return Object.freeze({
     [TOOL_DEFINITION]: true as const,
@@ -342,6 +369,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     dedupe,
     rateLimit,
     inputTimeoutMs,
+    version,
+    onVersionChange,
     onCancelled:
       typeof options.onCancelled === 'function'
         ? async (task: CancelledTaskInfo) => {
@@ -351,6 +380,18 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     descriptor,
     run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
   });
+}
+
+/**
+ * A tool's version when it names none (PROTOCOL.md §12.11): the first 12 hex digits of SHA-256 over its name, its
+ * published input and output schemas and the text of its `run` function. The same build gives the same version on
+ * every worker; a change to the schemas or to `run` itself gives another.
+ */
+function derivedVersion(name: string, descriptor: ToolDescriptor, runText: string): string {
+  return createHash('sha256')
+    .update(JSON.stringify([name, descriptor.inputSchema, descriptor.outputSchema ?? null, runText]))
+    .digest('hex')
+    .slice(0, 12);
 }
 
 /** True for a value `defineTool` returned (from any copy of this package). */

@@ -8,6 +8,7 @@ export type {
   SampleAnswer,
   SampleParams,
   RootsAnswer,
+  StepOptions,
   ToolContext,
   ToolState,
 } from './context.js';

@@ -152,3 +152,43 @@ describe('ctx.throwIfCancelled', () => {
     expect(typeof sleep).toBe('function');
   });
 });
+
+describe('ctx.step with a version (PROTOCOL.md §12.1, §12.11)', () => {
+  function withSteps(steps: Record<string, unknown>) {
+    const written: Array<Record<string, unknown>> = [];
+    const logs = new LogCapture();
+    const ctx = new TaskContext({
+      taskId: 't1',
+      tool: 'tool',
+      attempt: 2,
+      signal: new AbortController().signal,
+      store: { recordProgress: () => Promise.resolve('accepted' as const) },
+      lock: { queue: 'q', token: 'tok' },
+      progressIntervalMs: 0,
+      logger: logs.logger().child({ taskId: 't1' }),
+      record: { taskId: 't1', status: 'working', steps } as never,
+      durable: {
+        setState: (_id: string, _lock: unknown, _field: string, value: unknown) => {
+          written.push(value as Record<string, unknown>);
+          return Promise.resolve('written' as const);
+        },
+        suspend: () => Promise.reject(new Error('not here')),
+      },
+    });
+    return { ctx, written, logs };
+  }
+
+  it('returns the stored result of the same version, and runs a new version once, saying so', async () => {
+    const { ctx, written, logs } = withSteps({ 'charge@1': { by: 1 } });
+    expect(await ctx.step('charge', () => ({ by: 'again' }), { version: '1' })).toEqual({ by: 1 });
+    const again = withSteps({ 'charge@1': { by: 1 } });
+    expect(await again.ctx.step('charge', () => ({ by: 2 }), { version: '2' })).toEqual({ by: 2 });
+    expect(again.written.at(-1)).toEqual({ 'charge@1': { by: 1 }, 'charge@2': { by: 2 } });
+    expect(
+      again.logs.lines.some((l) => String(l.msg).startsWith('ctx.step runs a step earlier runs never stored')),
+    ).toBe(true);
+    expect(written).toEqual([]);
+    expect(logs.lines).toEqual([]);
+    await expect(ctx.step('charge', () => 1, { version: 'bad version' })).rejects.toThrow(TypeError);
+  });
+});

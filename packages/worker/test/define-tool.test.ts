@@ -84,6 +84,7 @@ describe('defineTool options', () => {
       attempts: 1,
       backoff: { type: 'exponential', delayMs: 1000, jitter: 0.5 },
       maxStalls: 10,
+      version: noop.version,
     });
   });
 
@@ -252,5 +253,28 @@ describe('defineTool options', () => {
       /^defineTool\(limited\): rateLimit/,
     );
     expect(() => defineTool({ ...base, concurrency: 0 })).toThrow(/^defineTool\(limited\): concurrency/);
+  });
+});
+
+describe('defineTool version (PROTOCOL.md §12.11)', () => {
+  const base = { name: 'v', description: 'd', inputSchema: z.object({ a: z.string() }) };
+  it('publishes an explicit version, or one derived from the name, schemas and run', () => {
+    expect(defineTool({ ...base, version: '2.1', run: () => 'x' }).descriptor.version).toBe('2.1');
+    const a = defineTool({ ...base, run: () => 'x' });
+    const same = defineTool({ ...base, run: () => 'x' });
+    const otherRun = defineTool({ ...base, run: () => 'y' });
+    const otherSchema = defineTool({ ...base, inputSchema: z.object({ b: z.string() }), run: () => 'x' });
+    expect(a.version).toMatch(/^[0-9a-f]{12}$/);
+    expect(same.version).toBe(a.version);
+    expect(otherRun.version).not.toBe(a.version);
+    expect(otherSchema.version).not.toBe(a.version);
+    expect(a.onVersionChange).toBe('resume');
+    expect(a.descriptor.onVersionChange).toBeUndefined();
+    expect(defineTool({ ...base, onVersionChange: 'fail', run: () => 'x' }).descriptor.onVersionChange).toBe('fail');
+  });
+
+  it('refuses a malformed version or policy at definition', () => {
+    expect(() => defineTool({ ...base, version: 'has space', run: () => 'x' })).toThrow(/version/);
+    expect(() => defineTool({ ...base, onVersionChange: 'retry' as never, run: () => 'x' })).toThrow(/onVersionChange/);
   });
 });

@@ -9,6 +9,7 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import {
   TOOL_CONTROLS_META,
+  TOOL_VERSION_META,
   TaskrelayError,
   isTerminal,
   type Logger,
@@ -191,6 +192,9 @@ export class McpMethods {
         if (tool.rateLimit !== undefined) controls['rateLimit'] = tool.rateLimit;
         listed['_meta'] = { [TOOL_CONTROLS_META]: controls };
       }
+      // The version the newest worker of the tool runs (§12.11).
+      if (tool.version !== undefined)
+        listed['_meta'] = { ...(listed['_meta'] as Result), [TOOL_VERSION_META]: tool.version };
       return listed;
     });
     return rules.cachingHints ? { tools, ...NO_CACHE } : { tools };

@@ -3,6 +3,9 @@
   returned as it is, unchanged and without a lock check (the run then ends without running the tool). Unless the
   lock is another run's, the job leaves its principal's waiting share of the pool (§25) in the same step: it is
   taken, whatever happens next.
+  Tool versions (§12.11): the run records the version it runs; with deferIfOther it does not start a task that records
+  another version (it answers VERSION_OTHER and writes nothing but the share), and with reset it clears the task's
+  state, steps, questions and answers as it starts (onVersionChange: restart).
 
   Input:
     KEYS[1] task              the task hash
@@ -14,11 +17,15 @@
     ARGV[3] now               ISO time
     ARGV[4] attempt           the run's number
     ARGV[5] jobId             the job's id in the share
+    ARGV[6] toolVersion       the version of the tool this run runs ('' when the worker names none)
+    ARGV[7] deferIfOther      '1': do not start when the task records another version
+    ARGV[8] reset             '1': clear state, steps, questions and answers
 
   Output:
     {R.OK, hash}        the hash as a flat list
     {R.TASK_MISSING}
     {R.LOCK_LOST}
+    {R.VERSION_OTHER, recordedVersion}   nothing written (deferIfOther)
 ]]
 --- @include "resultCodes"
 --- @include "taskFields"
@@ -36,6 +43,27 @@ if not status then
 end
 if not TERMINAL[status] then
   if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
+  local recorded = redis.call('HGET', KEYS[1], F.toolVersion)
+  if ARGV[7] == '1' and recorded and ARGV[6] ~= '' and recorded ~= ARGV[6] then
+    leave_share()
+    return {R.VERSION_OTHER, recorded}
+  end
+  if ARGV[8] == '1' then
+    -- Request numbers are never reused (§12.2): the next question takes a number above every cleared one.
+    local floor = tonumber(redis.call('HGET', KEYS[1], F.inputFloor) or '0') or 0
+    local fields = redis.call('HKEYS', KEYS[1])
+    for _, field in ipairs(fields) do
+      if string.sub(field, 1, #F.input) == F.input then
+        floor = math.max(floor, tonumber(string.sub(field, #F.input + 1)) or 0)
+      end
+      if field == F.state or field == F.steps or field == F.pendingInput
+        or string.sub(field, 1, #F.input) == F.input or string.sub(field, 1, #F.answer) == F.answer then
+        redis.call('HDEL', KEYS[1], field)
+      end
+    end
+    redis.call('HSET', KEYS[1], F.inputFloor, floor)
+  end
+  if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], F.toolVersion, ARGV[6]) end
   -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
   if status ~= 'input_required' then redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[2]) end
   redis.call('HSET', KEYS[1], F.attempt, ARGV[4])

@@ -132,7 +132,7 @@ class ToolContext:
             if str(n).isdigit()
         ]
         self._used: set[int] = set()
-        self._last_number = max([0, *(r["n"] for r in self._stored)])
+        self._last_number = max([record.input_floor, *(r["n"] for r in self._stored)])
         self._requests = 0
         self._batch: list[_Ask] = []
         self._last_progress: float | None = None
@@ -256,12 +256,17 @@ class ToolContext:
 
     # Durable state, steps, suspension ---------------------------------------------------------------------------
 
-    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
-        """Runs ``fn`` (sync or async) once per task and returns its JSON result; later runs get the stored one."""
+    async def step(self, name: str, fn: Callable[[], Any], *, version: str | None = None) -> Any:
+        """Runs ``fn`` (sync or async) once per task and returns its JSON result; later runs get the stored one.
+        ``version`` is part of the step's key (§12.1): bump it when a deploy changes what the step does."""
         if not isinstance(name, str) or not name:
             raise TypeError("ctx.step needs a non-empty name")
         if not callable(fn):
             raise TypeError("ctx.step needs a function")
+        if version is not None:
+            if not isinstance(version, str) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", version):
+                raise TypeError("ctx.step: version must be 1 to 64 of A-Z a-z 0-9 _ - .")
+            name = f"{name}@{version}"
         self._steps_asked.add(name)
         if name in self._steps:
             return self._steps[name]

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata, resources
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import bullmq
 from bullmq.custom_errors import DelayedError, UnrecoverableError
@@ -34,6 +35,28 @@ DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
 #: Stalls are counted per tool (``max_stalls``, §10.6), never by BullMQ.
 BULLMQ_MAX_STALLED = 1_000_000_000
 PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000
+#: How long a job left to a worker of its task's tool version waits before any worker may take it again (§12.11).
+VERSION_DEFER_MS = 250
+
+
+def bull_connection(url: str) -> dict[str, Any]:
+    """bullmq's connection options for ``url``, with no socket timeout. redis-py 8 reads a reply for at most 5 s by
+    default, so BullMQ's blocking wait for a job (``BZPOPMIN`` for up to 10 s) timed out, reconnected and backed off
+    (up to 20 s): an idle worker then took new jobs only at its next wait, seconds late. bullmq passes these options to
+    ``redis.Redis`` as they are."""
+    parsed = urlparse(url)
+    options: dict[str, Any] = {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 6379,
+        "db": int(parsed.path.lstrip("/") or 0),
+        "username": unquote(parsed.username) if parsed.username else None,
+        "password": unquote(parsed.password) if parsed.password else None,
+        "socket_timeout": None,
+        "socket_connect_timeout": 5,
+    }
+    if parsed.scheme == "rediss":
+        options["ssl"] = True
+    return options
 
 
 class StartError(Exception):
@@ -158,7 +181,7 @@ class TaskrelayWorker:
                 self.keys.queue_name(queue),
                 self.process,
                 {
-                    "connection": cfg.redis_url,
+                    "connection": bull_connection(cfg.redis_url),
                     "prefix": self.keys.bull_prefix,
                     "concurrency": cfg.concurrency,
                     # Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within
@@ -197,7 +220,7 @@ class TaskrelayWorker:
         for name, tool in self.tools.items():
             queue = bullmq.Queue(
                 self.keys.queue_name(self.queues[name]),
-                {"connection": self.config.redis_url, "prefix": self.keys.bull_prefix},
+                {"connection": bull_connection(self.config.redis_url), "prefix": self.keys.bull_prefix},
             )
             try:
                 if tool.concurrency is not None:
@@ -376,7 +399,16 @@ class TaskrelayWorker:
         queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
         deadline_at = _now_ms() + min(timeout_hint or MAX_TIMER_MS, MAX_TIMER_MS) + self.config.lock_duration_ms + queue_timeout_ms
         principal = data.get("principal") if isinstance(data.get("principal"), str) else None
-        lock_lost, task = await self.store.start_run(task_id, lock, attempt, deadline_at, principal)
+        # The run records the tool version it runs, and does not start a task another version ran (§12.11).
+        versioned = self.tools.get(data.get("tool")) if isinstance(data.get("tool"), str) else None
+        lock_lost, task, other = await self.store.start_run(
+            task_id, lock, attempt, deadline_at, principal, versioned.version if versioned else "", versioned is not None
+        )
+        if not lock_lost and other is not None and versioned is not None:
+            policy = await self._version_change(job, token, task_id, lock, versioned, other, log)
+            lock_lost, task, _ = await self.store.start_run(
+                task_id, lock, attempt, deadline_at, principal, versioned.version, False, policy == "restart"
+            )
         if lock_lost:
             log.warn("job lock already lost at start; tool not run")
             raise DelayedError()
@@ -648,13 +680,75 @@ class TaskrelayWorker:
         """Wakes a batch parent's delayed job in its queue (§26.4)."""
         queue = self._parent_queues.get(pool)
         if queue is None:
-            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": self.config.redis_url, "prefix": self.keys.bull_prefix})
+            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": bull_connection(self.config.redis_url), "prefix": self.keys.bull_prefix})
             self._parent_queues[pool] = queue
         try:
             await queue.backend.promote(job_id)
             log.debug("batch parent woken", parentId=job_id)
         except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it
             log.debug("batch parent not promoted", parentId=job_id, err=error)
+
+    async def _version_change(
+        self, job: Any, token: str, task_id: str, lock: JobLock, tool: ToolDefinition, recorded: str, log: Logger
+    ) -> str:
+        """The task last ran another version of the tool (§12.11): left to a live worker of that version for at most
+        the lock duration from the first deferral; then the tool's ``on_version_change`` decides."""
+        if await self._live_worker_serves(tool.name, recorded) and await self._within_window(task_id):
+            try:
+                await job.moveToDelayed(_now_ms() + VERSION_DEFER_MS, token)
+                log.info(
+                    "task last ran another tool version, which a live worker serves: left to it",
+                    **{"from": recorded, "to": tool.version},
+                )
+            except Exception as error:  # noqa: BLE001
+                log.info("job not deferred (its lock is gone); it is with, or returns to, the queue", err=error)
+            raise DelayedError()
+        policy = tool.on_version_change
+        if policy == "fail":
+            message = (
+                f"Task {task_id} started on tool {tool.name} version {recorded}; this worker runs version "
+                f"{tool.version} (onVersionChange: fail)"
+            )
+            await self._fail_task(task_id, lock, message, {"code": "VERSION_CHANGED", "message": message}, log)
+            raise UnrecoverableError(message)
+        log.warn(
+            "task last ran another tool version: restarting it from the top (state, steps and answers cleared)"
+            if policy == "restart"
+            else "task last ran another tool version: resuming it with its state, steps and answers",
+            **{"from": recorded, "to": tool.version, "onVersionChange": policy},
+        )
+        return policy
+
+    async def _live_worker_serves(self, tool: str, version: str) -> bool:
+        assert self._redis is not None
+        ids = await self._redis.zrangebyscore(self.keys.workers, _now_ms(), "+inf")
+        if not ids:
+            return False
+        for raw in await self._redis.mget([self.keys.worker_catalog(i) for i in ids]):
+            try:
+                catalog = json.loads(raw) if raw else None
+            except ValueError:
+                continue
+            if not isinstance(catalog, dict):
+                continue
+            queue_name = catalog.get("queueName") or str(catalog.get("queue", "")).rsplit(".", 1)[0]
+            if queue_name != self.config.queue:
+                continue
+            if any(
+                isinstance(t, dict) and t.get("name") == tool and t.get("version") == version
+                for t in catalog.get("tools", [])
+            ):
+                return True
+        return False
+
+    async def _within_window(self, task_id: str) -> bool:
+        assert self._redis is not None
+        key = f"{self.keys.prefix}:version-wait:{task_id}"
+        now = _now_ms()
+        window = self.config.lock_duration_ms
+        await self._redis.set(key, str(now), px=window * 2, nx=True)
+        first = await self._redis.get(key)
+        return first is None or now - int(first) < window
 
     async def _suspend_job(self, job: Any, token: str, task_id: str, suspension: Suspension, log: Logger) -> Any:
         """The job waits in BullMQ's delayed set, holding no slot, until its answer or time (§12); no attempt used."""

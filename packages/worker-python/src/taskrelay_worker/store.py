@@ -46,6 +46,9 @@ class TaskRecord:
     input_responses: dict[str, Any] = field(default_factory=dict)
     client_capabilities: list[str] | None = None
     cancel_reason: str | None = None
+    tool_version: str | None = None
+    #: Input request numbers up to this one were cleared by a restart (§12.11): new ones number above it.
+    input_floor: int = 0
 
 
 def iso_now() -> str:
@@ -89,6 +92,8 @@ def parse_record(h: dict[str, str]) -> TaskRecord | None:
         state=_parse_json(h.get(FIELDS["state"])),
         steps=_parse_json(h.get(FIELDS["steps"])) or {},
         cancel_reason=h.get(FIELDS["cancelReason"]),
+        tool_version=h.get(FIELDS["toolVersion"]),
+        input_floor=int(h.get(FIELDS["inputFloor"], "0") or 0),
     )
     caps = h.get(FIELDS["clientCaps"])
     if caps is not None:
@@ -133,9 +138,18 @@ class TaskStore:
         return parse_record(await self.redis.hgetall(self.keys.task(task_id)))
 
     async def start_run(
-        self, task_id: str, lock: JobLock, attempt: int, deadline_at: int, share_principal: str | None
-    ) -> tuple[bool, TaskRecord | None]:
-        """(lock lost, the task as the run starts) — §10.2; the job leaves its principal's fair share (§25)."""
+        self,
+        task_id: str,
+        lock: JobLock,
+        attempt: int,
+        deadline_at: int,
+        share_principal: str | None,
+        tool_version: str = "",
+        defer_if_other: bool = False,
+        reset: bool = False,
+    ) -> tuple[bool, TaskRecord | None, str | None]:
+        """(lock lost, the task as the run starts, the other tool version it records) — §10.2, §12.11; the job leaves
+        its principal's fair share (§25)."""
         task_key = self.keys.task(task_id)
         code, values = await self.call(
             "startRun",
@@ -144,13 +158,24 @@ class TaskStore:
                 "lock": self.keys.bull_job_lock(lock.queue, task_id),
                 "share": task_key if share_principal is None else self.keys.fair_share(lock.queue, share_principal),
             },
-            {"lockToken": lock.token, "deadlineAt": str(deadline_at), "now": iso_now(), "attempt": str(attempt), "jobId": task_id},
+            {
+                "lockToken": lock.token,
+                "deadlineAt": str(deadline_at),
+                "now": iso_now(),
+                "attempt": str(attempt),
+                "jobId": task_id,
+                "toolVersion": tool_version,
+                "deferIfOther": "1" if defer_if_other else "0",
+                "reset": "1" if reset else "0",
+            },
         )
         if code == "LOCK_LOST":
-            return True, None
+            return True, None, None
         if code == "TASK_MISSING":
-            return False, None
-        return False, parse_record(_from_flat(values[0] if values else []))
+            return False, None, None
+        if code == "VERSION_OTHER":
+            return False, None, str(values[0]) if values else ""
+        return False, parse_record(_from_flat(values[0] if values else [])), None
 
     async def transition(
         self, task_id: str, to: str, fields: dict[str, Any], lock: JobLock | None

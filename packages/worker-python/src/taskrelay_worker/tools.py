@@ -3,6 +3,7 @@ under Python names. An option the worker does not know is a ``TypeError`` when t
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import re
@@ -13,6 +14,8 @@ from .errors import NonRetryableError
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _TASK_SUPPORT = ("forbidden", "optional", "required")
+_VERSION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ON_VERSION_CHANGE = ("resume", "restart", "fail")
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -35,6 +38,9 @@ class ToolDefinition:
     concurrency: int | None = None
     rate_limit: tuple[int, int] | None = None
     priority: int | None = None
+    #: The tool's version (PROTOCOL.md §12.11): explicit, or derived from its name, schemas and source.
+    version: str = ""
+    on_version_change: str = "resume"
 
     def descriptor(self) -> dict[str, Any]:
         """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
@@ -58,6 +64,9 @@ class ToolDefinition:
             out["rateLimit"] = {"max": self.rate_limit[0], "perMs": self.rate_limit[1]}
         if self.priority is not None:
             out["priority"] = self.priority
+        out["version"] = self.version
+        if self.on_version_change != "resume":
+            out["onVersionChange"] = self.on_version_change
         return out
 
     def parse_arguments(self, arguments: dict[str, Any]) -> Any:
@@ -111,10 +120,14 @@ def define_tool(
     concurrency: int | None = None,
     rate_limit: dict[str, int] | None = None,
     priority: int | None = None,
+    version: str | None = None,
+    on_version_change: str = "resume",
 ) -> ToolDefinition:
     """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
-    text copy, a string as text. ``rate_limit`` is ``{"max": n, "per_ms": ms}``."""
+    text copy, a string as text. ``rate_limit`` is ``{"max": n, "per_ms": ms}``. ``version`` names the build of the
+    tool (default: derived from its name, schemas and source) and ``on_version_change`` (``resume``, ``restart`` or
+    ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11)."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"tool name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {name!r})")
     if not isinstance(description, str) or not description.strip():
@@ -139,6 +152,10 @@ def define_tool(
         limit = (rate_limit["max"], rate_limit["per_ms"])
     if priority is not None:
         _positive(f"tool {name}: priority", priority, high=5)
+    if version is not None and (not isinstance(version, str) or not _VERSION.match(version)):
+        raise ValueError(f"tool {name}: version must be 1 to 64 of A-Z a-z 0-9 _ - . (got {version!r})")
+    if on_version_change not in _ON_VERSION_CHANGE:
+        raise ValueError(f"tool {name}: on_version_change must be one of {', '.join(_ON_VERSION_CHANGE)}")
     schema, model = _schema_of(name, input_schema)
     return ToolDefinition(
         name=name,
@@ -156,7 +173,20 @@ def define_tool(
         concurrency=concurrency,
         rate_limit=limit,
         priority=priority,
+        version=version or _derived_version(name, schema, output_schema, run),
+        on_version_change=on_version_change,
     )
+
+
+def _derived_version(name: str, schema: dict[str, Any], output_schema: dict[str, Any] | None, run: Handler) -> str:
+    """The first 12 hex digits of SHA-256 over the name, the schemas and the handler's source (its bytecode when the
+    source is not available): the same build gives the same version on every worker."""
+    try:
+        code = inspect.getsource(run)
+    except (OSError, TypeError):
+        code = getattr(getattr(run, "__code__", None), "co_code", b"").hex()
+    text = json.dumps([name, schema, output_schema, code], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def tool(**options: Any) -> Callable[[Handler], ToolDefinition]:

@@ -26,6 +26,7 @@ import type { WorkerMetrics } from '../metrics.js';
 import { isChildJob, type ChildRunner } from './batch-child.js';
 import type { BatchParent } from './batch-parent.js';
 import type { RunEnvelope } from './run-envelope.js';
+import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 
@@ -51,7 +52,12 @@ export interface JobRunnerOptions {
   envelope: RunEnvelope;
   /** Batches (PROTOCOL.md §26): the parent's `ctx.fanOut`, and the runs of child jobs. */
   batches?: { parent: BatchParent; children: ChildRunner };
+  /** Who else serves a tool version, and for how long a run leaves a task to them (PROTOCOL.md §12.11). */
+  versions?: ToolVersions;
 }
+
+/** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
+const VERSION_DEFER_MS = 250;
 
 export class JobRunner {
   constructor(private readonly o: JobRunnerOptions) {}
@@ -104,7 +110,19 @@ export class JobRunner {
     // Taken: the job no longer counts in its principal's waiting share of the pool (§25), whatever happens next. A
     // gateway's job names its principal, so the start script leaves the share in the same round trip.
     const jobPrincipal = parsed.success ? parsed.data.principal : undefined;
-    const started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal));
+    // The run records the tool version it runs, and does not start a task another version ran (§12.11).
+    const versioned = parsed.success ? this.o.tools.get(parsed.data.tool) : undefined;
+    const version = { toolVersion: versioned?.version ?? '', deferIfOther: versioned !== undefined };
+    let started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, version));
+    if (!started.lockLost && started.versionOther !== undefined && versioned !== undefined) {
+      const policy = await this.versionChange(job, token, taskId, lock, versioned, started.versionOther, log);
+      started = await bookkeeping(
+        this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, {
+          toolVersion: versioned.version,
+          reset: policy === 'restart',
+        }),
+      );
+    }
     if (started.lockLost) {
       log.warn('job lock already lost at start; tool not run');
       throw new DelayedError();
@@ -301,6 +319,53 @@ export class JobRunner {
         ctx.close();
         return this.endFailed(action, job, taskId, lock, log);
     }
+  }
+
+  /**
+   * The task last ran another version of the tool (PROTOCOL.md §12.11). While a live worker of that version serves
+   * the tool (and for at most the lock duration from the first deferral), the job is left to it: back to the delayed
+   * set for a moment, no attempt used. Otherwise the tool's `onVersionChange` decides: `resume` and `restart` return
+   * (the caller starts the run, `restart` clearing the task's state, steps and answers); `fail` fails the task.
+   */
+  private async versionChange(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    taskId: string,
+    lock: JobLock,
+    tool: ToolDefinition,
+    recorded: string,
+    log: Logger,
+  ): Promise<'resume' | 'restart'> {
+    const versions = { from: recorded, to: tool.version };
+    const versionsOf = this.o.versions;
+    if (
+      versionsOf !== undefined &&
+      (await bookkeeping(versionsOf.liveWorkerServes(tool.name, recorded))) &&
+      (await bookkeeping(versionsOf.withinWindow(taskId)))
+    ) {
+      try {
+        await job.moveToDelayed(Date.now() + VERSION_DEFER_MS, token);
+        log.info(versions, 'task last ran another tool version, which a live worker serves: left to it');
+      } catch (error) {
+        log.info({ err: error }, 'job not deferred (its lock is gone); it is with, or returns to, the queue');
+      }
+      throw new DelayedError();
+    }
+    const policy = tool.onVersionChange;
+    if (policy === 'fail') {
+      const message =
+        `Task ${taskId} started on tool ${tool.name} version ${recorded}; this worker runs version ${tool.version} ` +
+        '(onVersionChange: fail)';
+      await this.failTask(taskId, lock, message, { code: 'VERSION_CHANGED', message }, log);
+      throw new UnrecoverableError(message);
+    }
+    log.warn(
+      { ...versions, onVersionChange: policy },
+      policy === 'restart'
+        ? 'task last ran another tool version: restarting it from the top (state, steps and answers cleared)'
+        : 'task last ran another tool version: resuming it with its state, steps and answers',
+    );
+    return policy;
   }
 
   /** A failed run: the task fails and the job ends unrecoverably, or the job is left to BullMQ's retry. */

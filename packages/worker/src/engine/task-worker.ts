@@ -25,6 +25,7 @@ import { ChildRunner } from './batch-child.js';
 import { BatchParent } from './batch-parent.js';
 import { BatchQueues } from './batch-queues.js';
 import { JobRunner } from './job-run.js';
+import { ToolVersions } from './tool-versions.js';
 import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
 import { GatedWorker, SlotGate } from './slot-gate.js';
@@ -140,6 +141,12 @@ export class TaskWorker {
       progressIntervalMs: options.progressIntervalMs,
       isClosing,
       envelope,
+      versions: new ToolVersions({
+        redis: this.redis,
+        keys: this.keys,
+        queueName: options.queue,
+        windowMs: options.lockDurationMs,
+      }),
     });
     this.cancelWatch = new CancelWatch({
       subscriber: this.subscriber,
