@@ -1,5 +1,5 @@
 /**
- * Fault suite, PROTOCOL.md §22.2 (the gateway's memory budget): sessions whose event stores fill up, more of them than
+ * Fault suite, PROTOCOL.md §22.2 (the gateway’s memory budget): sessions whose event stores fill up, more of them than
  * the budget holds. The least recently seen idle session is closed first; once no session is idle, a new one is
  * refused with 503 and Retry-After; /readyz reports the pressure; the gateway stays up and serves the sessions it kept.
  */
@@ -7,7 +7,14 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { RawSession } from '../helpers/raw-mcp.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import {
+  ROOT,
+  readMetric,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait-for.js';
 
 const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
@@ -55,7 +62,7 @@ async function pingStatus(session: RawSession): Promise<number> {
 }
 
 describe('§22.2 the gateway memory budget', () => {
-  it('closes the least recently seen idle session first, then refuses new sessions with 503 while none is idle', async () => {
+  it('closes the least recently seen idle session first, then trims busy sessions’ event stores to fit', async () => {
     const a = await RawSession.open(gateway.url);
     await fill(a);
     const b = await RawSession.open(gateway.url);
@@ -71,30 +78,16 @@ describe('§22.2 the gateway memory budget', () => {
     const after = await readiness();
     expect(after.memory?.usedBytes).toBeLessThanOrEqual(BUDGET_BYTES);
 
-    // Every session busy (a GET stream open on each): nothing to close, so a new one is refused, and the gateway says
-    // why, stays up, and keeps serving the sessions it has.
+    // Every session busy (a GET stream open on each): nothing idle to close, so the event stores of the principal
+    // holding the most drop their older halves (§22.2 item 0) until the rest fit; every session is still served.
     const streams = [b.openGetStream(), c.openGetStream()];
     const d = await RawSession.open(gateway.url);
     streams.push(d.openGetStream());
     await fill(d);
-    await waitFor(async () => (await readiness()).memory?.pressure === true, { message: 'no pressure reported' });
-    const refused = await fetch(gateway.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'late', version: '0' } },
-      }),
+    await waitFor(async () => (await readMetric(gateway.url, 'taskrelay_sse_event_stores_trimmed_total')) > 0, {
+      message: 'no event store was trimmed',
     });
-    expect(refused.status).toBe(503);
-    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
-    const body = (await refused.json()) as { error?: { message: string } };
-    expect(body.error?.message).toMatch(/memory budget/);
-    const ready = await fetch(gateway.url.replace(/\/mcp$/, '/readyz'));
-    expect(ready.status).toBe(200);
-    expect(((await ready.json()) as Readiness).memory?.pressure).toBe(true);
+    await waitFor(async () => (await readiness()).memory!.usedBytes <= BUDGET_BYTES, { message: 'over the budget' });
     for (const s of [b, c, d]) expect(await pingStatus(s)).toBe(200);
 
     // Idle again: a new session gets in by closing the least recently seen one.
@@ -105,5 +98,42 @@ describe('§22.2 the gateway memory budget', () => {
     });
     expect(await pingStatus(e)).toBe(200);
     expect(gateway.child.exitCode).toBeNull();
+  });
+
+  it('refuses a new session with 503 when the sessions alone fill the budget and none is idle', async () => {
+    const small = await startGatewayProcess({
+      REDIS_URL: redis.url,
+      TASKRELAY_PREFIX: uniquePrefix('f-budget-small'),
+      TASKRELAY_MEMORY_BUDGET_BYTES: String(1024 * 1024),
+    });
+    const held: Array<{ session: RawSession; stream: ReturnType<RawSession['openGetStream']> }> = [];
+    let refused: Response | undefined;
+    for (let i = 0; i < 20 && refused === undefined; i++) {
+      const res = await fetch(small.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 0,
+          method: 'initialize',
+          params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'late', version: '0' } },
+        }),
+      });
+      if (res.status === 503) {
+        refused = res;
+        break;
+      }
+      await res.body?.cancel();
+      const session = await RawSession.open(small.url);
+      held.push({ session, stream: session.openGetStream() });
+    }
+    expect(refused?.status).toBe(503);
+    expect(Number(refused?.headers.get('retry-after'))).toBeGreaterThan(0);
+    const body = (await refused!.json()) as { error?: { message: string } };
+    expect(body.error?.message).toMatch(/memory budget/);
+    const ready = (await (await fetch(small.url.replace(/\/mcp$/, '/readyz'))).json()) as Readiness;
+    expect(ready.memory?.pressure).toBe(true);
+    for (const { stream } of held) stream.close();
+    await small.kill('SIGTERM');
   });
 });

@@ -68,3 +68,28 @@ describe('session eviction under memory pressure', () => {
     expect(r.get('erin-0', 'erin')).toBeUndefined();
   });
 });
+
+describe('relieving one principal under memory pressure (the gateway’s relieve loop)', () => {
+  it('closes its least recently seen idle session first, then halves its largest event store, never others’', () => {
+    const r = registry();
+    const busy = session('alice', 1, 1);
+    for (let i = 0; i < 100; i++) busy.events.storeJson('s', 'x'.repeat(10_000));
+    r.add('alice-busy', busy);
+    r.add('alice-idle', session('alice', 2));
+    const bob = session('bob', 0);
+    for (let i = 0; i < 10; i++) bob.events.storeJson('s', 'y'.repeat(10_000));
+    r.add('bob-idle', bob);
+    expect(r.heldByPrincipal().get('alice')).toBeGreaterThan(r.heldByPrincipal().get('bob') ?? 0);
+    expect(r.relieveFrom('alice')).toBe(true);
+    expect(r.get('alice-idle', 'alice')).toBeUndefined();
+    const before = busy.events.bytes;
+    expect(r.relieveFrom('alice')).toBe(true);
+    expect(busy.events.bytes).toBeLessThanOrEqual(before / 2);
+    expect(r.get('alice-busy', 'alice')).toBeDefined();
+    expect(r.get('bob-idle', 'bob')).toBeDefined();
+    expect(bob.events.bytes).toBeGreaterThan(0);
+    while (r.relieveFrom('alice'));
+    expect(busy.events.bytes).toBe(0);
+    expect(r.relieveFrom('alice')).toBe(false);
+  });
+});

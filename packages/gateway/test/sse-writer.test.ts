@@ -7,6 +7,7 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SseWriter } from '../src/http/sse-writer.js';
+import { StreamBuffers } from '../src/http/stream-buffers.js';
 
 let server: Server | undefined;
 let socket: Socket | undefined;
@@ -90,5 +91,34 @@ describe('SseWriter for a listen stream', () => {
         .at(-1),
     ).toBe('data: cancelled');
     expect(text).not.toContain('bbbb');
+  });
+});
+
+describe("StreamBuffers: the streams' buffers in the memory budget (PROTOCOL.md §22.2)", () => {
+  it("counts what a stalled stream holds, forgets it on close, and sheds the heaviest principal's largest first", async () => {
+    let grew = 0;
+    const buffers = new StreamBuffers(() => (grew += 1));
+    const { res } = await stalledResponse();
+    const writer = new SseWriter(res, { buffers, principal: 'alice', maxBufferedBytes: 64 * 1024 * 1024 });
+    fillUntilBehind(writer);
+    expect(buffers.bytes).toBe(writer.bufferedBytes);
+    expect(buffers.bytes).toBeGreaterThan(0);
+    expect(grew).toBeGreaterThan(0);
+    // Two small streams of bob: alice holds the most, so her stream goes first, whatever bob's count.
+    const bobA = { shed: () => undefined };
+    const bobB = { shed: () => undefined };
+    buffers.resized(bobA, 'bob', 1_000);
+    buffers.resized(bobB, 'bob', 2_000);
+    expect(buffers.largest()).toMatchObject({ stream: writer, principal: 'alice' });
+    const closed = new Promise((resolve) => res.once('close', resolve));
+    writer.shed();
+    await closed;
+    expect(writer.open).toBe(false);
+    expect(buffers.bytes).toBe(3_000);
+    expect(buffers.largest()).toMatchObject({ stream: bobB, principal: 'bob', bytes: 2_000 });
+    buffers.resized(bobB, 'bob', 0);
+    buffers.closed(bobA);
+    expect(buffers.bytes).toBe(0);
+    expect(buffers.largest()).toBeUndefined();
   });
 });

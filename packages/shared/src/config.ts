@@ -350,8 +350,9 @@ export interface GatewayConfig extends CommonConfig {
   /** `TASKRELAY_REQUEST_STATE_SECRET`: signs MRTR `requestState` (PROTOCOL.md §17.2); undefined: a key kept in Redis. */
   requestStateSecret?: string | undefined;
   /**
-   * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams); past it the
-   * least recently seen idle sessions are closed, then new sessions get 503. Default 512 MiB.
+   * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams, SSE send
+   * buffers); past it the largest stream buffers of the principal holding the most are closed, then the least recently
+   * seen idle sessions, then new sessions get 503. Default 512 MiB.
    */
   memoryBudgetBytes: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */

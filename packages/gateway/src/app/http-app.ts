@@ -33,6 +33,7 @@ import { SessionTransport } from '../transports/session/session-transport.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
 import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
 import { MemoryBudget, SESSION_COST_BYTES } from './memory-budget.js';
+import { StreamBuffers } from '../http/stream-buffers.js';
 import type { Session, SessionRegistry } from './session-registry.js';
 
 /**
@@ -77,28 +78,74 @@ export interface HttpAppDeps {
   settled: () => void;
 }
 
+/** A stream is shed for the budget only when this far behind (§22.2): its client is not reading it. */
+const SHED_STREAM_MIN_BYTES = 256 * 1024;
+
 export function createHttpApp(deps: HttpAppDeps): express.Express {
   const { options, log, metrics, auth, limits, service, router, inflight, sessions } = deps;
   const authEnabled = auth.enabled;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
   /** Sessions, event stores, routes and listen streams under one bound (PROTOCOL.md §22.2). */
+  // What every SSE stream holds in its send buffers, shed from the largest consumer first past the budget (§22.2).
+  let shedQueued = false;
+  const buffers = new StreamBuffers(() => {
+    if (shedQueued || budget.fits()) return;
+    shedQueued = true;
+    // Not inside the stream's own write: shedding closes streams, possibly the one writing.
+    setImmediate(() => {
+      shedQueued = false;
+      relieve();
+    });
+  });
   const budget = new MemoryBudget({
     budgetBytes: options.memoryBudgetBytes,
     sessions: () => sessions.size,
     routes: () => router.activeRoutes,
+    streamBytes: () => buffers.bytes,
   });
   metrics.watchMemoryBudget(budget);
+  /**
+   * Past the budget (§22.2), again and again until the rest fit: the principal whose sessions and streams hold the most
+   * gives way first — its largest stream buffer (when at least 256 KiB behind) is closed, else its least recently seen
+   * idle session, else its largest event store drops its older half. So one principal's unread streams or floods never
+   * cost anyone else first.
+   */
+  const relieve = () => {
+    while (!budget.fits()) {
+      const held = sessions.heldByPrincipal();
+      for (const [principal, bytes] of buffers.byPrincipal()) held.set(principal, (held.get(principal) ?? 0) + bytes);
+      const heaviest = [...held].sort((a, b) => b[1] - a[1]).map(([principal]) => principal);
+      let freed = false;
+      for (const principal of heaviest) {
+        const stream = buffers.largestOf(principal);
+        // A stream that far behind has a client not reading it; a reader's few unsent kilobytes are left alone.
+        if (stream !== undefined && stream.bytes >= SHED_STREAM_MIN_BYTES) {
+          metrics.streamsShed.inc();
+          log.info(
+            { principal, bufferedBytes: stream.bytes, budgetBytes: budget.budgetBytes },
+            'SSE stream closed: the memory budget is reached and its principal holds the most',
+          );
+          stream.stream.shed();
+          freed = true;
+        } else {
+          freed = sessions.relieveFrom(principal);
+        }
+        if (freed) break;
+      }
+      if (!freed) break;
+    }
+  };
   let evictionQueued = false;
   const onEventsResized = (delta: number) => {
     metrics.sseEventBytes.inc(delta);
     budget.eventsResized(delta);
-    // Not inside the store's own write: the eviction closes sessions, possibly the one writing.
+    // Not inside the store's own write: relieving closes sessions, possibly the one writing.
     if (delta > 0 && !evictionQueued && !budget.fits()) {
       evictionQueued = true;
       setImmediate(() => {
         evictionQueued = false;
-        sessions.evictIdle(() => budget.fits());
+        relieve();
       });
     }
   };
@@ -157,6 +204,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
   /** Every SSE stream's bound and its counters (PROTOCOL.md §22.1). */
   const streamBounds = {
+    buffers,
     maxBufferedBytes: options.maxStreamBufferBytes,
     onOverflow: () => {
       metrics.streamOverflows.inc();
@@ -248,6 +296,8 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       maxStreamBufferBytes: streamBounds.maxBufferedBytes,
       onStreamOverflow: streamBounds.onOverflow,
       onProgressCoalesced: streamBounds.onCoalesced,
+      streamBuffers: buffers,
+      principal,
     });
     transport.onclose = () => sessions.close(sessionId);
     const server = createSessionServer({

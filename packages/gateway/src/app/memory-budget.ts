@@ -2,8 +2,8 @@
  * The gateway's memory budget (PROTOCOL.md §22.2): what clients make it hold — sessions, their event stores, task
  * routes, listen streams — counted against one bound, `TASKRELAY_MEMORY_BUDGET_BYTES`. Event stores are counted by
  * their bytes; a session, a route and a listen stream by a fixed, generous estimate of what each holds besides (its SDK
- * server, transport and maps; a record and a throttle; a poll loop). The per-stream send buffers have their own bound
- * (§22.1).
+ * server, transport and maps; a record and a throttle; a poll loop); the SSE streams' send buffers by the bytes waiting
+ * in them (`StreamBuffers`). Each stream also has its own bound (§22.1).
  */
 
 /** Default budget: 512 MiB, within a default 2 GiB-class V8 heap with room for the rest of the process. */
@@ -22,6 +22,8 @@ export interface MemoryBudgetOptions {
   sessions: () => number;
   /** Task routes held right now (the router's count). */
   routes: () => number;
+  /** Bytes waiting in every SSE stream's send buffers right now (§22.2). Default: none counted. */
+  streamBytes?: () => number;
 }
 
 export interface MemoryUse {
@@ -31,6 +33,8 @@ export interface MemoryUse {
   sessions: number;
   routes: number;
   listenStreams: number;
+  /** Bytes waiting in the SSE streams' send buffers. */
+  streamBytes: number;
   /** A new session would not fit: idle sessions are being evicted, and new sessions refused when none is idle. */
   pressure: boolean;
 }
@@ -50,7 +54,8 @@ export class MemoryBudget {
       this.eventBytes +
       this.options.sessions() * SESSION_COST_BYTES +
       this.options.routes() * ROUTE_COST_BYTES +
-      this.listenCount * LISTEN_COST_BYTES
+      this.listenCount * LISTEN_COST_BYTES +
+      (this.options.streamBytes?.() ?? 0)
     );
   }
 
@@ -81,6 +86,7 @@ export class MemoryBudget {
       sessions: this.options.sessions(),
       routes: this.options.routes(),
       listenStreams: this.listenCount,
+      streamBytes: this.options.streamBytes?.() ?? 0,
       pressure: usedBytes + SESSION_COST_BYTES > this.budgetBytes,
     };
   }

@@ -103,6 +103,47 @@ export class SessionRegistry {
     return fits();
   }
 
+  /** What each principal's sessions hold: a fixed cost per session plus its event store's bytes (§22.2). */
+  heldByPrincipal(): Map<string, number> {
+    const held = new Map<string, number>();
+    for (const session of this.sessions.values()) {
+      held.set(session.principal, (held.get(session.principal) ?? 0) + SESSION_COST_BYTES + session.events.bytes);
+    }
+    return held;
+  }
+
+  /**
+   * Frees something `principal`'s sessions hold (the memory budget, PROTOCOL.md §22.2): its least recently seen idle
+   * session is closed; with none idle, the largest event store of its sessions drops its older half (a resume
+   * replays less). Returns false when the principal's sessions hold nothing more to free.
+   */
+  relieveFrom(principal: string): boolean {
+    let idle: [string, Session] | undefined;
+    let largest: Session | undefined;
+    for (const entry of this.sessions) {
+      const [, session] = entry;
+      if (session.principal !== principal) continue;
+      if (session.openResponses === 0 && (idle === undefined || session.lastSeenAt < idle[1].lastSeenAt)) idle = entry;
+      if (largest === undefined || session.events.bytes > largest.events.bytes) largest = session;
+    }
+    if (idle !== undefined) {
+      const [sessionId, session] = idle;
+      this.options.log.info(
+        { sessionId, principal },
+        'memory budget reached: closing an idle session of the principal that holds the most',
+      );
+      this.options.metrics.sessionsEvicted.inc();
+      this.close(sessionId);
+      void session.transport.close().catch(() => undefined);
+      return true;
+    }
+    if (largest === undefined || largest.events.bytes === 0) return false;
+    const bytes = largest.events.bytes;
+    largest.events.trimTo(bytes < 64 * 1024 ? 0 : Math.floor(bytes / 2));
+    this.options.metrics.eventStoresTrimmed.inc();
+    return true;
+  }
+
   /** The least recently seen idle session of the principal that holds the most bytes among those with one. */
   private nextToEvict(): [string, Session] | undefined {
     const held = new Map<string, number>();

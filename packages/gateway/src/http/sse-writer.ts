@@ -12,6 +12,7 @@
  * taskrelay's rule.
  */
 import type { ServerResponse } from 'node:http';
+import type { StreamBuffers } from './stream-buffers.js';
 
 /** Default bound on the bytes waiting to go out on one stream: 1 MiB. */
 export const DEFAULT_MAX_STREAM_BUFFER_BYTES = 1024 * 1024;
@@ -39,6 +40,13 @@ export interface SseWriterOptions {
   lastWords?: () => string;
   /** How long an ended overflowing stream may keep its last words waiting. Default 5000 ms. */
   lastWordsMs?: number;
+  /**
+   * Where the stream reports the bytes waiting in its buffers, for the gateway's memory budget (§22.2), which may shed
+   * it. Default: none.
+   */
+  buffers?: StreamBuffers;
+  /** Whose stream this is, for `buffers`. Default `''`. */
+  principal?: string;
 }
 
 export class SseWriter {
@@ -54,6 +62,25 @@ export class SseWriter {
     private readonly options: SseWriterOptions = {},
   ) {
     this.maxBufferedBytes = options.maxBufferedBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES;
+    const { buffers } = options;
+    if (buffers !== undefined) res.once('close', () => buffers.closed(this));
+  }
+
+  /** Bytes waiting in this stream's buffers: node's queue and the coalesced values. */
+  get bufferedBytes(): number {
+    return this.res.writableLength + this.pendingBytes;
+  }
+
+  /** Closes the stream to free its buffers (the memory budget's choice, §22.2), as an overflow would. */
+  shed(): void {
+    this.options.buffers?.closed(this);
+    if (this.open) this.overflow(false);
+  }
+
+  /** Tells the budget what this stream holds now. */
+  private report(): void {
+    const { buffers } = this.options;
+    if (buffers !== undefined && this.open) buffers.resized(this, this.options.principal ?? '', this.bufferedBytes);
   }
 
   /** Still writable: not ended, not destroyed (by the client or for overflow). */
@@ -95,7 +122,9 @@ export class SseWriter {
     this.pendingBytes += Buffer.byteLength(text);
     if (this.options.boundPending && this.res.writableLength + this.pendingBytes > this.maxBufferedBytes) {
       this.overflow();
+      return;
     }
+    this.report();
   }
 
   /**
@@ -115,7 +144,10 @@ export class SseWriter {
       this.overflow();
       return false;
     }
-    if (!this.res.write(text)) this.awaitDrain();
+    if (!this.res.write(text)) {
+      this.awaitDrain();
+      this.report();
+    }
     return true;
   }
 
@@ -135,10 +167,13 @@ export class SseWriter {
     this.res.once('drain', () => {
       this.waitingForDrain = false;
       if (this.open) this.flushPending();
+      this.report();
     });
   }
 
-  private overflow(): void {
+  /** Closes the stream to free its buffers; `ownBound`: it passed its own bound (counted as an overflow). */
+  private overflow(ownBound = true): void {
+    this.options.buffers?.closed(this);
     this.closedForOverflow = true;
     this.pending.clear();
     this.pendingBytes = 0;
@@ -152,6 +187,6 @@ export class SseWriter {
       const timer = setTimeout(() => this.res.destroy(), this.options.lastWordsMs ?? 5000).unref();
       this.res.once('close', () => clearTimeout(timer));
     }
-    this.options.onOverflow?.();
+    if (ownBound) this.options.onOverflow?.();
   }
 }

@@ -80,6 +80,14 @@ export class GatewayMetrics extends ProcessMetrics {
     name: 'taskrelay_sse_progress_coalesced_total',
     help: "Progress notifications replaced by a newer one while their stream's client was behind.",
   });
+  readonly streamsShed = this.counter({
+    name: 'taskrelay_sse_streams_shed_total',
+    help: 'SSE streams closed because the gateway memory budget was reached and their principal held the most in stream buffers.',
+  });
+  readonly eventStoresTrimmed = this.counter({
+    name: 'taskrelay_sse_event_stores_trimmed_total',
+    help: 'Session event stores halved (their oldest events dropped) because the gateway memory budget was reached and their principal held the most with no idle session to close.',
+  });
   readonly sessionsEvicted = this.counter({
     name: 'taskrelay_sessions_evicted_total',
     help: 'Idle sessions closed because the gateway memory budget was reached.',

@@ -133,6 +133,16 @@ export class SessionEventStore implements EventStore {
     }
   }
 
+  /**
+   * Drops the oldest events until at most `maxBytes` are held (the memory budget under pressure, PROTOCOL.md §22.2): a
+   * resume then replays what is left, as after the store's own cap. Returns the bytes freed.
+   */
+  trimTo(maxBytes: number): number {
+    const before = this.heldBytes;
+    while (this.heldBytes > maxBytes && this.head < this.events.length) this.dropOldest();
+    return before - this.heldBytes;
+  }
+
   /** The session closed: everything goes, and nothing more is kept. */
   release(): void {
     this.released = true;

@@ -30,6 +30,7 @@ import {
   type RequestId,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { SessionEventStore } from './event-store.js';
+import type { StreamBuffers } from '../../http/stream-buffers.js';
 import { SseWriter } from '../../http/sse-writer.js';
 
 /** The standalone (GET) stream's id, as the SDK names it. */
@@ -79,6 +80,10 @@ export interface SessionTransportOptions {
   onStreamOverflow?: () => void;
   /** A progress notification waiting on a stream that is behind was replaced by a newer one. Default: none. */
   onProgressCoalesced?: () => void;
+  /** Where the session's streams report their buffered bytes, for the memory budget (§22.2). Default: none. */
+  streamBuffers?: StreamBuffers;
+  /** The session's principal, for `streamBuffers`. */
+  principal?: string;
 }
 
 /** One open response: an SSE stream, or a POST whose answer may still go out as one JSON body. */
@@ -392,8 +397,9 @@ export class SessionTransport implements Transport {
   }
 
   private writerFor(res: ServerResponse): SseWriter {
-    const { maxStreamBufferBytes, onStreamOverflow, onProgressCoalesced } = this.options;
+    const { maxStreamBufferBytes, onStreamOverflow, onProgressCoalesced, streamBuffers, principal } = this.options;
     return new SseWriter(res, {
+      ...(streamBuffers === undefined ? {} : { buffers: streamBuffers, principal: principal ?? '' }),
       ...(maxStreamBufferBytes === undefined ? {} : { maxBufferedBytes: maxStreamBufferBytes }),
       ...(onStreamOverflow ? { onOverflow: onStreamOverflow } : {}),
       ...(onProgressCoalesced ? { onCoalesced: onProgressCoalesced } : {}),

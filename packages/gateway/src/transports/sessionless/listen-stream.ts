@@ -119,6 +119,7 @@ export function createListenStreams(options: ListenStreamsOptions) {
       eventText({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: rpc.id, reason } });
     const writer = new SseWriter(rpc.res, {
       ...options.streams,
+      principal: rpc.principal,
       maxBufferedBytes: options.maxBufferedBytes ?? LISTEN_BUFFER_BYTES,
       boundPending: true,
       // A client that stopped reading gets 30 s to read its last words; what waits meanwhile is bounded.

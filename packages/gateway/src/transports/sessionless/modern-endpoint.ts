@@ -204,7 +204,9 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       throw new WireError(INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
     }
     const streams = params._meta?.['progressToken'] !== undefined && acceptsEventStream(rpc.req);
-    const stream = streams ? new SseResponse(rpc.res, outgoing, options.streams) : undefined;
+    const stream = streams
+      ? new SseResponse(rpc.res, outgoing, { ...options.streams, principal: rpc.principal })
+      : undefined;
     const ctx = context(rpc, { stream });
     // A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663).
     const call = methods.callTool(ctx, { name, arguments: args, requestState, inputResponses });
