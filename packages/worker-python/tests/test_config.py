@@ -21,7 +21,9 @@ def test_defaults_are_the_node_workers():
         ({**BASE, "WORKER_LOCK_DURATION_MS": "abc"}, "Invalid configuration: WORKER_LOCK_DURATION_MS must be a whole number (got 'abc')"),
         ({**BASE, "TASKRELAY_QUEUE": "a b"}, "Invalid configuration: TASKRELAY_QUEUE must be letters, digits, _ . or -"),
         ({**BASE, "LOG_LEVEL": "loud"}, "Invalid configuration: LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent (got 'loud')"),
-        ({**BASE, "REDIS_CLUSTER_NODES": "a:1"}, None),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:1"}, "Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay} (got 'taskrelay')"),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:b"}, "Invalid configuration: REDIS_CLUSTER_NODES must be a comma list of host:port (bad entry 'a:b')"),
+        ({**BASE, "REDIS_SENTINELS": "s:26379"}, "Invalid configuration: REDIS_SENTINEL_NAME (the master name) is required with REDIS_SENTINELS"),
         ({"REDIS_URL": "redis://h:1"}, None),
     ],
 )
@@ -32,3 +34,10 @@ def test_a_bad_configuration_is_one_line_naming_the_variable(env, line):
     assert "\n" not in message
     if line is not None:
         assert message == line
+
+
+def test_a_cluster_or_sentinels_replace_redis_url():
+    config = load_config({"REDIS_CLUSTER_NODES": "10.0.0.1:7000, [::1]:7001", "TASKRELAY_PREFIX": "{tr}", "TASKRELAY_TOOLS": "t.py"})
+    assert config.redis.cluster_nodes == (("10.0.0.1", 7000), ("::1", 7001))
+    sentinel = load_config({**BASE, "REDIS_SENTINELS": "s1:26379", "REDIS_SENTINEL_NAME": "mymaster"})
+    assert sentinel.redis.sentinels == (("s1", 26379),) and sentinel.redis.sentinel_name == "mymaster"

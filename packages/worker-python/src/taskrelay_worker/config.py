@@ -16,6 +16,23 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class RedisTarget:
+    """Where Redis is: one server by URL, a Cluster by its seed nodes, or a master found through Sentinels."""
+
+    url: str | None = None
+    cluster_nodes: tuple[tuple[str, int], ...] = ()
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_name: str | None = None
+
+    def describe(self) -> str:
+        if self.cluster_nodes:
+            return "the Redis Cluster at " + ",".join(f"{h}:{p}" for h, p in self.cluster_nodes)
+        if self.sentinels:
+            return f"master {self.sentinel_name} of the Sentinels at " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
+        return str(self.url)
+
+
+@dataclass(frozen=True)
 class Config:
     redis_url: str
     prefix: str
@@ -29,6 +46,21 @@ class Config:
     cancel_sweep_ms: int
     progress_interval_ms: int
     log_level: str
+    redis: RedisTarget = RedisTarget()
+
+
+def _nodes(name: str, raw: str) -> tuple[tuple[str, int], ...]:
+    nodes = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        match = re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(\d{1,5})", item)
+        if not match or not 1 <= int(match.group(2)) <= 65_535:
+            raise ConfigError(f"Invalid configuration: {name} must be a comma list of host:port (bad entry {item!r})")
+        nodes.append((match.group(1).strip("[]"), int(match.group(2))))
+    if not nodes:
+        raise ConfigError(f"Invalid configuration: {name} must list at least one host:port")
+    return tuple(nodes)
 
 
 #: name -> (min, max, default)
@@ -59,21 +91,35 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 
 def load_config(env: Mapping[str, str]) -> Config:
-    for name in ("REDIS_CLUSTER_NODES", "REDIS_SENTINELS"):
-        if env.get(name, "").strip():
-            raise ConfigError(
-                f"Invalid configuration: {name} is not supported by the Python worker yet "
-                "(it connects to one Redis by REDIS_URL); run Node workers on a Cluster or Sentinel deployment"
-            )
+    cluster = env.get("REDIS_CLUSTER_NODES", "").strip()
+    sentinels = env.get("REDIS_SENTINELS", "").strip()
     redis_url = env.get("REDIS_URL", "").strip()
-    if not redis_url:
-        raise ConfigError("Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)")
-    parsed = urlparse(redis_url)
-    if parsed.scheme not in ("redis", "rediss") or not parsed.hostname or re.search(r"\s", redis_url):
-        raise ConfigError("Invalid configuration: REDIS_URL must be a redis:// or rediss:// URL")
+    target: RedisTarget
+    if cluster:
+        if sentinels:
+            raise ConfigError("Invalid configuration: set REDIS_CLUSTER_NODES or REDIS_SENTINELS, not both")
+        target = RedisTarget(cluster_nodes=_nodes("REDIS_CLUSTER_NODES", cluster))
+    elif sentinels:
+        name = env.get("REDIS_SENTINEL_NAME", "").strip()
+        if not name:
+            raise ConfigError("Invalid configuration: REDIS_SENTINEL_NAME (the master name) is required with REDIS_SENTINELS")
+        target = RedisTarget(sentinels=_nodes("REDIS_SENTINELS", sentinels), sentinel_name=name)
+    else:
+        if not redis_url:
+            raise ConfigError("Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)")
+        parsed = urlparse(redis_url)
+        if parsed.scheme not in ("redis", "rediss") or not parsed.hostname or re.search(r"\s", redis_url):
+            raise ConfigError("Invalid configuration: REDIS_URL must be a redis:// or rediss:// URL")
+        target = RedisTarget(url=redis_url)
     prefix = env.get("TASKRELAY_PREFIX", "taskrelay").strip() or "taskrelay"
     if re.search(r"\s", prefix):
         raise ConfigError("Invalid configuration: TASKRELAY_PREFIX must not contain spaces")
+    if target.cluster_nodes and not re.fullmatch(r"\{[^{}]+\}.*", prefix):
+        bare = prefix.replace("{", "").replace("}", "") or "taskrelay"
+        raise ConfigError(
+            f"Invalid configuration: TASKRELAY_PREFIX must be wrapped in {{}} on a Redis Cluster (one hash slot for every "
+            f"key), e.g. {{{bare}}} (got {prefix!r})"
+        )
     queue = env.get("TASKRELAY_QUEUE", "default").strip() or "default"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", queue):
         raise ConfigError("Invalid configuration: TASKRELAY_QUEUE must be letters, digits, _ . or -")
@@ -86,7 +132,8 @@ def load_config(env: Mapping[str, str]) -> Config:
     if log_level not in LEVELS:
         raise ConfigError(f"Invalid configuration: LOG_LEVEL must be one of {', '.join(LEVELS)} (got {log_level!r})")
     return Config(
-        redis_url=redis_url,
+        redis_url=redis_url or target.describe(),
+        redis=target,
         prefix=prefix,
         queue=queue,
         tools=tools,

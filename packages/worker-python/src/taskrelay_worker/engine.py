@@ -20,7 +20,7 @@ from bullmq.custom_errors import DelayedError, UnrecoverableError
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
@@ -57,6 +57,37 @@ def bull_connection(url: str) -> dict[str, Any]:
     if parsed.scheme == "rediss":
         options["ssl"] = True
     return options
+
+
+def make_client(target: RedisTarget, *, blocking: bool = False) -> Any:
+    """A Redis client for ``target``: one server by URL, a Cluster by its seed nodes, or the master the Sentinels name.
+    ``blocking``: no read timeout (BullMQ's blocking wait, see ``bull_connection``)."""
+    timeout = None if blocking else 5
+    if target.cluster_nodes:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.cluster_nodes],
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=5,
+        )
+    if target.sentinels:
+        from redis.asyncio.sentinel import Sentinel
+
+        sentinel = Sentinel(list(target.sentinels), socket_timeout=5, socket_connect_timeout=5)
+        return sentinel.master_for(
+            target.sentinel_name or "", decode_responses=True, socket_timeout=timeout, socket_connect_timeout=5
+        )
+    return Redis.from_url(str(target.url), decode_responses=True, socket_timeout=timeout, socket_connect_timeout=5)
+
+
+def bull_options(target: RedisTarget) -> Any:
+    """bullmq's ``connection`` for ``target``: options for one server by URL (bullmq makes its own connections), or a
+    client of its own for a Cluster or the Sentinels' master (bullmq takes those as they are)."""
+    if target.url is not None:
+        return bull_connection(target.url)
+    return make_client(target, blocking=True)
 
 
 class StartError(Exception):
@@ -156,13 +187,20 @@ class TaskrelayWorker:
                 f"(Node bullmq {BULLMQ_PAIR['node']}): pip install bullmq=={BULLMQ_PAIR['python']}"
             )
         cfg = self.config
-        self._redis = Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=5)
-        self._subscriber = Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=5)
+        self._redis = make_client(cfg.redis)
+        # Pub/sub stays classic SUBSCRIBE (PROTOCOL.md §1.1): on a Cluster any node forwards every PUBLISH, so the
+        # subscriber talks to one seed node.
+        first = cfg.redis.cluster_nodes[0] if cfg.redis.cluster_nodes else None
+        self._subscriber = (
+            Redis(host=first[0], port=first[1], decode_responses=True, socket_connect_timeout=5)
+            if first is not None
+            else make_client(cfg.redis)
+        )
         try:
             await self._redis.ping()
         except Exception as error:  # noqa: BLE001 - any failure here is "cannot reach Redis"
             await self._close_redis()
-            raise StartError(f"Redis is unreachable at {_redacted(cfg.redis_url)}: {error}") from None
+            raise StartError(f"Redis is unreachable at {_redacted(cfg.redis.describe())}: {error}") from None
         self.store = TaskStore(self._redis, self.keys)
         known = await self.store.known_generations()
         if known and GENERATION not in known:
@@ -181,7 +219,7 @@ class TaskrelayWorker:
                 self.keys.queue_name(queue),
                 self.process,
                 {
-                    "connection": bull_connection(cfg.redis_url),
+                    "connection": bull_options(cfg.redis),
                     "prefix": self.keys.bull_prefix,
                     "concurrency": cfg.concurrency,
                     # Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within
@@ -220,7 +258,7 @@ class TaskrelayWorker:
         for name, tool in self.tools.items():
             queue = bullmq.Queue(
                 self.keys.queue_name(self.queues[name]),
-                {"connection": bull_connection(self.config.redis_url), "prefix": self.keys.bull_prefix},
+                {"connection": bull_options(self.config.redis), "prefix": self.keys.bull_prefix},
             )
             try:
                 if tool.concurrency is not None:
@@ -249,7 +287,8 @@ class TaskrelayWorker:
             "heartbeatAt": now,
         }
         pool = {"pool": self.pool, "queueName": self.config.queue, "tools": descriptors, "lastSeenAt": now}
-        async with self._redis.pipeline(transaction=True) as tx:
+        # One slot on a Cluster (the prefix's hash tag), but redis-py's cluster pipeline takes no MULTI.
+        async with self._redis.pipeline(transaction=not self.config.redis.cluster_nodes) as tx:
             tx.set(self.keys.worker_catalog(self.worker_id), json.dumps(catalog), px=ttl)
             tx.zadd(self.keys.workers, {self.worker_id: now + ttl})
             tx.hset(self.keys.pools, self.pool, json.dumps(pool))
@@ -680,7 +719,7 @@ class TaskrelayWorker:
         """Wakes a batch parent's delayed job in its queue (§26.4)."""
         queue = self._parent_queues.get(pool)
         if queue is None:
-            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": bull_connection(self.config.redis_url), "prefix": self.keys.bull_prefix})
+            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": bull_options(self.config.redis), "prefix": self.keys.bull_prefix})
             self._parent_queues[pool] = queue
         try:
             await queue.backend.promote(job_id)
@@ -852,7 +891,7 @@ class TaskrelayWorker:
         await asyncio.gather(*self._background, *self._bull_runs, return_exceptions=True)
         try:
             assert self._redis is not None
-            async with self._redis.pipeline(transaction=True) as tx:
+            async with self._redis.pipeline(transaction=not self.config.redis.cluster_nodes) as tx:
                 tx.delete(self.keys.worker_catalog(self.worker_id))
                 tx.zrem(self.keys.workers, self.worker_id)
                 await tx.execute()

@@ -1,0 +1,109 @@
+/**
+ * Issue 33 item 1, PROTOCOL.md §1.1 and §29: a Python worker on a real 3-master Redis Cluster (REDIS_CLUSTER_NODES and
+ * a `{prefix}`, as the Node processes take them) serves its tools behind the gateway: progress, a cancel and a
+ * question, every key in the prefix's one slot. Without braces it refuses to start, in one line.
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
+import { uniquePrefix } from './helpers/redis.js';
+import {
+  PYTHON,
+  ROOT,
+  spawnProcess,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { startTask, taskResult } from './helpers/tasks.js';
+import { waitFor } from './helpers/wait-for.js';
+
+const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_tools.py');
+
+if (PYTHON === undefined) console.log('python-cluster suite skipped: no .venv/bin/python (needs Python 3.11+)');
+
+describe.skipIf(PYTHON === undefined)('a Python worker on a Redis Cluster', () => {
+  let cluster: TestCluster;
+  let prefix: string;
+  let env: Record<string, string>;
+  let gateway: GatewayProcess;
+  let worker: ManagedProcess;
+  let client: Client;
+  const progress: number[] = [];
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster(3);
+    prefix = `{${uniquePrefix('pycluster')}}`;
+    env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix };
+    gateway = await startGatewayProcess(env);
+    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS });
+    client = new Client(
+      { name: 'py-cluster', version: '0' },
+      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
+    );
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      if (n.params.progressToken === 'count') progress.push(n.params.progress);
+      return Promise.resolve();
+    });
+    client.setRequestHandler(ElicitRequestSchema, () =>
+      Promise.resolve({ action: 'accept', content: { name: 'Ada' } }),
+    );
+    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await stopAll();
+    await cluster?.stop();
+  });
+
+  it('refuses a prefix without braces, in one line', async () => {
+    const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+      REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '',
+      TASKRELAY_PREFIX: 'plain',
+      TASKRELAY_TOOLS: PY_TOOLS,
+    });
+    expect(await refused.exited).toBe(1);
+    expect(refused.output().trim()).toMatch(
+      /^taskrelay-worker: Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\}/,
+    );
+  });
+
+  it('runs a call with progress, a cancel and a question', async () => {
+    const counted = await taskResult(
+      client,
+      await startTask(client, 'py_count', { n: 3, delay_ms: 20 }, { progressToken: 'count' }),
+    );
+    expect(counted.structuredContent).toEqual({ counted: 3, attempt: 1 });
+    await waitFor(() => progress.includes(3));
+    expect(progress).toEqual([...progress].sort((a, b) => a - b));
+
+    const slow = await startTask(client, 'py_slow', { seconds: 30 });
+    await waitFor(() => worker.logs().some((l) => l['taskId'] === slow && l['msg'] === 'tool started'));
+    expect((await client.experimental.tasks.cancelTask(slow)).status).toBe('cancelled');
+    await waitFor(() =>
+      worker
+        .logs()
+        .some((l) => l['taskId'] === slow && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED'),
+    );
+
+    const asked = await taskResult(client, await startTask(client, 'py_ask', {}), 30_000);
+    expect(asked.structuredContent).toEqual({ greeting: 'Hello, Ada', attempt: 2 });
+  });
+
+  it('keeps every key it wrote in the one slot of its {prefix}', async () => {
+    const node = cluster.node(cluster.ports[0] ?? 0);
+    const slot = Number(await node.cluster('KEYSLOT', prefix));
+    const keys = (
+      await Promise.all(cluster.ports.map(async (port) => (await cluster.node(port).keys(`${prefix}*`)) as string[]))
+    ).flat();
+    expect(keys.some((k) => k.includes(':worker:'))).toBe(true);
+    expect(keys.some((k) => k.includes(':q-default~py_'))).toBe(true);
+    for (const key of keys) expect(Number(await node.cluster('KEYSLOT', key)), key).toBe(slot);
+  });
+});
