@@ -184,9 +184,10 @@ describe('§3.3 pause and resume a tool', () => {
     expect((await statusOf(ids[0]!)).status).toBe('working');
 
     const listed = await client.listTools();
-    expect(listed.tools.find((t) => t.name === 'free')?._meta).toEqual({ 'dev.taskrelay/controls': { paused: true } });
-    expect(listed.tools.find((t) => t.name === 'limited')?._meta).toEqual({
-      'dev.taskrelay/controls': { paused: false, concurrency: 2 },
+    expect(listed.tools.find((t) => t.name === 'free')?._meta?.['dev.taskrelay/controls']).toEqual({ paused: true });
+    expect(listed.tools.find((t) => t.name === 'limited')?._meta?.['dev.taskrelay/controls']).toEqual({
+      paused: false,
+      concurrency: 2,
     });
     const tools = await cli('tools');
     expect(tools.stdout).toMatch(/^free\s+optional\s+\[paused\] Sleeps ms\./m);

@@ -11,6 +11,7 @@ import { createKeys } from '@taskrelay/shared';
 import { ROOT, type ManagedProcess } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
+import { scaled } from './helpers/load.js';
 import { COMBINATIONS, openDriver, type Driver, type Json } from './requirements/drivers.js';
 
 const TOKENS = { alice: 'alice-versions-token' };
@@ -58,6 +59,12 @@ for (const combo of COMBINATIONS) {
       const result = await driver.taskResult(taskId, { answer: answerName });
       expect(result['structuredContent']).toMatchObject({ version: 2, prepared: { by: 1 }, name: 'Ada' });
       expect(await stack.r.hget(createKeys(stack.prefix).task(taskId), 'toolVersion')).toBe('2');
+      // tools/list shows the version the newest worker runs (its catalog is cached for a second).
+      const listedVersion = async () =>
+        ((await driver.listTools()).find((t) => t['name'] === 'ver_resume')?.['_meta'] as Json | undefined)?.[
+          'dev.taskrelay/version'
+        ];
+      await waitFor(async () => (await listedVersion()) === '2', { message: 'tools/list does not show version 2' });
       await waitFor(() =>
         v2!
           .logs()
@@ -101,12 +108,17 @@ describe('while a worker of the version the task ran is alive', () => {
     const driver = await openDriver(COMBINATIONS[0]!, { url: stack.gateway.url, tokens: TOKENS });
     let v2: ManagedProcess | undefined;
     try {
+      // The gateway's catalog (cached for a second) lists build 1's own tool once it has read build 1's catalog.
+      await waitFor(async () => (await driver.listTools()).some((t) => t['name'] === 'ver_block'));
       const { taskId } = await driver.createTask('ver_resume', {});
       await driver.waitStatus(taskId, 'input_required');
+      // Build 1's only slot is busy for a while (called before build 2 starts: a newer build's catalog hides the
+      // tools it dropped): build 2 takes the resumed job first, and must leave it.
+      const block = await driver.createTask('ver_block', { ms: scaled(6_000) });
+      await waitFor(() => v1.logs().some((l) => l['taskId'] === block.taskId && l['msg'] === 'tool started'), {
+        message: 'build 1 did not start ver_block',
+      });
       v2 = await stack.addWorker(build(2));
-      // Build 1's only slot is busy for a while: build 2 takes the resumed job first, and must leave it.
-      const block = await driver.createTask('ver_block', { ms: 1_500 });
-      await waitFor(() => v1.logs().some((l) => l['taskId'] === block.taskId && l['msg'] === 'tool started'));
       const result = await driver.taskResult(taskId, { answer: answerName });
       expect(result['structuredContent']).toMatchObject({ version: 1, prepared: { by: 1 }, name: 'Ada' });
       expect(v2.logs().some((l) => l['taskId'] === taskId && String(l['msg']).endsWith('left to it'))).toBe(true);

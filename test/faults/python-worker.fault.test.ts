@@ -61,8 +61,11 @@ describe.skipIf(PYTHON === undefined)('a Python worker through a Redis outage', 
     });
     const result = await taskResult(client, taskId, 60_000);
     expect(result.structuredContent).toMatchObject({ slept: 3 });
-    const completions = worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
-    expect(completions).toHaveLength(1);
+    // The worker logs its completion just after the write that answered the client: wait for the line.
+    const completions = () => worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
+    await waitFor(() => completions().length > 0);
+    await delay(200);
+    expect(completions()).toHaveLength(1);
     const after = await taskResult(client, await startTask(client, 'py_count', { n: 2, delay_ms: 1 }), 30_000);
     expect(after.structuredContent).toMatchObject({ counted: 2 });
     expect(worker.child.exitCode).toBeNull();
