@@ -514,17 +514,7 @@ class TaskrelayWorker:
         loop = asyncio.get_running_loop()
         timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
         log.info("tool started", timeoutMs=timeout_ms)
-        entry.run_task = asyncio.ensure_future(tool.run(args, ctx))
-        await asyncio.wait({entry.run_task})
-        if timer is not None:
-            timer.cancel()
-        ok, value, error = False, None, None
-        if entry.run_task.cancelled():
-            error = TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
-        elif entry.run_task.exception() is not None:
-            error = entry.run_task.exception()
-        else:
-            ok, value = True, entry.run_task.result()
+        ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
         reason = entry.signal.reason
 
         # settle (§21.3): the abort reason first, then the suspension, then the outcome.
@@ -675,18 +665,8 @@ class TaskrelayWorker:
         loop = asyncio.get_running_loop()
         timer = None if timeout_ms is None else loop.call_later(timeout_ms / 1000, self._abort, str(job.id), "TIMEOUT")
         log.info("batch child started")
-        entry.run_task = asyncio.ensure_future(tool.run(args, ctx))
-        await asyncio.wait({entry.run_task})
-        if timer is not None:
-            timer.cancel()
+        ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
         ctx.close()
-        ok, value, error = False, None, None
-        if entry.run_task.cancelled():
-            error = TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
-        elif entry.run_task.exception() is not None:
-            error = entry.run_task.exception()
-        else:
-            ok, value = True, entry.run_task.result()
         reason = entry.signal.reason
         if reason == "LOCK_LOST" or (reason == "WORKER_SHUTDOWN" and not ok):
             return await self.hand_back(job, token, log, reason)
@@ -726,6 +706,21 @@ class TaskrelayWorker:
             log.debug("batch parent woken", parentId=job_id)
         except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it
             log.debug("batch parent not promoted", parentId=job_id, err=error)
+
+    async def _run_tool(
+        self, entry: RunEntry, tool: ToolDefinition, args: Any, ctx: ToolContext, timer: asyncio.TimerHandle | None
+    ) -> tuple[bool, Any, BaseException | None]:
+        """Runs the handler as an asyncio task of its own (its cancel grace cancels it, §29.1), for a task and a batch
+        child alike: (returned, its value, what it raised; a task cancelled after the grace raised the cancel)."""
+        entry.run_task = asyncio.ensure_future(tool.run(args, ctx))
+        await asyncio.wait({entry.run_task})
+        if timer is not None:
+            timer.cancel()
+        if entry.run_task.cancelled():
+            return False, None, TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
+        if entry.run_task.exception() is not None:
+            return False, None, entry.run_task.exception()
+        return True, entry.run_task.result(), None
 
     async def _version_change(
         self, job: Any, token: str, task_id: str, lock: JobLock, tool: ToolDefinition, recorded: str, log: Logger
