@@ -28,29 +28,56 @@ const noUnusedVars = [
   },
 ];
 
-/** The gateway's layers, top to bottom (PROTOCOL.md §16). */
-const GATEWAY_LAYERS = ['app', 'transports', 'protocol', 'http', 'wire', 'tasks', 'ops'];
+/**
+ * The gateway's layers, top to bottom (PROTOCOL.md §16, whose table `scripts/layers-table.mjs` writes from this list).
+ * Each row maps its folders to what they hold. A folder imports only from the rows below its own; folders on one row
+ * are peers and never import each other.
+ */
+export const GATEWAY_LAYERS = [
+  { app: 'the composition root: wiring, the lifecycle, the session registry, the memory budget, the express app' },
+  {
+    admin: "the operator's pages and API: fleet and task views, read through the stores",
+    'transports/session':
+      '2025-11-25 sessions: the SDK `Server` per session, `initialize`, the GET stream, resumability',
+    'transports/sessionless':
+      '2026-07-28: one request per POST, its header checks, framing as JSON or SSE, listen streams',
+  },
+  {
+    http: 'HTTP plumbing both transports use: auth, guards, body and rate limits, the SSE writer and its send buffers',
+  },
+  { protocol: 'the MCP methods once for both eras, the plain-call tracker, MRTR request state, catalog changes' },
+  { wire: 'domain ↔ JSON-RPC: one module per task rendering, the error-code table, the result cap, answer checks' },
+  {
+    tasks:
+      'the domain: task service, router, reaper, catalog, dispatcher, the open-task cap, completion webhooks, domain errors; no SDK wire type',
+  },
+  { metrics: "the gateway's Prometheus metrics, which every layer records into" },
+];
 
-/** One `import-x/no-restricted-paths` zone per layer: nothing above it, and no transport from the other one. */
+/** One `import-x/no-restricted-paths` zone per folder: nothing from a row above it, nor from a peer on its row. */
 function gatewayLayerZones() {
-  const dir = (layer) => `./packages/gateway/src/${layer}`;
-  const zones = GATEWAY_LAYERS.slice(1).map((layer, i) => ({
-    target: dir(layer),
-    from: GATEWAY_LAYERS.slice(0, i + 1).map(dir),
-    message: `${layer}/ sits below ${GATEWAY_LAYERS.slice(0, i + 1).join(', ')}: arrows point down only (PROTOCOL.md §16).`,
-  }));
-  zones.push(
-    {
-      target: dir('transports/session'),
-      from: [dir('transports/sessionless')],
-      message: 'The transports never import each other; share it in protocol/.',
-    },
-    {
-      target: dir('transports/sessionless'),
-      from: [dir('transports/session')],
-      message: 'The transports never import each other; share it in protocol/.',
-    },
-  );
+  const dir = (folder) => `./packages/gateway/src/${folder}`;
+  const zones = [];
+  GATEWAY_LAYERS.forEach((row, i) => {
+    const above = GATEWAY_LAYERS.slice(0, i).flatMap((r) => Object.keys(r));
+    for (const folder of Object.keys(row)) {
+      const peers = Object.keys(row).filter((f) => f !== folder);
+      if (above.length > 0) {
+        zones.push({
+          target: dir(folder),
+          from: above.map(dir),
+          message: `${folder}/ sits below ${above.join(', ')}: arrows point down only (PROTOCOL.md §16).`,
+        });
+      }
+      if (peers.length > 0) {
+        zones.push({
+          target: dir(folder),
+          from: peers.map(dir),
+          message: `${folder}/ and ${peers.join(', ')} are peers and never import each other; share it a row down (PROTOCOL.md §16).`,
+        });
+      }
+    }
+  });
   return zones;
 }
 
@@ -174,10 +201,26 @@ export default defineConfig(
         { devDependencies: false, optionalDependencies: false, peerDependencies: true },
       ],
 
+      // JSON-RPC error numbers are named once (`JSON_RPC` in shared/src/errors.ts); a domain error's number comes from
+      // the wire's code table (gateway/src/wire/errors.ts).
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "UnaryExpression[operator='-'] > Literal[value>=32000][value<=32768]",
+          message: 'Name the JSON-RPC error number: JSON_RPC.* from @taskrelay/shared (one list, PROTOCOL.md §16).',
+        },
+      ],
+
       // Libraries log through pino; only entry points may print (see the next block).
       'no-console': 'error',
       eqeqeq: ['error', 'always', { null: 'ignore' }],
     },
+  },
+
+  {
+    name: 'taskrelay/json-rpc-numbers',
+    files: ['packages/shared/src/errors.ts'],
+    rules: { 'no-restricted-syntax': 'off' },
   },
 
   {
@@ -199,8 +242,7 @@ export default defineConfig(
       ],
     },
   },
-  // The gateway's layers (PROTOCOL.md §16): each folder imports only from the folders below it, and the two transports
-  // never import each other.
+  // The gateway's layers (PROTOCOL.md §16): each folder imports only from the rows below its own, never from a peer.
   {
     name: 'taskrelay/gateway-layers',
     files: ['packages/gateway/src/**/*.ts'],
@@ -208,10 +250,10 @@ export default defineConfig(
       'import-x/no-restricted-paths': ['error', { zones: gatewayLayerZones() }],
     },
   },
-  // Below the protocol layer there are task records and domain errors only: no MCP SDK wire type.
+  // Below the wire there are task records and domain errors only: no MCP SDK wire type.
   {
     name: 'taskrelay/gateway-tasks-no-wire',
-    files: ['packages/gateway/src/tasks/**/*.ts', 'packages/gateway/src/ops/**/*.ts'],
+    files: ['packages/gateway/src/tasks/**/*.ts', 'packages/gateway/src/metrics/**/*.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -221,7 +263,7 @@ export default defineConfig(
             {
               group: ['@modelcontextprotocol/sdk', '@modelcontextprotocol/sdk/*'],
               message:
-                'tasks/ and ops/ deal in task records and domain errors only; render for the wire in wire/ (PROTOCOL.md §16).',
+                'tasks/ and metrics/ deal in task records and domain errors only; render for the wire in wire/ (PROTOCOL.md §16).',
             },
           ],
         },

@@ -13,7 +13,12 @@ const unit: TestProjectInlineConfiguration = {
   extends: true,
   test: {
     name: 'unit',
-    include: ['packages/*/test/**/*.test.ts', 'test/deploy-compose.test.ts', 'test/docs-config.test.ts'],
+    include: [
+      'packages/*/test/**/*.test.ts',
+      'test/deploy-compose.test.ts',
+      'test/docs-config.test.ts',
+      'test/docs-layers.test.ts',
+    ],
     exclude: ['**/*.integration.test.ts'],
     // startRedis() refuses in this project: a file that needs Redis is an integration test.
     env: { TASKRELAY_TEST_PROJECT: 'unit' },
@@ -37,6 +42,7 @@ const needRedis: TestProjectInlineConfiguration[] = [
       exclude: [
         'test/deploy-compose.test.ts',
         'test/docs-config.test.ts',
+        'test/docs-layers.test.ts',
         'test/dashboard.e2e.test.ts',
         'test/cli-tty.e2e.test.ts',
       ],

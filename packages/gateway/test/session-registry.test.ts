@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '@taskrelay/shared';
 import { SessionRegistry, type Session } from '../src/app/session-registry.js';
-import { GatewayMetrics } from '../src/ops/metrics.js';
+import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import { SessionEventStore } from '../src/transports/session/event-store.js';
 
 function registry(): SessionRegistry {

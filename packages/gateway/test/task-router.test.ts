@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createKeys, createLogger, type RedisTaskStore, type TaskRecord } from '@taskrelay/shared';
-import { GatewayMetrics } from '../src/ops/metrics.js';
+import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import { TaskRouter, type ProgressParams } from '../src/tasks/task-router.js';
 
 const keys = createKeys('unit');

@@ -21,7 +21,7 @@ import {
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from '../src/tasks/catalog.js';
 import type { JobDispatcher } from '../src/tasks/job-dispatcher.js';
-import { GatewayMetrics } from '../src/ops/metrics.js';
+import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import type { TaskRouter } from '../src/tasks/task-router.js';
 import { MIN_TTL_MS, TaskService, grantTtl, runDeadlineAt, type StartTaskInput } from '../src/tasks/task-service.js';
 import { checkAnswer } from '../src/wire/input-answers.js';

@@ -3,8 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { postOnce, retryDelayMs, settlementOf, eventBody } from '../src/ops/webhooks/deliverer.js';
-import { WebhookSigner } from '../src/ops/webhooks/signer.js';
+import { postOnce, retryDelayMs, settlementOf, eventBody } from '../src/tasks/webhooks/deliverer.js';
+import { WebhookSigner } from '../src/tasks/webhooks/signer.js';
 
 const SECRET = 'unit-test-secret';
 const policy = { maxAttempts: 5, retryBaseMs: 1_000, retryMaxMs: 60_000 };

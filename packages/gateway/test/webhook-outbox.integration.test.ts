@@ -8,11 +8,11 @@ import { RedisTaskStore, createKeys, createLogger, type Keys } from '@taskrelay/
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { GatewayMetrics } from '../src/ops/metrics.js';
-import { PER_PRINCIPAL_SLOTS, WebhookDeliverer } from '../src/ops/webhooks/deliverer.js';
-import { WebhookOutbox } from '../src/ops/webhooks/outbox.js';
-import { WebhookSigner } from '../src/ops/webhooks/signer.js';
-import { WebhookPolicy } from '../src/ops/webhooks/url-policy.js';
+import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
+import { PER_PRINCIPAL_SLOTS, WebhookDeliverer } from '../src/tasks/webhooks/deliverer.js';
+import { WebhookOutbox } from '../src/tasks/webhooks/outbox.js';
+import { WebhookSigner } from '../src/tasks/webhooks/signer.js';
+import { WebhookPolicy } from '../src/tasks/webhooks/url-policy.js';
 
 const SECRET = 'whsec_' + Buffer.from('outbox test key, 32 bytes long!!').toString('base64');
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { createHmac } from 'node:crypto';
-import { WebhookSigner, webhookKey } from '../src/ops/webhooks/signer.js';
+import { WebhookSigner, webhookKey } from '../src/tasks/webhooks/signer.js';
 
 const body = JSON.stringify({
   type: 'task.status',

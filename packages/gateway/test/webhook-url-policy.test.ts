@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { WebhookIntake } from '../src/ops/webhooks/intake.js';
+import { WebhookIntake } from '../src/tasks/webhooks/intake.js';
 import {
   PendingWebhooksCapError,
   WebhookPolicy,
   WebhookRefusedError,
   type LookupAddress,
-} from '../src/ops/webhooks/url-policy.js';
+} from '../src/tasks/webhooks/url-policy.js';
 import { toMcpError } from '../src/wire/errors.js';
 
 /** A resolver of our own: no query leaves the machine. */

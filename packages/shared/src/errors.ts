@@ -1,7 +1,29 @@
 /**
- * Typed errors with stable string codes. Callers branch on `code`, never on message text; JSON-RPC numeric codes
- * are chosen only at the gateway's wire edge.
+ * Typed errors with stable string codes: one list, `ERROR_CODES`, and every error class of the packages' sources is a
+ * `TaskrelayError` with one of them. Callers branch on `code`, never on message text or class. The JSON-RPC number of
+ * each code is chosen only at the gateway's wire edge, in one table (`wire/errors.ts`); the numbers themselves are
+ * named once, in `JSON_RPC`.
  */
+
+/** Every JSON-RPC error number the packages send or read, named once (JSON-RPC 2.0, MCP, SEP-2575, SEP-2243). */
+export const JSON_RPC = {
+  PARSE_ERROR: -32700,
+  INVALID_REQUEST: -32600,
+  METHOD_NOT_FOUND: -32601,
+  INVALID_PARAMS: -32602,
+  INTERNAL_ERROR: -32603,
+  /** The implementation-defined server error the transports answer HTTP-level refusals with. */
+  SERVER_ERROR: -32000,
+  /** A 2025-11-25 session id this gateway does not hold (the SDK's own number for it). */
+  SESSION_NOT_FOUND: -32001,
+  /** 2026-07-28: an `Mcp-*` header missing, malformed or not matching the body (SEP-2243). */
+  HEADER_MISMATCH: -32020,
+  /** 2026-07-28: the client did not declare a capability the request needs (SEP-2575). */
+  MISSING_CLIENT_CAPABILITY: -32021,
+  /** 2026-07-28: an `MCP-Protocol-Version` the endpoint does not serve. */
+  UNSUPPORTED_PROTOCOL_VERSION: -32022,
+} as const;
+
 export const ERROR_CODES = [
   'CONFIG_INVALID',
   'REDIS_UNAVAILABLE',
@@ -20,6 +42,16 @@ export const ERROR_CODES = [
   'CAPABILITY_MISSING',
   'PROTOCOL_ERROR',
   'VERSION_CHANGED',
+  'TASK_SUPPORT_MISMATCH',
+  'TOO_MANY_OPEN_TASKS',
+  'TOO_MANY_PENDING_WEBHOOKS',
+  'WEBHOOK_REFUSED',
+  'WEBHOOK_UNRESOLVED',
+  'JSON_TOO_DEEP',
+  'RETRY_AFTER',
+  'SUSPENDED',
+  'UPSTREAM_UNAVAILABLE',
+  'INVALID_PATH_VALUE',
   'INTERNAL',
 ] as const;
 
@@ -62,12 +94,12 @@ export class NonRetryableError extends TaskrelayError {
  * express, say); an ordinary `throw` is a tool execution error, which a model can read and correct.
  */
 export class ProtocolError extends TaskrelayError {
-  /** The JSON-RPC error code (an integer; `-32603` when given anything else). */
+  /** The JSON-RPC error code (an integer; `JSON_RPC.INTERNAL_ERROR` when given anything else). */
   readonly rpcCode: number;
   readonly rpcData: unknown;
 
   constructor(code: number, message: string, data?: unknown) {
-    const rpcCode = Number.isInteger(code) ? code : -32603;
+    const rpcCode = Number.isInteger(code) ? code : JSON_RPC.INTERNAL_ERROR;
     super('PROTOCOL_ERROR', message, { data: data === undefined ? { rpcCode } : { rpcCode, rpcData: data } });
     this.name = 'ProtocolError';
     this.rpcCode = rpcCode;

@@ -83,12 +83,15 @@ export interface CreateOutcome {
 }
 
 /** A create refused at the principal's open-work cap (`CreateTaskInput.openTasks`): nothing was created. */
-export class OpenCapReached extends Error {
+/** What `summaries` reads of a task: every field but its result. */
+const SUMMARY_FIELDS: readonly string[] = Object.values(F).filter((field) => field !== F.result);
+
+export class OpenCapReached extends TaskrelayError {
   constructor(
     /** How many members the principal's open-work set holds. */
     readonly open: number,
   ) {
-    super(`Open-work cap reached (${open} open)`);
+    super('TOO_MANY_OPEN_TASKS', `Open-work cap reached (${open} open)`);
     this.name = 'OpenCapReached';
   }
 }
@@ -532,6 +535,50 @@ export class RedisTaskStore {
       args: { gatewayId, progressToken: progressToken === undefined ? '' : JSON.stringify(progressToken) },
     });
     return reply.code === ResultCode.OK;
+  }
+
+  /** The live set (tasks not terminal yet), oldest first, at most `limit` ids. */
+  async liveIds(limit: number): Promise<string[]> {
+    return limit <= 0 ? [] : this.redis.zrange(this.keys.live, 0, limit - 1);
+  }
+
+  /**
+   * Many tasks in one round trip, for operators' views: missing ones skipped, in the order given. The result is left
+   * out (a page shows none, and many large ones read at once would hold Redis up, §22.5); `get` reads one whole.
+   */
+  async summaries(taskIds: readonly string[]): Promise<TaskRecord[]> {
+    if (taskIds.length === 0) return [];
+    const fields = SUMMARY_FIELDS;
+    const pipeline = this.redis.pipeline();
+    for (const id of taskIds) pipeline.hmget(this.keys.task(id), ...fields);
+    const records: TaskRecord[] = [];
+    for (const [, value] of (await pipeline.exec()) ?? []) {
+      const h: Record<string, string> = {};
+      ((value as Array<string | null> | null) ?? []).forEach((v, i) => {
+        if (v !== null) h[fields[i] as string] = v;
+      });
+      const record = parseRecord(h);
+      if (record) records.push(record);
+    }
+    return records;
+  }
+
+  /** Live tasks counted by tool and status, from two fields of each of at most `limit` live tasks. */
+  async liveCounts(limit: number): Promise<Array<{ tool: string; status: string; count: number }>> {
+    const ids = await this.liveIds(limit);
+    const counts = new Map<string, { tool: string; status: string; count: number }>();
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hmget(this.keys.task(id), F.tool, F.status);
+    for (const [, value] of (await pipeline.exec()) ?? []) {
+      const [tool, status] = (value ?? []) as Array<string | null>;
+      if (!tool || !status) continue;
+      const key = `${tool}\u0000${status}`;
+      const entry = counts.get(key) ?? { tool, status, count: 0 };
+      entry.count++;
+      counts.set(key, entry);
+    }
+    return [...counts.values()];
   }
 
   /** Statuses of many tasks in one round trip (undefined for missing ones). */

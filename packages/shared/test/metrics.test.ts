@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { ProcessMetrics, createLogger, type RedisClient } from '@taskrelay/shared';
-import { GatewayMetrics } from '../../gateway/src/ops/metrics.js';
+import { GatewayMetrics } from '../../gateway/src/metrics/gateway-metrics.js';
 import { WorkerMetrics } from '../../worker/src/metrics.js';
 
 class SomeMetrics extends ProcessMetrics {

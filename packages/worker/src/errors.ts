@@ -40,12 +40,12 @@ export function cancelReasonOf(signal: AbortSignal): CancelReason {
  * without using an attempt or holding a worker slot, the task stays `working` with a `statusMessage` saying why and
  * until when, and a new run starts after `ms` (PROTOCOL.md §3.4). `ctx.attempt` counts that run as any other.
  */
-export class RetryAfterError extends Error {
+export class RetryAfterError extends TaskrelayError {
   /** How long to wait before the next run, in ms (at least 1, at most 24 h). */
   readonly retryAfterMs: number;
 
   constructor(ms: number, message = 'the upstream asked to retry later') {
-    super(message);
+    super('RETRY_AFTER', message);
     this.name = 'RetryAfterError';
     this.retryAfterMs = Math.min(86_400_000, Math.max(1, Math.round(Number.isFinite(ms) ? ms : 1)));
   }
@@ -63,9 +63,9 @@ export function retryAfterOf(error: unknown): number | undefined {
  * waits without a worker and a later run replays the handler. Let it propagate; whatever the handler returns or
  * throws after it is discarded.
  */
-export class SuspendedError extends Error {
+export class SuspendedError extends TaskrelayError {
   constructor(message = 'Run suspended: the task resumes in a later run') {
-    super(message);
+    super('SUSPENDED', message);
     this.name = 'SuspendedError';
   }
 }

@@ -22,9 +22,10 @@ import {
   type Logger,
 } from '@taskrelay/shared';
 import { createAuthenticator } from '../http/auth/authenticate.js';
-import { OpenTaskLimit, RequestLimits } from '../http/limits.js';
-import { AdminQueries } from '../ops/admin/queries.js';
-import { GatewayMetrics } from '../ops/metrics.js';
+import { RequestLimits } from '../http/limits.js';
+import { OpenTaskLimit } from '../tasks/open-task-limit.js';
+import { AdminQueries } from '../admin/queries.js';
+import { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import { InflightCalls } from '../protocol/inflight-calls.js';
 import { RequestStateSigner } from '../protocol/request-state.js';
 import { ToolCatalog } from '../tasks/catalog.js';
@@ -33,11 +34,11 @@ import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
-import { WebhookDeliverer } from '../ops/webhooks/deliverer.js';
-import { WebhookIntake } from '../ops/webhooks/intake.js';
-import { WebhookOutbox } from '../ops/webhooks/outbox.js';
-import { WebhookSigner } from '../ops/webhooks/signer.js';
-import { WebhookPolicy } from '../ops/webhooks/url-policy.js';
+import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
+import { WebhookIntake } from '../tasks/webhooks/intake.js';
+import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
+import { WebhookSigner } from '../tasks/webhooks/signer.js';
+import { WebhookPolicy } from '../tasks/webhooks/url-policy.js';
 import { waitEndedByShutdown } from '../wire/errors.js';
 import { checkAnswer } from '../wire/input-answers.js';
 import { createHttpApp } from './http-app.js';
@@ -157,9 +158,6 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     client.off('error', quiet);
     metrics.watchRedis(client, connection, log);
   }
-  const admin = new AdminQueries(redis, queueRedis, keys);
-  undo.push(() => admin.close());
-  metrics.watchFleet(admin);
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, {
@@ -171,6 +169,9 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
       perPrincipal: options.maxLargeReadsPerPrincipal,
     },
   });
+  const admin = new AdminQueries(redis, queueRedis, keys, store);
+  undo.push(() => admin.close());
+  metrics.watchFleet(admin);
   // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
   const scriptsGeneration = await store.announceScriptsGeneration();
   log.debug({ scriptsGeneration }, 'task-store scripts generation announced');

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import express, { type Request, type Response } from 'express';
 import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import type { GatewayConfig, Logger, RedisClient } from '@taskrelay/shared';
+import { JSON_RPC, type GatewayConfig, type Logger, type RedisClient } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
   chain,
@@ -18,10 +18,10 @@ import {
 } from '../http/http-guards.js';
 import type { RequestLimits } from '../http/limits.js';
 import { sanitizeOutgoing } from '../http/safe-errors.js';
-import type { AdminQueries } from '../ops/admin/queries.js';
-import { createAdminRouter } from '../ops/admin/router.js';
-import type { WebhookOutbox } from '../ops/webhooks/outbox.js';
-import type { GatewayMetrics } from '../ops/metrics.js';
+import type { AdminQueries } from '../admin/queries.js';
+import { createAdminRouter } from '../admin/router.js';
+import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
 import type { TaskRouter } from '../tasks/task-router.js';
@@ -167,7 +167,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       res.status(503).json({ status: 'shutting down' });
       return;
     }
-    jsonRpcError(res, 503, -32000, 'Gateway is shutting down');
+    jsonRpcError(res, 503, JSON_RPC.SERVER_ERROR, 'Gateway is shutting down');
   };
   app.use(drainGuard);
   app.get('/healthz', (_req, res) => {
@@ -237,12 +237,12 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {
     const sessionId = req.header('mcp-session-id');
     if (!sessionId) {
-      jsonRpcError(res, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      jsonRpcError(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: Mcp-Session-Id header is required');
       return undefined;
     }
     const session = sessions.get(sessionId, principalOf(req));
     if (!session) {
-      jsonRpcError(res, 404, -32001, 'Session not found');
+      jsonRpcError(res, 404, JSON_RPC.SESSION_NOT_FOUND, 'Session not found');
       return undefined;
     }
     session.lastSeenAt = Date.now();
@@ -256,7 +256,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
 
   const openSession = async (req: AuthedRequest, res: Response) => {
     if (!isInitializeRequest(req.body)) {
-      jsonRpcError(res, 400, -32000, 'Bad Request: no valid session id; send initialize first');
+      jsonRpcError(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: no valid session id; send initialize first');
       return;
     }
     const principal = principalOf(req);
@@ -265,7 +265,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       jsonRpcError(
         res,
         429,
-        -32000,
+        JSON_RPC.SERVER_ERROR,
         `Too many open sessions for this principal (at most ${options.maxSessionsPerPrincipal}): close one (DELETE /mcp) or reuse it`,
       );
       return;
@@ -277,7 +277,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       jsonRpcError(
         res,
         503,
-        -32000,
+        JSON_RPC.SERVER_ERROR,
         `Gateway memory budget reached (TASKRELAY_MEMORY_BUDGET_BYTES): no new session now; retry in ${MEMORY_RETRY_AFTER_S} s or on another gateway`,
       );
       return;
@@ -347,7 +347,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       jsonRpcError(
         res,
         405,
-        -32000,
+        JSON_RPC.SERVER_ERROR,
         sessionless
           ? `Method Not Allowed: ${req.method} /mcp is not part of the ${version ?? MODERN_PROTOCOL_VERSION} transport`
           : `Method Not Allowed: ${req.method} /mcp needs a session; send initialize first`,
@@ -367,11 +367,16 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   // its text/plain OPTIONS answer.
   app.use('/mcp', (req, res) => {
     if (req.path !== '/') {
-      jsonRpcError(res, 404, -32000, 'Not Found: the MCP endpoint is /mcp');
+      jsonRpcError(res, 404, JSON_RPC.SERVER_ERROR, 'Not Found: the MCP endpoint is /mcp');
       return;
     }
     res.setHeader('Allow', 'GET, POST, DELETE');
-    jsonRpcError(res, 405, -32000, `Method Not Allowed: ${req.method.slice(0, 20)} /mcp (use GET, POST or DELETE)`);
+    jsonRpcError(
+      res,
+      405,
+      JSON_RPC.SERVER_ERROR,
+      `Method Not Allowed: ${req.method.slice(0, 20)} /mcp (use GET, POST or DELETE)`,
+    );
   });
 
   app.use(auth.metadataRouter);

@@ -5,7 +5,7 @@
 import { SESSION_COST_BYTES } from './memory-budget.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { Logger } from '@taskrelay/shared';
-import type { GatewayMetrics } from '../ops/metrics.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { SessionEventStore } from '../transports/session/event-store.js';
 import type { SessionTransport } from '../transports/session/session-transport.js';
 

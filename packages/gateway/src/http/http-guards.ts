@@ -5,6 +5,7 @@
  * outside them.
  */
 import { MIMEType } from 'node:util';
+import { JSON_RPC, TaskrelayError } from '@taskrelay/shared';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
 const LOOPBACK_ORIGIN = /^http:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/;
@@ -50,7 +51,7 @@ export function originGuard(allowed: string[] | undefined) {
     if (origin === undefined) return next();
     const ok = set ? set.has(origin) : LOOPBACK_ORIGIN.test(origin);
     if (ok) return next();
-    jsonRpcError(res, 403, -32000, `Forbidden: origin ${origin} is not allowed`);
+    jsonRpcError(res, 403, JSON_RPC.SERVER_ERROR, `Forbidden: origin ${origin} is not allowed`);
   };
 }
 
@@ -80,7 +81,7 @@ export function hostGuard(allowed: string[] | undefined, bindHost: string): Requ
     jsonRpcError(
       res,
       403,
-      -32000,
+      JSON_RPC.SERVER_ERROR,
       header === undefined ? 'Forbidden: Host header required' : 'Forbidden: unknown Host',
     );
   };
@@ -106,14 +107,19 @@ function parseHost(value: string): { hostname: string; port: string } | undefine
 export function requireJsonContent(req: Request, res: Response, next: NextFunction): void {
   if (req.method !== 'POST') return next();
   if (!req.is('application/json')) {
-    return jsonRpcError(res, 415, -32000, 'Unsupported Media Type: Content-Type must be application/json');
+    return jsonRpcError(
+      res,
+      415,
+      JSON_RPC.SERVER_ERROR,
+      'Unsupported Media Type: Content-Type must be application/json',
+    );
   }
   const charset = charsetOf(req.headers['content-type'] ?? '');
   if (charset === undefined || charset === 'utf-8') return next();
   jsonRpcError(
     res,
     415,
-    -32000,
+    JSON_RPC.SERVER_ERROR,
     `Unsupported Media Type: charset ${JSON.stringify(charset).slice(0, 60)} is not accepted; send JSON as UTF-8`,
   );
 }
@@ -127,11 +133,13 @@ function charsetOf(contentType: string): string | undefined {
   }
 }
 
-export class JsonTooDeepError extends Error {
+/** A body nested deeper than the limit; `status` and `type` are what express's body parser reads from its errors. */
+export class JsonTooDeepError extends TaskrelayError {
   readonly status = 400;
   readonly type = 'json.too.deep';
   constructor(readonly maxDepth: number) {
-    super(`JSON nesting deeper than ${maxDepth}`);
+    super('JSON_TOO_DEEP', `JSON nesting deeper than ${maxDepth}`);
+    this.name = 'JsonTooDeepError';
   }
 }
 
@@ -189,21 +197,31 @@ export function httpErrorHandler(
     if (res.headersSent) return next(error);
     const { status, type } = error as { status?: number; type?: string };
     if (type === 'entity.parse.failed') {
-      return jsonRpcError(res, 400, -32700, 'Parse error: request body is not valid JSON');
+      return jsonRpcError(res, 400, JSON_RPC.PARSE_ERROR, 'Parse error: request body is not valid JSON');
     }
     if (type === 'entity.too.large') {
-      return jsonRpcError(res, 413, -32600, `Request body larger than ${limits.maxBodyBytes} bytes`);
+      return jsonRpcError(res, 413, JSON_RPC.INVALID_REQUEST, `Request body larger than ${limits.maxBodyBytes} bytes`);
     }
     if (error instanceof JsonTooDeepError) {
-      return jsonRpcError(res, 400, -32600, `Invalid Request: JSON nested deeper than ${error.maxDepth} levels`);
+      return jsonRpcError(
+        res,
+        400,
+        JSON_RPC.INVALID_REQUEST,
+        `Invalid Request: JSON nested deeper than ${error.maxDepth} levels`,
+      );
     }
     if (type === 'encoding.unsupported' || type === 'charset.unsupported') {
-      return jsonRpcError(res, 415, -32000, 'Unsupported Media Type: body encoding or charset not supported');
+      return jsonRpcError(
+        res,
+        415,
+        JSON_RPC.SERVER_ERROR,
+        'Unsupported Media Type: body encoding or charset not supported',
+      );
     }
     if (status !== undefined && status >= 400 && status < 500) {
-      return jsonRpcError(res, status, -32600, 'Invalid Request: the request body could not be read');
+      return jsonRpcError(res, status, JSON_RPC.INVALID_REQUEST, 'Invalid Request: the request body could not be read');
     }
     onUnexpected(error);
-    jsonRpcError(res, 500, -32603, 'Internal error');
+    jsonRpcError(res, 500, JSON_RPC.INTERNAL_ERROR, 'Internal error');
   };
 }

@@ -1,13 +1,11 @@
 /**
  * Per-principal limits (the MCP tasks specification, security considerations: rate limits on task operations, a cap on concurrent tasks, a maximum ttl):
- * request rates counted in Redis with `rate-limiter-flexible` so they hold across gateways, the open-task cap, and
- * the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
+ * request rates counted in Redis with `rate-limiter-flexible` so they hold across gateways, and the size checks on what a request carries. Sessions per principal are counted by the gateway that holds them.
  */
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
-import { BatchStore, type RedisClient, type Keys, type Logger } from '@taskrelay/shared';
+import { JSON_RPC, type RedisClient, type Keys, type Logger } from '@taskrelay/shared';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { ErrorCode as JsonRpcCode, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { WireError } from '../wire/errors.js';
+import { jsonBytes } from '../wire/result-cap.js';
 import { jsonRpcError } from './http-guards.js';
 
 export interface RequestLimitsOptions {
@@ -43,17 +41,17 @@ export class RequestLimits {
       const body: unknown = req.body;
       const messages: unknown[] = Array.isArray(body) ? body : [body];
       if (messages.length === 0)
-        return jsonRpcError(res, 400, JsonRpcCode.InvalidRequest, 'Invalid Request: empty batch');
+        return jsonRpcError(res, 400, JSON_RPC.INVALID_REQUEST, 'Invalid Request: empty batch');
       let calls = 0;
       let taskOps = 0;
       for (const m of messages) {
         if (typeof m !== 'object' || m === null || Array.isArray(m)) {
-          return jsonRpcError(res, 400, JsonRpcCode.InvalidRequest, 'Invalid Request: not a JSON-RPC message object');
+          return jsonRpcError(res, 400, JSON_RPC.INVALID_REQUEST, 'Invalid Request: not a JSON-RPC message object');
         }
         const msg = m as Message;
         const id = typeof msg.id === 'string' || typeof msg.id === 'number' ? msg.id : null;
         const problem = this.sizeProblem(msg);
-        if (problem) return jsonRpcError(res, problem.status, JsonRpcCode.InvalidParams, problem.message, id);
+        if (problem) return jsonRpcError(res, problem.status, JSON_RPC.INVALID_PARAMS, problem.message, id);
         if (msg.method === 'tools/call') calls++;
         // Opening a listen stream is a task op too (PROTOCOL.md §18.3): each one follows up to 100 tasks.
         else if (
@@ -74,7 +72,7 @@ export class RequestLimits {
           jsonRpcError(
             res,
             429,
-            JsonRpcCode.InvalidRequest,
+            JSON_RPC.INVALID_REQUEST,
             `Too many requests: rate limit for this principal reached; retry after ${Math.ceil(retryMs / 1000)} s`,
           );
         },
@@ -132,81 +130,5 @@ async function consume(rl: RateLimiterRedis | undefined, key: string, points: nu
   } catch (rejection) {
     if (rejection instanceof RateLimiterRes) return Math.max(1, rejection.msBeforeNext);
     throw rejection;
-  }
-}
-
-/**
- * A tool result no bigger than `maxBytes` as JSON, or an error result saying it was too big: the worker stored it,
- * but the gateway does not push it through a client's stream (nor its session's replay buffer).
- */
-export function capResult(result: CallToolResult, maxBytes: number): CallToolResult {
-  const size = jsonBytes(result);
-  if (size <= maxBytes) return result;
-  return {
-    content: [
-      { type: 'text', text: `The result (${size} bytes) is larger than this gateway delivers (${maxBytes} bytes)` },
-    ],
-    isError: true,
-  };
-}
-
-/** The JSON size of a value; a value too deep to serialise (stack overflow) counts as over every limit. */
-function jsonBytes(value: unknown): number {
-  try {
-    return Buffer.byteLength(JSON.stringify(value) ?? '');
-  } catch {
-    return Infinity;
-  }
-}
-
-/**
- * The per-principal cap on unfinished work: tasks and plain calls (PROTOCOL.md §25). A sorted set per principal holds
- * the ids of what it created; the task's create script checks the cap and adds the id in the same step, so
- * concurrent creates cannot all pass the check before any is counted (3,000 calls sent at once once put 2,984 jobs in
- * a pool). It is pruned (ended or expired ids, stale reservations of gateways from before the check moved into the
- * create) only when it reaches the cap, so a create below the cap costs nothing more than its create.
- */
-/** Reservations are members too, told apart by this mark (task ids never start with it). */
-const RESERVATION_MARK = 'reserved:';
-/** A reservation older than this is a create that died before `add` (a create takes milliseconds). */
-const RESERVATION_MAX_AGE_MS = 60_000;
-
-export class OpenTaskLimit {
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
-    /** The cap; 0: none. Batch children are held to it too (their jobs carry it, PROTOCOL.md §26.6). */
-    readonly max: number,
-    /** How long the set outlives its newest task (the longest ttl after the longest run). */
-    readonly ttlMs: number,
-  ) {}
-
-  /** Drops ended work and stale reservations from the principal's set; resolves with how many members remain. */
-  async prune(principal: string): Promise<number> {
-    const key = this.keys.principalOpenTasks(principal);
-    const now = Date.now();
-    const flat = await this.redis.zrange(key, 0, -1, 'WITHSCORES');
-    const ids: string[] = [];
-    const stale: string[] = [];
-    for (let i = 0; i < flat.length; i += 2) {
-      const id = flat[i] ?? '';
-      if (!id.startsWith(RESERVATION_MARK)) ids.push(id);
-      else if (now - Number(flat[i + 1]) > RESERVATION_MAX_AGE_MS) stale.push(id);
-    }
-    // Batch children count too (PROTOCOL.md §26.6): one has ended once its outcome is recorded or its parent ended.
-    const endedFlags = await new BatchStore(this.redis, this.keys).endedWork(ids);
-    const ended = ids.filter((_id, i) => endedFlags[i] === true);
-    ended.push(...stale);
-    if (ended.length > 0) await this.redis.zrem(key, ...ended);
-    return flat.length / 2 - ended.length;
-  }
-
-  /** The refusal of a principal with `open` unfinished tasks and calls. */
-  refusal(open: number): Error {
-    return new WireError(
-      JsonRpcCode.InvalidRequest,
-      `Too many open tasks: this principal has ${open} unfinished tasks and calls (at most ${this.max}); wait for one to end or cancel one`,
-      { code: 'TOO_MANY_OPEN_TASKS' },
-    );
   }
 }

@@ -5,19 +5,19 @@
  * validates request params with zod before any handler runs and answers a mismatch as -32603 with the raw issue
  * list: those become -32602 naming the first field.
  */
-import { ErrorCode as JsonRpcCode, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
-import type { Logger } from '@taskrelay/shared';
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { JSON_RPC, type Logger } from '@taskrelay/shared';
 
 export function sanitizeOutgoing(message: JSONRPCMessage, log: Logger, sessionId: string | undefined): JSONRPCMessage {
   if (!('error' in message)) return message;
   const { error } = message;
-  if (error.code !== (JsonRpcCode.InternalError as number) || error.data !== undefined) return message;
+  if (error.code !== (JSON_RPC.INTERNAL_ERROR as number) || error.data !== undefined) return message;
   const issue = firstZodIssue(error.message);
   if (issue !== undefined) {
-    return { ...message, error: { code: JsonRpcCode.InvalidParams, message: `Invalid params: ${issue}` } };
+    return { ...message, error: { code: JSON_RPC.INVALID_PARAMS, message: `Invalid params: ${issue}` } };
   }
   log.warn({ sessionId, requestId: message.id, detail: error.message }, 'internal error answered to a client');
-  return { ...message, error: { code: JsonRpcCode.InternalError, message: 'Internal error' } };
+  return { ...message, error: { code: JSON_RPC.INTERNAL_ERROR, message: 'Internal error' } };
 }
 
 /** `path: message` of the first issue when `text` is a zod issue list (ZodError's message), else undefined. */

@@ -8,6 +8,7 @@
  */
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import {
+  JSON_RPC,
   TOOL_CONTROLS_META,
   TOOL_VERSION_META,
   TaskrelayError,
@@ -16,9 +17,9 @@ import {
   type ProgressToken,
   type TaskRecord,
 } from '@taskrelay/shared';
-import { capResult } from '../http/limits.js';
-import type { GatewayMetrics } from '../ops/metrics.js';
-import { WEBHOOK_META_KEY } from '../ops/webhooks/url-policy.js';
+import { capResult } from '../wire/result-cap.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
+import { WEBHOOK_META_KEY } from '../tasks/webhooks/url-policy.js';
 import type { CatalogTool } from '../tasks/catalog.js';
 import type { CallerSink, ProgressParams } from '../tasks/task-router.js';
 import type { TaskService } from '../tasks/task-service.js';
@@ -26,7 +27,6 @@ import { WireError, callEndedByShutdown } from '../wire/errors.js';
 import { relatedTaskMeta, renderResult, renderTask } from '../wire/task-wire.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
-  MISSING_CLIENT_CAPABILITY,
   TASKS_EXTENSION_ID,
   renderCreateTaskExt,
   renderDetailedTask,
@@ -139,7 +139,6 @@ export interface McpMethodsOptions {
 /** The versions the 2026-07-28 endpoint serves sessionless, as `server/discover` lists them. */
 export const SESSIONLESS_VERSIONS = ['2026-07-28'];
 const SERVER_INFO_META_KEY = 'io.modelcontextprotocol/serverInfo';
-const INVALID_PARAMS = -32602;
 
 /** A wait nothing aborts (a round ends with its task, or with the request's signal, handled apart). */
 const never = new AbortController().signal;
@@ -206,11 +205,11 @@ export class McpMethods {
   }
 
   unknownPrompt(name: unknown): WireError {
-    return new WireError(INVALID_PARAMS, `Unknown prompt: ${String(name)}`);
+    return new WireError(JSON_RPC.INVALID_PARAMS, `Unknown prompt: ${String(name)}`);
   }
 
   unknownResource(uri: unknown): WireError {
-    return new WireError(INVALID_PARAMS, 'Resource not found', { uri });
+    return new WireError(JSON_RPC.INVALID_PARAMS, 'Resource not found', { uri });
   }
 
   /**
@@ -353,7 +352,7 @@ export class McpMethods {
     if (!verified.ok) {
       this.o.log.info({ reason: verified.reason, tool: toolName }, 'requestState refused');
       throw new WireError(
-        INVALID_PARAMS,
+        JSON_RPC.INVALID_PARAMS,
         verified.reason === 'arguments'
           ? 'Invalid requestState: it was issued for a call with other arguments; retry with the same arguments, or call again without requestState'
           : 'Invalid requestState',
@@ -361,7 +360,7 @@ export class McpMethods {
     }
     const { state } = verified;
     const record = await service.getCall(state.taskId, ctx.principal);
-    if (!record) throw new WireError(INVALID_PARAMS, 'Invalid requestState: its call has ended or expired');
+    if (!record) throw new WireError(JSON_RPC.INVALID_PARAMS, 'Invalid requestState: its call has ended or expired');
     // A call that becomes a task reports no progress (its statusMessage does).
     const progress = state.becomesTask ? undefined : ctx.progress;
     if (!isTerminal(record.status)) {
@@ -427,7 +426,7 @@ export class McpMethods {
   async listTasks(ctx: RequestContext, cursor: string | undefined): Promise<Result> {
     // The extension has no tasks/list (SEP-2663): the same answer as on 2026-07-28, never the 2025-11-25 list.
     if (ctx.rendering === 'extension') {
-      throw new WireError(-32601, 'Method not found: tasks/list is not part of the tasks extension');
+      throw new WireError(JSON_RPC.METHOD_NOT_FOUND, 'Method not found: tasks/list is not part of the tasks extension');
     }
     const page = await this.o.service.list(ctx.principal, cursor);
     const tasks = page.tasks.map(renderTask);
@@ -441,7 +440,10 @@ export class McpMethods {
   async taskResult(ctx: RequestContext, taskId: string, wait: AbortSignal): Promise<Result> {
     // The extension has no tasks/result: results are inline in tasks/get.
     if (ctx.rendering === 'extension') {
-      throw new WireError(-32601, 'Method not found: tasks/result is not part of the tasks extension; use tasks/get');
+      throw new WireError(
+        JSON_RPC.METHOD_NOT_FOUND,
+        'Method not found: tasks/result is not part of the tasks extension; use tasks/get',
+      );
     }
     const stream = ctx.sink ? { sessionId: ctx.sessionId, sink: ctx.sink } : undefined;
     const record = await this.o.service.waitForTerminal(taskId, ctx.principal, wait, stream);
@@ -463,7 +465,7 @@ function renderCreated(record: TaskRecord, rendering: Rendering): Result {
 /** A task-required tool called plainly on 2026-07-28: the client lacks the extension (SEP-2575's -32021). */
 function taskRequired(name: string): WireError {
   return new WireError(
-    MISSING_CLIENT_CAPABILITY,
+    JSON_RPC.MISSING_CLIENT_CAPABILITY,
     `Tool ${name} runs only as a task: declare the ${TASKS_EXTENSION_ID} extension in _meta["${CLIENT_CAPABILITIES_META_KEY}"]`,
     { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
   );
@@ -477,5 +479,5 @@ function missingCapability(record: TaskRecord): WireError | undefined {
   if (record.status !== 'failed' || record.error?.code !== 'CAPABILITY_MISSING') return undefined;
   const capability = record.error.data?.['capability'];
   const required = typeof capability === 'string' ? { [capability]: {} } : {};
-  return new WireError(MISSING_CLIENT_CAPABILITY, record.error.message, { requiredCapabilities: required });
+  return new WireError(JSON_RPC.MISSING_CLIENT_CAPABILITY, record.error.message, { requiredCapabilities: required });
 }

@@ -8,8 +8,11 @@ import { TaskrelayError } from '@taskrelay/shared';
  * A call's task augmentation does not fit the tool's `taskSupport` (a `params.task` for a `forbidden` tool, none for
  * a `required` one): the spec answers it -32601.
  */
-export class TaskSupportMismatchError extends Error {
-  override readonly name = 'TaskSupportMismatchError';
+export class TaskSupportMismatchError extends TaskrelayError {
+  constructor(message: string) {
+    super('TASK_SUPPORT_MISMATCH', message);
+    this.name = 'TaskSupportMismatchError';
+  }
 }
 
 export function taskNotFound(taskId: string): TaskrelayError {

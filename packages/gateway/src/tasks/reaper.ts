@@ -4,7 +4,7 @@
  * BullMQ job), so a dead gateway or worker, a stall-failed or evicted job all end in a terminal task.
  */
 import type { Logger, RedisTaskStore } from '@taskrelay/shared';
-import type { GatewayMetrics } from '../ops/metrics.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 
 export interface ReaperOptions {
   /** This gateway's id: the lease holder. */

@@ -26,7 +26,7 @@ import {
   type RedisClient,
 } from '@taskrelay/shared';
 import { taskNotFound } from './errors.js';
-import type { GatewayMetrics } from '../ops/metrics.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 
 export interface ProgressParams {
   progressToken: ProgressToken;

@@ -26,10 +26,10 @@ import {
 import type { CatalogTool, ToolCatalog } from './catalog.js';
 import { TaskSupportMismatchError, taskNotFound } from './errors.js';
 import { fairShareTtlMs, type JobDispatcher } from './job-dispatcher.js';
-import type { GatewayMetrics } from '../ops/metrics.js';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
-import type { WebhookIntake } from '../ops/webhooks/intake.js';
-import { WebhookRefusedError } from '../ops/webhooks/url-policy.js';
+import type { WebhookIntake } from './webhooks/intake.js';
+import { WebhookRefusedError } from './webhooks/url-policy.js';
 
 export interface TaskServiceConfig {
   gatewayId: string;

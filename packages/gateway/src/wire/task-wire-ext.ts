@@ -5,6 +5,7 @@
  */
 import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
 import {
+  JSON_RPC,
   inputKeyOf,
   type InputRequest,
   type TaskRecord,
@@ -19,7 +20,6 @@ export const TASKS_EXTENSION_ID = 'io.modelcontextprotocol/tasks';
 /** `_meta` key of the client capabilities a request carries (SEP-2575). */
 export const CLIENT_CAPABILITIES_META_KEY = 'io.modelcontextprotocol/clientCapabilities';
 /** JSON-RPC "Missing Required Client Capability": only a task will do, and the request did not declare the extension. */
-export const MISSING_CLIENT_CAPABILITY = -32021;
 
 /** The extension's `Task`: integer milliseconds under their new names, no `ttl` / `pollInterval`. */
 export interface ExtTask {
@@ -55,7 +55,7 @@ export function declaresTasksExtension(meta: Record<string, unknown> | undefined
 export function requireTasksExtension(meta: Record<string, unknown> | undefined, method: string): void {
   if (declaresTasksExtension(meta)) return;
   throw new WireError(
-    MISSING_CLIENT_CAPABILITY,
+    JSON_RPC.MISSING_CLIENT_CAPABILITY,
     `${method} needs the ${TASKS_EXTENSION_ID} extension: declare it in _meta["${CLIENT_CAPABILITIES_META_KEY}"].extensions`,
     { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
   );

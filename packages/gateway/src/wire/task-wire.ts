@@ -4,15 +4,10 @@
  * `io.modelcontextprotocol/tasks` extension. `outcomeOf` is the one classification both use, so they always agree.
  */
 import { RELATED_TASK_META_KEY, type CallToolResult, type Task } from '@modelcontextprotocol/sdk/types.js';
-import { type ErrorCode, type TaskRecord, suggestedPollInterval } from '@taskrelay/shared';
-import { WireError } from './errors.js';
+import { JSON_RPC, type ErrorCode, type TaskRecord, suggestedPollInterval } from '@taskrelay/shared';
+import { WireError, rpcErrorOf, type RpcErrorObject } from './errors.js';
 
-/** A JSON-RPC error object as the wire carries it. */
-export interface RpcErrorObject {
-  code: number;
-  message: string;
-  data?: unknown;
-}
+export type { RpcErrorObject } from './errors.js';
 
 /**
  * How a task ended, independent of the wire (§13):
@@ -35,8 +30,6 @@ const SYSTEM_FAILURES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'REDIS_UNAVAILABLE',
 ]);
 
-const INTERNAL_ERROR = -32603;
-
 export function outcomeOf(record: TaskRecord): TaskOutcome {
   switch (record.status) {
     case 'working':
@@ -48,19 +41,14 @@ export function outcomeOf(record: TaskRecord): TaskOutcome {
       return { kind: 'result', result: storedResult(record) };
     case 'failed': {
       const error = record.error;
-      if (error?.code === 'PROTOCOL_ERROR') {
-        const rpcCode = error.data?.['rpcCode'];
-        const rpc: RpcErrorObject = {
-          code: typeof rpcCode === 'number' && Number.isInteger(rpcCode) ? rpcCode : INTERNAL_ERROR,
-          message: error.message,
-        };
-        if (error.data?.['rpcData'] !== undefined) rpc.data = error.data['rpcData'];
-        return { kind: 'error', error: rpc, result: storedResult(record) };
-      }
+      if (error?.code === 'PROTOCOL_ERROR')
+        return { kind: 'error', error: rpcErrorOf(error), result: storedResult(record) };
+      // A run taskrelay could not carry out is the server's failure, whatever the code says of a request (a tool gone
+      // from the fleet is -32602 when a call names it, and -32603 when a queued task meets it).
       if (error && SYSTEM_FAILURES.has(error.code as ErrorCode)) {
         return {
           kind: 'error',
-          error: { code: INTERNAL_ERROR, message: error.message, data: { code: error.code } },
+          error: { code: JSON_RPC.INTERNAL_ERROR, message: error.message, data: { code: error.code } },
           result: storedResult(record),
         };
       }

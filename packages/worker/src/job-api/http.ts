@@ -3,7 +3,7 @@
  * 429 are transient and retried with exponential backoff (and jitter, and `Retry-After` when the upstream sends one);
  * any other 4xx is permanent and fails the task without retry, carrying the upstream's own message.
  */
-import { NonRetryableError } from '@taskrelay/shared';
+import { NonRetryableError, TaskrelayError } from '@taskrelay/shared';
 import { CancelledError, RetryAfterError, cancelReasonOf } from '../errors.js';
 
 /** Which request of a job this is; hooks and error messages name it. */
@@ -38,9 +38,9 @@ export interface HttpPolicy {
 }
 
 /** A transient upstream failure (retried): the last one is thrown when the tries run out. */
-export class UpstreamUnavailableError extends Error {
+export class UpstreamUnavailableError extends TaskrelayError {
   constructor(message: string) {
-    super(message);
+    super('UPSTREAM_UNAVAILABLE', message);
     this.name = 'UpstreamUnavailableError';
   }
 }

@@ -3,6 +3,7 @@
  * the arguments), `{{taskId}}`, `{{statusUrl}}`, and dot paths (`a.b.0.c`) into JSON responses. `${env:NAME}` is
  * resolved once, when a file is loaded (config-file.ts), never per request.
  */
+import { TaskrelayError } from '@taskrelay/shared';
 
 /** What a template may refer to. `id` and `statusUrl` exist once the job is submitted. */
 export interface TemplateScope {
@@ -53,9 +54,9 @@ export function renderString(template: string, scope: TemplateScope, options: { 
 }
 
 /** A value that would change which path a URL asks for; the tool fails with this (PROTOCOL.md §23.2). */
-export class PathValueError extends Error {
+export class PathValueError extends TaskrelayError {
   constructor(message: string) {
-    super(message);
+    super('INVALID_PATH_VALUE', message);
     this.name = 'PathValueError';
   }
 }

@@ -32,6 +32,7 @@ import {
 import type { SessionEventStore } from './event-store.js';
 import type { StreamBuffers } from '../../http/stream-buffers.js';
 import { SseWriter } from '../../http/sse-writer.js';
+import { JSON_RPC } from '@taskrelay/shared';
 
 /** The standalone (GET) stream's id, as the SDK names it. */
 const STANDALONE_STREAM_ID = '_GET_stream';
@@ -141,13 +142,13 @@ export class SessionTransport implements Transport {
 
   /** Serves one request of this session: POST (with its parsed body), GET or DELETE. */
   handleRequest(req: AuthedRequest, res: ServerResponse, parsedBody?: unknown): Promise<void> {
-    if (this.closed) jsonError(res, 404, -32001, 'Session not found');
+    if (this.closed) jsonError(res, 404, JSON_RPC.SESSION_NOT_FOUND, 'Session not found');
     else if (req.method === 'POST') this.handlePost(req, res, parsedBody);
     else if (req.method === 'GET') this.handleGet(req, res);
     else if (req.method === 'DELETE') this.handleDelete(req, res);
     else {
       res.setHeader('Allow', 'GET, POST, DELETE');
-      jsonError(res, 405, -32000, 'Method not allowed.');
+      jsonError(res, 405, JSON_RPC.SERVER_ERROR, 'Method not allowed.');
     }
     return Promise.resolve();
   }
@@ -158,13 +159,18 @@ export class SessionTransport implements Transport {
       return this.fail(
         res,
         406,
-        -32000,
+        JSON_RPC.SERVER_ERROR,
         'Not Acceptable: Client must accept both application/json and text/event-stream',
       );
     }
     // Content-Type and the body itself are checked before the body is read (http-guards.ts).
     if (Array.isArray(body) && body.length > MAX_BATCH_SIZE) {
-      return this.fail(res, 400, -32600, `Invalid Request: Batch must not exceed ${MAX_BATCH_SIZE} messages`);
+      return this.fail(
+        res,
+        400,
+        JSON_RPC.INVALID_REQUEST,
+        `Invalid Request: Batch must not exceed ${MAX_BATCH_SIZE} messages`,
+      );
     }
     let messages: JSONRPCMessage[];
     try {
@@ -172,19 +178,25 @@ export class SessionTransport implements Transport {
         ? body.map((m) => JSONRPCMessageSchema.parse(m))
         : [JSONRPCMessageSchema.parse(body)];
     } catch {
-      return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
+      return this.fail(res, 400, JSON_RPC.PARSE_ERROR, 'Parse error: Invalid JSON-RPC message');
     }
     let initialize: InitializeRequest | undefined;
     const first = messages.find((m) => isRequest(m) && m.method === 'initialize');
     if (first) {
       const parsed = InitializeRequestSchema.safeParse(first);
-      if (!parsed.success) return this.fail(res, 400, -32700, 'Parse error: Invalid JSON-RPC message');
+      if (!parsed.success) return this.fail(res, 400, JSON_RPC.PARSE_ERROR, 'Parse error: Invalid JSON-RPC message');
       initialize = parsed.data;
     }
     if (initialize) {
-      if (this.initialized) return this.fail(res, 400, -32600, 'Invalid Request: Server already initialized');
+      if (this.initialized)
+        return this.fail(res, 400, JSON_RPC.INVALID_REQUEST, 'Invalid Request: Server already initialized');
       if (messages.length > 1) {
-        return this.fail(res, 400, -32600, 'Invalid Request: Only one initialization request is allowed');
+        return this.fail(
+          res,
+          400,
+          JSON_RPC.INVALID_REQUEST,
+          'Invalid Request: Only one initialization request is allowed',
+        );
       }
       this.sessionId = this.options.sessionId;
       this.initialized = true;
@@ -210,7 +222,7 @@ export class SessionTransport implements Transport {
           jsonrpc: '2.0',
           id: request.id,
           error: {
-            code: -32600,
+            code: JSON_RPC.INVALID_REQUEST,
             message: `Invalid Request: a request with id ${JSON.stringify(request.id).slice(0, 100)} is already in flight on this session; use another id`,
           },
         });
@@ -279,13 +291,13 @@ export class SessionTransport implements Transport {
 
   private handleGet(req: AuthedRequest, res: ServerResponse): void {
     if (!req.headers.accept?.includes('text/event-stream')) {
-      return this.fail(res, 406, -32000, 'Not Acceptable: Client must accept text/event-stream');
+      return this.fail(res, 406, JSON_RPC.SERVER_ERROR, 'Not Acceptable: Client must accept text/event-stream');
     }
     if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
     const lastEventId = header(req, 'last-event-id');
     if (lastEventId) return this.replay(lastEventId, res);
     if (this.streams.has(STANDALONE_STREAM_ID)) {
-      return this.fail(res, 409, -32000, 'Conflict: Only one SSE stream is allowed per session');
+      return this.fail(res, 409, JSON_RPC.SERVER_ERROR, 'Conflict: Only one SSE stream is allowed per session');
     }
     this.openSse(res);
     const writer = this.writerFor(res);
@@ -297,7 +309,7 @@ export class SessionTransport implements Transport {
   /** A GET with Last-Event-ID: the events after it, then the stream goes on live on this response. */
   private replay(lastEventId: string, res: ServerResponse): void {
     const streamId = this.events.streamOf(lastEventId);
-    if (streamId === undefined) return this.fail(res, 400, -32000, 'Invalid event ID format');
+    if (streamId === undefined) return this.fail(res, 400, JSON_RPC.SERVER_ERROR, 'Invalid event ID format');
     // A stream still registered is taken over, not refused (the SDK answers 409): a client resumes as soon as its
     // connection drops, often before this process has seen that close.
     this.openSse(res);
@@ -474,16 +486,16 @@ export class SessionTransport implements Transport {
 
   private validSession(req: IncomingMessage, res: ServerResponse): boolean {
     if (!this.initialized) {
-      this.fail(res, 400, -32000, 'Bad Request: Server not initialized');
+      this.fail(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: Server not initialized');
       return false;
     }
     const sessionId = header(req, 'mcp-session-id');
     if (!sessionId) {
-      this.fail(res, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      this.fail(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: Mcp-Session-Id header is required');
       return false;
     }
     if (sessionId !== this.sessionId) {
-      this.fail(res, 404, -32001, 'Session not found');
+      this.fail(res, 404, JSON_RPC.SESSION_NOT_FOUND, 'Session not found');
       return false;
     }
     return true;
@@ -495,7 +507,7 @@ export class SessionTransport implements Transport {
     this.fail(
       res,
       400,
-      -32000,
+      JSON_RPC.SERVER_ERROR,
       `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
     );
     return false;
@@ -524,7 +536,7 @@ export class SessionTransport implements Transport {
     clearTimeout(stream.grace);
     if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
     // A response still to be JSON has no stream to end: the session is gone before its answer.
-    if (stream.state === 'json') jsonError(stream.res, 404, -32001, 'Session not found');
+    if (stream.state === 'json') jsonError(stream.res, 404, JSON_RPC.SESSION_NOT_FOUND, 'Session not found');
     else if (stream.writer) stream.writer.end();
     else if (!stream.res.writableEnded) stream.res.end();
     this.streamEnded();

@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Response } from 'express';
 import { z } from 'zod';
-import { TaskrelayError, isTerminal, type Logger, type TaskRecord } from '@taskrelay/shared';
+import { JSON_RPC, TaskrelayError, isTerminal, type Logger, type TaskRecord } from '@taskrelay/shared';
 import { WireError } from '../../wire/errors.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
@@ -24,9 +24,7 @@ export const MAX_LISTEN_STREAMS = 32;
 export const LISTEN_BUFFER_BYTES = 256 * 1024;
 
 const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
-const INVALID_PARAMS = -32602;
 /** §18.3: a JSON-RPC error, not an HTTP 429: the principal holds these streams itself and can close one. */
-const TOO_MANY_LISTEN_STREAMS = -32000;
 
 /** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resources) are ignored. */
 const ListenFilterSchema = z.looseObject({
@@ -84,14 +82,14 @@ export function createListenStreams(options: ListenStreamsOptions) {
     const parsed = ListenFilterSchema.safeParse(rpc.params['notifications'] ?? {});
     if (!parsed.success) {
       throw new WireError(
-        INVALID_PARAMS,
+        JSON_RPC.INVALID_PARAMS,
         `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean}`,
       );
     }
     const { taskIds, toolsListChanged } = parsed.data;
     if (taskIds === undefined && toolsListChanged !== true) {
       throw new WireError(
-        INVALID_PARAMS,
+        JSON_RPC.INVALID_PARAMS,
         'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds) and toolsListChanged',
       );
     }
@@ -99,7 +97,7 @@ export function createListenStreams(options: ListenStreamsOptions) {
     const held = openPerPrincipal.get(rpc.principal) ?? 0;
     if (held >= maxStreams) {
       throw new WireError(
-        TOO_MANY_LISTEN_STREAMS,
+        JSON_RPC.SERVER_ERROR,
         `Too many listen streams: at most ${maxStreams} open subscriptions/listen streams per principal on this gateway; close one first`,
       );
     }

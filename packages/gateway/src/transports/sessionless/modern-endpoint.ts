@@ -9,7 +9,7 @@
 import type { Request, Response } from 'express';
 import { z } from 'zod';
 import { McpError, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
-import type { Logger, ProgressToken } from '@taskrelay/shared';
+import { JSON_RPC, type Logger, type ProgressToken } from '@taskrelay/shared';
 import { WireError, toMcpError } from '../../wire/errors.js';
 import { sanitizeOutgoing } from '../../http/safe-errors.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
@@ -21,7 +21,6 @@ import { createListenStreams } from './listen-stream.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
-  MISSING_CLIENT_CAPABILITY,
   declaresTasksExtension,
   requestClientCapabilities,
 } from '../../wire/task-wire-ext.js';
@@ -30,11 +29,6 @@ export const MODERN_PROTOCOL_VERSION = '2026-07-28';
 export const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion';
 
 /** JSON-RPC codes of the 2026-07-28 transport. */
-const HEADER_MISMATCH = -32020;
-const UNSUPPORTED_VERSION = -32022;
-const INVALID_REQUEST = -32600;
-const METHOD_NOT_FOUND = -32601;
-const INVALID_PARAMS = -32602;
 
 export interface ModernEndpointOptions {
   methods: McpMethods;
@@ -115,7 +109,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     'tasks/update': (rpc) => {
       const responses = rpc.params['inputResponses'];
       if (!isObject(responses))
-        throw new WireError(INVALID_PARAMS, 'tasks/update needs params.inputResponses, an object');
+        throw new WireError(JSON_RPC.INVALID_PARAMS, 'tasks/update needs params.inputResponses, an object');
       return methods.updateTask(context(rpc), taskIdOf(rpc), responses);
     },
     'tasks/cancel': (rpc) => methods.cancelTask(context(rpc), taskIdOf(rpc)),
@@ -180,7 +174,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       // SEP-2243: arguments the tool mirrors into headers must match them (PROTOCOL.md §16.2).
       checkCall: (tool, args) => {
         const mismatch = checkParamHeaders((header) => rpc.req.header(header), tool.inputSchema, args);
-        if (mismatch !== undefined) throw new WireError(HEADER_MISMATCH, `Header mismatch: ${mismatch}`);
+        if (mismatch !== undefined) throw new WireError(JSON_RPC.HEADER_MISMATCH, `Header mismatch: ${mismatch}`);
       },
     };
   }
@@ -192,16 +186,17 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
   async function callTool(rpc: Rpc): Promise<Result | undefined> {
     const { params } = rpc;
     const name = params['name'];
-    if (typeof name !== 'string') throw new WireError(INVALID_PARAMS, 'tools/call needs params.name, a string');
+    if (typeof name !== 'string')
+      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call needs params.name, a string');
     const args = params['arguments'] ?? {};
-    if (!isObject(args)) throw new WireError(INVALID_PARAMS, 'tools/call params.arguments must be an object');
+    if (!isObject(args)) throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.arguments must be an object');
     const requestState = params['requestState'];
     if (requestState !== undefined && typeof requestState !== 'string') {
-      throw new WireError(INVALID_PARAMS, 'tools/call params.requestState must be a string');
+      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.requestState must be a string');
     }
     const inputResponses = params['inputResponses'];
     if (inputResponses !== undefined && !isObject(inputResponses)) {
-      throw new WireError(INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
+      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
     }
     const streams = params._meta?.['progressToken'] !== undefined && acceptsEventStream(rpc.req);
     const stream = streams
@@ -239,7 +234,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
         {
           jsonrpc: '2.0',
           id: null,
-          error: { code: INVALID_REQUEST, message: `Invalid Request: ${detail}` },
+          error: { code: JSON_RPC.INVALID_REQUEST, message: `Invalid Request: ${detail}` },
         },
         outgoing,
       );
@@ -256,7 +251,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       );
 
     if (header !== MODERN_PROTOCOL_VERSION) {
-      return fail(400, UNSUPPORTED_VERSION, 'Unsupported protocol version', {
+      return fail(400, JSON_RPC.UNSUPPORTED_PROTOCOL_VERSION, 'Unsupported protocol version', {
         supported: SESSIONLESS_VERSIONS,
         requested: header,
       });
@@ -271,7 +266,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     if (methodHeader !== method) {
       return fail(
         400,
-        HEADER_MISMATCH,
+        JSON_RPC.HEADER_MISMATCH,
         methodHeader === undefined
           ? 'Mcp-Method header is required'
           : `Mcp-Method header (${methodHeader}) does not match the body method (${method})`,
@@ -282,18 +277,18 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     if (removed !== undefined) {
       return fail(
         404,
-        METHOD_NOT_FOUND,
+        JSON_RPC.METHOD_NOT_FOUND,
         `Method not found: ${method} is not part of ${MODERN_PROTOCOL_VERSION}; ${removed}`,
       );
     }
     const handler = handlers[method];
-    if (!handler) return fail(404, METHOD_NOT_FOUND, `Method not found: ${method}`);
+    if (!handler) return fail(404, JSON_RPC.METHOD_NOT_FOUND, `Method not found: ${method}`);
     const meta = params._meta;
     const missing = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY].filter((k) => meta?.[k] === undefined);
     if (missing.length > 0)
-      return fail(400, INVALID_PARAMS, `Invalid params: missing _meta keys: ${missing.join(', ')}`);
+      return fail(400, JSON_RPC.INVALID_PARAMS, `Invalid params: missing _meta keys: ${missing.join(', ')}`);
     if (meta?.[PROTOCOL_VERSION_META_KEY] !== header) {
-      return fail(400, HEADER_MISMATCH, 'MCP-Protocol-Version header does not match _meta.protocolVersion');
+      return fail(400, JSON_RPC.HEADER_MISMATCH, 'MCP-Protocol-Version header does not match _meta.protocolVersion');
     }
     const nameField = NAME_FIELD[method];
     const bodyName = nameField === undefined ? undefined : params[nameField];
@@ -303,7 +298,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       if (nameHeader !== bodyName) {
         return fail(
           400,
-          HEADER_MISMATCH,
+          JSON_RPC.HEADER_MISMATCH,
           rawName === undefined
             ? `Mcp-Name header is required for ${method}`
             : `Mcp-Name header does not match params.${nameField ?? 'name'}`,
@@ -321,7 +316,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       const body = errorObject(error);
       // A capability the client did not declare is a 400 on this transport (SEP-2575).
       // A header that does not match the body is one too (SEP-2243).
-      const status = body.code === MISSING_CLIENT_CAPABILITY || body.code === HEADER_MISMATCH ? 400 : 200;
+      const status =
+        body.code === JSON_RPC.MISSING_CLIENT_CAPABILITY || body.code === JSON_RPC.HEADER_MISMATCH ? 400 : 200;
       send(res, status, { jsonrpc: '2.0', id, error: body }, outgoing);
     }
   };
@@ -329,7 +325,8 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
 
 function taskIdOf(rpc: Rpc): string {
   const taskId = rpc.params['taskId'];
-  if (typeof taskId !== 'string') throw new WireError(INVALID_PARAMS, `${rpc.method} needs params.taskId, a string`);
+  if (typeof taskId !== 'string')
+    throw new WireError(JSON_RPC.INVALID_PARAMS, `${rpc.method} needs params.taskId, a string`);
   return taskId;
 }
 

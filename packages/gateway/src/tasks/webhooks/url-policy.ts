@@ -26,20 +26,29 @@ const WebhookMetaSchema = z.object({ url: z.string().min(1).max(MAX_WEBHOOK_URL_
  */
 export class WebhookRefusedError extends TaskrelayError {
   constructor(reason: string) {
-    super('INVALID_ARGUMENTS', `Webhook refused: ${reason}`);
+    super('WEBHOOK_REFUSED', `Webhook refused: ${reason}`);
     this.name = 'WebhookRefusedError';
   }
 }
 
 /** The principal has as many events waiting as it may: the wire answers it JSON-RPC -32600. */
-export class PendingWebhooksCapError extends Error {
-  override readonly name = 'PendingWebhooksCapError';
+export class PendingWebhooksCapError extends TaskrelayError {
+  constructor(message: string) {
+    super('TOO_MANY_PENDING_WEBHOOKS', message);
+    this.name = 'PendingWebhooksCapError';
+  }
 }
 
 /** The URL's name did not resolve (now): a try is retried, a creation refused. */
-export class WebhookLookupError extends Error {
+export class WebhookLookupError extends TaskrelayError {
   constructor(host: string, cause: unknown) {
-    super(`${host} does not resolve (${cause instanceof Error ? cause.message : String(cause)})`, { cause });
+    super(
+      'WEBHOOK_UNRESOLVED',
+      `${host} does not resolve (${cause instanceof Error ? cause.message : String(cause)})`,
+      {
+        cause,
+      },
+    );
     this.name = 'WebhookLookupError';
   }
 }

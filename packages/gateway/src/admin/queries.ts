@@ -1,7 +1,8 @@
 /**
  * Read-only views of the fleet for operators: queues and their depth, live workers with their tools and heartbeats,
  * live tasks, one task's detail and timeline. Used by `/metrics` (at scrape time) and the `/admin` pages; none of it
- * is on a request's hot path. Every read is bounded.
+ * is on a request's hot path. Every read is bounded. Task records are read through the task store (`RedisTaskStore`),
+ * never from their hashes here.
  */
 import { Queue, type Job } from 'bullmq';
 import {
@@ -13,8 +14,8 @@ import {
   readToolControls,
   catalogQueueName,
   toolQueue,
-  parseRecord,
   type Keys,
+  type RedisTaskStore,
   type TaskRecord,
   type WorkerCatalog,
 } from '@taskrelay/shared';
@@ -78,6 +79,7 @@ export class AdminQueries {
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
+    private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts'>,
   ) {}
 
   /** Live workers, newest heartbeat first. */
@@ -194,43 +196,23 @@ export class AdminQueries {
 
   /** Non-terminal tasks (the live set), oldest first, at most `limit`. */
   async liveTasks(limit = MAX_LIVE_TASKS): Promise<TaskRecord[]> {
-    const ids = await this.redis.zrange(this.keys.live, 0, Math.min(limit, MAX_LIVE_TASKS) - 1);
-    return this.records(ids);
+    return this.records(await this.store.liveIds(Math.min(limit, MAX_LIVE_TASKS)));
   }
 
-  /** Task records by id, skipping expired ones, in the order given. */
+  /** Task records by id without their results, skipping expired ones, oldest first. */
   async records(ids: readonly string[]): Promise<TaskRecord[]> {
-    if (ids.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetall(this.keys.task(id));
-    const replies = (await pipeline.exec()) ?? [];
-    return replies
-      .map(([, value]) => parseRecord(value as Record<string, string>))
-      .filter((r) => r !== undefined)
-      .sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+    const records = await this.store.summaries(ids);
+    return records.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
   /** Live task counts by tool and status, for `/metrics` (two fields per task, not the whole hash). */
-  async liveCounts(): Promise<Map<string, { tool: string; status: string; count: number }>> {
-    const ids = await this.redis.zrange(this.keys.live, 0, MAX_LIVE_TASKS - 1);
-    const counts = new Map<string, { tool: string; status: string; count: number }>();
-    if (ids.length === 0) return counts;
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.keys.task(id), 'tool', 'status');
-    for (const [, value] of (await pipeline.exec()) ?? []) {
-      const [tool, status] = (value ?? []) as Array<string | null>;
-      if (!tool || !status) continue;
-      const key = `${tool}\u0000${status}`;
-      const entry = counts.get(key) ?? { tool, status, count: 0 };
-      entry.count++;
-      counts.set(key, entry);
-    }
-    return counts;
+  liveCounts(): Promise<Array<{ tool: string; status: string; count: number }>> {
+    return this.store.liveCounts(MAX_LIVE_TASKS);
   }
 
-  /** One task with what BullMQ still knows of its job, and a timeline put together from both. */
+  /** One task, whole, with what BullMQ still knows of its job, and a timeline put together from both. */
   async task(taskId: string): Promise<TaskDetail | undefined> {
-    const [task] = await this.records([taskId]);
+    const task = await this.store.get(taskId);
     if (!task) return undefined;
     const job: Job | undefined = await this.queue(task.queue)
       .getJob(taskId)

@@ -1,5 +1,24 @@
-import { ProcessMetrics, catalogQueueName, toolQueue } from '@taskrelay/shared';
-import type { AdminQueries, ToolView } from './admin/queries.js';
+import { ProcessMetrics, catalogQueueName, toolQueue, type WorkerCatalog } from '@taskrelay/shared';
+
+/**
+ * What the fleet gauges read at scrape time. The metrics sit on the gateway's ground floor, so they name what they
+ * need here and the operator's read side (`admin/queries.ts`, `AdminQueries`) provides it.
+ */
+export interface FleetReads {
+  queueDepths(): Promise<Array<{ queue: string; counts: Record<string, number> }>>;
+  liveCounts(): Promise<Array<{ tool: string; status: string; count: number }>>;
+  tools(): Promise<FleetTool[]>;
+  workers(): Promise<WorkerCatalog[]>;
+}
+
+/** The part of a tool's view the gauges show. */
+export interface FleetTool {
+  name: string;
+  paused: boolean;
+  concurrency?: number;
+  active: number;
+  waiting: number;
+}
 
 /** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
 const DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600];
@@ -139,9 +158,9 @@ export class GatewayMetrics extends ProcessMetrics {
    * Fleet-wide gauges read from Redis at scrape time (never on a request's path): queue depth by queue and state, and
    * live tasks by tool and status. Every gateway reports the same fleet values; aggregate them with `max`, not `sum`.
    */
-  watchFleet(queries: AdminQueries): void {
+  watchFleet(queries: FleetReads): void {
     // Two gauges read the tools' view; one scrape reads it once (each read is a few Redis round trips per queue).
-    let toolsRead: { at: number; tools: Promise<ToolView[]> } | undefined;
+    let toolsRead: { at: number; tools: Promise<FleetTool[]> } | undefined;
     const tools = () => {
       if (!toolsRead || Date.now() - toolsRead.at > 1_000) {
         toolsRead = { at: Date.now(), tools: queries.tools().catch(() => []) };
@@ -165,8 +184,9 @@ export class GatewayMetrics extends ProcessMetrics {
       labelNames: ['tool', 'status'] as const,
       async collect() {
         this.reset();
-        const counts = await queries.liveCounts().catch(() => new Map<string, never>());
-        for (const { tool, status, count } of counts.values()) this.set({ tool, status }, count);
+        for (const { tool, status, count } of await queries.liveCounts().catch(() => [])) {
+          this.set({ tool, status }, count);
+        }
       },
     });
     this.gauge({

@@ -10,7 +10,7 @@ import express, { type Request, type Response, type Router } from 'express';
 import type { Logger, TaskRecord } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
-import type { WebhookOutbox } from '../webhooks/outbox.js';
+import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 
 /**
  * bull-board's pages load only what this gateway serves: its own scripts, styles (and the inline styles its React
