@@ -21,7 +21,7 @@ const tools = positionals[0]
   : demoTools;
 const pool = toolPool(
   values.queue,
-  tools.map((t) => t.name),
+  tools.map((t) => ({ name: t.name, version: t.version })),
 );
 console.log(`pool (the catalog's name for this tool set): ${pool}`);
 const prefix = createKeys(values.prefix).bullQueueKeyPrefix;

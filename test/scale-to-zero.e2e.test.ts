@@ -35,7 +35,7 @@ async function stack(env: Record<string, string> = {}) {
   const common = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('zero'), WORKER_HEARTBEAT_MS: '200' };
   const gateway = await startGatewayProcess({ ...common, ...env });
   const client = await connectClient(gateway.url);
-  const startWorker = () => startWorkerProcess(common);
+  const startWorker = (env: Record<string, string> = {}) => startWorkerProcess({ ...common, ...env });
   return { common, gateway, client, startWorker };
 }
 
@@ -129,6 +129,42 @@ describe('§24 a pool scales to zero and back', () => {
     expect(retired.stderr).toBe('');
     expect(retired.status).toBe(0);
     await waitFor(async () => !(await listed(client)).includes('build_report'), { timeoutMs: 5_000 });
+    await client.close();
+  });
+
+  it('§24.9 keeps a pool whose tool version a live task last ran: listed as kept, retired only by force', async () => {
+    const { client, startWorker, gateway, common } = await stack();
+    const worker = await startWorker({ WORKER_SHUTDOWN_GRACE_MS: '200' });
+    await waitFor(async () => (await listed(client)).includes('build_report'), { timeoutMs: 10_000 });
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: {
+          name: 'build_report',
+          arguments: { report: 'long', items: 600, delayMs: 100 },
+          task: { ttl: 60_000 },
+        },
+      },
+      CreateTaskResultSchema,
+    );
+    // The run has started (it recorded its tool version); SIGTERM hands it back, and no worker is left.
+    await waitFor(async () => (await client.experimental.tasks.getTask(created.task.taskId)).statusMessage, {
+      timeoutMs: 10_000,
+    });
+    await stopWorker(worker);
+    const listing = pools(gateway, common, 'list');
+    expect(listing.status).toBe(0);
+    const kept = /^(\S+)\tkept: live tasks last ran build_report [0-9a-f]{12}\t/m.exec(listing.stdout);
+    expect(kept, listing.stdout).not.toBeNull();
+    const pool = kept?.[1] ?? '';
+
+    const refused = pools(gateway, common, 'retire', pool);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toMatch(/live tasks last ran: they may still resume on it; --force retires it anyway/);
+    const forced = pools(gateway, common, 'retire', pool, '--force');
+    expect(forced.stderr).toBe('');
+    expect(forced.status).toBe(0);
+    await client.experimental.tasks.cancelTask(created.task.taskId);
     await client.close();
   });
 });

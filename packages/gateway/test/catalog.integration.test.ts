@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import {
+  RedisTaskStore,
   createKeys,
   createLogger,
   toolPool,
@@ -11,7 +12,7 @@ import {
 } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { ToolCatalog, retirePool } from '../src/tasks/catalog.js';
+import { ToolCatalog, retirePool, type ToolVersion } from '../src/tasks/catalog.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -107,9 +108,10 @@ async function remember(
   lastSeenAt: number,
   queueName = 'default',
 ) {
+  // As a worker names its pool: its tools at their versions (§24.9).
   const pool = toolPool(
     queueName,
-    tools.map((t) => t.name),
+    tools.map((t) => ({ name: t.name, ...(t.version === undefined ? {} : { version: t.version }) })),
   );
   const record: PoolCatalog = { pool, queueName, tools, lastSeenAt };
   await redis.hset(keys.pools, pool, JSON.stringify(record));
@@ -173,5 +175,71 @@ describe('§24 catalog retention: a pool scaled to zero keeps its tools listed',
     expect(await retirePool(redis, keys, separate)).toBe('unknown');
     expect(await catalog.find('count_to')).toBeUndefined();
     expect(gone).not.toBe(live);
+  });
+});
+
+describe('§24.9 a pool is kept while live tasks last ran its tool versions', () => {
+  const versioned = (name: string, version: string): ToolDescriptor => ({ ...descriptor(name), version });
+
+  /** A live task that last ran `tool` at `version`, as `startRun` leaves it (two fields are what the read needs). */
+  async function liveTask(keys: ReturnType<typeof createKeys>, taskId: string, tool: string, version: string) {
+    await redis.hset(keys.task(taskId), { taskId, tool, toolVersion: version, status: 'input_required' });
+    await redis.zadd(keys.live, Date.now(), taskId);
+  }
+
+  it('reads the versions live tasks last ran through the store, each pair once', async () => {
+    const keys = createKeys(uniquePrefix('versions'));
+    await liveTask(keys, 't1', 'x', 'v1');
+    await liveTask(keys, 't2', 'x', 'v1');
+    await liveTask(keys, 't3', 'y', 'v7');
+    const store = new RedisTaskStore(redis, keys);
+    expect((await store.liveToolVersions(100)).sort((a, b) => a.tool.localeCompare(b.tool))).toEqual([
+      { tool: 'x', version: 'v1' },
+      { tool: 'y', version: 'v7' },
+    ]);
+  });
+
+  it('a deploy of a new version supersedes the old pool, unless tasks that last ran the old version wait', async () => {
+    const keys = createKeys(uniquePrefix('versions'));
+    const now = Date.now();
+    // Build 1 served {x@v1, gone@v1}; build 2 serves {x@v2} and has scaled to zero too.
+    const old = await remember(keys, [versioned('x', 'v1'), versioned('gone', 'v1')], now - 7_200_000);
+    await remember(keys, [versioned('x', 'v2')], now - 1_000);
+    expect(old).not.toBe(toolPool('default', ['x', 'gone']));
+
+    let inUse: ToolVersion[] = [{ tool: 'x', version: 'v1' }];
+    const keeping = new ToolCatalog(redis, keys, log, {
+      cacheMs: 0,
+      retentionMs: 3_600_000,
+      versionsInUse: () => Promise.resolve(inUse),
+    });
+    // The newer pool still wins x; the kept pool lists only the version in use, not the tool build 2 dropped.
+    expect((await keeping.list()).map((t) => [t.name, t.version])).toEqual([['x', 'v2']]);
+    // Past its retention, build 1's pool is not deleted while a task that last ran x v1 waits.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await redis.hexists(keys.pools, old)).toBe(1);
+    expect(await retirePool(redis, keys, old, { inUse })).toBe('kept');
+
+    // With build 2 gone too, x v1 stays listed for its waiting task, though build 1 is past its retention.
+    await redis.hdel(keys.pools, toolPool('default', [{ name: 'x', version: 'v2' }]));
+    expect((await keeping.list()).map((t) => [t.name, t.version])).toEqual([['x', 'v1']]);
+
+    // Once no live task last ran it, the next housekeeping round forgets the pool.
+    inUse = [];
+    const next = new ToolCatalog(redis, keys, log, {
+      cacheMs: 0,
+      retentionMs: 3_600_000,
+      versionsInUse: () => Promise.resolve(inUse),
+    });
+    expect(await next.list()).toEqual([]);
+    await waitFor(async () => (await redis.hexists(keys.pools, old)) === 0, { timeoutMs: 5_000 });
+  });
+
+  it('retires a kept pool when forced', async () => {
+    const keys = createKeys(uniquePrefix('versions'));
+    const old = await remember(keys, [versioned('x', 'v1')], Date.now() - 1_000);
+    const inUse = [{ tool: 'x', version: 'v1' }];
+    expect(await retirePool(redis, keys, old, { inUse })).toBe('kept');
+    expect(await retirePool(redis, keys, old, { inUse, force: true })).toBe('retired');
   });
 });

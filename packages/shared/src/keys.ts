@@ -153,12 +153,14 @@ export function createKeys(prefix = 'taskrelay'): Keys {
 /**
  * The pool a worker belongs to in the catalog (PROTOCOL.md §3.2, §24): its configured queue name plus a digest of the
  * sorted names of the tools it serves. A pool is what the catalog remembers and retires, never where work queues: jobs
- * go to the queue of their tool (`toolQueue`). Names only, not schemas: a rolling deploy that changes a description
- * keeps the pool.
+ * go to the queue of their tool (`toolQueue`). The tools' names and, where given, their versions (§12.11, `name@version`):
+ * a deploy that changes a tool's version starts a new pool, so the old one is remembered apart while tasks that last
+ * ran its version wait (§24.9); a new pool of the same queue name sharing a tool supersedes it in `tools/list`.
  */
-export function toolPool(queue: string, toolNames: readonly string[]): string {
+export function toolPool(queue: string, tools: ReadonlyArray<string | { name: string; version?: string }>): string {
+  const entries = tools.map((t) => (typeof t === 'string' ? t : t.version ? `${t.name}@${t.version}` : t.name));
   const digest = createHash('sha256')
-    .update([...new Set(toolNames)].sort().join('\n'))
+    .update([...new Set(entries)].sort().join('\n'))
     .digest('hex')
     .slice(0, 12);
   return `${queue}.${digest}`;

@@ -581,6 +581,23 @@ export class RedisTaskStore {
     return [...counts.values()];
   }
 
+  /**
+   * The tool versions live tasks last ran (PROTOCOL.md §24.9), each pair once, from two fields of each of at most
+   * `limit` live tasks: a task that has not run yet records none.
+   */
+  async liveToolVersions(limit: number): Promise<Array<{ tool: string; version: string }>> {
+    const ids = await this.liveIds(limit);
+    if (ids.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hmget(this.keys.task(id), F.tool, F.toolVersion);
+    const pairs = new Map<string, { tool: string; version: string }>();
+    for (const [, value] of (await pipeline.exec()) ?? []) {
+      const [tool, version] = (value ?? []) as Array<string | null>;
+      if (tool && version) pairs.set(`${tool}\u0000${version}`, { tool, version });
+    }
+    return [...pairs.values()];
+  }
+
   /** Statuses of many tasks in one round trip (undefined for missing ones). */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];

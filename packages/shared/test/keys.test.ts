@@ -49,5 +49,11 @@ describe('tool pools (PROTOCOL.md §3.2)', () => {
   it('gives another tool set, or another queue name, another pool', () => {
     expect(toolPool('default', ['a'])).not.toBe(toolPool('default', ['a', 'b']));
     expect(toolPool('default', ['a'])).not.toBe(toolPool('team', ['a']));
+    // A new version of a tool is a new pool (PROTOCOL.md §24.9); the Python worker names it alike.
+    expect(toolPool('default', [{ name: 'a', version: '1' }])).not.toBe(
+      toolPool('default', [{ name: 'a', version: '2' }]),
+    );
+    expect(toolPool('default', [{ name: 'a' }])).toBe(toolPool('default', ['a']));
+    expect(toolPool('default', [{ name: 'train', version: 'v1' }, { name: 'b' }])).toBe('default.629d9ad52315');
   });
 });

@@ -36,3 +36,11 @@ def test_the_worker_scripts_are_there():
 def test_bullmq_is_the_version_paired_with_node():
     assert metadata.version("bullmq") == BULLMQ_PAIR["python"]
     assert resources.files("bullmq").joinpath("commands/moveJobFromActiveToWait-9.lua").is_file()
+
+
+def test_a_pool_is_named_as_the_node_worker_names_it():
+    from taskrelay_worker.keys import tool_pool
+
+    # Node: toolPool('default', [{ name: 'train', version: 'v1' }, { name: 'b' }]) (PROTOCOL.md §24.9).
+    assert tool_pool("default", [("train", "v1"), ("b", "")]) == "default.629d9ad52315"
+    assert tool_pool("default", [("train", "v1")]) != tool_pool("default", [("train", "v2")])

@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { WorkerCatalogSchema, toolPool } from '@taskrelay/shared';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
+import { demoTools } from '../src/demo-tools.js';
 import { Harness } from './harness.js';
 
 const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
@@ -126,7 +127,10 @@ describe('stock worker entry point', () => {
     const r = run({ REDIS_URL: redis.url, TASKRELAY_PREFIX: h.prefix });
     const ready = await waitFor(() => readyLine(r), { message: 'no worker ready line' });
     expect(ready).toMatchObject({
-      queue: toolPool('default', ['build_report', 'wait_for_approval', 'fail_after', 'batch_report']),
+      queue: toolPool(
+        'default',
+        demoTools.map((t) => ({ name: t.name, version: t.version })),
+      ),
       tools: ['build_report', 'wait_for_approval', 'fail_after', 'batch_report'],
     });
     h.useQueueName('default');

@@ -28,7 +28,7 @@ import { AdminQueries } from '../admin/queries.js';
 import { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import { InflightCalls } from '../protocol/inflight-calls.js';
 import { RequestStateSigner } from '../protocol/request-state.js';
-import { ToolCatalog } from '../tasks/catalog.js';
+import { ToolCatalog, VERSION_SCAN_LIMIT } from '../tasks/catalog.js';
 import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
@@ -180,6 +180,8 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const catalogOptions = {
     jsonSchemas,
     retentionMs: options.catalogRetentionMs,
+    // Pools whose tool versions live tasks last ran are kept (PROTOCOL.md §24.9).
+    versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);

@@ -61,24 +61,57 @@ export interface ToolCatalogOptions {
    * (PROTOCOL.md §24). `0`: a tool goes with its last worker. Default 86400000 (24 h).
    */
   retentionMs?: number;
+  /**
+   * The tool versions live tasks last ran (PROTOCOL.md §24.9; `RedisTaskStore.liveToolVersions`): a remembered pool
+   * that published one is kept, past its retention and when superseded, while such tasks wait. Read once per
+   * housekeeping round. Default: none kept.
+   */
+  versionsInUse?: () => Promise<ReadonlyArray<ToolVersion>>;
 }
 
-/** How often a gateway deletes pools past the retention from `P:pools`. */
+/** A tool at one version. */
+export interface ToolVersion {
+  tool: string;
+  version: string;
+}
+
+/** Most live tasks a housekeeping round reads for their versions (oldest first: the ones waiting longest). */
+export const VERSION_SCAN_LIMIT = 10_000;
+
+/** How often a gateway deletes pools past the retention from `P:pools` (and reads the versions in use). */
 const PRUNE_EVERY_MS = 60_000;
 
+/** The versions of `pool`'s tools that live tasks last ran: while there is one, the pool is kept (§24.9). */
+export function versionsKeeping(pool: PoolCatalog, inUse: ReadonlyArray<ToolVersion>): ToolVersion[] {
+  return pool.tools
+    .filter((t) => t.version !== undefined && inUse.some((u) => u.tool === t.name && u.version === t.version))
+    .map((t) => ({ tool: t.name, version: t.version ?? '' }));
+}
+
 /** What `retirePool` did. */
-export type RetireOutcome = 'retired' | 'unknown' | 'live';
+export type RetireOutcome = 'retired' | 'unknown' | 'live' | 'kept';
 
 /**
- * Forgets a pool at once, before its retention ends (an operator's `node scripts/retire-pool.mjs <pool>`): its tools
- * leave `tools/list` and new calls for them get `Unknown tool` once no other pool serves them. A pool with live
- * workers is not retired (their next heartbeat would list it again): stop them first.
+ * Forgets a pool at once, before its retention ends (an operator's `pools-main.js retire <pool>`): its tools leave
+ * `tools/list` and new calls for them get `Unknown tool` once no other pool serves them. A pool with live workers is
+ * not retired (their next heartbeat would list it again): stop them first. Nor is one whose tool versions live tasks
+ * last ran (`kept`, §24.9), unless `force`.
  */
-export async function retirePool(redis: RedisClient, keys: Keys, pool: string): Promise<RetireOutcome> {
+export async function retirePool(
+  redis: RedisClient,
+  keys: Keys,
+  pool: string,
+  options: { inUse?: ReadonlyArray<ToolVersion>; force?: boolean } = {},
+): Promise<RetireOutcome> {
   const workerIds = await redis.zrangebyscore(keys.workers, Date.now(), '+inf');
   const raws = workerIds.length > 0 ? await redis.mget(workerIds.map((id) => keys.workerCatalog(id))) : [];
   const live = raws.some((raw) => raw !== null && parseMessage(WorkerCatalogSchema, raw)?.queue === pool);
   if (live) return 'live';
+  if (options.force !== true && options.inUse !== undefined) {
+    const raw = await redis.hget(keys.pools, pool);
+    const remembered = raw === null ? undefined : parseMessage(PoolCatalogSchema, raw);
+    if (remembered && versionsKeeping(remembered, options.inUse).length > 0) return 'kept';
+  }
   return (await redis.hdel(keys.pools, pool)) === 1 ? 'retired' : 'unknown';
 }
 
@@ -102,6 +135,9 @@ export class ToolCatalog {
 
   private readonly cacheMs: number;
   private readonly retentionMs: number;
+  private readonly versionsInUse: (() => Promise<ReadonlyArray<ToolVersion>>) | undefined;
+  /** The versions live tasks last ran, as of the last housekeeping round. */
+  private inUse: ReadonlyArray<ToolVersion> = [];
   private prunedAt = 0;
 
   constructor(
@@ -113,6 +149,7 @@ export class ToolCatalog {
     this.cacheMs = options.cacheMs ?? 1000;
     this.retentionMs = options.retentionMs ?? 86_400_000;
     this.jsonSchemas = options.jsonSchemas ?? new JsonSchemaValidator(log);
+    this.versionsInUse = options.versionsInUse;
   }
 
   async list(): Promise<CatalogTool[]> {
@@ -185,6 +222,14 @@ export class ToolCatalog {
 
   private async read(): Promise<CatalogSnapshot> {
     const now = Date.now();
+    const housekeeping = this.retentionMs > 0 && now - this.prunedAt >= PRUNE_EVERY_MS;
+    if (housekeeping && this.versionsInUse) {
+      // A failed read keeps the last answer: a pool kept a minute longer costs nothing, one forgotten early strands.
+      this.inUse = await this.versionsInUse().catch((error: unknown) => {
+        this.log.debug({ err: error }, 'could not read the tool versions live tasks last ran');
+        return this.inUse;
+      });
+    }
     const [workerIds, remembered] = await Promise.all([
       this.redis.zrangebyscore(this.keys.workers, now, '+inf'),
       this.retentionMs > 0 ? this.redis.hgetall(this.keys.pools) : Promise.resolve({}),
@@ -249,7 +294,7 @@ export class ToolCatalog {
       );
     }
     for (const pool of pools) this.servedPools.add(pool);
-    if (this.retentionMs > 0 && now - this.prunedAt >= PRUNE_EVERY_MS) {
+    if (housekeeping) {
       this.prunedAt = now;
       this.prune(Object.entries(remembered), pools, now);
     }
@@ -273,7 +318,9 @@ export class ToolCatalog {
    * The remembered pools whose tools are still listed, newest first: not live, seen within the retention, and not
    * superseded. A pool is superseded by a newer one (live, or seen later) of the same `TASKRELAY_QUEUE` that shares a
    * tool with it: a deploy that changed the tool set, so a tool it dropped goes at once instead of waiting out the
-   * retention. Pools of one queue name with disjoint tool sets (separate services) never supersede each other.
+   * retention. Pools of one queue name with disjoint tool sets (separate services) never supersede each other. Of a
+   * pool dropped by these rules, the tools whose published version live tasks last ran stay (§24.9); a newer pool
+   * still wins them.
    */
   private retained(raws: string[], live: Set<string>, now: number): PoolCatalog[] {
     const all = raws
@@ -281,20 +328,31 @@ export class ToolCatalog {
       .filter((p) => p !== undefined)
       .sort((a, b) => b.lastSeenAt - a.lastSeenAt);
     const isLive = (p: PoolCatalog) => live.has(p.pool);
-    return all.filter((pool, i) => {
-      if (isLive(pool) || now - pool.lastSeenAt > this.retentionMs) return false;
+    const listed = (pool: PoolCatalog, i: number): boolean => {
+      if (now - pool.lastSeenAt > this.retentionMs) return false;
       const names = new Set(pool.tools.map((t) => t.name));
       const newer = all.filter((other, j) => other !== pool && (isLive(other) || j < i));
       return !newer.some((other) => other.queueName === pool.queueName && other.tools.some((t) => names.has(t.name)));
+    };
+    return all.flatMap((pool, i) => {
+      if (isLive(pool)) return [];
+      if (listed(pool, i)) return [pool];
+      // Past its retention or superseded, but live tasks last ran some of its tool versions: those tools stay.
+      const kept = new Set(versionsKeeping(pool, this.inUse).map((v) => v.tool));
+      return kept.size === 0 ? [] : [{ ...pool, tools: pool.tools.filter((t) => kept.has(t.name)) }];
     });
   }
 
-  /** Deletes the pools past the retention that no live worker consumes; a failure waits for the next round. */
+  /**
+   * Deletes the pools past the retention that no live worker consumes and no live task's version keeps (§24.9); a
+   * failure waits for the next round.
+   */
   private prune(entries: Array<[string, string]>, live: Set<string>, now: number): void {
     const expired = entries
       .filter(([pool, raw]) => {
         if (live.has(pool)) return false;
         const parsed = parseMessage(PoolCatalogSchema, raw);
+        if (parsed && versionsKeeping(parsed, this.inUse).length > 0) return false;
         return !parsed || now - parsed.lastSeenAt > this.retentionMs;
       })
       .map(([pool]) => pool);

@@ -164,7 +164,7 @@ class TaskrelayWorker:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.log = log.child(workerId=self.worker_id)
         self.keys = Keys(config.prefix)
-        self.pool = tool_pool(config.queue, list(self.tools))
+        self.pool = tool_pool(config.queue, [(t.name, t.version) for t in tools])
         self.queues = {name: tool_queue(config.queue, name) for name in self.tools}
         self.running: dict[str, RunEntry] = {}
         self.closing = False

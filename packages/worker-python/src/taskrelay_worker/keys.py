@@ -16,9 +16,11 @@ def tool_queue(queue_name: str, tool: str) -> str:
     return f"{queue_name}~{tool}"
 
 
-def tool_pool(queue: str, tool_names: list[str]) -> str:
-    """The catalog pool of a worker (§3.2, §24): its queue name and 12 hex digits of SHA-256 over its sorted tools."""
-    digest = hashlib.sha256("\n".join(sorted(set(tool_names))).encode()).hexdigest()[:12]
+def tool_pool(queue: str, tools: list[str | tuple[str, str]]) -> str:
+    """The catalog pool of a worker (§3.2, §24): its queue name and 12 hex digits of SHA-256 over its sorted tools,
+    each ``name@version`` when given as ``(name, version)`` (§24.9: a new version is a new pool)."""
+    entries = {t if isinstance(t, str) else (f"{t[0]}@{t[1]}" if t[1] else t[0]) for t in tools}
+    digest = hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:12]
     return f"{queue}.{digest}"
 
 

@@ -81,7 +81,7 @@ export class TaskWorker {
     this.workerId = options.workerId;
     this.queue = toolPool(
       options.queue,
-      options.tools.map((tool) => tool.name),
+      options.tools.map((tool) => ({ name: tool.name, version: tool.version })),
     );
     this.queues = new Map(options.tools.map((tool) => [tool.name, toolQueue(options.queue, tool.name)]));
     this.gate = new SlotGate(options.concurrency);
