@@ -126,10 +126,16 @@ describe('stock worker entry point', () => {
   it('serves the demo tools by default, runs build_report and fail_after, and drains on SIGTERM', async () => {
     const r = run({ REDIS_URL: redis.url, TASKRELAY_PREFIX: h.prefix });
     const ready = await waitFor(() => readyLine(r), { message: 'no worker ready line' });
+    // The pool is named by its tools at their versions (PROTOCOL.md §24.9), as the catalog publishes them (a derived
+    // version is the built code's: this process runs the sources, so it reads them from there).
+    const catalog = WorkerCatalogSchema.parse(
+      JSON.parse((await h.redis.get(h.keys.workerCatalog(String(ready['workerId'])))) ?? 'null'),
+    );
+    expect(catalog.tools.map((t) => t.name)).toEqual(demoTools.map((t) => t.name));
     expect(ready).toMatchObject({
       queue: toolPool(
         'default',
-        demoTools.map((t) => ({ name: t.name, version: t.version })),
+        catalog.tools.map((t) => ({ name: t.name, version: t.version ?? '' })),
       ),
       tools: ['build_report', 'wait_for_approval', 'fail_after', 'batch_report'],
     });

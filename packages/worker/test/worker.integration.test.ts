@@ -163,7 +163,11 @@ describe('§3 tool catalog and heartbeat', () => {
       WorkerCatalogSchema.parse(JSON.parse((await h.redis.get(key)) ?? 'null'));
 
     const first = await read();
-    const pool = toolPool('default', ['echo', 'steps']);
+    // Named by its tools at their versions (PROTOCOL.md §24.9).
+    const pool = toolPool(
+      'default',
+      [echo, steps].map((t) => ({ name: t.name, version: t.version })),
+    );
     expect(first).toEqual({
       workerId: 'w-catalog',
       queue: pool,
