@@ -19,7 +19,9 @@ import {
   resolveGatewayOptions,
   type GatewayConfig,
   type GatewayOptions,
+  type Keys,
   type Logger,
+  type RedisClient,
 } from '@taskrelay/shared';
 import { createAuthenticator } from '../http/auth/authenticate.js';
 import { RequestLimits } from '../http/limits.js';
@@ -130,34 +132,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
-  // Commands fail fast while Redis is away (a JSON-RPC error within ~2 s, never a hung request); the subscriber waits
-  // it out. BullMQ gets a connection of its own, so its scripts and traffic stay off the command connection.
-  const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
-  const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
-  const subscriber = createRedis(redisUrl);
-  // Large results are read over connections of their own (PROTOCOL.md §22.5), so a 16 MiB reply never holds the one
-  // every other command waits on; they get longer than the fail-fast bound to arrive.
-  const largeReads = Array.from({ length: LARGE_READ_CONNECTIONS }, () =>
-    createRedis(redisUrl, { ...FAIL_FAST_REDIS_OPTIONS, commandTimeout: LARGE_READ_TIMEOUT_MS }),
-  );
-  const connections = {
-    redis,
-    queue: queueRedis,
-    subscriber,
-    ...Object.fromEntries(largeReads.map((client, i) => [`largeRead${i}`, client])),
-  };
-  undo.push(() => {
-    for (const client of Object.values(connections)) client.disconnect();
-  });
-  // Until every connection is up, connection errors belong to the one-line startup error, not to the log.
-  const quiet = () => undefined;
-  for (const client of Object.values(connections)) client.on('error', quiet);
-  await Promise.all(Object.values(connections).map((client) => waitForRedis(client)));
-  const metrics = new GatewayMetrics();
-  for (const [connection, client] of Object.entries(connections)) {
-    client.off('error', quiet);
-    metrics.watchRedis(client, connection, log);
-  }
+  const { redis, queueRedis, subscriber, largeReads, metrics } = await openConnections(redisUrl, undo, log);
   // A principal's index outlives every task in it: the longest ttl after the longest run.
   const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, {
@@ -203,14 +178,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   await router.start();
   const auth = createAuthenticator(options, log);
   const authEnabled = auth.enabled;
-  // Completion webhooks (PROTOCOL.md §27): checked at creation, delivered from the outbox by every gateway that can
-  // sign (one without the secret refuses webhooks and leaves the outbox to the others).
-  const webhookPolicy = new WebhookPolicy({
-    secretSet: options.webhooks.secret !== undefined,
-    allowedHosts: options.webhooks.allowedHosts,
-  });
-  const outbox = new WebhookOutbox(redis, keys.webhooks);
-  metrics.watchWebhooks(() => outbox.counts());
+  const webhooks = startWebhooks(options, redis, keys, metrics, log, gatewayId, undo);
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
     defaultTtlMs: options.defaultTtlMs,
@@ -219,27 +187,13 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     maxToolTimeoutMs: options.maxToolTimeoutMs,
     queueTimeoutMs: options.queueTimeoutMs,
     checkAnswer: (request, raw) => checkAnswer(request, raw, jsonSchemas),
-    webhooks: new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal),
+    webhooks: webhooks.intake,
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
-  let stopDeliverer: () => Promise<void> = () => Promise.resolve();
   const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
   reaper.start();
   undo.push(() => reaper.stop());
-  if (options.webhooks.secret !== undefined) {
-    const deliverer = new WebhookDeliverer(
-      outbox,
-      webhookPolicy,
-      new WebhookSigner(options.webhooks.secret),
-      metrics,
-      log,
-      { ...options.webhooks, gatewayId, userAgent: `taskrelay-gateway/${GATEWAY_VERSION} (webhooks)` },
-    );
-    deliverer.start();
-    undo.push(() => deliverer.stop());
-    stopDeliverer = () => deliverer.stop();
-  }
   // The drain waits, without polling, for the requests and plain calls in flight to settle.
   let onSettled: (() => void) | undefined;
   const settled = () => onSettled?.();
@@ -287,7 +241,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     service,
     router,
     admin,
-    webhooks: outbox,
+    webhooks: webhooks.outbox,
     inflight,
     sessions,
     drainSignal: drain.signal,
@@ -332,7 +286,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
         sessions.stopSweep();
         await reaper.stop();
         // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
-        await stopDeliverer();
+        await webhooks.stopDeliverer();
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
         http.closeIdleConnections();
         log.info(
@@ -360,6 +314,78 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
         log.info({ gatewayId }, 'gateway stopped');
       })()),
   };
+}
+
+/**
+ * The gateway's Redis connections, each up before the gateway goes on, with their metrics. Commands fail fast while
+ * Redis is away (a JSON-RPC error within ~2 s, never a hung request); the subscriber waits it out. BullMQ gets a
+ * connection of its own, so its scripts and traffic stay off the command connection.
+ */
+async function openConnections(redisUrl: string, undo: Undo, log: Logger) {
+  const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
+  const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
+  const subscriber = createRedis(redisUrl);
+  // Large results are read over connections of their own (PROTOCOL.md §22.5), so a 16 MiB reply never holds the one
+  // every other command waits on; they get longer than the fail-fast bound to arrive.
+  const largeReads = Array.from({ length: LARGE_READ_CONNECTIONS }, () =>
+    createRedis(redisUrl, { ...FAIL_FAST_REDIS_OPTIONS, commandTimeout: LARGE_READ_TIMEOUT_MS }),
+  );
+  const connections = {
+    redis,
+    queue: queueRedis,
+    subscriber,
+    ...Object.fromEntries(largeReads.map((client, i) => [`largeRead${i}`, client])),
+  };
+  undo.push(() => {
+    for (const client of Object.values(connections)) client.disconnect();
+  });
+  // Until every connection is up, connection errors belong to the one-line startup error, not to the log.
+  const quiet = () => undefined;
+  for (const client of Object.values(connections)) client.on('error', quiet);
+  await Promise.all(Object.values(connections).map((client) => waitForRedis(client)));
+  const metrics = new GatewayMetrics();
+  for (const [connection, client] of Object.entries(connections)) {
+    client.off('error', quiet);
+    metrics.watchRedis(client, connection, log);
+  }
+  return { redis, queueRedis, subscriber, largeReads, metrics };
+}
+
+/**
+ * Completion webhooks (PROTOCOL.md §27): checked at creation, delivered from the outbox by every gateway that can sign
+ * (one without the secret refuses webhooks and leaves the outbox to the others).
+ */
+function startWebhooks(
+  options: GatewayConfig,
+  redis: RedisClient,
+  keys: Keys,
+  metrics: GatewayMetrics,
+  log: Logger,
+  gatewayId: string,
+  undo: Undo,
+) {
+  const webhookPolicy = new WebhookPolicy({
+    secretSet: options.webhooks.secret !== undefined,
+    allowedHosts: options.webhooks.allowedHosts,
+  });
+  const outbox = new WebhookOutbox(redis, keys.webhooks);
+  metrics.watchWebhooks(() => outbox.counts());
+  const intake = new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal);
+  let stopDeliverer: () => Promise<void> = () => Promise.resolve();
+  if (options.webhooks.secret !== undefined) {
+    const deliverer = new WebhookDeliverer(
+      outbox,
+      webhookPolicy,
+      new WebhookSigner(options.webhooks.secret),
+      metrics,
+      log,
+      { ...options.webhooks, gatewayId, userAgent: `taskrelay-gateway/${GATEWAY_VERSION} (webhooks)` },
+    );
+    deliverer.start();
+    undo.push(() => deliverer.stop());
+    stopDeliverer = () => deliverer.stop();
+  }
+  return { outbox, intake, stopDeliverer: () => stopDeliverer() };
 }
 
 /** Longer than the idle timeouts of common clients and load balancers (60 s), so the server is not the one closing. */

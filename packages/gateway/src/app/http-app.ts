@@ -2,9 +2,7 @@
  * The gateway's express app (PROTOCOL.md §16): probes, the /mcp guards, routing each /mcp request to its transport
  * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler.
  */
-import { randomUUID } from 'node:crypto';
-import express, { type Request, type Response } from 'express';
-import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import express, { type Response } from 'express';
 import { JSON_RPC, type GatewayConfig, type Logger, type RedisClient } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
@@ -17,7 +15,6 @@ import {
   requireJsonContent,
 } from '../http/http-guards.js';
 import type { RequestLimits } from '../http/limits.js';
-import { sanitizeOutgoing } from '../http/safe-errors.js';
 import type { AdminQueries } from '../admin/queries.js';
 import { createAdminRouter } from '../admin/router.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
@@ -26,30 +23,12 @@ import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
 import type { TaskRouter } from '../tasks/task-router.js';
 import type { TaskService } from '../tasks/task-service.js';
-import { SessionEventStore } from '../transports/session/event-store.js';
 import { McpMethods } from '../protocol/methods.js';
-import { answersAtOnce, createSessionServer } from '../transports/session/mcp-session.js';
-import { SessionTransport } from '../transports/session/session-transport.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
-import { MODERN_PROTOCOL_VERSION, createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
-import { MemoryBudget, SESSION_COST_BYTES } from './memory-budget.js';
-import { StreamBuffers } from '../http/stream-buffers.js';
-import type { Session, SessionRegistry } from './session-registry.js';
-
-/**
- * How long a plain call or a waiting `tasks/result` may stay a JSON answer before its response becomes an SSE stream
- * (PROTOCOL.md §9.5): long enough for a quick tool's result to be one body, short enough that a long call gets its
- * resumable stream (the priming event) almost at once.
- */
-const SSE_AFTER_MS = 100;
-
-/** What a refused new session is told to wait before it tries again. */
-const MEMORY_RETRY_AFTER_S = 30;
-
-/** The versions spoken on 2025-era sessions (SDK 1.32.2); any other `MCP-Protocol-Version` is sessionless. */
-const SESSION_PROTOCOL_VERSIONS: ReadonlySet<string> = new Set(SUPPORTED_PROTOCOL_VERSIONS);
-
-type AuthedRequest = Request & { auth?: { clientId: string } };
+import { createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
+import { createMemoryRelief } from './memory-relief.js';
+import { SESSION_PROTOCOL_VERSIONS, createSessionEndpoint, type AuthedRequest } from './session-endpoint.js';
+import type { SessionRegistry } from './session-registry.js';
 
 export interface HttpAppDeps {
   options: GatewayConfig;
@@ -78,77 +57,12 @@ export interface HttpAppDeps {
   settled: () => void;
 }
 
-/** A stream is shed for the budget only when this far behind (§22.2): its client is not reading it. */
-const SHED_STREAM_MIN_BYTES = 256 * 1024;
-
 export function createHttpApp(deps: HttpAppDeps): express.Express {
   const { options, log, metrics, auth, limits, service, router, inflight, sessions } = deps;
   const authEnabled = auth.enabled;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
-  /** Sessions, event stores, routes and listen streams under one bound (PROTOCOL.md §22.2). */
-  // What every SSE stream holds in its send buffers, shed from the largest consumer first past the budget (§22.2).
-  let shedQueued = false;
-  const buffers = new StreamBuffers(() => {
-    if (shedQueued || budget.fits()) return;
-    shedQueued = true;
-    // Not inside the stream's own write: shedding closes streams, possibly the one writing.
-    setImmediate(() => {
-      shedQueued = false;
-      relieve();
-    });
-  });
-  const budget = new MemoryBudget({
-    budgetBytes: options.memoryBudgetBytes,
-    sessions: () => sessions.size,
-    routes: () => router.activeRoutes,
-    streamBytes: () => buffers.bytes,
-  });
-  metrics.watchMemoryBudget(budget);
-  /**
-   * Past the budget (§22.2), again and again until the rest fit: the principal whose sessions and streams hold the most
-   * gives way first — its largest stream buffer (when at least 256 KiB behind) is closed, else its least recently seen
-   * idle session, else its largest event store drops its older half. So one principal's unread streams or floods never
-   * cost anyone else first.
-   */
-  const relieve = () => {
-    while (!budget.fits()) {
-      const held = sessions.heldByPrincipal();
-      for (const [principal, bytes] of buffers.byPrincipal()) held.set(principal, (held.get(principal) ?? 0) + bytes);
-      const heaviest = [...held].sort((a, b) => b[1] - a[1]).map(([principal]) => principal);
-      let freed = false;
-      for (const principal of heaviest) {
-        const stream = buffers.largestOf(principal);
-        // A stream that far behind has a client not reading it; a reader's few unsent kilobytes are left alone.
-        if (stream !== undefined && stream.bytes >= SHED_STREAM_MIN_BYTES) {
-          metrics.streamsShed.inc();
-          log.info(
-            { principal, bufferedBytes: stream.bytes, budgetBytes: budget.budgetBytes },
-            'SSE stream closed: the memory budget is reached and its principal holds the most',
-          );
-          stream.stream.shed();
-          freed = true;
-        } else {
-          freed = sessions.relieveFrom(principal);
-        }
-        if (freed) break;
-      }
-      if (!freed) break;
-    }
-  };
-  let evictionQueued = false;
-  const onEventsResized = (delta: number) => {
-    metrics.sseEventBytes.inc(delta);
-    budget.eventsResized(delta);
-    // Not inside the store's own write: relieving closes sessions, possibly the one writing.
-    if (delta > 0 && !evictionQueued && !budget.fits()) {
-      evictionQueued = true;
-      setImmediate(() => {
-        evictionQueued = false;
-        relieve();
-      });
-    }
-  };
+  const { buffers, budget, onEventsResized } = createMemoryRelief({ log, metrics, sessions, router, options });
 
   const app = express();
   app.disable('x-powered-by');
@@ -233,84 +147,23 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     listens: { opened: () => budget.listenOpened(), closed: () => budget.listenClosed() },
   });
 
-  /** The session of a request, or an answer: 400 without a session id, 404 for an unknown or foreign one. */
-  const sessionOf = (req: AuthedRequest, res: Response): Session | undefined => {
-    const sessionId = req.header('mcp-session-id');
-    if (!sessionId) {
-      jsonRpcError(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: Mcp-Session-Id header is required');
-      return undefined;
-    }
-    const session = sessions.get(sessionId, principalOf(req));
-    if (!session) {
-      jsonRpcError(res, 404, JSON_RPC.SESSION_NOT_FOUND, 'Session not found');
-      return undefined;
-    }
-    session.lastSeenAt = Date.now();
-    session.openResponses++;
-    res.on('close', () => {
-      session.openResponses--;
-      session.lastSeenAt = Date.now();
-    });
-    return session;
-  };
-
-  const openSession = async (req: AuthedRequest, res: Response) => {
-    if (!isInitializeRequest(req.body)) {
-      jsonRpcError(res, 400, JSON_RPC.SERVER_ERROR, 'Bad Request: no valid session id; send initialize first');
-      return;
-    }
-    const principal = principalOf(req);
-    if (!sessions.hasRoomFor(principal)) {
-      log.info({ principal, sessions: sessions.heldBy(principal) }, 'session cap reached');
-      jsonRpcError(
-        res,
-        429,
-        JSON_RPC.SERVER_ERROR,
-        `Too many open sessions for this principal (at most ${options.maxSessionsPerPrincipal}): close one (DELETE /mcp) or reuse it`,
-      );
-      return;
-    }
-    if (!sessions.evictIdle(() => budget.fits(SESSION_COST_BYTES))) {
-      log.warn(budget.use(), 'memory budget reached: new session refused');
-      metrics.sessionsRefused.inc();
-      res.setHeader('Retry-After', String(MEMORY_RETRY_AFTER_S));
-      jsonRpcError(
-        res,
-        503,
-        JSON_RPC.SERVER_ERROR,
-        `Gateway memory budget reached (TASKRELAY_MEMORY_BUDGET_BYTES): no new session now; retry in ${MEMORY_RETRY_AFTER_S} s or on another gateway`,
-      );
-      return;
-    }
-    const sessionId = randomUUID();
-    const events = new SessionEventStore({ ttlMs: options.eventTtlMs, onResize: onEventsResized });
-    const transport = new SessionTransport({
-      sessionId,
-      events,
-      onsessioninitialized: (id) =>
-        sessions.add(id, { transport, server, events, principal, lastSeenAt: Date.now(), openResponses: 0 }),
-      onsessionclosed: (id) => sessions.close(id),
-      filter: (message) => sanitizeOutgoing(message, log, sessionId),
-      answersAtOnce: (request) => answersAtOnce(request, (taskId) => router.recentlyEnded(taskId) !== undefined),
-      sseAfterMs: SSE_AFTER_MS,
-      maxStreamBufferBytes: streamBounds.maxBufferedBytes,
-      onStreamOverflow: streamBounds.onOverflow,
-      onProgressCoalesced: streamBounds.onCoalesced,
-      streamBuffers: buffers,
-      principal,
-    });
-    transport.onclose = () => sessions.close(sessionId);
-    const server = createSessionServer({
-      methods,
-      service,
-      authEnabled,
-      version: deps.version,
-      drainSignal: deps.drainSignal,
-    });
-    server.onerror = (error) => log.debug({ err: error, sessionId }, 'mcp server error');
-    await server.connect(transport);
-    await transport.handleRequest(req, res, req.body);
-  };
+  const sessionEndpoint = createSessionEndpoint({
+    options,
+    log,
+    metrics,
+    sessions,
+    router,
+    service,
+    methods,
+    budget,
+    onEventsResized,
+    streams: streamBounds,
+    principalOf,
+    authEnabled,
+    version: deps.version,
+    drainSignal: deps.drainSignal,
+  });
+  const { sessionOf, openSession, sessionRequest } = sessionEndpoint;
 
   const post = async (req: AuthedRequest, res: Response) => {
     deps.posts.add(res);
@@ -338,25 +191,6 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   // Reached only by paths the first layer leaves to express (`/mcp/`).
   app.post('/mcp', handlePost);
 
-  const sessionRequest = async (req: AuthedRequest, res: Response) => {
-    // No GET stream or DELETE without a session, and none at all on the sessionless 2026-07-28 transport.
-    const version = req.header('mcp-protocol-version')?.trim();
-    const sessionless = version !== undefined && !SESSION_PROTOCOL_VERSIONS.has(version);
-    if (sessionless || req.header('mcp-session-id') === undefined) {
-      res.setHeader('Allow', 'POST');
-      jsonRpcError(
-        res,
-        405,
-        JSON_RPC.SERVER_ERROR,
-        sessionless
-          ? `Method Not Allowed: ${req.method} /mcp is not part of the ${version ?? MODERN_PROTOCOL_VERSION} transport`
-          : `Method Not Allowed: ${req.method} /mcp needs a session; send initialize first`,
-      );
-      return;
-    }
-    const session = sessionOf(req, res);
-    if (session) await session.transport.handleRequest(req, res);
-  };
   app.get('/mcp', (req: AuthedRequest, res: Response) => {
     metrics.streams.inc();
     res.on('close', () => metrics.streams.dec());
