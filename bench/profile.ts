@@ -4,6 +4,8 @@
  *
  *   pnpm bench:profile [--kind task|plain] [--concurrency 32] [--seconds 8] [--warmup-ops 4000] [--out DIR]
  *                      [--root DIR]   (profile another built checkout's gateway and worker: a "before")
+ *                      [--client raw|sdk]   (sdk: the cycle as SDK clients run it, `pnpm bench --sdk`'s: `Client`
+ *                                           with its GET stream, `callToolStream`'s tasks/get polling, `callTool`)
  *
  * Starts its own redis-server, one gateway + one worker (the `tr` stack of `pnpm bench`) and the peer; warms both up,
  * then profiles only the measured window (the probe starts the inspector's profiler on SIGWINCH and writes
@@ -21,6 +23,8 @@ import { waitFor } from '../test/helpers/wait-for.js';
 import { openSessions, type McpSession } from './lib/mcp-http.js';
 import { RedisAdmin, probeDir, removeProbeDir, startPeer, startStack } from './lib/procs.js';
 import { cycles, type CpuRoles } from './lib/scenarios.js';
+import { openClients, sdkWindow } from './lib/sdk-cycle.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 
 const { values: args } = parseArgs({
   args: process.argv.slice(2).filter((a) => a !== '--'),
@@ -32,8 +36,10 @@ const { values: args } = parseArgs({
     top: { type: 'string', default: '25' },
     out: { type: 'string' },
     root: { type: 'string' },
+    client: { type: 'string', default: 'raw' },
   },
 });
+const SDK = args.client === 'sdk';
 const KIND = args.kind === 'plain' ? 'plain' : 'task';
 const C = Number(args.concurrency);
 const WINDOW_MS = Number(args.seconds) * 1000;
@@ -136,7 +142,8 @@ async function main(): Promise<void> {
     const targets = [
       {
         name: 'taskrelay',
-        sessions: await openSessions(gateway.url, C),
+        url: gateway.url,
+        sessions: SDK ? [] : await openSessions(gateway.url, C),
         cpu: { gateway: [gateway.pid], worker: [worker.pid], redis: redisPids } as CpuRoles,
         totalRoles: ['gateway', 'worker', 'redis'],
         profiled: [
@@ -146,24 +153,30 @@ async function main(): Promise<void> {
       },
       {
         name: 'peer',
-        sessions: await openSessions(peer.url, C),
+        url: peer.url,
+        sessions: SDK ? [] : await openSessions(peer.url, C),
         cpu: { server: [peer.pid] } as CpuRoles,
         totalRoles: ['server'],
         profiled: [{ proc: peer, name: 'peer' }],
       },
     ];
     for (const t of targets) sessions.push(...t.sessions);
+    const clients = new Map<string, Client[]>();
+    if (SDK) for (const t of targets) clients.set(t.name, await openClients(t.url, C));
     const run = (t: (typeof targets)[number], durationMs: number, maxOps?: number) =>
-      cycles({
-        sessions: t.sessions,
-        kind: KIND,
-        concurrency: C,
-        durationMs,
-        cpu: t.cpu,
-        totalRoles: t.totalRoles,
-        ttlMs: 1_000,
-        ...(maxOps === undefined ? {} : { maxOps }),
-      });
+      SDK
+        ? // The SDK loop has no op bound: its warm-up is a fixed 6 s.
+          sdkWindow(clients.get(t.name) ?? [], KIND, C, maxOps === undefined ? durationMs : 6_000, t.cpu, t.totalRoles)
+        : cycles({
+            sessions: t.sessions,
+            kind: KIND,
+            concurrency: C,
+            durationMs,
+            cpu: t.cpu,
+            totalRoles: t.totalRoles,
+            ttlMs: 1_000,
+            ...(maxOps === undefined ? {} : { maxOps }),
+          });
     const report: string[] = [];
     for (const t of targets) {
       await run(t, 30_000, WARMUP_OPS);
@@ -177,7 +190,7 @@ async function main(): Promise<void> {
         .map(([k, v]) => `${k.slice(4)} ${v.toFixed(3)}`)
         .join(', ');
       report.push(
-        `== ${t.name}: ${KIND} C=${C}: ${m['opsPerS']!.toFixed(0)} ops/s, p50 ${m['p50']!.toFixed(2)} ms; CPU-ms/op: ${cpu}`,
+        `== ${t.name}: ${SDK ? 'SDK client ' : ''}${KIND} C=${C}: ${m['opsPerS']!.toFixed(0)} ops/s, p50 ${m['p50']!.toFixed(2)} ms; CPU-ms/op: ${cpu}`,
       );
       for (const p of t.profiled) report.push(summarize(p.name, await collect(p.proc, p.name)));
     }

@@ -38,7 +38,7 @@ setMaxListeners(0);
 const KINDS = ['task', 'plain'] as const;
 const TTL_MS = 5_000;
 
-async function openClients(url: string, count: number): Promise<Client[]> {
+export async function openClients(url: string, count: number): Promise<Client[]> {
   return Promise.all(
     Array.from({ length: count }, async () => {
       const client = new Client(
@@ -69,7 +69,7 @@ async function operation(client: Client, kind: 'task' | 'plain'): Promise<void> 
 }
 
 /** A closed loop of `concurrency` clients for `durationMs`, with each role's CPU per operation. */
-async function window(
+export async function sdkWindow(
   clients: Client[],
   kind: 'task' | 'plain',
   concurrency: number,
@@ -144,7 +144,7 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
   const results = new Results();
   // Warm-up (JIT, connections): a window each, not recorded.
   for (const t of targets)
-    for (const kind of KINDS) await window(t.clients, kind, 32, o.windowMs / 2, t.cpu, t.totalRoles);
+    for (const kind of KINDS) await sdkWindow(t.clients, kind, 32, o.windowMs / 2, t.cpu, t.totalRoles);
   for (let rep = 1; rep <= o.reps; rep++) {
     const order = rep % 2 === 1 ? targets : [...targets].reverse();
     for (const kind of KINDS) {
@@ -152,7 +152,7 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
         for (const t of order) {
           const name = `${t.name}.sdk.${kind}.c${c}`;
           try {
-            results.addAll(name, await window(t.clients, kind, c, o.windowMs, t.cpu, t.totalRoles));
+            results.addAll(name, await sdkWindow(t.clients, kind, c, o.windowMs, t.cpu, t.totalRoles));
             o.log(`rep ${rep} ${name}: done`);
           } catch (error) {
             const message = error instanceof Error ? error.message : String(error);
