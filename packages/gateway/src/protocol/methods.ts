@@ -34,6 +34,8 @@ import {
   type ExtDetailedTask,
 } from '../wire/task-wire-ext.js';
 import type { InflightCalls } from './inflight-calls.js';
+import { TaskSupportMismatchError } from '../tasks/errors.js';
+import { callKind } from './call-kind.js';
 import { inputRequiredResult } from './mrtr.js';
 import { idempotencyKeyOf, priorityOf } from './request-meta.js';
 import { argumentsDigest, type RequestStateSigner } from './request-state.js';
@@ -221,21 +223,23 @@ export class McpMethods {
     const rules = ERAS[ctx.era];
     const { name, arguments: args } = params;
     const ext = ctx.rendering === 'extension';
-    // The extension (and the 2026-07-28 era) leaves the choice to the server: task support is never a mismatch.
-    const { tool, invalid } = await service.resolveCall(
-      name,
-      args,
-      ext || rules.inputRounds ? 'auto' : params.task !== undefined,
-    );
+    const { tool, invalid } = await service.resolveCall(name, args);
+    const kind = callKind({
+      extension: ext,
+      inputRounds: rules.inputRounds,
+      taskRequested: params.task !== undefined,
+      requestState: params.requestState !== undefined,
+      tool,
+    });
+    if (kind.kind === 'task-support-mismatch') throw new TaskSupportMismatchError(kind.message);
     ctx.checkCall?.(tool, args);
-    if (tool.taskSupport === 'required' && !ext && rules.inputRounds) throw taskRequired(name);
-    if (rules.inputRounds && params.requestState !== undefined) {
-      return this.retryRound(ctx, tool.name, argumentsDigest(args), params.requestState, params.inputResponses ?? {});
+    if (kind.kind === 'task-required') throw taskRequired(name);
+    const { requestState } = params;
+    if (kind.kind === 'round-retry' && requestState !== undefined) {
+      return this.retryRound(ctx, tool.name, argumentsDigest(args), requestState, params.inputResponses ?? {});
     }
-    // Answers without a state belong to no round: a new call, which asks again (SEP-2322: ignore what is not known).
-    // An inputFirst tool asks as a plain call first and becomes a task once answered (PROTOCOL.md §17.4).
-    const inputFirst = rules.inputRounds && ext && tool.inputFirst === true && tool.taskSupport !== 'forbidden';
-    const asTask = ext ? tool.taskSupport !== 'forbidden' && !inputFirst : params.task !== undefined;
+    const asTask = kind.kind === 'task';
+    const inputFirst = kind.kind === 'call' && kind.becomesTask;
     const requestedTtlMs = ext ? undefined : (params.task?.ttl ?? undefined);
     const webhook = ctx.meta?.[WEBHOOK_META_KEY];
     const base = {

@@ -24,7 +24,7 @@ import {
   priorityBase,
 } from '@taskrelay/shared';
 import type { CatalogTool, ToolCatalog } from './catalog.js';
-import { TaskSupportMismatchError, taskNotFound } from './errors.js';
+import { taskNotFound } from './errors.js';
 import { fairShareTtlMs, type JobDispatcher } from './job-dispatcher.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { CallerSink, ProgressParams, ResultStream, TaskRouter } from './task-router.js';
@@ -124,26 +124,13 @@ export class TaskService {
   }
 
   /**
-   * Finds the tool and checks the call against it: the spec's -32602 (unknown tool) and -32601 (task support) cases
-   * are thrown; arguments that do not match the schema are returned as `invalid` (a message naming the field), since
-   * the caller gets those as an `isError` tool result (SEP-1303).
+   * Finds the tool and checks the arguments against it: an unknown tool is thrown (the spec's -32602); arguments that
+   * do not match the schema are returned as `invalid` (a message naming the field), since the caller gets those as an
+   * `isError` tool result (SEP-1303). What kind of call it is, the protocol layer decides (`callKind`).
    */
-  async resolveCall(
-    name: string,
-    args: Record<string, unknown>,
-    /** `'auto'`: the server decides (the tasks extension), so task support is never a mismatch. */
-    asTask: boolean | 'auto',
-  ): Promise<{ tool: CatalogTool; invalid?: string }> {
+  async resolveCall(name: string, args: Record<string, unknown>): Promise<{ tool: CatalogTool; invalid?: string }> {
     const tool = await this.catalog.find(name);
     if (!tool) throw new TaskrelayError('TOOL_NOT_FOUND', `Unknown tool: ${name}`);
-    if (asTask === true && tool.taskSupport === 'forbidden') {
-      throw new TaskSupportMismatchError(`Tool ${name} does not support task-augmented calls (taskSupport: forbidden)`);
-    }
-    if (asTask === false && tool.taskSupport === 'required') {
-      throw new TaskSupportMismatchError(
-        `Tool ${name} requires task augmentation: send params.task (taskSupport: required)`,
-      );
-    }
     const invalid = this.catalog.validate(tool, args);
     return invalid === undefined ? { tool } : { tool, invalid };
   }

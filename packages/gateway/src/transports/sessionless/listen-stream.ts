@@ -68,7 +68,6 @@ interface Followed {
 }
 
 export function createListenStreams(options: ListenStreamsOptions) {
-  const { service, log } = options;
   const outgoing = options.outgoing ?? ((message: object) => message);
   const eventText = (message: object) => sseEvent(outgoing(message));
   const maxStreams = options.maxStreamsPerPrincipal ?? MAX_LISTEN_STREAMS;
@@ -103,182 +102,216 @@ export function createListenStreams(options: ListenStreamsOptions) {
     }
     // Counted before the first await, so concurrent openings cannot all pass the check.
     openPerPrincipal.set(rpc.principal, held + 1);
-    let released = false;
     const release = () => {
-      if (released) return;
-      released = true;
       const left = (openPerPrincipal.get(rpc.principal) ?? 1) - 1;
       if (left <= 0) openPerPrincipal.delete(rpc.principal);
       else openPerPrincipal.set(rpc.principal, left);
     };
+    await new ListenStream(rpc, options, eventText, release).serve(taskIds, toolsListChanged === true);
+  };
+}
 
-    const meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
-    const cancelled = (reason: string) =>
-      eventText({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: rpc.id, reason } });
-    const writer = new SseWriter(rpc.res, {
-      ...options.streams,
+/** One open `subscriptions/listen` stream: the tasks it follows, its writer, and how it ends. */
+class ListenStream {
+  private readonly followed = new Map<string, Followed>();
+  private readonly meta: Record<string, unknown>;
+  private readonly writer: SseWriter;
+  /** False until the acknowledgement and the first frames are out: changes meanwhile only mark their entry. */
+  private streaming = false;
+  private ended = false;
+  private finish!: () => void;
+  private readonly finished = new Promise<void>((resolve) => (this.finish = resolve));
+  private stopTools: (() => void) | undefined;
+  private call: { done: () => void } | undefined;
+
+  constructor(
+    private readonly rpc: ListenRequest,
+    private readonly o: ListenStreamsOptions,
+    private readonly eventText: (message: object) => string,
+    /** Gives the principal's stream back; called once. */
+    private readonly release: () => void,
+  ) {
+    this.meta = { [SUBSCRIPTION_ID_META_KEY]: rpc.id };
+    this.writer = new SseWriter(rpc.res, {
+      ...o.streams,
       principal: rpc.principal,
-      maxBufferedBytes: options.maxBufferedBytes ?? LISTEN_BUFFER_BYTES,
+      maxBufferedBytes: o.maxBufferedBytes ?? LISTEN_BUFFER_BYTES,
       boundPending: true,
       // A client that stopped reading gets 30 s to read its last words; what waits meanwhile is bounded.
       lastWordsMs: 30_000,
       lastWords: () =>
-        cancelled(`The client fell behind this listen stream by more than its buffer holds; listen again`),
+        this.cancelled(`The client fell behind this listen stream by more than its buffer holds; listen again`),
     });
-    const followed = new Map<string, Followed>();
-    /** False until the acknowledgement and the first frames are out: changes meanwhile only mark their entry. */
-    let streaming = false;
-    let ended = false;
-    let finish!: () => void;
-    const finished = new Promise<void>((resolve) => (finish = resolve));
-    let stopTools: (() => void) | undefined;
-    let call: { done: () => void } | undefined;
-    const cleanUp = () => {
-      if (ended) return;
-      ended = true;
-      for (const entry of followed.values()) entry.stop();
-      stopTools?.();
-      call?.done();
-      release();
-      finish();
-    };
-    rpc.res.once('close', cleanUp);
+  }
 
+  async serve(taskIds: readonly string[] | undefined, toolsListChanged: boolean): Promise<void> {
+    this.rpc.res.once('close', this.cleanUp);
     try {
-      // Another principal's or an unknown task is left out of the acknowledgement, alike.
-      const initial: TaskRecord[] = [];
-      for (const taskId of new Set(taskIds ?? [])) {
-        if (ended || followed.has(taskId)) continue;
-        const entry: Followed = { stop: () => undefined, reading: false, again: false, done: false, sent: undefined };
-        // In the map before the follow starts: a status event that comes while the first read is under way (a task
-        // that ends at once) marks the entry, and is read once the stream has begun, instead of being lost.
-        followed.set(taskId, entry);
-        const found = await service
-          .follow(taskId, rpc.principal, () => changed(taskId))
-          .catch((error: unknown) => {
-            followed.delete(taskId);
-            throw error;
-          });
-        if (!found) {
-          followed.delete(taskId);
-          continue;
-        }
-        entry.stop = found.stop;
-        // The client left while the task was being read: its clean-up has run already.
-        if (ended) found.stop();
-        initial.push(found.record);
-      }
-      if (ended) return;
-      rpc.res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
-      rpc.res.flushHeaders();
-      options.listens?.opened();
-      rpc.res.once('close', () => options.listens?.closed());
-      const acknowledged: Record<string, unknown> = {};
-      if (taskIds !== undefined) acknowledged['taskIds'] = [...followed.keys()];
-      if (toolsListChanged === true) acknowledged['toolsListChanged'] = true;
-      writer.write(
-        eventText({
-          jsonrpc: '2.0',
-          method: 'notifications/subscriptions/acknowledged',
-          params: { notifications: acknowledged, _meta: meta },
-        }),
-      );
-      if (toolsListChanged === true) {
-        stopTools = options.catalogChanges.subscribe(() =>
-          writer.writeLatest(
-            '\u0000tools',
-            eventText({ jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: meta } }),
-          ),
-        );
-      }
-      for (const record of initial) frame(record);
-      // What changed while the stream was being set up is read now, after the acknowledgement and the first frames.
-      streaming = true;
-      for (const [taskId, entry] of followed) {
-        if (entry.again) changed(taskId);
-      }
-      // A drain ends the stream as the server's (§18.4): told first, then closed.
-      call = options.inflight.track(`listen:${randomUUID()}`, rpc.id, new AbortController().signal, {
-        shutdown: () => {
-          endByServer('Gateway is shutting down; listen again (another gateway can serve it)');
-          return Promise.resolve();
-        },
-      });
-      maybeComplete();
-      await finished;
+      const initial = await this.followAll(taskIds ?? []);
+      if (this.ended) return;
+      this.begin(initial, taskIds !== undefined, toolsListChanged);
+      await this.finished;
     } finally {
-      cleanUp();
+      this.cleanUp();
     }
+  }
 
-    /** A status event of `taskId` reached this gateway: read it (again, once the read under way is done). */
-    function changed(taskId: string): void {
-      const entry = followed.get(taskId);
-      if (!entry || entry.done || ended) return;
-      if (entry.reading || !streaming) {
-        entry.again = true;
-        return;
-      }
-      entry.reading = true;
-      void read(taskId, entry);
-    }
-
-    async function read(taskId: string, entry: Followed): Promise<void> {
-      try {
-        do {
-          entry.again = false;
-          const record = await service.get(taskId, rpc.principal).catch((error: unknown) => {
-            // Not found: expired (nothing more will come). Anything else (Redis away): the reconnect wakes us again.
-            if (error instanceof TaskrelayError && error.code === 'TASK_NOT_FOUND') return null;
-            log.debug({ taskId, err: error }, 'listen: task read failed');
-            return undefined;
-          });
-          if (ended) return;
-          if (record === null) {
-            entry.done = true;
-            entry.stop();
-          } else if (record !== undefined) {
-            frame(record);
-          }
-        } while (entry.again && !entry.done && !ended);
-      } finally {
-        entry.reading = false;
-      }
-      maybeComplete();
-    }
-
-    /** Sends the task's state if it changed; while the client is behind, it replaces the task's unsent frame. */
-    function frame(record: TaskRecord): void {
-      const entry = followed.get(record.taskId);
-      if (!entry || ended) return;
-      const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
-      if (entry.sent !== version) {
-        entry.sent = version;
-        const { resultType: _complete, ...task } = options.render(record);
-        writer.writeLatest(
-          record.taskId,
-          eventText({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: meta } }),
-        );
-      }
-      if (isTerminal(record.status)) {
-        entry.done = true;
-        entry.stop();
-      }
-    }
-
-    /** Every task ended (and no tool changes were asked for): the listen's own result ends the stream. */
-    function maybeComplete(): void {
-      if (ended || stopTools !== undefined || call === undefined) return;
-      for (const entry of followed.values()) if (!entry.done || entry.reading) return;
-      writer.end(eventText({ jsonrpc: '2.0', id: rpc.id, result: { resultType: 'complete', _meta: meta } }));
-      cleanUp();
-    }
-
-    function endByServer(reason: string): void {
-      if (ended) return;
-      writer.end(cancelled(reason));
-      cleanUp();
-    }
+  private readonly cleanUp = (): void => {
+    if (this.ended) return;
+    this.ended = true;
+    for (const entry of this.followed.values()) entry.stop();
+    this.stopTools?.();
+    this.call?.done();
+    this.release();
+    this.finish();
   };
+
+  private cancelled(reason: string): string {
+    return this.eventText({
+      jsonrpc: '2.0',
+      method: 'notifications/cancelled',
+      params: { requestId: this.rpc.id, reason },
+    });
+  }
+
+  /** Follows each task: another principal's or an unknown task is left out of the acknowledgement, alike. */
+  private async followAll(taskIds: readonly string[]): Promise<TaskRecord[]> {
+    const initial: TaskRecord[] = [];
+    for (const taskId of new Set(taskIds)) {
+      if (this.ended || this.followed.has(taskId)) continue;
+      const entry: Followed = { stop: () => undefined, reading: false, again: false, done: false, sent: undefined };
+      // In the map before the follow starts: a status event that comes while the first read is under way (a task
+      // that ends at once) marks the entry, and is read once the stream has begun, instead of being lost.
+      this.followed.set(taskId, entry);
+      const found = await this.o.service
+        .follow(taskId, this.rpc.principal, () => this.changed(taskId))
+        .catch((error: unknown) => {
+          this.followed.delete(taskId);
+          throw error;
+        });
+      if (!found) {
+        this.followed.delete(taskId);
+        continue;
+      }
+      entry.stop = found.stop;
+      // The client left while the task was being read: its clean-up has run already.
+      if (this.ended) found.stop();
+      initial.push(found.record);
+    }
+    return initial;
+  }
+
+  /** Headers, the acknowledgement and the first frames; then what changed meanwhile, and the drain's hook. */
+  private begin(initial: TaskRecord[], tasksAsked: boolean, toolsListChanged: boolean): void {
+    const { res } = this.rpc;
+    res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    res.flushHeaders();
+    this.o.listens?.opened();
+    res.once('close', () => this.o.listens?.closed());
+    const acknowledged: Record<string, unknown> = {};
+    if (tasksAsked) acknowledged['taskIds'] = [...this.followed.keys()];
+    if (toolsListChanged) acknowledged['toolsListChanged'] = true;
+    this.writer.write(
+      this.eventText({
+        jsonrpc: '2.0',
+        method: 'notifications/subscriptions/acknowledged',
+        params: { notifications: acknowledged, _meta: this.meta },
+      }),
+    );
+    if (toolsListChanged) {
+      this.stopTools = this.o.catalogChanges.subscribe(() =>
+        this.writer.writeLatest(
+          '\u0000tools',
+          this.eventText({ jsonrpc: '2.0', method: 'notifications/tools/list_changed', params: { _meta: this.meta } }),
+        ),
+      );
+    }
+    for (const record of initial) this.frame(record);
+    // What changed while the stream was being set up is read now, after the acknowledgement and the first frames.
+    this.streaming = true;
+    for (const [taskId, entry] of this.followed) {
+      if (entry.again) this.changed(taskId);
+    }
+    // A drain ends the stream as the server's (§18.4): told first, then closed.
+    this.call = this.o.inflight.track(`listen:${randomUUID()}`, this.rpc.id, new AbortController().signal, {
+      shutdown: () => {
+        this.endByServer('Gateway is shutting down; listen again (another gateway can serve it)');
+        return Promise.resolve();
+      },
+    });
+    this.maybeComplete();
+  }
+
+  /** A status event of `taskId` reached this gateway: read it (again, once the read under way is done). */
+  private changed(taskId: string): void {
+    const entry = this.followed.get(taskId);
+    if (!entry || entry.done || this.ended) return;
+    if (entry.reading || !this.streaming) {
+      entry.again = true;
+      return;
+    }
+    entry.reading = true;
+    void this.read(taskId, entry);
+  }
+
+  private async read(taskId: string, entry: Followed): Promise<void> {
+    try {
+      do {
+        entry.again = false;
+        const record = await this.o.service.get(taskId, this.rpc.principal).catch((error: unknown) => {
+          // Not found: expired (nothing more will come). Anything else (Redis away): the reconnect wakes us again.
+          if (error instanceof TaskrelayError && error.code === 'TASK_NOT_FOUND') return null;
+          this.o.log.debug({ taskId, err: error }, 'listen: task read failed');
+          return undefined;
+        });
+        if (this.ended) return;
+        if (record === null) {
+          entry.done = true;
+          entry.stop();
+        } else if (record !== undefined) {
+          this.frame(record);
+        }
+      } while (entry.again && !entry.done && !this.ended);
+    } finally {
+      entry.reading = false;
+    }
+    this.maybeComplete();
+  }
+
+  /** Sends the task's state if it changed; while the client is behind, it replaces the task's unsent frame. */
+  private frame(record: TaskRecord): void {
+    const entry = this.followed.get(record.taskId);
+    if (!entry || this.ended) return;
+    const version = `${record.status}\u0000${record.lastUpdatedAt}\u0000${record.statusMessage ?? ''}`;
+    if (entry.sent !== version) {
+      entry.sent = version;
+      const { resultType: _complete, ...task } = this.o.render(record);
+      this.writer.writeLatest(
+        record.taskId,
+        this.eventText({ jsonrpc: '2.0', method: 'notifications/tasks', params: { ...task, _meta: this.meta } }),
+      );
+    }
+    if (isTerminal(record.status)) {
+      entry.done = true;
+      entry.stop();
+    }
+  }
+
+  /** Every task ended (and no tool changes were asked for): the listen's own result ends the stream. */
+  private maybeComplete(): void {
+    if (this.ended || this.stopTools !== undefined || this.call === undefined) return;
+    for (const entry of this.followed.values()) if (!entry.done || entry.reading) return;
+    this.writer.end(
+      this.eventText({ jsonrpc: '2.0', id: this.rpc.id, result: { resultType: 'complete', _meta: this.meta } }),
+    );
+    this.cleanUp();
+  }
+
+  private endByServer(reason: string): void {
+    if (this.ended) return;
+    this.writer.end(this.cancelled(reason));
+    this.cleanUp();
+  }
 }
 
 function sseEvent(message: object): string {

@@ -95,6 +95,10 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
   const outgoing: Outgoing = (message) => sanitizeOutgoing(message as JSONRPCMessage, log, undefined);
   const catalogChanges = new CatalogChanges({ list: () => service.listTools() });
 
+  // Unique per request on this gateway: sessionless ids may repeat across clients.
+  const context = (rpc: Rpc, call?: { stream: SseResponse | undefined }) =>
+    requestContext(rpc, `modern:${++requests}`, call);
+
   const handlers: Record<string, Handler> = {
     'server/discover': () => Promise.resolve(methods.discover()),
     'tools/list': () => methods.listTools({ era: '2026-07-28' }),
@@ -130,53 +134,6 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
   async function listen(rpc: Rpc): Promise<Result | undefined> {
     await listenStreams(rpc);
     return undefined;
-  }
-
-  /**
-   * The request's context: always the extension's rendering when declared (this era has no other), the capabilities
-   * its `_meta` declares, and its response stream's close as its cancel (MUST; PROTOCOL.md §14).
-   */
-  function context(rpc: Rpc, call?: { stream: SseResponse | undefined }): RequestContext {
-    const meta = rpc.params._meta;
-    let signal = never;
-    if (call) {
-      // Only a call is cancelled by its closed stream; the task methods answer at once and need no signal.
-      const closed = new AbortController();
-      rpc.res.once('close', () => {
-        if (!rpc.res.writableFinished) closed.abort();
-      });
-      signal = closed.signal;
-    }
-    const stream = call?.stream;
-    const token = meta?.['progressToken'] as ProgressToken | undefined;
-    return {
-      era: '2026-07-28',
-      principal: rpc.principal,
-      sessionId: undefined,
-      // Unique per request on this gateway: sessionless ids may repeat across clients.
-      scope: `modern:${++requests}`,
-      requestId: rpc.id,
-      rendering: declaresTasksExtension(meta) ? 'extension' : undefined,
-      meta,
-      clientCapabilities: requestClientCapabilities(meta),
-      signal,
-      progress:
-        stream && token !== undefined
-          ? {
-              token,
-              // Coalesced while the client is behind: its stream stays bounded and is never closed for progress.
-              send: (progress) =>
-                Promise.resolve(
-                  stream.sendLatest('progress', { jsonrpc: '2.0', method: 'notifications/progress', params: progress }),
-                ),
-            }
-          : undefined,
-      // SEP-2243: arguments the tool mirrors into headers must match them (PROTOCOL.md §16.2).
-      checkCall: (tool, args) => {
-        const mismatch = checkParamHeaders((header) => rpc.req.header(header), tool.inputSchema, args);
-        if (mismatch !== undefined) throw new WireError(JSON_RPC.HEADER_MISMATCH, `Header mismatch: ${mismatch}`);
-      },
-    };
   }
 
   /**
@@ -261,50 +218,10 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       res.status(202).end();
       return;
     }
-    // Routing headers mirror the body, so intermediaries can route without parsing it (SEP-2243).
-    const methodHeader = req.header('mcp-method')?.trim();
-    if (methodHeader !== method) {
-      return fail(
-        400,
-        JSON_RPC.HEADER_MISMATCH,
-        methodHeader === undefined
-          ? 'Mcp-Method header is required'
-          : `Mcp-Method header (${methodHeader}) does not match the body method (${method})`,
-      );
-    }
-    // The transport's HTTP status for an unknown or removed method is 404 (SEP-2575).
-    const removed = REMOVED.get(method);
-    if (removed !== undefined) {
-      return fail(
-        404,
-        JSON_RPC.METHOD_NOT_FOUND,
-        `Method not found: ${method} is not part of ${MODERN_PROTOCOL_VERSION}; ${removed}`,
-      );
-    }
     const handler = handlers[method];
-    if (!handler) return fail(404, JSON_RPC.METHOD_NOT_FOUND, `Method not found: ${method}`);
-    const meta = params._meta;
-    const missing = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY].filter((k) => meta?.[k] === undefined);
-    if (missing.length > 0)
-      return fail(400, JSON_RPC.INVALID_PARAMS, `Invalid params: missing _meta keys: ${missing.join(', ')}`);
-    if (meta?.[PROTOCOL_VERSION_META_KEY] !== header) {
-      return fail(400, JSON_RPC.HEADER_MISMATCH, 'MCP-Protocol-Version header does not match _meta.protocolVersion');
-    }
-    const nameField = NAME_FIELD[method];
-    const bodyName = nameField === undefined ? undefined : params[nameField];
-    if (typeof bodyName === 'string') {
-      const rawName = req.header('mcp-name');
-      const nameHeader = rawName === undefined ? undefined : decodeHeaderValue(rawName);
-      if (nameHeader !== bodyName) {
-        return fail(
-          400,
-          JSON_RPC.HEADER_MISMATCH,
-          rawName === undefined
-            ? `Mcp-Name header is required for ${method}`
-            : `Mcp-Name header does not match params.${nameField ?? 'name'}`,
-        );
-      }
-    }
+    const refused = refusalOf(req, header, method, params, handler !== undefined);
+    if (refused) return fail(refused.status, refused.code, refused.message);
+    if (!handler) return;
 
     try {
       const result = await handler({ id, method, params, principal, req, res });
@@ -321,6 +238,113 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
       send(res, status, { jsonrpc: '2.0', id, error: body }, outgoing);
     }
   };
+}
+
+/**
+ * The request's context: always the extension's rendering when declared (this era has no other), the capabilities
+ * its `_meta` declares, and its response stream's close as its cancel (MUST; PROTOCOL.md §14). `scope` names the
+ * request on this gateway.
+ */
+function requestContext(rpc: Rpc, scope: string, call?: { stream: SseResponse | undefined }): RequestContext {
+  const meta = rpc.params._meta;
+  let signal = never;
+  if (call) {
+    // Only a call is cancelled by its closed stream; the task methods answer at once and need no signal.
+    const closed = new AbortController();
+    rpc.res.once('close', () => {
+      if (!rpc.res.writableFinished) closed.abort();
+    });
+    signal = closed.signal;
+  }
+  const stream = call?.stream;
+  const token = meta?.['progressToken'] as ProgressToken | undefined;
+  return {
+    era: '2026-07-28',
+    principal: rpc.principal,
+    sessionId: undefined,
+    scope,
+    requestId: rpc.id,
+    rendering: declaresTasksExtension(meta) ? 'extension' : undefined,
+    meta,
+    clientCapabilities: requestClientCapabilities(meta),
+    signal,
+    progress:
+      stream && token !== undefined
+        ? {
+            token,
+            // Coalesced while the client is behind: its stream stays bounded and is never closed for progress.
+            send: (progress) =>
+              Promise.resolve(
+                stream.sendLatest('progress', { jsonrpc: '2.0', method: 'notifications/progress', params: progress }),
+              ),
+          }
+        : undefined,
+    // SEP-2243: arguments the tool mirrors into headers must match them (PROTOCOL.md §16.2).
+    checkCall: (tool, args) => {
+      const mismatch = checkParamHeaders((header) => rpc.req.header(header), tool.inputSchema, args);
+      if (mismatch !== undefined) throw new WireError(JSON_RPC.HEADER_MISMATCH, `Header mismatch: ${mismatch}`);
+    },
+  };
+}
+
+/** An HTTP status and JSON-RPC error for a request this transport refuses before any method runs. */
+interface Refusal {
+  status: number;
+  code: number;
+  message: string;
+}
+
+const refusal = (status: number, code: number, message: string): Refusal => ({ status, code, message });
+
+/**
+ * The checks of a 2026-07-28 request before its method runs (PROTOCOL.md §16.2): the routing headers mirror the
+ * body (SEP-2243), a removed or unknown method is a 404 (SEP-2575), and the `_meta` keys the era requires are there.
+ */
+function refusalOf(req: Request, header: string, method: string, params: Params, known: boolean): Refusal | undefined {
+  // Routing headers mirror the body, so intermediaries can route without parsing it (SEP-2243).
+  const methodHeader = req.header('mcp-method')?.trim();
+  if (methodHeader !== method) {
+    return refusal(
+      400,
+      JSON_RPC.HEADER_MISMATCH,
+      methodHeader === undefined
+        ? 'Mcp-Method header is required'
+        : `Mcp-Method header (${methodHeader}) does not match the body method (${method})`,
+    );
+  }
+  // The transport's HTTP status for an unknown or removed method is 404 (SEP-2575).
+  const removed = REMOVED.get(method);
+  if (removed !== undefined) {
+    return refusal(
+      404,
+      JSON_RPC.METHOD_NOT_FOUND,
+      `Method not found: ${method} is not part of ${MODERN_PROTOCOL_VERSION}; ${removed}`,
+    );
+  }
+  if (!known) return { status: 404, code: JSON_RPC.METHOD_NOT_FOUND, message: `Method not found: ${method}` };
+  const meta = params._meta;
+  const missing = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY].filter((k) => meta?.[k] === undefined);
+  if (missing.length > 0)
+    return refusal(400, JSON_RPC.INVALID_PARAMS, `Invalid params: missing _meta keys: ${missing.join(', ')}`);
+  if (meta?.[PROTOCOL_VERSION_META_KEY] !== header) {
+    return refusal(400, JSON_RPC.HEADER_MISMATCH, 'MCP-Protocol-Version header does not match _meta.protocolVersion');
+  }
+  const nameField = NAME_FIELD[method];
+  const bodyName = nameField === undefined ? undefined : params[nameField];
+  if (typeof bodyName === 'string') {
+    const rawName = req.header('mcp-name');
+    const nameHeader = rawName === undefined ? undefined : decodeHeaderValue(rawName);
+    if (nameHeader !== bodyName) {
+      return refusal(
+        400,
+        JSON_RPC.HEADER_MISMATCH,
+        rawName === undefined
+          ? `Mcp-Name header is required for ${method}`
+          : `Mcp-Name header does not match params.${nameField ?? 'name'}`,
+      );
+    }
+  }
+  return undefined;
 }
 
 function taskIdOf(rpc: Rpc): string {
