@@ -208,7 +208,7 @@ describe('§26.6 batches with authentication off', () => {
     }
     const windows = await waitFor(
       async () => {
-        // `released` moves once a release's jobs are added (the window is the concurrency until the first release).
+        // `released` moves in the release itself (the window is the concurrency until the first release).
         const hashes = await Promise.all(ids.map((id) => admin.hmget(keys.batch(id).hash, 'released', 'window')));
         return hashes.every(([released]) => Number(released) > 0) ? hashes.map(([, w]) => Number(w)) : undefined;
       },

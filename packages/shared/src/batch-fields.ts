@@ -28,8 +28,6 @@ export const BATCH_FIELDS = {
   stopped: 'stopped',
   /** When the batch was made (ms since epoch). */
   createdAtMs: 'createdAtMs',
-  /** Finished children when the parent last ran: a run that sees no change re-adds missing jobs (§26.5). */
-  seenDone: 'seenDone',
 } as const;
 
 export type BatchField = (typeof BATCH_FIELDS)[keyof typeof BATCH_FIELDS];

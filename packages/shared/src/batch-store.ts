@@ -150,8 +150,8 @@ export class BatchStore {
   }
 
   /** The batch's shape fields (pools, tool, owner), as the parent and the dashboard need them. */
-  async shape(parentId: string): Promise<(BatchShape & { seenDone: number }) | undefined> {
-    const [childTool, childPool, parentPool, concurrency, failFast, owner, seenDone] = await this.redis.hmget(
+  async shape(parentId: string): Promise<BatchShape | undefined> {
+    const [childTool, childPool, parentPool, concurrency, failFast, owner] = await this.redis.hmget(
       this.keys.batch(parentId).hash,
       B.childTool,
       B.childPool,
@@ -159,7 +159,6 @@ export class BatchStore {
       B.concurrency,
       B.failFast,
       B.owner,
-      B.seenDone,
     );
     if (!childTool || !childPool || !parentPool) return undefined;
     return {
@@ -169,7 +168,6 @@ export class BatchStore {
       concurrency: Number(concurrency ?? 1),
       failFast: failFast === '1',
       owner: owner ?? '',
-      seenDone: Number(seenDone ?? -1),
     };
   }
 
@@ -228,11 +226,6 @@ export class BatchStore {
       },
     });
     return reply.values.map(Number);
-  }
-
-  /** The children's jobs are added: the release moves on to `released`. */
-  async released(parentId: string, released: number, seenDone: number): Promise<void> {
-    await this.redis.hset(this.keys.batch(parentId).hash, B.released, String(released), B.seenDone, String(seenDone));
   }
 
   /** The indices released and not recorded yet (at most a window of them). */

@@ -37,11 +37,11 @@ async function batch(size: number, shape = SHAPE) {
   /** Gives child `index` a lock held by `token`, as BullMQ does when a worker takes its job. */
   const lockChild = (index: number, token: string) => redis.set(keys.bullJobLock('cp', `${PARENT}.${index}`), token);
   /**
-   * Releases the batch's next children as a parent does (§26.3 step 2): up to `concurrency` open, within `cap`, then
-   * moves `released`. Resolves with the released children's priorities.
+   * Releases the batch's next children as a parent does (§26.3 step 2): up to `concurrency` open, within `cap`, and
+   * `released` moved past them. Resolves with the released children's priorities.
    */
   const open = async (concurrency: number, cap = 1_000) => {
-    const { from, priorities } = await store.release(PARENT, {
+    const { priorities } = await store.release(PARENT, {
       concurrency,
       cap,
       childPool: shape.childPool,
@@ -49,7 +49,6 @@ async function batch(size: number, shape = SHAPE) {
       openWorkTtlMs: 60_000,
       shareTtlMs: 60_000,
     });
-    await store.released(PARENT, from + priorities.length, -1);
     return priorities;
   };
   return { keys, store, lockChild, open, lock: (token: string) => ({ queue: 'cp', token }) };
@@ -87,7 +86,6 @@ describe('26. batch store', () => {
   it('wakes the parent once per half window and when the last child is recorded', async () => {
     const { store, lockChild, lock, open } = await batch(6);
     await open(4);
-    await store.released(PARENT, 4, 0);
     const wakes: boolean[] = [];
     for (const index of [0, 1, 2, 3]) {
       await lockChild(index, 't');
@@ -98,7 +96,6 @@ describe('26. batch store', () => {
     expect(wakes).toEqual([false, true, false, false]);
     expect((await store.peek(PARENT))?.wake).toBe(true);
     await open(4);
-    await store.released(PARENT, 6, 4);
     await lockChild(4, 't');
     await lockChild(5, 't');
     expect(await store.recordChild(PARENT, 4, 'alice', lock('t'), { status: 'completed' })).toMatchObject({
@@ -111,10 +108,31 @@ describe('26. batch store', () => {
     });
   });
 
+  it('moves `released` in the release itself: no index is released twice, whatever the parent does after', async () => {
+    const { store, keys, lockChild, lock, open } = await batch(10);
+    // A parent that dies after its release (before or after adding the jobs) leaves 0..3 released.
+    expect(await open(4)).toHaveLength(4);
+    expect(await redis.hget(keys.batch(PARENT).hash, 'released')).toBe('4');
+    for (const index of [0, 1, 2, 3]) {
+      await lockChild(index, 't');
+      await store.recordChild(PARENT, index, 'alice', lock('t'), { status: 'completed' });
+    }
+    // Its next run releases 4..7: a recorded child is never opened again (it would stay open for good).
+    const { from, priorities } = await store.release(PARENT, {
+      concurrency: 4,
+      cap: 1_000,
+      childPool: 'cp',
+      owner: 'alice',
+      openWorkTtlMs: 60_000,
+      shareTtlMs: 60_000,
+    });
+    expect({ from, count: priorities.length }).toEqual({ from: 4, count: 4 });
+    expect(await store.openIndices(PARENT)).toEqual([4, 5, 6, 7]);
+  });
+
   it('wakes a fail-fast parent at the first failure', async () => {
     const { store, lockChild, lock, open } = await batch(10, { ...SHAPE, failFast: true });
     await open(4);
-    await store.released(PARENT, 4, 0);
     await lockChild(2, 't');
     expect(await store.recordChild(PARENT, 2, 'alice', lock('t'), { status: 'failed' })).toMatchObject({
       wake: true,

@@ -153,16 +153,14 @@ export class BatchParent {
       return { kind: 'done', result: fanOutResult(final, listed) };
     }
 
-    // A run that sees no child finished since the last one re-adds the open children whose jobs vanished (evicted,
-    // say); one whose job is in the pool is left alone (its start check refuses it if recorded).
-    if (done === shape.seenDone && counts.open > 0) {
+    // Every run re-adds the open children that have no job: a run that died between its release and its add (their
+    // indices are released and open, their jobs never made), or a job that vanished (evicted, say). One whose job is
+    // in the pool is left alone (its start check refuses it if recorded). At most a window of EXISTS a run.
+    if (counts.open > 0) {
       const indices = await store.openIndices(taskId);
       const priorities = await store.reenter(taskId, indices, this.placement(shape, base));
       const added = await this.addChildren(taskId, shape, indices, priorities, maxOpen);
-      log.info(
-        { open: indices.length, added },
-        'batch made no progress since the last run; re-added vanished children',
-      );
+      if (added > 0) log.info({ open: indices.length, added }, 'batch re-added open children that had no job');
     }
 
     // The window is the concurrency less what the open-work cap leaves beside the principal's other open work, at
@@ -182,7 +180,6 @@ export class BatchParent {
       this.o.metrics.batchChildrenReleased.inc({ tool: shape.childTool }, count);
       log.debug({ from, count, window }, 'batch children released');
     }
-    await store.released(taskId, from + count, done);
     return { kind: 'wait', pollMs: BATCH_POLL_MS };
   }
 

@@ -138,10 +138,7 @@ export class JobRunner {
     if (!task || isTerminal(task.status)) {
       log.info({ status: task?.status ?? 'missing' }, 'task is missing or already terminal; tool not run');
       if (task?.status === 'cancelled') {
-        // A cancelled parent's last run removes its queued children and aborts its running ones (§26.7).
-        await this.o.batches?.parent.stopChildren(taskId).catch((error: unknown) => {
-          log.warn({ err: error }, 'could not stop the batch children of a cancelled task');
-        });
+        await this.stopBatch(taskId, log);
         await this.notifyCancelled(job, task, log);
       }
       return;
@@ -266,6 +263,8 @@ export class JobRunner {
         ctx.close();
         if (action.discarded) log.info('tool returned after its task was cancelled; result discarded');
         await this.ensureCancelled(taskId, lock, log);
+        // A parent cancelled during its run (releasing, say) has no later run to stop its children: this one does.
+        await this.stopBatch(taskId, log);
         // The job ends done, not failed: a cancel is no failure, never retries, and its job is removed at once.
         return;
       case 'ended_by_gateway':
@@ -443,6 +442,13 @@ export class JobRunner {
       log.info({ until }, 'run suspended');
     }
     throw new DelayedError();
+  }
+
+  /** A cancelled parent's run removes its queued children and aborts its running ones (§26.7); no batch, no-op. */
+  private async stopBatch(taskId: string, log: Logger): Promise<void> {
+    await this.o.batches?.parent.stopChildren(taskId).catch((error: unknown) => {
+      log.warn({ err: error }, 'could not stop the batch children of a cancelled task');
+    });
   }
 
   /**

@@ -11,7 +11,7 @@
 ]]
 local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14}
 
-local B = {childTool = "childTool", childPool = "childPool", parentPool = "parentPool", size = "size", released = "released", completed = "completed", failed = "failed", failFast = "failFast", concurrency = "concurrency", window = "window", owner = "owner", stopped = "stopped", createdAtMs = "createdAtMs", seenDone = "seenDone"}
+local B = {childTool = "childTool", childPool = "childPool", parentPool = "parentPool", size = "size", released = "released", completed = "completed", failed = "failed", failFast = "failFast", concurrency = "concurrency", window = "window", owner = "owner", stopped = "stopped", createdAtMs = "createdAtMs"}
 
 --[[
   A batch's counters, and whether its parent should run now (PROTOCOL.md §26.4): every child is recorded, fail-fast

@@ -7,12 +7,14 @@
   once both see the other's children: window = the concurrency, less what the principal's open-work cap leaves beside
   its other open work (every member of principalOpen that is not this batch's open child), at least 1. It releases
   `released .. released + window − open − 1` (at most the batch's size): each joins the open set and the principal's
-  open work before its job exists. A re-add takes the open indices it is given.
+  open work before its job exists, and `released` moves past them in this same script, so no index is ever released
+  twice (a parent that dies before it adds their jobs leaves them open without a job: its next run re-adds them). A
+  re-add takes the open indices it is given.
 
   Then each child's priority: 0 when its job is in the pool already (queued, running, delayed for a retry or failed:
   the add would be a no-op, and an entry for it would never leave the share), the priority its share entry has when
   it has one (an add that failed after the entry was made), else a new entry's (`fair_share_enter`). The caller adds
-  the jobs of the children with a priority above 0, after this reply, and then moves `released`.
+  the jobs of the children with a priority above 0, after this reply.
 
   Input:
     KEYS[1] batch             the batch hash
@@ -38,7 +40,7 @@
 ]]
 local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14}
 
-local B = {childTool = "childTool", childPool = "childPool", parentPool = "parentPool", size = "size", released = "released", completed = "completed", failed = "failed", failFast = "failFast", concurrency = "concurrency", window = "window", owner = "owner", stopped = "stopped", createdAtMs = "createdAtMs", seenDone = "seenDone"}
+local B = {childTool = "childTool", childPool = "childPool", parentPool = "parentPool", size = "size", released = "released", completed = "completed", failed = "failed", failFast = "failFast", concurrency = "concurrency", window = "window", owner = "owner", stopped = "stopped", createdAtMs = "createdAtMs"}
 
 local function bull_job_key(queueKey, jobId) return queueKey .. ":" .. jobId end
 local function bull_failed_key(queueKey) return queueKey .. ":failed" end
@@ -72,7 +74,7 @@ if release then
   from = released
   local count = math.max(0, math.min(window - open, size - released))
   for i = 0, count - 1 do indices[#indices + 1] = tostring(from + i) end
-  redis.call('HSET', KEYS[1], B.window, window)
+  redis.call('HSET', KEYS[1], B.window, window, B.released, from + count)
 else
   for index in string.gmatch(ARGV[2], '[^,]+') do indices[#indices + 1] = index end
 end
