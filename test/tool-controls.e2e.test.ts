@@ -150,8 +150,9 @@ describe('§3.3 a tool rate limit', () => {
     }
     const starts = [...taken.values()].sort((a, b) => a - b);
     expect(starts).toHaveLength(6);
-    // Any three takes span at least the window (the limiter's key expires in Redis' clock, never early).
-    for (let i = 0; i + 2 < starts.length; i++) expect(starts[i + 2]! - starts[i]!).toBeGreaterThanOrEqual(999);
+    // Any three takes span at least the window, to within the few ms a stream entry's id may differ from the
+    // limiter's expiry (seen 998 once; no limit at all puts three takes within a few ms).
+    for (let i = 0; i + 2 < starts.length; i++) expect(starts[i + 2]! - starts[i]!).toBeGreaterThanOrEqual(990);
   }, 60_000);
 });
 
