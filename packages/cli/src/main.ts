@@ -43,14 +43,17 @@ function controlsText(raw: unknown): string {
     paused?: unknown;
     priority?: unknown;
     concurrency?: unknown;
-    rateLimit?: { max?: unknown; perMs?: unknown };
+    concurrencyKey?: unknown;
+    rateLimit?: { max?: unknown; perMs?: unknown; key?: unknown; name?: unknown };
   };
+  const per = (key: unknown) => (Array.isArray(key) ? ` per ${key.map(String).join(', ')}` : '');
   const parts: string[] = [];
   if (c.paused === true) parts.push('paused');
   if (typeof c.priority === 'number') parts.push(`priority ${c.priority}`);
-  if (typeof c.concurrency === 'number') parts.push(`at most ${c.concurrency} at once`);
+  if (typeof c.concurrency === 'number') parts.push(`at most ${c.concurrency} at once${per(c.concurrencyKey)}`);
   if (typeof c.rateLimit?.max === 'number' && typeof c.rateLimit.perMs === 'number') {
-    parts.push(`${c.rateLimit.max} per ${c.rateLimit.perMs} ms`);
+    const shared = typeof c.rateLimit.name === 'string' ? ` (shared: ${c.rateLimit.name})` : '';
+    parts.push(`${c.rateLimit.max} per ${c.rateLimit.perMs} ms${per(c.rateLimit.key)}${shared}`);
   }
   return parts.length > 0 ? `[${parts.join(', ')}] ` : '';
 }

@@ -18,5 +18,6 @@ export * from './task-model.js';
 export * from './task-store.js';
 export * from './tracing.js';
 export * from './tool-controls.js';
+export * from './tool-limit-store.js';
 export * from './webhook-limits.js';
 export * from './webhook-outbox.js';

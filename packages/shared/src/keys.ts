@@ -67,6 +67,11 @@ export interface Keys {
   fairShare(queue: string, principal: string): string;
   /** String: when a run first deferred a task to a worker of its recorded tool version (PROTOCOL.md §12.11). */
   versionWait(taskId: string): string;
+  /**
+   * A worker-admitted limit's keys (PROTOCOL.md §3.5): `slots`/`waiting` of a per-key concurrency limit of a tool,
+   * `starts`/`hold` of a rate limit (per key, or shared by its `name`). `keyDigest` is the key's value hashed.
+   */
+  toolLimit(kind: 'slots' | 'rate', scope: string, keyDigest: string): { a: string; b: string };
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
 }
@@ -131,6 +136,10 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     bullJobLock: (queue, jobId) => bullJobLockKey(bullQueueKey(prefix, queueName(queue)), jobId),
     principalOpenTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:open`,
     rateLimitPrefix: (limit) => `${prefix}:ratelimit:${limit}`,
+    toolLimit: (kind, scope, keyDigest) => {
+      const base = `${prefix}:limit:${kind}:${encodeURIComponent(scope)}:${keyDigest}`;
+      return kind === 'slots' ? { a: base, b: `${base}:waiting` } : { a: base, b: `${base}:hold` };
+    },
     webhooks: {
       event: (eventId) => `${prefix}:webhook:${eventId}`,
       eventPrefix: `${prefix}:webhook:`,

@@ -141,8 +141,20 @@ export const ToolDescriptorSchema = z.object({
   onVersionChange: z.enum(['resume', 'restart', 'fail']).optional(),
   /** At most this many runs of the tool at once, across the fleet (PROTOCOL.md §3.3; BullMQ's global concurrency). */
   concurrency: z.number().int().positive().optional(),
-  /** At most `max` starts of the tool in any window of `perMs`, across the fleet (§3.3; BullMQ's global rate limit). */
-  rateLimit: z.object({ max: z.number().int().positive(), perMs: z.number().int().positive() }).optional(),
+  /** The concurrency holds per value of these arguments (`["(function)"]`: a key function), §3.5. */
+  concurrencyKey: z.array(z.string()).optional(),
+  /**
+   * At most `max` starts of the tool in any window of `perMs`, across the fleet (§3.3; BullMQ's global rate limit),
+   * per value of `key`, or shared by every tool of the same `name` (§3.5).
+   */
+  rateLimit: z
+    .object({
+      max: z.number().int().positive(),
+      perMs: z.number().int().positive(),
+      key: z.array(z.string()).optional(),
+      name: z.string().optional(),
+    })
+    .optional(),
   /**
    * Asks for its input before it becomes a task (PROTOCOL.md §17.4): a 2026-07-28 task call runs as a plain call
    * through its input rounds and becomes a task once the answers resume it.

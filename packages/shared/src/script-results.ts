@@ -36,6 +36,8 @@ export enum ResultCode {
   OPEN_CAP = -13,
   /** The task records another version of its tool (PROTOCOL.md §12.11): the run did not start (the version follows). */
   VERSION_OTHER = -14,
+  /** A per-key or shared limit has no room now (PROTOCOL.md §3.5): the wait in ms follows. */
+  LIMIT_FULL = -15,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

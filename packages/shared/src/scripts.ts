@@ -231,6 +231,30 @@ export const SCRIPTS = {
     args: [],
     codes: [OK, TASK_MISSING],
   }),
+  slotTake: spec({
+    name: 'slotTake',
+    keys: ['slots', 'waiting'],
+    args: ['holder', 'limit', 'leaseMs', 'waiter', 'peek'],
+    codes: [OK, ResultCode.LIMIT_FULL],
+  }),
+  slotRelease: spec({
+    name: 'slotRelease',
+    keys: ['slots', 'waiting'],
+    args: ['holder', 'limit', 'waiter'],
+    codes: [OK],
+  }),
+  rateTake: spec({
+    name: 'rateTake',
+    keys: ['starts', 'hold'],
+    args: ['start', 'max', 'perMs'],
+    codes: [OK, ResultCode.LIMIT_FULL],
+  }),
+  rateHold: spec({
+    name: 'rateHold',
+    keys: ['hold'],
+    args: ['ms'],
+    codes: [OK],
+  }),
 } as const;
 
 export type ScriptName = keyof typeof SCRIPTS;

@@ -84,10 +84,12 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
   maxStalls?: number;
   /**
    * At most this many runs of the tool at once across the whole fleet, batch children included: `3`, or
-   * `{ limit: 3 }`. A run waiting for a slot holds no worker slot; its task's `statusMessage` says so (PROTOCOL.md
-   * §3.3). A crashed holder's slot comes back within the lock duration. Default: none (only `WORKER_CONCURRENCY`).
+   * `{ limit: 3 }`, or per value of a key of the arguments, `{ limit: 3, key: ['tenant'] }` (argument names) or
+   * `{ limit: 3, key: (args) => String(args.tenant) }` (PROTOCOL.md §3.5). A run waiting for a slot holds no worker
+   * slot; its task's `statusMessage` says so (PROTOCOL.md §3.3). A crashed holder's slot comes back within the lock
+   * duration. Default: none (only `WORKER_CONCURRENCY`).
    */
-  concurrency?: number | { limit: number };
+  concurrency?: number | { limit: number; key?: LimitKey };
   /**
    * Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): a call whose values of the `key` arguments (all
    * of them by default) match an unfinished call of this tool by the same principal, in the same mode (task or plain),
@@ -104,9 +106,11 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
   priority?: number;
   /**
    * At most `max` starts of the tool in any window of `perMs` across the fleet, batch children included
-   * (PROTOCOL.md §3.3). Default: none.
+   * (PROTOCOL.md §3.3). `key`: per value of a key of the arguments, as `concurrency.key`. `name`: one budget shared
+   * by every tool whose `rateLimit.name` is the same (the upstream they all call), and a `RetryAfterError` of one
+   * holds it for all (§3.5). Default: none.
    */
-  rateLimit?: { max: number; perMs: number };
+  rateLimit?: { max: number; perMs: number; key?: LimitKey; name?: string };
   /**
    * The tool's version (PROTOCOL.md §12.11): 1 to 64 of A-Z a-z 0-9 _ - . Every run records it on its task, and a
    * resume prefers a worker of the version the task last ran. Default: derived from the name, the published schemas
@@ -175,6 +179,8 @@ export interface ToolDefinition<
   readonly priority: number | undefined;
   readonly dedupe: { key?: string[]; ttlMs: number } | undefined;
   readonly rateLimit: { max: number; perMs: number } | undefined;
+  /** The limits the worker admits runs by (PROTOCOL.md §3.5): per key, or shared by name; BullMQ's are the rest. */
+  readonly admitted: AdmittedLimits;
   readonly inputTimeoutMs: number;
   /** The tool's version, explicit or derived (PROTOCOL.md §12.11). */
   readonly version: string;
@@ -183,6 +189,41 @@ export interface ToolDefinition<
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
+}
+
+/** A limit's key (PROTOCOL.md §3.5): argument names, or a function of the parsed arguments returning a string. */
+export type LimitKey = string[] | ((args: Record<string, unknown>) => string);
+
+const LimitKeySchema = z.union([
+  z.array(z.string().min(1)).min(1, { message: 'must name at least one argument' }),
+  z.custom<(args: Record<string, unknown>) => string>((v) => typeof v === 'function', {
+    message: 'must be a list of argument names or a function',
+  }),
+]);
+
+/** The limits a worker admits runs by itself (§3.5); each key function answers the limit's key for the arguments. */
+export interface AdmittedLimits {
+  slot?: { limit: number; keyOf: (args: Record<string, unknown>) => string; keyName: string };
+  rate?: {
+    max: number;
+    perMs: number;
+    scope: string;
+    keyOf: (args: Record<string, unknown>) => string;
+    keyName: string;
+  };
+}
+
+/** A key's function: argument names give the JSON of their values (absent ones `null`). */
+function keyFunction(key: LimitKey | undefined): (args: Record<string, unknown>) => string {
+  if (key === undefined) return () => '';
+  if (typeof key === 'function') return (args) => String(key(args));
+  return (args) => JSON.stringify(key.map((name) => args[name] ?? null));
+}
+
+/** How a key shows in messages and the catalog: its argument names, or `(function)`. */
+function keyNames(key: LimitKey | undefined): string[] | undefined {
+  if (key === undefined) return undefined;
+  return typeof key === 'function' ? ['(function)'] : key;
 }
 
 const ToolOptionsSchema = z.object({
@@ -216,10 +257,21 @@ const ToolOptionsSchema = z.object({
     ])
     .optional(),
   concurrency: z
-    .union([z.number().int().min(1).max(100_000), z.strictObject({ limit: z.number().int().min(1).max(100_000) })])
+    .union([
+      z.number().int().min(1).max(100_000),
+      z.strictObject({ limit: z.number().int().min(1).max(100_000), key: LimitKeySchema.optional() }),
+    ])
     .optional(),
   rateLimit: z
-    .strictObject({ max: z.number().int().min(1).max(1_000_000), perMs: z.number().int().min(1).max(86_400_000) })
+    .strictObject({
+      max: z.number().int().min(1).max(1_000_000),
+      perMs: z.number().int().min(1).max(86_400_000),
+      key: LimitKeySchema.optional(),
+      name: z
+        .string()
+        .regex(/^[A-Za-z0-9_.-]{1,128}$/, { message: 'must be 1 to 128 of A-Z a-z 0-9 _ - .' })
+        .optional(),
+    })
     .optional(),
   inputTimeoutMs: z.number().int().positive().default(86_400_000),
   version: z
@@ -297,6 +349,24 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
         };
   const concurrency =
     typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.limit : parsed.data.concurrency;
+  const concurrencyKey = typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.key : undefined;
+  const admitted: AdmittedLimits = {};
+  if (concurrency !== undefined && concurrencyKey !== undefined) {
+    admitted.slot = {
+      limit: concurrency,
+      keyOf: keyFunction(concurrencyKey),
+      keyName: keyNames(concurrencyKey)?.join(', ') ?? '',
+    };
+  }
+  if (rateLimit !== undefined && (rateLimit.key !== undefined || rateLimit.name !== undefined)) {
+    admitted.rate = {
+      max: rateLimit.max,
+      perMs: rateLimit.perMs,
+      scope: rateLimit.name === undefined ? `tool:${name}` : `name:${rateLimit.name}`,
+      keyOf: keyFunction(rateLimit.key),
+      keyName: keyNames(rateLimit.key)?.join(', ') ?? '',
+    };
+  }
   if (inputFirst && taskSupport === 'forbidden') {
     throw new TypeError(`defineTool(${name}): inputFirst needs taskSupport 'optional' or 'required'`);
   }
@@ -336,7 +406,26 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
   }
   if (timeoutMs !== undefined) descriptor.timeoutMs = timeoutMs;
   if (concurrency !== undefined) descriptor.concurrency = concurrency;
-  if (rateLimit !== undefined) descriptor.rateLimit = rateLimit;
+  if (concurrencyKey !== undefined) descriptor.concurrencyKey = keyNames(concurrencyKey);
+  if (rateLimit !== undefined) {
+    const key = keyNames(rateLimit.key);
+    descriptor.rateLimit = {
+      max: rateLimit.max,
+      perMs: rateLimit.perMs,
+      ...(key === undefined ? {} : { key }),
+      ...(rateLimit.name === undefined ? {} : { name: rateLimit.name }),
+    };
+  }
+  for (const [what, key] of [
+    ['concurrency.key', concurrencyKey],
+    ['rateLimit.key', rateLimit?.key],
+  ] as const) {
+    const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
+    const unknown = Array.isArray(key) ? key.filter((k) => !properties.includes(k)) : [];
+    if (unknown.length > 0) {
+      throw new TypeError(`defineTool(${name}): ${what} names ${unknown.join(', ')}, which inputSchema does not`);
+    }
+  }
   if (priority !== undefined) descriptor.priority = priority;
   if (dedupe !== undefined) {
     const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
@@ -364,10 +453,12 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     attempts,
     backoff,
     maxStalls,
-    concurrency,
+    // A keyed limit is the worker's (§3.5): BullMQ's queue-wide one is set only for the unkeyed, unshared forms.
+    concurrency: admitted.slot ? undefined : concurrency,
     priority,
     dedupe,
-    rateLimit,
+    rateLimit: admitted.rate || rateLimit === undefined ? undefined : { max: rateLimit.max, perMs: rateLimit.perMs },
+    admitted,
     inputTimeoutMs,
     version,
     onVersionChange,

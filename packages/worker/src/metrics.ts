@@ -35,6 +35,11 @@ export class WorkerMetrics extends ProcessMetrics {
     labelNames: ['reason'] as const,
     buckets: CANCEL_BUCKETS,
   });
+  readonly limitWaits = this.counter({
+    name: 'taskrelay_worker_limit_waits_total',
+    help: 'Runs sent back to wait by a per-key or shared limit (PROTOCOL.md §3.5), by tool and limit (slot, rate).',
+    labelNames: ['tool', 'limit'] as const,
+  });
   readonly backOffs = this.counter({
     name: 'taskrelay_worker_back_offs_total',
     help: 'Runs that ended with RetryAfterError (or an upstream 429/503 with Retry-After): delayed, no attempt used.',

@@ -245,14 +245,43 @@ describe('defineTool options', () => {
       perMs: 1000,
     });
     expect(defineTool(base).descriptor).not.toHaveProperty('concurrency');
-    // A per-key limit is not supported yet: refused at start, never silently dropped.
-    expect(() => defineTool({ ...base, concurrency: { limit: 3, key: () => 'k' } } as never)).toThrow(
-      /^defineTool\(limited\): concurrency/,
-    );
-    expect(() => defineTool({ ...base, rateLimit: { max: 10, perMs: 1000, name: 'upstream' } } as never)).toThrow(
+    expect(() => defineTool({ ...base, concurrency: 0 })).toThrow(/^defineTool\(limited\): concurrency/);
+    // A form it does not know is refused at start, never silently dropped.
+    expect(() => defineTool({ ...base, rateLimit: { max: 10, perMs: 1000, per: 'tenant' } } as never)).toThrow(
       /^defineTool\(limited\): rateLimit/,
     );
-    expect(() => defineTool({ ...base, concurrency: 0 })).toThrow(/^defineTool\(limited\): concurrency/);
+  });
+
+  it('takes limits per key and shared by name as the worker’s own (PROTOCOL.md §3.5)', () => {
+    const base = {
+      name: 'keyed',
+      description: 'Keyed.',
+      inputSchema: z.object({ tenant: z.string(), region: z.string().optional() }),
+      run: () => 'ok',
+    };
+    const byNames = defineTool({ ...base, concurrency: { limit: 2, key: ['tenant', 'region'] } });
+    // BullMQ's queue-wide concurrency is not set for it; the catalog still publishes the limit and its key.
+    expect(byNames.concurrency).toBeUndefined();
+    expect(byNames.descriptor).toMatchObject({ concurrency: 2, concurrencyKey: ['tenant', 'region'] });
+    expect(byNames.admitted.slot?.keyOf({ tenant: 'acme' })).toBe('["acme",null]');
+    const byFunction = defineTool({ ...base, concurrency: { limit: 1, key: (args) => `t-${String(args['tenant'])}` } });
+    expect(byFunction.admitted.slot?.keyOf({ tenant: 'acme' })).toBe('t-acme');
+    expect(byFunction.descriptor.concurrencyKey).toEqual(['(function)']);
+    const shared = defineTool({ ...base, rateLimit: { max: 5, perMs: 1000, name: 'billing' } });
+    expect(shared.rateLimit).toBeUndefined();
+    expect(shared.admitted.rate).toMatchObject({ max: 5, perMs: 1000, scope: 'name:billing' });
+    expect(shared.descriptor.rateLimit).toEqual({ max: 5, perMs: 1000, name: 'billing' });
+    expect(defineTool({ ...base, rateLimit: { max: 5, perMs: 1000, key: ['tenant'] } }).admitted.rate?.scope).toBe(
+      'tool:keyed',
+    );
+    // Unkeyed, unshared limits stay BullMQ's; nothing is admitted by the worker.
+    expect(defineTool({ ...base, concurrency: 3, rateLimit: { max: 1, perMs: 10 } }).admitted).toEqual({});
+    expect(() => defineTool({ ...base, concurrency: { limit: 1, key: ['tenantId'] } })).toThrow(
+      /^defineTool\(keyed\): concurrency\.key names tenantId, which inputSchema does not/,
+    );
+    expect(() => defineTool({ ...base, rateLimit: { max: 1, perMs: 10, name: 'has space' } })).toThrow(
+      /^defineTool\(keyed\): rateLimit/,
+    );
   });
 });
 

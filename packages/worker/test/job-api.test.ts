@@ -175,6 +175,17 @@ describe('the TASKRELAY_JOB_APIS file', () => {
     const [tool] = parseJobApiFile(minimal({ concurrency: 2, rateLimit: { max: 10, perMs: 1000 } }), { env: {} });
     expect(tool?.descriptor).toMatchObject({ concurrency: 2, rateLimit: { max: 10, perMs: 1000 } });
     expect(error(minimal({ concurrency: { limit: 2, key: 'tenant' } }))).toMatch(/tool render_video: concurrency/);
+    // Per key (argument names) and shared by name (PROTOCOL.md §3.5).
+    const [keyed] = parseJobApiFile(
+      minimal({
+        inputSchema: { type: 'object', properties: { label: { type: 'string' } } },
+        concurrency: { limit: 2, key: ['label'] },
+        rateLimit: { max: 10, perMs: 1000, name: 'render-api' },
+      }),
+      { env: {} },
+    );
+    expect(keyed?.descriptor).toMatchObject({ concurrencyKey: ['label'], rateLimit: { name: 'render-api' } });
+    expect(keyed?.admitted.rate?.scope).toBe('name:render-api');
   });
 
   it('names an unknown field, an unknown template and a URL that is none', () => {

@@ -190,6 +190,7 @@ export class McpMethods {
         const controls: Result = { paused: tool.paused };
         if (tool.priority !== undefined) controls['priority'] = tool.priority;
         if (tool.concurrency !== undefined) controls['concurrency'] = tool.concurrency;
+        if (tool.concurrencyKey !== undefined) controls['concurrencyKey'] = tool.concurrencyKey;
         if (tool.rateLimit !== undefined) controls['rateLimit'] = tool.rateLimit;
         listed['_meta'] = { [TOOL_CONTROLS_META]: controls };
       }

@@ -8,6 +8,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
   Coalescer,
+  isRedisUnavailableError,
   serializeError,
   type BatchOutcome,
   type BatchStore,
@@ -27,6 +28,7 @@ import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
 import type { RunEnvelope } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
+import type { ToolLimits } from './tool-limits.js';
 import { settle, type RunOutcome } from './settle.js';
 
 /** setTimeout's ceiling. */
@@ -63,6 +65,8 @@ export interface ChildRunnerOptions {
   isClosing: () => boolean;
   /** What surrounds every run, and the one hand-back (run-envelope.ts): the same as a task's. */
   envelope: RunEnvelope;
+  /** The limits runs are admitted by here (PROTOCOL.md §3.5): a child counts like any other run. */
+  limits?: ToolLimits;
 }
 
 export class ChildRunner {
@@ -133,6 +137,19 @@ export class ChildRunner {
         failed('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`),
       );
     }
+    // A per-key or shared limit (§3.5) may send the child back to wait, holding no slot; a key function that throws
+    // fails the child.
+    const args = input.data as Record<string, unknown>;
+    let wait;
+    try {
+      wait = await this.o.limits?.admit(tool, args, job, entry);
+    } catch (error) {
+      if (isRedisUnavailableError(error)) throw error;
+      const message = `The limit key of tool ${tool.name} failed: ${error instanceof Error ? error.message : String(error)}`;
+      return record(failed('INTERNAL', message));
+    }
+    if (wait) return this.o.limits?.delay(tool, args, job, token, wait, log);
+
     const { controller } = entry;
     // A child reports no progress of its own (its parent's is the children's count) and has no durable state.
     const ctx = new TaskContext({
@@ -193,6 +210,8 @@ export class ChildRunner {
         return record(failedWith(serializeError(action.error)));
       case 'back_off':
         // The upstream said when to come back (§3.4): the child waits in the delayed set, no attempt used, no slot.
+        // Every tool sharing its own rate limit waits as long (§3.5).
+        await this.o.limits?.hold(tool, args, action.ms).catch(() => undefined);
         try {
           await job.moveToDelayed(Date.now() + action.ms, token);
           log.info({ retryAfterMs: action.ms }, 'batch child backs off; it runs again after the wait');

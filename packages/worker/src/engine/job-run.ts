@@ -26,6 +26,7 @@ import type { WorkerMetrics } from '../metrics.js';
 import { isChildJob, type ChildRunner } from './batch-child.js';
 import type { BatchParent } from './batch-parent.js';
 import type { RunEnvelope } from './run-envelope.js';
+import type { LimitWait, ToolLimits } from './tool-limits.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
@@ -54,6 +55,8 @@ export interface JobRunnerOptions {
   batches?: { parent: BatchParent; children: ChildRunner };
   /** Who else serves a tool version, and for how long a run leaves a task to them (PROTOCOL.md §12.11). */
   versions?: ToolVersions;
+  /** The limits runs are admitted by here, per key or shared by name (PROTOCOL.md §3.5). */
+  limits?: ToolLimits;
 }
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
@@ -185,6 +188,13 @@ export class JobRunner {
       throw new UnrecoverableError(message);
     }
 
+    // A per-key or shared limit (§3.5) may send the run back to wait, holding no slot.
+    const parsedArgs = input.data as Record<string, unknown>;
+    const wait = await this.admit(tool, parsedArgs, job, entry, taskId, lock, log);
+    if (wait) {
+      return this.waitForLimit({ job, token, taskId, lock, tool, args: parsedArgs, wait, queueTimeoutMs, log });
+    }
+
     const { metrics } = this.o;
     const ctx = new TaskContext({
       taskId,
@@ -310,6 +320,10 @@ export class JobRunner {
         }
         log.info({ retryAfterMs: action.ms, until }, 'upstream asked to retry later; the run ends, holding no slot');
         this.o.metrics.backOffs.inc({ tool: tool.name });
+        // The upstream said so to every tool that shares the tool's own rate limit (§3.5).
+        await this.o.limits?.hold(tool, parsedArgs, action.ms).catch((error: unknown) => {
+          log.warn({ err: error }, 'could not hold the shared rate limit');
+        });
         return this.suspendJob(job, token, taskId, { kind: 'time', until }, log);
       }
       case 'fail':
@@ -442,6 +456,57 @@ export class JobRunner {
       log.info({ until }, 'run suspended');
     }
     throw new DelayedError();
+  }
+
+  /**
+   * Asks the tool's own limits (§3.5) whether the run may start. A key function that throws fails the task (the
+   * tool's definition is at fault, and no retry would change it); Redis lost is the envelope's (a hand-back).
+   */
+  private async admit(
+    tool: ToolDefinition,
+    args: Record<string, unknown>,
+    job: Job<unknown, void>,
+    entry: RunningJob,
+    taskId: string,
+    lock: JobLock,
+    log: Logger,
+  ): Promise<LimitWait | undefined> {
+    if (!this.o.limits) return undefined;
+    try {
+      return await this.o.limits.admit(tool, args, job, entry);
+    } catch (error) {
+      if (isRedisUnavailableError(error)) throw error;
+      const message = `The limit key of tool ${tool.name} failed: ${error instanceof Error ? error.message : String(error)}`;
+      await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
+      throw new UnrecoverableError(message);
+    }
+  }
+
+  /** The run waits for its tool's limit (§3.5): the task stays `working` and says why, the job waits delayed. */
+  private async waitForLimit(w: {
+    job: Job<unknown, void>;
+    token: string | undefined;
+    taskId: string;
+    lock: JobLock;
+    tool: ToolDefinition;
+    args: Record<string, unknown>;
+    wait: LimitWait;
+    queueTimeoutMs: number;
+    log: Logger;
+  }): Promise<void> {
+    const until = Date.now() + w.wait.waitMs;
+    const held = await bookkeeping(
+      this.o.store.suspend(w.taskId, w.lock, {
+        deadlineAt: until + w.queueTimeoutMs,
+        statusMessage: w.wait.message,
+      }),
+    );
+    if (held.outcome === 'lock_lost') this.lostWhileWriting(w.log, 'limit wait');
+    if (held.outcome === 'gone') {
+      w.log.info({ status: held.status ?? 'missing' }, 'task ended meanwhile; no limit wait');
+      return;
+    }
+    return this.o.limits?.delay(w.tool, w.args, w.job, w.token, w.wait, w.log);
   }
 
   /** A cancelled parent's run removes its queued children and aborts its running ones (§26.7); no batch, no-op. */

@@ -87,6 +87,10 @@ export class RunEnvelope {
           (endedAt - entry.abortedAt) / 1000,
         );
       }
+      // A slot of a per-key limit (§3.5) goes back however the run ended, and wakes the runs waiting for it.
+      await entry.release?.().catch((error: unknown) => {
+        log.warn({ err: error }, 'could not give back the run’s limit slot; its lease ends it');
+      });
       this.o.running.release(id, entry);
     }
   }

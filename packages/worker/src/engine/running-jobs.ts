@@ -12,6 +12,8 @@ export interface RunningJob {
   abortedAt?: number;
   /** For a batch child (PROTOCOL.md §26): its parent task, whose cancel aborts it. */
   parentId?: string;
+  /** Gives back what the run holds of its tool's limits (PROTOCOL.md §3.5); the envelope calls it as the run ends. */
+  release?: () => Promise<void>;
 }
 
 /**

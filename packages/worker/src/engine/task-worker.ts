@@ -6,6 +6,7 @@
 import {
   BatchStore,
   RedisTaskStore,
+  ToolLimitStore,
   createKeys,
   FairShare,
   createRedis,
@@ -25,6 +26,7 @@ import { ChildRunner } from './batch-child.js';
 import { BatchParent } from './batch-parent.js';
 import { BatchQueues } from './batch-queues.js';
 import { JobRunner } from './job-run.js';
+import { ToolLimits } from './tool-limits.js';
 import { ToolVersions } from './tool-versions.js';
 import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
@@ -105,6 +107,14 @@ export class TaskWorker {
       wakeWorkers: (bullQueueName) => this.wakeWorkers(bullQueueName),
     });
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
+    // Per-key and shared limits (§3.5): only tools that declare one ask; the rest never reach Redis for it.
+    const limits = new ToolLimits({
+      store: new ToolLimitStore(this.redis, this.keys),
+      queues: this.batchQueues,
+      leaseMs: options.lockDurationMs,
+      metrics: options.metrics,
+      log: this.log,
+    });
     const batches = {
       parent: new BatchParent({
         redis: this.redis,
@@ -126,6 +136,7 @@ export class TaskWorker {
         progressIntervalMs: options.progressIntervalMs,
         isClosing,
         envelope,
+        limits,
       }),
     };
     this.runner = new JobRunner({
@@ -141,6 +152,7 @@ export class TaskWorker {
       progressIntervalMs: options.progressIntervalMs,
       isClosing,
       envelope,
+      limits,
       versions: new ToolVersions({
         redis: this.redis,
         keys: this.keys,
@@ -308,7 +320,8 @@ export class TaskWorker {
   private async applyToolLimits(): Promise<void> {
     for (const tool of this.options.tools) {
       const queue = this.batchQueues.get(this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name));
-      const { concurrency, rateLimit } = tool.descriptor;
+      // BullMQ's queue-wide limits; a per-key or shared one is the worker's (§3.5), and the queue then gets none.
+      const { concurrency, rateLimit } = tool;
       await (concurrency === undefined ? queue.removeGlobalConcurrency() : queue.setGlobalConcurrency(concurrency));
       await (rateLimit === undefined
         ? queue.removeGlobalRateLimit()

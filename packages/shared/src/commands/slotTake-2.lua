@@ -1,0 +1,42 @@
+--[[
+  A run takes a slot of a per-key concurrency limit (PROTOCOL.md §3.5), or renews the one it holds, or learns that it
+  must wait. Holders expire at their lease's end, so a SIGKILLed holder's slot comes back by itself.
+
+  Input:
+    KEYS[1] slots             the limit's holders (sorted set: holder id -> lease end, ms)
+    KEYS[2] waiting           its waiting jobs (sorted set: "<queue> <jobId>" -> when it first waited, ms)
+
+    ARGV[1] holder            the holder id (the run's job id)
+    ARGV[2] limit             at most this many holders
+    ARGV[3] leaseMs           a taken or renewed slot's lease
+    ARGV[4] waiter            "<queue> <jobId>": what a releaser promotes
+    ARGV[5] peek              "1": only answer whether there is room, write nothing
+
+  Output:
+    {R.OK}                    taken or renewed (peek: there is room)
+    {R.LIMIT_FULL, waitMs}    no room: the job is in `waiting` (kept at its first place); waitMs to the earliest lease end
+]]
+--- @include "resultCodes"
+--- @include "redisNow"
+
+local now = redis_now_ms()
+local limit = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local count = redis.call('ZCARD', KEYS[1])
+if ARGV[5] == '1' then
+  if held or count < limit then return {R.OK} end
+  return {R.LIMIT_FULL, 0}
+end
+local leaseMs = tonumber(ARGV[3])
+if held or count < limit then
+  redis.call('ZADD', KEYS[1], now + leaseMs, ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], leaseMs * 2)
+  return {R.OK}
+end
+redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
+redis.call('PEXPIRE', KEYS[2], 86400000)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local waitMs = math.max(1, (tonumber(first[2]) or now) - now)
+return {R.LIMIT_FULL, waitMs}

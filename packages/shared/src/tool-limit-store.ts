@@ -1,0 +1,82 @@
+/**
+ * The worker-admitted limits of PROTOCOL.md §3.5: a concurrency limit per key (a semaphore whose holders expire with
+ * their lease) and a rate limit per key or shared by name (an exact log of starts, and a hold a back-off sets). Each
+ * step is one script in Redis' clock. BullMQ's own per-queue limits (§3.3) cover the unkeyed, unshared forms.
+ */
+import { createHash } from 'node:crypto';
+import type { Keys } from './keys.js';
+import type { RedisClient } from './redis.js';
+import { ResultCode } from './script-results.js';
+import { SCRIPTS, ScriptRunner } from './scripts.js';
+
+/** A limit's key value, hashed: any value makes a bounded Redis key. */
+export function limitKeyDigest(value: string): string {
+  return createHash('sha256').update(value).digest('base64url').slice(0, 22);
+}
+
+/** One slot limit: a tool, a key value, a size. */
+export interface SlotLimit {
+  tool: string;
+  key: string;
+  limit: number;
+}
+
+/** One rate limit: its scope (the tool, or the shared name), a key value, `max` starts per `perMs`. */
+export interface RateLimit {
+  scope: string;
+  key: string;
+  max: number;
+  perMs: number;
+}
+
+export type Admission = { ok: true } | { ok: false; waitMs: number };
+
+export class ToolLimitStore {
+  private readonly scripts: ScriptRunner;
+
+  constructor(
+    redis: RedisClient,
+    private readonly keys: Keys,
+  ) {
+    this.scripts = new ScriptRunner(redis);
+  }
+
+  /**
+   * Takes (or renews) `holder`'s slot; without room the job `waiter` (`<queue> <jobId>`) waits in line, and the answer
+   * is the time to the earliest lease end. `peek`: is there room (or is `holder` in), writing nothing.
+   */
+  async takeSlot(l: SlotLimit, holder: string, waiter: string, leaseMs: number, peek = false): Promise<Admission> {
+    const k = this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key));
+    const reply = await this.scripts.call(SCRIPTS.slotTake, {
+      keys: { slots: k.a, waiting: k.b },
+      args: { holder, limit: l.limit, leaseMs, waiter, peek: peek ? '1' : '0' },
+    });
+    return reply.code === ResultCode.OK ? { ok: true } : { ok: false, waitMs: Number(reply.values[0] ?? 0) };
+  }
+
+  /** Gives `holder`'s slot back; resolves with the waiters (`<queue> <jobId>`) that now have room, oldest first. */
+  async releaseSlot(l: SlotLimit, holder: string, waiter: string): Promise<string[]> {
+    const k = this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key));
+    const reply = await this.scripts.call(SCRIPTS.slotRelease, {
+      keys: { slots: k.a, waiting: k.b },
+      args: { holder, limit: l.limit, waiter },
+    });
+    return reply.values.map(String);
+  }
+
+  /** Records a start of `start` (unique per run) if the window has room and no hold stands. */
+  async takeStart(l: RateLimit, start: string): Promise<Admission> {
+    const k = this.keys.toolLimit('rate', l.scope, limitKeyDigest(l.key));
+    const reply = await this.scripts.call(SCRIPTS.rateTake, {
+      keys: { starts: k.a, hold: k.b },
+      args: { start, max: l.max, perMs: l.perMs },
+    });
+    return reply.code === ResultCode.OK ? { ok: true } : { ok: false, waitMs: Number(reply.values[0] ?? 0) };
+  }
+
+  /** Holds the rate limit `ms` from now (a back-off, §3.4): no start of any tool sharing it until then. */
+  async hold(l: Pick<RateLimit, 'scope' | 'key'>, ms: number): Promise<void> {
+    const k = this.keys.toolLimit('rate', l.scope, limitKeyDigest(l.key));
+    await this.scripts.call(SCRIPTS.rateHold, { keys: { hold: k.b }, args: { ms: Math.max(1, Math.round(ms)) } });
+  }
+}

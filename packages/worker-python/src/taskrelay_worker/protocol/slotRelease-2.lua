@@ -1,0 +1,36 @@
+--[[
+  A run gives its slot of a per-key concurrency limit back (PROTOCOL.md §3.5), and learns which waiting jobs now have
+  room: the oldest waiters, as many as there are free slots. The caller promotes their jobs; each takes again.
+
+  Input:
+    KEYS[1] slots             the limit's holders (sorted set: holder id -> lease end, ms)
+    KEYS[2] waiting           its waiting jobs (sorted set: "<queue> <jobId>" -> when it first waited, ms)
+
+    ARGV[1] holder            the holder id (the run's job id)
+    ARGV[2] limit             at most this many holders
+    ARGV[3] waiter            the releasing run's own "<queue> <jobId>" (no longer waiting, if it was)
+
+  Output:
+    {R.OK, waiter, ...}       the waiters to promote, oldest first
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15}
+
+--[[
+  Redis' own clock in ms: the one clock every worker of a limit agrees on (PROTOCOL.md §3.5), whatever its host's.
+]]
+
+local function redis_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local now = redis_now_ms()
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local room = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
+local reply = {R.OK}
+if room > 0 then
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[2], 0, room - 1)) do reply[#reply + 1] = waiter end
+end
+return reply

@@ -1,0 +1,135 @@
+/**
+ * The limits a worker admits runs by itself (PROTOCOL.md §3.5): a concurrency limit per key of the arguments, and a
+ * rate limit per key or shared by name. BullMQ (OSS) has neither, so the run envelope asks here before the handler
+ * runs, for a task's run and a batch child's alike: a refused run ends holding no worker slot and waits in BullMQ's
+ * delayed set, woken by the run that frees a slot (or, for a rate limit, when the window has room).
+ */
+import { randomUUID } from 'node:crypto';
+import { DelayedError, type Job } from 'bullmq';
+import { queueOfBullName, type Logger, type ToolLimitStore } from '@taskrelay/shared';
+import type { ToolDefinition } from '../define-tool.js';
+import type { WorkerMetrics } from '../metrics.js';
+import type { BatchQueues } from './batch-queues.js';
+import type { RunningJob } from './running-jobs.js';
+
+/** Why and how long a run waits. */
+export interface LimitWait {
+  limit: 'slot' | 'rate';
+  waitMs: number;
+  /** The task's `statusMessage` while it waits. */
+  message: string;
+}
+
+export interface ToolLimitsOptions {
+  store: ToolLimitStore;
+  queues: BatchQueues;
+  /** A slot's lease (the lock duration): a SIGKILLed holder's slot comes back within it. */
+  leaseMs: number;
+  metrics: WorkerMetrics;
+  log: Logger;
+}
+
+export class ToolLimits {
+  constructor(private readonly o: ToolLimitsOptions) {}
+
+  /**
+   * Admits a run of `tool` with `args` (parsed): undefined when it may start, its slot (if any) held until the run's
+   * envelope releases it (`entry.release`); else why and how long it waits. A key function that throws fails the
+   * run as the tool would.
+   */
+  async admit(
+    tool: ToolDefinition,
+    args: Record<string, unknown>,
+    job: Job<unknown, void>,
+    entry: RunningJob,
+  ): Promise<LimitWait | undefined> {
+    const { rate, slot } = tool.admitted;
+    const jobId = job.id ?? '';
+    if (rate) {
+      const key = rate.keyOf(args);
+      const taken = await this.o.store.takeStart({ ...rate, key }, `${jobId}:${randomUUID()}`);
+      if (!taken.ok) {
+        this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'rate' });
+        const scope = rate.scope.startsWith('name:') ? rate.scope.slice(5) : tool.name;
+        const per = rate.keyName === '' ? '' : ` per ${rate.keyName}`;
+        return {
+          limit: 'rate',
+          waitMs: taken.waitMs,
+          message: `Waiting for rate limit ${scope}: at most ${rate.max} starts per ${rate.perMs} ms${per}`,
+        };
+      }
+    }
+    if (!slot) return undefined;
+    const limit = { tool: tool.name, key: slot.keyOf(args), limit: slot.limit };
+    const waiter = `${queueOfBullName(job.queueName)} ${jobId}`;
+    const taken = await this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs);
+    if (!taken.ok) {
+      this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'slot' });
+      return {
+        limit: 'slot',
+        waitMs: Math.min(taken.waitMs, this.o.leaseMs),
+        message: `Waiting for a slot: tool ${tool.name} runs at most ${slot.limit} at once per ${slot.keyName}`,
+      };
+    }
+    // Renewed every third of the lease while the run lasts; released however the run ends.
+    const renew = setInterval(
+      () => {
+        this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs).catch((error: unknown) => {
+          this.o.log.debug({ err: error, tool: tool.name }, 'slot lease not renewed');
+        });
+      },
+      Math.max(50, Math.round(this.o.leaseMs / 3)),
+    ).unref();
+    entry.release = async () => {
+      clearInterval(renew);
+      const next = await this.o.store.releaseSlot(limit, jobId, waiter);
+      await Promise.all(next.map((w) => this.promote(w)));
+    };
+    return undefined;
+  }
+
+  /**
+   * Puts a refused run's job in BullMQ's delayed set for `wait.waitMs` (no attempt used, no slot held) and throws
+   * BullMQ's `DelayedError`. A slot waiter then looks once more: a slot freed before the move (its releaser's promotion
+   * found the job still active) means it promotes itself, so no wake is lost.
+   */
+  async delay(
+    tool: ToolDefinition,
+    args: Record<string, unknown>,
+    job: Job<unknown, void>,
+    token: string | undefined,
+    wait: LimitWait,
+    log: Logger,
+  ): Promise<never> {
+    try {
+      await job.moveToDelayed(Date.now() + wait.waitMs, token);
+    } catch (error) {
+      log.info({ err: error }, 'waiting job not delayed (its lock is gone); it returns to the queue');
+      throw new DelayedError();
+    }
+    const { slot } = tool.admitted;
+    if (wait.limit === 'slot' && slot) {
+      const limit = { tool: tool.name, key: slot.keyOf(args), limit: slot.limit };
+      const jobId = job.id ?? '';
+      const room = await this.o.store
+        .takeSlot(limit, jobId, `${queueOfBullName(job.queueName)} ${jobId}`, this.o.leaseMs, true)
+        .catch(() => ({ ok: false }));
+      if (room.ok) await job.promote().catch(() => undefined);
+    }
+    log.info({ limit: wait.limit, waitMs: wait.waitMs }, 'run waits for its tool’s limit, holding no slot');
+    throw new DelayedError();
+  }
+
+  /** A back-off (§3.4) of a tool with its own rate limit holds that limit for every tool that shares it. */
+  async hold(tool: ToolDefinition, args: Record<string, unknown>, ms: number): Promise<void> {
+    const { rate } = tool.admitted;
+    if (!rate) return;
+    await this.o.store.hold({ scope: rate.scope, key: rate.keyOf(args) }, ms);
+  }
+
+  private async promote(waiter: string): Promise<void> {
+    const space = waiter.indexOf(' ');
+    if (space <= 0) return;
+    await this.o.queues.promote(waiter.slice(0, space), waiter.slice(space + 1));
+  }
+}
