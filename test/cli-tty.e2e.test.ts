@@ -145,11 +145,16 @@ describe('taskrelay CLI answers a tool’s question on a TTY', () => {
   it('prompts for wait_for_approval, sends the answer, and the task completes approved (exit 0)', async () => {
     const exitFile = join(dir, 'exit-elicit');
     const outFile = join(dir, 'out-elicit');
+    const goFile = join(dir, 'go-elicit');
+    // The CLI starts once the pane's output is piped to the file (a CLI faster than pipe-pane printed its task line
+    // before the pipe existed, seen once on a loaded machine).
     const command =
+      `while [ ! -e ${goFile} ]; do sleep 0.05; done; ` +
       `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call wait_for_approval 'question=Ship it?' ` +
       `--task; echo $? > ${exitFile}`;
     tmux('new-session', '-d', '-s', 'ask', '-x', '130', '-y', '16', '-c', ROOT, command);
     tmux('pipe-pane', '-t', 'ask', '-o', `cat >> ${outFile}`);
+    writeFileSync(goFile, '');
     let shown = '';
     await waitFor(
       () => {
@@ -178,12 +183,16 @@ describe('taskrelay CLI asks a question on a TTY with its bar on screen', () => 
     const exitFile = join(dir, 'exit-ask-bar');
     const outFile = join(dir, 'out-ask-bar');
     // No --task: the tool requires one, so the CLI runs it as a task (and the question may come on two streams).
+    const goFile = join(dir, 'go-ask-bar');
     const command =
+      // The CLI starts once the pane's output is piped to the file.
+      `while [ ! -e ${goFile} ]; do sleep 0.05; done; ` +
       `TASKRELAY_URL=${stack.gateway.url} ${process.execPath} ${CLI_MAIN} call ask_after_progress 'question=Ship it?'; ` +
       // The pane stays open after the CLI exits, to read its last screen.
       `echo $? > ${exitFile}; sleep 120`;
     tmux('new-session', '-d', '-s', 'askbar', '-x', '130', '-y', '16', '-c', ROOT, command);
     tmux('pipe-pane', '-t', 'askbar', '-o', `cat >> ${outFile}`);
+    writeFileSync(goFile, '');
     const lines = () =>
       tmux('capture-pane', '-p', '-t', 'askbar')
         .split('\n')
