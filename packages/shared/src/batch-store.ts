@@ -74,7 +74,16 @@ export type StartChildOutcome =
   | { outcome: 'parent_ended' | 'recorded' | 'missing' | 'lock_lost' };
 
 export type RecordChildOutcome =
-  | { outcome: 'recorded'; done: number; size: number; failed: number; wake: boolean }
+  | {
+      outcome: 'recorded';
+      done: number;
+      size: number;
+      failed: number;
+      /** This record should promote the parent (the crossing of §26.4: once per window). */
+      wake: boolean;
+      /** The parent should run now (§26.4's condition), whether this record crossed it or an earlier one did. */
+      below: boolean;
+    }
   | { outcome: 'duplicate' | 'missing' | 'lock_lost' };
 
 export class BatchStore {
@@ -319,13 +328,14 @@ export class BatchStore {
     });
     switch (reply.code) {
       case ResultCode.OK: {
-        const [done, size, failed, wake] = reply.values;
+        const [done, size, failed, wake, below] = reply.values;
         return {
           outcome: 'recorded',
           done: Number(done),
           size: Number(size),
           failed: Number(failed),
           wake: wake === '1',
+          below: below === '1',
         };
       }
       case ResultCode.OUTCOME_RECORDED:

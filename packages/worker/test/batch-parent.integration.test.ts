@@ -80,7 +80,7 @@ async function setUp() {
     await redis.del(keys.bullJobLock(pool, batchChildId(PARENT, index)));
     await queue.remove(batchChildId(PARENT, index));
   };
-  return { store, queue, queues, run, jobs, finish };
+  return { keys, store, queue, queues, parent, log, run, jobs, finish };
 }
 
 describe('§26.3 a parent run that dies part way', () => {
@@ -119,6 +119,26 @@ describe('§26.3 a parent run that dies part way', () => {
     for (const index of [8, 9, 10, 11]) await finish(index);
     const last = await run();
     expect(last).toMatchObject({ kind: 'done', result: { total: 12, completed: 12, failed: 0, cancelled: 0 } });
+    await queues.close();
+  });
+
+  it('a child releases the next window while its parent is queued or running, never for an ended one', async () => {
+    const { keys, store, queues, parent, log, run, jobs, finish } = await setUp();
+    await run();
+    // No parent job at all (ended and removed): nothing.
+    for (const index of [0, 1]) await finish(index);
+    expect(await parent.releaseFromChild(PARENT, undefined, 3, log)).toBe(0);
+    // The parent's job queued (promoted, waiting for a slot): the child releases up to the window.
+    await queues.get('pp').add('fan', {}, { jobId: PARENT });
+    expect(await parent.releaseFromChild(PARENT, undefined, 3, log)).toBe(2);
+    expect(await store.openIndices(PARENT)).toEqual([2, 3, 4, 5]);
+    expect(await jobs()).toEqual([2, 3, 4, 5]);
+    // A full window: nothing more.
+    expect(await parent.releaseFromChild(PARENT, undefined, 3, log)).toBe(0);
+    // The parent ended (cancelled): nothing, whatever is open.
+    for (const index of [2, 3]) await finish(index);
+    await redis.hset(keys.task(PARENT), F.status, 'cancelled');
+    expect(await parent.releaseFromChild(PARENT, undefined, 3, log)).toBe(0);
     await queues.close();
   });
 });

@@ -19,7 +19,9 @@
     ARGV[5] outcome           the outcome, JSON
 
   Output:
-    {R.OK, done, size, failed, wake}      wake: "1" when the parent should be promoted now
+    {R.OK, done, size, failed, wake, below}
+                                          wake: "1" when this record should promote the parent (the crossing);
+                                          below: "1" while the parent should run (§26.4's condition), crossed or not
     {R.OUTCOME_RECORDED}
     {R.TASK_MISSING}                      the batch is gone
     {R.LOCK_LOST}
@@ -40,6 +42,7 @@ local failure = ARGV[4] == '1'
 if failure then redis.call('HINCRBY', KEYS[1], B.failed, 1)
 else redis.call('HINCRBY', KEYS[1], B.completed, 1) end
 local s = batch_state(KEYS[1], KEYS[3])
-local wake = '0'
+local wake, below = '0', '0'
 if batch_crossed(s, failure) then wake = '1' end
-return {R.OK, s.done, s.size, s.failed, wake}
+if s.wake then below = '1' end
+return {R.OK, s.done, s.size, s.failed, wake, below}

@@ -19,6 +19,7 @@ import {
   type ProgressUpdate,
   type RedisTaskStore,
   type SerializedError,
+  priorityLevelOf,
   queueOfBullName,
 } from '@taskrelay/shared';
 import { TaskContext, batchMessage } from '../context.js';
@@ -67,6 +68,11 @@ export interface ChildRunnerOptions {
   envelope: RunEnvelope;
   /** The limits runs are admitted by here (PROTOCOL.md §3.5): a child counts like any other run. */
   limits?: ToolLimits;
+  /**
+   * Releases the next window when the parent this child's record should wake is not waiting (its run live, or lost
+   * until a takeover, §26.3 step 4): `BatchParent.releaseFromChild`.
+   */
+  releaseNext?: (parentId: string, maxOpen: number | undefined, level: number, log: Logger) => Promise<number>;
 }
 
 export class ChildRunner {
@@ -114,8 +120,14 @@ export class ChildRunner {
       log.info({ outcome: start.outcome, parentId }, 'batch child not run (parent ended, batch stopped, or recorded)');
       return;
     }
+    const level = priorityLevelOf(job.opts.priority ?? 0);
     const record = (outcome: BatchOutcome) =>
-      this.record({ parentId, index, owner, parentPool: start.parentPool, tool: data.tool }, lock, outcome, log);
+      this.record(
+        { parentId, index, owner, parentPool: start.parentPool, tool: data.tool, maxOpen: data.maxOpen, level },
+        lock,
+        outcome,
+        log,
+      );
 
     const tool = this.o.tools.get(data.tool);
     if (!tool) {
@@ -226,7 +238,15 @@ export class ChildRunner {
   }
 
   private async record(
-    child: { parentId: string; index: number; owner: string; parentPool: string; tool: string },
+    child: {
+      parentId: string;
+      index: number;
+      owner: string;
+      parentPool: string;
+      tool: string;
+      maxOpen: number | undefined;
+      level: number;
+    },
     lock: JobLock,
     outcome: BatchOutcome,
     log: Logger,
@@ -246,6 +266,14 @@ export class ChildRunner {
     if (written.wake) {
       const promoted = await this.o.queues.promote(parentPool, parentId);
       log.debug({ parentId, promoted, done: written.done }, 'batch parent woken');
+      if (promoted) return;
+    }
+    // The parent should run and this record did not promote it (not delayed: its run is live, or lost with its worker
+    // until a takeover): the batch moves on meanwhile (§26.3 step 4).
+    if ((written.wake || written.below) && this.o.releaseNext) {
+      await this.o.releaseNext(parentId, child.maxOpen, child.level, log).catch((error: unknown) => {
+        log.warn({ err: error, parentId }, 'could not release the next window for a parent that is not waiting');
+      });
     }
   }
 

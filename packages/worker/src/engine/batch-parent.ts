@@ -15,8 +15,13 @@ import {
   batchChildId,
   jobOptions,
   parseMessage,
+  TASK_FIELDS,
+  isTerminal,
   type BatchCounts,
   type BatchOutcome,
+  type BatchShape,
+  type Logger,
+  type TaskStatus,
   type CancelRequest,
   type Keys,
   type RedisClient,
@@ -153,23 +158,41 @@ export class BatchParent {
       return { kind: 'done', result: fanOutResult(final, listed) };
     }
 
-    // Every run re-adds the open children that have no job: a run that died between its release and its add (their
-    // indices are released and open, their jobs never made), or a job that vanished (evicted, say). One whose job is
-    // in the pool is left alone (its start check refuses it if recorded). At most a window of EXISTS a run.
-    if (counts.open > 0) {
+    await this.releaseNext(taskId, shape, counts.open, maxOpen, base, log);
+    return { kind: 'wait', pollMs: BATCH_POLL_MS };
+  }
+
+  /**
+   * Releases the batch's next window (§26.3 step 2), for its parent's run or for a child whose record should have
+   * woken a parent that is not waiting (§26.3 step 4): every release is one script that moves `released`, so two
+   * releasers never open an index twice, and together they keep at most a window open. Resolves with how many
+   * children it released.
+   */
+  private async releaseNext(
+    taskId: string,
+    shape: BatchShape,
+    open: number,
+    maxOpen: number | undefined,
+    base: number,
+    log: Logger,
+  ): Promise<number> {
+    const { store } = this.o;
+    // Every release first re-adds the open children that have no job: a run that died between its release and its
+    // add (their indices are released and open, their jobs never made), or a job that vanished (evicted, say). One
+    // whose job is in the pool is left alone (its start check refuses it if recorded). At most a window of EXISTS.
+    if (open > 0) {
       const indices = await store.openIndices(taskId);
       const priorities = await store.reenter(taskId, indices, this.placement(shape, base));
       const added = await this.addChildren(taskId, shape, indices, priorities, maxOpen);
       if (added > 0) log.info({ open: indices.length, added }, 'batch re-added open children that had no job');
     }
-
     // The window is the concurrency less what the open-work cap leaves beside the principal's other open work, at
     // least 1 (the batch always moves on), sized by the release script itself (§26.6).
     const cap = maxOpen ?? DEFAULT_BATCH_OPEN_CAP;
-    await this.pruneOpenWork(this.o.keys.principalOpenTasks(shape.owner), counts.open, cap);
+    await this.pruneOpenWork(this.o.keys.principalOpenTasks(shape.owner), open, cap);
     const { window, from, priorities } = await store.release(taskId, {
       ...this.placement(shape, base),
-      concurrency: options.concurrency,
+      concurrency: shape.concurrency,
       cap,
       openWorkTtlMs: BATCH_TTL_MS,
     });
@@ -180,7 +203,32 @@ export class BatchParent {
       this.o.metrics.batchChildrenReleased.inc({ tool: shape.childTool }, count);
       log.debug({ from, count, window }, 'batch children released');
     }
-    return { kind: 'wait', pollMs: BATCH_POLL_MS };
+    return count;
+  }
+
+  /**
+   * A child was recorded while its parent should run (§26.4's condition) and the child did not promote it: the
+   * parent is queued (promoted, waiting for a slot), its run is live, or its run is lost with its worker until
+   * BullMQ's stall check takes it over (up to the lock duration). The child releases the next window itself, so the
+   * batch keeps moving whatever the parent's run does (§26.3 step 4); a parent still delayed (a lost promotion) is
+   * promoted as well. Nothing for a batch that is stopped, done, failed fast or whose parent ended. `level`: the
+   * parent's priority level, which its children carry.
+   */
+  async releaseFromChild(taskId: string, maxOpen: number | undefined, level: number, log: Logger): Promise<number> {
+    const { store, redis, keys, queues } = this.o;
+    const [shape, counts, status] = await Promise.all([
+      store.shape(taskId),
+      store.peek(taskId),
+      redis.hget(keys.task(taskId), TASK_FIELDS.status),
+    ]);
+    if (!shape || !counts || counts.stopped || status === null || isTerminal(status as TaskStatus)) return 0;
+    if (counts.released >= counts.size || (shape.failFast && counts.failed > 0)) return 0;
+    const state = await queues.get(shape.parentPool).getJobState(taskId);
+    if (state === 'completed' || state === 'failed' || state === 'unknown') return 0;
+    if (state === 'delayed') await queues.promote(shape.parentPool, taskId);
+    const released = await this.releaseNext(taskId, shape, counts.open, maxOpen, priorityBase(level), log);
+    if (released > 0) log.info({ released, parent: state }, 'this child released the batch’s next window');
+    return released;
   }
 
   /**

@@ -115,16 +115,17 @@ export class TaskWorker {
       metrics: options.metrics,
       log: this.log,
     });
+    const parent = new BatchParent({
+      redis: this.redis,
+      keys: this.keys,
+      store: batchStore,
+      queues: this.batchQueues,
+      ownQueueName: options.queue,
+      tools,
+      metrics: options.metrics,
+    });
     const batches = {
-      parent: new BatchParent({
-        redis: this.redis,
-        keys: this.keys,
-        store: batchStore,
-        queues: this.batchQueues,
-        ownQueueName: options.queue,
-        tools,
-        metrics: options.metrics,
-      }),
+      parent,
       children: new ChildRunner({
         tools,
         batches: batchStore,
@@ -137,6 +138,7 @@ export class TaskWorker {
         isClosing,
         envelope,
         limits,
+        releaseNext: (parentId, maxOpen, level, log) => parent.releaseFromChild(parentId, maxOpen, level, log),
       }),
     };
     this.runner = new JobRunner({

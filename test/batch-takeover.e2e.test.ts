@@ -1,0 +1,137 @@
+/**
+ * PROTOCOL.md §26.3 step 4 (issue 30 item 1): a batch keeps releasing children while its parent's run is live but
+ * not releasing (a slow replay) and while it is lost with its SIGKILLed worker, until BullMQ's stall check takes it
+ * over. Before, no child was released in either case: the batch froze for the parent's run, or for the lock
+ * duration. Read from the fixture's synchronous trace: children started between the parent's run starting and its
+ * replay reaching `fanOut` (or its takeover), which, without children releasing, is at most the half window still
+ * open.
+ */
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import {
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { startTask, taskResult } from './helpers/tasks.js';
+import { waitFor } from './helpers/wait-for.js';
+
+const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
+const DIR = mkdtempSync(join(tmpdir(), 'batch-takeover-'));
+const CONCURRENCY = 4;
+
+let redis: TestRedis;
+let client: Client;
+let env: Record<string, string>;
+
+beforeAll(async () => {
+  redis = await startRedis({ owned: true });
+  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('takeover') };
+  const gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'warn' });
+  client = await connectClient(gateway.url);
+});
+
+afterAll(async () => {
+  await client?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+interface Line {
+  pid: number;
+  what: string;
+  n: number;
+}
+
+function trace(file: string): Line[] {
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [pid, what, n] = l.split(' ');
+      return { pid: Number(pid), what: what ?? '', n: Number(n) };
+    });
+}
+
+const items = (count: number) => Array.from({ length: count }, (_v, n) => ({ n, delayMs: 100 }));
+
+describe('§26.3 a batch whose parent is not releasing', () => {
+  it('keeps releasing while the parent’s run is live and slow', async () => {
+    const file = join(DIR, 'slow.log');
+    const worker = await startWorkerProcess({
+      ...env,
+      TASKRELAY_TOOLS: BATCH_TOOLS,
+      WORKER_CONCURRENCY: '6',
+      BATCH_TRACE_FILE: file,
+    });
+    const id = await startTask(
+      client,
+      'fan_out',
+      { items: items(40), concurrency: CONCURRENCY, replayMs: 3_000 },
+      { ttl: 300_000 },
+    );
+    const result = await taskResult(client, id, 120_000);
+    expect(result.structuredContent).toMatchObject({ total: 40, completed: 40, failed: 0 });
+    // The children each replay of the parent saw start while it slept: more than a window, so children released.
+    const lines = trace(file);
+    let during = 0;
+    let most = 0;
+    for (const l of lines) {
+      if (l.what === 'parent-start') during = 0;
+      else if (l.what === 'start') during += 1;
+      else if (l.what === 'parent-slept') most = Math.max(most, during);
+    }
+    expect(most).toBeGreaterThan(CONCURRENCY);
+    await worker.kill('SIGTERM');
+  }, 150_000);
+
+  it('keeps releasing while the parent’s run is lost with its SIGKILLed worker', async () => {
+    const file = join(DIR, 'lost.log');
+    const workerEnv = {
+      ...env,
+      TASKRELAY_TOOLS: BATCH_TOOLS,
+      WORKER_CONCURRENCY: '6',
+      WORKER_LOCK_DURATION_MS: '6000',
+      BATCH_TRACE_FILE: file,
+    };
+    const workers: ManagedProcess[] = await Promise.all([startWorkerProcess(workerEnv), startWorkerProcess(workerEnv)]);
+    const id = await startTask(
+      client,
+      'fan_out',
+      { items: items(60), concurrency: CONCURRENCY, replayMs: 30_000 },
+      { ttl: 300_000 },
+    );
+    // The parent's first replay (woken by its children) sleeps: kill the worker it sleeps on.
+    const replaying = await waitFor(
+      () => {
+        const starts = trace(file).filter((l) => l.what === 'parent-start');
+        return starts.length >= 2 ? starts[1] : undefined;
+      },
+      { timeoutMs: 30_000, message: 'the parent replayed' },
+    );
+    const victim = workers.find((w) => w.pid === replaying.pid);
+    expect(victim).toBeDefined();
+    await victim!.kill('SIGKILL');
+    const killedAt = trace(file).length;
+    // Its run is lost until the stall check (within the lock duration) hands it to the survivor, whose replay sleeps
+    // 30 s more; the children finish the batch meanwhile.
+    await waitFor(() => trace(file).filter((l) => l.what === 'done').length >= 60, {
+      timeoutMs: 60_000,
+      message: 'every child done while the parent was lost or sleeping',
+    });
+    const after = trace(file).slice(killedAt);
+    const beforeTakeover = after.slice(
+      0,
+      after.findIndex((l) => l.what === 'parent-start'),
+    );
+    expect(beforeTakeover.filter((l) => l.what === 'start').length).toBeGreaterThan(CONCURRENCY);
+    await client.experimental.tasks.cancelTask(id).catch(() => undefined);
+  }, 150_000);
+});
