@@ -37,6 +37,22 @@ export const benchLimited = defineTool({
   },
 });
 
+/**
+ * `bench_noop` under the worker-admitted limits (PROTOCOL.md §3.5) that never bind: a concurrency per key and a rate
+ * limit shared by name, far above what the bench reaches, so the row measures the admission's Redis round trips.
+ */
+export const benchKeyed = defineTool({
+  name: 'bench_keyed',
+  description: 'Does nothing, under a generous per-key concurrency and a generous shared rate limit.',
+  inputSchema: z.object({}),
+  taskSupport: 'optional',
+  concurrency: { limit: 100_000, key: () => 'all' },
+  rateLimit: { max: 1_000_000, perMs: 1_000, name: 'bench' },
+  async run() {
+    return 'ok';
+  },
+});
+
 export const benchProgress = defineTool({
   name: 'bench_progress',
   description: 'Reports `count` progress updates `intervalMs` apart, each stamped with its send time.',

@@ -95,6 +95,7 @@ const CONCURRENCY = [1, 8, 32] as const;
 const CYCLE_TTL_MS = 5_000;
 /** The tool of the controls rows: bench_noop under a concurrency and a rate limit that never bind (§3.3). */
 const LIMITED = { name: 'bench_limited', arguments: {} };
+const KEYED = { name: 'bench_keyed', arguments: {} };
 /** Outlives one memory measurement; the next repetition's waits until these have expired. */
 const MEMORY_TTL_MS = QUICK ? 15_000 : 60_000;
 const MEMORY_TASKS = QUICK ? 400 : 2_000;
@@ -276,6 +277,23 @@ function rowSpecs(): RowSpec[] {
         label: 'CPU per task (gateway + worker + Redis)',
         unit: 'CPU-ms',
         id: 'tr.limited.c32.cpu.total',
+        ref: ref('cpu.total'),
+        better: 'lower',
+      },
+    );
+  }
+  {
+    const group =
+      'keyed and shared limits (PROTOCOL §3.5): task cycle, C=32, a tool with a concurrency per key + a shared rate limit vs none';
+    const ref = (k: string) => ({ id: `tr.task.c32.${k}`, name: 'no limits' });
+    rows.push(
+      { group, label: 'throughput', unit: 'ops/s', id: 'tr.keyed.c32.opsPerS', ref: ref('opsPerS'), better: 'higher' },
+      { group, label: 'latency p50', unit: 'ms', id: 'tr.keyed.c32.p50', ref: ref('p50'), better: 'lower' },
+      {
+        group,
+        label: 'CPU per task (gateway + worker + Redis)',
+        unit: 'CPU-ms',
+        id: 'tr.keyed.c32.cpu.total',
         ref: ref('cpu.total'),
         better: 'lower',
       },
@@ -645,7 +663,7 @@ async function compare(): Promise<number> {
   ) =>
     guarded(
       record ? results : new Results(),
-      `${t.name}.${tool ? (tool.name === 'bench_limited' ? 'limited' : 'hold') : kind}.c${c}`,
+      `${t.name}.${tool ? ({ bench_limited: 'limited', bench_keyed: 'keyed' }[tool.name] ?? 'hold') : kind}.c${c}`,
       rep,
       durationMs + 60_000,
       t.deps,
@@ -700,6 +718,8 @@ async function compare(): Promise<number> {
     // Tool controls (PROTOCOL.md §3.3): the task cycle through a tool with a generous concurrency and rate limit,
     // right after the same cycle through bench_noop (tr.task.c32), so the pair shares the machine's state.
     await runCycle(rep, targets.tr, 'task', 32, WINDOW_MS, true, undefined, LIMITED);
+    // Limits per key and shared by name (PROTOCOL.md §3.5): the worker's own admission, same pairing.
+    await runCycle(rep, targets.tr, 'task', 32, WINDOW_MS, true, undefined, KEYED);
     // The Python worker (PROTOCOL.md §29), right after the same cycle on the Node worker.
     if (targets.py) await runCycle(rep, targets.py, 'task', 32);
     // The 2026-07-28 wire on the same stack, right after (no peer serves it).
