@@ -22,18 +22,10 @@ import {
   type ManagedProcess,
 } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
+import { mostAtOnce, runEvents } from './helpers/run-events.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/keyed-tools.mjs');
-
-interface KeyedEvent {
-  tool: string;
-  e: 'start' | 'end';
-  pid: number;
-  taskId: string;
-  key?: string;
-  at: number;
-}
 
 let redis: TestRedis;
 let r: Redis;
@@ -67,21 +59,7 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function events(tool: string): Promise<KeyedEvent[]> {
-  const lines = await r.lrange(`${prefix}:keyed:events`, 0, -1);
-  return lines.map((l) => JSON.parse(l) as KeyedEvent).filter((e) => e.tool === tool);
-}
-
-/** The most runs open at once, from the start and end records (an end before a start of the same ms). */
-function mostAtOnce(list: KeyedEvent[]): number {
-  let open = 0;
-  let most = 0;
-  for (const e of [...list].sort((a, b) => a.at - b.at || (a.e === 'end' ? -1 : 1))) {
-    open += e.e === 'start' ? 1 : -1;
-    most = Math.max(most, open);
-  }
-  return most;
-}
+const events = (tool: string) => runEvents(r, `${prefix}:keyed:events`, tool);
 
 const statusOf = (taskId: string) => client.experimental.tasks.getTask(taskId);
 
