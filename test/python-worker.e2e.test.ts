@@ -188,6 +188,37 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     for (const share of waiting) expect(await r.zcard(share)).toBe(0);
   });
 
+  it('§3.5 a Python tool’s concurrency per key holds fleet-wide, one tenant beside another', async () => {
+    const acme: string[] = [];
+    for (let i = 0; i < 3; i += 1) acme.push(await startTask(client, 'py_per_tenant', { tenant: 'acme', ms: 800 }));
+    const globex = await startTask(client, 'py_per_tenant', { tenant: 'globex', ms: 800 });
+    await waitFor(
+      async () => {
+        const messages = await Promise.all(
+          acme.map(async (id) => (await client.experimental.tasks.getTask(id)).statusMessage ?? ''),
+        );
+        return messages.some((m) =>
+          m.startsWith('Waiting for a slot: tool py_per_tenant runs at most 1 at once per tenant'),
+        );
+      },
+      { message: 'no waiting acme run said it waits for a slot' },
+    );
+    await Promise.all([...acme, globex].map((id) => taskResult(client, id, 30_000)));
+    const spanOf = (id: string) => {
+      const lines = alive()
+        .flatMap((p) => p.logs())
+        .filter((l) => l['taskId'] === id);
+      const starts = lines.filter((l) => l['msg'] === 'tool started').map((l) => l['time'] as number);
+      const end = lines.find((l) => l['msg'] === 'task completed')?.['time'] as number;
+      return [Math.max(...starts), end] as const;
+    };
+    const spans = acme.map(spanOf).sort((a, b) => a[0] - b[0]);
+    for (let i = 1; i < spans.length; i += 1) expect(spans[i]![0]).toBeGreaterThanOrEqual(spans[i - 1]![1] - 5);
+    // Another tenant does not wait for acme: globex ran while an acme run did.
+    const [gStart, gEnd] = spanOf(globex);
+    expect(spans.some(([start, end]) => start < gEnd && gStart < end)).toBe(true);
+  });
+
   it('§7 tasks/cancel stops a Python run cooperatively, and its job never runs again', async () => {
     const taskId = await startTask(client, 'py_slow', { seconds: 30 }, { progressToken: 'py-cancel' });
     await waitFor(() => progress.some((p) => p.progressToken === 'py-cancel'));

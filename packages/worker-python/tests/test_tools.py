@@ -45,7 +45,11 @@ def test_an_option_the_worker_does_not_know_is_refused_at_definition():
     with pytest.raises(TypeError):
         define_tool(name="t", description="d", run=run, retries=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="rate_limit"):
+        define_tool(name="t", description="d", run=run, rate_limit={"max": 1, "per_ms": 10, "per": ["a"]})
+    with pytest.raises(ValueError, match="rate_limit.key names a, which input_schema does not"):
         define_tool(name="t", description="d", run=run, rate_limit={"max": 1, "per_ms": 10, "key": ["a"]})
+    with pytest.raises(ValueError, match="concurrency"):
+        define_tool(name="t", description="d", run=run, concurrency={"limit": 1, "by": ["a"]})
     with pytest.raises(TypeError, match="async"):
         define_tool(name="t", description="d", run=lambda a, c: None)
     with pytest.raises(ValueError, match="name"):
@@ -89,3 +93,29 @@ def test_retry_after_takes_seconds():
     assert RetryAfterError(1.5, "slow down").retry_after == 1.5
     with pytest.raises(ValueError):
         RetryAfterError(-1)
+
+
+def test_limits_per_key_and_shared_by_name_are_the_worker_s_own():
+    """PROTOCOL.md §3.5: a keyed or shared limit is admitted by the worker, never set on BullMQ's queue, and published
+    as the Node worker publishes it; the key is the JSON of the named arguments' values, hashed as on the Node side."""
+    from taskrelay_worker.limits import key_function, limit_key_digest
+
+    schema = {"type": "object", "properties": {"tenant": {"type": "string"}, "region": {"type": "string"}}}
+    t = define_tool(
+        name="keyed",
+        description="d",
+        run=run,
+        input_schema=schema,
+        concurrency={"limit": 2, "key": ["tenant", "region"]},
+        rate_limit={"max": 5, "per_ms": 1000, "name": "billing"},
+    )
+    assert t.concurrency is None and t.rate_limit is None
+    d = t.descriptor()
+    assert d["concurrency"] == 2 and d["concurrencyKey"] == ["tenant", "region"]
+    assert d["rateLimit"] == {"max": 5, "perMs": 1000, "name": "billing"}
+    assert t.admitted_rate is not None and t.admitted_rate.scope == "name:billing"
+    assert key_function(["tenant", "region"])({"tenant": "acme"}) == '["acme",null]'
+    # The Node side's digest of the same value (createHash('sha256').update(v).digest('base64url').slice(0, 22)).
+    assert limit_key_digest('["acme",null]') == "Bcy2JyxMKQSNw3BgtWBBsJ"
+    plain = define_tool(name="plain", description="d", run=run, concurrency={"limit": 3}, rate_limit={"max": 1, "per_ms": 10})
+    assert plain.concurrency == 3 and plain.rate_limit == (1, 10) and plain.admitted_slot is None

@@ -24,6 +24,7 @@ from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
+from .limits import LimitWait, ToolLimits
 from .log import Logger
 from .protocol import BULLMQ_PAIR, GENERATION
 from .store import TERMINAL, JobLock, TaskStore
@@ -111,6 +112,8 @@ class RunEntry:
     run_task: asyncio.Task | None = None
     grace: asyncio.TimerHandle | None = None
     aborted_at: float | None = None
+    #: Gives back the run's slot of a per-key limit (§3.5); called as the run ends, however it ends.
+    release: Any = None
 
 
 class GatedWorker(bullmq.Worker):
@@ -174,6 +177,7 @@ class TaskrelayWorker:
         self._redis: Redis | None = None
         self._subscriber: Redis | None = None
         self.store: TaskStore | None = None
+        self.limits: ToolLimits | None = None
         #: Queues of batch parents this worker's children woke (§26.4), one per queue, closed with the worker.
         self._parent_queues: dict[str, bullmq.Queue] = {}
 
@@ -202,6 +206,7 @@ class TaskrelayWorker:
             await self._close_redis()
             raise StartError(f"Redis is unreachable at {_redacted(cfg.redis.describe())}: {error}") from None
         self.store = TaskStore(self._redis, self.keys)
+        self.limits = ToolLimits(self.store, self.keys, cfg.lock_duration_ms, self.log)
         known = await self.store.known_generations()
         if known and GENERATION not in known:
             await self._close_redis()
@@ -423,6 +428,11 @@ class TaskrelayWorker:
         finally:
             if entry.grace is not None:
                 entry.grace.cancel()
+            if entry.release is not None:
+                try:
+                    await entry.release()
+                except Exception as error:  # noqa: BLE001 - its lease ends it
+                    log.warn("could not give back the run's limit slot; its lease ends it", err=error)
             if self.running.get(task_id) is entry:
                 del self.running[task_id]
 
@@ -481,6 +491,18 @@ class TaskrelayWorker:
         except NonRetryableError as error:
             await self._fail_task(task_id, lock, str(error), {"code": "INVALID_ARGUMENTS", "message": str(error)}, log)
             raise UnrecoverableError(str(error)) from None
+
+        # A per-key or shared limit (§3.5) may send the run back to wait, holding no slot.
+        wait = await self._admit(tool, arguments, job, entry)
+        if wait is not None:
+            until = _now_ms() + wait.wait_ms
+            held, _ = await self.store.suspend(task_id, lock, until + queue_timeout_ms, status_message=wait.message)
+            if held == "lock_lost":
+                self._lost_while_writing(log, "limit wait")
+            if held == "gone":
+                log.info("task ended meanwhile; no limit wait")
+                return None
+            return await self._delay_for_limit(job, token, tool, arguments, wait, log)
 
         timeout_ms = min((t for t in (timeout_hint, tool.timeout_ms) if t is not None), default=None)
         ctx = ToolContext(
@@ -576,6 +598,7 @@ class TaskrelayWorker:
                 log.info("task ended meanwhile; no back-off")
                 return None
             log.info("upstream asked to retry later; the run ends, holding no slot", retryAfterMs=until - _now_ms())
+            await self._hold(tool, arguments, int(error.retry_after * 1000), log)
             return await self._suspend_job(job, token, task_id, Suspension("time", until), log)
         assert error is not None
         attempts = int(job.opts.get("attempts") or 1)
@@ -647,6 +670,9 @@ class TaskrelayWorker:
             args = tool.parse_arguments(arguments)
         except NonRetryableError as error:
             return await record(failed("INVALID_ARGUMENTS", str(error)))
+        wait = await self._admit(tool, arguments, job, entry)
+        if wait is not None:
+            return await self._delay_for_limit(job, token, tool, arguments, wait, log)
         timeout_ms = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else tool.timeout_ms
         ctx = ToolContext(
             task_id=str(job.id),
@@ -681,6 +707,7 @@ class TaskrelayWorker:
             except NonRetryableError as bad:
                 return await record({**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
         if isinstance(error, RetryAfterError):
+            await self._hold(tool, arguments, int(error.retry_after * 1000), log)
             try:
                 await job.moveToDelayed(_now_ms() + int(error.retry_after * 1000), token)
                 log.info("batch child backs off; it runs again after the wait", retryAfterMs=int(error.retry_after * 1000))
@@ -694,6 +721,44 @@ class TaskrelayWorker:
             return await record({**failed(serialized["code"], serialized["message"]), "error": serialized})
         log.warn("batch child failed; it will be retried", err=error, attemptsMade=job.attemptsMade + 1)
         raise error if isinstance(error, Exception) else RuntimeError(str(error))
+
+    async def _admit(self, tool: ToolDefinition, arguments: dict, job: Any, entry: RunEntry) -> LimitWait | None:
+        """The tool's own limits (§3.5): None when the run may start, else why and how long it waits."""
+        if self.limits is None or (tool.admitted_slot is None and tool.admitted_rate is None):
+            return None
+
+        async def promote(pool: str, job_id: str) -> None:
+            await self._promote(pool, job_id, self.log)
+
+        return await self.limits.admit(tool, arguments, job, entry, promote)
+
+    async def _delay_for_limit(
+        self, job: Any, token: str, tool: ToolDefinition, arguments: dict, wait: LimitWait, log: Logger
+    ) -> Any:
+        """The refused run's job waits in the delayed set (no attempt used, no slot held); a slot waiter that slipped
+        past its releaser's promotion promotes itself (§3.5 step 3)."""
+        try:
+            await job.moveToDelayed(_now_ms() + wait.wait_ms, token)
+        except Exception as moved:  # noqa: BLE001
+            log.info("waiting job not delayed (its lock is gone); it returns to the queue", err=moved)
+            raise DelayedError() from None
+        if wait.limit == "slot" and self.limits is not None:
+            try:
+                if await self.limits.room_now(tool, arguments, job):
+                    await job.promote()
+            except Exception as error:  # noqa: BLE001 - the delay's end brings it back
+                log.debug("could not re-check the slot after waiting", err=error)
+        log.info("run waits for its tool's limit, holding no slot", limit=wait.limit, waitMs=wait.wait_ms)
+        raise DelayedError()
+
+    async def _hold(self, tool: ToolDefinition, arguments: dict, ms: int, log: Logger) -> None:
+        """A back-off of a tool with its own rate limit holds it for every tool that shares it (§3.4, §3.5)."""
+        if self.limits is None or tool.admitted_rate is None:
+            return
+        try:
+            await self.limits.hold(tool, arguments, ms)
+        except Exception as error:  # noqa: BLE001
+            log.warn("could not hold the shared rate limit", err=error)
 
     async def _promote(self, pool: str, job_id: str, log: Logger) -> None:
         """Wakes a batch parent's delayed job in its queue (§26.4)."""

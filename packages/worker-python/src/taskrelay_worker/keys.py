@@ -68,3 +68,8 @@ class Keys:
 
     def fair_share(self, queue: str, principal: str) -> str:
         return f"{self.prefix}:fair:{queue}:{encode_uri_component(principal)}"
+
+    def tool_limit(self, kind: str, scope: str, key_digest: str) -> tuple[str, str]:
+        """A worker-admitted limit's two keys (§3.5): ``slots``/``waiting``, or ``starts``/``hold`` of a rate limit."""
+        base = f"{self.prefix}:limit:{kind}:{encode_uri_component(scope)}:{key_digest}"
+        return (base, f"{base}:waiting") if kind == "slots" else (base, f"{base}:hold")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from .errors import NonRetryableError
+from .limits import RateLimit, SlotLimit
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _TASK_SUPPORT = ("forbidden", "optional", "required")
@@ -37,6 +38,9 @@ class ToolDefinition:
     input_timeout_ms: int = 86_400_000
     concurrency: int | None = None
     rate_limit: tuple[int, int] | None = None
+    #: Limits the worker admits runs by (PROTOCOL.md §3.5): per key of the arguments, or a rate shared by name.
+    admitted_slot: SlotLimit | None = None
+    admitted_rate: RateLimit | None = None
     priority: int | None = None
     #: The tool's version (PROTOCOL.md §12.11): explicit, or derived from its name, schemas and source.
     version: str = ""
@@ -60,8 +64,18 @@ class ToolDefinition:
             out["timeoutMs"] = self.timeout_ms
         if self.concurrency is not None:
             out["concurrency"] = self.concurrency
+        if self.admitted_slot is not None:
+            out["concurrency"] = self.admitted_slot.limit
+            out["concurrencyKey"] = self.admitted_slot.key
         if self.rate_limit is not None:
             out["rateLimit"] = {"max": self.rate_limit[0], "perMs": self.rate_limit[1]}
+        if self.admitted_rate is not None:
+            rate = self.admitted_rate
+            out["rateLimit"] = {"max": rate.max, "perMs": rate.per_ms}
+            if rate.key:
+                out["rateLimit"]["key"] = rate.key
+            if rate.scope.startswith("name:"):
+                out["rateLimit"]["name"] = rate.scope[5:]
         if self.priority is not None:
             out["priority"] = self.priority
         out["version"] = self.version
@@ -117,15 +131,17 @@ def define_tool(
     attempts: int = 1,
     max_stalls: int = 10,
     input_timeout_ms: int = 86_400_000,
-    concurrency: int | None = None,
-    rate_limit: dict[str, int] | None = None,
+    concurrency: int | dict[str, Any] | None = None,
+    rate_limit: dict[str, Any] | None = None,
     priority: int | None = None,
     version: str | None = None,
     on_version_change: str = "resume",
 ) -> ToolDefinition:
     """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
-    text copy, a string as text. ``rate_limit`` is ``{"max": n, "per_ms": ms}``. ``version`` names the build of the
+    text copy, a string as text. ``concurrency`` is ``n``, or ``{"limit": n, "key": [argument names]}`` (per key,
+    PROTOCOL.md §3.5). ``rate_limit`` is ``{"max": n, "per_ms": ms}``, with an optional ``"key"`` (argument names)
+    and ``"name"`` (a budget shared by every tool of that name, in Node workers too). ``version`` names the build of the
     tool (default: derived from its name, schemas and source) and ``on_version_change`` (``resume``, ``restart`` or
     ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11)."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -141,15 +157,39 @@ def define_tool(
     _positive(f"tool {name}: attempts", attempts, high=100)
     _positive(f"tool {name}: max_stalls", max_stalls, low=0, high=1000)
     _positive(f"tool {name}: input_timeout_ms", input_timeout_ms)
-    if concurrency is not None:
+    slot: SlotLimit | None = None
+    if isinstance(concurrency, dict):
+        if set(concurrency) - {"limit", "key"} or "limit" not in concurrency:
+            raise ValueError(f"tool {name}: concurrency must be n or {{'limit': n, 'key': [argument names]}}")
+        _positive(f"tool {name}: concurrency.limit", concurrency["limit"])
+        if "key" in concurrency:
+            slot = SlotLimit(concurrency["limit"], _key_names(name, "concurrency.key", concurrency["key"]))
+        concurrency = concurrency["limit"] if slot is None else None
+    elif concurrency is not None:
         _positive(f"tool {name}: concurrency", concurrency)
     limit: tuple[int, int] | None = None
+    rate: RateLimit | None = None
     if rate_limit is not None:
-        if not isinstance(rate_limit, dict) or set(rate_limit) != {"max", "per_ms"}:
-            raise ValueError(f"tool {name}: rate_limit must be {{'max': n, 'per_ms': ms}} and nothing else")
+        if not isinstance(rate_limit, dict) or not {"max", "per_ms"} <= set(rate_limit) or set(rate_limit) - {
+            "max",
+            "per_ms",
+            "key",
+            "name",
+        }:
+            raise ValueError(
+                f"tool {name}: rate_limit must be {{'max': n, 'per_ms': ms}}, with 'key' and 'name' optional, and nothing else"
+            )
         _positive(f"tool {name}: rate_limit.max", rate_limit["max"])
         _positive(f"tool {name}: rate_limit.per_ms", rate_limit["per_ms"])
-        limit = (rate_limit["max"], rate_limit["per_ms"])
+        shared = rate_limit.get("name")
+        if shared is not None and (not isinstance(shared, str) or not _NAME.match(shared)):
+            raise ValueError(f"tool {name}: rate_limit.name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {shared!r})")
+        if "key" in rate_limit or shared is not None:
+            key = _key_names(name, "rate_limit.key", rate_limit["key"]) if "key" in rate_limit else None
+            scope = f"name:{shared}" if shared is not None else f"tool:{name}"
+            rate = RateLimit(rate_limit["max"], rate_limit["per_ms"], scope, key)
+        else:
+            limit = (rate_limit["max"], rate_limit["per_ms"])
     if priority is not None:
         _positive(f"tool {name}: priority", priority, high=5)
     if version is not None and (not isinstance(version, str) or not _VERSION.match(version)):
@@ -157,6 +197,11 @@ def define_tool(
     if on_version_change not in _ON_VERSION_CHANGE:
         raise ValueError(f"tool {name}: on_version_change must be one of {', '.join(_ON_VERSION_CHANGE)}")
     schema, model = _schema_of(name, input_schema)
+    properties = set((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else set()
+    for what, names in (("concurrency.key", slot.key if slot else None), ("rate_limit.key", rate.key if rate else None)):
+        unknown = [n for n in names or [] if n not in properties]
+        if unknown:
+            raise ValueError(f"tool {name}: {what} names {', '.join(unknown)}, which input_schema does not")
     return ToolDefinition(
         name=name,
         description=description,
@@ -172,10 +217,19 @@ def define_tool(
         input_timeout_ms=input_timeout_ms,
         concurrency=concurrency,
         rate_limit=limit,
+        admitted_slot=slot,
+        admitted_rate=rate,
         priority=priority,
         version=version or _derived_version(name, schema, output_schema, run),
         on_version_change=on_version_change,
     )
+
+
+def _key_names(tool: str, what: str, key: Any) -> list[str]:
+    """A limit's key: a non-empty list of argument names (a function cannot cross to the Node side's keys)."""
+    if not isinstance(key, list) or not key or not all(isinstance(k, str) and k for k in key):
+        raise ValueError(f"tool {tool}: {what} must be a non-empty list of argument names")
+    return key
 
 
 def _derived_version(name: str, schema: dict[str, Any], output_schema: dict[str, Any] | None, run: Handler) -> str:

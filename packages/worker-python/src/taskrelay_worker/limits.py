@@ -1,0 +1,135 @@
+"""The limits a worker admits runs by itself (PROTOCOL.md §3.5), as the Node worker's ``engine/tool-limits.ts``: a
+concurrency limit per key of the arguments (a semaphore of leases) and a rate limit per key or shared by name (an
+exact log of starts, and a hold a back-off sets), each step one of the task store's Lua scripts. A refused run ends
+holding no worker slot and waits in BullMQ's delayed set; the run that frees a slot promotes the next."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .keys import Keys, queue_of_bull_name
+from .log import Logger
+
+
+def limit_key_digest(value: str) -> str:
+    """A limit's key value, hashed as the Node side does: 22 characters of base64url SHA-256."""
+    return base64.urlsafe_b64encode(hashlib.sha256(value.encode()).digest()).decode().rstrip("=")[:22]
+
+
+def key_function(names: list[str] | None) -> Callable[[dict[str, Any]], str]:
+    """Argument names give the JSON of their values, as ``JSON.stringify`` writes it (absent ones ``null``)."""
+    if not names:
+        return lambda _args: ""
+    return lambda args: json.dumps([args.get(n) for n in names], separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class SlotLimit:
+    limit: int
+    key: list[str]
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    max: int
+    per_ms: int
+    scope: str
+    key: list[str] | None
+
+
+@dataclass
+class LimitWait:
+    limit: str
+    wait_ms: int
+    message: str
+
+
+class ToolLimits:
+    def __init__(self, store: Any, keys: Keys, lease_ms: int, log: Logger) -> None:
+        self.store = store
+        self.keys = keys
+        self.lease_ms = lease_ms
+        self.log = log
+
+    async def admit(self, tool: Any, args: dict[str, Any], job: Any, entry: Any, promote: Callable) -> LimitWait | None:
+        """None when the run may start (its slot, if any, held until ``entry.release``); else why and how long it
+        waits."""
+        job_id = str(job.id)
+        rate: RateLimit | None = tool.admitted_rate
+        if rate is not None:
+            starts, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(key_function(rate.key)(args)))
+            code, values = await self.store.call(
+                "rateTake",
+                {"starts": starts, "hold": hold},
+                {"start": f"{job_id}:{secrets.token_hex(8)}", "max": rate.max, "perMs": rate.per_ms},
+            )
+            if code != "OK":
+                scope = rate.scope[5:] if rate.scope.startswith("name:") else tool.name
+                per = f" per {', '.join(rate.key)}" if rate.key else ""
+                return LimitWait(
+                    "rate", int(values[0]), f"Waiting for rate limit {scope}: at most {rate.max} starts per {rate.per_ms} ms{per}"
+                )
+        slot: SlotLimit | None = tool.admitted_slot
+        if slot is None:
+            return None
+        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
+        waiter = f"{queue_of_bull_name(job.queue.name)} {job_id}"
+        keys = {"slots": slots, "waiting": waiting}
+        take = {"holder": job_id, "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "peek": "0"}
+        code, values = await self.store.call("slotTake", keys, take)
+        if code != "OK":
+            return LimitWait(
+                "slot",
+                min(int(values[0]), self.lease_ms),
+                f"Waiting for a slot: tool {tool.name} runs at most {slot.limit} at once per {', '.join(slot.key)}",
+            )
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(max(0.05, self.lease_ms / 3000))
+                try:
+                    await self.store.call("slotTake", keys, take)
+                except Exception as error:  # noqa: BLE001 - the lease ends by itself; the next renewal tries again
+                    self.log.debug("slot lease not renewed", err=error)
+
+        renewal = asyncio.ensure_future(renew())
+
+        async def release() -> None:
+            renewal.cancel()
+            _, next_waiters = await self.store.call(
+                "slotRelease", keys, {"holder": job_id, "limit": slot.limit, "waiter": waiter}
+            )
+            for w in next_waiters:
+                pool, _, waiting_id = str(w).partition(" ")
+                if waiting_id:
+                    await promote(pool, waiting_id)
+
+        entry.release = release
+        return None
+
+    async def room_now(self, tool: Any, args: dict[str, Any], job: Any) -> bool:
+        """After a slot waiter's delayed move: is there room already (its releaser's promotion found it active)?"""
+        slot: SlotLimit | None = tool.admitted_slot
+        if slot is None:
+            return False
+        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
+        code, _ = await self.store.call(
+            "slotTake",
+            {"slots": slots, "waiting": waiting},
+            {"holder": str(job.id), "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": "", "peek": "1"},
+        )
+        return code == "OK"
+
+    async def hold(self, tool: Any, args: dict[str, Any], ms: int) -> None:
+        """A back-off (§3.4) of a tool with its own rate limit holds it for every tool that shares it."""
+        rate: RateLimit | None = tool.admitted_rate
+        if rate is None:
+            return
+        _, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(key_function(rate.key)(args)))
+        await self.store.call("rateHold", {"hold": hold}, {"ms": max(1, int(ms))})
