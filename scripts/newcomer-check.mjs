@@ -67,9 +67,9 @@ function freePort() {
   });
 }
 
-/** Local ports in LISTEN state, IPv4 and IPv6 (/proc/net/tcp{,6}: state 0A). */
-function listeningPorts() {
-  const ports = new Set();
+/** Local ports in LISTEN state, IPv4 and IPv6 (/proc/net/tcp{,6}: state 0A), each with its socket's inode. */
+function listeners() {
+  const ports = new Map();
   for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
     let text;
     try {
@@ -79,10 +79,28 @@ function listeningPorts() {
     }
     for (const line of text.split('\n').slice(1)) {
       const fields = line.trim().split(/\s+/);
-      if (fields[3] === '0A') ports.add(`${file.endsWith('6') ? 'v6' : 'v4'}:${parseInt(fields[1].split(':')[1], 16)}`);
+      if (fields[3] === '0A') {
+        ports.set(`${file.endsWith('6') ? 'v6' : 'v4'}:${parseInt(fields[1].split(':')[1], 16)}`, fields[9]);
+      }
     }
   }
   return ports;
+}
+
+/** The processes holding socket `inode`, each with whether its environment carries `marker` (the stack's own). */
+function holdersOf(inode, marker) {
+  const found = [];
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const fds = readdirSync(`/proc/${pid}/fd`);
+      if (!fds.some((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`)) continue;
+      const ours = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(marker);
+      found.push({ pid, ours, cmdline: readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim() });
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found;
 }
 
 /** PIDs of processes whose working directory or command line is inside `folder`. */
@@ -145,7 +163,10 @@ async function main() {
   mkdirSync(stubs);
   writeFileSync(join(stubs, 'pnpm'), '#!/bin/sh\necho "pnpm: not installed" >&2\nexit 127\n', { mode: 0o755 });
   const port = await freePort();
-  const before = listeningPorts();
+  const before = listeners();
+  // Every process of the stack inherits this: a listener left after SIGINT is the stack's only when its holder has it
+  // (a machine running other tests meanwhile has listeners of its own, which are not the stack's).
+  const stackMarker = `TASKRELAY_NEWCOMER_CHECK=${process.pid}-${Date.now()}`;
   const started = Date.now();
   say(`running \`${command}\` there (PORT=${port})`);
   const child = spawn('sh', ['-c', command], {
@@ -156,6 +177,7 @@ async function main() {
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_FORMAT: 'json',
+      TASKRELAY_NEWCOMER_CHECK: stackMarker.split('=')[1],
     },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true, // its own process group, as a terminal's foreground job: SIGINT goes to the whole group
@@ -202,9 +224,20 @@ async function main() {
     left = processesIn(dir);
   }
   if (left.length > 0) fail(`processes still running from the clone after SIGINT:\n${left.join('\n')}`);
-  const leftListening = [...listeningPorts()].filter((p) => !before.has(p));
+  const fresh = [...listeners()].filter(([p]) => !before.has(p));
+  const leftListening = fresh.flatMap(([p, inode]) => {
+    const holders = holdersOf(inode, stackMarker);
+    // A holder we may not read is counted as the stack's: the check must not pass by not looking.
+    return holders.length === 0 || holders.some((h) => h.ours)
+      ? [`${p} (${holders.map((h) => `${h.pid} ${h.cmdline}`).join('; ') || 'holder unknown'})`]
+      : [];
+  });
   if (leftListening.length > 0) fail(`new listeners left after SIGINT: ${leftListening.join(', ')}`);
-  say('nothing left running from the clone, no new listener on this machine');
+  say(
+    fresh.length > 0
+      ? `nothing left running from the clone; ${fresh.length} new listener(s) on this machine, none the stack's`
+      : 'nothing left running from the clone, no new listener on this machine',
+  );
 
   // A changed .lua file reaches dist/ like a changed .ts file, and only once.
   const lua = 'packages/shared/src/commands/create-6.lua';
