@@ -111,6 +111,24 @@ describe('§3.5 a concurrency limit per key', () => {
   }, 60_000);
 });
 
+describe('§3.5 the line of waiters', () => {
+  it('a waiter whose task was cancelled leaves the line at the next release, and the next one is woken', async () => {
+    const holder = await startTask(client, 'per_tenant', { tenant: 'umbrella', ms: 1_500 });
+    await waitFor(async () => (await events('per_tenant')).some((e) => e.taskId === holder && e.e === 'start'));
+    const waits = (id: string) => async () => /^Waiting for a slot/.test((await statusOf(id)).statusMessage ?? '');
+    const stale = await startTask(client, 'per_tenant', { tenant: 'umbrella', ms: 0 });
+    await waitFor(waits(stale), { message: 'the first waiter did not wait' });
+    await client.experimental.tasks.cancelTask(stale);
+    const next = await startTask(client, 'per_tenant', { tenant: 'umbrella', ms: 0 });
+    await waitFor(waits(next), { message: 'the second waiter did not wait' });
+    expect((await taskResult(client, next, 20_000)).isError).toBeFalsy();
+    // The cancelled waiter's job is gone, so it could not be woken: the release took it out of the line.
+    const line = createKeys(prefix).toolLimit('slots', 'per_tenant', limitKeyDigest('["umbrella"]')).b;
+    expect(await r.zrange(line, 0, -1)).toEqual([]);
+    expect((await events('per_tenant')).some((e) => e.taskId === stale && e.e === 'start')).toBe(false);
+  }, 60_000);
+});
+
 describe('§3.5 a rate limit shared by name', () => {
   it('holds between the tools that share it: at most 2 starts in any second', async () => {
     // The shared log's entries are each start's admission, in Redis' clock; each stays a window long, so a poll every

@@ -35,10 +35,16 @@ export class ToolLimitStore {
   private readonly scripts: ScriptRunner;
 
   constructor(
-    redis: RedisClient,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {
     this.scripts = new ScriptRunner(redis);
+  }
+
+  /** Takes waiters out of the line: their jobs are gone (a task cancelled or ended while it waited). */
+  async dropWaiters(l: SlotLimit, waiters: readonly string[]): Promise<void> {
+    if (waiters.length === 0) return;
+    await this.redis.zrem(this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key)).b, ...waiters);
   }
 
   /**

@@ -727,8 +727,8 @@ class TaskrelayWorker:
         if self.limits is None or (tool.admitted_slot is None and tool.admitted_rate is None):
             return None
 
-        async def promote(pool: str, job_id: str) -> None:
-            await self._promote(pool, job_id, self.log)
+        async def promote(pool: str, job_id: str) -> bool:
+            return await self._promote(pool, job_id, self.log)
 
         return await self.limits.admit(tool, arguments, job, entry, promote)
 
@@ -760,7 +760,7 @@ class TaskrelayWorker:
         except Exception as error:  # noqa: BLE001
             log.warn("could not hold the shared rate limit", err=error)
 
-    async def _promote(self, pool: str, job_id: str, log: Logger) -> None:
+    async def _promote(self, pool: str, job_id: str, log: Logger) -> bool:
         """Wakes a batch parent's delayed job in its queue (§26.4)."""
         queue = self._parent_queues.get(pool)
         if queue is None:
@@ -768,9 +768,11 @@ class TaskrelayWorker:
             self._parent_queues[pool] = queue
         try:
             await queue.backend.promote(job_id)
-            log.debug("batch parent woken", parentId=job_id)
+            log.debug("job promoted", jobId=job_id)
+            return True
         except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it
-            log.debug("batch parent not promoted", parentId=job_id, err=error)
+            log.debug("job not promoted", jobId=job_id, err=error)
+            return False
 
     async def _run_tool(
         self, entry: RunEntry, tool: ToolDefinition, args: Any, ctx: ToolContext, timer: asyncio.TimerHandle | None

@@ -29,6 +29,10 @@ def key_function(names: list[str] | None) -> Callable[[dict[str, Any]], str]:
     return lambda args: json.dumps([args.get(n) for n in names], separators=(",", ":"), ensure_ascii=False)
 
 
+#: How many times a release skips waiters that cannot be woken before it leaves the rest to their delays.
+WAKE_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class SlotLimit:
     limit: int
@@ -102,13 +106,26 @@ class ToolLimits:
 
         async def release() -> None:
             renewal.cancel()
-            _, next_waiters = await self.store.call(
-                "slotRelease", keys, {"holder": job_id, "limit": slot.limit, "waiter": waiter}
-            )
-            for w in next_waiters:
-                pool, _, waiting_id = str(w).partition(" ")
-                if waiting_id:
-                    await promote(pool, waiting_id)
+            _, answered = await self.store.call("slotRelease", keys, {"holder": job_id, "limit": slot.limit, "waiter": waiter})
+            # A waiter that cannot be promoted (its job gone: cancelled or ended while it waited) leaves the line, and
+            # the next is woken in its place, for a few rounds (as the Node worker does).
+            tried: set[str] = set()
+            next_waiters = [str(w) for w in answered]
+            for _ in range(WAKE_ROUNDS):
+                fresh = [w for w in next_waiters if w not in tried]
+                if not fresh:
+                    return
+                tried.update(fresh)
+                gone = []
+                for w in fresh:
+                    pool, _, waiting_id = w.partition(" ")
+                    if not waiting_id or not await promote(pool, waiting_id):
+                        gone.append(w)
+                if not gone:
+                    return
+                await self.store.redis.zrem(waiting, *gone)
+                _, answered = await self.store.call("slotRelease", keys, {"holder": "", "limit": slot.limit, "waiter": ""})
+                next_waiters = [str(w) for w in answered]
 
         entry.release = release
         return None

@@ -20,6 +20,9 @@ export interface LimitWait {
   message: string;
 }
 
+/** How many times a release skips waiters that cannot be woken before it leaves the rest to their delays. */
+const WAKE_ROUNDS = 3;
+
 export interface ToolLimitsOptions {
   store: ToolLimitStore;
   queues: BatchQueues;
@@ -82,8 +85,7 @@ export class ToolLimits {
     ).unref();
     entry.release = async () => {
       clearInterval(renew);
-      const next = await this.o.store.releaseSlot(limit, jobId, waiter);
-      await Promise.all(next.map((w) => this.promote(w)));
+      await this.wakeNext(limit, await this.o.store.releaseSlot(limit, jobId, waiter));
     };
     return undefined;
   }
@@ -127,9 +129,29 @@ export class ToolLimits {
     await this.o.store.hold({ scope: rate.scope, key: rate.keyOf(args) }, ms);
   }
 
-  private async promote(waiter: string): Promise<void> {
+  /**
+   * Promotes the waiters a release answered. One that cannot be promoted (its job is gone: its task was cancelled or
+   * ended while it waited; or it is no longer delayed) leaves the line, and the next in line is woken in its place, for
+   * a few rounds: a stale head of the line would otherwise hold every later waiter to its delay's end.
+   */
+  private async wakeNext(limit: { tool: string; key: string; limit: number }, answered: string[]): Promise<void> {
+    const tried = new Set<string>();
+    let next = answered;
+    for (let round = 0; round < WAKE_ROUNDS; round++) {
+      const fresh = next.filter((w) => !tried.has(w));
+      if (fresh.length === 0) return;
+      for (const w of fresh) tried.add(w);
+      const woken = await Promise.all(fresh.map((w) => this.promote(w)));
+      const gone = fresh.filter((_w, i) => !woken[i]);
+      if (gone.length === 0) return;
+      await this.o.store.dropWaiters(limit, gone);
+      next = await this.o.store.releaseSlot(limit, '', '');
+    }
+  }
+
+  private async promote(waiter: string): Promise<boolean> {
     const space = waiter.indexOf(' ');
-    if (space <= 0) return;
-    await this.o.queues.promote(waiter.slice(0, space), waiter.slice(space + 1));
+    if (space <= 0) return false;
+    return this.o.queues.promote(waiter.slice(0, space), waiter.slice(space + 1));
   }
 }
