@@ -157,10 +157,9 @@ export class ChildRunner {
       wait = await this.o.limits?.admit(tool, args, job, entry);
     } catch (error) {
       if (isRedisUnavailableError(error)) throw error;
-      const message = `The limit key of tool ${tool.name} failed: ${error instanceof Error ? error.message : String(error)}`;
-      return record(failed('INTERNAL', message));
+      return record(failed('INTERNAL', error instanceof Error ? error.message : String(error)));
     }
-    if (wait) return this.o.limits?.delay(tool, args, job, token, wait, log);
+    if (wait) return this.o.limits?.delay(job, token, wait, log);
 
     const { controller } = entry;
     // A child reports no progress of its own (its parent's is the children's count) and has no durable state.

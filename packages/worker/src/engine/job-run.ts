@@ -192,7 +192,7 @@ export class JobRunner {
     const parsedArgs = input.data as Record<string, unknown>;
     const wait = await this.admit(tool, parsedArgs, job, entry, taskId, lock, log);
     if (wait) {
-      return this.waitForLimit({ job, token, taskId, lock, tool, args: parsedArgs, wait, queueTimeoutMs, log });
+      return this.waitForLimit({ job, token, taskId, lock, wait, queueTimeoutMs, log });
     }
 
     const { metrics } = this.o;
@@ -476,7 +476,7 @@ export class JobRunner {
       return await this.o.limits.admit(tool, args, job, entry);
     } catch (error) {
       if (isRedisUnavailableError(error)) throw error;
-      const message = `The limit key of tool ${tool.name} failed: ${error instanceof Error ? error.message : String(error)}`;
+      const message = error instanceof Error ? error.message : String(error);
       await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
       throw new UnrecoverableError(message);
     }
@@ -488,8 +488,6 @@ export class JobRunner {
     token: string | undefined;
     taskId: string;
     lock: JobLock;
-    tool: ToolDefinition;
-    args: Record<string, unknown>;
     wait: LimitWait;
     queueTimeoutMs: number;
     log: Logger;
@@ -506,7 +504,7 @@ export class JobRunner {
       w.log.info({ status: held.status ?? 'missing' }, 'task ended meanwhile; no limit wait');
       return;
     }
-    return this.o.limits?.delay(w.tool, w.args, w.job, w.token, w.wait, w.log);
+    return this.o.limits?.delay(w.job, w.token, w.wait, w.log);
   }
 
   /** A cancelled parent's run removes its queued children and aborts its running ones (§26.7); no batch, no-op. */

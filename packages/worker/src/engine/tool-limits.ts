@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
-import { queueOfBullName, type Logger, type ToolLimitStore } from '@taskrelay/shared';
+import { TaskrelayError, queueOfBullName, type Logger, type SlotLimit, type ToolLimitStore } from '@taskrelay/shared';
 import type { ToolDefinition } from '../define-tool.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
@@ -18,6 +18,21 @@ export interface LimitWait {
   waitMs: number;
   /** The task's `statusMessage` while it waits. */
   message: string;
+  /** The slot limit it waits for (its key computed once), for the look after the delayed move. */
+  slot?: SlotLimit;
+}
+
+/**
+ * A limit key for `args`. A key function that throws is the tool's definition at fault (no retry would change it):
+ * one error, with one message, for a task's run and a batch child's alike.
+ */
+function keyOf(tool: ToolDefinition, keyFn: (args: Record<string, unknown>) => string, args: Record<string, unknown>) {
+  try {
+    return keyFn(args);
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    throw new TaskrelayError('INTERNAL', `The limit key of tool ${tool.name} failed: ${why}`);
+  }
 }
 
 /** How many times a release skips waiters that cannot be woken before it leaves the rest to their delays. */
@@ -49,7 +64,7 @@ export class ToolLimits {
     const { rate, slot } = tool.admitted;
     const jobId = job.id ?? '';
     if (rate) {
-      const key = rate.keyOf(args);
+      const key = keyOf(tool, rate.keyOf, args);
       const taken = await this.o.store.takeStart({ ...rate, key }, `${jobId}:${randomUUID()}`);
       if (!taken.ok) {
         this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'rate' });
@@ -63,7 +78,7 @@ export class ToolLimits {
       }
     }
     if (!slot) return undefined;
-    const limit = { tool: tool.name, key: slot.keyOf(args), limit: slot.limit };
+    const limit = { tool: tool.name, key: keyOf(tool, slot.keyOf, args), limit: slot.limit };
     const waiter = `${queueOfBullName(job.queueName)} ${jobId}`;
     const taken = await this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs);
     if (!taken.ok) {
@@ -72,6 +87,7 @@ export class ToolLimits {
         limit: 'slot',
         waitMs: Math.min(taken.waitMs, this.o.leaseMs),
         message: `Waiting for a slot: tool ${tool.name} runs at most ${slot.limit} at once per ${slot.keyName}`,
+        slot: limit,
       };
     }
     // Renewed every third of the lease while the run lasts; released however the run ends.
@@ -95,26 +111,17 @@ export class ToolLimits {
    * BullMQ's `DelayedError`. A slot waiter then looks once more: a slot freed before the move (its releaser's promotion
    * found the job still active) means it promotes itself, so no wake is lost.
    */
-  async delay(
-    tool: ToolDefinition,
-    args: Record<string, unknown>,
-    job: Job<unknown, void>,
-    token: string | undefined,
-    wait: LimitWait,
-    log: Logger,
-  ): Promise<never> {
+  async delay(job: Job<unknown, void>, token: string | undefined, wait: LimitWait, log: Logger): Promise<never> {
     try {
       await job.moveToDelayed(Date.now() + wait.waitMs, token);
     } catch (error) {
       log.info({ err: error }, 'waiting job not delayed (its lock is gone); it returns to the queue');
       throw new DelayedError();
     }
-    const { slot } = tool.admitted;
-    if (wait.limit === 'slot' && slot) {
-      const limit = { tool: tool.name, key: slot.keyOf(args), limit: slot.limit };
+    if (wait.slot) {
       const jobId = job.id ?? '';
       const room = await this.o.store
-        .takeSlot(limit, jobId, `${queueOfBullName(job.queueName)} ${jobId}`, this.o.leaseMs, true)
+        .takeSlot(wait.slot, jobId, `${queueOfBullName(job.queueName)} ${jobId}`, this.o.leaseMs, true)
         .catch(() => ({ ok: false }));
       if (room.ok) await job.promote().catch(() => undefined);
     }
@@ -126,7 +133,7 @@ export class ToolLimits {
   async hold(tool: ToolDefinition, args: Record<string, unknown>, ms: number): Promise<void> {
     const { rate } = tool.admitted;
     if (!rate) return;
-    await this.o.store.hold({ scope: rate.scope, key: rate.keyOf(args) }, ms);
+    await this.o.store.hold({ scope: rate.scope, key: keyOf(tool, rate.keyOf, args) }, ms);
   }
 
   /**
@@ -134,7 +141,7 @@ export class ToolLimits {
    * ended while it waited; or it is no longer delayed) leaves the line, and the next in line is woken in its place, for
    * a few rounds: a stale head of the line would otherwise hold every later waiter to its delay's end.
    */
-  private async wakeNext(limit: { tool: string; key: string; limit: number }, answered: string[]): Promise<void> {
+  private async wakeNext(limit: SlotLimit, answered: string[]): Promise<void> {
     const tried = new Set<string>();
     let next = answered;
     for (let round = 0; round < WAKE_ROUNDS; round++) {
