@@ -234,7 +234,7 @@ export const SCRIPTS = {
   slotTake: spec({
     name: 'slotTake',
     keys: ['slots', 'waiting'],
-    args: ['holder', 'limit', 'leaseMs', 'waiter', 'peek'],
+    args: ['holder', 'limit', 'leaseMs', 'waiter', 'mode'],
     codes: [OK, ResultCode.LIMIT_FULL],
   }),
   slotRelease: spec({

@@ -49,13 +49,21 @@ export class ToolLimitStore {
 
   /**
    * Takes (or renews) `holder`'s slot; without room the job `waiter` (`<queue> <jobId>`) waits in line, and the answer
-   * is the time to the earliest lease end. `peek`: is there room (or is `holder` in), writing nothing.
+   * is the time to the earliest lease end. `renew`: only a slot `holder` still holds (a renewal in flight when its run
+   * released takes nothing). `peek` (after a refused run's delayed move): is there room (or is `holder` in), taking
+   * nothing; without room `waiter` is put back in line if a releaser dropped it (§3.5 step 3).
    */
-  async takeSlot(l: SlotLimit, holder: string, waiter: string, leaseMs: number, peek = false): Promise<Admission> {
+  async takeSlot(
+    l: SlotLimit,
+    holder: string,
+    waiter: string,
+    leaseMs: number,
+    mode: 'take' | 'renew' | 'peek' = 'take',
+  ): Promise<Admission> {
     const k = this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key));
     const reply = await this.scripts.call(SCRIPTS.slotTake, {
       keys: { slots: k.a, waiting: k.b },
-      args: { holder, limit: l.limit, leaseMs, waiter, peek: peek ? '1' : '0' },
+      args: { holder, limit: l.limit, leaseMs, waiter, mode },
     });
     return reply.code === ResultCode.OK ? { ok: true } : { ok: false, waitMs: Number(reply.values[0] ?? 0) };
   }

@@ -37,9 +37,27 @@ describe('§3.5 slot limits', () => {
     expect(refused.ok).toBe(false);
     expect(refused.ok === false && refused.waitMs).toBeGreaterThan(9_000);
     expect(await limits.takeSlot({ ...a, key: 'globex' }, 'j3', 'q j3', 10_000)).toEqual({ ok: true });
-    // The holder renews; a peek writes nothing.
+    // The holder renews; a peek with room takes nothing.
     expect(await limits.takeSlot(a, 'j1', 'q j1', 10_000)).toEqual({ ok: true });
-    expect((await limits.takeSlot(a, 'j4', 'q j4', 10_000, true)).ok).toBe(false);
+    expect((await limits.takeSlot(a, 'j4', 'q j4', 10_000, 'peek')).ok).toBe(false);
+    expect(await limits.takeSlot({ ...a, key: 'initech' }, 'j5', 'q j5', 10_000, 'peek')).toEqual({ ok: true });
+    expect(await limits.takeSlot({ ...a, key: 'initech' }, 'j6', 'q j6', 10_000)).toEqual({ ok: true });
+  });
+
+  it('step 3: a waiter dropped by a releaser that found it active is back in line after its peek finds no room', async () => {
+    const { limits, keys } = store();
+    const l = { tool: 't', key: 'k', limit: 1 };
+    await limits.takeSlot(l, 'h', 'q h', 10_000);
+    expect((await limits.takeSlot(l, 'w', 'q w', 10_000)).ok).toBe(false);
+    // h releases while w's run is still active (before its delayed move): the promotion fails and w leaves the line.
+    expect(await limits.releaseSlot(l, 'h', 'q h')).toEqual(['q w']);
+    await limits.dropWaiters(l, ['q w']);
+    // A newcomer takes the room; then w, now delayed, peeks: no room, and it is back in line.
+    expect(await limits.takeSlot(l, 'n', 'q n', 10_000)).toEqual({ ok: true });
+    expect((await limits.takeSlot(l, 'w', 'q w', 10_000, 'peek')).ok).toBe(false);
+    expect(await redis.zrange(keys.toolLimit('slots', 't', limitKeyDigest('k')).b, 0, -1)).toEqual(['q w']);
+    // So the newcomer's release wakes it, instead of w sleeping to its delay's end.
+    expect(await limits.releaseSlot(l, 'n', 'q n')).toEqual(['q w']);
   });
 
   it('answers the oldest waiters with room when a holder releases, and none twice', async () => {
@@ -56,6 +74,16 @@ describe('§3.5 slot limits', () => {
     expect(await limits.releaseSlot(l, 'h2', 'q h2')).toEqual(['q w2']);
     const waiting = keys.toolLimit('slots', 't', limitKeyDigest('k')).b;
     expect(await redis.zrange(waiting, 0, -1)).toEqual(['q w2', 'q w3']);
+  });
+
+  it('a renewal only renews a slot still held: one in flight when its run released takes nothing', async () => {
+    const { limits } = store();
+    const l = { tool: 't', key: 'k', limit: 1 };
+    await limits.takeSlot(l, 'h', 'q h', 10_000);
+    expect(await limits.takeSlot(l, 'h', 'q h', 10_000, 'renew')).toEqual({ ok: true });
+    await limits.releaseSlot(l, 'h', 'q h');
+    expect((await limits.takeSlot(l, 'h', 'q h', 10_000, 'renew')).ok).toBe(false);
+    expect(await limits.takeSlot(l, 'next', 'q next', 10_000)).toEqual({ ok: true });
   });
 
   it('gives an expired holder’s slot back (a SIGKILLed run stops renewing)', async () => {

@@ -10,10 +10,14 @@
     ARGV[2] limit             at most this many holders
     ARGV[3] leaseMs           a taken or renewed slot's lease
     ARGV[4] waiter            "<queue> <jobId>": what a releaser promotes
-    ARGV[5] peek              "1": only answer whether there is room, write nothing
+    ARGV[5] mode              "take"; "renew": only renews a slot `holder` still holds (a renewal in flight when its run
+                              released must not take the slot again); "peek" (after a refused run's delayed move):
+                              room takes nothing, no room puts the waiter back in line if it is not there (a releaser
+                              that found its job still active may have dropped it), so the next release wakes it
 
   Output:
-    {R.OK}                    taken or renewed (peek: there is room)
+    {R.OK}                    taken or renewed (peek: there is room, nothing written)
+    {R.LIMIT_FULL, 0}         renew: `holder` holds no slot (released, or its lease ended)
     {R.LIMIT_FULL, waitMs}    no room: the job is in `waiting` (kept at its first place); waitMs to the earliest lease end
 ]]
 --- @include "resultCodes"
@@ -24,11 +28,20 @@ local limit = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local count = redis.call('ZCARD', KEYS[1])
-if ARGV[5] == '1' then
+local mode = ARGV[5]
+local leaseMs = tonumber(ARGV[3])
+if mode == 'renew' then
+  if not held then return {R.LIMIT_FULL, 0} end
+  redis.call('ZADD', KEYS[1], now + leaseMs, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], leaseMs * 2)
+  return {R.OK}
+end
+if mode == 'peek' then
   if held or count < limit then return {R.OK} end
+  redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], 86400000)
   return {R.LIMIT_FULL, 0}
 end
-local leaseMs = tonumber(ARGV[3])
 if held or count < limit then
   redis.call('ZADD', KEYS[1], now + leaseMs, ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[4])

@@ -727,8 +727,15 @@ class TaskrelayWorker:
         if self.limits is None or (tool.admitted_slot is None and tool.admitted_rate is None):
             return None
 
-        async def promote(pool: str, job_id: str) -> bool:
-            return await self._promote(pool, job_id, self.log)
+        async def promote(pool: str, job_id: str) -> str:
+            """"woken", "there" (not delayed: still running, or woken already) or "gone" (no job, or it ended)."""
+            if await self._promote(pool, job_id, self.log):
+                return "woken"
+            try:
+                state = await self._queue_of(pool).getJobState(job_id)
+            except Exception:  # noqa: BLE001 - unreadable counts as gone: the line must move on
+                return "gone"
+            return "gone" if state in ("unknown", "completed", "failed") else "there"
 
         return await self.limits.admit(tool, arguments, job, entry, promote)
 
@@ -760,14 +767,18 @@ class TaskrelayWorker:
         except Exception as error:  # noqa: BLE001
             log.warn("could not hold the shared rate limit", err=error)
 
-    async def _promote(self, pool: str, job_id: str, log: Logger) -> bool:
-        """Wakes a batch parent's delayed job in its queue (§26.4)."""
+    def _queue_of(self, pool: str) -> Any:
+        """A queue this worker wakes jobs in (batch parents, limit waiters), one per pool, closed with the worker."""
         queue = self._parent_queues.get(pool)
         if queue is None:
             queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": bull_options(self.config.redis), "prefix": self.keys.bull_prefix})
             self._parent_queues[pool] = queue
+        return queue
+
+    async def _promote(self, pool: str, job_id: str, log: Logger) -> bool:
+        """Wakes a batch parent's delayed job in its queue (§26.4)."""
         try:
-            await queue.backend.promote(job_id)
+            await self._queue_of(pool).backend.promote(job_id)
             log.debug("job promoted", jobId=job_id)
             return True
         except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it

@@ -85,7 +85,7 @@ class ToolLimits:
         slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
         waiter = f"{queue_of_bull_name(job.queue.name)} {job_id}"
         keys = {"slots": slots, "waiting": waiting}
-        take = {"holder": job_id, "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "peek": "0"}
+        take = {"holder": job_id, "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "take"}
         code, values = await self.store.call("slotTake", keys, take)
         if code != "OK":
             return LimitWait(
@@ -98,7 +98,7 @@ class ToolLimits:
             while True:
                 await asyncio.sleep(max(0.05, self.lease_ms / 3000))
                 try:
-                    await self.store.call("slotTake", keys, take)
+                    await self.store.call("slotTake", keys, {**take, "mode": "renew"})
                 except Exception as error:  # noqa: BLE001 - the lease ends by itself; the next renewal tries again
                     self.log.debug("slot lease not renewed", err=error)
 
@@ -107,8 +107,10 @@ class ToolLimits:
         async def release() -> None:
             renewal.cancel()
             _, answered = await self.store.call("slotRelease", keys, {"holder": job_id, "limit": slot.limit, "waiter": waiter})
-            # A waiter that cannot be promoted (its job gone: cancelled or ended while it waited) leaves the line, and
-            # the next is woken in its place, for a few rounds (as the Node worker does).
+            # A waiter whose job is gone (cancelled or ended while it waited) leaves the line, and the next is woken in
+            # its place, for a few rounds; one whose job is there but not delayed (its refused run has not made its
+            # delayed move yet, or it was woken already) stays in line: its look after the move, or its take, uses the
+            # room (as the Node worker does, §3.5 step 4).
             tried: set[str] = set()
             next_waiters = [str(w) for w in answered]
             for _ in range(WAKE_ROUNDS):
@@ -119,7 +121,7 @@ class ToolLimits:
                 gone = []
                 for w in fresh:
                     pool, _, waiting_id = w.partition(" ")
-                    if not waiting_id or not await promote(pool, waiting_id):
+                    if not waiting_id or await promote(pool, waiting_id) == "gone":
                         gone.append(w)
                 if not gone:
                     return
@@ -131,15 +133,17 @@ class ToolLimits:
         return None
 
     async def room_now(self, tool: Any, args: dict[str, Any], job: Any) -> bool:
-        """After a slot waiter's delayed move: is there room already (its releaser's promotion found it active)?"""
+        """After a slot waiter's delayed move: is there room already (its releaser's promotion found it active)? Without
+        room the waiter is put back in line if that releaser dropped it, so the next release wakes it (§3.5 step 3)."""
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return False
+        waiter = f"{queue_of_bull_name(job.queue.name)} {job.id}"
         slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
         code, _ = await self.store.call(
             "slotTake",
             {"slots": slots, "waiting": waiting},
-            {"holder": str(job.id), "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": "", "peek": "1"},
+            {"holder": str(job.id), "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "peek"},
         )
         return code == "OK"
 

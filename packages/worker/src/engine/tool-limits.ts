@@ -93,7 +93,7 @@ export class ToolLimits {
     // Renewed every third of the lease while the run lasts; released however the run ends.
     const renew = setInterval(
       () => {
-        this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs).catch((error: unknown) => {
+        this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs, 'renew').catch((error: unknown) => {
           this.o.log.debug({ err: error, tool: tool.name }, 'slot lease not renewed');
         });
       },
@@ -109,7 +109,8 @@ export class ToolLimits {
   /**
    * Puts a refused run's job in BullMQ's delayed set for `wait.waitMs` (no attempt used, no slot held) and throws
    * BullMQ's `DelayedError`. A slot waiter then looks once more: a slot freed before the move (its releaser's promotion
-   * found the job still active) means it promotes itself, so no wake is lost.
+   * found the job still active, and dropped it from the line) means it promotes itself; no room means the look puts it
+   * back in line, so the next release wakes it. Either way no wake is lost.
    */
   async delay(job: Job<unknown, void>, token: string | undefined, wait: LimitWait, log: Logger): Promise<never> {
     try {
@@ -121,7 +122,7 @@ export class ToolLimits {
     if (wait.slot) {
       const jobId = job.id ?? '';
       const room = await this.o.store
-        .takeSlot(wait.slot, jobId, `${queueOfBullName(job.queueName)} ${jobId}`, this.o.leaseMs, true)
+        .takeSlot(wait.slot, jobId, `${queueOfBullName(job.queueName)} ${jobId}`, this.o.leaseMs, 'peek')
         .catch(() => ({ ok: false }));
       if (room.ok) await job.promote().catch(() => undefined);
     }
@@ -137,9 +138,12 @@ export class ToolLimits {
   }
 
   /**
-   * Promotes the waiters a release answered. One that cannot be promoted (its job is gone: its task was cancelled or
-   * ended while it waited; or it is no longer delayed) leaves the line, and the next in line is woken in its place, for
-   * a few rounds: a stale head of the line would otherwise hold every later waiter to its delay's end.
+   * Promotes the waiters a release answered. One whose job is gone (its task was cancelled or ended while it waited)
+   * leaves the line, and the next in line is woken in its place, for a few rounds: a stale head of the line would
+   * otherwise hold every later waiter to its delay's end. One whose job is not delayed but still there (its refused run
+   * has not made its delayed move yet, or it was woken already) stays in line: its look after the move (step 3), or its
+   * take, uses the room. Dropping it raced that look: a look that ran first kept it in line, the drop then took it out,
+   * and it slept to its delay's end.
    */
   private async wakeNext(limit: SlotLimit, answered: string[]): Promise<void> {
     const tried = new Set<string>();
@@ -149,16 +153,22 @@ export class ToolLimits {
       if (fresh.length === 0) return;
       for (const w of fresh) tried.add(w);
       const woken = await Promise.all(fresh.map((w) => this.promote(w)));
-      const gone = fresh.filter((_w, i) => !woken[i]);
+      const gone = fresh.filter((_w, i) => woken[i] === 'gone');
       if (gone.length === 0) return;
       await this.o.store.dropWaiters(limit, gone);
       next = await this.o.store.releaseSlot(limit, '', '');
     }
   }
 
-  private async promote(waiter: string): Promise<boolean> {
+  private async promote(waiter: string): Promise<'woken' | 'there' | 'gone'> {
     const space = waiter.indexOf(' ');
-    if (space <= 0) return false;
-    return this.o.queues.promote(waiter.slice(0, space), waiter.slice(space + 1));
+    if (space <= 0) return 'gone';
+    const [pool, jobId] = [waiter.slice(0, space), waiter.slice(space + 1)];
+    if (await this.o.queues.promote(pool, jobId)) return 'woken';
+    const state = await this.o.queues
+      .get(pool)
+      .getJobState(jobId)
+      .catch(() => 'unknown');
+    return state === 'unknown' || state === 'completed' || state === 'failed' ? 'gone' : 'there';
   }
 }
