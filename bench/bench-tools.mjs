@@ -53,6 +53,29 @@ export const benchKeyed = defineTool({
   },
 });
 
+/**
+ * The slot hand-off (PROTOCOL.md §3.3 and §3.5 step 4): a tool that runs one at a time per `lane`, fleet-wide, and
+ * records each run's handler start and end (`<start> <end>`) on `<prefix>:bench:slot:<lane>`. The gap from one run's
+ * end to the next run's start is what a freed slot costs the run that waits for it.
+ */
+const slotTool = (name, concurrency) =>
+  defineTool({
+    name,
+    description: 'Holds ms, one run at a time per lane, and logs its start and end times.',
+    inputSchema: z.object({ lane: z.string(), ms: z.number().int().min(0).max(10_000) }),
+    concurrency,
+    async run({ lane, ms }, ctx) {
+      const start = now();
+      await ctx.sleep(ms);
+      await benchRedis().rpush(`${prefix}:bench:slot:${lane}`, `${start} ${now()}`);
+      return 'ok';
+    },
+  });
+/** Worker-admitted: a concurrency of 1 per lane (§3.5). */
+export const benchSlotKeyed = slotTool('bench_slot_keyed', { limit: 1, key: ['lane'] });
+/** BullMQ's own: the tool queue's global concurrency of 1 (§3.3). */
+export const benchSlotQueue = slotTool('bench_slot_queue', 1);
+
 export const benchProgress = defineTool({
   name: 'bench_progress',
   description: 'Reports `count` progress updates `intervalMs` apart, each stamped with its send time.',

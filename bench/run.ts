@@ -48,6 +48,7 @@ import {
   peerMemoryPerTask,
   progressLatency,
   rawPubSub,
+  slotHandoff,
   type CpuRoles,
 } from './lib/scenarios.js';
 import { latency, sleep } from './lib/stats.js';
@@ -114,6 +115,10 @@ const HOLD_MS = 100;
 const POLL_HOLD_MS = 300;
 const POLL_TASKS = QUICK ? 3 : 10;
 const HOLD_CLIENTS = 128;
+/** The slot hand-off rows (§3.3, §3.5): runs one at a time per lane, each holding SLOT_HOLD_MS. */
+const SLOT_RUNS = QUICK ? 8 : 20;
+const SLOT_HOLD_MS = 20;
+const SLOT_TOOLS = { keyed: 'bench_slot_keyed', queue: 'bench_slot_queue' } as const;
 
 /** Anything started here, for the finally block and signals. */
 const cleanup: Array<() => Promise<void> | void> = [];
@@ -440,6 +445,21 @@ function rowSpecs(): RowSpec[] {
     }
   }
   {
+    const group = `slot hand-off: a run's end → the next waiting run's start, one at a time per lane, 2 workers`;
+    const what = { keyed: 'per key (worker-admitted, §3.5)', queue: 'queue concurrency (BullMQ, §3.3)' } as const;
+    for (const kind of Object.keys(SLOT_TOOLS) as Array<keyof typeof SLOT_TOOLS>) {
+      for (const p of ['p50', 'p99'] as const) {
+        rows.push({ group, label: `${what[kind]}, ${p}`, unit: 'ms', id: `tr.slot.${kind}.${p}`, better: 'lower' });
+      }
+      rows.push({
+        group,
+        label: `${what[kind]}, runs overlapping (must be 0)`,
+        unit: 'count',
+        id: `tr.slot.${kind}.overlaps`,
+      });
+    }
+  }
+  {
     const group = `polling client: SDK callToolStream, a ${POLL_HOLD_MS} ms task, one at a time`;
     rows.push(
       {
@@ -755,6 +775,19 @@ async function compare(): Promise<number> {
           const b = latency(roundTrip);
           return { p50: a.p50, p99: a.p99, rt50: b.p50, rt99: b.p99 };
         },
+      );
+    }
+    // A freed slot → the waiting run's start, on two workers (§3.3 BullMQ's queue concurrency, §3.5 the admission).
+    for (const [kind, tool] of Object.entries(SLOT_TOOLS)) {
+      await guarded(results, `tr.slot.${kind}`, rep, 60_000, targets.w2.deps, w2Sessions, () =>
+        slotHandoff({
+          sessions: w2Sessions,
+          redisUrl: redis.url,
+          prefix: prefixes.w2,
+          tool,
+          runs: SLOT_RUNS,
+          holdMs: SLOT_HOLD_MS,
+        }),
       );
     }
     // What a polling client sees (§28), peer and taskrelay in the same alternating order.

@@ -465,3 +465,47 @@ export async function peerMemoryPerTask(sessions: McpSession[], peerPid: number,
   const after = (await probeHeap(peerPid)).heapUsed;
   return { heapPerTerminal: (after - before) / count, totalPerTerminal: (after - before) / count };
 }
+
+/**
+ * Slot hand-off (PROTOCOL.md §3.3, §3.5 step 4): `runs` tasks of a tool that runs one at a time per lane, all sent
+ * at once over the sessions, each holding `holdMs`. The tool logs its handler's start and end; sorted by start, each
+ * sample is one run's start minus the previous run's end: the time from a slot freeing (the handler returning; the
+ * release follows it in the envelope) to the waiting run's handler starting, across the stack's workers.
+ */
+export async function slotHandoff(o: {
+  sessions: McpSession[];
+  redisUrl: string;
+  prefix: string;
+  tool: 'bench_slot_keyed' | 'bench_slot_queue';
+  runs: number;
+  holdMs: number;
+}) {
+  const redis = new Redis(o.redisUrl);
+  const lane = token('slot');
+  const key = `${o.prefix}:bench:slot:${lane}`;
+  try {
+    const created = await Promise.all(
+      Array.from({ length: o.runs }, async (_v, i) => {
+        const s = o.sessions[i % o.sessions.length]!;
+        const answer = await s.call('tools/call', {
+          name: o.tool,
+          arguments: { lane, ms: o.holdMs },
+          task: { ttl: 60_000 },
+        });
+        return { s, taskId: answer.task.taskId as string };
+      }),
+    );
+    await Promise.all(created.map(({ s, taskId }) => s.call('tasks/result', { taskId })));
+    const spans = (await redis.lrange(key, 0, -1))
+      .map((line) => line.split(' ').map(Number) as [number, number])
+      .sort((a, b) => a[0] - b[0]);
+    if (spans.length !== o.runs) throw new Error(`${o.tool}: ${spans.length} of ${o.runs} runs logged`);
+    const gaps = spans.slice(1).map(([start], i) => start - spans[i]![1]);
+    const overlaps = gaps.filter((g) => g < 0).length;
+    const lat = latency(gaps);
+    return { p50: lat.p50, p99: lat.p99, overlaps };
+  } finally {
+    await redis.del(key).catch(() => undefined);
+    redis.disconnect();
+  }
+}
