@@ -204,6 +204,17 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
   TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_CATALOG_RETENTION_MS: int(0, 365 * 86_400_000).default(86_400_000),
+  TASKRELAY_RETAIN_COMPLETED_MS: int(1_000, 365 * 86_400_000)
+    .optional()
+    .describe(
+      'how long a completed task stays readable after it ended (replacing its ttl); unset: its own ttl. The newest gateway to start sets it for the deployment ([PROTOCOL.md §30.1](PROTOCOL.md#301-retention-per-status))',
+    ),
+  TASKRELAY_RETAIN_FAILED_MS: int(1_000, 365 * 86_400_000)
+    .optional()
+    .describe('the same for a failed task, for example `604800000` (7 days) to find and replay failures'),
+  TASKRELAY_RETAIN_CANCELLED_MS: int(1_000, 365 * 86_400_000)
+    .optional()
+    .describe('the same for a cancelled task'),
   GATEWAY_SHUTDOWN_GRACE_MS: int(0, 3_600_000).default(10_000),
   TASKRELAY_ALLOWED_HOSTS: originList.optional(),
   TASKRELAY_ALLOW_UNAUTHENTICATED: flag.default(false),
@@ -293,6 +304,10 @@ export interface GatewayConfig extends CommonConfig {
   allowedOrigins: string[] | undefined;
   defaultTtlMs: number;
   maxTtlMs: number;
+  /** How long a task stays after it ended, per ending status, instead of its ttl (PROTOCOL.md §30.1). */
+  retainCompletedMs: number | undefined;
+  retainFailedMs: number | undefined;
+  retainCancelledMs: number | undefined;
   pollIntervalMs: number;
   /** Upper bound on any tool's run time; a tool's own `timeoutMs` may only be lower. */
   maxToolTimeoutMs: number;
@@ -473,6 +488,9 @@ const GATEWAY_ENV_NAMES = {
   allowedOrigins: 'TASKRELAY_ALLOWED_ORIGINS',
   defaultTtlMs: 'TASKRELAY_DEFAULT_TTL_MS',
   maxTtlMs: 'TASKRELAY_MAX_TTL_MS',
+  retainCompletedMs: 'TASKRELAY_RETAIN_COMPLETED_MS',
+  retainFailedMs: 'TASKRELAY_RETAIN_FAILED_MS',
+  retainCancelledMs: 'TASKRELAY_RETAIN_CANCELLED_MS',
   pollIntervalMs: 'TASKRELAY_POLL_INTERVAL_MS',
   maxToolTimeoutMs: 'TASKRELAY_MAX_TOOL_TIMEOUT_MS',
   eventTtlMs: 'TASKRELAY_EVENT_TTL_MS',

@@ -16,6 +16,10 @@ export interface Keys {
   principalTasks(principal: string): string;
   /** Sorted set of every non-terminal task, scored by when the reaper next looks at it (PROTOCOL.md §10). */
   readonly live: string;
+  /** Sorted set of every task-mode task id, scored by creation time: what operators search (PROTOCOL.md §30.2). */
+  readonly taskIndex: string;
+  /** Hash: the deployment's retention policy, ending status → how long a task stays after it (PROTOCOL.md §30.1). */
+  readonly retention: string;
   /** String: the lease that lets one gateway at a time run the reaper. */
   readonly reaperLease: string;
   /** String: the random key that signs MRTR `requestState` when no secret is configured (PROTOCOL.md §17.2). */
@@ -117,6 +121,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     taskKeyPrefix,
     principalTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:tasks`,
     live: `${prefix}:live`,
+    taskIndex: `${prefix}:index:tasks`,
+    retention: `${prefix}:config:retention`,
     reaperLease: `${prefix}:reaper:lease`,
     requestStateKey: `${prefix}:request-state-key`,
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,

@@ -62,7 +62,7 @@ export const SCRIPTS = {
   }),
   transition: spec({
     name: 'transition',
-    keys: ['task', 'live', 'lock', 'webhookDue', 'webhookPending', 'webhookDead'],
+    keys: ['task', 'live', 'lock', 'webhookDue', 'webhookPending', 'webhookDead', 'retention'],
     args: [
       'to',
       'now',
@@ -116,7 +116,7 @@ export const SCRIPTS = {
   }),
   reap: spec({
     name: 'reap',
-    keys: ['live', 'lease', 'webhookDue', 'webhookPending', 'webhookDead'],
+    keys: ['live', 'lease', 'webhookDue', 'webhookPending', 'webhookDead', 'retention'],
     args: [
       'nowMs',
       'now',

@@ -484,6 +484,20 @@ export class RedisTaskStore {
     return generation;
   }
 
+  /**
+   * Writes the deployment's retention policy (PROTOCOL.md §30.1): how long a task stays after it ended, per ending
+   * status; a status left out keeps the task's own ttl. Every gateway writes it as it starts: the newest decides.
+   */
+  async setRetention(policy: Partial<Record<'completed' | 'failed' | 'cancelled', number>>): Promise<void> {
+    const statuses = ['completed', 'failed', 'cancelled'] as const;
+    const set = statuses.filter((s) => policy[s] !== undefined);
+    const unset = statuses.filter((s) => policy[s] === undefined);
+    const tx = this.redis.multi();
+    if (set.length > 0) tx.hset(this.keys.retention, Object.fromEntries(set.map((s) => [s, String(policy[s])])));
+    if (unset.length > 0) tx.hdel(this.keys.retention, ...unset);
+    await tx.exec();
+  }
+
   async get(taskId: string): Promise<TaskRecord | undefined> {
     if (this.largeReads === undefined) return parseRecord(await this.redis.hgetall(this.keys.task(taskId)));
     const reply = await this.scripts.call(SCRIPTS.read, {
@@ -667,6 +681,7 @@ export class RedisTaskStore {
         webhookDue: this.keys.webhooks.due,
         webhookPending: this.keys.webhooks.pending,
         webhookDead: this.keys.webhooks.dead,
+        retention: this.keys.retention,
       },
       args: {
         to,
@@ -893,6 +908,7 @@ export class RedisTaskStore {
         webhookDue: this.keys.webhooks.due,
         webhookPending: this.keys.webhooks.pending,
         webhookDead: this.keys.webhooks.dead,
+        retention: this.keys.retention,
       },
       args: {
         nowMs: now.getTime(),

@@ -65,6 +65,15 @@ describe('§10.3 the reaper', () => {
     expect(await redis.pttl(keys.task(taskId))).toBeGreaterThan(0);
   });
 
+  it('§30.1 keeps a reaped task as long as the retention of failed tasks says', async () => {
+    const { store, keys } = setup('reap-retain');
+    await store.setRetention({ failed: 3 * 86_400_000 });
+    const { taskId } = await store.create(base);
+    await store.reap('g1');
+    expect((await store.get(taskId))?.status).toBe('failed');
+    expect(await redis.pttl(keys.task(taskId))).toBeGreaterThan(2 * 86_400_000);
+  });
+
   it('fails a task whose job sits in the failed set, with BullMQ’s reason', async () => {
     const { store, keys } = setup('reap-failed');
     const { taskId } = await store.create(base);

@@ -83,6 +83,34 @@ describe('§2 the task record and its state machine', () => {
     expect(pttl).toBeLessThanOrEqual(5_000);
   });
 
+  it('§30.1 keeps an ended task as long as the retention of its ending status says, and reports it as its ttl', async () => {
+    const { store, keys } = setup('retain');
+    const week = 7 * 86_400_000;
+    await store.setRetention({ failed: week, cancelled: 120_000 });
+    const failed = await store.create({ ...base, ttl: 5_000 });
+    const cancelled = await store.create({ ...base, ttl: 5_000 });
+    const completed = await store.create({ ...base, ttl: 5_000 });
+    const call = await store.create({ ...base, mode: 'call', ttl: 10_000 });
+    // Unfinished: no expiry, however long the retention.
+    expect(await redis.pttl(keys.task(failed.taskId))).toBe(-1);
+    await store.transition(failed.taskId, 'failed');
+    await store.transition(cancelled.taskId, 'cancelled');
+    await store.transition(completed.taskId, 'completed', { result: { content: [] } });
+    await store.transition(call.taskId, 'failed');
+    expect(await redis.pttl(keys.task(failed.taskId))).toBeGreaterThan(week - 60_000);
+    expect((await store.get(failed.taskId))?.ttl).toBe(week);
+    expect(await redis.pttl(keys.task(cancelled.taskId))).toBeGreaterThan(100_000);
+    // No retention for completed: its own ttl. A plain call keeps its own too: its caller has its answer.
+    expect(await redis.pttl(keys.task(completed.taskId))).toBeLessThanOrEqual(5_000);
+    expect((await store.get(completed.taskId))?.ttl).toBe(5_000);
+    expect(await redis.pttl(keys.task(call.taskId))).toBeLessThanOrEqual(10_000);
+    // A gateway started without a policy for failed removes it: the task's own ttl again.
+    await store.setRetention({});
+    const later = await store.create({ ...base, ttl: 5_000 });
+    await store.transition(later.taskId, 'failed');
+    expect(await redis.pttl(keys.task(later.taskId))).toBeLessThanOrEqual(5_000);
+  });
+
   it('publishes each status change on the owning gateway channel', async () => {
     const { store, keys } = setup('status');
     const sub = new Redis(server.url);

@@ -150,6 +150,11 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
   const scriptsGeneration = await store.announceScriptsGeneration();
   log.debug({ scriptsGeneration }, 'task-store scripts generation announced');
+  await store.setRetention({
+    completed: options.retainCompletedMs,
+    failed: options.retainFailedMs,
+    cancelled: options.retainCancelledMs,
+  });
   // One JSON Schema validator for tool arguments and input answers alike.
   const jsonSchemas = new JsonSchemaValidator(log);
   const catalogOptions = {

@@ -8,6 +8,7 @@
     KEYS[3] webhookDue        the webhook outbox's due set (§27.2)
     KEYS[4] webhookPending    the outbox's pending counts per principal
     KEYS[5] webhookDead       the outbox's dead letters
+    KEYS[6] retention         the deployment's retention policy (§30.1: status -> ms)
 
     ARGV[1] nowMs             now, ms since epoch
     ARGV[2] now               now, ISO
@@ -75,7 +76,7 @@ for _, taskId in ipairs(due) do
       publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
         lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
       outbox_append(taskKey, 'failed', message, ARGV[2], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
-      finish(taskKey, KEYS[1], taskId, h[4] == false)
+      finish(taskKey, KEYS[1], taskId, h[4] == false, 'failed', KEYS[6])
       reaped[#reaped + 1] = taskId
       reaped[#reaped + 1] = code
       reaped[#reaped + 1] = message

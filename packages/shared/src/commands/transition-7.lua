@@ -9,6 +9,7 @@
     KEYS[4] webhookDue        the webhook outbox's due set (§27.2)
     KEYS[5] webhookPending    the outbox's pending counts per principal
     KEYS[6] webhookDead       the outbox's dead letters
+    KEYS[7] retention         the deployment's retention policy (§30.1: status -> ms)
 
     ARGV[1] to                the new status
     ARGV[2] now               ISO time
@@ -67,5 +68,5 @@ publish_status(KEYS[1], event, ARGV[5], ARGV[6])
 if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
 end
-if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1') end
+if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7]) end
 return {R.OK, ARGV[1]}

@@ -45,6 +45,8 @@ class Keys:
         self.webhook_due = f"{prefix}:webhooks:due"
         self.webhook_pending = f"{prefix}:webhooks:pending"
         self.webhook_dead = f"{prefix}:webhooks:dead"
+        #: The deployment's retention policy (PROTOCOL.md §30.1), which ending a task reads.
+        self.retention = f"{prefix}:config:retention"
 
     def task(self, task_id: str) -> str:
         return f"{self.task_key_prefix}{task_id}"

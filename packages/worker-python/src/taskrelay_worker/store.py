@@ -201,6 +201,7 @@ class TaskStore:
                 "webhookDue": self.keys.webhook_due,
                 "webhookPending": self.keys.webhook_pending,
                 "webhookDead": self.keys.webhook_dead,
+                "retention": self.keys.retention,
             },
             {
                 "to": to,

@@ -1,14 +1,22 @@
 --[[
   Ends a task (PROTOCOL.md §10.1): the hash expires after its ttl, leaves the live set, drops its watchers, and its
   idempotency mapping is kept as long as the task (or freed at once, for a task that never ran); a dedupe mapping
-  (§25.2) is freed at once: only an unfinished task is joined.
+  (§25.2) is freed at once: only an unfinished task is joined. A task (not a plain call) whose ending status has a
+  retention in the deployment's policy (`retentionKey`, §30.1) is kept that long instead, and its ttl says so.
 ]]
 --- @include "taskFields"
 
-local function finish(taskKey, liveKey, taskId, dropIdempotency)
-  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe)
+local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retentionKey)
+  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe, F.mode)
   if h[3] == '1' then dropIdempotency = true end
   local ttl = tonumber(h[1]) or 60000
+  if h[4] == 'task' then
+    local kept = tonumber(redis.call('HGET', retentionKey, status) or '')
+    if kept and kept ~= ttl then
+      ttl = kept
+      redis.call('HSET', taskKey, F.ttl, tostring(kept))
+    end
+  end
   redis.call('PEXPIRE', taskKey, ttl)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)

@@ -1,46 +1,38 @@
 --[[
-  Moves a task to a new status when the transition table allows it (PROTOCOL.md §2), publishes the status event,
-  and ends the task when the new status is terminal.
+  The reaper (PROTOCOL.md §10.3): fails the due live tasks whose deadline passed or whose job is gone or failed, and
+  schedules the others' next look. One process at a time holds the lease.
 
   Input:
-    KEYS[1] task              the task hash
-    KEYS[2] live              the live set
-    KEYS[3] lock              the job's lock key (the task key when the write is not a worker's)
-    KEYS[4] webhookDue        the webhook outbox's due set (§27.2)
-    KEYS[5] webhookPending    the outbox's pending counts per principal
-    KEYS[6] webhookDead       the outbox's dead letters
+    KEYS[1] live              the live set, scored by when the reaper next looks
+    KEYS[2] lease             the reaper lease
+    KEYS[3] webhookDue        the webhook outbox's due set (§27.2)
+    KEYS[4] webhookPending    the outbox's pending counts per principal
+    KEYS[5] webhookDead       the outbox's dead letters
+    KEYS[6] retention         the deployment's retention policy (§30.1: status -> ms)
 
-    ARGV[1] to                the new status
-    ARGV[2] now               ISO time
-    ARGV[3] fields            extra fields, JSON object (statusMessage, result, error, cancelReason)
-    ARGV[4] lockToken         the worker's lock token; '' = no lock check
-    ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
-    ARGV[6] channelSuffix     gateway channel: what comes after it
-    ARGV[7] ackTo             gateway to name in the event's ackTo, or ''
-    ARGV[8] deadlineAt        the new deadline (ms since epoch), or '' to keep it
-    ARGV[9] dropIdempotency   '1' to free the idempotency key at once (the task never ran)
-    ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
+    ARGV[1] nowMs             now, ms since epoch
+    ARGV[2] now               now, ISO
+    ARGV[3] batch             how many due tasks one pass looks at
+    ARGV[4] lookAgainMs       when a task still fine is looked at again
+    ARGV[5] taskKeyPrefix     what a task key puts before the id
+    ARGV[6] queueKeyPrefix    what a BullMQ queue key puts before the pool name
+    ARGV[7] channelPrefix     gateway channel: what comes before the gateway id
+    ARGV[8] channelSuffix     gateway channel: what comes after it
+    ARGV[9] holder            who asks for the lease
+    ARGV[10] leaseMs          how long the lease is held
     ARGV[11] webhookPrefix    what an outbox event key puts before the event id
 
   Output:
-    {R.OK, to}
-    {R.TASK_MISSING}
-    {R.LOCK_LOST, current}             another run holds the job
-    {R.TASK_TERMINAL, current}         the task has ended already
-    {R.TRANSITION_REFUSED, current}    the table does not allow the move
+    {R.OK, looked, {taskId, code, message, ...}}   the tasks failed by this pass
+    {R.LEASE_HELD}                                 another process holds the lease
 ]]
 local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15}
 
 local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", toolVersion = "toolVersion", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", inputFloor = "inputFloor", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", input = "input:", answer = "answer:"}
 
---[[
-  A worker's write is lock-checked (PROTOCOL.md §10.4): true when the job's lock holds `token`, or when the write is
-  not a worker's (an empty token).
-]]
-
-local function holds_lock(lockKey, token)
-  return token == '' or redis.call('GET', lockKey) == token
-end
+local function bull_job_key(queueKey, jobId) return queueKey .. ":" .. jobId end
+local function bull_failed_key(queueKey) return queueKey .. ":failed" end
+local BULL_FAILED_REASON = "failedReason"
 
 --[[
   The one status write (PROTOCOL.md §2): checks the move against the transition table, generated from
@@ -96,13 +88,21 @@ end
 --[[
   Ends a task (PROTOCOL.md §10.1): the hash expires after its ttl, leaves the live set, drops its watchers, and its
   idempotency mapping is kept as long as the task (or freed at once, for a task that never ran); a dedupe mapping
-  (§25.2) is freed at once: only an unfinished task is joined.
+  (§25.2) is freed at once: only an unfinished task is joined. A task (not a plain call) whose ending status has a
+  retention in the deployment's policy (`retentionKey`, §30.1) is kept that long instead, and its ttl says so.
 ]]
 
-local function finish(taskKey, liveKey, taskId, dropIdempotency)
-  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe)
+local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retentionKey)
+  local h = redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe, F.mode)
   if h[3] == '1' then dropIdempotency = true end
   local ttl = tonumber(h[1]) or 60000
+  if h[4] == 'task' then
+    local kept = tonumber(redis.call('HGET', retentionKey, status) or '')
+    if kept and kept ~= ttl then
+      ttl = kept
+      redis.call('HSET', taskKey, F.ttl, tostring(kept))
+    end
+  end
   redis.call('PEXPIRE', taskKey, ttl)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)
@@ -159,35 +159,57 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   redis.call('HINCRBY', pendingKey, principal, 1)
 end
 
-local current = redis.call('HGET', KEYS[1], F.status)
-if not current then return {R.TASK_MISSING} end
-if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
-local extra = cjson.decode(ARGV[3])
-local fields = {}
-for k, v in pairs(extra) do
-  fields[#fields + 1] = k
-  fields[#fields + 1] = v
+if redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', tonumber(ARGV[10])) == false then
+  if redis.call('GET', KEYS[2]) ~= ARGV[9] then return {R.LEASE_HELD} end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[10]))
 end
-if ARGV[8] ~= '' then
-  fields[#fields + 1] = F.deadlineAt
-  fields[#fields + 1] = ARGV[8]
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local reaped = {}
+for _, taskId in ipairs(due) do
+  local taskKey = ARGV[5] .. taskId
+  local h = redis.call('HMGET', taskKey, F.status, F.deadlineAt, F.queue, F.startedAt)
+  if check_source(h[1], 'failed') ~= R.OK then
+    -- Gone or ended: nothing to reap, and no reason to look again.
+    redis.call('ZREM', KEYS[1], taskId)
+  else
+    local deadline = tonumber(h[2])
+    local code, message
+    if deadline and now >= deadline then
+      code = 'TIMEOUT'
+      if h[1] == 'input_required' then
+        message = 'Task deadline passed: its input request was not answered in time'
+      else
+        message = 'Task deadline passed: no worker finished it in time'
+      end
+    else
+      local queueKey = ARGV[6] .. (h[3] or '')
+      local jobKey = bull_job_key(queueKey, taskId)
+      if redis.call('EXISTS', jobKey) == 0 then
+        code = 'JOB_LOST'
+        message = 'The job of this task was lost (never enqueued, evicted or removed)'
+      elseif redis.call('ZSCORE', bull_failed_key(queueKey), taskId) then
+        code = 'JOB_LOST'
+        local reason = redis.call('HGET', jobKey, BULL_FAILED_REASON)
+        message = 'The job of this task failed: ' .. (reason or 'unknown reason')
+      end
+    end
+    if code then
+      local result = cjson.encode({content = {{type = 'text', text = message}}, isError = true})
+      local err = cjson.encode({code = code, message = message})
+      move_status(taskKey, h[1], 'failed', ARGV[2], {F.statusMessage, message, F.result, result, F.error, err})
+      publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
+        lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
+      outbox_append(taskKey, 'failed', message, ARGV[2], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
+      finish(taskKey, KEYS[1], taskId, h[4] == false, 'failed', KEYS[6])
+      reaped[#reaped + 1] = taskId
+      reaped[#reaped + 1] = code
+      reaped[#reaped + 1] = message
+    else
+      local again = now + tonumber(ARGV[4])
+      if deadline and deadline < again then again = deadline end
+      redis.call('ZADD', KEYS[1], again, taskId)
+    end
+  end
 end
-local code = move_status(KEYS[1], current, ARGV[1], ARGV[2], fields)
-if code ~= R.OK then return {code, current} end
-local taskId = redis.call('HGET', KEYS[1], F.taskId)
-local event = {type = 'status', taskId = taskId, status = ARGV[1], lastUpdatedAt = ARGV[2]}
-local message = redis.call('HGET', KEYS[1], F.statusMessage)
-if message and message ~= '' then event.statusMessage = message end
-if extra.cancelReason then event.cancelReason = extra.cancelReason end
-if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
-if ARGV[10] == '1' then
-  event.final = true
-  event.result = extra.result
-  event.error = extra.error
-end
-publish_status(KEYS[1], event, ARGV[5], ARGV[6])
-if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
-  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
-end
-if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1') end
-return {R.OK, ARGV[1]}
+return {R.OK, #due, reaped}
