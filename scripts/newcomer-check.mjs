@@ -240,7 +240,11 @@ async function main() {
   );
 
   // A changed .lua file reaches dist/ like a changed .ts file, and only once.
-  const lua = 'packages/shared/src/commands/create-6.lua';
+  // Whatever its key count is now (`create-<n>.lua`): the name changes when the script gains a key.
+  const commands = 'packages/shared/src/commands';
+  const createFile = readdirSync(join(dir, commands)).find((f) => /^create-\d+\.lua$/.test(f));
+  if (!createFile) fail(`no create-<n>.lua in ${commands}`);
+  const lua = `${commands}/${createFile}`;
   const marker = `-- newcomer-check ${Date.now()}\n`;
   appendFileSync(join(dir, lua), marker);
   const rebuilt = spawnSync(process.execPath, ['scripts/bootstrap.mjs'], { cwd: dir, encoding: 'utf8' });

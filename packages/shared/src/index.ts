@@ -15,6 +15,7 @@ export * from './script-results.js';
 export { scriptsGeneration } from './scripts.js';
 export * from './task-fields.js';
 export * from './task-model.js';
+export * from './task-search.js';
 export * from './task-store.js';
 export * from './tracing.js';
 export * from './tool-controls.js';

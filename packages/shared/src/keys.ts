@@ -12,6 +12,8 @@ export interface Keys {
   task(taskId: string): string;
   /** What `task(id)` puts before the id (the reaper script appends ids to it). */
   readonly taskKeyPrefix: string;
+  /** String: a task-mode task's arguments (JSON), kept as long as its hash, for a replay (PROTOCOL.md §30.2). */
+  taskArguments(taskId: string): string;
   /** Sorted set of one principal's task-mode ids, scored by creation time. */
   principalTasks(principal: string): string;
   /** Sorted set of every non-terminal task, scored by when the reaper next looks at it (PROTOCOL.md §10). */
@@ -118,6 +120,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
   return {
     prefix,
     task: (taskId) => `${taskKeyPrefix}${taskId}`,
+    // The `finish` include expires it with the hash, naming it as `<task key>:args`.
+    taskArguments: (taskId) => `${taskKeyPrefix}${taskId}:args`,
     taskKeyPrefix,
     principalTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:tasks`,
     live: `${prefix}:live`,

@@ -40,7 +40,7 @@ const { OK, TASK_MISSING, LOCK_LOST, TRANSITION_REFUSED, TASK_TERMINAL } = Resul
 export const SCRIPTS = {
   create: spec({
     name: 'create',
-    keys: ['task', 'principalIndex', 'live', 'idempotency', 'share', 'openTasks'],
+    keys: ['task', 'principalIndex', 'live', 'idempotency', 'share', 'openTasks', 'taskIndex', 'arguments'],
     args: [
       'fields',
       'createdAtMs',
@@ -57,6 +57,7 @@ export const SCRIPTS = {
       'openTtlMs',
       'priorityBase',
       'dedupeTtlMs',
+      'arguments',
     ],
     codes: [OK, ResultCode.TASK_EXISTS, ResultCode.IDEMPOTENT_REPLAY, ResultCode.OPEN_CAP],
   }),
@@ -98,7 +99,7 @@ export const SCRIPTS = {
   }),
   becomeTask: spec({
     name: 'becomeTask',
-    keys: ['task', 'principalIndex'],
+    keys: ['task', 'principalIndex', 'taskIndex'],
     args: ['ttl', 'indexCap', 'indexTtlMs', 'taskId', 'createdAtMs'],
     codes: [OK, TASK_MISSING, TASK_TERMINAL],
   }),
@@ -230,6 +231,12 @@ export const SCRIPTS = {
     keys: ['batch', 'open'],
     args: [],
     codes: [OK, TASK_MISSING],
+  }),
+  tag: spec({
+    name: 'tag',
+    keys: ['task', 'lock'],
+    args: ['lockToken', 'tags', 'max'],
+    codes: [OK, ResultCode.LIMIT_FULL, ResultCode.TASK_MISSING, ResultCode.TASK_TERMINAL, ResultCode.LOCK_LOST],
   }),
   slotTake: spec({
     name: 'slotTake',

@@ -59,6 +59,12 @@ export const TASK_FIELDS = {
   webhookCap: 'webhookCap',
   /** Webhook events made for this task so far (each event's id ends with it). */
   webhookSeq: 'webhookSeq',
+  /** The task's tags, as a comma list (PROTOCOL.md §30.2): the call's and the tool's (`ctx.tag`). */
+  tags: 'tags',
+  /** The task this one replays (PROTOCOL.md §30.3). */
+  replayOf: 'replayOf',
+  /** The newest task that replays this one. */
+  replayedBy: 'replayedBy',
 } as const;
 
 export type TaskField = (typeof TASK_FIELDS)[keyof typeof TASK_FIELDS];

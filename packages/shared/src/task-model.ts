@@ -116,6 +116,11 @@ export interface TaskRecord {
   clientCapabilities?: string[];
   /** The completion webhook the creating call named (PROTOCOL.md §27); never shown to another principal. */
   webhookUrl?: string;
+  /** The task's tags (PROTOCOL.md §30.2). */
+  tags?: string[];
+  /** The task this one replays, and the newest task that replays this one (§30.3). */
+  replayOf?: string;
+  replayedBy?: string;
 }
 
 /** The shortest poll interval suggested for a young task (ms): `suggestedPollInterval`'s floor. */
@@ -191,4 +196,19 @@ function canonical(value: unknown): unknown {
 /** The key of request `n` on the wire: the tool's name for it, or its number (PROTOCOL.md §17.6). */
 export function inputKeyOf(n: string, request: InputRequest | undefined): string {
   return request?.key ?? n;
+}
+
+/** The most tags a task carries (PROTOCOL.md §30.2), the call's and the tool's together. */
+export const MAX_TAGS = 10;
+/** What a tag may be: 1 to 64 characters of letters, digits and `_.:/=@+-` (never a comma: tags are stored as a list). */
+export const TAG_PATTERN = /^[A-Za-z0-9_.:/=@+-]{1,64}$/;
+
+/** `tags` checked against the rules of §30.2: the problem in one sentence, or undefined when they are fine. */
+export function tagsProblem(tags: readonly unknown[]): string | undefined {
+  if (tags.length > MAX_TAGS) return `at most ${MAX_TAGS} tags; got ${tags.length}`;
+  const bad = tags.find((t) => typeof t !== 'string' || !TAG_PATTERN.test(t));
+  if (bad !== undefined) {
+    return `each tag must be 1 to 64 characters of letters, digits and _.:/=@+-; got ${JSON.stringify(bad)}`;
+  }
+  return undefined;
 }

@@ -13,6 +13,7 @@ const GENERATION_KEPT_MS = 30 * 86_400_000;
 export type { JobAddScript } from './scripts.js';
 import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
 import {
+  MAX_TAGS,
   TASK_STATUSES,
   isTerminal,
   type CancelReason,
@@ -49,6 +50,14 @@ export interface CreateTaskInput {
   dedupe?: { digest: string; ttlMs: number };
   /** What the caller's client can answer (`elicitation`, `sampling`): `ctx.elicit` refuses what it cannot (§12). */
   clientCapabilities?: readonly string[];
+  /** The call's tags (`_meta["dev.taskrelay/tags"]`, already checked: §30.2). */
+  tags?: readonly string[];
+  /** The call's arguments as JSON: a task-mode task keeps them for a replay (§30.2). */
+  argumentsJson?: string;
+  /** The task this one replays (§30.3): linked both ways as it is created. */
+  replayOf?: string;
+  /** Completed `ctx.step` results the task starts with (a redrive, §30.3), JSON. */
+  steps?: string;
   /**
    * The completion webhook the caller named, already checked by the gateway (PROTOCOL.md §27.1), and the most events
    * of this principal that may wait for delivery at once (`cap`).
@@ -400,6 +409,9 @@ export class RedisTaskStore {
       fields[F.webhookCap] = String(input.webhook.cap);
     }
     if (input.clientCapabilities !== undefined) fields[F.clientCaps] = input.clientCapabilities.join(',');
+    if (input.tags !== undefined && input.tags.length > 0) fields[F.tags] = input.tags.join(',');
+    if (input.replayOf !== undefined) fields[F.replayOf] = input.replayOf;
+    if (input.steps !== undefined) fields[F.steps] = input.steps;
     return { fields, idemKey };
   }
 
@@ -416,6 +428,8 @@ export class RedisTaskStore {
         idempotency: idemKey ?? taskKey,
         share: input.fairShare ? this.keys.fairShare(input.queue, input.principal) : taskKey,
         openTasks: input.openTasks ? this.keys.principalOpenTasks(input.principal) : taskKey,
+        taskIndex: this.keys.taskIndex,
+        arguments: this.keys.taskArguments(taskId),
       },
       args: {
         fields: JSON.stringify(fields),
@@ -433,6 +447,7 @@ export class RedisTaskStore {
         openTtlMs: input.openTasks ? input.openTasks.ttlMs : '',
         priorityBase: input.fairShare?.base ?? 0,
         dedupeTtlMs: input.idempotencyKey === undefined && input.dedupe ? input.dedupe.ttlMs : '',
+        arguments: input.argumentsJson ?? '',
       },
     };
     const job = input.fairShare ? input.job : undefined;
@@ -540,7 +555,11 @@ export class RedisTaskStore {
    */
   async becomeTask(record: Pick<TaskRecord, 'taskId' | 'principal' | 'createdAt'>, ttl: number): Promise<boolean> {
     const reply = await this.scripts.call(SCRIPTS.becomeTask, {
-      keys: { task: this.keys.task(record.taskId), principalIndex: this.keys.principalTasks(record.principal) },
+      keys: {
+        task: this.keys.task(record.taskId),
+        principalIndex: this.keys.principalTasks(record.principal),
+        taskIndex: this.keys.taskIndex,
+      },
       args: {
         ttl: String(ttl),
         indexCap: String(this.indexCap),
@@ -893,6 +912,24 @@ export class RedisTaskStore {
   }
 
   /**
+   * Adds `tags` (checked: `tagsProblem`) to a running task's (PROTOCOL.md §30.2), lock-checked. `full`: the task would
+   * carry more than `MAX_TAGS`, and nothing was written.
+   */
+  async addTags(
+    taskId: string,
+    lock: JobLock,
+    tags: readonly string[],
+  ): Promise<'written' | 'full' | 'gone' | 'lock_lost'> {
+    const reply = await this.scripts.call(SCRIPTS.tag, {
+      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      args: { lockToken: lock.token, tags: tags.join(','), max: MAX_TAGS },
+    });
+    if (reply.code === ResultCode.OK) return 'written';
+    if (reply.code === ResultCode.LIMIT_FULL) return 'full';
+    return reply.code === ResultCode.LOCK_LOST ? 'lock_lost' : 'gone';
+  }
+
+  /**
    * One reaper pass (PROTOCOL.md §10.3), when `holder` gets (or already has) the lease: fails the due tasks whose
    * deadline passed or whose job is gone or failed, and schedules the others' next look.
    */
@@ -1092,6 +1129,9 @@ export function parseRecord(h: Record<string, string> | null | undefined): TaskR
     pendingInputs: pending === undefined ? undefined : pending.split(',').filter(Boolean),
     clientCapabilities: caps === undefined ? undefined : caps.split(',').filter(Boolean),
     webhookUrl: h[F.webhook],
+    tags: h[F.tags]?.split(',').filter(Boolean),
+    replayOf: h[F.replayOf],
+    replayedBy: h[F.replayedBy],
   };
   let inputRequests: Record<string, InputRequest> | undefined;
   let inputResponses: Record<string, unknown> | undefined;

@@ -65,7 +65,7 @@ describe('§20 result codes: one enum, one mapper', () => {
 });
 
 describe('§2 every status write goes through the transition table', () => {
-  const moveStatus = resolveScript('transition', 6);
+  const moveStatus = resolveScript('transition', 7);
 
   it('allows in Lua exactly the moves the task model allows', () => {
     const code = (from: string | undefined, to: string) =>

@@ -2,9 +2,11 @@ import { z } from 'zod';
 import {
   Coalescer,
   LOG_LEVELS,
+  MAX_TAGS,
   TaskrelayError,
   isRedisUnavailableError,
   questionIdentity,
+  tagsProblem,
   type InputMethod,
   type LogLevel,
   type LogMessage,
@@ -247,6 +249,14 @@ export interface ToolContext {
   sleep(ms: number): Promise<void>;
   /** Throws a `CancelledError` when the signal has aborted; otherwise does nothing. */
   throwIfCancelled(): void;
+  /**
+   * Adds tags to the task (PROTOCOL.md §30.2), beside those its call carried: operators find tasks by them
+   * (`taskrelay list --tag`, `GET /admin/api/tasks?tag=`). Each tag once; a task carries at most 10.
+   *
+   * @throws RangeError (as a rejection) when a tag breaks the rules (1 to 64 characters of letters, digits and
+   * `_.:/=@+-`) or the task would carry more than 10.
+   */
+  tag(...tags: string[]): Promise<void>;
   /** Durable per-task state: what a resumed run needs to skip work already done (PROTOCOL.md §12.1). */
   readonly state: ToolState;
   /**
@@ -308,7 +318,7 @@ export interface TaskContextOptions {
   /** The task as the run started: its state, step results, answers and the client's capabilities (§12). */
   record?: TaskRecord;
   /** The task store's suspend and state writes (§12); without them `elicit`, `sample`, `suspend`, `state.set` throw. */
-  durable?: Pick<RedisTaskStore, 'suspend' | 'setState'>;
+  durable?: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'>;
   /** How long an input request may wait for its answer (the tool's `inputTimeoutMs`). Default 24 h. */
   inputTimeoutMs?: number;
   /** How long a resumed job may wait in the queue (the task's queue timeout), for a timed suspension's deadline. */
@@ -338,7 +348,7 @@ export class TaskContext implements ToolContext {
   private readonly writes = new Set<Promise<void>>();
   private lastProgress: number | undefined;
   private closed = false;
-  private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState'> | undefined;
+  private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> | undefined;
   private readonly inputTimeoutMs: number;
   private readonly queueTimeoutMs: number;
   private readonly clientCapabilities: readonly string[] | undefined;
@@ -771,9 +781,17 @@ export class TaskContext implements ToolContext {
     }
   }
 
-  private async writeDurable(field: 'state' | 'steps', value: unknown): Promise<void> {
-    const durable = this.requireDurable(field === 'state' ? 'state.set' : 'step');
-    const outcome = await durable.setState(this.taskId, this.requireLock(), field, value);
+  async tag(...tags: string[]): Promise<void> {
+    const problem = tagsProblem(tags);
+    if (problem !== undefined) throw new RangeError(`ctx.tag: ${problem}`);
+    if (tags.length === 0) return;
+    const outcome = await this.requireDurable('tag').addTags(this.taskId, this.requireLock(), tags);
+    if (outcome === 'full') throw new RangeError(`ctx.tag: a task carries at most ${MAX_TAGS} tags`);
+    this.settleWrite(outcome);
+  }
+
+  /** Turns a refused lock-checked write into the error the handler sees. */
+  private settleWrite(outcome: 'written' | 'gone' | 'lock_lost'): void {
     if (outcome === 'lock_lost') {
       this.onLockLost?.();
       throw new CancelledError('LOCK_LOST');
@@ -783,7 +801,12 @@ export class TaskContext implements ToolContext {
     }
   }
 
-  private requireDurable(what: string): Pick<RedisTaskStore, 'suspend' | 'setState'> {
+  private async writeDurable(field: 'state' | 'steps', value: unknown): Promise<void> {
+    const durable = this.requireDurable(field === 'state' ? 'state.set' : 'step');
+    this.settleWrite(await durable.setState(this.taskId, this.requireLock(), field, value));
+  }
+
+  private requireDurable(what: string): Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> {
     if (!this.durable) throw new TaskrelayError('INTERNAL', `ctx.${what} is not available in this context`);
     return this.durable;
   }

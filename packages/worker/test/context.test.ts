@@ -168,6 +168,7 @@ describe('ctx.step with a version (PROTOCOL.md §12.1, §12.11)', () => {
       logger: logs.logger().child({ taskId: 't1' }),
       record: { taskId: 't1', status: 'working', steps } as never,
       durable: {
+        addTags: () => Promise.resolve('written' as const),
         setState: (_id: string, _lock: unknown, _field: string, value: unknown) => {
           written.push(value as Record<string, unknown>);
           return Promise.resolve('written' as const);

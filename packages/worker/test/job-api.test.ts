@@ -68,6 +68,7 @@ async function drive(
       logger: createLogger('worker', { level: 'silent' }),
       record: { steps: structuredClone(out.steps) } as unknown as TaskRecord,
       durable: {
+        addTags: () => Promise.resolve('written' as const),
         setState: (_id, _lock, field, value) => {
           if (gone()) return Promise.resolve('gone' as const);
           if (field === 'steps') out.steps = structuredClone(value) as Record<string, unknown>;

@@ -10,6 +10,7 @@ import type { Response } from 'express';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   RedisTaskStore,
+  TaskSearch,
   isLoopbackHost,
   createKeys,
   createLogger,
@@ -133,8 +134,15 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
   const { redis, queueRedis, subscriber, largeReads, metrics } = await openConnections(redisUrl, undo, log);
-  // A principal's index outlives every task in it: the longest ttl after the longest run.
-  const indexTtlMs = options.maxTtlMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
+  // The longest an ended task is kept: its ttl, or its status' retention (PROTOCOL.md §30.1).
+  const keptMs = Math.max(
+    options.maxTtlMs,
+    options.retainCompletedMs ?? 0,
+    options.retainFailedMs ?? 0,
+    options.retainCancelledMs ?? 0,
+  );
+  // A principal's index outlives every task in it: the longest keep after the longest run.
+  const indexTtlMs = keptMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
   const store = new RedisTaskStore(redis, keys, {
     reaperIntervalMs: options.reaperIntervalMs,
     indexTtlMs,
@@ -196,7 +204,13 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
-  const reaper = new Reaper(store, log, metrics, { holder: gatewayId, intervalMs: options.reaperIntervalMs });
+  const search = new TaskSearch(redis, keys);
+  const reaper = new Reaper(store, log, metrics, {
+    holder: gatewayId,
+    intervalMs: options.reaperIntervalMs,
+    // An id older than any retention or ttl could keep is checked for a task that is gone (PROTOCOL.md §30.2).
+    pruneIndex: () => search.prune(Date.now() - keptMs),
+  });
   reaper.start();
   undo.push(() => reaper.stop());
   // The drain waits, without polling, for the requests and plain calls in flight to settle.

@@ -37,7 +37,7 @@ import type { InflightCalls } from './inflight-calls.js';
 import { TaskSupportMismatchError } from '../tasks/errors.js';
 import { callKind } from './call-kind.js';
 import { inputRequiredResult } from './mrtr.js';
-import { idempotencyKeyOf, priorityOf } from './request-meta.js';
+import { idempotencyKeyOf, priorityOf, tagsOf } from './request-meta.js';
 import { argumentsDigest, type RequestStateSigner } from './request-state.js';
 
 export type Era = '2025-11-25' | '2026-07-28';
@@ -250,6 +250,7 @@ export class McpMethods {
       requestedTtlMs,
       webhook,
       priority: priorityOf(ctx.meta),
+      tags: tagsOf(ctx.meta),
       operator: !this.o.authEnabled || this.o.operators?.has(ctx.principal) === true,
     };
 

@@ -13,6 +13,11 @@ export interface ReaperOptions {
   intervalMs: number;
   /** Tasks looked at per script call; a full batch runs another call at once. Default 500. */
   batch?: number;
+  /**
+   * Once per pass of the lease holder: drops from the operators' task index the ids of tasks that are gone
+   * (PROTOCOL.md §30.2); resolves with how many.
+   */
+  pruneIndex?: () => Promise<number>;
 }
 
 export class Reaper {
@@ -59,16 +64,22 @@ export class Reaper {
   private async run(): Promise<void> {
     try {
       // Bounded: a backlog is worked off over passes, never in one long loop.
+      let held = false;
       for (let round = 0; round < 20 && !this.stopped; round++) {
         const outcome = await this.store.reap(this.options.holder, {
           batch: this.batch,
           leaseMs: this.options.intervalMs * 3,
         });
+        held ||= outcome.ran;
         for (const task of outcome.reaped) {
           this.metrics.tasksReaped.inc({ code: task.code });
           this.log.warn({ taskId: task.taskId, code: task.code, statusMessage: task.message }, 'reaper failed a task');
         }
-        if (!outcome.ran || outcome.looked < this.batch) return;
+        if (!outcome.ran || outcome.looked < this.batch) break;
+      }
+      if (held && !this.stopped && this.options.pruneIndex) {
+        const dropped = await this.options.pruneIndex();
+        if (dropped > 0) this.log.debug({ dropped }, 'task index pruned of tasks that are gone');
       }
     } catch (error) {
       this.log.warn({ err: error }, 'reaper pass failed; retrying next interval');

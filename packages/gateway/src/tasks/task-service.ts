@@ -98,6 +98,10 @@ export interface StartTaskInput {
   clientCapabilities?: string[];
   /** `_meta["dev.taskrelay/webhook"]` as the request carried it (PROTOCOL.md §27.1); checked before anything is stored. */
   webhook?: unknown;
+  /** `_meta["dev.taskrelay/tags"]`, checked (PROTOCOL.md §30.2). */
+  tags?: string[] | undefined;
+  /** A replay (PROTOCOL.md §30.3): the task it replays, and for a redrive the original's step results (JSON). */
+  replay?: { of: string; steps?: string };
 }
 
 /** What `start` answers: the task, `joined` when it is an earlier one the call joined (idempotency or dedupe). */
@@ -195,6 +199,7 @@ export class TaskService {
       deadlineAt: runDeadlineAt(tool, this.config),
     };
     if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
+    Object.assign(createInput, operatorFields(input));
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
       createInput.idempotencyKey = input.idempotencyKey;
     } else if (tool.dedupe) {
@@ -724,4 +729,19 @@ export function priorityLevel(
     );
   }
   return asked;
+}
+
+/**
+ * What a task keeps for its operators (PROTOCOL.md §30.2, §30.3): its tags, its arguments (a task, not a plain call:
+ * for a replay after its job is gone) and, for a replay, its original and the steps a redrive starts with.
+ */
+function operatorFields(input: StartTaskInput): Partial<Parameters<RedisTaskStore['createTask']>[0]> {
+  const fields: Partial<Parameters<RedisTaskStore['createTask']>[0]> = {};
+  if (input.tags !== undefined && input.tags.length > 0) fields.tags = input.tags;
+  if (input.mode === 'task') fields.argumentsJson = JSON.stringify(input.args);
+  if (input.replay !== undefined) {
+    fields.replayOf = input.replay.of;
+    if (input.replay.steps !== undefined) fields.steps = input.replay.steps;
+  }
+  return fields;
 }

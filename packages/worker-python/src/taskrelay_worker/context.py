@@ -16,6 +16,10 @@ from .errors import SuspendedError, TaskCancelledError, TaskrelayError
 from .log import Logger
 from .store import JobLock, TaskRecord, TaskStore
 
+#: The rules of a tag (PROTOCOL.md §30.2), as the Node worker's ``TAG_PATTERN`` and ``MAX_TAGS``.
+_TAG = re.compile(r"[A-Za-z0-9_.:/=@+-]{1,64}")
+MAX_TAGS = 10
+
 #: Progress and log message text above this many UTF-8 bytes is cut, with a marker (PROTOCOL.md §22.4).
 MAX_PROGRESS_MESSAGE_BYTES = 4_096
 MAX_LOG_BYTES = 65_536
@@ -256,6 +260,21 @@ class ToolContext:
 
     # Durable state, steps, suspension ---------------------------------------------------------------------------
 
+    async def tag(self, *tags: str) -> None:
+        """Adds tags to the task (PROTOCOL.md §30.2), beside its call's: operators find tasks by them. Each tag is 1 to
+        64 characters of letters, digits and ``_.:/=@+-``; a task carries at most 10 (ValueError beyond)."""
+        bad = next((t for t in tags if not isinstance(t, str) or not _TAG.fullmatch(t)), None)
+        if bad is not None:
+            raise ValueError(f"ctx.tag: each tag must be 1 to 64 characters of letters, digits and _.:/=@+-; got {bad!r}")
+        if len(tags) > MAX_TAGS:
+            raise ValueError(f"ctx.tag: a task carries at most {MAX_TAGS} tags")
+        if not tags:
+            return
+        outcome = await self._store.add_tags(self.task_id, self._lock, list(tags))
+        if outcome == "full":
+            raise ValueError(f"ctx.tag: a task carries at most {MAX_TAGS} tags")
+        self._settle_write(outcome)
+
     async def step(self, name: str, fn: Callable[[], Any], *, version: str | None = None) -> Any:
         """Runs ``fn`` (sync or async) once per task and returns its JSON result; later runs get the stored one.
         ``version`` is part of the step's key (§12.1): bump it when a deploy changes what the step does."""
@@ -430,7 +449,10 @@ class ToolContext:
             self._ended_elsewhere()
 
     async def _write_durable(self, field_name: str, value: Any) -> None:
-        outcome = await self._store.set_state(self.task_id, self._lock, field_name, value)
+        self._settle_write(await self._store.set_state(self.task_id, self._lock, field_name, value))
+
+    def _settle_write(self, outcome: str) -> None:
+        """Turns a refused lock-checked write into the error the handler sees."""
         if outcome == "lock_lost":
             self._on_lock_lost()
             raise TaskCancelledError("LOCK_LOST")

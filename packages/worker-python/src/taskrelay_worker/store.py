@@ -314,6 +314,19 @@ class TaskStore:
             return "written"
         return "lock_lost" if code == "LOCK_LOST" else "gone"
 
+    async def add_tags(self, task_id: str, lock: JobLock, tags: list[str]) -> str:
+        """'written', 'full' (more than 10 together: nothing written), 'gone' or 'lock_lost' (§30.2)."""
+        code, _ = await self.call(
+            "tag",
+            {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
+            {"lockToken": lock.token, "tags": ",".join(tags), "max": 10},
+        )
+        if code == "OK":
+            return "written"
+        if code == "LIMIT_FULL":
+            return "full"
+        return "lock_lost" if code == "LOCK_LOST" else "gone"
+
     async def start_child(self, parent_id: str, index: int, lock: JobLock) -> tuple[str, str, str]:
         """A batch child's run starts (§26.3): ('run', owner, parent pool), 'parent_ended', 'recorded',
         'lock_lost' or 'missing'."""

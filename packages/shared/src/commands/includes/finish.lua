@@ -18,6 +18,8 @@ local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retenti
     end
   end
   redis.call('PEXPIRE', taskKey, ttl)
+  -- Its stored arguments (§30.2) go with it.
+  redis.call('PEXPIRE', taskKey .. ':args', ttl)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)
   if h[2] and h[2] ~= '' then

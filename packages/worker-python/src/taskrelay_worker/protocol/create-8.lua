@@ -1,7 +1,8 @@
 --[[
-  Stores a new task (PROTOCOL.md §10.1, §10.8, §25): the hash, its place in the live set, in the principal's
-  open-work set (the cap) and, in task mode, in the principal's index; or, when the idempotency key already names a
-  live task, or the principal is at its open-work cap, nothing.
+  Stores a new task (PROTOCOL.md §10.1, §10.8, §25, §30.2): the hash, its place in the live set, in the principal's
+  open-work set (the cap) and, in task mode, in the principal's index and the operators' task index, with its
+  arguments; or, when the idempotency key already names a live task, or the principal is at its open-work cap,
+  nothing.
 
   Input:
     KEYS[1] task              the task hash
@@ -10,6 +11,8 @@
     KEYS[4] idempotency       the idempotency or dedupe key (the task key when there is none)
     KEYS[5] share             the principal's fair share of the task's pool (the task key when not entered)
     KEYS[6] openTasks         the principal's open-work set (the task key when there is no cap)
+    KEYS[7] taskIndex         every task-mode task, scored by creation time (§30.2)
+    KEYS[8] arguments         the task's stored arguments (string; kept with the hash, §30.2)
 
     ARGV[1] fields            the hash fields, JSON object
     ARGV[2] createdAtMs       creation time, ms since epoch (the index score)
@@ -20,13 +23,14 @@
     ARGV[7] indexTtlMs        the index expires this long after its last addition
     ARGV[8] hasIdempotency    '1' when KEYS[4] is an idempotency key; '2' when it is a dedupe key (§25.2: it joins
                               only an unfinished task, and expires after dedupeTtlMs)
-    ARGV[9] taskKeyPrefix     what a task key puts before the id
+    ARGV[9] taskKeyPrefix     what a task key puts before the id (an idempotent replay's task; a replayed original)
     ARGV[10] shareTtlMs       '' = no fair-share entry; else how long the share outlives this entry (§25)
     ARGV[11] maxPriority      BullMQ's highest priority value
     ARGV[12] openMax          '' = no open-work cap; else how many members KEYS[6] may hold
     ARGV[13] openTtlMs        how long the open-work set outlives its newest member
     ARGV[14] priorityBase     the BullMQ priority of the job's priority level's first rank, less one (§25.1)
     ARGV[15] dedupeTtlMs      how long a dedupe key joins calls at most ('' without one)
+    ARGV[16] arguments        the call's arguments (JSON) to keep for a replay (§30.3), stored with `indexed`
 
   Output:
     {R.OK, taskId, priority}                created; priority: its job's fair-share priority (0 when not entered)
@@ -36,10 +40,28 @@
     {R.OPEN_CAP, count}                     the open-work set holds openMax or more (count) members; nothing
                                             created (the caller prunes ended work and may try once more)
 ]]
---- @include "resultCodes"
---- @include "taskFields"
---- @include "fairShareEnter"
---- @include "transitions"
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", toolVersion = "toolVersion", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", inputFloor = "inputFloor", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", tags = "tags", replayOf = "replayOf", replayedBy = "replayedBy", input = "input:", answer = "answer:"}
+
+-- Enters a job in its principal's fair share of a queue (PROTOCOL.md §25) and answers its BullMQ priority: its
+-- priority level's `base` (§25.1) plus its rank, one more than the principal's jobs still waiting there, never below
+-- its newest waiting job's rank (its own jobs keep their order), at most `max_priority`. The share keeps ranks.
+local function fair_share_enter(key, job_id, ttl_ms, max_priority, base)
+  local waiting = redis.call('ZCARD', key)
+  local priority = 1
+  if waiting > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    priority = math.max(waiting + 1, tonumber(newest[2]) or 1)
+    priority = math.min(priority, tonumber(max_priority))
+  end
+  redis.call('ZADD', key, priority, job_id)
+  redis.call('PEXPIRE', key, ttl_ms)
+  return priority + (tonumber(base) or 0)
+end
+
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
 
 if ARGV[8] == '1' or ARGV[8] == '2' then
   local existing = redis.call('GET', KEYS[4])
@@ -62,8 +84,15 @@ for k, v in pairs(fields) do
 end
 -- The first status of a task: a creation, not a move, so it is the one status written outside move_status.
 redis.call('HSET', KEYS[1], unpack(args))
+-- A replay (§30.3) is linked both ways in the same step: the original, if it is still kept, names its newest replay.
+local original = fields[F.replayOf]
+if original and redis.call('EXISTS', ARGV[9] .. original) == 1 then
+  redis.call('HSET', ARGV[9] .. original, F.replayedBy, ARGV[3])
+end
 redis.call('ZADD', KEYS[3], tonumber(ARGV[4]), ARGV[3])
 if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[7], tonumber(ARGV[2]), ARGV[3])
+  if ARGV[16] ~= '' then redis.call('SET', KEYS[8], ARGV[16]) end
   redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[3])
   local cap = tonumber(ARGV[6])
   if redis.call('ZCARD', KEYS[2]) > cap then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(cap + 1)) end

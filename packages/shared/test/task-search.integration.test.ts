@@ -1,0 +1,146 @@
+/**
+ * PROTOCOL.md §30.2 against a real Redis: what a task keeps for its operators (tags, arguments, replay links) and the
+ * search over the task index: filters, newest first, pages that never repeat or skip a task (ties of one millisecond
+ * included), a bounded scan whatever the filter, and the index pruned of tasks that are gone.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { createKeys } from '../src/keys.js';
+import { RedisTaskStore } from '../src/task-store.js';
+import { SEARCH_SCAN_BUDGET, TaskSearch } from '../src/task-search.js';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+function setup(label: string) {
+  const keys = createKeys(uniquePrefix(label));
+  return { keys, store: new RedisTaskStore(redis, keys), search: new TaskSearch(redis, keys) };
+}
+
+const base = {
+  tool: 'build_report',
+  queue: 'default',
+  principal: 'alice',
+  mode: 'task' as const,
+  ttl: 60_000,
+  pollInterval: 1000,
+};
+const at = (s: number) => new Date(Date.UTC(2026, 11, 1, 0, 0, s));
+
+describe('§30.2 what a task keeps for its operators', () => {
+  it('keeps a task’s arguments beside its hash, expiring with it; a plain call keeps none', async () => {
+    const { store, keys } = setup('args');
+    const task = await store.create({ ...base, ttl: 5_000, argumentsJson: '{"report":"q3"}' });
+    const call = await store.create({ ...base, mode: 'call', argumentsJson: '{"report":"q4"}' });
+    expect(await redis.get(keys.taskArguments(task.taskId))).toBe('{"report":"q3"}');
+    expect(await redis.pttl(keys.taskArguments(task.taskId))).toBe(-1);
+    expect(await redis.exists(keys.taskArguments(call.taskId))).toBe(0);
+    await store.transition(task.taskId, 'failed');
+    const pttl = await redis.pttl(keys.taskArguments(task.taskId));
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(5_000);
+  });
+
+  it('stores a call’s tags, adds a run’s under its lock (each once, at most 10), and links a replay both ways', async () => {
+    const { store, keys } = setup('tags');
+    const { taskId } = await store.create({ ...base, tags: ['nightly', 'team:data'] });
+    const lock = { queue: 'default', token: 'tok' };
+    await redis.set(keys.bullJobLock('default', taskId), 'tok');
+    expect(await store.addTags(taskId, lock, ['team:data', 'retry'])).toBe('written');
+    expect((await store.get(taskId))?.tags).toEqual(['nightly', 'team:data', 'retry']);
+    const eight = Array.from({ length: 8 }, (_v, i) => `t${i}`);
+    expect(await store.addTags(taskId, lock, eight)).toBe('full');
+    expect((await store.get(taskId))?.tags).toHaveLength(3);
+    expect(await store.addTags(taskId, { ...lock, token: 'other' }, ['x'])).toBe('lock_lost');
+    await store.transition(taskId, 'failed');
+    expect(await store.addTags(taskId, lock, ['late'])).toBe('gone');
+    const replay = await store.create({ ...base, replayOf: taskId, steps: '{"fetch":1}' });
+    expect(await store.get(taskId)).toMatchObject({ replayedBy: replay.taskId });
+    expect(await store.get(replay.taskId)).toMatchObject({ replayOf: taskId, steps: { fetch: 1 } });
+  });
+});
+
+describe('§30.2 search', () => {
+  it('filters by status, tool, principal, tag and creation time, newest first', async () => {
+    const { store, search } = setup('filter');
+    const make = async (s: number, o: Partial<typeof base> & { tags?: string[]; end?: 'failed' | 'completed' }) => {
+      const { end, ...input } = o;
+      const { taskId } = await store.create({ ...base, ...input }, at(s));
+      if (end) await store.transition(taskId, end);
+      return taskId;
+    };
+    const a = await make(1, { end: 'failed', tags: ['nightly'] });
+    const b = await make(2, { end: 'failed', tool: 'other', tags: ['nightly'] });
+    const c = await make(3, { end: 'completed', tags: ['nightly'] });
+    const d = await make(4, { end: 'failed', principal: 'bob', tags: ['nightly'] });
+    const e = await make(5, { end: 'failed' });
+    const f = await make(6, {});
+    const ids = async (filter: Parameters<TaskSearch['search']>[0]) =>
+      (await search.search(filter)).tasks.map((t) => t.taskId);
+    expect(await ids({})).toEqual([f, e, d, c, b, a]);
+    expect(await ids({ status: ['failed'] })).toEqual([e, d, b, a]);
+    expect(await ids({ status: ['failed'], tool: 'build_report', tag: 'nightly' })).toEqual([d, a]);
+    expect(await ids({ status: ['failed', 'completed'], principal: 'alice', tag: 'nightly' })).toEqual([c, b, a]);
+    expect(await ids({ since: at(2).getTime(), until: at(4).getTime() })).toEqual([d, c, b]);
+    expect(await ids({ status: ['working'] })).toEqual([f]);
+    const [first] = (await search.search({ tag: 'nightly', principal: 'bob' })).tasks;
+    expect(first).toMatchObject({
+      taskId: d,
+      tool: 'build_report',
+      principal: 'bob',
+      status: 'failed',
+      tags: ['nightly'],
+    });
+  });
+
+  it('pages without repeating or skipping a task, ties of one millisecond included', async () => {
+    const { store, search } = setup('pages');
+    const made: string[] = [];
+    for (let i = 0; i < 7; i++) made.push((await store.create(base, at(i < 4 ? 1 : 2))).taskId);
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const page = await search.search({}, { limit: 2, ...(cursor ? { cursor } : {}) });
+      seen.push(...page.tasks.map((t) => t.taskId));
+      cursor = page.nextCursor;
+      pages += 1;
+    } while (cursor !== undefined && pages < 10);
+    expect(seen).toHaveLength(7);
+    expect(new Set(seen)).toEqual(new Set(made));
+    await expect(search.search({}, { cursor: 'nonsense' })).rejects.toThrow(/cursor/);
+  });
+
+  it('reads at most its scan budget per page, and says where to go on', async () => {
+    const { store, search } = setup('budget');
+    const rare = (await store.create({ ...base, tags: ['rare'] }, at(0))).taskId;
+    for (let i = 0; i < SEARCH_SCAN_BUDGET + 10; i++) await store.create(base, at(1));
+    const first = await search.search({ tag: 'rare' });
+    expect(first.tasks).toEqual([]);
+    expect(first.scanned).toBe(SEARCH_SCAN_BUDGET);
+    expect(first.nextCursor).toBeDefined();
+    const second = await search.search({ tag: 'rare' }, { cursor: first.nextCursor! });
+    expect(second.tasks.map((t) => t.taskId)).toEqual([rare]);
+    expect(second.nextCursor).toBeUndefined();
+  });
+
+  it('prunes the index of tasks that are gone, keeping an old unfinished one', async () => {
+    const { store, search, keys } = setup('prune');
+    const gone = await store.create(base, at(1));
+    const running = await store.create(base, at(2));
+    await redis.del(keys.task(gone.taskId));
+    expect(await search.prune(at(3).getTime())).toBe(1);
+    expect(await redis.zrange(keys.taskIndex, 0, -1)).toEqual([running.taskId]);
+  });
+});
