@@ -911,6 +911,11 @@ export class RedisTaskStore {
     return reply.code === ResultCode.LOCK_LOST ? 'lock_lost' : 'gone';
   }
 
+  /** A task-mode task's arguments as its call sent them (JSON, PROTOCOL.md §30.2), while the task is kept. */
+  async getArguments(taskId: string): Promise<string | undefined> {
+    return (await this.redis.get(this.keys.taskArguments(taskId))) ?? undefined;
+  }
+
   /**
    * Adds `tags` (checked: `tagsProblem`) to a running task's (PROTOCOL.md §30.2), lock-checked. `full`: the task would
    * carry more than `MAX_TAGS`, and nothing was written.

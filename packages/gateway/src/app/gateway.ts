@@ -35,6 +35,7 @@ import { ToolCatalog, VERSION_SCAN_LIMIT } from '../tasks/catalog.js';
 import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
+import { TaskReplay } from '../tasks/replay.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
@@ -261,6 +262,8 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     router,
     admin,
     webhooks: webhooks.outbox,
+    search,
+    replay: new TaskReplay(store, search, service, log),
     inflight,
     sessions,
     drainSignal: drain.signal,

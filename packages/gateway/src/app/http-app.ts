@@ -3,7 +3,7 @@
  * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler.
  */
 import express, { type Response } from 'express';
-import { JSON_RPC, type GatewayConfig, type Logger, type RedisClient } from '@taskrelay/shared';
+import { JSON_RPC, type GatewayConfig, type Logger, type RedisClient, type TaskSearch } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
   chain,
@@ -17,6 +17,8 @@ import {
 import type { RequestLimits } from '../http/limits.js';
 import type { AdminQueries } from '../admin/queries.js';
 import { createAdminRouter } from '../admin/router.js';
+import { searchHandler } from '../admin/task-api.js';
+import type { TaskReplay } from '../tasks/replay.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { InflightCalls } from '../protocol/inflight-calls.js';
@@ -44,6 +46,9 @@ export interface HttpAppDeps {
   admin: AdminQueries;
   /** The webhook outbox, shown on the dashboard (PROTOCOL.md §27.6). */
   webhooks: WebhookOutbox;
+  /** Search and replay of tasks (PROTOCOL.md §30.2, §30.3). */
+  search: TaskSearch;
+  replay: TaskReplay;
   inflight: InflightCalls;
   /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
   requestState: RequestStateSigner;
@@ -221,7 +226,25 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
-  app.use('/admin', ...operatorOnly, createAdminRouter({ queries: deps.admin, log, webhooks: deps.webhooks }));
+  const operators = new Set(options.operators ?? []);
+  const isOperator = (req: AuthedRequest) => !authEnabled || operators.has(principalOf(req));
+  app.use(
+    '/admin',
+    ...operatorOnly,
+    createAdminRouter({
+      queries: deps.admin,
+      log,
+      webhooks: deps.webhooks,
+      tasks: { search: deps.search, replay: deps.replay, by: principalOf },
+    }),
+  );
+  // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.
+  app.get(
+    '/api/tasks',
+    originGuard(options.allowedOrigins),
+    requireAuth,
+    searchHandler(deps.search, (req) => (isOperator(req) ? {} : { principal: principalOf(req) })),
+  );
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(

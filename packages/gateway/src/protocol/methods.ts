@@ -24,7 +24,7 @@ import type { CatalogTool } from '../tasks/catalog.js';
 import type { CallerSink, ProgressParams } from '../tasks/task-router.js';
 import type { TaskService } from '../tasks/task-service.js';
 import { WireError, callEndedByShutdown } from '../wire/errors.js';
-import { relatedTaskMeta, renderResult, renderTask } from '../wire/task-wire.js';
+import { relatedTaskMeta, renderResult, renderTask, replayLinks } from '../wire/task-wire.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
   TASKS_EXTENSION_ID,
@@ -392,7 +392,11 @@ export class McpMethods {
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {
     const rendering = renderingFor(ctx, 'tasks/get');
     const record = await this.o.service.get(taskId, ctx.principal);
-    return rendering === 'extension' ? this.detailedTask(record) : renderTask(record);
+    const result: Result = rendering === 'extension' ? this.detailedTask(record) : renderTask(record);
+    const links = replayLinks(record);
+    return links === undefined
+      ? result
+      : { ...result, _meta: { ...(result._meta as Record<string, unknown> | undefined), ...links } };
   }
 
   /**

@@ -21,6 +21,7 @@ export const JSON_RPC_CODE_OF: Readonly<Record<ErrorCode, number>> = {
   TASK_NOT_FOUND: JSON_RPC.INVALID_PARAMS,
   TASK_TERMINAL: JSON_RPC.INVALID_PARAMS,
   TOOL_NOT_FOUND: JSON_RPC.INVALID_PARAMS,
+  REPLAY_REFUSED: JSON_RPC.INVALID_PARAMS,
   INVALID_ARGUMENTS: JSON_RPC.INVALID_PARAMS,
   WEBHOOK_REFUSED: JSON_RPC.INVALID_PARAMS,
   // The spec's answer to a call whose task augmentation does not fit the tool's `taskSupport`.

@@ -64,6 +64,19 @@ function storedResult(record: TaskRecord): CallToolResult {
   return { content: [{ type: 'text', text: message }], isError: true };
 }
 
+/** `_meta` keys of a replay's links (PROTOCOL.md §30.3): the task it replays, and the newest task replaying it. */
+export const REPLAY_OF_META_KEY = 'dev.taskrelay/replayOf';
+export const REPLAYED_BY_META_KEY = 'dev.taskrelay/replayedBy';
+
+/** A task's replay links as `_meta` entries of its `tasks/get` result (both eras); undefined when it has none. */
+export function replayLinks(record: TaskRecord): Record<string, string> | undefined {
+  if (record.replayOf === undefined && record.replayedBy === undefined) return undefined;
+  return {
+    ...(record.replayOf === undefined ? {} : { [REPLAY_OF_META_KEY]: record.replayOf }),
+    ...(record.replayedBy === undefined ? {} : { [REPLAYED_BY_META_KEY]: record.replayedBy }),
+  };
+}
+
 export function renderTask(record: TaskRecord): Task {
   const task: Task = {
     taskId: record.taskId,

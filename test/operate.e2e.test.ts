@@ -1,0 +1,132 @@
+/**
+ * PROTOCOL.md §30 (issue "Operate it", items 1–3) across real processes: a gateway with authentication, a retention
+ * policy and an operator, a worker of test/fixtures/operate-tools.mjs, Redis.
+ * - A failed task is kept as long as the failed retention says, and its ttl says so.
+ * - An operator finds every failed task of the last week by tool and tag (the call's tags and the tool's `ctx.tag`),
+ *   across principals; anyone else finds only their own; a bad filter is a 400 naming it.
+ * - An operator replays one failed task with its succeeded steps skipped (a redrive), and the two are linked both
+ *   ways in `tasks/get`; a bulk replay counts first (dry run), then replays the rest once (a second run skips them).
+ */
+import { resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { ROOT } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
+import { getTask, startTask, taskResult } from './helpers/tasks.js';
+import { waitFor } from './helpers/wait-for.js';
+
+const WEEK_MS = 7 * 86_400_000;
+const stack = useStack({
+  name: 'operate',
+  gateways: [
+    {
+      TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token,ops:ops-token',
+      TASKRELAY_OPERATORS: 'ops',
+      TASKRELAY_RETAIN_FAILED_MS: String(WEEK_MS),
+    },
+  ],
+  workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs') }],
+});
+
+const bearer = (who: string) => ({ Authorization: `Bearer ${who}-token` });
+const base = () => stack.gateway.url.replace(/\/mcp$/, '');
+async function api(path: string, who: string, init: RequestInit = {}) {
+  const res = await fetch(`${base()}${path}`, {
+    ...init,
+    headers: { ...bearer(who), ...(init.body ? { 'content-type': 'application/json' } : {}), ...init.headers },
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+const idsOf = (body: Record<string, unknown>) => (body['tasks'] as Array<{ taskId: string }>).map((t) => t.taskId);
+
+/** Runs `report` as `who`'s task with `tags`, and waits for it to end. */
+async function runReport(client: Client, report: string, tags: string[]) {
+  const taskId = await startTask(client, 'nightly_report', { report }, { meta: { 'dev.taskrelay/tags': tags } });
+  await taskResult(client, taskId);
+  return taskId;
+}
+
+describe('§30 operating ended work', () => {
+  it('keeps failed work, finds it by tool and tag across principals, and replays it with its steps skipped', async () => {
+    const { r, prefix } = stack;
+    const alice = await stack.client(bearer('alice'));
+    const bob = await stack.client(bearer('bob'));
+    await r.set(`${prefix}:operate:down`, '1');
+    const a1 = await runReport(alice, 'q1', ['nightly']);
+    const a2 = await runReport(alice, 'q2', ['adhoc']);
+    const b1 = await runReport(bob, 'q3', ['nightly']);
+    const fetchesBefore = Number(await r.get(`${prefix}:operate:fetches`));
+    expect(fetchesBefore).toBe(3);
+
+    // §30.1: kept a week, and its ttl says so.
+    expect(await r.pttl(`${prefix}:task:${a1}`)).toBeGreaterThan(WEEK_MS - 60_000);
+    expect((await getTask(alice, a1)).ttl).toBe(WEEK_MS);
+
+    // §30.2: the operator finds both principals' failed nightly reports of the last week; the tool's own tag too.
+    const since = new Date(Date.now() - WEEK_MS).toISOString();
+    const query = `status=failed&tool=nightly_report&tag=nightly&since=${encodeURIComponent(since)}`;
+    const found = await api(`/admin/api/tasks?${query}`, 'ops');
+    expect(found.status).toBe(200);
+    expect(idsOf(found.body)).toEqual([b1, a1]);
+    expect(idsOf((await api('/admin/api/tasks?tag=report:q2', 'ops')).body)).toEqual([a2]);
+    const [first] = found.body['tasks'] as Array<Record<string, unknown>>;
+    expect(first).toMatchObject({ principal: 'bob', status: 'failed', tags: ['nightly', 'report:q3'] });
+    expect(first).not.toHaveProperty('arguments');
+    // Anyone else sees only their own, whatever principal they name; a non-operator gets no admin route at all.
+    expect(idsOf((await api(`/api/tasks?${query}`, 'alice')).body)).toEqual([a1]);
+    expect(idsOf((await api(`/api/tasks?${query}&principal=bob`, 'alice')).body)).toEqual([a1]);
+    expect((await api(`/admin/api/tasks?${query}`, 'alice')).status).toBe(403);
+    // A typo is refused, not ignored: it would widen the search.
+    const typo = await api('/admin/api/tasks?stauts=failed', 'ops');
+    expect(typo.status).toBe(400);
+    expect(typo.body['error']).toMatch(/unknown parameter stauts/);
+    expect((await api('/admin/api/tasks?status=broken', 'ops')).body['error']).toMatch(/status must be one or more/);
+
+    // §30.3: the upstream is back; a redrive of alice's task runs again without fetching again.
+    await r.del(`${prefix}:operate:down`);
+    const replayed = await api(`/admin/api/tasks/${a1}/replay`, 'ops', {
+      method: 'POST',
+      body: JSON.stringify({ redrive: true }),
+    });
+    expect(replayed.status).toBe(201);
+    const newId = (replayed.body['task'] as { taskId: string }).taskId;
+    expect(newId).not.toBe(a1);
+    // It is alice's task: she reads it, with its result, and the links show both ways.
+    const result = await taskResult(alice, newId);
+    expect(result.structuredContent).toEqual({ report: 'q1', rows: 3 });
+    expect(Number(await r.get(`${prefix}:operate:fetches`))).toBe(fetchesBefore);
+    expect((await getTask(alice, newId))._meta).toMatchObject({ 'dev.taskrelay/replayOf': a1 });
+    expect((await getTask(alice, a1))._meta).toMatchObject({ 'dev.taskrelay/replayedBy': newId });
+    // An unfinished or unknown task is not replayed.
+    expect((await api('/admin/api/tasks/nope/replay', 'ops', { method: 'POST', body: '{}' })).status).toBe(404);
+    // A browser on another origin cannot replay.
+    const cross = await api(`/admin/api/tasks/${a2}/replay`, 'ops', {
+      method: 'POST',
+      body: '{}',
+      headers: { origin: 'http://evil.example' },
+    });
+    expect(cross.status).toBe(403);
+
+    // Bulk: a dry run counts the failed nightly reports not replayed yet (bob's), the run replays them, a second run
+    // finds nothing left to replay.
+    const filter = { status: 'failed', tool: 'nightly_report', tag: 'nightly' };
+    const dry = await api('/admin/api/tasks/replay', 'ops', {
+      method: 'POST',
+      body: JSON.stringify({ ...filter, dryRun: true }),
+    });
+    expect(dry.body).toMatchObject({ matched: 1, skipped: 1, replayed: [] });
+    const bulk = await api('/admin/api/tasks/replay', 'ops', { method: 'POST', body: JSON.stringify(filter) });
+    expect(bulk.body).toMatchObject({ matched: 1, replayed: [{ from: b1 }], failed: [] });
+    const bobReplay = (bulk.body['replayed'] as Array<{ to: string }>)[0]!.to;
+    await waitFor(async () => (await getTask(bob, bobReplay)).status === 'completed', {
+      message: 'bob’s replay did not complete',
+    });
+    const again = await api('/admin/api/tasks/replay', 'ops', { method: 'POST', body: JSON.stringify(filter) });
+    expect(again.body).toMatchObject({ matched: 0, skipped: 2 });
+    const typoBody = await api('/admin/api/tasks/replay', 'ops', {
+      method: 'POST',
+      body: JSON.stringify({ ...filter, dryrun: true }),
+    });
+    expect(typoBody.status).toBe(400);
+  });
+});
