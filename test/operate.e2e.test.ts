@@ -6,10 +6,12 @@
  *   across principals; anyone else finds only their own; a bad filter is a 400 naming it.
  * - An operator replays one failed task with its succeeded steps skipped (a redrive), and the two are linked both
  *   ways in `tasks/get`; a bulk replay counts first (dry run), then replays the rest once (a second run skips them).
+ * - The CLI does the same: `taskrelay list --status failed --tool … --tag … --since 7d` and `taskrelay replay`.
  */
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { startCli } from './helpers/cli.js';
 import { ROOT } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
@@ -44,6 +46,13 @@ async function runReport(client: Client, report: string, tags: string[]) {
   const taskId = await startTask(client, 'nightly_report', { report }, { meta: { 'dev.taskrelay/tags': tags } });
   await taskResult(client, taskId);
   return taskId;
+}
+
+/** Runs the CLI against the stack as `who`; resolves with its exit code and output. */
+async function cli(who: string, ...args: string[]) {
+  const run = startCli(['--url', stack.gateway.url, '--token', `${who}-token`, ...args]);
+  const code = await run.exited;
+  return { code, stdout: run.stdout(), stderr: run.stderr() };
 }
 
 describe('§30 operating ended work', () => {
@@ -128,5 +137,40 @@ describe('§30 operating ended work', () => {
       body: JSON.stringify({ ...filter, dryrun: true }),
     });
     expect(typoBody.status).toBe(400);
+  });
+
+  it('the CLI lists failed work by tool and tag (an operator every principal’s, anyone else their own) and replays it', async () => {
+    const { r, prefix } = stack;
+    const alice = await stack.client(bearer('alice'));
+    const bob = await stack.client(bearer('bob'));
+    await r.set(`${prefix}:operate:down`, '1');
+    const a = await runReport(alice, 'cli-a', ['cli']);
+    const b = await runReport(bob, 'cli-b', ['cli']);
+    const filters = ['--status', 'failed', '--tool', 'nightly_report', '--tag', 'cli', '--since', '7d'];
+    const ops = await cli('ops', 'list', ...filters);
+    expect(ops.code).toBe(0);
+    const rows = ops.stdout.trim().split('\n');
+    expect(rows.map((l) => l.split(/\s+/)[0])).toEqual([b, a]);
+    expect(rows[0]).toMatch(/failed .*nightly_report .*bob .*\[cli, report:cli-b\].*NON_RETRYABLE: upstream down/);
+    const own = await cli('alice', '--json', 'list', ...filters);
+    expect(
+      own.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { task: { taskId: string } }).task.taskId),
+    ).toEqual([a]);
+    // Replay: counted first, then run; a non-operator is told what it needs.
+    const refused = await cli('alice', 'replay', a);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/operator's token/);
+    await r.del(`${prefix}:operate:down`);
+    const dry = await cli('ops', 'replay', ...filters, '--dry-run');
+    expect(dry.stdout).toMatch(/^2 task\(s\) would be replayed/m);
+    const run = await cli('ops', 'replay', ...filters);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/^2 of 2 replayed/m);
+    const usage = await cli('ops', 'replay');
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/needs a task id, or filters/);
   });
 });

@@ -9,6 +9,7 @@ import { positiveInt, parseToolArguments } from './args.js';
 import { startCall, watchTask, type Run } from './calls.js';
 import { connect, type Connection } from './connection.js';
 import { terminalElicitation } from './elicit.js';
+import { addReplayCommand, filtersOf, gatewayApi, listFiltered, withFilters } from './operate.js';
 import { EXIT, UsageError, explainFailure, worstExit, type ExitCode } from './errors.js';
 import {
   SILENT_VIEW,
@@ -68,20 +69,11 @@ interface AdminToolView {
 
 /** POSTs to the gateway's admin API beside its MCP endpoint (`…/mcp` → `…/admin`), with the token. */
 async function adminPost(options: GlobalOptions, path: string): Promise<AdminToolView> {
-  if (!/\/mcp\/?$/.test(new URL(options.url).pathname)) {
-    throw new UsageError(`--url must end in /mcp to find the gateway's admin API beside it (got ${options.url})`);
-  }
-  const url = options.url.replace(/\/mcp\/?$/, `/admin${path}`);
-  const headers: Record<string, string> = {};
-  if (options.token !== undefined) headers['Authorization'] = `Bearer ${options.token}`;
-  const res = await fetch(url, { method: 'POST', headers });
-  const body = (await res.json().catch(() => ({}))) as { tool?: AdminToolView; error?: string };
-  if (res.status === 401 || res.status === 403) {
-    throw new Error(
-      `the gateway at ${options.url} refused this (HTTP ${res.status}): pausing a tool needs an operator's token (TASKRELAY_OPERATORS)`,
-    );
-  }
-  if (!res.ok || !body.tool) throw new Error(body.error ?? `the gateway answered HTTP ${res.status}`);
+  const body = await gatewayApi<{ tool?: AdminToolView }>(options, `/admin${path}`, {
+    method: 'POST',
+    needs: "pausing a tool needs an operator's token (TASKRELAY_OPERATORS)",
+  });
+  if (!body.tool) throw new Error('the gateway answered without the tool');
   return body.tool;
 }
 
@@ -282,11 +274,21 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
       });
     });
 
-  program
-    .command('list')
-    .description("list the caller's tasks (offered by the gateway only when authentication is on)")
-    .action(async () => {
+  withFilters(
+    program
+      .command('list')
+      .description(
+        "list the caller's tasks; with filters, the gateway's search: an operator's token lists every principal's",
+      ),
+  )
+    .option('--limit <n>', 'with filters: at most N tasks, newest first', positiveInt('--limit'), 100)
+    .action(async (opts: Record<string, unknown> & { limit: number }) => {
       const options = globals();
+      const filters = filtersOf(opts);
+      if (filters !== undefined) {
+        await listFiltered(options, filters, opts.limit, (line) => out.write(`${line}\n`));
+        return;
+      }
       await withConnection(options, async ({ client }) => {
         if (client.getServerCapabilities()?.tasks?.list === undefined) {
           throw new Error(
@@ -302,6 +304,7 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
       });
     });
 
+  addReplayCommand(program, globals, (line) => out.write(`${line}\n`));
   return program;
 }
 
