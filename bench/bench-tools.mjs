@@ -2,7 +2,7 @@
 // precision (performance.timeOrigin + performance.now()), comparable across processes on one machine.
 import { Redis } from 'ioredis';
 import { z } from 'zod';
-import { defineTool } from '@taskrelay/worker';
+import { defineTool, NonRetryableError } from '@taskrelay/worker';
 
 const now = () => performance.timeOrigin + performance.now();
 const prefix = process.env.TASKRELAY_PREFIX ?? 'taskrelay';
@@ -75,6 +75,21 @@ const slotTool = (name, concurrency) =>
 export const benchSlotKeyed = slotTool('bench_slot_keyed', { limit: 1, key: ['lane'] });
 /** BullMQ's own: the tool queue's global concurrency of 1 (§3.3). */
 export const benchSlotQueue = slotTool('bench_slot_queue', 1);
+
+/**
+ * A task that tags itself and fails at once, not retried: what an operator keeps to find and replay (PROTOCOL.md §30).
+ * `pnpm bench` measures the Redis bytes one such task holds while it is retained.
+ */
+export const benchFail = defineTool({
+  name: 'bench_fail',
+  description: 'Tags its task, then fails (not retried) with a short message.',
+  inputSchema: z.object({ report: z.string(), items: z.number().int() }),
+  taskSupport: 'optional',
+  async run({ report }, ctx) {
+    await ctx.tag(`report:${report}`);
+    throw new NonRetryableError(`upstream refused report ${report}`);
+  },
+});
 
 export const benchProgress = defineTool({
   name: 'bench_progress',

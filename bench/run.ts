@@ -23,6 +23,7 @@
  * See docs/PERFORMANCE.md for the method.
  */
 import { parseArgs } from 'node:util';
+import { createKeys, toolQueue } from '@taskrelay/shared';
 import { runAb } from './lib/ab.js';
 import { runCreatePath } from './lib/create-path.js';
 import { runSdkCycle } from './lib/sdk-cycle.js';
@@ -48,6 +49,7 @@ import {
   peerMemoryPerTask,
   progressLatency,
   rawPubSub,
+  retainedBytes,
   slotHandoff,
   type CpuRoles,
 } from './lib/scenarios.js';
@@ -100,6 +102,8 @@ const KEYED = { name: 'bench_keyed', arguments: {} };
 /** Outlives one memory measurement; the next repetition's waits until these have expired. */
 const MEMORY_TTL_MS = QUICK ? 15_000 : 60_000;
 const MEMORY_TASKS = QUICK ? 400 : 2_000;
+/** Failed tasks kept for a week per repetition, to measure the Redis bytes of each (PROTOCOL.md §30.1). */
+const RETAINED_TASKS = QUICK ? 200 : 1_000;
 const PROGRESS_UPDATES = QUICK ? 10 : 20;
 const PROGRESS_INTERVAL_MS = 75; // above the 50 ms default throttle: no update is coalesced away
 const CANCEL_ROUNDS_1 = QUICK ? 3 : 20;
@@ -504,6 +508,12 @@ function rowSpecs(): RowSpec[] {
       { group, label: 'Redis used_memory per terminal task', unit: 'bytes', id: 'tr.memory.redisPerTerminal' },
       {
         group,
+        label: 'Redis used_memory per retained failed task (tags, arguments, index; §30.1)',
+        unit: 'bytes',
+        id: 'tr.retained.bytes',
+      },
+      {
+        group,
         label: 'gateway heap + Redis per terminal task',
         unit: 'bytes',
         id: 'tr.memory.totalPerTerminal',
@@ -591,6 +601,8 @@ async function compare(): Promise<number> {
       gateways: 1,
       workers: 1,
       workerConcurrency: WORKER_CONCURRENCY,
+      // Failed tasks are kept a week (PROTOCOL.md §30.1): the retained-task row; no other row fails a task.
+      env: { TASKRELAY_RETAIN_FAILED_MS: String(7 * 86_400_000) },
     }),
     startStack({
       name: 'tr-w2',
@@ -807,6 +819,16 @@ async function compare(): Promise<number> {
         admin,
         count: MEMORY_TASKS,
         ttlMs: MEMORY_TTL_MS,
+      }),
+    );
+    await guarded(results, 'tr.retained', rep, 120_000, targets.tr.deps, trSessions, () =>
+      retainedBytes({
+        sessions: trSessions,
+        admin,
+        count: RETAINED_TASKS,
+        redisUrl: redis.url,
+        prefix: prefixes.tr,
+        queueName: createKeys(prefixes.tr).queueName(toolQueue('default', 'bench_fail')),
       }),
     );
     await guarded(results, 'peer.memory', rep, 120_000, [peer], peerSessions, () =>

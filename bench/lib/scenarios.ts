@@ -509,3 +509,37 @@ export async function slotHandoff(o: {
     redis.disconnect();
   }
 }
+
+/**
+ * Redis bytes one retained failed task holds (PROTOCOL.md §30.1): `count` task calls of `bench_fail` (tagged by the
+ * call and by the tool, with realistic arguments) on a stack that keeps failed tasks a week, measured once BullMQ's
+ * own failed jobs are removed (they go after an hour anyway, bounded per queue): the hash, the kept arguments and the
+ * index entries are what stays for the retention.
+ */
+export async function retainedBytes(o: {
+  sessions: McpSession[];
+  admin: RedisAdmin;
+  count: number;
+  redisUrl: string;
+  prefix: string;
+  queueName: string;
+}): Promise<Record<string, number>> {
+  const queue = new Queue(o.queueName, { connection: { url: o.redisUrl }, prefix: o.prefix });
+  try {
+    await queue.clean(0, 100_000, 'failed');
+    const before = await o.admin.usedMemory();
+    await fanOut(o.sessions, o.count, 32, async (s, i) => {
+      const created = await s.call('tools/call', {
+        name: 'bench_fail',
+        arguments: { report: `r${i}`, items: 50 },
+        task: { ttl: 60_000 },
+        _meta: { 'dev.taskrelay/tags': ['nightly', 'team:data'] },
+      });
+      await s.call('tasks/result', { taskId: created.task.taskId });
+    });
+    await queue.clean(0, 100_000, 'failed');
+    return { bytes: ((await o.admin.usedMemory()) - before) / o.count };
+  } finally {
+    await queue.close();
+  }
+}
