@@ -7,6 +7,8 @@
  * - An operator replays one failed task with its succeeded steps skipped (a redrive), and the two are linked both
  *   ways in `tasks/get`; a bulk replay counts first (dry run), then replays the rest once (a second run skips them).
  * - The CLI does the same: `taskrelay list --status failed --tool … --tag … --since 7d` and `taskrelay replay`.
+ * - §30.4: each run's `ctx.log` lines are kept with the task: the operator and the task's own principal read them
+ *   (`taskrelay logs ID`), another principal gets 404.
  */
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -172,5 +174,29 @@ describe('§30 operating ended work', () => {
     const usage = await cli('ops', 'replay');
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/needs a task id, or filters/);
+  });
+
+  it('§30.4 keeps each run’s log lines with the task, for the operator and its own principal only', async () => {
+    const { r, prefix } = stack;
+    const alice = await stack.client(bearer('alice'));
+    await r.set(`${prefix}:operate:down`, '1');
+    const id = await runReport(alice, 'logs', []);
+    const ops = await api(`/admin/api/tasks/${id}/logs`, 'ops');
+    expect(ops.status).toBe(200);
+    expect(ops.body).toMatchObject({ taskId: id, status: 'failed' });
+    const lines = ops.body['lines'] as Array<Record<string, unknown>>;
+    expect(lines).toMatchObject([
+      { level: 'info', msg: 'publishing logs', report: 'logs', attempt: 1 },
+      { level: 'warn', msg: 'upstream down', attempt: 1 },
+    ]);
+    const own = await api(`/api/tasks/${id}/logs?after=${String(lines[0]!['id'])}`, 'alice');
+    expect((own.body['lines'] as Array<{ msg: string }>).map((l) => l.msg)).toEqual(['upstream down']);
+    expect((await api(`/api/tasks/${id}/logs`, 'bob')).status).toBe(404);
+    expect((await api(`/api/tasks/${id}/logs?after=nonsense`, 'alice')).status).toBe(400);
+    const printed = await cli('alice', 'logs', id, '--follow');
+    expect(printed.code).toBe(0);
+    expect(printed.stdout).toMatch(/INFO +\[run 1\] publishing logs \{"report":"logs"\}/);
+    expect(printed.stdout).toMatch(/WARN +\[run 1\] upstream down/);
+    await r.del(`${prefix}:operate:down`);
   });
 });

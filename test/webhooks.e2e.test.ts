@@ -310,6 +310,39 @@ describe('§27 completion webhooks', () => {
     expect(r.stranger.received).toEqual([]);
   });
 
+  it('§27.6 an operator lists the dead webhooks and sends one again: delivered under its own id, the letter gone', async () => {
+    r.broken.answer(() => 503);
+    const failed = await extTask('alice', 'fail_after', { delayMs: 1, message: 'resend me' }, hook(r.broken));
+    const api = (path: string, token: string, method = 'GET') =>
+      fetch(gateway.url.replace(/\/mcp$/, `/admin/api/webhooks${path}`), {
+        method,
+        headers: { authorization: `Bearer ${token}` },
+      });
+    const letter = await waitFor(
+      async () => {
+        const body = (await (await api('/dead?limit=1000', 'ops-token')).json()) as { deadLetters: Json[] };
+        return body.deadLetters.find((d) => d['taskId'] === failed);
+      },
+      { timeoutMs: 20_000, message: 'the webhook did not die' },
+    );
+    expect(letter).toMatchObject({ status: 'failed', attempts: 3, timestamp: expect.any(String) as string });
+    expect((await api('/dead', 'alice-token')).status).toBe(403);
+    // The receiver is back; the operator sends it again.
+    r.broken.answer(() => 200);
+    const resent = await api(`/dead/${String(letter['id'])}/resend`, 'ops-token', 'POST');
+    expect(resent.status).toBe(200);
+    expect(await resent.json()).toEqual({ resent: [letter['id']] });
+    await waitFor(() => forTask(r.broken, failed).length === 4, { timeoutMs: 10_000, message: 'not sent again' });
+    const last = forTask(r.broken, failed).at(-1)!;
+    expect(last.id).toBe(letter['id']);
+    expect(last.verified).toBe(true);
+    expect(last.event).toMatchObject({ taskId: failed, status: 'failed' });
+    const after = (await (await api('/dead?limit=1000', 'ops-token')).json()) as { deadLetters: Json[] };
+    expect(after.deadLetters.some((d) => d['id'] === letter['id'])).toBe(false);
+    expect((await api(`/dead/${String(letter['id'])}/resend`, 'ops-token', 'POST')).status).toBe(404);
+    r.broken.answer(() => 503);
+  });
+
   it('follows no redirect; 410 stops at once; after the last try the event is dead-lettered, in metrics and on the dashboard', async () => {
     r.redirect.answer(() => ({ status: 307, headers: { location: `${r.target.origin}/stolen` } }));
     r.gone.answer(() => 410);

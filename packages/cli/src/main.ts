@@ -9,7 +9,15 @@ import { positiveInt, parseToolArguments } from './args.js';
 import { startCall, watchTask, type Run } from './calls.js';
 import { connect, type Connection } from './connection.js';
 import { terminalElicitation } from './elicit.js';
-import { addReplayCommand, filtersOf, gatewayApi, listFiltered, withFilters } from './operate.js';
+import {
+  addLogsCommand,
+  addReplayCommand,
+  addWebhookCommands,
+  filtersOf,
+  gatewayApi,
+  listFiltered,
+  withFilters,
+} from './operate.js';
 import { EXIT, UsageError, explainFailure, worstExit, type ExitCode } from './errors.js';
 import {
   SILENT_VIEW,
@@ -304,7 +312,10 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
       });
     });
 
-  addReplayCommand(program, globals, (line) => out.write(`${line}\n`));
+  const writeLine = (line: string) => out.write(`${line}\n`);
+  addReplayCommand(program, globals, writeLine);
+  addLogsCommand(program, globals, writeLine);
+  addWebhookCommands(program, globals, writeLine);
   return program;
 }
 

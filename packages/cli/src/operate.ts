@@ -53,14 +53,16 @@ export function withFilters(command: Command): Command {
     .option('--tool <name>', 'only this tool')
     .option('--tag <tag>', 'only tasks with this tag')
     .option('--principal <name>', "only this principal's tasks (operators)")
-    .addOption(new Option('--since <time>', 'created since: ISO time, ms, or 7d / 24h / 30m ago').argParser(timeArgument))
+    .addOption(
+      new Option('--since <time>', 'created since: ISO time, ms, or 7d / 24h / 30m ago').argParser(timeArgument),
+    )
     .addOption(new Option('--until <time>', 'created until: the same forms').argParser(timeArgument));
 }
 
 /** The filters a command was given; none given is undefined. */
 export function filtersOf(opts: Record<string, unknown>): TaskFilters | undefined {
   const picked = Object.fromEntries(FILTER_NAMES.flatMap((k) => (typeof opts[k] === 'string' ? [[k, opts[k]]] : [])));
-  return Object.keys(picked).length > 0 ? (picked) : undefined;
+  return Object.keys(picked).length > 0 ? picked : undefined;
 }
 
 /**
@@ -112,7 +114,10 @@ export async function listFiltered(
   do {
     const query = new URLSearchParams({ ...filters, limit: String(Math.min(200, max - printed)) });
     if (cursor !== undefined) query.set('cursor', cursor);
-    const page = await gatewayApi<{ tasks: TaskSummary[]; nextCursor?: string }>(options, `/api/tasks?${query.toString()}`);
+    const page = await gatewayApi<{ tasks: TaskSummary[]; nextCursor?: string }>(
+      options,
+      `/api/tasks?${query.toString()}`,
+    );
     for (const t of page.tasks) {
       write(options.json ? JSON.stringify({ type: 'task', task: t }) : taskRow(t));
       printed += 1;
@@ -175,4 +180,100 @@ export function addReplayCommand(program: Command, globals: () => ApiOptions, wr
           : `${outcome.replayed.length} of ${outcome.matched} replayed${skipped}${more}`,
       );
     });
+}
+
+/** A kept log line as the gateway answers it (PROTOCOL.md §30.4). */
+interface KeptLine {
+  id: string;
+  time: string;
+  level?: string;
+  msg?: string;
+  attempt?: number;
+  [field: string]: unknown;
+}
+
+const ENDED = new Set(['completed', 'failed', 'cancelled']);
+const FOLLOW_EVERY_MS = 1_000;
+
+function logRow(line: KeptLine): string {
+  const { id: _id, time, level, msg, attempt, ...fields } = line;
+  const extra = Object.keys(fields).length > 0 ? ` ${JSON.stringify(fields)}` : '';
+  return `${time} ${String(level ?? '')
+    .toUpperCase()
+    .padEnd(5)} [run ${attempt ?? '?'}] ${msg ?? ''}${extra}`;
+}
+
+/** `taskrelay logs ID [--follow]`: the task's kept `ctx.log` lines; following asks again every second until it ends. */
+export function addLogsCommand(program: Command, globals: () => ApiOptions, write: (line: string) => void): void {
+  program
+    .command('logs')
+    .description("print a task's kept log lines (its tool's ctx.log, each run's); --follow until the task ends")
+    .argument('<id>', 'task id')
+    .option('--follow', 'keep printing new lines until the task has ended')
+    .action(async (id: string, opts: { follow?: boolean }) => {
+      const options = globals();
+      let after: string | undefined;
+      for (;;) {
+        const query = new URLSearchParams({ limit: '1000', ...(after === undefined ? {} : { after }) });
+        const page = await gatewayApi<{ status: string; lines: KeptLine[]; last: string | null }>(
+          options,
+          `/api/tasks/${encodeURIComponent(id)}/logs?${query.toString()}`,
+          { needs: "reading a task's logs needs its owner's token or an operator's" },
+        );
+        for (const line of page.lines) write(options.json ? JSON.stringify({ type: 'log', line }) : logRow(line));
+        after = page.last ?? after;
+        if (opts.follow !== true || (ENDED.has(page.status) && page.lines.length === 0)) return;
+        if (page.lines.length < 1000) await new Promise((r) => setTimeout(r, FOLLOW_EVERY_MS));
+      }
+    });
+}
+
+/** `taskrelay webhooks dead` and `taskrelay webhooks resend ID|--all` (PROTOCOL.md §27.6; operator token). */
+export function addWebhookCommands(program: Command, globals: () => ApiOptions, write: (line: string) => void): void {
+  const needs = "dead webhooks need an operator's token (TASKRELAY_OPERATORS)";
+  const webhooks = program.command('webhooks').description('dead webhook events: list them, send them again');
+  webhooks
+    .command('dead')
+    .description('list the newest dead webhook events (operator token)')
+    .option('--limit <n>', 'at most N', positiveCount, 50)
+    .action(async (opts: { limit: number }) => {
+      const options = globals();
+      const { deadLetters } = await gatewayApi<{ deadLetters: Array<Record<string, unknown>> }>(
+        options,
+        `/admin/api/webhooks/dead?limit=${opts.limit}`,
+        { needs },
+      );
+      for (const d of deadLetters) {
+        const at = new Date(Number(d['deadAt'])).toISOString();
+        write(
+          options.json
+            ? JSON.stringify({ type: 'deadWebhook', ...d })
+            : `${text(d['id'])}  ${text(d['status'])}  ${text(d['url'])}  dead ${at}: ${text(d['reason'])}`,
+        );
+      }
+    });
+  webhooks
+    .command('resend')
+    .description('send a dead webhook event again, or --all of them (operator token)')
+    .argument('[id]', 'the dead event id (msg_…)')
+    .option('--all', 'every dead event, newest first')
+    .action(async (id: string | undefined, opts: { all?: boolean }) => {
+      const options = globals();
+      if ((id === undefined) === (opts.all !== true))
+        throw new UsageError('webhooks resend takes an event id or --all');
+      const path =
+        id === undefined
+          ? '/admin/api/webhooks/dead/resend'
+          : `/admin/api/webhooks/dead/${encodeURIComponent(id)}/resend`;
+      const { resent } = await gatewayApi<{ resent: string[] }>(options, path, { method: 'POST', needs });
+      write(options.json ? JSON.stringify({ type: 'resent', resent }) : `${resent.length} webhook event(s) due again`);
+    });
+}
+
+const text = (v: unknown) => (typeof v === 'string' ? v : '');
+
+function positiveCount(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 1_000) throw new UsageError(`--limit must be a whole number 1 to 1000`);
+  return n;
 }

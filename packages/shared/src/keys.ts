@@ -14,6 +14,8 @@ export interface Keys {
   readonly taskKeyPrefix: string;
   /** String: a task-mode task's arguments (JSON), kept as long as its hash, for a replay (PROTOCOL.md §30.2). */
   taskArguments(taskId: string): string;
+  /** Stream: a task's kept log lines (PROTOCOL.md §30.4), expiring with its hash. */
+  taskLogs(taskId: string): string;
   /** Sorted set of one principal's task-mode ids, scored by creation time. */
   principalTasks(principal: string): string;
   /** Sorted set of every non-terminal task, scored by when the reaper next looks at it (PROTOCOL.md §10). */
@@ -120,8 +122,10 @@ export function createKeys(prefix = 'taskrelay'): Keys {
   return {
     prefix,
     task: (taskId) => `${taskKeyPrefix}${taskId}`,
-    // The `finish` include expires it with the hash, naming it as `<task key>:args`.
-    taskArguments: (taskId) => `${taskKeyPrefix}${taskId}:args`,
+    // Not under `<prefix>:task:`, where every key is a task hash. The `finish` include expires both with the hash and
+    // names them from it the same way (`<prefix>:task:<id>` → `<prefix>:task-args:<id>`, `…:task-logs:<id>`).
+    taskArguments: (taskId) => `${prefix}:task-args:${taskId}`,
+    taskLogs: (taskId) => `${prefix}:task-logs:${taskId}`,
     taskKeyPrefix,
     principalTasks: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:tasks`,
     live: `${prefix}:live`,

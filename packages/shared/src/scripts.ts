@@ -232,6 +232,18 @@ export const SCRIPTS = {
     args: [],
     codes: [OK, TASK_MISSING],
   }),
+  webhookResend: spec({
+    name: 'webhookResend',
+    keys: ['due', 'pending', 'dead'],
+    args: ['eventPrefix', 'id', 'max'],
+    codes: [OK],
+  }),
+  logKeep: spec({
+    name: 'logKeep',
+    keys: ['task', 'logs'],
+    args: ['maxLen', 'lines'],
+    codes: [OK, ResultCode.TASK_MISSING],
+  }),
   tag: spec({
     name: 'tag',
     keys: ['task', 'lock'],

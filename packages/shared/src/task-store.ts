@@ -81,6 +81,13 @@ export interface CreateTaskInput {
   job?: JobAddScript;
 }
 
+/** The most log lines a task keeps (PROTOCOL.md §30.4), and the longest one, in bytes (a longer one is cut). */
+export const MAX_KEPT_LOG_LINES = 1_000;
+export const MAX_KEPT_LOG_LINE_BYTES = 2_048;
+
+/** A kept log line as readers get it: its stream id and time, then the line's own fields. */
+export type KeptLogLine = Record<string, unknown> & { id: string; time: string };
+
 export interface CreateOutcome {
   record: TaskRecord;
   /** false when the idempotency key named a live task, which `record` is. */
@@ -909,6 +916,34 @@ export class RedisTaskStore {
     });
     if (reply.code === ResultCode.OK) return 'written';
     return reply.code === ResultCode.LOCK_LOST ? 'lock_lost' : 'gone';
+  }
+
+  /**
+   * Keeps a run's log lines (each a JSON object as text) with its task (PROTOCOL.md §30.4): at most `MAX_KEPT_LOG_LINES`
+   * per task. Nothing is written for a task that is gone.
+   */
+  async keepLogs(taskId: string, lines: readonly string[]): Promise<void> {
+    if (lines.length === 0) return;
+    await this.scripts.call(SCRIPTS.logKeep, {
+      keys: { task: this.keys.task(taskId), logs: this.keys.taskLogs(taskId) },
+      args: { maxLen: MAX_KEPT_LOG_LINES, lines: JSON.stringify(lines) },
+    });
+  }
+
+  /** Up to `limit` kept log lines of a task after the line `after` (oldest first), each with its stream id. */
+  async readLogs(taskId: string, after: string | undefined, limit: number): Promise<KeptLogLine[]> {
+    const start = after === undefined ? '-' : `(${after}`;
+    const entries = await this.redis.xrange(this.keys.taskLogs(taskId), start, '+', 'COUNT', limit);
+    return entries.map(([id, fields]) => {
+      const text = fields[fields.indexOf('line') + 1] ?? '{}';
+      let line: Record<string, unknown>;
+      try {
+        line = JSON.parse(text) as Record<string, unknown>;
+      } catch {
+        line = { msg: text };
+      }
+      return { id, time: new Date(Number(id.split('-')[0])).toISOString(), ...line };
+    });
   }
 
   /** A task-mode task's arguments as its call sent them (JSON, PROTOCOL.md §30.2), while the task is kept. */

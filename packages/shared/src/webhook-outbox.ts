@@ -53,6 +53,9 @@ export const DeadLetterSchema = z.object({
   reason: z.string(),
   /** ms since epoch (Redis server time). */
   deadAt: z.number(),
+  /** The event's own time and message (dead letters made before they were kept have none). */
+  timestamp: z.string().optional(),
+  statusMessage: z.string().optional(),
 });
 export type DeadLetter = z.infer<typeof DeadLetterSchema>;
 
@@ -136,6 +139,19 @@ export class WebhookOutbox {
   async counts(): Promise<{ pending: number; dead: number }> {
     const [pending, dead] = await Promise.all([this.redis.zcard(this.keys.due), this.redis.llen(this.keys.dead)]);
     return { pending, dead };
+  }
+
+  /**
+   * Sends dead events again (an operator's resend, PROTOCOL.md §27.6): the dead letter `id`, or with no id every dead
+   * letter, newest first, up to `max`. Each is due at once with its tries counted from 0, under its own event id.
+   * Resolves with the ids due again.
+   */
+  async resend(id: string | undefined, max = WEBHOOK_DEAD_LETTERS_KEPT): Promise<string[]> {
+    const reply = await this.scripts.call(SCRIPTS.webhookResend, {
+      keys: { due: this.keys.due, pending: this.keys.pending, dead: this.keys.dead },
+      args: { eventPrefix: this.keys.eventPrefix, id: id ?? '', max },
+    });
+    return reply.values.map(String);
   }
 
   /** The newest `limit` dead letters. */

@@ -144,3 +144,31 @@ describe('§30.2 search', () => {
     expect(await redis.zrange(keys.taskIndex, 0, -1)).toEqual([running.taskId]);
   });
 });
+
+describe('§30.4 kept log lines', () => {
+  it('keeps at most 1,000 lines, oldest dropped, read after an id; nothing for a task that is gone; expires with it', async () => {
+    const { store, keys } = setup('logs');
+    const { taskId } = await store.create({ ...base, ttl: 5_000 });
+    const lines = Array.from({ length: 1_005 }, (_v, i) =>
+      JSON.stringify({ level: 'info', msg: `line ${i}`, attempt: 1 }),
+    );
+    await store.keepLogs(taskId, lines.slice(0, 500));
+    await store.keepLogs(taskId, lines.slice(500));
+    expect(await redis.xlen(keys.taskLogs(taskId))).toBe(1_000);
+    const first = await store.readLogs(taskId, undefined, 2);
+    expect(first.map((l) => l['msg'])).toEqual(['line 5', 'line 6']);
+    expect(first[0]).toMatchObject({ level: 'info', attempt: 1, id: expect.stringMatching(/^\d+-\d+$/) as string });
+    const next = await store.readLogs(taskId, first[1]!.id, 1);
+    expect(next.map((l) => l['msg'])).toEqual(['line 7']);
+    expect(await redis.pttl(keys.taskLogs(taskId))).toBe(-1);
+    await store.transition(taskId, 'failed');
+    const pttl = await redis.pttl(keys.taskLogs(taskId));
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(5_000);
+    // A line flushed after the end expires with the task too; a task that is gone gets no stream at all.
+    await store.keepLogs(taskId, [JSON.stringify({ msg: 'late' })]);
+    expect(await redis.pttl(keys.taskLogs(taskId))).toBeGreaterThan(0);
+    await store.keepLogs('gone', [JSON.stringify({ msg: 'x' })]);
+    expect(await redis.exists(keys.taskLogs('gone'))).toBe(0);
+  });
+});

@@ -7,12 +7,13 @@ import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
-import type { Logger, TaskRecord, TaskSearch } from '@taskrelay/shared';
+import type { Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import { createTaskApi } from './task-api.js';
+import { createWebhookApi } from './webhook-api.js';
 
 /**
  * bull-board's pages load only what this gateway serves: its own scripts, styles (and the inline styles its React
@@ -73,9 +74,14 @@ export interface AdminRouterOptions {
   /** Where the router is mounted. Default `/admin`. */
   basePath?: string;
   /** The webhook outbox: its pending and dead counts and the newest dead letters are shown (PROTOCOL.md §27.6). */
-  webhooks?: Pick<WebhookOutbox, 'counts' | 'deadLetters'>;
+  webhooks?: Pick<WebhookOutbox, 'counts' | 'deadLetters' | 'resend'>;
   /** Search and replay of tasks (PROTOCOL.md §30.2, §30.3), and who the operator of a request is, for the audit. */
-  tasks?: { search: TaskSearch; replay: TaskReplay; by: (req: Request) => string };
+  tasks?: {
+    search: TaskSearch;
+    replay: TaskReplay;
+    store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+    by: (req: Request) => string;
+  };
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
@@ -174,6 +180,9 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
   }
 
   if (options.tasks) router.use('/api/tasks', createTaskApi({ ...options.tasks, log }));
+  if (options.webhooks && options.tasks) {
+    router.use('/api/webhooks', createWebhookApi({ outbox: options.webhooks, log, by: options.tasks.by }));
+  }
   router.get('/api/tasks/:id', async (req: Request, res: Response) => {
     const detail = await queries.task(String(req.params['id']));
     if (!detail) {

@@ -5,6 +5,8 @@
  *   GET  /api/tasks?…                                                                   anyone: their own tasks
  *   POST /admin/api/tasks/{id}/replay   {"redrive"?}
  *   POST /admin/api/tasks/replay        {the filters, "redrive"?, "dryRun"?, "again"?}
+ *   GET  /admin/api/tasks/{id}/logs?after=&limit=                                      operators: any task's
+ *   GET  /api/tasks/{id}/logs?…                                                         anyone: their own task's
  *
  * Every query and body is checked with zod; an unknown parameter is refused with 400 naming it (a typo must not widen
  * a search or a bulk replay). The POSTs refuse a cross-origin browser request (the dashboard calls them).
@@ -16,6 +18,7 @@ import {
   TASK_STATUSES,
   TaskrelayError,
   type Logger,
+  type RedisTaskStore,
   type TaskFilter,
   type TaskSearch,
   type TaskStatus,
@@ -68,6 +71,15 @@ const searchQuery = z
   })
   .strict();
 const replayOneBody = z.object({ redrive: z.boolean().optional() }).strict();
+const logsQuery = z
+  .object({
+    after: z
+      .string()
+      .regex(/^\d{1,15}-\d{1,10}$/, 'must be a line id from an earlier answer')
+      .optional(),
+    limit: z.coerce.number().int().min(1).max(1_000).optional(),
+  })
+  .strict();
 const replayManyBody = z
   .object({
     ...filterShape,
@@ -154,10 +166,42 @@ export function searchHandler(search: TaskSearch, scope: (req: Request) => { pri
   };
 }
 
+/**
+ * `GET …/tasks/{id}/logs`: the task's kept log lines (PROTOCOL.md §30.4), oldest first, after `after`. `scope` says
+ * whose tasks the caller may read: any (an operator), or only its own (another's answers 404, as `tasks/get` does).
+ */
+export function logsHandler(
+  store: Pick<RedisTaskStore, 'get' | 'readLogs'>,
+  scope: (req: Request) => { principal?: string },
+): RequestHandler {
+  return (req, res, next) => {
+    const parsed = logsQuery.safeParse(req.query);
+    if (!parsed.success) {
+      res.status(400).json({ error: problem(parsed.error) });
+      return;
+    }
+    const taskId = String(req.params['id']);
+    const own = scope(req).principal;
+    const read = async () => {
+      const record = await store.get(taskId);
+      if (!record || (own !== undefined && record.principal !== own)) {
+        throw new TaskrelayError('TASK_NOT_FOUND', `Task ${taskId} not found (unknown, expired, or not yours)`);
+      }
+      const lines = await store.readLogs(taskId, parsed.data.after, parsed.data.limit ?? 200);
+      return { taskId, status: record.status, lines, last: lines.at(-1)?.id ?? parsed.data.after ?? null };
+    };
+    read().then(
+      (body) => res.json(body),
+      (error: unknown) => answerError(res, next, error),
+    );
+  };
+}
+
 /** The operators' routes under `/admin/api/tasks`: search, and replay one or many (audited by `by`). */
 export function createTaskApi(o: {
   search: TaskSearch;
   replay: TaskReplay;
+  store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
   log: Logger;
   by: (req: Request) => string;
 }): Router {
@@ -166,6 +210,10 @@ export function createTaskApi(o: {
   router.get(
     '/',
     searchHandler(o.search, () => ({})),
+  );
+  router.get(
+    '/:id/logs',
+    logsHandler(o.store, () => ({})),
   );
   router.post('/replay', body, (req, res, next) => {
     if (crossOriginRefused(req, res, 'replay')) return;

@@ -263,6 +263,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     admin,
     webhooks: webhooks.outbox,
     search,
+    store,
     replay: new TaskReplay(store, search, service, log),
     inflight,
     sessions,

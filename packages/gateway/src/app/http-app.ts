@@ -3,7 +3,14 @@
  * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler.
  */
 import express, { type Response } from 'express';
-import { JSON_RPC, type GatewayConfig, type Logger, type RedisClient, type TaskSearch } from '@taskrelay/shared';
+import {
+  JSON_RPC,
+  type GatewayConfig,
+  type Logger,
+  type RedisClient,
+  type RedisTaskStore,
+  type TaskSearch,
+} from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
   chain,
@@ -17,7 +24,7 @@ import {
 import type { RequestLimits } from '../http/limits.js';
 import type { AdminQueries } from '../admin/queries.js';
 import { createAdminRouter } from '../admin/router.js';
-import { searchHandler } from '../admin/task-api.js';
+import { logsHandler, searchHandler } from '../admin/task-api.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
@@ -46,8 +53,9 @@ export interface HttpAppDeps {
   admin: AdminQueries;
   /** The webhook outbox, shown on the dashboard (PROTOCOL.md §27.6). */
   webhooks: WebhookOutbox;
-  /** Search and replay of tasks (PROTOCOL.md §30.2, §30.3). */
+  /** Search and replay of tasks, and their kept log lines (PROTOCOL.md §30.2–§30.4). */
   search: TaskSearch;
+  store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
   replay: TaskReplay;
   inflight: InflightCalls;
   /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
@@ -235,16 +243,13 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       queries: deps.admin,
       log,
       webhooks: deps.webhooks,
-      tasks: { search: deps.search, replay: deps.replay, by: principalOf },
+      tasks: { search: deps.search, replay: deps.replay, store: deps.store, by: principalOf },
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.
-  app.get(
-    '/api/tasks',
-    originGuard(options.allowedOrigins),
-    requireAuth,
-    searchHandler(deps.search, (req) => (isOperator(req) ? {} : { principal: principalOf(req) })),
-  );
+  const ownScope = (req: AuthedRequest) => (isOperator(req) ? {} : { principal: principalOf(req) });
+  app.get('/api/tasks', originGuard(options.allowedOrigins), requireAuth, searchHandler(deps.search, ownScope));
+  app.get('/api/tasks/:id/logs', originGuard(options.allowedOrigins), requireAuth, logsHandler(deps.store, ownScope));
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
   app.use(

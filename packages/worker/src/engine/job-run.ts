@@ -27,6 +27,7 @@ import { isChildJob, type ChildRunner } from './batch-child.js';
 import type { BatchParent } from './batch-parent.js';
 import type { RunEnvelope } from './run-envelope.js';
 import type { LimitWait, ToolLimits } from './tool-limits.js';
+import { TaskLogKeeper } from './log-keeper.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
@@ -196,6 +197,8 @@ export class JobRunner {
     }
 
     const { metrics } = this.o;
+    // The tool's log lines are also kept with its task (PROTOCOL.md §30.4).
+    const keeper = new TaskLogKeeper(this.o.store, taskId, attempt, log);
     const ctx = new TaskContext({
       taskId,
       tool: tool.name,
@@ -205,7 +208,7 @@ export class JobRunner {
       lock,
       onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
       progressIntervalMs: this.o.progressIntervalMs,
-      logger: log,
+      logger: keeper.wrap(log),
       record: task,
       durable: this.o.store,
       inputTimeoutMs: tool.inputTimeoutMs,
@@ -244,6 +247,8 @@ export class JobRunner {
       }
     }
     clearTimeout(timer);
+    // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
+    await keeper.flush();
 
     const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
     const action = settle({

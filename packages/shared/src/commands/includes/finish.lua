@@ -18,8 +18,11 @@ local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retenti
     end
   end
   redis.call('PEXPIRE', taskKey, ttl)
-  -- Its stored arguments (§30.2) go with it.
-  redis.call('PEXPIRE', taskKey .. ':args', ttl)
+  -- Its stored arguments (§30.2) and its kept log lines (§30.4) go with it: `<P>:task-args:<id>` and
+  -- `<P>:task-logs:<id>` beside its `<P>:task:<id>` (keys.ts).
+  local base = string.sub(taskKey, 1, #taskKey - #taskId - #'task:')
+  redis.call('PEXPIRE', base .. 'task-args:' .. taskId, ttl)
+  redis.call('PEXPIRE', base .. 'task-logs:' .. taskId, ttl)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)
   if h[2] and h[2] ~= '' then

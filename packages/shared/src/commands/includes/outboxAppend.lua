@@ -20,7 +20,8 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
   if cap and held >= cap then
     dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
-      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs})
+      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs,
+      timestamp = timestamp, statusMessage = message})
     return
   end
   local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,

@@ -113,8 +113,11 @@ local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retenti
     end
   end
   redis.call('PEXPIRE', taskKey, ttl)
-  -- Its stored arguments (§30.2) go with it.
-  redis.call('PEXPIRE', taskKey .. ':args', ttl)
+  -- Its stored arguments (§30.2) and its kept log lines (§30.4) go with it: `<P>:task-args:<id>` and
+  -- `<P>:task-logs:<id>` beside its `<P>:task:<id>` (keys.ts).
+  local base = string.sub(taskKey, 1, #taskKey - #taskId - #'task:')
+  redis.call('PEXPIRE', base .. 'task-args:' .. taskId, ttl)
+  redis.call('PEXPIRE', base .. 'task-logs:' .. taskId, ttl)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)
   if h[2] and h[2] ~= '' then
@@ -156,7 +159,8 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   local held = tonumber(redis.call('HGET', pendingKey, principal)) or 0
   if cap and held >= cap then
     dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
-      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs})
+      reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs,
+      timestamp = timestamp, statusMessage = message})
     return
   end
   local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,

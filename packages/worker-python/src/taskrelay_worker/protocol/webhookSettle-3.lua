@@ -40,10 +40,11 @@ if ARGV[4] == 'retry' then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), ARGV[2])
   return {R.OK}
 end
-local h = redis.call('HMGET', key, W.principal, W.taskId, W.url, W.status, W.attempts)
+local h = redis.call('HMGET', key, W.principal, W.taskId, W.url, W.status, W.attempts, W.timestamp, W.statusMessage)
 if ARGV[4] == 'dead' then
+  -- The event's time and message ride along, so an operator's resend (§27.6) sends what the first tries sent.
   dead_letter(KEYS[3], {id = ARGV[2], taskId = h[2], principal = h[1], url = h[3], status = h[4],
-    attempts = tonumber(h[5]), reason = ARGV[6], deadAt = now})
+    attempts = tonumber(h[5]), reason = ARGV[6], deadAt = now, timestamp = h[6] or nil, statusMessage = h[7] or nil})
 end
 redis.call('DEL', key)
 redis.call('ZREM', KEYS[1], ARGV[2])
