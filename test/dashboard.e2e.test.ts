@@ -200,4 +200,61 @@ describe('admin pages in Chromium', () => {
       await receiver.close();
     }
   });
+
+  it('§30.5 find failed tasks by tool and tag, replay one from its page, and watch the new task complete', async () => {
+    // A worker of the operate fixture: its report fails while `<prefix>:operate:down` exists.
+    await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs') });
+    const prefix = env['TASKRELAY_PREFIX']!;
+    const { Redis } = await import('ioredis');
+    const r = new Redis(redis.url);
+    try {
+      await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'nightly_report'), {
+        message: 'nightly_report not listed',
+      });
+      await r.set(`${prefix}:operate:down`, '1');
+      const failed = await startTask(
+        client,
+        'nightly_report',
+        { report: 'dash' },
+        { meta: { 'dev.taskrelay/tags': ['dash'] } },
+      );
+      await waitFor(async () => (await r.hget(`${prefix}:task:${failed}`, 'status')) === 'failed', {
+        message: 'the report did not fail',
+      });
+      await r.del(`${prefix}:operate:down`);
+
+      // Filter: failed nightly reports tagged dash.
+      await page.goto(`${admin}/tasks`);
+      await page.selectOption('#find-form select[name=status]', 'failed');
+      await page.fill('#find-form input[name=tool]', 'nightly_report');
+      await page.fill('#find-form input[name=tag]', 'dash');
+      await page.click('#find-search');
+      const found = page.locator(`#found tr:has(a:text-is("${failed}"))`);
+      await found.waitFor({ timeout: 15_000 });
+      expect(await page.locator('#found tbody tr').count()).toBe(1);
+      expect(await found.locator('td').nth(6).innerText()).toMatch(/NON_RETRYABLE: upstream down/);
+      await page.screenshot({ path: join(SHOTS, 'dashboard-find.png') });
+
+      // Its page shows its kept logs; Replay opens the new task, which completes, linked to the original.
+      await found.locator('a').click();
+      await page.waitForURL(`**/admin/tasks/${failed}`);
+      await page.locator('#logs td:text-is("upstream down")').waitFor({ timeout: 15_000 });
+      await page.click('#replay');
+      await page.waitForURL((url) => /\/admin\/tasks\/[0-9a-f]+$/.test(url.pathname) && !url.pathname.endsWith(failed));
+      const replayId = page.url().split('/').at(-1)!;
+      await page.locator('#task .badge.s-completed').waitFor({ timeout: 20_000 });
+      expect(await page.locator(`#task a:text-is("${failed}")`).count()).toBe(1);
+      await page.locator('#logs td:text-is("publishing dash")').waitFor({ timeout: 15_000 });
+      await page.screenshot({ path: join(SHOTS, 'dashboard-replayed.png') });
+      expect(await r.hget(`${prefix}:task:${failed}`, 'replayedBy')).toBe(replayId);
+
+      // The overview lists the action.
+      await page.goto(`${admin}/tasks`);
+      const action = page.locator('#audit tr:has(td:text-is("replay"))');
+      await action.first().waitFor({ timeout: 15_000 });
+      expect(await action.first().innerText()).toContain(failed);
+    } finally {
+      r.disconnect();
+    }
+  });
 });

@@ -1,3 +1,4 @@
+export * from './audit-log.js';
 export * from './batch-fields.js';
 export * from './batch-store.js';
 export * from './canonical.js';

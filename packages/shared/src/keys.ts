@@ -22,6 +22,8 @@ export interface Keys {
   readonly live: string;
   /** Sorted set of every task-mode task id, scored by creation time: what operators search (PROTOCOL.md §30.2). */
   readonly taskIndex: string;
+  /** List: operators' actions (JSON, newest first, bounded), shown on the dashboard (PROTOCOL.md §30.5). */
+  readonly audit: string;
   /** Hash: the deployment's retention policy, ending status → how long a task stays after it (PROTOCOL.md §30.1). */
   readonly retention: string;
   /** String: the lease that lets one gateway at a time run the reaper. */
@@ -131,6 +133,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     live: `${prefix}:live`,
     taskIndex: `${prefix}:index:tasks`,
     retention: `${prefix}:config:retention`,
+    audit: `${prefix}:audit`,
     reaperLease: `${prefix}:reaper:lease`,
     requestStateKey: `${prefix}:request-state-key`,
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,

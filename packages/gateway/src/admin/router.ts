@@ -7,7 +7,7 @@ import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
-import type { Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
+import type { AuditLog, Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
@@ -80,8 +80,11 @@ export interface AdminRouterOptions {
     search: TaskSearch;
     replay: TaskReplay;
     store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+    cancel: (taskId: string) => Promise<TaskRecord>;
     by: (req: Request) => string;
   };
+  /** Operators' actions, recorded and shown (PROTOCOL.md §30.5). */
+  audit?: AuditLog;
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
@@ -153,7 +156,17 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
     // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
     const batches = await queries.batches(tasks.map((t) => t.taskId));
-    res.json({ now: Date.now(), workers, queues, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
+    const actions = audit ? await audit.newest(20) : undefined;
+    res.json({
+      now: Date.now(),
+      workers,
+      queues,
+      tasks,
+      batches,
+      tools,
+      ...(webhooks ? { webhooks } : {}),
+      ...(actions ? { audit: actions } : {}),
+    });
   });
 
   // Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool.
@@ -174,14 +187,17 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
         res.status(404).json({ error: `unknown tool ${name}: no live worker serves it and no retained pool lists it` });
         return;
       }
-      log.info({ tool: name, queues: tool.queues }, action === 'pause' ? 'tool paused' : 'tool resumed');
+      const by = options.tasks?.by(req) ?? 'unknown';
+      log.info({ by, tool: name, queues: tool.queues }, action === 'pause' ? 'tool paused' : 'tool resumed');
+      await audit?.record({ by, action, target: name, outcome: `${tool.queues.length} queue(s)` });
       res.json({ tool });
     });
   }
 
-  if (options.tasks) router.use('/api/tasks', createTaskApi({ ...options.tasks, log }));
-  if (options.webhooks && options.tasks) {
-    router.use('/api/webhooks', createWebhookApi({ outbox: options.webhooks, log, by: options.tasks.by }));
+  const { audit } = options;
+  if (options.tasks && audit) router.use('/api/tasks', createTaskApi({ ...options.tasks, audit, log }));
+  if (options.webhooks && options.tasks && audit) {
+    router.use('/api/webhooks', createWebhookApi({ outbox: options.webhooks, audit, log, by: options.tasks.by }));
   }
   router.get('/api/tasks/:id', async (req: Request, res: Response) => {
     const detail = await queries.task(String(req.params['id']));

@@ -15,6 +15,8 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import { z } from 'zod';
 import {
   SEARCH_MAX_LIMIT,
+  type AuditLog,
+  type TaskRecord,
   TASK_STATUSES,
   TaskrelayError,
   type Logger,
@@ -109,6 +111,7 @@ function statusOf(error: TaskrelayError): number {
     case 'TASK_NOT_FOUND':
       return 404;
     case 'REPLAY_REFUSED':
+    case 'TASK_TERMINAL':
     case 'TOO_MANY_OPEN_TASKS':
       return 409;
     case 'INVALID_ARGUMENTS':
@@ -202,6 +205,9 @@ export function createTaskApi(o: {
   search: TaskSearch;
   replay: TaskReplay;
   store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  /** An operator's cancel of any principal's task. */
+  cancel: (taskId: string) => Promise<TaskRecord>;
+  audit: AuditLog;
   log: Logger;
   by: (req: Request) => string;
 }): Router {
@@ -223,17 +229,41 @@ export function createTaskApi(o: {
       return;
     }
     const { redrive, dryRun, again, ...rest } = parsed.data;
-    o.replay
-      .replayMany(filterOf(rest), {
-        by: o.by(req),
-        redrive: redrive === true,
-        dryRun: dryRun === true,
-        again: again === true,
-      })
-      .then(
-        (outcome) => res.json(outcome),
-        (error: unknown) => answerError(res, next, error),
-      );
+    const by = o.by(req);
+    const filter = filterOf(rest);
+    const run = async () => {
+      const opts = { by, redrive: redrive === true, dryRun: dryRun === true, again: again === true };
+      const outcome = await o.replay.replayMany(filter, opts);
+      if (!opts.dryRun) {
+        const target = JSON.stringify(rest);
+        await o.audit.record({
+          by,
+          action: 'replay-many',
+          target,
+          outcome: `${outcome.replayed.length} of ${outcome.matched} replayed`,
+        });
+      }
+      return outcome;
+    };
+    run().then(
+      (outcome) => res.json(outcome),
+      (error: unknown) => answerError(res, next, error),
+    );
+  });
+  router.post('/:id/cancel', (req, res, next) => {
+    if (crossOriginRefused(req, res, 'cancel')) return;
+    const taskId = String(req.params['id']);
+    const by = o.by(req);
+    const run = async () => {
+      const task = await o.cancel(taskId);
+      o.log.info({ by, taskId }, 'task cancelled by an operator');
+      await o.audit.record({ by, action: 'cancel', target: taskId, outcome: task.status });
+      return task;
+    };
+    run().then(
+      (task) => res.json({ task }),
+      (error: unknown) => answerError(res, next, error),
+    );
   });
   router.post('/:id/replay', body, (req, res, next) => {
     if (crossOriginRefused(req, res, 'replay')) return;
@@ -242,7 +272,15 @@ export function createTaskApi(o: {
       res.status(400).json({ error: problem(parsed.error) });
       return;
     }
-    o.replay.replay(String(req.params['id']), { by: o.by(req), redrive: parsed.data.redrive === true }).then(
+    const taskId = String(req.params['id']);
+    const by = o.by(req);
+    const run = async () => {
+      const task = await o.replay.replay(taskId, { by, redrive: parsed.data.redrive === true });
+      const how = parsed.data.redrive === true ? ' (redrive)' : '';
+      await o.audit.record({ by, action: 'replay', target: taskId, outcome: `as ${task.taskId}${how}` });
+      return task;
+    };
+    run().then(
       (task) => res.status(201).json({ task }),
       (error: unknown) => answerError(res, next, error),
     );

@@ -1,7 +1,10 @@
 /**
  * The live tasks page: one self-contained HTML document (no build step, no external assets) that polls
- * `/admin/api/overview` every second, or `/admin/api/tasks/<id>` on a task's detail. Text goes in through
- * `textContent` only, so nothing a tool or a client wrote can become markup.
+ * `/admin/api/overview` every second, or `/admin/api/tasks/<id>` (and its logs) on a task's detail. Text goes in
+ * through `textContent` only, so nothing a tool or a client wrote can become markup. Operators act from it (find and
+ * replay, cancel, pause and resume, resend a dead webhook: PROTOCOL.md §30.5) with same-origin POSTs to the admin
+ * API, which refuses any other origin; the page holds no credential of its own (the request's, added by the proxy
+ * in front, or none on loopback).
  */
 export const TASKS_PAGE = `<!doctype html>
 <html lang="en">
@@ -48,6 +51,11 @@ export const TASKS_PAGE = `<!doctype html>
   dt { color:var(--dim); }
   pre { margin:0; padding:8px 12px; white-space:pre-wrap; word-break:break-all; }
   #error { color:var(--bad); padding:8px 24px; }
+  button { background:var(--line); color:var(--text); border:1px solid var(--dim); border-radius:4px; padding:2px 10px; cursor:pointer; font:inherit; font-size:12px; }
+  button:hover { border-color:var(--accent); }
+  form.find { display:flex; flex-wrap:wrap; gap:8px; align-items:center; padding:8px 12px; }
+  form.find input, form.find select { background:var(--bg); color:var(--text); border:1px solid var(--line); border-radius:4px; padding:3px 6px; font:inherit; font-size:12px; }
+  #find-status { color:var(--dim); font-size:12px; padding:0 12px 8px; }
 </style>
 </head>
 <body>
@@ -57,6 +65,20 @@ export const TASKS_PAGE = `<!doctype html>
   <span id="updated"></span>
 </header>
 <div id="error" hidden></div>
+<section id="find" hidden style="margin:16px 24px 0">
+  <h2>Find tasks</h2>
+  <form class="find" id="find-form">
+    <select name="status" aria-label="status"><option value="">any status</option><option>failed</option><option>completed</option><option>cancelled</option><option>working</option><option>input_required</option></select>
+    <input name="tool" placeholder="tool" aria-label="tool">
+    <input name="tag" placeholder="tag" aria-label="tag">
+    <input name="principal" placeholder="principal" aria-label="principal">
+    <select name="since" aria-label="since"><option value="">any time</option><option value="3600000">last hour</option><option value="86400000">last day</option><option value="604800000" selected>last week</option></select>
+    <button type="submit" id="find-search">Search</button>
+    <button type="button" id="find-replay-all">Replay all matching</button>
+  </form>
+  <div id="find-status"></div>
+  <div id="found"></div>
+</section>
 <main id="main"></main>
 <script>
 (() => {
@@ -97,6 +119,25 @@ export const TASKS_PAGE = `<!doctype html>
     return el('table', {}, el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { text: h })))),
       el('tbody', {}, ...rows.map((cells) => el('tr', {}, ...cells.map((c) => c instanceof Node && c.tagName === 'TD' ? c : el('td', {}, c))))));
   }
+  const errorBox = document.getElementById('error');
+  /** An operator's action: a same-origin POST (the gateway refuses other origins); its answer, or the error shown. */
+  async function act(path, body) {
+    const res = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body || {}) });
+    const answer = await res.json().catch(() => ({}));
+    if (!res.ok) {
+      errorBox.hidden = false;
+      errorBox.textContent = 'Refused: ' + (answer.error || res.statusText);
+      throw new Error(answer.error || res.statusText);
+    }
+    return answer;
+  }
+  function button(label, onClick, attrs) {
+    const b = el('button', Object.assign({ type: 'button', text: label }, attrs || {}));
+    b.addEventListener('click', () => { b.disabled = true; onClick().catch(() => undefined).finally(() => { b.disabled = false; }); });
+    return b;
+  }
+  const ENDED = ['completed', 'failed', 'cancelled'];
+  function taskLink(id) { return el('a', { href: base + '/tasks/' + encodeURIComponent(id), text: id }); }
   function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
 
   function renderOverview(data) {
@@ -123,11 +164,12 @@ export const TASKS_PAGE = `<!doctype html>
     const controlled = (data.tools || []).filter((t) => t.paused || t.concurrency !== undefined || t.rateLimit !== undefined);
     if (controlled.length > 0) {
       main.append(el('section', { id: 'tools' }, el('h2', { text: 'Limited and paused tools' }),
-        table(['tool', 'state', 'concurrency', 'rate limit', 'running', 'waiting'],
+        table(['tool', 'state', 'concurrency', 'rate limit', 'running', 'waiting', ''],
           controlled.map((t) => [t.name, t.paused ? badge('paused') : 'running',
             t.concurrency === undefined ? '—' : 'at most ' + t.concurrency,
             t.rateLimit === undefined ? '—' : t.rateLimit.max + ' per ' + t.rateLimit.perMs + ' ms',
-            t.active, t.waiting]),
+            t.active, t.waiting,
+            button(t.paused ? 'Resume' : 'Pause', () => act('/api/tools/' + encodeURIComponent(t.name) + (t.paused ? '/resume' : '/pause')).then(poll))]),
           '')));
     }
     if (data.batches && data.batches.length > 0) {
@@ -140,10 +182,17 @@ export const TASKS_PAGE = `<!doctype html>
     if (data.webhooks) {
       const w = data.webhooks;
       main.append(el('section', { id: 'webhooks' }, el('h2', { text: 'Webhooks · ' + w.pending + ' pending · ' + w.dead + ' dead' }),
-        table(['dead letter', 'task', 'status', 'url', 'tries', 'reason', 'age'],
+        table(['dead letter', 'task', 'status', 'url', 'tries', 'reason', 'age', ''],
           w.deadLetters.map((d) => [el('td', { class: 'mono', text: d.id }), el('td', { class: 'mono', text: d.taskId || '' }), d.status || '',
-            el('td', { class: 'mono', text: d.url || '' }), d.attempts ?? '', d.reason, age(new Date(d.deadAt).toISOString(), now)]),
+            el('td', { class: 'mono', text: d.url || '' }), d.attempts ?? '', d.reason, age(new Date(d.deadAt).toISOString(), now),
+            button('Resend', () => act('/api/webhooks/dead/' + encodeURIComponent(d.id) + '/resend').then(poll))]),
           'No dead letter: every webhook event was delivered, is being retried, or was stopped by its receiver (410).')));
+    }
+    if (data.audit) {
+      main.append(el('section', { id: 'audit' }, el('h2', { text: 'Operator actions' }),
+        table(['when', 'who', 'action', 'on', 'outcome'],
+          data.audit.map((a) => [age(a.at, now) + ' ago', a.by, a.action, el('td', { class: 'mono', text: a.target }), a.outcome]),
+          'No operator action yet.')));
     }
   }
 
@@ -153,24 +202,72 @@ export const TASKS_PAGE = `<!doctype html>
       ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
       ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
     if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' attempt(s) made' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
+    if (t.tags && t.tags.length > 0) rows.push(['tags', t.tags.join(', ')]);
+    if (t.replayOf) rows.push(['replay of', taskLink(t.replayOf)]);
+    if (t.replayedBy) rows.push(['replayed by', taskLink(t.replayedBy)]);
+    const goTo = (answer) => { location.href = base + '/tasks/' + encodeURIComponent(answer.task.taskId); };
+    const actions = ENDED.includes(t.status)
+      ? [button('Replay', () => act('/api/tasks/' + encodeURIComponent(t.taskId) + '/replay').then(goTo), { id: 'replay' }),
+         ' ', button('Replay, skipping succeeded steps', () => act('/api/tasks/' + encodeURIComponent(t.taskId) + '/replay', { redrive: true }).then(goTo), { id: 'redrive' })]
+      : [button('Cancel', () => act('/api/tasks/' + encodeURIComponent(t.taskId) + '/cancel').then(poll), { id: 'cancel' })];
     const sections = [
-      el('p', {}, el('a', { href: base + '/tasks', text: '← all tasks' })),
+      el('p', {}, el('a', { href: base + '/tasks', text: '← all tasks' }), '   ', ...actions),
       el('section', { id: 'task' }, el('h2', { text: 'Task' }), el('dl', {}, ...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]))),
       el('section', { id: 'timeline' }, el('h2', { text: 'Timeline' }), el('ol', { class: 'timeline' },
         ...d.timeline.map((e) => el('li', {}, el('span', { class: 'mono', text: e.at + '  ' }), el('b', { text: e.event }), e.detail ? ' — ' + e.detail : '')))),
     ];
     if (t.error) sections.push(el('section', {}, el('h2', { text: 'Error' }), el('pre', { class: 'mono', text: JSON.stringify(t.error, null, 2) })));
     if (t.result) sections.push(el('section', {}, el('h2', { text: 'Result' }), el('pre', { class: 'mono', text: JSON.stringify(t.result, null, 2) })));
+    if (d.logs) {
+      sections.push(el('section', { id: 'logs' }, el('h2', { text: 'Logs (ctx.log, newest 1,000 kept)' }),
+        table(['time', 'level', 'run', 'message'], d.logs.map((l) => [el('td', { class: 'mono', text: l.time }), l.level || '', l.attempt ?? '', l.msg || '']),
+          'The tool logged nothing for this task.')));
+    }
     main.replaceChildren(...sections);
   }
 
-  const errorBox = document.getElementById('error');
+  // Find (PROTOCOL.md §30.2) and replay (§30.3): rendered once, not at each poll, so typing is never interrupted.
+  const form = document.getElementById('find-form');
+  const findStatus = document.getElementById('find-status');
+  function filters() {
+    const f = new FormData(form);
+    const q = {};
+    for (const k of ['status', 'tool', 'tag', 'principal']) if (f.get(k)) q[k] = String(f.get(k));
+    if (f.get('since')) q.since = String(Date.now() - Number(f.get('since')));
+    return q;
+  }
+  async function search() {
+    const res = await fetch(base + '/api/tasks?' + new URLSearchParams(Object.assign({ limit: '100' }, filters())), { headers: { accept: 'application/json' } });
+    const body = await res.json();
+    if (!res.ok) { findStatus.textContent = 'Refused: ' + body.error; return; }
+    findStatus.textContent = body.tasks.length + ' task(s)' + (body.nextCursor ? ' (more match: narrow the filters)' : '');
+    document.getElementById('found').replaceChildren(table(['task', 'tool', 'status', 'principal', 'created', 'tags', 'error', ''],
+      body.tasks.map((t) => [el('td', { class: 'mono' }, taskLink(t.taskId)), t.tool, badge(t.status), t.principal, t.createdAt,
+        t.tags.join(', '), t.error ? t.error.code + ': ' + t.error.message : '',
+        ENDED.includes(t.status) ? button('Replay', () => act('/api/tasks/' + encodeURIComponent(t.taskId) + '/replay').then(search)) : '']),
+      'No task matches.'));
+  }
+  form.addEventListener('submit', (e) => { e.preventDefault(); search(); });
+  document.getElementById('find-replay-all').addEventListener('click', async () => {
+    const q = filters();
+    const dry = await act('/api/tasks/replay', Object.assign({ dryRun: true }, q));
+    if (dry.matched === 0) { findStatus.textContent = 'Nothing to replay (' + dry.skipped + ' replayed before).'; return; }
+    if (!confirm('Replay ' + dry.matched + ' ended task(s)?')) return;
+    const done = await act('/api/tasks/replay', q);
+    findStatus.textContent = done.replayed.length + ' of ' + done.matched + ' replayed';
+    await search();
+  });
+
   async function poll() {
     try {
       const url = detailId ? base + '/api/tasks/' + detailId : base + '/api/overview';
       const res = await fetch(url, { headers: { accept: 'application/json' } });
       const body = await res.json();
       if (!res.ok) throw new Error(body.error || body.error?.message || res.statusText);
+      if (detailId) {
+        const logs = await fetch(base + '/api/tasks/' + detailId + '/logs?limit=1000', { headers: { accept: 'application/json' } });
+        if (logs.ok) body.logs = (await logs.json()).lines;
+      }
       errorBox.hidden = true;
       if (detailId) renderDetail(body); else renderOverview(body);
       document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
@@ -180,6 +277,7 @@ export const TASKS_PAGE = `<!doctype html>
       errorBox.textContent = 'Could not load: ' + e.message;
     }
   }
+  if (!detailId) document.getElementById('find').hidden = false;
   poll();
   setInterval(poll, 1000);
 })();

@@ -10,13 +10,14 @@
  */
 import express, { type Request, type Router } from 'express';
 import { z } from 'zod';
-import type { Logger, WebhookOutbox } from '@taskrelay/shared';
+import type { AuditLog, Logger, WebhookOutbox } from '@taskrelay/shared';
 import { crossOriginRefused } from './task-api.js';
 
 const listQuery = z.object({ limit: z.coerce.number().int().min(1).max(1_000).optional() }).strict();
 
 export function createWebhookApi(o: {
   outbox: Pick<WebhookOutbox, 'deadLetters' | 'resend'>;
+  audit: AuditLog;
   log: Logger;
   by: (req: Request) => string;
 }): Router {
@@ -37,13 +38,21 @@ export function createWebhookApi(o: {
   });
   const resend = (id: string | undefined) => (req: Request, res: express.Response, next: express.NextFunction) => {
     if (crossOriginRefused(req, res, 'resend')) return;
-    o.outbox.resend(id).then(
+    const by = o.by(req);
+    const run = async () => {
+      const resent = await o.outbox.resend(id);
+      if (resent.length > 0 || id === undefined) {
+        o.log.info({ by, resent: resent.length, id }, 'dead webhooks sent again');
+        await o.audit.record({ by, action: 'resend', target: id ?? 'all', outcome: `${resent.length} due again` });
+      }
+      return resent;
+    };
+    run().then(
       (resent) => {
         if (id !== undefined && resent.length === 0) {
           res.status(404).json({ error: `no dead webhook ${id} (resent already, or dropped past the newest 1,000)` });
           return;
         }
-        o.log.info({ by: o.by(req), resent: resent.length, id }, 'dead webhooks sent again');
         res.json({ resent });
       },
       (error: unknown) => next(error),

@@ -9,6 +9,7 @@ import type express from 'express';
 import type { Response } from 'express';
 import {
   FAIL_FAST_REDIS_OPTIONS,
+  AuditLog,
   RedisTaskStore,
   TaskSearch,
   isLoopbackHost,
@@ -264,6 +265,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     webhooks: webhooks.outbox,
     search,
     store,
+    audit: new AuditLog(redis, keys),
     replay: new TaskReplay(store, search, service, log),
     inflight,
     sessions,

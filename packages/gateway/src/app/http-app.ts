@@ -5,6 +5,7 @@
 import express, { type Response } from 'express';
 import {
   JSON_RPC,
+  type AuditLog,
   type GatewayConfig,
   type Logger,
   type RedisClient,
@@ -56,6 +57,8 @@ export interface HttpAppDeps {
   /** Search and replay of tasks, and their kept log lines (PROTOCOL.md §30.2–§30.4). */
   search: TaskSearch;
   store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  /** Operators' actions (PROTOCOL.md §30.5). */
+  audit: AuditLog;
   replay: TaskReplay;
   inflight: InflightCalls;
   /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
@@ -243,7 +246,14 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
       queries: deps.admin,
       log,
       webhooks: deps.webhooks,
-      tasks: { search: deps.search, replay: deps.replay, store: deps.store, by: principalOf },
+      tasks: {
+        search: deps.search,
+        replay: deps.replay,
+        store: deps.store,
+        cancel: (taskId) => service.cancelAsOperator(taskId),
+        by: principalOf,
+      },
+      audit: deps.audit,
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.

@@ -458,6 +458,13 @@ export class TaskService {
   }
 
   /** State first: the task is `cancelled` in Redis before this returns; then the worker is told. */
+  /** An operator cancels any principal's task (PROTOCOL.md §30.5), as its owner's `tasks/cancel` would. */
+  async cancelAsOperator(taskId: string): Promise<TaskRecord> {
+    const record = await this.store.get(taskId);
+    if (!record) throw taskNotFound(taskId);
+    return this.cancel(taskId, record.principal);
+  }
+
   async cancel(taskId: string, principal: string): Promise<TaskRecord> {
     const stopTimer = this.metrics.cancelLatency.startTimer({ trigger: 'tasks/cancel' });
     const record = await this.get(taskId, principal);
