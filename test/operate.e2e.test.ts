@@ -199,4 +199,19 @@ describe('§30 operating ended work', () => {
     expect(printed.stdout).toMatch(/WARN +\[run 1\] upstream down/);
     await r.del(`${prefix}:operate:down`);
   });
+
+  it('§30.5 an operator cancels any principal’s task, once; the action is audited', async () => {
+    const alice = await stack.client(bearer('alice'));
+    const id = await startTask(alice, 'slow_report', { ms: 60_000 });
+    const cancelled = await api(`/admin/api/tasks/${id}/cancel`, 'ops', { method: 'POST', body: '{}' });
+    expect(cancelled.status).toBe(200);
+    expect(cancelled.body['task']).toMatchObject({ taskId: id, status: 'cancelled' });
+    expect((await getTask(alice, id)).status).toBe('cancelled');
+    const again = await api(`/admin/api/tasks/${id}/cancel`, 'ops', { method: 'POST', body: '{}' });
+    expect(again.status).toBe(409);
+    expect((await api(`/admin/api/tasks/${id}/cancel`, 'alice', { method: 'POST', body: '{}' })).status).toBe(403);
+    const overview = await api('/admin/api/overview', 'ops');
+    const audit = overview.body['audit'] as Array<Record<string, unknown>>;
+    expect(audit[0]).toMatchObject({ by: 'ops', action: 'cancel', target: id, outcome: 'cancelled' });
+  });
 });
