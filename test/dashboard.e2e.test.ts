@@ -203,7 +203,10 @@ describe('admin pages in Chromium', () => {
 
   it('§30.5 find failed tasks by tool and tag, replay one from its page, and watch the new task complete', async () => {
     // A worker of the operate fixture: its report fails while `<prefix>:operate:down` exists.
-    await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs') });
+    const reporter = await startWorkerProcess({
+      ...env,
+      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs'),
+    });
     const prefix = env['TASKRELAY_PREFIX']!;
     const { Redis } = await import('ioredis');
     const r = new Redis(redis.url);
@@ -253,6 +256,23 @@ describe('admin pages in Chromium', () => {
       const action = page.locator('#audit tr:has(td:text-is("replay"))');
       await action.first().waitFor({ timeout: 15_000 });
       expect(await action.first().innerText()).toContain(failed);
+
+      // Views that tell the truth: with the tool's last worker gone, a queued task says why (as tasks/get does),
+      // and its queue stays listed, on the page and in the metrics, with the job waiting in it.
+      await reporter.kill('SIGTERM');
+      const queued = await startTask(client, 'nightly_report', { report: 'nobody' });
+      const queuedRow = page.locator(`#tasks tr:has(a:text-is("${queued}")) td`);
+      await waitFor(
+        async () => /no live worker serves tool nightly_report/.test((await queuedRow.allInnerTexts())[4] ?? ''),
+        {
+          timeoutMs: 15_000,
+          message: 'the queued task did not say why it waits',
+        },
+      );
+      const queueRow = await page.locator('#queues tr:has(a:text-is("default~nightly_report")) td').allInnerTexts();
+      expect(queueRow[1]).toBe('1');
+      const scrape = await (await fetch(gateway.url.replace(/\/mcp$/, '/metrics'))).text();
+      expect(scrape).toMatch(/taskrelay_queue_jobs\{queue="default~nightly_report",state="prioritized"\} 1/);
     } finally {
       r.disconnect();
     }

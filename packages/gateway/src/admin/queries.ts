@@ -100,11 +100,19 @@ export class AdminQueries {
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
   }
 
-  /** The queues to show: the tool queues live workers consume (one per tool and TASKRELAY_QUEUE, PROTOCOL.md §3.2). */
+  /**
+   * The queues to show: the tool queues live workers consume (one per tool and TASKRELAY_QUEUE, PROTOCOL.md §3.2), and
+   * those of pools whose last worker has gone but which the catalog retains (§24): a job can still wait there, and a
+   * queue that vanished from the page and the metrics with its last worker hid it.
+   */
   async queueNames(): Promise<string[]> {
     const names = new Set<string>();
     for (const worker of await this.workers()) {
       for (const tool of worker.tools) names.add(toolQueue(catalogQueueName(worker), tool.name));
+    }
+    for (const raw of Object.values(await this.redis.hgetall(this.keys.pools))) {
+      const pool = parseMessage(PoolCatalogSchema, raw);
+      for (const tool of pool?.tools ?? []) names.add(toolQueue(pool?.queueName ?? '', tool.name));
     }
     return [...names].sort();
   }

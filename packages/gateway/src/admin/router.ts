@@ -85,6 +85,11 @@ export interface AdminRouterOptions {
   };
   /** Operators' actions, recorded and shown (PROTOCOL.md §30.5). */
   audit?: AuditLog;
+  /**
+   * A task as `tasks/get` explains it (the reason a queued task waits when no live worker serves its tool, §3.2): the
+   * page says what a client is told, from the same function.
+   */
+  explain?: (record: TaskRecord) => Promise<TaskRecord>;
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
@@ -153,7 +158,10 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
     for (const t of finished) gone.delete(t.taskId);
     for (const id of gone) recent.delete(id);
-    const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
+    const explain = options.explain ?? ((t: TaskRecord) => Promise.resolve(t));
+    const tasks = (await Promise.all([...live, ...finished].map(explain)))
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt))
+      .map(summary);
     // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
     const batches = await queries.batches(tasks.map((t) => t.taskId));
     const actions = audit ? await audit.newest(20) : undefined;
@@ -205,7 +213,10 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
       res.status(404).json({ error: 'task not found (unknown or expired)' });
       return;
     }
-    res.json(detail);
+    const task = options.explain ? await options.explain(detail.task) : detail.task;
+    const question = task.status === 'input_required' ? pendingQuestion(task) : undefined;
+    const [batch] = await queries.batches([task.taskId]);
+    res.json({ ...detail, task, ...(question === undefined ? {} : { question }), ...(batch ? { batch } : {}) });
   });
 
   const page = (_req: Request, res: Response) => {
@@ -227,8 +238,24 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
 }
 
 /** What the list shows of a task: never its arguments or result. */
+/**
+ * The question a task waits on (PROTOCOL.md §12.2): the first pending request's message (an elicitation's text, a
+ * sampling request's first message), or its method. Undefined when the task waits on none.
+ */
+export function pendingQuestion(t: TaskRecord): string | undefined {
+  const number = t.pendingInputs?.[0];
+  const request = number === undefined ? undefined : t.inputRequests?.[number];
+  if (!request) return undefined;
+  const params = request.params as { message?: unknown; messages?: Array<{ content?: { text?: unknown } }> };
+  if (typeof params.message === 'string') return params.message;
+  const first = params.messages?.[0]?.content?.text;
+  return typeof first === 'string' ? first : request.method;
+}
+
 function summary(t: TaskRecord) {
+  const question = t.status === 'input_required' ? pendingQuestion(t) : undefined;
   return {
+    ...(question === undefined ? {} : { question }),
     taskId: t.taskId,
     tool: t.tool,
     queue: t.queue,

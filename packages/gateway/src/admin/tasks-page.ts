@@ -157,7 +157,7 @@ export const TASKS_PAGE = `<!doctype html>
         'No queue.')),
       el('section', { id: 'tasks' }, el('h2', { text: 'Tasks' }), table(['task', 'tool', 'status', 'progress', 'message', 'principal', 'age'],
         data.tasks.map((t) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(t.taskId), text: t.taskId })),
-          t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
+          t.tool, badge(t.status), progressBar(t), t.question ? 'Waiting for an answer: ' + t.question : t.statusMessage || '', t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
     // Tools with a limit or a pause (PROTOCOL.md §3.3): their limits, running, waiting and paused state.
@@ -199,9 +199,11 @@ export const TASKS_PAGE = `<!doctype html>
   function renderDetail(d) {
     const t = d.task;
     const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
-      ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
+      ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode],
+      ['runs started', t.attempt === undefined ? 'none yet' : t.attempt + (d.batch ? ' (a batch parent runs once per window of children)' : '')],
       ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
-    if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' attempt(s) made' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
+    if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' failed run(s) retried' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
+    if (d.question) rows.splice(5, 0, ['waiting for an answer', el('b', { text: d.question })]);
     if (t.tags && t.tags.length > 0) rows.push(['tags', t.tags.join(', ')]);
     if (t.replayOf) rows.push(['replay of', taskLink(t.replayOf)]);
     if (t.replayedBy) rows.push(['replayed by', taskLink(t.replayedBy)]);

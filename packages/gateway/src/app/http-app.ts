@@ -254,6 +254,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
         by: principalOf,
       },
       audit: deps.audit,
+      explain: (record) => service.withWaitingReason(record),
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.

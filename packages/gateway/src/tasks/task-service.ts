@@ -382,7 +382,7 @@ export class TaskService {
    * A task no worker has started whose pool has no live worker would wait silently until the queue timeout: say so in
    * its `statusMessage` (PROTOCOL.md §3.2). Only on reads; the stored record is unchanged.
    */
-  private async withWaitingReason(record: TaskRecord): Promise<TaskRecord> {
+  async withWaitingReason(record: TaskRecord): Promise<TaskRecord> {
     if (record.status !== 'working' || record.attempt !== undefined || record.statusMessage !== undefined)
       return record;
     const reason = await this.catalog.unservedReason(record.tool, record.queue).catch(() => undefined);
