@@ -94,6 +94,8 @@ describe('admin pages in Chromium', () => {
     expect(workers).toContain('build_report');
     expect(workers).toContain('fail_after');
     expect(workers).toMatch(/\d+s ago/);
+    // A pool by its TASKRELAY_QUEUE, its digest beside, not the digest alone.
+    expect(workers).toMatch(/default\s*pool [0-9a-f]{12}/);
     const queues = await page
       .locator('#queues tbody tr', { hasText: BUILD_QUEUE })
       .first()

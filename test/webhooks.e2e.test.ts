@@ -343,6 +343,25 @@ describe('§27 completion webhooks', () => {
     r.broken.answer(() => 503);
   });
 
+  it('§30.3 a replay asks for the webhook its original asked for', async () => {
+    const original = await extTask('alice', 'build_report', { report: 'again', items: 1, delayMs: 1 }, hook(r.alice));
+    await waitFor(() => forTask(r.alice, original).some((h) => h.event?.['status'] === 'completed'), {
+      timeoutMs: 10_000,
+      message: 'the original’s webhook did not come',
+    });
+    const res = await fetch(gateway.url.replace(/\/mcp$/, `/admin/api/tasks/${original}/replay`), {
+      method: 'POST',
+      headers: { authorization: 'Bearer ops-token', 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(res.status).toBe(201);
+    const replay = ((await res.json()) as { task: { taskId: string } }).task.taskId;
+    await waitFor(() => forTask(r.alice, replay).some((h) => h.event?.['status'] === 'completed' && h.verified), {
+      timeoutMs: 10_000,
+      message: 'the replay’s webhook did not come',
+    });
+  });
+
   it('follows no redirect; 410 stops at once; after the last try the event is dead-lettered, in metrics and on the dashboard', async () => {
     r.redirect.answer(() => ({ status: 307, headers: { location: `${r.target.origin}/stolen` } }));
     r.gone.answer(() => 410);

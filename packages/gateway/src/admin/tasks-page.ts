@@ -138,6 +138,12 @@ export const TASKS_PAGE = `<!doctype html>
   }
   const ENDED = ['completed', 'failed', 'cancelled'];
   function taskLink(id) { return el('a', { href: base + '/tasks/' + encodeURIComponent(id), text: id }); }
+  /** A pool as people name it: its TASKRELAY_QUEUE, with the digest of its tools at their versions beside (§3.2). */
+  function poolName(pool) {
+    const m = /^(.*)\.([0-9a-f]{12})$/.exec(pool || '');
+    if (!m) return pool || '';
+    return el('span', { title: 'pool ' + pool + ': this digest names its tools at their versions' }, m[1], el('span', { class: 'pct', text: 'pool ' + m[2] }));
+  }
   function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
 
   function renderOverview(data) {
@@ -147,8 +153,8 @@ export const TASKS_PAGE = `<!doctype html>
     const live = data.tasks.filter((t) => t.status === 'working' || t.status === 'input_required').length;
     main.replaceChildren(
       el('div', { class: 'cards' }, card(data.workers.length, 'live workers'), card(waiting, 'jobs queued'), card(active, 'jobs running'), card(live, 'live tasks')),
-      el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'queue', 'tools', 'heartbeat'],
-        data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), w.queue,
+      el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'TASKRELAY_QUEUE', 'tools', 'heartbeat'],
+        data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), poolName(w.queue),
           el('span', { class: 'tools' }, ...w.tools.map((t) => el('span', { text: t.name }))), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
         'No live worker.')),
       el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed'],

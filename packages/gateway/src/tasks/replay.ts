@@ -77,7 +77,8 @@ export class TaskReplay {
       progressToken: undefined,
       requestedTtlMs: original.ttl,
       tags: original.tags,
-      webhook: original.webhookUrl,
+      // As a call's `_meta["dev.taskrelay/webhook"]` names it: checked again, as at the original's creation.
+      webhook: original.webhookUrl === undefined ? undefined : { url: original.webhookUrl },
       replay: { of: taskId, ...(steps === undefined ? {} : { steps }) },
     });
     this.log.info(
