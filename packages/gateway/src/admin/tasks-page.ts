@@ -140,7 +140,7 @@ export const TASKS_PAGE = `<!doctype html>
   function taskLink(id) { return el('a', { href: base + '/tasks/' + encodeURIComponent(id), text: id }); }
   /** A pool as people name it: its TASKRELAY_QUEUE, with the digest of its tools at their versions beside (§3.2). */
   function poolName(pool) {
-    const m = /^(.*)\.([0-9a-f]{12})$/.exec(pool || '');
+    const m = /^(.*)\\.([0-9a-f]{12})$/.exec(pool || '');
     if (!m) return pool || '';
     return el('span', { title: 'pool ' + pool + ': this digest names its tools at their versions' }, m[1], el('span', { class: 'pct', text: 'pool ' + m[2] }));
   }

@@ -123,7 +123,7 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   if cap and held >= cap then
     dead_letter(deadKey, {id = id, taskId = h[3], principal = principal, url = h[1], status = status, attempts = 0,
       reason = 'pending cap reached: ' .. held .. ' events of this principal not settled', deadAt = nowMs,
-      timestamp = timestamp, statusMessage = message})
+      timestamp = timestamp, statusMessage = (message and message ~= '') and message or nil})
     return
   end
   local fields = {W.id, id, W.taskId, h[3], W.principal, principal, W.url, h[1], W.status, status,
