@@ -82,73 +82,8 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
   const { queries, log } = options;
   const base = options.basePath ?? '/admin';
   const router = express.Router();
-
-  const serverAdapter = new ExpressAdapter().setBasePath(`${base}/queues`);
-  const board = createBullBoard({
-    queues: [],
-    serverAdapter,
-    options: { uiConfig: { boardTitle: 'taskrelay queues' } },
-  });
-  let shownQueues = '';
-  /** Pools come and go with their workers: bull-board shows those of live workers. */
-  const refreshQueues = async () => {
-    const names = await queries.queueNames();
-    if (names.join(',') === shownQueues) return;
-    shownQueues = names.join(',');
-    board.replaceQueues(names.map((name) => new PoolAdapter(queries.queue(name), name)));
-  };
-  router.use('/queues', (_req, _res, next) => {
-    refreshQueues().then(
-      () => next(),
-      (error: unknown) => next(error),
-    );
-  });
-  router.use('/queues', (_req: Request, res: Response, next: () => void) => {
-    res.setHeader('Content-Security-Policy', BOARD_CSP);
-    const send = res.send.bind(res);
-    res.send = (body?: unknown) => send(typeof body === 'string' ? body.replace(OUTSIDE_LINK, '') : body);
-    next();
-  });
-  router.use('/queues', serverAdapter.getRouter() as Router);
-
-  /**
-   * Tasks seen live by this page, kept after they end: the live set holds only non-terminal tasks, and there is no
-   * fleet-wide index of finished ones.
-   */
-  const recent = new Map<string, true>();
-  const remember = (tasks: TaskRecord[]) => {
-    for (const t of tasks) {
-      recent.delete(t.taskId);
-      recent.set(t.taskId, true);
-    }
-    while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
-  };
-
-  const webhookView = async () => {
-    if (!options.webhooks) return undefined;
-    const [counts, deadLetters] = await Promise.all([options.webhooks.counts(), options.webhooks.deadLetters(50)]);
-    return { ...counts, deadLetters };
-  };
-
-  router.get('/api/overview', async (_req: Request, res: Response) => {
-    const [workers, queues, live, webhooks, tools] = await Promise.all([
-      queries.workers(),
-      queries.queueDepths(),
-      queries.liveTasks(),
-      webhookView(),
-      queries.tools(),
-    ]);
-    remember(live);
-    const liveIds = new Set(live.map((t) => t.taskId));
-    const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
-    const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
-    for (const t of finished) gone.delete(t.taskId);
-    for (const id of gone) recent.delete(id);
-    const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
-    // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
-    const batches = await queries.batches(tasks.map((t) => t.taskId));
-    res.json({ now: Date.now(), workers, queues, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
-  });
+  mountQueueBoard(router, queries, base);
+  router.get('/api/overview', overviewHandler(queries, options.webhooks));
 
   // Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool.
   router.get('/api/tools', async (_req: Request, res: Response) => {
@@ -199,6 +134,88 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
       .json({ error: `admin view unavailable: ${error instanceof Error ? error.message : String(error)}` });
   });
   return router;
+}
+
+/**
+ * bull-board at `/queues`: read-only, the pools of live workers, under a CSP of its own and without its outside font
+ * links.
+ */
+function mountQueueBoard(router: Router, queries: AdminQueries, base: string): void {
+  const serverAdapter = new ExpressAdapter().setBasePath(`${base}/queues`);
+  const board = createBullBoard({
+    queues: [],
+    serverAdapter,
+    options: { uiConfig: { boardTitle: 'taskrelay queues' } },
+  });
+  let shownQueues = '';
+  /** Pools come and go with their workers: bull-board shows those of live workers. */
+  const refreshQueues = async () => {
+    const names = await queries.queueNames();
+    if (names.join(',') === shownQueues) return;
+    shownQueues = names.join(',');
+    board.replaceQueues(names.map((name) => new PoolAdapter(queries.queue(name), name)));
+  };
+  router.use('/queues', (_req, _res, next) => {
+    refreshQueues().then(
+      () => next(),
+      (error: unknown) => next(error),
+    );
+  });
+  router.use('/queues', (_req: Request, res: Response, next: () => void) => {
+    res.setHeader('Content-Security-Policy', BOARD_CSP);
+    const send = res.send.bind(res);
+    res.send = (body?: unknown) => send(typeof body === 'string' ? body.replace(OUTSIDE_LINK, '') : body);
+    next();
+  });
+  router.use('/queues', serverAdapter.getRouter() as Router);
+}
+
+/**
+ * The tasks page's feed (`/api/overview`): workers, queue depths, tools, the webhook outbox, and the tasks live now or
+ * seen live by the page before, with their batches.
+ */
+function overviewHandler(
+  queries: AdminQueries,
+  outbox: AdminRouterOptions['webhooks'],
+): (req: Request, res: Response) => Promise<void> {
+  /**
+   * Tasks seen live by this page, kept after they end: the live set holds only non-terminal tasks, and there is no
+   * fleet-wide index of finished ones.
+   */
+  const recent = new Map<string, true>();
+  const remember = (tasks: TaskRecord[]) => {
+    for (const t of tasks) {
+      recent.delete(t.taskId);
+      recent.set(t.taskId, true);
+    }
+    while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
+  };
+
+  const webhookView = async () => {
+    if (!outbox) return undefined;
+    const [counts, deadLetters] = await Promise.all([outbox.counts(), outbox.deadLetters(50)]);
+    return { ...counts, deadLetters };
+  };
+
+  return async (_req: Request, res: Response) => {
+    const [workers, queues, live, webhooks, tools] = await Promise.all([
+      queries.workers(),
+      queries.queueDepths(),
+      queries.liveTasks(),
+      webhookView(),
+      queries.tools(),
+    ]);
+    remember(live);
+    const liveIds = new Set(live.map((t) => t.taskId));
+    const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
+    const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
+    for (const t of finished) gone.delete(t.taskId);
+    for (const id of gone) recent.delete(id);
+    const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
+    // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
+    const batches = await queries.batches(tasks.map((t) => t.taskId));
+    res.json({ now: Date.now(), workers, queues, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
+  };
 }
 
 /** What the list shows of a task: never its arguments or result. */
