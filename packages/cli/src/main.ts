@@ -157,7 +157,15 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
     .exitOverride()
     .configureOutput({ writeErr: () => undefined });
   const globals = () => program.opts<GlobalOptions>();
+  addToolCommands(program, globals);
+  addCallCommands(program, globals, setExit);
+  addTaskCommands(program, globals, setExit);
+  addReplayCommand(program, globals, (line) => out.write(`${line}\n`));
+  return program;
+}
 
+/** `tools`, and the incident switch: `pause` and `resume`. */
+function addToolCommands(program: Command, globals: () => GlobalOptions): void {
   program
     .command('tools')
     .description('list the tools served by live workers')
@@ -195,7 +203,10 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
           );
       });
   }
+}
 
+/** `call` and `watch`: calls and tasks followed to their end, one view each. */
+function addCallCommands(program: Command, globals: () => GlobalOptions, setExit: (code: ExitCode) => void): void {
   program
     .command('call')
     .description('call a tool; key=value arguments (values parsed as JSON when they parse; {i} = call number)')
@@ -235,7 +246,10 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
         setExit(await runAll(options, ids, (n, view) => watchTask(client, ids[n - 1]!, view)));
       });
     });
+}
 
+/** One task at a time, and the caller's list: `get`, `result`, `cancel`, `list`. */
+function addTaskCommands(program: Command, globals: () => GlobalOptions, setExit: (code: ExitCode) => void): void {
   program
     .command('get')
     .description("print a task's status")
@@ -303,9 +317,6 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
         } while (cursor !== undefined);
       });
     });
-
-  addReplayCommand(program, globals, (line) => out.write(`${line}\n`));
-  return program;
 }
 
 async function main(): Promise<ExitCode> {
