@@ -53,14 +53,16 @@ export function withFilters(command: Command): Command {
     .option('--tool <name>', 'only this tool')
     .option('--tag <tag>', 'only tasks with this tag')
     .option('--principal <name>', "only this principal's tasks (operators)")
-    .addOption(new Option('--since <time>', 'created since: ISO time, ms, or 7d / 24h / 30m ago').argParser(timeArgument))
+    .addOption(
+      new Option('--since <time>', 'created since: ISO time, ms, or 7d / 24h / 30m ago').argParser(timeArgument),
+    )
     .addOption(new Option('--until <time>', 'created until: the same forms').argParser(timeArgument));
 }
 
 /** The filters a command was given; none given is undefined. */
 export function filtersOf(opts: Record<string, unknown>): TaskFilters | undefined {
   const picked = Object.fromEntries(FILTER_NAMES.flatMap((k) => (typeof opts[k] === 'string' ? [[k, opts[k]]] : [])));
-  return Object.keys(picked).length > 0 ? (picked) : undefined;
+  return Object.keys(picked).length > 0 ? picked : undefined;
 }
 
 /**
@@ -112,7 +114,10 @@ export async function listFiltered(
   do {
     const query = new URLSearchParams({ ...filters, limit: String(Math.min(200, max - printed)) });
     if (cursor !== undefined) query.set('cursor', cursor);
-    const page = await gatewayApi<{ tasks: TaskSummary[]; nextCursor?: string }>(options, `/api/tasks?${query.toString()}`);
+    const page = await gatewayApi<{ tasks: TaskSummary[]; nextCursor?: string }>(
+      options,
+      `/api/tasks?${query.toString()}`,
+    );
     for (const t of page.tasks) {
       write(options.json ? JSON.stringify({ type: 'task', task: t }) : taskRow(t));
       printed += 1;
