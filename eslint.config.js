@@ -1,8 +1,8 @@
 // ESLint flat config for the taskrelay workspace.
 //
 // - `packages/*/src`: typescript-eslint's type-checked rules (through the project service, so each file is checked
-//   against its own package's tsconfig), import cycles, type-only imports, and `no-console` (libraries log through
-//   pino; only the `main.ts` entry points may print).
+//   against its own package's tsconfig), import cycles, type-only imports, functions of at most 120 lines of code, and
+//   `no-console` (libraries log through pino; only the `main.ts` entry points may print).
 // - Every other file (tests, benchmarks, scripts, examples, configs): the non-type-checked recommended rules,
 //   console allowed.
 import js from '@eslint/js';
@@ -214,6 +214,10 @@ export default defineConfig(
       // Libraries log through pino; only entry points may print (see the next block).
       'no-console': 'error',
       eqeqeq: ['error', 'always', { null: 'ignore' }],
+
+      // A function is read whole: past 120 lines of code, extract its coherent steps (a run's phases, a start's
+      // wiring stages, a command group) into functions of their own (issue 31).
+      'max-lines-per-function': ['error', { max: 120, skipBlankLines: true, skipComments: true }],
     },
   },
 

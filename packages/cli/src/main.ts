@@ -165,7 +165,18 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
     .exitOverride()
     .configureOutput({ writeErr: () => undefined });
   const globals = () => program.opts<GlobalOptions>();
+  addToolCommands(program, globals);
+  addCallCommands(program, globals, setExit);
+  addTaskCommands(program, globals, setExit);
+  const writeLine = (line: string) => out.write(`${line}\n`);
+  addReplayCommand(program, globals, writeLine);
+  addLogsCommand(program, globals, writeLine);
+  addWebhookCommands(program, globals, writeLine);
+  return program;
+}
 
+/** `tools`, and the incident switch: `pause` and `resume`. */
+function addToolCommands(program: Command, globals: () => GlobalOptions): void {
   program
     .command('tools')
     .description('list the tools served by live workers')
@@ -203,7 +214,10 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
           );
       });
   }
+}
 
+/** `call` and `watch`: calls and tasks followed to their end, one view each. */
+function addCallCommands(program: Command, globals: () => GlobalOptions, setExit: (code: ExitCode) => void): void {
   program
     .command('call')
     .description('call a tool; key=value arguments (values parsed as JSON when they parse; {i} = call number)')
@@ -243,7 +257,10 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
         setExit(await runAll(options, ids, (n, view) => watchTask(client, ids[n - 1]!, view)));
       });
     });
+}
 
+/** One task at a time, and the caller's list: `get`, `result`, `cancel`, `list`. */
+function addTaskCommands(program: Command, globals: () => GlobalOptions, setExit: (code: ExitCode) => void): void {
   program
     .command('get')
     .description("print a task's status")
@@ -311,12 +328,6 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
         } while (cursor !== undefined);
       });
     });
-
-  const writeLine = (line: string) => out.write(`${line}\n`);
-  addReplayCommand(program, globals, writeLine);
-  addLogsCommand(program, globals, writeLine);
-  addWebhookCommands(program, globals, writeLine);
-  return program;
 }
 
 async function main(): Promise<ExitCode> {

@@ -299,6 +299,68 @@ const TOOL_OPTION_KEYS: ReadonlySet<string> = new Set([
 export function defineTool<I extends ToolInputSchema, O extends z.ZodType | undefined = undefined>(
   options: ToolOptions<I, O>,
 ): ToolDefinition<I, O> {
+  const checked = checkOptions(options);
+  const { rateLimit } = checked;
+  const dedupeOption = checked.dedupe;
+  const dedupe =
+    dedupeOption === undefined
+      ? undefined
+      : {
+          ...(dedupeOption === true || dedupeOption.key === undefined ? {} : { key: dedupeOption.key }),
+          ttlMs: (dedupeOption === true ? undefined : dedupeOption.ttlMs) ?? 3_600_000,
+        };
+  const concurrency = typeof checked.concurrency === 'object' ? checked.concurrency.limit : checked.concurrency;
+  const concurrencyKey = typeof checked.concurrency === 'object' ? checked.concurrency.key : undefined;
+  const admitted = admittedLimits(checked.name, concurrency, concurrencyKey, rateLimit);
+  const { descriptor, version } = toolDescriptor(
+    checked,
+    // The function's text, not the function: `run` is a method of the options object.
+    { inputSchema: options.inputSchema, outputSchema: options.outputSchema, runText: options.run.toString() },
+    { concurrency, concurrencyKey, dedupe },
+  );
+
+  return Object.freeze({
+    [TOOL_DEFINITION]: true as const,
+    name: checked.name,
+    title: checked.title,
+    description: checked.description,
+    inputSchema: options.inputSchema,
+    outputSchema: options.outputSchema,
+    taskSupport: checked.taskSupport,
+    inputFirst: checked.inputFirst,
+    timeoutMs: checked.timeoutMs,
+    attempts: checked.attempts,
+    backoff: checked.backoff,
+    maxStalls: checked.maxStalls,
+    // A keyed limit is the worker's (§3.5): BullMQ's queue-wide one is set only for the unkeyed, unshared forms.
+    concurrency: admitted.slot ? undefined : concurrency,
+    priority: checked.priority,
+    dedupe,
+    rateLimit: admitted.rate || rateLimit === undefined ? undefined : { max: rateLimit.max, perMs: rateLimit.perMs },
+    admitted,
+    inputTimeoutMs: checked.inputTimeoutMs,
+    version,
+    onVersionChange: checked.onVersionChange,
+    onCancelled:
+      typeof options.onCancelled === 'function'
+        ? async (task: CancelledTaskInfo) => {
+            await options.onCancelled?.(task);
+          }
+        : undefined,
+    descriptor,
+    run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
+  });
+}
+
+/** `defineTool`'s options once checked: the schema's defaults applied. */
+type CheckedOptions = z.output<typeof ToolOptionsSchema>;
+
+/**
+ * Checks `defineTool`'s options: no unknown one, each valid, the schemas zod 4 objects, `run` a function.
+ *
+ * @throws TypeError naming the first option at fault.
+ */
+function checkOptions(options: ToolOptions<ToolInputSchema, z.ZodType | undefined>): CheckedOptions {
   // An option this version does not know is a mistake to say at once: ignored, a typo (`concurency: 3`) would
   // silently remove the limit it meant to set.
   const unknown = Object.keys(options ?? {}).filter((key) => !TOOL_OPTION_KEYS.has(key));
@@ -323,51 +385,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     const label = typeof options?.name === 'string' ? `defineTool(${options.name})` : 'defineTool';
     throw new TypeError(`${label}: ${issue?.path.join('.') || 'options'} ${issue?.message ?? 'is invalid'}`);
   }
-  const {
-    name,
-    title,
-    description,
-    taskSupport,
-    inputFirst,
-    mcpHeaders,
-    timeoutMs,
-    attempts,
-    backoff,
-    maxStalls,
-    inputTimeoutMs,
-    rateLimit,
-    priority,
-    onVersionChange,
-  } = parsed.data;
-  const dedupeOption = parsed.data.dedupe;
-  const dedupe =
-    dedupeOption === undefined
-      ? undefined
-      : {
-          ...(dedupeOption === true || dedupeOption.key === undefined ? {} : { key: dedupeOption.key }),
-          ttlMs: (dedupeOption === true ? undefined : dedupeOption.ttlMs) ?? 3_600_000,
-        };
-  const concurrency =
-    typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.limit : parsed.data.concurrency;
-  const concurrencyKey = typeof parsed.data.concurrency === 'object' ? parsed.data.concurrency.key : undefined;
-  const admitted: AdmittedLimits = {};
-  if (concurrency !== undefined && concurrencyKey !== undefined) {
-    admitted.slot = {
-      limit: concurrency,
-      keyOf: keyFunction(concurrencyKey),
-      keyName: keyNames(concurrencyKey)?.join(', ') ?? '',
-    };
-  }
-  if (rateLimit !== undefined && (rateLimit.key !== undefined || rateLimit.name !== undefined)) {
-    admitted.rate = {
-      max: rateLimit.max,
-      perMs: rateLimit.perMs,
-      scope: rateLimit.name === undefined ? `tool:${name}` : `name:${rateLimit.name}`,
-      keyOf: keyFunction(rateLimit.key),
-      keyName: keyNames(rateLimit.key)?.join(', ') ?? '',
-    };
-  }
-  if (inputFirst && taskSupport === 'forbidden') {
+  const { name } = parsed.data;
+  if (parsed.data.inputFirst && parsed.data.taskSupport === 'forbidden') {
     throw new TypeError(`defineTool(${name}): inputFirst needs taskSupport 'optional' or 'required'`);
   }
   // Duck-typed rather than instanceof, so a tools module bundling its own copy of zod 4 still works.
@@ -388,23 +407,70 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     throw new TypeError(`defineTool(${name}): outputSchema must be a zod schema`);
   }
   if (typeof options.run !== 'function') throw new TypeError(`defineTool(${name}): run must be a function`);
+  return parsed.data;
+}
 
+/** The limits the worker admits runs by itself (§3.5): a keyed concurrency, and a keyed or shared rate limit. */
+function admittedLimits(
+  name: string,
+  concurrency: number | undefined,
+  concurrencyKey: LimitKey | undefined,
+  rateLimit: CheckedOptions['rateLimit'],
+): AdmittedLimits {
+  const admitted: AdmittedLimits = {};
+  if (concurrency !== undefined && concurrencyKey !== undefined) {
+    admitted.slot = {
+      limit: concurrency,
+      keyOf: keyFunction(concurrencyKey),
+      keyName: keyNames(concurrencyKey)?.join(', ') ?? '',
+    };
+  }
+  if (rateLimit !== undefined && (rateLimit.key !== undefined || rateLimit.name !== undefined)) {
+    admitted.rate = {
+      max: rateLimit.max,
+      perMs: rateLimit.perMs,
+      scope: rateLimit.name === undefined ? `tool:${name}` : `name:${rateLimit.name}`,
+      keyOf: keyFunction(rateLimit.key),
+      keyName: keyNames(rateLimit.key)?.join(', ') ?? '',
+    };
+  }
+  return admitted;
+}
+
+/**
+ * What the catalog publishes for the tool (PROTOCOL.md §3): its JSON Schemas, its controls, and its version (explicit
+ * or derived, §12.11).
+ *
+ * @throws TypeError when a schema cannot be published, a header mapping is invalid, or a key names an argument the
+ *   input schema does not have.
+ */
+function toolDescriptor(
+  checked: CheckedOptions,
+  code: { inputSchema: z.ZodType; outputSchema: z.ZodType | undefined; runText: string },
+  limits: {
+    concurrency: number | undefined;
+    concurrencyKey: LimitKey | undefined;
+    dedupe: ToolDefinition['dedupe'];
+  },
+): { descriptor: ToolDescriptor; version: string } {
+  const { name, taskSupport, attempts, backoff, maxStalls, rateLimit } = checked;
+  const { concurrency, concurrencyKey, dedupe } = limits;
   const descriptor: ToolDescriptor = {
     name,
-    description,
-    inputSchema: toolJsonSchema(options.inputSchema, 'input', `defineTool(${name}): inputSchema`),
+    description: checked.description,
+    inputSchema: toolJsonSchema(code.inputSchema, 'input', `defineTool(${name}): inputSchema`),
     taskSupport,
     attempts,
     backoff,
     maxStalls,
   };
-  if (title !== undefined) descriptor.title = title;
-  if (inputFirst) descriptor.inputFirst = true;
-  if (mcpHeaders !== undefined) annotateHeaders(name, descriptor.inputSchema, mcpHeaders);
-  if (options.outputSchema !== undefined) {
-    descriptor.outputSchema = toolJsonSchema(options.outputSchema, 'output', `defineTool(${name}): outputSchema`);
+  if (checked.title !== undefined) descriptor.title = checked.title;
+  if (checked.inputFirst) descriptor.inputFirst = true;
+  if (checked.mcpHeaders !== undefined) annotateHeaders(name, descriptor.inputSchema, checked.mcpHeaders);
+  if (code.outputSchema !== undefined) {
+    descriptor.outputSchema = toolJsonSchema(code.outputSchema, 'output', `defineTool(${name}): outputSchema`);
   }
-  if (timeoutMs !== undefined) descriptor.timeoutMs = timeoutMs;
+  if (checked.timeoutMs !== undefined) descriptor.timeoutMs = checked.timeoutMs;
   if (concurrency !== undefined) descriptor.concurrency = concurrency;
   if (concurrencyKey !== undefined) descriptor.concurrencyKey = keyNames(concurrencyKey);
   if (rateLimit !== undefined) {
@@ -416,61 +482,23 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
       ...(rateLimit.name === undefined ? {} : { name: rateLimit.name }),
     };
   }
+  const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
   for (const [what, key] of [
     ['concurrency.key', concurrencyKey],
     ['rateLimit.key', rateLimit?.key],
+    ['dedupe.key', dedupe?.key],
   ] as const) {
-    const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
     const unknown = Array.isArray(key) ? key.filter((k) => !properties.includes(k)) : [];
     if (unknown.length > 0) {
       throw new TypeError(`defineTool(${name}): ${what} names ${unknown.join(', ')}, which inputSchema does not`);
     }
   }
-  if (priority !== undefined) descriptor.priority = priority;
-  if (dedupe !== undefined) {
-    const properties = Object.keys(descriptor.inputSchema['properties'] ?? {});
-    const unknown = dedupe.key?.filter((k) => !properties.includes(k)) ?? [];
-    if (unknown.length > 0) {
-      throw new TypeError(`defineTool(${name}): dedupe.key names ${unknown.join(', ')}, which inputSchema does not`);
-    }
-    descriptor.dedupe = dedupe;
-  }
-  // The function's text, not the function: `run` is a method of the options object.
-  const version = parsed.data.version ?? derivedVersion(name, descriptor, options.run.toString());
+  if (checked.priority !== undefined) descriptor.priority = checked.priority;
+  if (dedupe !== undefined) descriptor.dedupe = dedupe;
+  const version = checked.version ?? derivedVersion(name, descriptor, code.runText);
   descriptor.version = version;
-  if (onVersionChange !== 'resume') descriptor.onVersionChange = onVersionChange;
-
-  return Object.freeze({
-    [TOOL_DEFINITION]: true as const,
-    name,
-    title,
-    description,
-    inputSchema: options.inputSchema,
-    outputSchema: options.outputSchema,
-    taskSupport,
-    inputFirst,
-    timeoutMs,
-    attempts,
-    backoff,
-    maxStalls,
-    // A keyed limit is the worker's (§3.5): BullMQ's queue-wide one is set only for the unkeyed, unshared forms.
-    concurrency: admitted.slot ? undefined : concurrency,
-    priority,
-    dedupe,
-    rateLimit: admitted.rate || rateLimit === undefined ? undefined : { max: rateLimit.max, perMs: rateLimit.perMs },
-    admitted,
-    inputTimeoutMs,
-    version,
-    onVersionChange,
-    onCancelled:
-      typeof options.onCancelled === 'function'
-        ? async (task: CancelledTaskInfo) => {
-            await options.onCancelled?.(task);
-          }
-        : undefined,
-    descriptor,
-    run: (input: z.output<I>, ctx: ToolContext) => options.run(input, ctx),
-  });
+  if (checked.onVersionChange !== 'resume') descriptor.onVersionChange = checked.onVersionChange;
+  return { descriptor, version };
 }
 
 /**

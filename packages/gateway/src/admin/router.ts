@@ -12,7 +12,7 @@ import { TASKS_PAGE } from './tasks-page.js';
 import type { AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
-import { createTaskApi } from './task-api.js';
+import { createTaskApi, crossOriginRefused } from './task-api.js';
 import { createWebhookApi } from './webhook-api.js';
 
 /**
@@ -53,15 +53,6 @@ class PoolAdapter extends BullMQAdapter {
   }
 }
 
-/** True when an `Origin` names the host the request was sent to. */
-function sameHost(origin: string, host: string | undefined): boolean {
-  try {
-    return new URL(origin).host === host;
-  } catch {
-    return false;
-  }
-}
-
 /** A `<link>` to anything on another host (bull-board's web fonts). */
 const OUTSIDE_LINK = /<link\b[^>]*\bhref="(?:https?:)?\/\/[^"]*"[^>]*>\s*/gi;
 
@@ -93,116 +84,12 @@ export interface AdminRouterOptions {
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
-  const { queries, log } = options;
+  const { queries, log, audit } = options;
   const base = options.basePath ?? '/admin';
   const router = express.Router();
-
-  const serverAdapter = new ExpressAdapter().setBasePath(`${base}/queues`);
-  const board = createBullBoard({
-    queues: [],
-    serverAdapter,
-    options: { uiConfig: { boardTitle: 'taskrelay queues' } },
-  });
-  let shownQueues = '';
-  /** Pools come and go with their workers: bull-board shows those of live workers. */
-  const refreshQueues = async () => {
-    const names = await queries.queueNames();
-    if (names.join(',') === shownQueues) return;
-    shownQueues = names.join(',');
-    board.replaceQueues(names.map((name) => new PoolAdapter(queries.queue(name), name)));
-  };
-  router.use('/queues', (_req, _res, next) => {
-    refreshQueues().then(
-      () => next(),
-      (error: unknown) => next(error),
-    );
-  });
-  router.use('/queues', (_req: Request, res: Response, next: () => void) => {
-    res.setHeader('Content-Security-Policy', BOARD_CSP);
-    const send = res.send.bind(res);
-    res.send = (body?: unknown) => send(typeof body === 'string' ? body.replace(OUTSIDE_LINK, '') : body);
-    next();
-  });
-  router.use('/queues', serverAdapter.getRouter() as Router);
-
-  /**
-   * Tasks seen live by this page, kept after they end: the live set holds only non-terminal tasks, and there is no
-   * fleet-wide index of finished ones.
-   */
-  const recent = new Map<string, true>();
-  const remember = (tasks: TaskRecord[]) => {
-    for (const t of tasks) {
-      recent.delete(t.taskId);
-      recent.set(t.taskId, true);
-    }
-    while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
-  };
-
-  const webhookView = async () => {
-    if (!options.webhooks) return undefined;
-    const [counts, deadLetters] = await Promise.all([options.webhooks.counts(), options.webhooks.deadLetters(50)]);
-    return { ...counts, deadLetters };
-  };
-
-  router.get('/api/overview', async (_req: Request, res: Response) => {
-    const [workers, queues, live, webhooks, tools] = await Promise.all([
-      queries.workers(),
-      queries.queueDepths(),
-      queries.liveTasks(),
-      webhookView(),
-      queries.tools(),
-    ]);
-    remember(live);
-    const liveIds = new Set(live.map((t) => t.taskId));
-    const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
-    const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
-    for (const t of finished) gone.delete(t.taskId);
-    for (const id of gone) recent.delete(id);
-    const explain = options.explain ?? ((t: TaskRecord) => Promise.resolve(t));
-    const tasks = (await Promise.all([...live, ...finished].map(explain)))
-      .sort((a, b) => b.createdAt.localeCompare(a.createdAt))
-      .map(summary);
-    // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
-    const batches = await queries.batches(tasks.map((t) => t.taskId));
-    const actions = audit ? await audit.newest(20) : undefined;
-    res.json({
-      now: Date.now(),
-      workers,
-      queues,
-      tasks,
-      batches,
-      tools,
-      ...(webhooks ? { webhooks } : {}),
-      ...(actions ? { audit: actions } : {}),
-    });
-  });
-
-  // Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool.
-  router.get('/api/tools', async (_req: Request, res: Response) => {
-    res.json({ tools: await queries.tools() });
-  });
-  for (const action of ['pause', 'resume'] as const) {
-    router.post(`/api/tools/:name/${action}`, async (req: Request, res: Response) => {
-      // No cross-site form may flip the switch: a browser's POST from another origin names it.
-      const origin = req.get('origin');
-      if (origin !== undefined && !sameHost(origin, req.get('host'))) {
-        res.status(403).json({ error: `cross-origin ${action} refused (Origin ${origin})` });
-        return;
-      }
-      const name = String(req.params['name']);
-      const tool = await queries.setPaused(name, action === 'pause');
-      if (!tool) {
-        res.status(404).json({ error: `unknown tool ${name}: no live worker serves it and no retained pool lists it` });
-        return;
-      }
-      const by = options.tasks?.by(req) ?? 'unknown';
-      log.info({ by, tool: name, queues: tool.queues }, action === 'pause' ? 'tool paused' : 'tool resumed');
-      await audit?.record({ by, action, target: name, outcome: `${tool.queues.length} queue(s)` });
-      res.json({ tool });
-    });
-  }
-
-  const { audit } = options;
+  mountBoard(router, queries, base);
+  router.get('/api/overview', overviewHandler(options));
+  mountToolSwitch(router, options);
   if (options.tasks && audit) router.use('/api/tasks', createTaskApi({ ...options.tasks, audit, log }));
   if (options.webhooks && options.tasks && audit) {
     router.use('/api/webhooks', createWebhookApi({ outbox: options.webhooks, audit, log, by: options.tasks.by }));
@@ -235,6 +122,115 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
       .json({ error: `admin view unavailable: ${error instanceof Error ? error.message : String(error)}` });
   });
   return router;
+}
+
+/** bull-board at `/queues`, read-only, under the pools' own names and without outside links. */
+function mountBoard(router: Router, queries: AdminQueries, base: string): void {
+  const serverAdapter = new ExpressAdapter().setBasePath(`${base}/queues`);
+  const board = createBullBoard({
+    queues: [],
+    serverAdapter,
+    options: { uiConfig: { boardTitle: 'taskrelay queues' } },
+  });
+  let shownQueues = '';
+  /** Pools come and go with their workers: bull-board shows those of live workers. */
+  const refreshQueues = async () => {
+    const names = await queries.queueNames();
+    if (names.join(',') === shownQueues) return;
+    shownQueues = names.join(',');
+    board.replaceQueues(names.map((name) => new PoolAdapter(queries.queue(name), name)));
+  };
+  router.use('/queues', (_req, _res, next) => {
+    refreshQueues().then(
+      () => next(),
+      (error: unknown) => next(error),
+    );
+  });
+  router.use('/queues', (_req: Request, res: Response, next: () => void) => {
+    res.setHeader('Content-Security-Policy', BOARD_CSP);
+    const send = res.send.bind(res);
+    res.send = (body?: unknown) => send(typeof body === 'string' ? body.replace(OUTSIDE_LINK, '') : body);
+    next();
+  });
+  router.use('/queues', serverAdapter.getRouter() as Router);
+}
+
+/** `GET /api/overview`: what the tasks page shows, read each poll. */
+function overviewHandler(options: AdminRouterOptions) {
+  const { queries, audit } = options;
+  /**
+   * Tasks seen live by this page, kept after they end: the live set holds only non-terminal tasks (the page's own
+   * list; the index of §30.2 serves the search).
+   */
+  const recent = new Map<string, true>();
+  const remember = (tasks: TaskRecord[]) => {
+    for (const t of tasks) {
+      recent.delete(t.taskId);
+      recent.set(t.taskId, true);
+    }
+    while (recent.size > RECENT_TASKS) recent.delete(recent.keys().next().value as string);
+  };
+  const webhookView = async () => {
+    if (!options.webhooks) return undefined;
+    const [counts, deadLetters] = await Promise.all([options.webhooks.counts(), options.webhooks.deadLetters(50)]);
+    return { ...counts, deadLetters };
+  };
+  const explain = options.explain ?? ((t: TaskRecord) => Promise.resolve(t));
+  return async (_req: Request, res: Response) => {
+    const [workers, queues, live, webhooks, tools, actions] = await Promise.all([
+      queries.workers(),
+      queries.queueDepths(),
+      queries.liveTasks(),
+      webhookView(),
+      queries.tools(),
+      audit?.newest(20),
+    ]);
+    remember(live);
+    const liveIds = new Set(live.map((t) => t.taskId));
+    const finished = await queries.records([...recent.keys()].filter((id) => !liveIds.has(id)));
+    const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
+    for (const t of finished) gone.delete(t.taskId);
+    for (const id of gone) recent.delete(id);
+    const tasks = (await Promise.all([...live, ...finished].map(explain)))
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt))
+      .map(summary);
+    // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
+    const batches = await queries.batches(tasks.map((t) => t.taskId));
+    res.json({
+      now: Date.now(),
+      workers,
+      queues,
+      tasks,
+      batches,
+      tools,
+      ...(webhooks ? { webhooks } : {}),
+      ...(actions ? { audit: actions } : {}),
+    });
+  };
+}
+
+/** Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool. */
+function mountToolSwitch(router: Router, options: AdminRouterOptions): void {
+  const { queries, log, audit } = options;
+  router.get('/api/tools', async (_req: Request, res: Response) => {
+    res.json({ tools: await queries.tools() });
+  });
+  for (const action of ['pause', 'resume'] as const) {
+    router.post(`/api/tools/:name/${action}`, async (req: Request, res: Response) => {
+      // No cross-site form may flip the switch: a browser's POST from another origin names it.
+      if (crossOriginRefused(req, res, action)) return;
+      const name = String(req.params['name']);
+      const tool = await queries.setPaused(name, action === 'pause');
+      if (!tool) {
+        res.status(404).json({ error: `unknown tool ${name}: no live worker serves it and no retained pool lists it` });
+        return;
+      }
+      const by = options.tasks?.by(req) ?? 'unknown';
+      log.info({ by, tool: name, queues: tool.queues }, action === 'pause' ? 'tool paused' : 'tool resumed');
+      await audit?.record({ by, action, target: name, outcome: `${tool.queues.length} queue(s)` });
+      res.json({ tool });
+    });
+  }
 }
 
 /** What the list shows of a task: never its arguments or result. */

@@ -133,92 +133,14 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     state = next;
   };
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
-  const redisUrl = requireRedisUrl(options);
   const keys = createKeys(options.prefix);
-  const { redis, queueRedis, subscriber, largeReads, metrics } = await openConnections(redisUrl, undo, log);
-  // The longest an ended task is kept: its ttl, or its status' retention (PROTOCOL.md §30.1).
-  const keptMs = Math.max(
-    options.maxTtlMs,
-    options.retainCompletedMs ?? 0,
-    options.retainFailedMs ?? 0,
-    options.retainCancelledMs ?? 0,
-  );
-  // A principal's index outlives every task in it: the longest keep after the longest run.
-  const indexTtlMs = keptMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
-  const store = new RedisTaskStore(redis, keys, {
-    reaperIntervalMs: options.reaperIntervalMs,
-    indexTtlMs,
-    largeReads: {
-      connections: largeReads,
-      inlineMaxBytes: LARGE_RESULT_BYTES,
-      perPrincipal: options.maxLargeReadsPerPrincipal,
-    },
-  });
-  const admin = new AdminQueries(redis, queueRedis, keys, store);
-  undo.push(() => admin.close());
-  metrics.watchFleet(admin);
-  // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
-  const scriptsGeneration = await store.announceScriptsGeneration();
-  log.debug({ scriptsGeneration }, 'task-store scripts generation announced');
-  await store.setRetention({
-    completed: options.retainCompletedMs,
-    failed: options.retainFailedMs,
-    cancelled: options.retainCancelledMs,
-  });
-  // One JSON Schema validator for tool arguments and input answers alike.
-  const jsonSchemas = new JsonSchemaValidator(log);
-  const catalogOptions = {
-    jsonSchemas,
-    retentionMs: options.catalogRetentionMs,
-    // Pools whose tool versions live tasks last ran are kept (PROTOCOL.md §24.9).
-    versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
-    ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
-  };
-  const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
-  const dispatcher = new JobDispatcher(queueRedis, keys, log);
-  undo.push(() => dispatcher.close());
-  const router = new TaskRouter(
-    subscriber,
-    (channel, message) => redis.publish(channel, message),
-    store,
-    keys,
-    log,
-    metrics,
-    {
-      gatewayId,
-      progressIntervalMs: options.progressIntervalMs,
-    },
-  );
-  undo.push(() => router.close());
-  await router.start();
+  const connections = await openConnections(requireRedisUrl(options), undo, log);
+  const { redis, metrics } = connections;
   const auth = createAuthenticator(options, log);
-  const authEnabled = auth.enabled;
-  const webhooks = startWebhooks(options, redis, keys, metrics, log, gatewayId, undo);
-  const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
-    gatewayId,
-    defaultTtlMs: options.defaultTtlMs,
-    maxTtlMs: options.maxTtlMs,
-    pollIntervalMs: options.pollIntervalMs,
-    maxToolTimeoutMs: options.maxToolTimeoutMs,
-    queueTimeoutMs: options.queueTimeoutMs,
-    checkAnswer: (request, raw) => checkAnswer(request, raw, jsonSchemas),
-    webhooks: webhooks.intake,
-    // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
-    ...(authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
-  });
-  const search = new TaskSearch(redis, keys);
-  const reaper = new Reaper(store, log, metrics, {
-    holder: gatewayId,
-    intervalMs: options.reaperIntervalMs,
-    // An id older than any retention or ttl could keep is checked for a task that is gone (PROTOCOL.md §30.2).
-    pruneIndex: () => search.prune(Date.now() - keptMs),
-  });
-  reaper.start();
-  undo.push(() => reaper.stop());
+  const tasks = await startTaskLayer({ options, connections, keys, gatewayId, authEnabled: auth.enabled, log, undo });
   // The drain waits, without polling, for the requests and plain calls in flight to settle.
-  let onSettled: (() => void) | undefined;
-  const settled = () => onSettled?.();
-  const inflight = new InflightCalls(settled);
+  const settling: Settling = new Settling(() => posts.size === 0 && inflight.size === 0);
+  const inflight = new InflightCalls(settling.settled);
   /** /mcp POST responses not yet finished: the requests in flight. */
   const posts = new Set<Response>();
   const drain = new AbortController();
@@ -227,19 +149,19 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     maxPerPrincipal: options.maxSessionsPerPrincipal,
     metrics,
     log,
-    onClosed: (sessionId) => router.retireSession(sessionId),
+    onClosed: (sessionId) => tasks.router.retireSession(sessionId),
   });
   sessions.startSweep();
   undo.push(() => sessions.closeAll());
-  if (!authEnabled && !isLoopbackHost(options.host)) {
+  if (!auth.enabled && !isLoopbackHost(options.host)) {
     log.warn(
       { host: options.host },
       'serving WITHOUT authentication on a non-loopback address (TASKRELAY_ALLOW_UNAUTHENTICATED): anyone who can reach it can run tools and see every task',
     );
   }
   const limits = new RequestLimits(redis, keys, log, {
-    callsPerWindow: authEnabled ? options.rateLimitCalls : 0,
-    taskOpsPerWindow: authEnabled ? options.rateLimitTaskOps : 0,
+    callsPerWindow: auth.enabled ? options.rateLimitCalls : 0,
+    taskOpsPerWindow: auth.enabled ? options.rateLimitTaskOps : 0,
     windowMs: options.rateLimitWindowMs,
     maxArgumentBytes: options.maxArgumentBytes,
     maxProgressTokenBytes: options.maxProgressTokenBytes,
@@ -259,20 +181,20 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     redis,
     auth,
     limits,
-    service,
-    router,
-    admin,
-    webhooks: webhooks.outbox,
-    search,
-    store,
+    service: tasks.service,
+    router: tasks.router,
+    admin: tasks.admin,
+    webhooks: tasks.webhooks.outbox,
+    search: tasks.search,
+    replay: tasks.replay,
+    store: tasks.store,
     audit: new AuditLog(redis, keys),
-    replay: new TaskReplay(store, search, service, log),
     inflight,
     sessions,
     drainSignal: drain.signal,
     accepting: () => state === 'ready',
     posts,
-    settled,
+    settled: settling.settled,
   });
 
   const http = await listen(app, options.host, options.port);
@@ -280,23 +202,9 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${hostForUrl}:${port}/mcp`;
   enter('ready');
-  log.info({ url, gatewayId, auth: authEnabled }, 'gateway listening');
+  log.info({ url, gatewayId, auth: auth.enabled }, 'gateway listening');
 
-  /** Resolves true once no request or plain call is in flight, false if `ms` pass first. */
-  const settle = (ms: number) =>
-    new Promise<boolean>((resolve) => {
-      const finish = (done: boolean) => {
-        clearTimeout(timer);
-        onSettled = undefined;
-        resolve(done);
-      };
-      const timer = setTimeout(() => finish(false), ms);
-      onSettled = () => {
-        if (posts.size === 0 && inflight.size === 0) finish(true);
-      };
-      onSettled();
-    });
-
+  const running: Running = { options, log, gatewayId, connections, tasks, sessions, inflight, posts, drain, settling };
   let closing: Promise<void> | undefined;
   return {
     url,
@@ -305,41 +213,189 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     get state() {
       return state;
     },
-    close: () =>
-      (closing ??= (async () => {
-        enter('draining');
-        sessions.stopSweep();
-        await reaper.stop();
-        // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
-        await webhooks.stopDeliverer();
-        const closed = new Promise<void>((resolve) => http.close(() => resolve()));
-        http.closeIdleConnections();
-        log.info(
-          { gatewayId, graceMs: options.shutdownGraceMs, calls: inflight.size, requests: posts.size },
-          'draining: accepting no new requests',
-        );
-        // A tasks/result wait could last as long as its task: it ends now, and the client asks another gateway.
-        drain.abort(waitEndedByShutdown());
-        if (!(await settle(options.shutdownGraceMs))) {
-          log.info({ calls: inflight.size }, 'grace period over; ending the calls still running (GATEWAY_SHUTDOWN)');
-        }
-        // Even with none left: from here on a closing stream or transport is not a client's cancel.
-        await inflight.endAll();
-        if (!(await settle(ENDED_CALLS_ANSWER_MS))) {
-          log.warn({ calls: inflight.size, requests: posts.size }, 'requests still open after the drain; closing them');
-        }
-        await sessions.closeAll();
-        http.closeAllConnections();
-        await closed;
-        router.close();
-        await admin.close();
-        await dispatcher.close();
-        await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
-        enter('closed');
-        log.info({ gatewayId }, 'gateway stopped');
-      })()),
+    close: () => (closing ??= drainAndStop(running, http, enter)),
   };
 }
+
+/** What a started gateway runs, as its drain stops it. */
+interface Running {
+  options: GatewayConfig;
+  log: Logger;
+  gatewayId: string;
+  connections: Connections;
+  tasks: TaskLayer;
+  sessions: SessionRegistry;
+  inflight: InflightCalls;
+  /** /mcp POST responses not yet finished. */
+  posts: Set<Response>;
+  /** Aborted when the drain starts: pending `tasks/result` waits end. */
+  drain: AbortController;
+  settling: Settling;
+}
+
+/** `GatewayHandle.close`: the drain (PROTOCOL.md §11), then everything the start opened, closed. */
+async function drainAndStop(r: Running, http: HttpServer, enter: (next: GatewayState) => void): Promise<void> {
+  const { options, log, gatewayId, tasks, sessions, inflight, posts } = r;
+  enter('draining');
+  sessions.stopSweep();
+  await tasks.reaper.stop();
+  // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
+  await tasks.webhooks.stopDeliverer();
+  const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+  http.closeIdleConnections();
+  log.info(
+    { gatewayId, graceMs: options.shutdownGraceMs, calls: inflight.size, requests: posts.size },
+    'draining: accepting no new requests',
+  );
+  // A tasks/result wait could last as long as its task: it ends now, and the client asks another gateway.
+  r.drain.abort(waitEndedByShutdown());
+  if (!(await r.settling.within(options.shutdownGraceMs))) {
+    log.info({ calls: inflight.size }, 'grace period over; ending the calls still running (GATEWAY_SHUTDOWN)');
+  }
+  // Even with none left: from here on a closing stream or transport is not a client's cancel.
+  await inflight.endAll();
+  if (!(await r.settling.within(ENDED_CALLS_ANSWER_MS))) {
+    log.warn({ calls: inflight.size, requests: posts.size }, 'requests still open after the drain; closing them');
+  }
+  await sessions.closeAll();
+  http.closeAllConnections();
+  await closed;
+  tasks.router.close();
+  await tasks.admin.close();
+  await tasks.dispatcher.close();
+  const { redis, queueRedis } = r.connections;
+  await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
+  enter('closed');
+  log.info({ gatewayId }, 'gateway stopped');
+}
+
+/** The drain's wait for the requests and plain calls in flight to settle: woken as each ends, never polling. */
+class Settling {
+  private onSettled: (() => void) | undefined;
+
+  /** `idle`: true when nothing is in flight. */
+  constructor(private readonly idle: () => boolean) {}
+
+  /** Called as each request or plain call ends. */
+  readonly settled = (): void => this.onSettled?.();
+
+  /** Resolves true once no request or plain call is in flight, false if `ms` pass first. */
+  within(ms: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const finish = (done: boolean) => {
+        clearTimeout(timer);
+        this.onSettled = undefined;
+        resolve(done);
+      };
+      const timer = setTimeout(() => finish(false), ms);
+      this.onSettled = () => {
+        if (this.idle()) finish(true);
+      };
+      this.onSettled();
+    });
+  }
+}
+
+type TaskLayer = Awaited<ReturnType<typeof startTaskLayer>>;
+
+/**
+ * The task layer and what reads it (PROTOCOL.md §16): the store, the operator's queries, the catalog, the dispatcher,
+ * the router (subscribed before the gateway serves), the webhooks, the service, the reaper, search and replay.
+ */
+async function startTaskLayer(w: {
+  options: GatewayConfig & StartGatewayOptions;
+  connections: Connections;
+  keys: Keys;
+  gatewayId: string;
+  authEnabled: boolean;
+  log: Logger;
+  undo: Undo;
+}) {
+  const { options, keys, gatewayId, log, undo } = w;
+  const { redis, queueRedis, subscriber, metrics } = w.connections;
+  const { store, keptMs, indexTtlMs } = await openStore(options, w.connections, keys, log);
+  const admin = new AdminQueries(redis, queueRedis, keys, store);
+  undo.push(() => admin.close());
+  metrics.watchFleet(admin);
+  // One JSON Schema validator for tool arguments and input answers alike.
+  const jsonSchemas = new JsonSchemaValidator(log);
+  const catalog = new ToolCatalog(redis, keys, log, {
+    jsonSchemas,
+    retentionMs: options.catalogRetentionMs,
+    // Pools whose tool versions live tasks last ran are kept (PROTOCOL.md §24.9).
+    versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
+    ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
+  });
+  const dispatcher = new JobDispatcher(queueRedis, keys, log);
+  undo.push(() => dispatcher.close());
+  const publish = (channel: string, message: string) => redis.publish(channel, message);
+  const router = new TaskRouter(subscriber, publish, store, keys, log, metrics, {
+    gatewayId,
+    progressIntervalMs: options.progressIntervalMs,
+  });
+  undo.push(() => router.close());
+  await router.start();
+  const webhooks = startWebhooks(options, redis, keys, metrics, log, gatewayId, undo);
+  const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
+    gatewayId,
+    defaultTtlMs: options.defaultTtlMs,
+    maxTtlMs: options.maxTtlMs,
+    pollIntervalMs: options.pollIntervalMs,
+    maxToolTimeoutMs: options.maxToolTimeoutMs,
+    queueTimeoutMs: options.queueTimeoutMs,
+    checkAnswer: (request, raw) => checkAnswer(request, raw, jsonSchemas),
+    webhooks: webhooks.intake,
+    // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
+    ...(w.authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
+  });
+  const search = new TaskSearch(redis, keys);
+  const reaper = new Reaper(store, log, metrics, {
+    holder: gatewayId,
+    intervalMs: options.reaperIntervalMs,
+    // An id older than any retention or ttl could keep is checked for a task that is gone (PROTOCOL.md §30.2).
+    pruneIndex: () => search.prune(Date.now() - keptMs),
+  });
+  reaper.start();
+  undo.push(() => reaper.stop());
+  const replay = new TaskReplay(store, search, service, log);
+  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store };
+}
+
+/**
+ * The task store, on the command connection (large results on their own, PROTOCOL.md §22.5), with how long ended
+ * tasks and the principals' indexes are kept; the scripts' generation and the retention per status announced.
+ */
+async function openStore(options: GatewayConfig, connections: Connections, keys: Keys, log: Logger) {
+  // The longest an ended task is kept: its ttl, or its status' retention (PROTOCOL.md §30.1).
+  const keptMs = Math.max(
+    options.maxTtlMs,
+    options.retainCompletedMs ?? 0,
+    options.retainFailedMs ?? 0,
+    options.retainCancelledMs ?? 0,
+  );
+  // A principal's index outlives every task in it: the longest keep after the longest run.
+  const indexTtlMs = keptMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
+  const store = new RedisTaskStore(connections.redis, keys, {
+    reaperIntervalMs: options.reaperIntervalMs,
+    indexTtlMs,
+    largeReads: {
+      connections: connections.largeReads,
+      inlineMaxBytes: LARGE_RESULT_BYTES,
+      perPrincipal: options.maxLargeReadsPerPrincipal,
+    },
+  });
+  // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
+  const scriptsGeneration = await store.announceScriptsGeneration();
+  log.debug({ scriptsGeneration }, 'task-store scripts generation announced');
+  await store.setRetention({
+    completed: options.retainCompletedMs,
+    failed: options.retainFailedMs,
+    cancelled: options.retainCancelledMs,
+  });
+  return { store, keptMs, indexTtlMs };
+}
+
+type Connections = Awaited<ReturnType<typeof openConnections>>;
 
 /**
  * The gateway's Redis connections, each up before the gateway goes on, with their metrics. Commands fail fast while

@@ -36,7 +36,7 @@ import type { TaskService } from '../tasks/task-service.js';
 import { McpMethods } from '../protocol/methods.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
 import { createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
-import { createMemoryRelief } from './memory-relief.js';
+import { createMemoryRelief, type MemoryRelief } from './memory-relief.js';
 import { SESSION_PROTOCOL_VERSIONS, createSessionEndpoint, type AuthedRequest } from './session-endpoint.js';
 import type { SessionRegistry } from './session-registry.js';
 
@@ -74,11 +74,10 @@ export interface HttpAppDeps {
 }
 
 export function createHttpApp(deps: HttpAppDeps): express.Express {
-  const { options, log, metrics, auth, limits, service, router, inflight, sessions } = deps;
-  const authEnabled = auth.enabled;
+  const { options, log, metrics, auth, limits, router, sessions } = deps;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
-  const { buffers, budget, onEventsResized } = createMemoryRelief({ log, metrics, sessions, router, options });
+  const relief = createMemoryRelief({ log, metrics, sessions, router, options });
 
   const app = express();
   app.disable('x-powered-by');
@@ -88,6 +87,66 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     if (req.method !== 'POST' || req.path !== '/mcp') return next();
     mcpPost(req, res, next);
   });
+  const drainGuard = mountProbes(app, deps, relief.budget);
+  // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
+  // whatever address the orchestrator uses (a pod IP).
+  const checkHost = hostGuard(options.allowedHosts, options.host);
+  app.use(checkHost);
+  // The /mcp guards first and as one layer: they run on every request. Authentication before the body is read: an
+  // anonymous caller costs no parsing.
+  const mcpGuards = chain([
+    originGuard(options.allowedOrigins),
+    ...(auth.enabled ? [auth.requireAuth] : []),
+    requireJsonContent,
+    jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
+  ]);
+  app.use('/mcp', mcpGuards);
+  const { post, sessionRequest } = createMcpTransports(deps, relief, principalOf);
+  /** The POST handler behind the guards: rate limits and sizes, then the request. */
+  const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
+  const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
+  // Reached only by paths the first layer leaves to express (`/mcp/`).
+  app.post('/mcp', handlePost);
+
+  app.get('/mcp', (req: AuthedRequest, res: Response) => {
+    metrics.streams.inc();
+    res.on('close', () => metrics.streams.dec());
+    return sessionRequest(req, res);
+  });
+  app.delete('/mcp', sessionRequest);
+  // Any other method or path under /mcp (PUT, PATCH, OPTIONS, /mcp/x): a JSON-RPC error, never express's HTML 404 or
+  // its text/plain OPTIONS answer.
+  app.use('/mcp', (req, res) => {
+    if (req.path !== '/') {
+      jsonRpcError(res, 404, JSON_RPC.SERVER_ERROR, 'Not Found: the MCP endpoint is /mcp');
+      return;
+    }
+    res.setHeader('Allow', 'GET, POST, DELETE');
+    jsonRpcError(
+      res,
+      405,
+      JSON_RPC.SERVER_ERROR,
+      `Method Not Allowed: ${req.method.slice(0, 20)} /mcp (use GET, POST or DELETE)`,
+    );
+  });
+
+  app.use(auth.metadataRouter);
+  mountOperatorRoutes(app, deps, principalOf);
+
+  // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
+  app.use(
+    httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
+      maxBodyBytes: options.maxBodyBytes,
+    }),
+  );
+  return app;
+}
+
+/**
+ * The drain guard and the probes, ahead of every other route: answered whatever Host they name. Returns the drain
+ * guard, which the POST /mcp hot path runs too.
+ */
+function mountProbes(app: express.Express, deps: HttpAppDeps, budget: MemoryRelief['budget']): express.RequestHandler {
   // Once draining, only connections kept alive from before get here: every answer closes its connection.
   const drainGuard: express.RequestHandler = (req, res, next) => {
     if (deps.accepting()) return next();
@@ -114,27 +173,26 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     // Memory pressure does not take the gateway out of rotation (its sessions live here), but says so (§22.2).
     res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'redis unavailable', memory: budget.use() });
   });
-  // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
-  // whatever address the orchestrator uses (a pod IP).
-  const checkHost = hostGuard(options.allowedHosts, options.host);
-  app.use(checkHost);
-  /** With authentication on, a valid token; mount it on any route that is not a probe (/admin/*, /metrics). */
-  const requireAuth = auth.requireAuth;
-  // The /mcp guards first and as one layer: they run on every request. Authentication before the body is read: an
-  // anonymous caller costs no parsing.
-  const mcpGuards = chain([
-    originGuard(options.allowedOrigins),
-    ...(authEnabled ? [requireAuth] : []),
-    requireJsonContent,
-    jsonBody({ maxBodyBytes: options.maxBodyBytes, maxJsonDepth: options.maxJsonDepth }),
-  ]);
-  app.use('/mcp', mcpGuards);
-  /** The POST handler behind the guards: rate limits and sizes, then the request. */
-  const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
-  const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
+  return drainGuard;
+}
+
+/**
+ * The MCP methods once, and the two transports that frame them (PROTOCOL.md §16): `post` routes one /mcp POST to the
+ * sessionless 2026-07-28 endpoint or to a 2025-era session; `sessionRequest` serves a session's GET and DELETE.
+ */
+function createMcpTransports(
+  deps: HttpAppDeps,
+  relief: MemoryRelief,
+  principalOf: (req: AuthedRequest) => string,
+): {
+  post: (req: AuthedRequest, res: Response) => Promise<void>;
+  sessionRequest: (req: AuthedRequest, res: Response) => Promise<void>;
+} {
+  const { options, log, metrics, service, inflight } = deps;
+  const { budget } = relief;
   /** Every SSE stream's bound and its counters (PROTOCOL.md §22.1). */
   const streamBounds = {
-    buffers,
+    buffers: relief.buffers,
     maxBufferedBytes: options.maxStreamBufferBytes,
     onOverflow: () => {
       metrics.streamOverflows.inc();
@@ -151,7 +209,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     log,
     version: deps.version,
     maxResultBytes: options.maxResultBytes,
-    authEnabled,
+    authEnabled: deps.auth.enabled,
     operators: new Set(options.operators ?? []),
   });
   const modern = createModernEndpoint({
@@ -167,15 +225,15 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     options,
     log,
     metrics,
-    sessions,
-    router,
+    sessions: deps.sessions,
+    router: deps.router,
     service,
     methods,
     budget,
-    onEventsResized,
+    onEventsResized: relief.onEventsResized,
     streams: streamBounds,
     principalOf,
-    authEnabled,
+    authEnabled: deps.auth.enabled,
     version: deps.version,
     drainSignal: deps.drainSignal,
   });
@@ -204,41 +262,28 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
     // On 2025-11-25 a closed response stream is no cancel: the client may resume it with Last-Event-ID (§14).
     await session.transport.handleRequest(req, res, req.body);
   };
-  // Reached only by paths the first layer leaves to express (`/mcp/`).
-  app.post('/mcp', handlePost);
+  return { post, sessionRequest };
+}
 
-  app.get('/mcp', (req: AuthedRequest, res: Response) => {
-    metrics.streams.inc();
-    res.on('close', () => metrics.streams.dec());
-    return sessionRequest(req, res);
-  });
-  app.delete('/mcp', sessionRequest);
-  // Any other method or path under /mcp (PUT, PATCH, OPTIONS, /mcp/x): a JSON-RPC error, never express's HTML 404 or
-  // its text/plain OPTIONS answer.
-  app.use('/mcp', (req, res) => {
-    if (req.path !== '/') {
-      jsonRpcError(res, 404, JSON_RPC.SERVER_ERROR, 'Not Found: the MCP endpoint is /mcp');
-      return;
-    }
-    res.setHeader('Allow', 'GET, POST, DELETE');
-    jsonRpcError(
-      res,
-      405,
-      JSON_RPC.SERVER_ERROR,
-      `Method Not Allowed: ${req.method.slice(0, 20)} /mcp (use GET, POST or DELETE)`,
-    );
-  });
-
-  app.use(auth.metadataRouter);
-  // Operators only (the metrics and pages describe every principal's work), behind the same Host and Origin checks as
-  // /mcp; with auth off those loopback rules are all there is.
+/**
+ * The operator's routes and the caller's own task search. Operators only (the metrics and pages describe every
+ * principal's work), behind the same Host and Origin checks as /mcp; with auth off those loopback rules are all there
+ * is.
+ */
+function mountOperatorRoutes(
+  app: express.Express,
+  deps: HttpAppDeps,
+  principalOf: (req: AuthedRequest) => string,
+): void {
+  const { options, log, metrics, auth, service } = deps;
+  const requireAuth = auth.requireAuth;
   const operatorOnly = [originGuard(options.allowedOrigins), requireAuth, auth.requireOperator];
   app.get('/metrics', ...operatorOnly, async (_req, res) => {
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
   const operators = new Set(options.operators ?? []);
-  const isOperator = (req: AuthedRequest) => !authEnabled || operators.has(principalOf(req));
+  const isOperator = (req: AuthedRequest) => !auth.enabled || operators.has(principalOf(req));
   app.use(
     '/admin',
     ...operatorOnly,
@@ -261,12 +306,4 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   const ownScope = (req: AuthedRequest) => (isOperator(req) ? {} : { principal: principalOf(req) });
   app.get('/api/tasks', originGuard(options.allowedOrigins), requireAuth, searchHandler(deps.search, ownScope));
   app.get('/api/tasks/:id/logs', originGuard(options.allowedOrigins), requireAuth, logsHandler(deps.store, ownScope));
-
-  // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
-  app.use(
-    httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
-      maxBodyBytes: options.maxBodyBytes,
-    }),
-  );
-  return app;
 }

@@ -178,9 +178,93 @@ export class TaskService {
    */
   async start(input: StartTaskInput): Promise<StartedTask> {
     const { tool } = input;
-    const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const timeoutMs = toolTimeoutMs(tool, this.config);
     const level = priorityLevel(tool, input);
+    const { createInput, taskId } = await this.createInputOf(input, timeoutMs, level);
+    const span = startTaskSpan(`tools/call ${tool.name}`, {
+      'taskrelay.task_id': taskId,
+      'taskrelay.tool': tool.name,
+      'taskrelay.mode': input.mode,
+      'taskrelay.principal': input.principal,
+      'mcp.session_id': input.sessionId,
+      'rpc.jsonrpc.request_id': input.requestId === undefined ? undefined : String(input.requestId),
+    });
+    const data = this.jobDataOf(input, taskId, timeoutMs, level, span.carrier);
+    // Without an idempotency key the create cannot be a replay: its job is added by the same script, one round trip
+    // for both writes (PROTOCOL.md §10.1). A replay must add nothing, so keyed tasks add their job after the create.
+    const job = createInput.idempotencyKey === undefined ? await this.prepareJob(tool, data) : undefined;
+    if (job) createInput.job = job;
+    const route = (record: TaskRecord) => {
+      const r: Parameters<TaskRouter['register']>[0] = { record };
+      if (input.sendProgress) r.sendProgress = input.sendProgress;
+      if (input.sendStatus) r.sendStatus = input.sendStatus;
+      if (input.sink) r.sink = input.sink;
+      this.router.register(r);
+    };
+    // A job added by the create may run and end before the create's reply arrives: its route must exist first, or
+    // its status events reach a gateway that does not know it yet (and a plain call waits for nothing).
+    const now = new Date();
+    const prepared = job ? this.store.prepareCreate({ ...createInput, taskId }, now) : undefined;
+    if (prepared) route(prepared.record);
+    let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
+    try {
+      outcome = await this.createUnderCap(createInput, now, prepared, input.principal);
+    } catch (error) {
+      if (job) this.router.retire(taskId, { flush: false });
+      span.end(error);
+      throw error;
+    }
+    const { record, created, priority } = outcome;
+    if (!created) {
+      span.end();
+      const joined = createInput.idempotencyKey === undefined;
+      this.log.info(
+        { taskId: record.taskId, tool: tool.name, principal: input.principal, mode: input.mode },
+        joined
+          ? 'call joined an unfinished one with the same dedupe key'
+          : 'idempotency key already used; returning its task',
+      );
+      if (joined) this.metrics.callsJoined.inc({ tool: tool.name });
+      return { ...record, joined: true };
+    }
+    if (!job) route(record);
+    try {
+      if (job && !outcome.jobAdded)
+        throw new TaskrelayError('INTERNAL', `the create script added no job for ${taskId}`);
+      if (!job) await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
+    } catch (error) {
+      await this.unrun(record, error);
+      span.end(error);
+      throw error;
+    }
+    span.end();
+    this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
+    this.log.info(
+      {
+        taskId: record.taskId,
+        jobId: record.taskId,
+        tool: tool.name,
+        mode: input.mode,
+        principal: input.principal,
+        sessionId: input.sessionId,
+        requestId: input.requestId,
+      },
+      'task created',
+    );
+    return record;
+  }
+
+  /**
+   * What the create script gets for a call (PROTOCOL.md §10.1): the task with its ttl and deadline, its fair-share
+   * entry (§25), its idempotency or dedupe key (§25.2), its webhook (§27.1) and the open-work cap (§25).
+   */
+  private async createInputOf(
+    input: StartTaskInput,
+    timeoutMs: number,
+    level: number,
+  ): Promise<{ createInput: Parameters<RedisTaskStore['createTask']>[0]; taskId: string }> {
+    const { tool } = input;
+    const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
       // Its job's fair-share entry is made with it, in its priority level: one round trip (§25, §25.1).
       fairShare: {
@@ -215,113 +299,73 @@ export class TaskService {
     // Tasks and plain calls alike count toward the principal's open-work cap, checked by the create (PROTOCOL.md §25).
     const cap = this.config.openTasks;
     if (cap?.max) createInput.openTasks = { max: cap.max, ttlMs: cap.ttlMs };
-    const span = startTaskSpan(`tools/call ${tool.name}`, {
-      'taskrelay.task_id': taskId,
-      'taskrelay.tool': tool.name,
-      'taskrelay.mode': input.mode,
-      'taskrelay.principal': input.principal,
-      'mcp.session_id': input.sessionId,
-      'rpc.jsonrpc.request_id': input.requestId === undefined ? undefined : String(input.requestId),
-    });
+    return { createInput, taskId };
+  }
+
+  /** The job's data (PROTOCOL.md §4): what a worker needs to run the call, and to log and trace it. */
+  private jobDataOf(
+    input: StartTaskInput,
+    taskId: string,
+    timeoutMs: number,
+    level: number,
+    trace: Record<string, string> | undefined,
+  ): JobData {
     const data: JobData = {
       taskId,
-      tool: tool.name,
+      tool: input.tool.name,
       arguments: input.args,
       timeoutMs,
       queueTimeoutMs: this.config.queueTimeoutMs,
       principal: input.principal,
     };
+    const cap = this.config.openTasks;
     if (level !== DEFAULT_PRIORITY) data.priority = level;
     if (cap?.max) data.maxOpen = cap.max;
     if (input.sessionId !== undefined) data.sessionId = input.sessionId;
     if (input.requestId !== undefined) data.requestId = String(input.requestId);
-    if (span.carrier) data.trace = span.carrier;
-    // Without an idempotency key the create cannot be a replay: its job is added by the same script, one round trip
-    // for both writes (PROTOCOL.md §10.1). A replay must add nothing, so keyed tasks add their job after the create.
-    const job = createInput.idempotencyKey === undefined ? await this.prepareJob(tool, data) : undefined;
-    if (job) createInput.job = job;
-    const route = (record: TaskRecord) => {
-      const r: Parameters<TaskRouter['register']>[0] = { record };
-      if (input.sendProgress) r.sendProgress = input.sendProgress;
-      if (input.sendStatus) r.sendStatus = input.sendStatus;
-      if (input.sink) r.sink = input.sink;
-      this.router.register(r);
-    };
-    // A job added by the create may run and end before the create's reply arrives: its route must exist first, or
-    // its status events reach a gateway that does not know it yet (and a plain call waits for nothing).
-    const now = new Date();
-    const prepared = job ? this.store.prepareCreate({ ...createInput, taskId }, now) : undefined;
-    if (prepared) route(prepared.record);
-    let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
-    try {
-      outcome = await this.store.createTask(createInput, now, prepared).catch(async (error: unknown) => {
-        // At the cap: drop what has ended from the principal's set, and try once more if that made room.
-        if (!(error instanceof OpenCapReached) || !cap) throw error;
-        if ((await cap.prune(input.principal)) >= cap.max) throw cap.refusal(error.open);
-        return this.store.createTask(createInput, now, prepared).catch((again: unknown) => {
-          throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
-        });
+    if (trace) data.trace = trace;
+    return data;
+  }
+
+  /** The create; at the open-work cap, what has ended is dropped from the principal's set and it is tried once more. */
+  private createUnderCap(
+    createInput: Parameters<RedisTaskStore['createTask']>[0],
+    now: Date,
+    prepared: ReturnType<RedisTaskStore['prepareCreate']> | undefined,
+    principal: string,
+  ): ReturnType<RedisTaskStore['createTask']> {
+    const cap = this.config.openTasks;
+    return this.store.createTask(createInput, now, prepared).catch(async (error: unknown) => {
+      if (!(error instanceof OpenCapReached) || !cap) throw error;
+      if ((await cap.prune(principal)) >= cap.max) throw cap.refusal(error.open);
+      return this.store.createTask(createInput, now, prepared).catch((again: unknown) => {
+        throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
       });
-    } catch (error) {
-      if (job) this.router.retire(taskId, { flush: false });
-      span.end(error);
-      throw error;
-    }
-    const { record, created, priority } = outcome;
-    if (!created) {
-      span.end();
-      const joined = createInput.idempotencyKey === undefined;
-      this.log.info(
-        { taskId: record.taskId, tool: tool.name, principal: input.principal, mode: input.mode },
-        joined
-          ? 'call joined an unfinished one with the same dedupe key'
-          : 'idempotency key already used; returning its task',
-      );
-      if (joined) this.metrics.callsJoined.inc({ tool: tool.name });
-      return { ...record, joined: true };
-    }
-    if (!job) route(record);
-    try {
-      if (job && !outcome.jobAdded)
-        throw new TaskrelayError('INTERNAL', `the create script added no job for ${taskId}`);
-      if (!job) await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
-    } catch (error) {
-      this.router.retire(record.taskId, { flush: false });
-      // The client reads this message: the Redis/BullMQ details stay in the log.
-      this.log.warn({ taskId: record.taskId, err: error }, 'could not enqueue the job');
-      const message = 'Could not enqueue the job';
-      // The client is told the call failed, so the task must not run later: fail it now, or the reaper will (the
-      // job does not exist) once Redis is back. Either way its idempotency key is freed for a retry.
-      await this.store
-        .transition(
-          record.taskId,
-          'failed',
-          {
-            statusMessage: message,
-            result: { content: [{ type: 'text', text: message }], isError: true },
-            error: { code: 'JOB_LOST', message },
-          },
-          { dropIdempotency: true },
-        )
-        .catch(() => undefined);
-      span.end(error);
-      throw error;
-    }
-    span.end();
-    this.metrics.tasksCreated.inc({ tool: tool.name, mode: input.mode });
-    this.log.info(
-      {
-        taskId: record.taskId,
-        jobId: record.taskId,
-        tool: tool.name,
-        mode: input.mode,
-        principal: input.principal,
-        sessionId: input.sessionId,
-        requestId: input.requestId,
-      },
-      'task created',
-    );
-    return record;
+    });
+  }
+
+  /**
+   * A created task whose job could not be added. The client is told the call failed, so the task must not run later:
+   * it fails now, or the reaper fails it (the job does not exist) once Redis is back. Either way its idempotency key
+   * is freed for a retry.
+   */
+  private async unrun(record: TaskRecord, error: unknown): Promise<void> {
+    this.router.retire(record.taskId, { flush: false });
+    // The client reads this message: the Redis/BullMQ details stay in the log.
+    this.log.warn({ taskId: record.taskId, err: error }, 'could not enqueue the job');
+    const message = 'Could not enqueue the job';
+    await this.store
+      .transition(
+        record.taskId,
+        'failed',
+        {
+          statusMessage: message,
+          result: { content: [{ type: 'text', text: message }], isError: true },
+          error: { code: 'JOB_LOST', message },
+        },
+        { dropIdempotency: true },
+      )
+      .catch(() => undefined);
   }
 
   /** The job for the create script to add (`JobDispatcher.prepare`); undefined: `enqueue` adds it after the create. */

@@ -27,13 +27,11 @@ import { describeIssues, toToolResult, type ToolDefinition } from '../define-too
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
-import type { RunEnvelope } from './run-envelope.js';
+import { runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
 import type { ToolLimits } from './tool-limits.js';
-import { settle, type RunOutcome } from './settle.js';
+import { settle, type SettleAction } from './settle.js';
 
-/** setTimeout's ceiling. */
-const MAX_TIMER_MS = 2_147_483_647;
 /** Parents whose progress this worker coalesces, at most; the oldest is flushed and forgotten beyond it. */
 const MAX_PARENT_THROTTLES = 1_000;
 
@@ -47,6 +45,31 @@ export const ChildJobDataSchema = z.object({
   timeoutMs: z.number().int().positive().optional(),
   maxOpen: z.number().int().positive().optional(),
 });
+
+type ChildJobData = z.infer<typeof ChildJobDataSchema>;
+
+/** A child as its record names it: its parent and index, who owns it, and how its parent's next window is released. */
+interface BatchChild {
+  parentId: string;
+  index: number;
+  owner: string;
+  parentPool: string;
+  tool: string;
+  maxOpen: number | undefined;
+  level: number;
+}
+
+/** What carrying out a child's end works with: its job, its tool and parsed arguments, and its record. */
+interface ChildEnd {
+  job: Job<unknown, void>;
+  token: string | undefined;
+  parentId: string;
+  tool: ToolDefinition;
+  args: Record<string, unknown>;
+  timeoutMs: number | undefined;
+  record: (outcome: BatchOutcome) => Promise<void>;
+  log: Logger;
+}
 
 /** True for a batch child's job (its data names the child's index). */
 export function isChildJob(data: unknown): boolean {
@@ -104,54 +127,17 @@ export class ChildRunner {
     const parsed = ChildJobDataSchema.safeParse(job.data);
     if (!parsed.success) throw new UnrecoverableError(`Invalid batch child data: ${describeIssues(parsed.error)}`);
     const data = parsed.data;
-    const parentId = data.taskId;
-    const index = data.child;
-    entry.parentId = parentId;
+    entry.parentId = data.taskId;
     const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
+    const child = await this.startChild(job, jobId, data, lock, log);
+    if (!child) return;
+    const record = (outcome: BatchOutcome) => this.record(child, lock, outcome, log);
 
-    const start = await this.o.batches.startChild(parentId, index, lock);
-    const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
-    this.o.fairShare.leave(lock.queue, owner, jobId).catch(() => undefined);
-    if (start.outcome === 'lock_lost') {
-      log.warn('child job lock already lost at start; tool not run');
-      throw new DelayedError();
-    }
-    if (start.outcome !== 'run') {
-      log.info({ outcome: start.outcome, parentId }, 'batch child not run (parent ended, batch stopped, or recorded)');
-      return;
-    }
-    const level = priorityLevelOf(job.opts.priority ?? 0);
-    const record = (outcome: BatchOutcome) =>
-      this.record(
-        { parentId, index, owner, parentPool: start.parentPool, tool: data.tool, maxOpen: data.maxOpen, level },
-        lock,
-        outcome,
-        log,
-      );
-
-    const tool = this.o.tools.get(data.tool);
-    if (!tool) {
-      return record(
-        failed(
-          'TOOL_NOT_FOUND',
-          `Tool ${data.tool} is not served by this worker (queue ${queueOfBullName(job.queueName)})`,
-        ),
-      );
-    }
-    if (job.stalledCounter > tool.maxStalls) {
-      return record(
-        failed('JOB_LOST', `The worker running this child stopped responding ${job.stalledCounter} times; giving up`),
-      );
-    }
-    const input = tool.inputSchema.safeParse(data.arguments);
-    if (!input.success) {
-      return record(
-        failed('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`),
-      );
-    }
+    const checked = this.checkChild(job, data);
+    if ('refused' in checked) return record(checked.refused);
+    const { tool, args } = checked;
     // A per-key or shared limit (§3.5) may send the child back to wait, holding no slot; a key function that throws
     // fails the child.
-    const args = input.data as Record<string, unknown>;
     let wait;
     try {
       wait = await this.o.limits?.admit(tool, args, job, entry);
@@ -174,22 +160,10 @@ export class ChildRunner {
       logger: log,
     });
     const timeoutMs = data.timeoutMs ?? tool.timeoutMs;
-    log.info({ parentId, child: index }, 'batch child started');
-    const timer =
-      timeoutMs === undefined
-        ? undefined
-        : setTimeout(() => controller.abort('TIMEOUT' satisfies CancelReason), Math.min(timeoutMs, MAX_TIMER_MS));
-    let outcome: RunOutcome;
-    try {
-      outcome = controller.signal.aborted
-        ? { ok: false, error: new Error('aborted before the tool started') }
-        : { ok: true, value: await tool.run(input.data, ctx) };
-    } catch (error) {
-      outcome = { ok: false, error };
-    } finally {
-      clearTimeout(timer);
-      ctx.close();
-    }
+    log.info({ parentId: child.parentId, child: child.index }, 'batch child started');
+    const timedOut = () => controller.abort('TIMEOUT' satisfies CancelReason);
+    const outcome = await runUnderTimeout(controller.signal, timeoutMs, timedOut, () => tool.run(args, ctx));
+    ctx.close();
     const action = settle({
       outcome,
       reason: controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined,
@@ -197,16 +171,92 @@ export class ChildRunner {
       attemptsMade: job.attemptsMade,
       attempts: job.opts.attempts ?? 1,
     });
+    return this.carryOut(action, { job, token, parentId: child.parentId, tool, args, timeoutMs, record, log });
+  }
+
+  /**
+   * Records the child's start under its job lock (§26.3), and takes its job out of its owner's waiting share of the
+   * pool. The child as its record names it; undefined when it must not run (its parent ended, its batch stopped, or
+   * its outcome is recorded already).
+   */
+  private async startChild(
+    job: Job<unknown, void>,
+    jobId: string,
+    data: ChildJobData,
+    lock: JobLock,
+    log: Logger,
+  ): Promise<BatchChild | undefined> {
+    const parentId = data.taskId;
+    const start = await this.o.batches.startChild(parentId, data.child, lock);
+    const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
+    this.o.fairShare.leave(lock.queue, owner, jobId).catch(() => undefined);
+    if (start.outcome === 'lock_lost') {
+      log.warn('child job lock already lost at start; tool not run');
+      throw new DelayedError();
+    }
+    if (start.outcome !== 'run') {
+      log.info({ outcome: start.outcome, parentId }, 'batch child not run (parent ended, batch stopped, or recorded)');
+      return undefined;
+    }
+    const level = priorityLevelOf(job.opts.priority ?? 0);
+    return {
+      parentId,
+      index: data.child,
+      owner,
+      parentPool: start.parentPool,
+      tool: data.tool,
+      maxOpen: data.maxOpen,
+      level,
+    };
+  }
+
+  /**
+   * The checks before the child's tool runs: the tool is served here, the child has not stalled too often, and its
+   * arguments fit the tool's schema. A failed check is the child's failed outcome (`refused`).
+   */
+  private checkChild(
+    job: Job<unknown, void>,
+    data: ChildJobData,
+  ): { tool: ToolDefinition; args: Record<string, unknown> } | { refused: BatchOutcome } {
+    const tool = this.o.tools.get(data.tool);
+    if (!tool) {
+      return {
+        refused: failed(
+          'TOOL_NOT_FOUND',
+          `Tool ${data.tool} is not served by this worker (queue ${queueOfBullName(job.queueName)})`,
+        ),
+      };
+    }
+    if (job.stalledCounter > tool.maxStalls) {
+      return {
+        refused: failed(
+          'JOB_LOST',
+          `The worker running this child stopped responding ${job.stalledCounter} times; giving up`,
+        ),
+      };
+    }
+    const input = tool.inputSchema.safeParse(data.arguments);
+    if (!input.success) {
+      return {
+        refused: failed('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`),
+      };
+    }
+    return { tool, args: input.data };
+  }
+
+  /** Carries out what `settle` decided for the child: the outcome its batch records, and how its job ends. */
+  private async carryOut(action: SettleAction, end: ChildEnd): Promise<void> {
+    const { job, tool, record, log } = end;
     switch (action.kind) {
       case 'hand_back':
-        return this.o.envelope.handBack(job, token, log, action.reason);
+        return this.o.envelope.handBack(job, end.token, log, action.reason);
       case 'timed_out':
-        return record(failed('TIMEOUT', `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`));
+        return record(failed('TIMEOUT', `Tool ${tool.name} timed out after ${end.timeoutMs ?? 0} ms`));
       case 'cancelled':
       case 'ended_by_gateway':
       case 'suspend':
         // The parent was cancelled or stopped the batch: nothing is recorded, the job ends.
-        log.info({ parentId }, 'batch child stopped with its batch');
+        log.info({ parentId: end.parentId }, 'batch child stopped with its batch');
         return;
       case 'complete': {
         let result;
@@ -222,9 +272,9 @@ export class ChildRunner {
       case 'back_off':
         // The upstream said when to come back (§3.4): the child waits in the delayed set, no attempt used, no slot.
         // Every tool sharing its own rate limit waits as long (§3.5).
-        await this.o.limits?.hold(tool, args, action.ms).catch(() => undefined);
+        await this.o.limits?.hold(tool, end.args, action.ms).catch(() => undefined);
         try {
-          await job.moveToDelayed(Date.now() + action.ms, token);
+          await job.moveToDelayed(Date.now() + action.ms, end.token);
           log.info({ retryAfterMs: action.ms }, 'batch child backs off; it runs again after the wait');
         } catch (error) {
           log.info({ err: error }, 'batch child not delayed (its lock is gone); it returns to the queue');
@@ -236,20 +286,7 @@ export class ChildRunner {
     }
   }
 
-  private async record(
-    child: {
-      parentId: string;
-      index: number;
-      owner: string;
-      parentPool: string;
-      tool: string;
-      maxOpen: number | undefined;
-      level: number;
-    },
-    lock: JobLock,
-    outcome: BatchOutcome,
-    log: Logger,
-  ): Promise<void> {
+  private async record(child: BatchChild, lock: JobLock, outcome: BatchOutcome, log: Logger): Promise<void> {
     const { parentId, index, owner, parentPool } = child;
     const written = await this.o.batches.recordChild(parentId, index, owner, lock, outcome);
     if (written.outcome === 'lock_lost') {

@@ -6,6 +6,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
   type FairShare,
+  type JobData,
   TaskrelayError,
   isRedisUnavailableError,
   isTerminal,
@@ -25,15 +26,13 @@ import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { isChildJob, type ChildRunner } from './batch-child.js';
 import type { BatchParent } from './batch-parent.js';
-import type { RunEnvelope } from './run-envelope.js';
+import { MAX_TIMER_MS, runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { LimitWait, ToolLimits } from './tool-limits.js';
 import { TaskLogKeeper } from './log-keeper.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 
-/** setTimeout's ceiling; a longer timeout would fire at once. */
-const MAX_TIMER_MS = 2_147_483_647;
 /** How long a job may wait in the queue when its data does not say (the gateway's default). */
 const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
 
@@ -62,6 +61,36 @@ export interface JobRunnerOptions {
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
 const VERSION_DEFER_MS = 250;
+
+/** What every step of a run names: its job and lock token, its task, its log. */
+interface RunScope {
+  job: Job<unknown, void>;
+  token: string | undefined;
+  taskId: string;
+  lock: JobLock;
+  log: Logger;
+}
+
+/** The job's data as the run read it: checked once, before the run's start is recorded. */
+type ParsedJobData = ReturnType<typeof JobDataSchema.safeParse>;
+
+/** A run's timeout: the message the task fails with, and that failure's write once the timeout fired. */
+interface RunTimeout {
+  message: string;
+  failed?: Promise<void>;
+}
+
+/** What carrying out a run's end works with: the run, its context and tool, what the tool did, and its bounds. */
+interface RunEnd extends RunScope {
+  ctx: TaskContext;
+  tool: ToolDefinition;
+  /** The arguments as the tool's schema parsed them. */
+  args: Record<string, unknown>;
+  outcome: RunOutcome;
+  retry: { attemptsMade: number; attempts: number };
+  queueTimeoutMs: number;
+  timeout: RunTimeout;
+}
 
 export class JobRunner {
   constructor(private readonly o: JobRunnerOptions) {}
@@ -101,13 +130,75 @@ export class JobRunner {
     log: Logger,
   ): Promise<void> {
     if (this.o.isClosing()) return this.handBack(job, token, log);
-    const { controller } = entry;
     const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
-    const attempt = attemptOf(job);
-
+    const run: RunScope = { job, token, taskId, lock, log };
     const parsed = JobDataSchema.safeParse(job.data);
-    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
     const queueTimeoutMs = (parsed.success ? parsed.data.queueTimeoutMs : undefined) ?? DEFAULT_QUEUE_TIMEOUT_MS;
+    const task = await this.recordStart(run, parsed, queueTimeoutMs);
+    if (!task) return;
+    entry.principal = task.principal;
+    // One child logger per job (made by the processor); the principal joins its bindings once known, unless the job's
+    // correlation fields already carried it (a gateway's jobs do: no second pass of the bindings through redaction).
+    if ((job.data as { principal?: unknown } | undefined)?.principal !== task.principal) {
+      log.setBindings({ principal: task.principal });
+    }
+    const { data, tool, input } = await this.checkJob(run, parsed);
+    // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
+    const timeoutMs = minDefined(data.timeoutMs, tool.timeoutMs);
+
+    // A per-key or shared limit (§3.5) may send the run back to wait, holding no slot.
+    const wait = await this.admit(run, tool, input, entry);
+    if (wait) return this.waitForLimit({ ...run, wait, queueTimeoutMs });
+
+    const { controller } = entry;
+    const { metrics } = this.o;
+    // The tool's log lines are also kept with its task (PROTOCOL.md §30.4).
+    const keeper = new TaskLogKeeper(this.o.store, taskId, attemptOf(job), log);
+    const ctx = new TaskContext({
+      taskId,
+      tool: tool.name,
+      attempt: attemptOf(job),
+      signal: controller.signal,
+      store: this.o.store,
+      lock,
+      onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
+      progressIntervalMs: this.o.progressIntervalMs,
+      logger: keeper.wrap(log),
+      record: task,
+      durable: this.o.store,
+      inputTimeoutMs: tool.inputTimeoutMs,
+      queueTimeoutMs,
+      onProgressCoalesced: () => metrics.progressCoalesced.inc(),
+      onProgressWritten: () => metrics.progressWritten.inc(),
+      ...(this.o.batches ? { batch: this.o.batches.parent.forRun(data.maxOpen, data.priority) } : {}),
+    });
+    const { outcome, timeout } = await this.runTool(run, controller, tool, input, ctx, timeoutMs);
+    // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
+    await keeper.flush();
+
+    const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
+    const action = settle({
+      outcome,
+      reason: controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined,
+      suspended: ctx.suspension !== undefined,
+      ...retry,
+    });
+    return this.carryOut(action, { ...run, ctx, tool, args: input, outcome, retry, queueTimeoutMs, timeout });
+  }
+
+  /**
+   * Records the run's start (§5): its deadline, attempt and tool version on the task, and the job out of its
+   * principal's waiting share of the pool (§25). The task when its tool is to run; undefined when the task is missing
+   * or already ended (a cancelled one's batch is stopped and its tool told, §12.8).
+   */
+  private async recordStart(
+    run: RunScope,
+    parsed: ParsedJobData,
+    queueTimeoutMs: number,
+  ): Promise<TaskRecord | undefined> {
+    const { job, taskId, lock, log } = run;
+    const attempt = attemptOf(job);
+    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
     // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
     const deadlineAt =
       Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.o.lockDurationMs + queueTimeoutMs;
@@ -119,7 +210,7 @@ export class JobRunner {
     const version = { toolVersion: versioned?.version ?? '', deferIfOther: versioned !== undefined };
     let started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, version));
     if (!started.lockLost && started.versionOther !== undefined && versioned !== undefined) {
-      const policy = await this.versionChange(job, token, taskId, lock, versioned, started.versionOther, log);
+      const policy = await this.versionChange(run, versioned, started.versionOther);
       started = await bookkeeping(
         this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, {
           toolVersion: versioned.version,
@@ -145,29 +236,32 @@ export class JobRunner {
         await this.stopBatch(taskId, log);
         await this.notifyCancelled(job, task, log);
       }
-      return;
+      return undefined;
     }
-    entry.principal = task.principal;
-    // One child logger per job (made by the processor); the principal joins its bindings once known, unless the job's
-    // correlation fields already carried it (a gateway's jobs do: no second pass of the bindings through redaction).
-    if ((job.data as { principal?: unknown } | undefined)?.principal !== task.principal) {
-      log.setBindings({ principal: task.principal });
-    }
+    return task;
+  }
 
+  /**
+   * The checks before the tool runs: the job's data names its task, its tool is served here, it has not stalled too
+   * often, and its arguments fit the tool's schema. A failed check fails the task; the job ends unrecoverably.
+   */
+  private async checkJob(
+    run: RunScope,
+    parsed: ParsedJobData,
+  ): Promise<{ data: JobData; tool: ToolDefinition; input: Record<string, unknown> }> {
+    const { job, taskId } = run;
     if (!parsed.success || parsed.data.taskId !== taskId) {
       const message = parsed.success
         ? `Invalid job data: taskId ${parsed.data.taskId} does not match job id ${taskId}`
         : `Invalid job data: ${describeIssues(parsed.error)}`;
-      await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'INTERNAL', message);
     }
     const { tool: toolName, arguments: args } = parsed.data;
 
     const tool = this.o.tools.get(toolName);
     if (!tool) {
       const message = `Tool ${toolName} is not served by worker ${this.o.workerId} (queue ${queueOfBullName(job.queueName)})`;
-      await this.failTask(taskId, lock, message, { code: 'TOOL_NOT_FOUND', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'TOOL_NOT_FOUND', message);
     }
 
     // A crash is not the tool's fault, but a job that keeps killing its workers must stop somewhere (§10.6).
@@ -175,88 +269,52 @@ export class JobRunner {
       const message =
         `The worker running this task stopped responding ${job.stalledCounter} times (crashed or lost its lock); ` +
         `giving up (maxStalls ${tool.maxStalls})`;
-      await this.failTask(taskId, lock, message, { code: 'JOB_LOST', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'JOB_LOST', message);
     }
-
-    // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
-    const timeoutMs = minDefined(parsed.data.timeoutMs, tool.timeoutMs);
 
     const input = tool.inputSchema.safeParse(args);
     if (!input.success) {
       const message = `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`;
-      await this.failTask(taskId, lock, message, { code: 'INVALID_ARGUMENTS', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'INVALID_ARGUMENTS', message);
     }
+    return { data: parsed.data, tool, input: input.data };
+  }
 
-    // A per-key or shared limit (§3.5) may send the run back to wait, holding no slot.
-    const parsedArgs = input.data as Record<string, unknown>;
-    const wait = await this.admit(tool, parsedArgs, job, entry, taskId, lock, log);
-    if (wait) {
-      return this.waitForLimit({ job, token, taskId, lock, wait, queueTimeoutMs, log });
-    }
-
-    const { metrics } = this.o;
-    // The tool's log lines are also kept with its task (PROTOCOL.md §30.4).
-    const keeper = new TaskLogKeeper(this.o.store, taskId, attempt, log);
-    const ctx = new TaskContext({
-      taskId,
-      tool: tool.name,
-      attempt,
-      signal: controller.signal,
-      store: this.o.store,
-      lock,
-      onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
-      progressIntervalMs: this.o.progressIntervalMs,
-      logger: keeper.wrap(log),
-      record: task,
-      durable: this.o.store,
-      inputTimeoutMs: tool.inputTimeoutMs,
-      queueTimeoutMs,
-      onProgressCoalesced: () => metrics.progressCoalesced.inc(),
-      onProgressWritten: () => metrics.progressWritten.inc(),
-      ...(this.o.batches ? { batch: this.o.batches.parent.forRun(parsed.data.maxOpen, parsed.data.priority) } : {}),
-    });
-
-    // The timeout fails the task when it fires, not when the tool gets round to returning: a tool that ignores its
-    // signal must not keep the caller waiting.
-    let timeoutTransition: Promise<void> | undefined;
-    const timeoutMessage = `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms`;
+  /**
+   * Runs the tool under its timeout. The timeout fails the task when it fires, not when the tool gets round to
+   * returning: a tool that ignores its signal must not keep the caller waiting.
+   */
+  private async runTool(
+    run: RunScope,
+    controller: AbortController,
+    tool: ToolDefinition,
+    input: Record<string, unknown>,
+    ctx: TaskContext,
+    timeoutMs: number | undefined,
+  ): Promise<{ outcome: RunOutcome; timeout: RunTimeout }> {
+    const { taskId, lock, log } = run;
+    const timeout: RunTimeout = { message: `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms` };
     const onTimeout = () => {
       // A run that suspended is over: its time no longer counts (§12.7).
       if (controller.signal.aborted || ctx.suspension) return;
       log.info({ reason: 'TIMEOUT', timeoutMs }, 'tool timed out; aborting it');
       controller.abort('TIMEOUT' satisfies CancelReason);
       ctx.close();
-      const error: SerializedError = { code: 'TIMEOUT', message: timeoutMessage };
-      timeoutTransition = this.failTask(taskId, lock, timeoutMessage, error, log).catch((cause: unknown) => {
+      const error: SerializedError = { code: 'TIMEOUT', message: timeout.message };
+      timeout.failed = this.failTask(taskId, lock, timeout.message, error, log).catch((cause: unknown) => {
         log.error({ err: cause }, 'could not record the timeout');
       });
     };
-    const timer = timeoutMs === undefined ? undefined : setTimeout(onTimeout, Math.min(timeoutMs, MAX_TIMER_MS));
-
-    let outcome: RunOutcome;
-    if (controller.signal.aborted) {
-      outcome = { ok: false, error: new Error('aborted before the tool started') };
-    } else {
+    const outcome = await runUnderTimeout(controller.signal, timeoutMs, onTimeout, () => {
       log.info({ timeoutMs }, 'tool started');
-      try {
-        outcome = { ok: true, value: await tool.run(input.data, ctx) };
-      } catch (error) {
-        outcome = { ok: false, error };
-      }
-    }
-    clearTimeout(timer);
-    // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
-    await keeper.flush();
-
-    const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
-    const action = settle({
-      outcome,
-      reason: controller.signal.aborted ? cancelReasonOf(controller.signal) : undefined,
-      suspended: ctx.suspension !== undefined,
-      ...retry,
+      return tool.run(input, ctx);
     });
+    return { outcome, timeout };
+  }
+
+  /** Carries out what `settle` decided (§21.3): what the task records, and how the job ends. */
+  private async carryOut(action: SettleAction, end: RunEnd): Promise<void> {
+    const { ctx, log } = end;
     switch (action.kind) {
       case 'hand_back':
         ctx.close();
@@ -264,22 +322,22 @@ export class JobRunner {
         // ours after all (a watchdog that fired during a Redis outage); otherwise the new owner keeps it.
         if (action.reason === 'LOCK_LOST') {
           log.warn(
-            { reason: action.reason, returned: outcome.ok },
+            { reason: action.reason, returned: end.outcome.ok },
             'run ended after losing the job lock; nothing recorded',
           );
         }
-        return this.handBack(job, token, log, action.reason);
+        return this.handBack(end.job, end.token, log, action.reason);
       case 'timed_out':
         ctx.close();
         if (action.discarded) log.info('tool returned after its timeout; result discarded');
-        await timeoutTransition;
-        throw new UnrecoverableError(timeoutMessage);
+        await end.timeout.failed;
+        throw new UnrecoverableError(end.timeout.message);
       case 'cancelled':
         ctx.close();
         if (action.discarded) log.info('tool returned after its task was cancelled; result discarded');
-        await this.ensureCancelled(taskId, lock, log);
+        await this.ensureCancelled(end.taskId, end.lock, log);
         // A parent cancelled during its run (releasing, say) has no later run to stop its children: this one does.
-        await this.stopBatch(taskId, log);
+        await this.stopBatch(end.taskId, log);
         // The job ends done, not failed: a cancel is no failure, never retries, and its job is removed at once.
         return;
       case 'ended_by_gateway':
@@ -291,52 +349,64 @@ export class JobRunner {
         await ctx.flushProgress();
         ctx.close();
         if (action.wentOn) log.warn('tool went on after its run suspended; what it returned or threw is discarded');
-        return this.suspendJob(job, token, taskId, suspension, log);
+        return this.suspendJob(end.job, end.token, end.taskId, suspension, log);
       }
-      case 'complete': {
-        let result: ToolResult;
-        try {
-          result = toToolResult(tool, action.value);
-        } catch (error) {
-          await ctx.flushProgress();
-          ctx.close();
-          return this.endFailed(failOrRetry(error, retry), job, taskId, lock, log);
-        }
-        await ctx.flushProgress();
-        ctx.close();
-        const written = await bookkeeping(this.o.store.transition(taskId, 'completed', { result }, { lock }));
-        if (written.ok) log.info('task completed');
-        else if (written.lockLost) this.lostWhileWriting(log, 'result');
-        else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
-        return;
-      }
-      case 'back_off': {
-        await ctx.flushProgress();
-        ctx.close();
-        const until = Date.now() + action.ms;
-        const statusMessage = `Backing off until ${new Date(until).toISOString()}: ${action.message}`;
-        const held = await bookkeeping(
-          this.o.store.suspend(taskId, lock, { deadlineAt: until + queueTimeoutMs, statusMessage }),
-        );
-        if (held.outcome === 'lock_lost') this.lostWhileWriting(log, 'back-off');
-        if (held.outcome === 'gone') {
-          log.info({ status: held.status ?? 'missing' }, 'task ended meanwhile; no back-off');
-          return;
-        }
-        log.info({ retryAfterMs: action.ms, until }, 'upstream asked to retry later; the run ends, holding no slot');
-        this.o.metrics.backOffs.inc({ tool: tool.name });
-        // The upstream said so to every tool that shares the tool's own rate limit (§3.5).
-        await this.o.limits?.hold(tool, parsedArgs, action.ms).catch((error: unknown) => {
-          log.warn({ err: error }, 'could not hold the shared rate limit');
-        });
-        return this.suspendJob(job, token, taskId, { kind: 'time', until }, log);
-      }
+      case 'complete':
+        return this.complete(action.value, end);
+      case 'back_off':
+        return this.backOff(action, end);
       case 'fail':
       case 'retry':
         await ctx.flushProgress();
         ctx.close();
-        return this.endFailed(action, job, taskId, lock, log);
+        return this.endFailed(action, end.job, end.taskId, end.lock, log);
     }
+  }
+
+  /** The tool returned: the value is the task's result, or (not a valid result) the run's failure. */
+  private async complete(value: unknown, end: RunEnd): Promise<void> {
+    const { ctx, log } = end;
+    let result: ToolResult;
+    try {
+      result = toToolResult(end.tool, value);
+    } catch (error) {
+      await ctx.flushProgress();
+      ctx.close();
+      return this.endFailed(failOrRetry(error, end.retry), end.job, end.taskId, end.lock, log);
+    }
+    await ctx.flushProgress();
+    ctx.close();
+    const written = await bookkeeping(this.o.store.transition(end.taskId, 'completed', { result }, { lock: end.lock }));
+    if (written.ok) log.info('task completed');
+    else if (written.lockLost) this.lostWhileWriting(log, 'result');
+    else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
+  }
+
+  /**
+   * The upstream asked to come back later (§3.4): the task stays `working` and says until when, and the job waits in
+   * the delayed set, holding no slot and using no attempt.
+   */
+  private async backOff(action: Extract<SettleAction, { kind: 'back_off' }>, end: RunEnd): Promise<void> {
+    const { ctx, tool, log } = end;
+    await ctx.flushProgress();
+    ctx.close();
+    const until = Date.now() + action.ms;
+    const statusMessage = `Backing off until ${new Date(until).toISOString()}: ${action.message}`;
+    const held = await bookkeeping(
+      this.o.store.suspend(end.taskId, end.lock, { deadlineAt: until + end.queueTimeoutMs, statusMessage }),
+    );
+    if (held.outcome === 'lock_lost') this.lostWhileWriting(log, 'back-off');
+    if (held.outcome === 'gone') {
+      log.info({ status: held.status ?? 'missing' }, 'task ended meanwhile; no back-off');
+      return;
+    }
+    log.info({ retryAfterMs: action.ms, until }, 'upstream asked to retry later; the run ends, holding no slot');
+    this.o.metrics.backOffs.inc({ tool: tool.name });
+    // The upstream said so to every tool that shares the tool's own rate limit (§3.5).
+    await this.o.limits?.hold(tool, end.args, action.ms).catch((error: unknown) => {
+      log.warn({ err: error }, 'could not hold the shared rate limit');
+    });
+    return this.suspendJob(end.job, end.token, end.taskId, { kind: 'time', until }, log);
   }
 
   /**
@@ -345,15 +415,8 @@ export class JobRunner {
    * set for a moment, no attempt used. Otherwise the tool's `onVersionChange` decides: `resume` and `restart` return
    * (the caller starts the run, `restart` clearing the task's state, steps and answers); `fail` fails the task.
    */
-  private async versionChange(
-    job: Job<unknown, void>,
-    token: string | undefined,
-    taskId: string,
-    lock: JobLock,
-    tool: ToolDefinition,
-    recorded: string,
-    log: Logger,
-  ): Promise<'resume' | 'restart'> {
+  private async versionChange(run: RunScope, tool: ToolDefinition, recorded: string): Promise<'resume' | 'restart'> {
+    const { job, token, taskId, log } = run;
     const versions = { from: recorded, to: tool.version };
     const versionsOf = this.o.versions;
     if (
@@ -374,8 +437,7 @@ export class JobRunner {
       const message =
         `Task ${taskId} started on tool ${tool.name} version ${recorded}; this worker runs version ${tool.version} ` +
         '(onVersionChange: fail)';
-      await this.failTask(taskId, lock, message, { code: 'VERSION_CHANGED', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'VERSION_CHANGED', message);
     }
     log.warn(
       { ...versions, onVersionChange: policy },
@@ -468,22 +530,17 @@ export class JobRunner {
    * tool's definition is at fault, and no retry would change it); Redis lost is the envelope's (a hand-back).
    */
   private async admit(
+    run: RunScope,
     tool: ToolDefinition,
     args: Record<string, unknown>,
-    job: Job<unknown, void>,
     entry: RunningJob,
-    taskId: string,
-    lock: JobLock,
-    log: Logger,
   ): Promise<LimitWait | undefined> {
     if (!this.o.limits) return undefined;
     try {
-      return await this.o.limits.admit(tool, args, job, entry);
+      return await this.o.limits.admit(tool, args, run.job, entry);
     } catch (error) {
       if (isRedisUnavailableError(error)) throw error;
-      const message = error instanceof Error ? error.message : String(error);
-      await this.failTask(taskId, lock, message, { code: 'INTERNAL', message }, log);
-      throw new UnrecoverableError(message);
+      return this.failJob(run, 'INTERNAL', error instanceof Error ? error.message : String(error));
     }
   }
 
@@ -544,6 +601,12 @@ export class JobRunner {
     reason?: CancelReason,
   ): Promise<never> {
     return this.o.envelope.handBack(job, token, log, reason);
+  }
+
+  /** A check before the tool ran failed: the task fails with `code`, and the job ends without a retry. */
+  private async failJob(run: RunScope, code: SerializedError['code'], message: string): Promise<never> {
+    await this.failTask(run.taskId, run.lock, message, { code, message }, run.log);
+    throw new UnrecoverableError(message);
   }
 
   private async failTask(

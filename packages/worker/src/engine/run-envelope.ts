@@ -10,6 +10,7 @@
  *   attempt is used.
  * - One hand-back (`handBack`), for a draining worker, a lost lock and a lost Redis alike.
  * - The entry is released only by the run that added it.
+ * - The tool runs under its timeout the same way in both (`runUnderTimeout`).
  * Before this file the child runner carried a copy of all of it, and the copies had drifted (the child handed back
  * behind the jobs queued meanwhile, and recorded no queue wait, cancel latency, span or abort grace).
  */
@@ -25,6 +26,10 @@ import {
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
+import type { RunOutcome } from './settle.js';
+
+/** setTimeout's ceiling; a longer timeout would fire at once. */
+export const MAX_TIMER_MS = 2_147_483_647;
 
 export interface RunEnvelopeOptions {
   running: RunningJobs;
@@ -133,6 +138,27 @@ export class RunEnvelope {
         'tool still running after its signal aborted; it ignores its signal and keeps its slot until it returns',
       );
     }, this.o.abortGraceMs).unref();
+  }
+}
+
+/**
+ * Runs the tool (`call`) under its timeout, a task's and a batch child's alike: `onTimeout` when it fires first. A run
+ * whose signal aborted before the tool started does not start it.
+ */
+export async function runUnderTimeout(
+  signal: AbortSignal,
+  timeoutMs: number | undefined,
+  onTimeout: () => void,
+  call: () => unknown,
+): Promise<RunOutcome> {
+  const timer = timeoutMs === undefined ? undefined : setTimeout(onTimeout, Math.min(timeoutMs, MAX_TIMER_MS));
+  try {
+    if (signal.aborted) return { ok: false, error: new Error('aborted before the tool started') };
+    return { ok: true, value: await call() };
+  } catch (error) {
+    return { ok: false, error };
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -94,17 +94,7 @@ async function wire<T>(fn: () => Promise<T>): Promise<T> {
  */
 export function createSessionServer(options: SessionServerOptions): Server {
   const { methods, service } = options;
-  const capabilities: ServerCapabilities = {
-    tools: {},
-    logging: {},
-    tasks: {
-      cancel: {},
-      requests: { tools: { call: {} } },
-      ...(options.authEnabled ? { list: {} } : {}),
-    },
-    // The SEP-2663 extension is served beside 2025-11-25 tasks, chosen per request (PROTOCOL.md §13).
-    extensions: { [TASKS_EXTENSION_ID]: {} },
-  };
+  const capabilities = sessionCapabilities(options.authEnabled);
   const server = new Server({ name: 'taskrelay-gateway', version: options.version }, { capabilities });
   // Input requests, their answers and tools' log messages for this session's client (PROTOCOL.md §12.9, §15).
   let sessionId: string | undefined;
@@ -136,7 +126,7 @@ export function createSessionServer(options: SessionServerOptions): Server {
   };
 
   /** The request's context: the extension when its `_meta` declares it, else the 2025-11-25 rendering. */
-  const context = (extra: Extra, meta: Record<string, unknown> | undefined, sink?: CallerSink): RequestContext => {
+  const context: ContextOf = (extra, meta, sink) => {
     sessionId ??= extra.sessionId;
     const ext = declaresTasksExtension(meta);
     const declared = channel.capabilities();
@@ -189,7 +179,36 @@ export function createSessionServer(options: SessionServerOptions): Server {
       return result as CallToolResult;
     }),
   );
+  registerTaskMethods(server, options, context, channel);
+  return server;
+}
 
+/** What a session offers: tools, logging, 2025-11-25 tasks (listed only with auth on) and the tasks extension. */
+function sessionCapabilities(authEnabled: boolean): ServerCapabilities {
+  return {
+    tools: {},
+    logging: {},
+    tasks: {
+      cancel: {},
+      requests: { tools: { call: {} } },
+      ...(authEnabled ? { list: {} } : {}),
+    },
+    // The SEP-2663 extension is served beside 2025-11-25 tasks, chosen per request (PROTOCOL.md §13).
+    extensions: { [TASKS_EXTENSION_ID]: {} },
+  };
+}
+
+/** The request's context, made per request by the session (see `createSessionServer`). */
+type ContextOf = (extra: Extra, meta: Record<string, unknown> | undefined, sink?: CallerSink) => RequestContext;
+
+/** The task methods of a session: get, update, result, list (with auth on), cancel. */
+function registerTaskMethods(
+  server: Server,
+  options: SessionServerOptions,
+  context: ContextOf,
+  channel: ClientChannel,
+): void {
+  const { methods } = options;
   server.setRequestHandler(GetTaskRequestSchema, (request, extra) =>
     wire(async () => (await methods.getTask(context(extra, request.params._meta), request.params.taskId)) as Task),
   );
@@ -227,8 +246,6 @@ export function createSessionServer(options: SessionServerOptions): Server {
   server.setRequestHandler(CancelTaskRequestSchema, (request, extra) =>
     wire(async () => (await methods.cancelTask(context(extra, request.params._meta), request.params.taskId)) as Task),
   );
-
-  return server;
 }
 
 /** The extension's `tasks/update` (the SDK 1.32.2 has no schema for it). */

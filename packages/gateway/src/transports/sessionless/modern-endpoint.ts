@@ -15,7 +15,13 @@ import { sanitizeOutgoing } from '../../http/safe-errors.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import { CatalogChanges } from '../../protocol/catalog-changes.js';
-import { SESSIONLESS_VERSIONS, type McpMethods, type RequestContext, type Result } from '../../protocol/methods.js';
+import {
+  SESSIONLESS_VERSIONS,
+  type McpMethods,
+  type RequestContext,
+  type Result,
+  type ToolCallParams,
+} from '../../protocol/methods.js';
 import { checkParamHeaders, decodeHeaderValue } from './param-headers.js';
 import { createListenStreams } from './listen-stream.js';
 import type { TaskService } from '../../tasks/task-service.js';
@@ -141,62 +147,23 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
    * answer may become a stream (progress first, the result last); a closed stream is the call's cancel.
    */
   async function callTool(rpc: Rpc): Promise<Result | undefined> {
-    const { params } = rpc;
-    const name = params['name'];
-    if (typeof name !== 'string')
-      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call needs params.name, a string');
-    const args = params['arguments'] ?? {};
-    if (!isObject(args)) throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.arguments must be an object');
-    const requestState = params['requestState'];
-    if (requestState !== undefined && typeof requestState !== 'string') {
-      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.requestState must be a string');
-    }
-    const inputResponses = params['inputResponses'];
-    if (inputResponses !== undefined && !isObject(inputResponses)) {
-      throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
-    }
-    const streams = params._meta?.['progressToken'] !== undefined && acceptsEventStream(rpc.req);
+    const params = callParams(rpc.params);
+    const streams = rpc.params._meta?.['progressToken'] !== undefined && acceptsEventStream(rpc.req);
     const stream = streams
       ? new SseResponse(rpc.res, outgoing, { ...options.streams, principal: rpc.principal })
       : undefined;
     const ctx = context(rpc, { stream });
-    // A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663).
-    const call = methods.callTool(ctx, { name, arguments: args, requestState, inputResponses });
+    const call = methods.callTool(ctx, params);
     // Until a notification went out, the answer is one JSON body like any other (errors with their HTTP status).
     if (!stream) return call;
-    let result: Result;
-    try {
-      result = await call;
-    } catch (error) {
-      if (!stream.started) throw error;
-      if (!ctx.signal.aborted) stream.end({ jsonrpc: '2.0', id: rpc.id, error: errorObject(error) });
-      return undefined;
-    }
-    if (!stream.started) return result;
-    if (!ctx.signal.aborted) stream.end({ jsonrpc: '2.0', id: rpc.id, result: withResultType(result) });
-    return undefined;
+    return answerOnStream(rpc.id, ctx.signal, stream, call);
   }
 
   /** Handles one POST whose `MCP-Protocol-Version` is not a 2025-era version. */
   return async function handle(req: Request, res: Response, principal: string): Promise<void> {
     const header = (req.header('mcp-protocol-version') ?? '').trim();
     const parsed = RequestSchema.safeParse(req.body);
-    if (!parsed.success) {
-      const detail = Array.isArray(req.body)
-        ? 'batches are not supported'
-        : 'the body must be one JSON-RPC 2.0 request object';
-      send(
-        res,
-        400,
-        {
-          jsonrpc: '2.0',
-          id: null,
-          error: { code: JSON_RPC.INVALID_REQUEST, message: `Invalid Request: ${detail}` },
-        },
-        outgoing,
-      );
-      return;
-    }
+    if (!parsed.success) return send(res, 400, invalidRequest(req.body), outgoing);
     const { id, method } = parsed.data;
     const params: Params = parsed.data.params ?? {};
     const fail = (status: number, code: number, message: string, data?: unknown) =>
@@ -222,22 +189,74 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     const refused = refusalOf(req, header, method, params, handler !== undefined);
     if (refused) return fail(refused.status, refused.code, refused.message);
     if (!handler) return;
-
-    try {
-      const result = await handler({ id, method, params, principal, req, res });
-      if (result === undefined || res.headersSent) return;
-      send(res, 200, { jsonrpc: '2.0', id, result: withResultType(result) }, outgoing);
-    } catch (error) {
-      if (!(error instanceof McpError)) log.debug({ err: error, method }, 'request failed');
-      if (res.headersSent) return;
-      const body = errorObject(error);
-      // A capability the client did not declare is a 400 on this transport (SEP-2575).
-      // A header that does not match the body is one too (SEP-2243).
-      const status =
-        body.code === JSON_RPC.MISSING_CLIENT_CAPABILITY || body.code === JSON_RPC.HEADER_MISMATCH ? 400 : 200;
-      send(res, status, { jsonrpc: '2.0', id, error: body }, outgoing);
-    }
+    await respond(handler, { id, method, params, principal, req, res }, log, outgoing);
   };
+}
+
+/** The answer to a body that is not one JSON-RPC request: a batch, or anything else. */
+function invalidRequest(body: unknown): object {
+  const detail = Array.isArray(body) ? 'batches are not supported' : 'the body must be one JSON-RPC 2.0 request object';
+  return { jsonrpc: '2.0', id: null, error: { code: JSON_RPC.INVALID_REQUEST, message: `Invalid Request: ${detail}` } };
+}
+
+/** Runs the request's method and sends its answer as one JSON body, unless the method answered on a stream. */
+async function respond(handler: Handler, rpc: Rpc, log: Logger, outgoing: Outgoing): Promise<void> {
+  const { id, method, res } = rpc;
+  try {
+    const result = await handler(rpc);
+    if (result === undefined || res.headersSent) return;
+    send(res, 200, { jsonrpc: '2.0', id, result: withResultType(result) }, outgoing);
+  } catch (error) {
+    if (!(error instanceof McpError)) log.debug({ err: error, method }, 'request failed');
+    if (res.headersSent) return;
+    const body = errorObject(error);
+    // A capability the client did not declare is a 400 on this transport (SEP-2575).
+    // A header that does not match the body is one too (SEP-2243).
+    const status =
+      body.code === JSON_RPC.MISSING_CLIENT_CAPABILITY || body.code === JSON_RPC.HEADER_MISMATCH ? 400 : 200;
+    send(res, status, { jsonrpc: '2.0', id, error: body }, outgoing);
+  }
+}
+
+/** `tools/call`'s params, checked. A legacy `params.task` is tolerated and ignored: the server decides (SEP-2663). */
+function callParams(params: Params): ToolCallParams {
+  const name = params['name'];
+  if (typeof name !== 'string') throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call needs params.name, a string');
+  const args = params['arguments'] ?? {};
+  if (!isObject(args)) throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.arguments must be an object');
+  const requestState = params['requestState'];
+  if (requestState !== undefined && typeof requestState !== 'string') {
+    throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.requestState must be a string');
+  }
+  const inputResponses = params['inputResponses'];
+  if (inputResponses !== undefined && !isObject(inputResponses)) {
+    throw new WireError(JSON_RPC.INVALID_PARAMS, 'tools/call params.inputResponses must be an object');
+  }
+  return { name, arguments: args, requestState, inputResponses };
+}
+
+/**
+ * The answer of a call that may stream: until a notification went out it is still one JSON body (returned, errors
+ * thrown); once the stream started, the result or error is its last event, and nothing is sent after the client
+ * closed it (the call's cancel).
+ */
+async function answerOnStream(
+  id: string | number,
+  signal: AbortSignal,
+  stream: SseResponse,
+  call: Promise<Result>,
+): Promise<Result | undefined> {
+  let result: Result;
+  try {
+    result = await call;
+  } catch (error) {
+    if (!stream.started) throw error;
+    if (!signal.aborted) stream.end({ jsonrpc: '2.0', id, error: errorObject(error) });
+    return undefined;
+  }
+  if (!stream.started) return result;
+  if (!signal.aborted) stream.end({ jsonrpc: '2.0', id, result: withResultType(result) });
+  return undefined;
 }
 
 /**
