@@ -27,12 +27,13 @@ function parseValue(raw: string): unknown {
 }
 
 /** A positive integer option (`--parallel 3`, `--ttl 60000`), or a usage error naming the option. */
-export function positiveInt(name: string) {
+export function positiveInt(name: string, max?: number) {
   return (value: string): number => {
     const n = Number(value);
     if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) {
       throw new UsageError(`${name} must be a positive integer, got "${value}"`);
     }
+    if (max !== undefined && n > max) throw new UsageError(`${name} must be at most ${max}, got ${value}`);
     return n;
   };
 }

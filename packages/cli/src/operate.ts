@@ -4,6 +4,7 @@
  * token: an operator's sees every principal's tasks, anyone else's only their own.
  */
 import { Option, type Command } from 'commander';
+import { positiveInt } from './args.js';
 import { UsageError } from './errors.js';
 
 export interface ApiOptions {
@@ -235,7 +236,7 @@ export function addWebhookCommands(program: Command, globals: () => ApiOptions, 
   webhooks
     .command('dead')
     .description('list the newest dead webhook events (operator token)')
-    .option('--limit <n>', 'at most N', positiveCount, 50)
+    .option('--limit <n>', 'at most N', positiveInt('--limit', 1_000), 50)
     .action(async (opts: { limit: number }) => {
       const options = globals();
       const { deadLetters } = await gatewayApi<{ deadLetters: Array<Record<string, unknown>> }>(
@@ -271,9 +272,3 @@ export function addWebhookCommands(program: Command, globals: () => ApiOptions, 
 }
 
 const text = (v: unknown) => (typeof v === 'string' ? v : '');
-
-function positiveCount(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 1_000) throw new UsageError(`--limit must be a whole number 1 to 1000`);
-  return n;
-}
