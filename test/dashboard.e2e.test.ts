@@ -2,6 +2,8 @@
  * Issue 13: the operator pages in a real browser (headless Chromium): the live tasks page shows workers with their
  * tools, queue depth, and each task's status, moving progress bar, message, principal and age; a task's detail shows
  * its timeline; bull-board lists the queue. With auth on, `/admin` needs a token. Screenshots go to `.tmp/`.
+ * Issue 34 item 7: what the pages say is true: a task's question, a batch parent's runs, why an unserved task waits,
+ * what a pool serves, and a queue whose last worker left while a job waits in it.
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -21,8 +23,10 @@ import {
   startWorkerProcess,
   stopAll,
   type GatewayProcess,
+  type ManagedProcess,
 } from './helpers/processes.js';
-import { startTask } from './helpers/tasks.js';
+import { FIXTURE_WORKER } from './helpers/stack.js';
+import { getTask, startTask } from './helpers/tasks.js';
 import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
@@ -74,6 +78,13 @@ afterAll(async () => {
 async function row(taskId: string): Promise<string[] | undefined> {
   const cells = await page.locator(`#tasks tr:has(a:text-is("${taskId}")) td`).allInnerTexts();
   return cells.length > 0 ? cells : undefined;
+}
+
+/** A task's detail page as `term → description` text. */
+async function detailRows(): Promise<Record<string, string>> {
+  const terms = await page.locator('#task dt').allInnerTexts();
+  const values = await page.locator('#task dd').allInnerTexts();
+  return Object.fromEntries(terms.map((t, i) => [t, values[i] ?? '']));
 }
 
 describe('admin pages in Chromium', () => {
@@ -199,5 +210,46 @@ describe('admin pages in Chromium', () => {
     } finally {
       await receiver.close();
     }
+  });
+});
+
+describe('admin pages tell the truth (issue 34 item 7)', () => {
+  /** The fixture tools' worker, on its own queue name: started and stopped by the tests below. */
+  let fixtures: ManagedProcess | undefined;
+  const startFixtures = async () => {
+    fixtures = await startWorkerProcess({ ...env, ...FIXTURE_WORKER });
+  };
+  /** SIGTERM: a clean exit deletes the worker's heartbeat, so its pool has no live worker at once. */
+  const stopFixtures = async () => {
+    expect(await fixtures?.kill('SIGTERM')).toBe(0);
+    fixtures = undefined;
+  };
+  afterAll(async () => {
+    await fixtures?.kill('SIGKILL');
+  });
+
+  it('show why a task queued for a tool no live worker serves waits, in its row and on its detail, as tasks/get says it', async () => {
+    await startFixtures();
+    await stopFixtures();
+    // The pool is remembered (PROTOCOL.md §24): its tools are still listed, and a call is accepted and queued.
+    const taskId = await startTask(client, 'echo', { hello: 'unserved' });
+    const said = await waitFor(async () => (await getTask(client, taskId)).statusMessage, {
+      timeoutMs: 5_000,
+      message: 'tasks/get never said why the task waits',
+    });
+    expect(said).toMatch(/^Waiting: no live worker serves tool echo/);
+    await page.goto(`${admin}/tasks`);
+    await waitFor(async () => (await row(taskId))?.[4] === said, {
+      timeoutMs: 10_000,
+      message: `the row never showed what tasks/get says: ${JSON.stringify(await row(taskId))}`,
+    });
+    await page.locator(`a:text-is("${taskId}")`).click();
+    await page.waitForURL(`**/admin/tasks/${taskId}`);
+    await waitFor(async () => (await detailRows())['message'] === said, {
+      timeoutMs: 10_000,
+      message: `the detail never showed what tasks/get says: ${JSON.stringify(await detailRows())}`,
+    });
+    // A cancel removes the job: its queue is empty again.
+    await client.experimental.tasks.cancelTask(taskId);
   });
 });

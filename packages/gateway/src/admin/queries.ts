@@ -19,6 +19,7 @@ import {
   type TaskRecord,
   type WorkerCatalog,
 } from '@taskrelay/shared';
+import { withWaitingReason, type ToolCatalog } from '../tasks/catalog.js';
 
 /** BullMQ job states counted per queue. */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed'] as const;
@@ -74,12 +75,16 @@ export interface BatchView {
 export class AdminQueries {
   private readonly queues = new Map<string, Queue>();
 
-  /** @param connection a connection BullMQ may use (the gateway's queue connection); the caller closes it. */
+  /**
+   * @param connection a connection BullMQ may use (the gateway's queue connection); the caller closes it.
+   * @param catalog why an unstarted task waits, as `tasks/get` says it (`withWaitingReason`, PROTOCOL.md §3.2).
+   */
   constructor(
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
     private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts'>,
+    private readonly catalog: Pick<ToolCatalog, 'unservedReason'>,
   ) {}
 
   /** Live workers, newest heartbeat first. */
@@ -199,10 +204,11 @@ export class AdminQueries {
     return this.records(await this.store.liveIds(Math.min(limit, MAX_LIVE_TASKS)));
   }
 
-  /** Task records by id without their results, skipping expired ones, oldest first. */
+  /** Task records by id without their results, skipping expired ones, oldest first, each as `tasks/get` shows it. */
   async records(ids: readonly string[]): Promise<TaskRecord[]> {
     const records = await this.store.summaries(ids);
-    return records.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+    const shown = await Promise.all(records.map((record) => withWaitingReason(record, this.catalog)));
+    return shown.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
   /** Live task counts by tool and status, for `/metrics` (two fields per task, not the whole hash). */
@@ -212,8 +218,9 @@ export class AdminQueries {
 
   /** One task, whole, with what BullMQ still knows of its job, and a timeline put together from both. */
   async task(taskId: string): Promise<TaskDetail | undefined> {
-    const task = await this.store.get(taskId);
-    if (!task) return undefined;
+    const stored = await this.store.get(taskId);
+    if (!stored) return undefined;
+    const task = await withWaitingReason(stored, this.catalog);
     const job: Job | undefined = await this.queue(task.queue)
       .getJob(taskId)
       .catch(() => undefined);

@@ -153,9 +153,6 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
       perPrincipal: options.maxLargeReadsPerPrincipal,
     },
   });
-  const admin = new AdminQueries(redis, queueRedis, keys, store);
-  undo.push(() => admin.close());
-  metrics.watchFleet(admin);
   // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
   const scriptsGeneration = await store.announceScriptsGeneration();
   log.debug({ scriptsGeneration }, 'task-store scripts generation announced');
@@ -174,6 +171,9 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   };
   const catalog = new ToolCatalog(redis, keys, log, catalogOptions);
+  const admin = new AdminQueries(redis, queueRedis, keys, store, catalog);
+  undo.push(() => admin.close());
+  metrics.watchFleet(admin);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());
   const router = new TaskRouter(
