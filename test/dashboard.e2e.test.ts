@@ -8,12 +8,14 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { toolQueue } from '@taskrelay/shared';
 
 /** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
 const BUILD_QUEUE = toolQueue('default', 'build_report');
 import { chromium, type Browser, type Page } from 'playwright-core';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -226,6 +228,40 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
   };
   afterAll(async () => {
     await fixtures?.kill('SIGKILL');
+  });
+
+  it('show the question a task waiting for an answer asked, in its row and on its detail', async () => {
+    const question = 'Ship release 4.2 to production?';
+    const asker = new Client(
+      { name: 'dashboard-asker', version: '0.0.0' },
+      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
+    );
+    // The question reaches this client, which never answers: the task stays input_required.
+    let asked = false;
+    asker.setRequestHandler(ElicitRequestSchema, () => {
+      asked = true;
+      return new Promise(() => undefined);
+    });
+    await asker.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+    try {
+      const taskId = await startTask(asker, 'wait_for_approval', { question });
+      await page.goto(`${admin}/tasks`);
+      await waitFor(async () => (await row(taskId))?.[2] === 'input_required', {
+        timeoutMs: 15_000,
+        message: 'the task never showed input_required',
+      });
+      expect(asked).toBe(true);
+      await waitFor(async () => (await row(taskId))?.[4]?.includes(question), {
+        timeoutMs: 5_000,
+        message: `the row never showed the question: ${JSON.stringify(await row(taskId))}`,
+      });
+      await page.goto(`${admin}/tasks/${taskId}`);
+      await waitFor(async () => (await detailRows())['status'] === 'input_required', { timeoutMs: 10_000 });
+      expect((await detailRows())['question']).toBe(question);
+      await asker.experimental.tasks.cancelTask(taskId);
+    } finally {
+      await asker.close();
+    }
   });
 
   it('show why a task queued for a tool no live worker serves waits, in its row and on its detail, as tasks/get says it', async () => {

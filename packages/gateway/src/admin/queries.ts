@@ -14,6 +14,7 @@ import {
   readToolControls,
   catalogQueueName,
   toolQueue,
+  type InputRequest,
   type Keys,
   type RedisTaskStore,
   type TaskRecord,
@@ -41,6 +42,8 @@ export interface TimelineEntry {
 
 export interface TaskDetail {
   task: TaskRecord;
+  /** What the task asked and waits to be answered (`pendingQuestions`), while it is `input_required`. */
+  questions: string[];
   job?: { state: string; attemptsMade: number; failedReason?: string; workerName?: string };
   timeline: TimelineEntry[];
 }
@@ -227,7 +230,7 @@ export class AdminQueries {
     const timeline: TimelineEntry[] = [
       { at: task.createdAt, event: 'created', detail: `${task.mode} by ${task.principal}` },
     ];
-    const detail: TaskDetail = { task, timeline };
+    const detail: TaskDetail = { task, questions: pendingQuestions(task), timeline };
     if (job) {
       const state = await job.getState().catch(() => 'unknown');
       detail.job = { state, attemptsMade: job.attemptsMade };
@@ -300,6 +303,38 @@ export class AdminQueries {
 
   async close(): Promise<void> {
     await Promise.allSettled([...this.queues.values()].map((q) => q.close()));
+  }
+}
+
+/**
+ * The questions a task waits to be answered (PROTOCOL.md §12.2), one line each, as an operator reads them: an
+ * elicitation's message, a sampling request's last message, a request for the client's roots.
+ */
+export function pendingQuestions(task: Pick<TaskRecord, 'pendingInputs' | 'inputRequests'>): string[] {
+  return (task.pendingInputs ?? []).flatMap((n) => {
+    const request = task.inputRequests?.[n];
+    return request ? [questionOf(request)] : [];
+  });
+}
+
+function questionOf(request: InputRequest): string {
+  switch (request.method) {
+    case 'elicitation/create': {
+      const message = request.params['message'];
+      return typeof message === 'string' ? message : 'a form to fill (elicitation/create)';
+    }
+    case 'sampling/createMessage': {
+      const messages = request.params['messages'];
+      const last: unknown = Array.isArray(messages) ? messages.at(-1) : undefined;
+      const content = (last as { content?: unknown } | undefined)?.content;
+      const text = [content]
+        .flat()
+        .map((part) => (part as { text?: unknown } | undefined)?.text)
+        .find((t) => typeof t === 'string');
+      return `the client's model: ${text ?? '(no text)'}`;
+    }
+    case 'roots/list':
+      return "the client's roots (roots/list)";
   }
 }
 

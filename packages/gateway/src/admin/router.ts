@@ -9,7 +9,7 @@ import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
 import type { Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
-import type { AdminQueries } from './queries.js';
+import { pendingQuestions, type AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import { createTaskApi } from './task-api.js';
@@ -212,12 +212,15 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
 
 /** What the list shows of a task: never its arguments or result. */
 function summary(t: TaskRecord) {
+  const questions = pendingQuestions(t);
   return {
     taskId: t.taskId,
     tool: t.tool,
     queue: t.queue,
     status: t.status,
     statusMessage: t.statusMessage,
+    // What it waits to be answered, while `input_required` (tasks/get shows no statusMessage then).
+    ...(questions.length > 0 ? { questions } : {}),
     progress: t.progress,
     total: t.total,
     principal: t.principal,

@@ -97,6 +97,11 @@ export const TASKS_PAGE = `<!doctype html>
     return el('table', {}, el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { text: h })))),
       el('tbody', {}, ...rows.map((cells) => el('tr', {}, ...cells.map((c) => c instanceof Node && c.tagName === 'TD' ? c : el('td', {}, c))))));
   }
+  /** A task's message: why it waits or how far it got, else the questions it waits to be answered. */
+  function message(t) {
+    if (t.statusMessage) return t.statusMessage;
+    return t.questions && t.questions.length > 0 ? 'Asks: ' + t.questions.join(' · ') : '';
+  }
   function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
 
   function renderOverview(data) {
@@ -116,7 +121,7 @@ export const TASKS_PAGE = `<!doctype html>
         'No queue.')),
       el('section', { id: 'tasks' }, el('h2', { text: 'Tasks' }), table(['task', 'tool', 'status', 'progress', 'message', 'principal', 'age'],
         data.tasks.map((t) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(t.taskId), text: t.taskId })),
-          t.tool, badge(t.status), progressBar(t), t.statusMessage || '', t.principal, age(t.createdAt, now)]),
+          t.tool, badge(t.status), progressBar(t), message(t), t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
     // Tools with a limit or a pause (PROTOCOL.md §3.3): their limits, running, waiting and paused state.
@@ -150,7 +155,7 @@ export const TASKS_PAGE = `<!doctype html>
   function renderDetail(d) {
     const t = d.task;
     const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
-      ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
+      ['message', t.statusMessage || '—'], ...d.questions.map((q) => ['question', q]), ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
       ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
     if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' attempt(s) made' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
     const sections = [
