@@ -264,6 +264,31 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
     }
   });
 
+  it("show a batch parent's runs apart from its job's attempts", async () => {
+    const reports = Array.from({ length: 300 }, (_v, i) => `w${i}`);
+    const taskId = await startTask(client, 'batch_report', { reports, items: 3, delayMs: 20 });
+    try {
+      await page.goto(`${admin}/tasks/${taskId}`);
+      // The parent runs again for each window of children it releases: wait for a second run while its job waits.
+      const rows = await waitFor(
+        async () => {
+          const rows = await detailRows();
+          return Number.parseInt(rows['runs'] ?? '', 10) >= 2 && rows['job']?.startsWith('delayed') ? rows : undefined;
+        },
+        { timeoutMs: 30_000, message: 'the batch parent never showed a second run with its job waiting' },
+      );
+      expect(rows['runs']).toMatch(/^\d+ — a batch parent runs again for each window of children it releases$/);
+      // No retry happened: its one BullMQ attempt, not its run count.
+      expect(rows['attempt']).toBe('1 of 1');
+      expect(rows['job']).not.toMatch(/attempt/);
+      const started = (await page.locator('#timeline li').allInnerTexts()).find((t) => /\sstarted\b/.test(t));
+      expect(started).toMatch(/ — run \d+ on /);
+    } finally {
+      // Ended already when the wait above failed late: nothing to cancel then.
+      await client.experimental.tasks.cancelTask(taskId).catch(() => undefined);
+    }
+  });
+
   it('show why a task queued for a tool no live worker serves waits, in its row and on its detail, as tasks/get says it', async () => {
     await startFixtures();
     await stopFixtures();

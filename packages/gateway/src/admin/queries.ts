@@ -44,7 +44,22 @@ export interface TaskDetail {
   task: TaskRecord;
   /** What the task asked and waits to be answered (`pendingQuestions`), while it is `input_required`. */
   questions: string[];
-  job?: { state: string; attemptsMade: number; failedReason?: string; workerName?: string };
+  /**
+   * What BullMQ still knows of the task's job. `attempt` of `attempts` counts the job's tries as the tool's retries do
+   * (a failed run that is retried is the next attempt); `attemptsMade` is BullMQ's count of tries ended. Neither counts
+   * runs: the task's `attempt` field does (a resume, a back-off, a hand-back or a batch parent's next window is a new
+   * run, not a new attempt).
+   */
+  job?: {
+    state: string;
+    attempt: number;
+    attempts: number;
+    attemptsMade: number;
+    failedReason?: string;
+    workerName?: string;
+  };
+  /** Its children's counts, when the task is a batch parent (PROTOCOL.md §26.9). */
+  batch?: BatchView;
   timeline: TimelineEntry[];
 }
 
@@ -231,9 +246,18 @@ export class AdminQueries {
       { at: task.createdAt, event: 'created', detail: `${task.mode} by ${task.principal}` },
     ];
     const detail: TaskDetail = { task, questions: pendingQuestions(task), timeline };
+    const [batch] = await this.batches([taskId]);
+    if (batch) detail.batch = batch;
     if (job) {
       const state = await job.getState().catch(() => 'unknown');
-      detail.job = { state, attemptsMade: job.attemptsMade };
+      // BullMQ counts a try when it ends (completed, failed, or failed and retried), not when it starts.
+      const ended = state === 'completed' || state === 'failed';
+      detail.job = {
+        state,
+        attempt: Math.max(1, ended ? job.attemptsMade : job.attemptsMade + 1),
+        attempts: job.opts.attempts ?? 1,
+        attemptsMade: job.attemptsMade,
+      };
       if (job.failedReason) detail.job.failedReason = job.failedReason;
       if (job.processedBy) detail.job.workerName = job.processedBy;
       // The job is added in the task's own create script, its timestamp taken a moment before the task's: never
@@ -248,7 +272,7 @@ export class AdminQueries {
         timeline.push({
           at: iso(job.processedOn),
           event: 'started',
-          detail: `attempt ${task.attempt ?? job.attemptsMade + 1}${job.processedBy ? ` on ${job.processedBy}` : ''}`,
+          detail: `run ${task.attempt ?? 1}${job.processedBy ? ` on ${job.processedBy}` : ''}`,
         });
       }
       if (job.finishedOn) timeline.push({ at: iso(job.finishedOn), event: `job ${state}` });

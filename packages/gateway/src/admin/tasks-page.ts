@@ -155,9 +155,12 @@ export const TASKS_PAGE = `<!doctype html>
   function renderDetail(d) {
     const t = d.task;
     const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
-      ['message', t.statusMessage || '—'], ...d.questions.map((q) => ['question', q]), ['principal', t.principal], ['mode', t.mode], ['attempt', t.attempt ?? '—'],
+      ['message', t.statusMessage || '—'], ...d.questions.map((q) => ['question', q]), ['principal', t.principal], ['mode', t.mode],
+      // Runs are not attempts: a resume, a back-off or a batch parent's next window is a run; only a retry is an attempt.
+      ['runs', t.attempt === undefined ? '—' : t.attempt + (d.batch ? ' — a batch parent runs again for each window of children it releases' : '')],
+      ['attempt', d.job ? d.job.attempt + ' of ' + d.job.attempts : '—'],
       ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
-    if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' attempt(s) made' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
+    if (d.job) rows.push(['job', d.job.state + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
     const sections = [
       el('p', {}, el('a', { href: base + '/tasks', text: '← all tasks' })),
       el('section', { id: 'task' }, el('h2', { text: 'Task' }), el('dl', {}, ...rows.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]))),
