@@ -82,6 +82,15 @@ async function row(taskId: string): Promise<string[] | undefined> {
   return cells.length > 0 ? cells : undefined;
 }
 
+/** The cells of the row of `section` whose first cell is `first`, as text (read at once: the page redraws each poll). */
+async function rowOf(section: string, first: string): Promise<string[] | undefined> {
+  // No DOM types here (Node's tsconfig): the cells are read as the browser's innerText.
+  const rows: string[][] = await page.$$eval(`#${section} tbody tr`, (trs) =>
+    trs.map((tr) => Array.from(tr.children, (td) => (td as unknown as { innerText: string }).innerText)),
+  );
+  return rows.find((cells) => cells[0] === first);
+}
+
 /** A task's detail page as `term → description` text. */
 async function detailRows(): Promise<Record<string, string>> {
   const terms = await page.locator('#task dt').allInnerTexts();
@@ -112,7 +121,7 @@ describe('admin pages in Chromium', () => {
       .first()
       .locator('td')
       .allInnerTexts();
-    expect(queues).toEqual([BUILD_QUEUE, '1', '2', '0', '0']);
+    expect(queues).toEqual([BUILD_QUEUE, '1', '2', '0', '0', '1']);
     const queuedRow = (await row(queued))!;
     expect(queuedRow[3]).toBe('queued');
     expect(queuedRow.slice(1, 3)).toEqual(['build_report', 'working']);
@@ -218,6 +227,7 @@ describe('admin pages in Chromium', () => {
 describe('admin pages tell the truth (issue 34 item 7)', () => {
   /** The fixture tools' worker, on its own queue name: started and stopped by the tests below. */
   let fixtures: ManagedProcess | undefined;
+  const ECHO_QUEUE = toolQueue('fixtures', 'echo');
   const startFixtures = async () => {
     fixtures = await startWorkerProcess({ ...env, ...FIXTURE_WORKER });
   };
@@ -312,5 +322,27 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
     });
     // A cancel removes the job: its queue is empty again.
     await client.experimental.tasks.cancelTask(taskId);
+  });
+
+  it('keep a queue whose last worker left listed, with 0 workers, while a job waits in it, until it is empty', async () => {
+    await startFixtures();
+    await stopFixtures();
+    const taskId = await startTask(client, 'echo', { hello: 'queued' });
+    await page.goto(`${admin}/tasks`);
+    const queue = await waitFor(() => rowOf('queues', ECHO_QUEUE), {
+      timeoutMs: 10_000,
+      message: 'the queue of the waiting job vanished with its last worker',
+    });
+    // queue, waiting, active, delayed, failed, live workers.
+    expect(queue).toEqual([ECHO_QUEUE, '1', '0', '0', '0', '0']);
+
+    // A worker starts: the job runs, the queue empties, and once its worker leaves again it is no longer listed.
+    await startFixtures();
+    await waitFor(async () => (await getTask(client, taskId)).status === 'completed', { timeoutMs: 15_000 });
+    await stopFixtures();
+    await waitFor(async () => (await rowOf('queues', ECHO_QUEUE)) === undefined, {
+      timeoutMs: 10_000,
+      message: 'an empty queue with no worker stayed listed',
+    });
   });
 });

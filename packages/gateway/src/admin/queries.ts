@@ -10,7 +10,6 @@ import {
   type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
-  PoolCatalogSchema,
   readToolControls,
   catalogQueueName,
   toolQueue,
@@ -20,11 +19,21 @@ import {
   type TaskRecord,
   type WorkerCatalog,
 } from '@taskrelay/shared';
-import { withWaitingReason, type ToolCatalog } from '../tasks/catalog.js';
+import { rememberedPools, withWaitingReason, type ToolCatalog } from '../tasks/catalog.js';
 
 /** BullMQ job states counted per queue. */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed'] as const;
 export type QueueState = (typeof QUEUE_STATES)[number];
+/** The states of a job still to run or running: a queue holding one is shown, live worker or not. */
+const UNFINISHED_STATES = QUEUE_STATES.filter((state) => state !== 'failed');
+
+/** One tool queue as the operator pages and `/metrics` show it. */
+export interface QueueView {
+  queue: string;
+  counts: Record<QueueState, number>;
+  /** Live workers consuming it: 0 for a queue whose last worker left with jobs still in it. */
+  workers: number;
+}
 
 /** Live tasks read at most per call: the live set can be large, a page must not be. */
 export const MAX_LIVE_TASKS = 1_000;
@@ -123,13 +132,9 @@ export class AdminQueries {
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
   }
 
-  /** The queues to show: the tool queues live workers consume (one per tool and TASKRELAY_QUEUE, PROTOCOL.md §3.2). */
+  /** The names of the queues `queueDepths` shows. */
   async queueNames(): Promise<string[]> {
-    const names = new Set<string>();
-    for (const worker of await this.workers()) {
-      for (const tool of worker.tools) names.add(toolQueue(catalogQueueName(worker), tool.name));
-    }
-    return [...names].sort();
+    return (await this.queueDepths()).map((view) => view.queue);
   }
 
   /**
@@ -151,9 +156,8 @@ export class AdminQueries {
     for (const worker of await this.workers()) {
       for (const tool of worker.tools) add(tool.name, toolQueue(catalogQueueName(worker), tool.name), true, tool);
     }
-    for (const raw of Object.values(await this.redis.hgetall(this.keys.pools))) {
-      const pool = parseMessage(PoolCatalogSchema, raw);
-      for (const tool of pool?.tools ?? []) add(tool.name, toolQueue(pool?.queueName ?? '', tool.name), false, tool);
+    for (const pool of await rememberedPools(this.redis, this.keys)) {
+      for (const tool of pool.tools) add(tool.name, toolQueue(pool.queueName, tool.name), false, tool);
     }
     const names = [...byName.keys()].sort();
     const queues = names.flatMap((name) => [...(byName.get(name)?.queues ?? [])]);
@@ -207,14 +211,31 @@ export class AdminQueries {
     return queue;
   }
 
-  async queueDepths(): Promise<Array<{ queue: string; counts: Record<QueueState, number> }>> {
-    const names = await this.queueNames();
-    return Promise.all(
-      names.map(async (name) => ({
-        queue: name,
-        counts: (await this.queue(name).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
+  /**
+   * The tool queues to show (PROTOCOL.md §3.2), by name, with their job counts and live workers: every queue a live
+   * worker consumes, and every queue of a remembered pool (§24) while a job is in it unfinished. So a queue whose last
+   * worker left with work in it is still shown, with 0 workers, until it is empty or its pool is forgotten (retired,
+   * or past the catalog retention).
+   */
+  async queueDepths(): Promise<QueueView[]> {
+    const [workers, pools] = await Promise.all([this.workers(), rememberedPools(this.redis, this.keys)]);
+    const consumers = new Map<string, number>();
+    for (const worker of workers) {
+      for (const tool of worker.tools) {
+        const queue = toolQueue(catalogQueueName(worker), tool.name);
+        consumers.set(queue, (consumers.get(queue) ?? 0) + 1);
+      }
+    }
+    const remembered = pools.flatMap((pool) => pool.tools.map((tool) => toolQueue(pool.queueName, tool.name)));
+    const names = [...new Set([...consumers.keys(), ...remembered])].sort();
+    const views = await Promise.all(
+      names.map(async (queue) => ({
+        queue,
+        counts: (await this.queue(queue).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
+        workers: consumers.get(queue) ?? 0,
       })),
     );
+    return views.filter((view) => view.workers > 0 || UNFINISHED_STATES.some((state) => view.counts[state] > 0));
   }
 
   /** Non-terminal tasks (the live set), oldest first, at most `limit`. */

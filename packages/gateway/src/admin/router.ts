@@ -96,7 +96,7 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     options: { uiConfig: { boardTitle: 'taskrelay queues' } },
   });
   let shownQueues = '';
-  /** Pools come and go with their workers: bull-board shows those of live workers. */
+  /** Queues come and go with their workers and jobs: bull-board shows those the dashboard shows (`queueDepths`). */
   const refreshQueues = async () => {
     const names = await queries.queueNames();
     if (names.join(',') === shownQueues) return;
