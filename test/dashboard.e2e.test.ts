@@ -7,11 +7,12 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { toolQueue } from '@taskrelay/shared';
+import { PoolCatalogSchema, createKeys, parseMessage, toolQueue } from '@taskrelay/shared';
 
 /** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
 const BUILD_QUEUE = toolQueue('default', 'build_report');
@@ -344,5 +345,47 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
       timeoutMs: 10_000,
       message: 'an empty queue with no worker stayed listed',
     });
+  });
+
+  it('show each pool with the tools and versions it serves beside its digest, a pool with no live worker too', async () => {
+    // The fixture pool is remembered with no live worker.
+    await startFixtures();
+    await stopFixtures();
+    const r = new Redis(redis.url);
+    try {
+      const remembered = Object.values(await r.hgetall(createKeys(env['TASKRELAY_PREFIX']!).pools)).map((raw) =>
+        parseMessage(PoolCatalogSchema, raw)!,
+      );
+      const live = remembered.find((p) => p.queueName === 'default')!;
+      const gone = remembered.find((p) => p.queueName === 'fixtures')!;
+      expect(live.pool).toMatch(/^default\.[0-9a-f]{12}$/);
+      expect(gone.pool).toMatch(/^fixtures\.[0-9a-f]{12}$/);
+      const served = (p: typeof live) => p.tools.map((t) => `${t.name}@${t.version}`).sort();
+      /** A row's cells, and the tools it lists (one chip each), sorted. */
+      const shown = async (selector: string) => ({
+        cells: await page.locator(`${selector} td`).allInnerTexts(),
+        tools: (await page.locator(`${selector} .tools span`).allInnerTexts()).sort(),
+      });
+      const poolRow = (pool: string) => `#pools tbody tr:has(td:first-child:text-is("${pool}"))`;
+      await page.goto(`${admin}/tasks`);
+      await waitFor(async () => (await page.locator(poolRow(live.pool)).count()) === 1, {
+        timeoutMs: 10_000,
+        message: 'the live pool is not listed',
+      });
+      const liveRow = await shown(poolRow(live.pool));
+      expect(liveRow.cells.slice(0, 2)).toEqual([live.pool, '1']);
+      expect(liveRow.tools).toEqual(served(live));
+      const goneRow = await shown(poolRow(gone.pool));
+      expect(goneRow.cells.slice(0, 2)).toEqual([gone.pool, '0']);
+      expect(goneRow.tools).toEqual(served(gone));
+      expect(goneRow.cells[3]).toMatch(/^\d+(s|m \d+s) ago$/);
+      // A worker's row names its pool beside the same tools.
+      const worker = await shown('#workers tbody tr:first-child');
+      expect(worker.cells[1]).toBe(live.pool);
+      expect(worker.tools).toEqual(served(live));
+      await page.screenshot({ path: join(SHOTS, 'dashboard-pools.png'), fullPage: true });
+    } finally {
+      r.disconnect();
+    }
   });
 });

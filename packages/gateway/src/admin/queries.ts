@@ -43,6 +43,20 @@ export interface WorkerView extends WorkerCatalog {
   expiresAt: number;
 }
 
+/**
+ * A pool (PROTOCOL.md §3.2, §24) as the operator pages show it: its name is its `TASKRELAY_QUEUE` and a digest of its
+ * tools at their versions, so the tools and versions are shown beside it.
+ */
+export interface PoolView {
+  pool: string;
+  queueName: string;
+  tools: Array<{ name: string; version?: string }>;
+  /** Live workers of the pool: 0 for a pool remembered after its last worker left. */
+  workers: number;
+  /** The newest heartbeat of any of its workers (ms since epoch). */
+  lastSeenAt: number;
+}
+
 export interface TimelineEntry {
   at: string;
   event: string;
@@ -130,6 +144,31 @@ export class AdminQueries {
       .filter((c) => c !== undefined)
       .map((c) => ({ ...c, expiresAt: expiry.get(c.workerId) ?? 0 }))
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
+  }
+
+  /** Every pool with a live worker or remembered (§24, until retired or past the catalog retention), by name. */
+  async pools(): Promise<PoolView[]> {
+    const [workers, remembered] = await Promise.all([this.workers(), rememberedPools(this.redis, this.keys)]);
+    const views = new Map<string, PoolView>();
+    const served = (tools: WorkerCatalog['tools']) =>
+      tools.map(({ name, version }) => (version === undefined ? { name } : { name, version }));
+    for (const worker of workers) {
+      const view = views.get(worker.queue);
+      if (view) {
+        view.workers += 1;
+        view.lastSeenAt = Math.max(view.lastSeenAt, worker.heartbeatAt);
+      } else {
+        const queueName = catalogQueueName(worker);
+        const tools = served(worker.tools);
+        views.set(worker.queue, { pool: worker.queue, queueName, tools, workers: 1, lastSeenAt: worker.heartbeatAt });
+      }
+    }
+    for (const pool of remembered) {
+      if (views.has(pool.pool)) continue;
+      const { queueName, lastSeenAt } = pool;
+      views.set(pool.pool, { pool: pool.pool, queueName, tools: served(pool.tools), workers: 0, lastSeenAt });
+    }
+    return [...views.values()].sort((a, b) => a.pool.localeCompare(b.pool));
   }
 
   /** The names of the queues `queueDepths` shows. */

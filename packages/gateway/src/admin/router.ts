@@ -137,12 +137,13 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
   };
 
   router.get('/api/overview', async (_req: Request, res: Response) => {
-    const [workers, queues, live, webhooks, tools] = await Promise.all([
+    const [workers, queues, live, webhooks, tools, pools] = await Promise.all([
       queries.workers(),
       queries.queueDepths(),
       queries.liveTasks(),
       webhookView(),
       queries.tools(),
+      queries.pools(),
     ]);
     remember(live);
     const liveIds = new Set(live.map((t) => t.taskId));
@@ -153,7 +154,7 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
     // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
     const batches = await queries.batches(tasks.map((t) => t.taskId));
-    res.json({ now: Date.now(), workers, queues, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
+    res.json({ now: Date.now(), workers, queues, pools, tasks, batches, tools, ...(webhooks ? { webhooks } : {}) });
   });
 
   // Tools and their controls (PROTOCOL.md §3.3): the incident switch is a pause of every queue of the tool.

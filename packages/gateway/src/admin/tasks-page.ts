@@ -102,6 +102,10 @@ export const TASKS_PAGE = `<!doctype html>
     if (t.statusMessage) return t.statusMessage;
     return t.questions && t.questions.length > 0 ? 'Asks: ' + t.questions.join(' · ') : '';
   }
+  /** Tools as chips, each with the version its pool serves (the pool's digest is over these). */
+  function toolChips(tools) {
+    return el('span', { class: 'tools' }, ...tools.flatMap((t) => [el('span', { text: t.version ? t.name + '@' + t.version : t.name }), ' ']));
+  }
   function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
 
   function renderOverview(data) {
@@ -111,14 +115,19 @@ export const TASKS_PAGE = `<!doctype html>
     const live = data.tasks.filter((t) => t.status === 'working' || t.status === 'input_required').length;
     main.replaceChildren(
       el('div', { class: 'cards' }, card(data.workers.length, 'live workers'), card(waiting, 'jobs queued'), card(active, 'jobs running'), card(live, 'live tasks')),
-      el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'queue', 'tools', 'heartbeat'],
-        data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), w.queue,
-          el('span', { class: 'tools' }, ...w.tools.map((t) => el('span', { text: t.name }))), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
+      el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'pool', 'tools', 'heartbeat'],
+        data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), el('td', { class: 'mono', text: w.queue }),
+          toolChips(w.tools), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
         'No live worker.')),
       el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed', 'workers'],
         data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent('q-' + q.queue), text: q.queue }),
           (q.counts.waiting || 0) + (q.counts.prioritized || 0), q.counts.active || 0, q.counts.delayed || 0, q.counts.failed || 0, q.workers]),
         'No queue.')),
+      // A pool is named by a digest of its tools at their versions: the tools are shown beside it.
+      el('section', { id: 'pools' }, el('h2', { text: 'Pools' }), table(['pool', 'workers', 'tools', 'last seen'],
+        (data.pools || []).map((p) => [el('td', { class: 'mono', text: p.pool }), p.workers, toolChips(p.tools),
+          age(new Date(p.lastSeenAt).toISOString(), now) + ' ago']),
+        'No pool.')),
       el('section', { id: 'tasks' }, el('h2', { text: 'Tasks' }), table(['task', 'tool', 'status', 'progress', 'message', 'principal', 'age'],
         data.tasks.map((t) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(t.taskId), text: t.taskId })),
           t.tool, badge(t.status), progressBar(t), message(t), t.principal, age(t.createdAt, now)]),
