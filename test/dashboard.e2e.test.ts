@@ -174,6 +174,19 @@ describe('admin pages in Chromium', () => {
     // The running job shows with its name (the tool) once bull-board loaded the queue.
     await page.getByText('build_report').first().waitFor({ timeout: 15_000 });
     await page.screenshot({ path: join(SHOTS, 'dashboard-queues.png') });
+
+    // The dashboard's link to a queue opens that queue on bull-board.
+    await page.goto(`${admin}/tasks`);
+    await page.locator(`#queues a:text-is("${BUILD_QUEUE}")`).click();
+    await page.waitForURL(`**/admin/queues/queue/**`);
+    // bull-board shows the queue's state tabs, or says it has no such queue.
+    const missing = page.getByText(/not found/i).first();
+    await page
+      .getByText(/^prioritized$/i)
+      .first()
+      .or(missing)
+      .waitFor({ timeout: 15_000 });
+    expect(await missing.count()).toBe(0);
   });
 
   it('need a token when auth is on', async () => {

@@ -120,7 +120,7 @@ export const TASKS_PAGE = `<!doctype html>
           toolChips(w.tools), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
         'No live worker.')),
       el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed', 'workers'],
-        data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent('q-' + q.queue), text: q.queue }),
+        data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent(q.queue), text: q.queue }),
           (q.counts.waiting || 0) + (q.counts.prioritized || 0), q.counts.active || 0, q.counts.delayed || 0, q.counts.failed || 0, q.workers]),
         'No queue.')),
       // A pool is named by a digest of its tools at their versions: the tools are shown beside it.
