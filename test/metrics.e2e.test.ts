@@ -32,6 +32,10 @@ beforeAll(async () => {
 });
 
 const g = (name: string, labels: Record<string, string> = {}) => readMetric(stack.gateway.url, name, labels);
+/** Jobs waiting in `queue`: queued with their fair-share priority (PROTOCOL §25), BullMQ counts them as prioritized. */
+const queuedJobs = async (queue: string) =>
+  (await g('taskrelay_queue_jobs', { queue, state: 'waiting' })) +
+  (await g('taskrelay_queue_jobs', { queue, state: 'prioritized' }));
 /** The gateway's series of `name` whose labels include `labels`, as `{labels} value` lines (absent: none). */
 async function series(name: string, labels: Record<string, string>): Promise<string[]> {
   const text = await (await fetch(stack.gateway.url.replace(/\/mcp$/, '/metrics'))).text();
@@ -76,11 +80,7 @@ describe('metrics', () => {
     expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
     // Concurrency 1: a second task waits in the queue.
     const queued = await startTask(client, 'build_report', { report: 'm', items: 1, delayMs: 0 });
-    // Queued with its fair-share priority (PROTOCOL §25): BullMQ counts it as prioritized.
-    const queuedJobs = async () =>
-      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'waiting' })) +
-      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'prioritized' }));
-    await waitFor(async () => (await queuedJobs()) === 1, {
+    await waitFor(async () => (await queuedJobs(BUILD_QUEUE)) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',
     });
@@ -120,10 +120,7 @@ describe('metrics', () => {
     expect(await fixtures.kill('SIGTERM')).toBe(0);
     // Its pool is remembered (PROTOCOL.md §24): the call is accepted and waits in the queue.
     const taskId = await startTask(client, 'echo', { hello: 'queued' });
-    const queued = async () =>
-      (await g('taskrelay_queue_jobs', { queue: echoQueue, state: 'waiting' })) +
-      (await g('taskrelay_queue_jobs', { queue: echoQueue, state: 'prioritized' }));
-    await waitFor(async () => (await queued()) === 1, {
+    await waitFor(async () => (await queuedJobs(echoQueue)) === 1, {
       timeoutMs: 5_000,
       message: 'the queue of the waiting job vanished from /metrics with its last worker',
     });
