@@ -598,23 +598,37 @@ export class RedisTaskStore {
 
   /**
    * Many tasks in one round trip, for operators' views: missing ones skipped, in the order given. The result is left
-   * out (a page shows none, and many large ones read at once would hold Redis up, §22.5); `get` reads one whole.
+   * out (a page shows none, and many large ones read at once would hold Redis up, §22.5); `get` reads one whole. Of
+   * the input requests (§12.2), only those waiting for an answer are read (`inputRequests` holds just them), in a
+   * second round trip made only when some task waits for one.
    */
   async summaries(taskIds: readonly string[]): Promise<TaskRecord[]> {
     if (taskIds.length === 0) return [];
-    const fields = SUMMARY_FIELDS;
+    const hashes = await this.readFields(taskIds.map((id) => ({ id, fields: SUMMARY_FIELDS })));
+    const asking = hashes.flatMap((h) => {
+      const pending = h[F.pendingInput]?.split(',').filter(Boolean) ?? [];
+      const fields = pending.map((n) => `${TASK_FIELD_PREFIXES.input}${n}`);
+      return fields.length > 0 ? [{ h, id: h[F.taskId] ?? '', fields }] : [];
+    });
+    if (asking.length > 0) {
+      const questions = await this.readFields(asking);
+      asking.forEach(({ h }, i) => Object.assign(h, questions[i]));
+    }
+    return hashes.map((h) => parseRecord(h)).filter((record) => record !== undefined);
+  }
+
+  /** Some fields of each task hash, in one round trip: each as a hash of the fields present (empty when missing). */
+  private async readFields(reads: ReadonlyArray<{ id: string; fields: readonly string[] }>) {
     const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hmget(this.keys.task(id), ...fields);
-    const records: TaskRecord[] = [];
-    for (const [, value] of (await pipeline.exec()) ?? []) {
+    for (const { id, fields } of reads) pipeline.hmget(this.keys.task(id), ...fields);
+    const replies = (await pipeline.exec()) ?? [];
+    return reads.map(({ fields }, at) => {
       const h: Record<string, string> = {};
-      ((value as Array<string | null> | null) ?? []).forEach((v, i) => {
+      ((replies[at]?.[1] as Array<string | null> | null) ?? []).forEach((v, i) => {
         if (v !== null) h[fields[i] as string] = v;
       });
-      const record = parseRecord(h);
-      if (record) records.push(record);
-    }
-    return records;
+      return h;
+    });
   }
 
   /** Live tasks counted by tool and status, from two fields of each of at most `limit` live tasks. */

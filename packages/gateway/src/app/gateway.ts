@@ -314,9 +314,6 @@ async function startTaskLayer(w: {
   const { options, keys, gatewayId, log, undo } = w;
   const { redis, queueRedis, subscriber, metrics } = w.connections;
   const { store, keptMs, indexTtlMs } = await openStore(options, w.connections, keys, log);
-  const admin = new AdminQueries(redis, queueRedis, keys, store);
-  undo.push(() => admin.close());
-  metrics.watchFleet(admin);
   // One JSON Schema validator for tool arguments and input answers alike.
   const jsonSchemas = new JsonSchemaValidator(log);
   const catalog = new ToolCatalog(redis, keys, log, {
@@ -326,6 +323,9 @@ async function startTaskLayer(w: {
     versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   });
+  const admin = new AdminQueries(redis, queueRedis, keys, store, catalog);
+  undo.push(() => admin.close());
+  metrics.watchFleet(admin);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());
   const publish = (channel: string, message: string) => redis.publish(channel, message);

@@ -299,7 +299,6 @@ function mountOperatorRoutes(
         by: principalOf,
       },
       audit: deps.audit,
-      explain: (record) => service.withWaitingReason(record),
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.
