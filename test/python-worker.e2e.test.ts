@@ -114,6 +114,20 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     expect(failed).toMatchObject({ isError: true, content: [{ type: 'text', text: 'bad input upstream' }] });
   });
 
+  it('§30.4 keeps a Python tool’s ctx.log lines with its task, each with its attempt, a long one cut', async () => {
+    const taskId = await startTask(client, 'py_count', { n: 2, delay_ms: 1 });
+    await taskResult(client, taskId);
+    const res = await fetch(`${gateway.url.replace(/\/mcp$/, '')}/admin/api/tasks/${taskId}/logs`);
+    expect(res.status).toBe(200);
+    const { lines } = (await res.json()) as { lines: Array<Record<string, unknown>> };
+    expect(lines).toMatchObject([
+      { level: 'info', msg: 'counting', n: 2, attempt: 1 },
+      { level: 'warn', msg: expect.stringMatching(/^counted x+… \(cut: the line was over 2048 bytes\)$/), attempt: 1 },
+    ]);
+    // The engine's own lines (`tool started`, …) are not the tool's: they stay on stdout only.
+    expect(lines).toHaveLength(2);
+  });
+
   it('§6 progress of parallel calls reaches each caller on its own token, in order, up to n/n', async () => {
     const tokens = ['py-a', 'py-b', 'py-c'];
     const ids = await Promise.all(

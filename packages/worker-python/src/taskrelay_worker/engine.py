@@ -26,6 +26,7 @@ from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCanc
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
 from .limits import LimitWait, ToolLimits
 from .log import Logger
+from .log_keeper import TaskLogKeeper
 from .protocol import BULLMQ_PAIR, GENERATION
 from .store import TERMINAL, JobLock, TaskStore
 from .tools import ToolDefinition, to_tool_result
@@ -505,6 +506,8 @@ class TaskrelayWorker:
             return await self._delay_for_limit(job, token, tool, arguments, wait, log)
 
         timeout_ms = min((t for t in (timeout_hint, tool.timeout_ms) if t is not None), default=None)
+        # The tool's log lines are also kept with its task (§30.4); the engine's own lines are not.
+        keeper = TaskLogKeeper(self.store, task_id, attempt, log)
         ctx = ToolContext(
             task_id=task_id,
             tool=tool.name,
@@ -512,7 +515,7 @@ class TaskrelayWorker:
             signal=entry.signal,
             store=self.store,
             lock=lock,
-            log=log,
+            log=keeper.wrap(log),
             record=task,
             progress_interval_ms=self.config.progress_interval_ms,
             input_timeout_ms=tool.input_timeout_ms,
@@ -537,6 +540,7 @@ class TaskrelayWorker:
         timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
         log.info("tool started", timeoutMs=timeout_ms)
         ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
+        await keeper.flush()
         reason = entry.signal.reason
 
         # settle (§21.3): the abort reason first, then the suspension, then the outcome.

@@ -51,6 +51,10 @@ class Keys:
     def task(self, task_id: str) -> str:
         return f"{self.task_key_prefix}{task_id}"
 
+    def task_logs(self, task_id: str) -> str:
+        """The stream of a task's kept log lines (PROTOCOL.md §30.4)."""
+        return f"{self.prefix}:task-logs:{task_id}"
+
     def worker_catalog(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}:catalog"
 

@@ -16,6 +16,9 @@ from .protocol import CODE_NAMES, CODES, FIELD_PREFIXES, FIELDS, SCRIPTS, Script
 
 #: The largest ``ctx.state`` / step value, as JSON (the Node worker's MAX_STATE_BYTES).
 MAX_STATE_BYTES = 65_536
+#: A task keeps its newest this many log lines, each at most this many bytes (MAX_KEPT_LOG_LINES, ..._BYTES).
+MAX_KEPT_LOG_LINES = 1_000
+MAX_KEPT_LOG_LINE_BYTES = 2_048
 #: A child's stored outcome keeps its result up to this many characters of JSON (MAX_STORED_CHILD_RESULT_CHARS).
 MAX_STORED_CHILD_RESULT_CHARS = 16_384
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -260,6 +263,16 @@ class TaskStore:
         )
         return {"OK": "published", "UNROUTED": "unrouted", "TASK_TERMINAL": "terminal", "LOCK_LOST": "lock_lost"}.get(
             code, "missing"
+        )
+
+    async def keep_logs(self, task_id: str, lines: list[str]) -> None:
+        """Appends a run's log lines (each a JSON object as text) to its task's stream (§30.4); nothing for a gone task."""
+        if not lines:
+            return
+        await self.call(
+            "logKeep",
+            {"task": self.keys.task(task_id), "logs": self.keys.task_logs(task_id)},
+            {"maxLen": MAX_KEPT_LOG_LINES, "lines": json.dumps(lines)},
         )
 
     async def suspend(
