@@ -265,6 +265,26 @@ class TaskStore:
             code, "missing"
         )
 
+    async def open_waitpoint(
+        self, task_id: str, lock: JobLock, name: str, token: str, timeout_ms: int
+    ) -> tuple[str, dict[str, Any] | None]:
+        """('ok', record), ('gone', None) or ('lock_lost', None): the waitpoint an earlier run stored, else a new one
+        with ``token`` (§32.1); ended as ``timedOut`` here once past its time."""
+        code, values = await self.call(
+            "waitpointOpen",
+            {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
+            {"lockToken": lock.token, "field": f"{FIELD_PREFIXES['waitpoint']}{name}", "token": token, "timeoutMs": timeout_ms},
+        )
+        if code == "LOCK_LOST":
+            return "lock_lost", None
+        if code != "OK":
+            return "gone", None
+        return "ok", json.loads(values[0])
+
+    async def read_waitpoint(self, task_id: str, name: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.task(task_id), f"{FIELD_PREFIXES['waitpoint']}{name}")
+        return None if raw is None else json.loads(raw)
+
     async def keep_logs(self, task_id: str, lines: list[str]) -> None:
         """Appends a run's log lines (each a JSON object as text) to its task's stream (§30.4); nothing for a gone task."""
         if not lines:
