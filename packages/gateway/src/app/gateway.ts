@@ -10,6 +10,8 @@ import type { Response } from 'express';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   AuditLog,
+  ConfigError,
+  oneLine,
   RedisTaskStore,
   TaskSearch,
   isLoopbackHost,
@@ -37,6 +39,8 @@ import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
 import { TaskReplay } from '../tasks/replay.js';
+import { readSchedulesFile } from '../tasks/schedules/schedule-file.js';
+import { Schedules } from '../tasks/schedules/schedules.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
@@ -187,6 +191,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     webhooks: tasks.webhooks.outbox,
     search: tasks.search,
     replay: tasks.replay,
+    schedules: tasks.schedules,
     store: tasks.store,
     audit: new AuditLog(redis, keys),
     inflight,
@@ -262,6 +267,7 @@ async function drainAndStop(r: Running, http: HttpServer, enter: (next: GatewayS
   await closed;
   tasks.router.close();
   await tasks.admin.close();
+  await tasks.schedules.close();
   await tasks.dispatcher.close();
   const { redis, queueRedis } = r.connections;
   await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
@@ -358,7 +364,39 @@ async function startTaskLayer(w: {
   reaper.start();
   undo.push(() => reaper.stop());
   const replay = new TaskReplay(store, search, service, log);
-  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store };
+  const schedules = await startSchedules(options, w.connections, keys, store, service, webhooks.intake, log, undo);
+  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, schedules };
+}
+
+/**
+ * Schedules (PROTOCOL.md §33.2): the file's, set as the gateway starts (a bad file or entry stops it with one line),
+ * then this gateway's share of the firings.
+ */
+async function startSchedules(
+  options: GatewayConfig,
+  connections: Connections,
+  keys: Keys,
+  store: RedisTaskStore,
+  service: TaskService,
+  intake: WebhookIntake,
+  log: Logger,
+  undo: Undo,
+): Promise<Schedules> {
+  const fromFile = options.schedulesFile === undefined ? [] : await readSchedulesFile(options.schedulesFile);
+  const schedules = new Schedules(connections.redis, connections.queueRedis, keys, store, service, log, {
+    redisUrl: requireRedisUrl(options),
+    webhooks: intake,
+  });
+  undo.push(() => schedules.close());
+  for (const { spec, principal } of fromFile) {
+    await schedules.upsert(spec, principal, 'file').catch((error: unknown) => {
+      throw new ConfigError(
+        `Invalid TASKRELAY_SCHEDULES_FILE ${options.schedulesFile ?? ''}: schedule ${spec.id}: ${oneLine(error)}`,
+      );
+    });
+  }
+  await schedules.start();
+  return schedules;
 }
 
 /**
