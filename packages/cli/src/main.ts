@@ -18,6 +18,7 @@ import {
   listFiltered,
   withFilters,
 } from './operate.js';
+import { addScheduleCommands } from './schedules.js';
 import { EXIT, UsageError, explainFailure, worstExit, type ExitCode } from './errors.js';
 import {
   SILENT_VIEW,
@@ -172,6 +173,7 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
   addReplayCommand(program, globals, writeLine);
   addLogsCommand(program, globals, writeLine);
   addWebhookCommands(program, globals, writeLine);
+  addScheduleCommands(program, globals, writeLine);
   return program;
 }
 
