@@ -11,7 +11,6 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { startCli } from './helpers/cli.js';
 import { GATEWAY_MAIN, ROOT, spawnNode } from './helpers/processes.js';
