@@ -294,12 +294,18 @@ export class Schedules {
       await job.moveToDelayed(Date.now() + QUEUED_RECHECK_MS, token);
       throw new DelayedError();
     }
-    // At most one firing waits (`queue`); a firing while one waits is skipped.
-    if ((await this.redis.hsetnx(key, S.waiting, firing)) === 0) return skip();
+    // At most one firing waits (`queue`); a firing while one waits is skipped. A mark whose waiting job is gone (it
+    // failed, or ended while the schedule was paused) holds nothing: this firing takes its place.
+    const waitJobId = `wait-${view.id}`;
+    if ((await this.redis.hsetnx(key, S.waiting, firing)) === 0) {
+      if (await this.queue.getJob(waitJobId)) return skip();
+      await this.redis.hset(key, S.waiting, firing);
+    }
     await this.queue.add(
       'wait',
       { scheduleId: view.id, waitingFor: firing },
-      { jobId: `wait-${view.id}`, delay: QUEUED_RECHECK_MS, removeOnComplete: true, removeOnFail: { count: 100 } },
+      // Removed however it ends, so its id is free for the next firing that waits.
+      { jobId: waitJobId, delay: QUEUED_RECHECK_MS, removeOnComplete: true, removeOnFail: true },
     );
     this.log.info({ scheduleId: view.id, previous: previousId, firing }, 'schedule firing waits for the previous run');
     return 'waiting';
