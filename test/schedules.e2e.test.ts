@@ -102,6 +102,8 @@ describe('§33.1 delayed start', () => {
     await new Promise((r) => setTimeout(r, Math.max(0, startAt - Date.now()) + 1_500));
     expect(await starts('never')).toEqual([]);
     expect((await getTask(alice, taskId)).status).toBe('cancelled');
+    // Not even a last run that finds the task cancelled (as a suspended run's promoted job gets): no worker took a job.
+    expect(stack.workers.flatMap((w) => w.logs()).filter((l) => l['taskId'] === taskId)).toEqual([]);
   });
 
   it('refuses a start-at that is not an ISO time with its offset, too far ahead, or on a plain call', async () => {
