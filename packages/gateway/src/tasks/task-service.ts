@@ -275,7 +275,8 @@ export class TaskService {
     delayMs: number,
   ): Promise<{ createInput: Parameters<RedisTaskStore['createTask']>[0]; taskId: string }> {
     const { tool } = input;
-    const now = Date.now();
+    // The start the call asked for, to the ms (not now + delay: that drifts by the time since the delay was taken).
+    const startAt = delayMs > 0 && input.startAt !== undefined ? input.startAt : Date.now();
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
       // Its job's fair-share entry is made with it, in its priority level: one round trip (§25, §25.1).
@@ -294,9 +295,9 @@ export class TaskService {
       gatewayId: this.config.gatewayId,
       progressToken: input.progressToken,
       // The queue timeout counts from the start a delayed call asked for, not from its creation.
-      deadlineAt: runDeadlineAt(tool, this.config, now + delayMs),
+      deadlineAt: runDeadlineAt(tool, this.config, startAt),
     };
-    if (delayMs > 0) createInput.waitingMessage = `scheduled for ${new Date(now + delayMs).toISOString()}`;
+    if (delayMs > 0) createInput.waitingMessage = `scheduled for ${new Date(startAt).toISOString()}`;
     if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
     Object.assign(createInput, operatorFields(input));
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
