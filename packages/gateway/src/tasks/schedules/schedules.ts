@@ -40,6 +40,10 @@ const QUEUED_RECHECK_MS = 1_000;
  */
 const FIRING_LOCK_MS = 10_000;
 
+/** Tries of one firing whose handling failed on Redis (each keyed the same, so one task at most), and the wait. */
+const FIRING_ATTEMPTS = 3;
+const FIRING_RETRY_MS = 2_000;
+
 /** Fields of a schedule's hash (`P:schedule:<id>`): the definition as JSON, then its state field by field. */
 const S = {
   spec: 'spec',
@@ -176,7 +180,12 @@ export class Schedules {
     await this.queue.upsertJobScheduler(spec.id, repeat, {
       name: 'fire',
       data: { scheduleId: spec.id },
-      opts: { removeOnComplete: true, removeOnFail: { count: 100 } },
+      opts: {
+        removeOnComplete: true,
+        removeOnFail: { count: 100 },
+        attempts: FIRING_ATTEMPTS,
+        backoff: { type: 'fixed', delay: FIRING_RETRY_MS },
+      },
     });
   }
 
@@ -257,7 +266,8 @@ export class Schedules {
       this.log.info({ scheduleId, principal: view.principal, taskId: task, firing }, 'schedule fired');
       return task;
     } catch (error) {
-      if (!(error instanceof TaskrelayError)) throw error;
+      // Redis away: the firing's job is tried again (its task keyed by the firing, so never twice).
+      if (!(error instanceof TaskrelayError) || error.code === 'REDIS_UNAVAILABLE') throw error;
       // The firing's own fault (the tool went, the arguments no longer fit, a cap): counted and shown, not retried.
       await this.redis.multi().hset(key, S.lastError, error.message).hincrby(key, S.skipped, 1).exec();
       if (job.data.waitingFor !== undefined) await this.redis.hdel(key, S.waiting);
