@@ -4,7 +4,7 @@
  * - §33.1: a delayed call is `working` "scheduled for …" at once and starts no earlier than its time; a cancel before
  *   then removes its job and nothing runs; bad times are JSON-RPC errors; a past time starts at once.
  * - §33.2: a per-second schedule creates tasks of its principal that run, one per firing across two gateways; pause
- *   and resume; `skip` and `cancel` overlap policies, and `queue`; a principal sees and manages only its own; the CLI
+ *   and resume; `skip` and `cancel` overlap policies, and `queue`; its webhook; a principal sees and manages only its own; the CLI
  *   round trip; a bad schedules file stops a gateway with one line, a good one creates its schedule.
  */
 import { writeFileSync } from 'node:fs';
@@ -15,12 +15,20 @@ import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.
 import { startCli } from './helpers/cli.js';
 import { GATEWAY_MAIN, ROOT, spawnNode } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
+import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
+const WEBHOOK_SECRET = 'schedules-webhook-secret';
 const stack = useStack({
   name: 'schedules',
-  env: { TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token,ops:ops-token', TASKRELAY_OPERATORS: 'ops' },
+  env: {
+    TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token,ops:ops-token',
+    TASKRELAY_OPERATORS: 'ops',
+    TASKRELAY_WEBHOOK_SECRET: WEBHOOK_SECRET,
+    TASKRELAY_WEBHOOK_ALLOWED_HOSTS: '127.0.0.1',
+    TASKRELAY_WEBHOOK_POLL_MS: '50',
+  },
   gateways: [{}, {}],
   workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/schedule-tools.mjs') }],
 });
@@ -248,6 +256,40 @@ describe('§33.2 schedules', () => {
       expect(gap).toBeLessThan(6_000);
     }
     await api('/api/schedules/queuer', 'alice', { method: 'DELETE' });
+  });
+
+  it("a schedule's webhook signs and posts each of its tasks' ends; a URL off the allow-list is refused", async () => {
+    const receiver = await startWebhookReceiver(WEBHOOK_SECRET);
+    try {
+      const created = await post('/api/schedules', 'alice', {
+        id: 'hooked',
+        tool: 'tick',
+        arguments: { label: 'hooked' },
+        every: 1_000,
+        webhook: `${receiver.origin}/hooks`,
+      });
+      expect(created.status).toBe(201);
+      await waitFor(() => receiver.received.some((h) => h.event?.['status'] === 'completed'), { timeoutMs: 20_000 });
+      await post('/api/schedules/hooked/pause', 'alice');
+      const taskIds = new Set((await tasksOf('hooked')).map((t) => t['taskId'] as string));
+      const completed = receiver.received.filter((h) => h.event?.['status'] === 'completed');
+      for (const hook of completed) {
+        expect(hook.verified).toBe(true);
+        expect(taskIds.has(hook.event?.['taskId'] as string)).toBe(true);
+      }
+      const refused = await post('/api/schedules', 'alice', {
+        id: 'hooked-elsewhere',
+        tool: 'tick',
+        arguments: { label: 'x' },
+        every: 1_000,
+        webhook: 'http://example.com/hooks',
+      });
+      expect(refused.status).toBe(400);
+      expect(refused.body).toMatchObject({ code: 'WEBHOOK_REFUSED' });
+      await api('/api/schedules/hooked', 'alice', { method: 'DELETE' });
+    } finally {
+      await receiver.close();
+    }
   });
 
   it('a principal sees and manages only its own schedules; an operator sees and manages all', async () => {
