@@ -20,7 +20,13 @@ import { ConfigError } from '@taskrelay/shared';
 import { scheduleSpecSchema, specProblem, type ScheduleSpec } from './schedule-model.js';
 
 const fileSchema = z
-  .object({ schedules: z.array(z.object({ principal: z.string().min(1).max(500) }).loose()).max(1_000) })
+  .object({
+    schedules: z
+      .array(z.object({ principal: z.string().min(1).max(500) }).loose(), {
+        error: 'must be a list (the file holds a top-level `schedules:` list)',
+      })
+      .max(1_000),
+  })
   .strict();
 
 export interface FileSchedule {
