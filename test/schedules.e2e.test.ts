@@ -341,7 +341,7 @@ describe('§33.2 schedules', () => {
     await api('/admin/api/schedules/ops-for-alice', 'ops', { method: 'DELETE' });
   });
 
-  it('the CLI adds, lists, pauses, resumes and removes a schedule', async () => {
+  it('the CLI adds, lists, pauses, resumes and removes a schedule, and delays a call', async () => {
     const cli = async (who: string, ...args: string[]) => {
       const run = startCli(['--url', stack.gateway.url, '--token', `${who}-token`, ...args]);
       const code = await run.exited;
@@ -362,6 +362,12 @@ describe('§33.2 schedules', () => {
     expect(bobRm.stderr).toMatch(/schedule cli-tick not found/);
     expect((await cli('alice', 'schedule', 'rm', 'cli-tick')).stdout).toBe('schedule cli-tick removed\n');
     expect((await cli('alice', 'schedule', 'list')).stdout).not.toMatch(/cli-tick/);
+    // A delayed call from the command line: `--start-at 2s` starts the task two seconds on, and follows it to its end.
+    const before = Date.now();
+    const delayed = await cli('alice', 'call', 'tick', 'label=cli-delayed', '--start-at', '2s');
+    expect(delayed.stderr).toBe('');
+    expect(delayed.code).toBe(0);
+    expect((await starts('cli-delayed'))[0]).toBeGreaterThanOrEqual(before + 2_000);
     const usage = await cli('alice', 'schedule', 'add', 'x', 'tick', '--cron', '* * * * *', '--every', '1000');
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/one of --cron and --every/);
