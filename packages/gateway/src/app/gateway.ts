@@ -244,6 +244,8 @@ async function drainAndStop(r: Running, http: HttpServer, enter: (next: GatewayS
   enter('draining');
   sessions.stopSweep();
   await tasks.reaper.stop();
+  // Firings go to the gateways that stay (PROTOCOL.md §33.2); the schedules API still answers until the end.
+  await tasks.schedules.stopFiring();
   // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
   await tasks.webhooks.stopDeliverer();
   const closed = new Promise<void>((resolve) => http.close(() => resolve()));

@@ -106,8 +106,15 @@ export class Schedules {
     );
   }
 
+  /** Takes no more firings (a draining gateway leaves them to the others); one being handled ends first. */
+  async stopFiring(): Promise<void> {
+    const worker = this.worker;
+    this.worker = undefined;
+    await worker?.close();
+  }
+
   async close(): Promise<void> {
-    await this.worker?.close();
+    await this.stopFiring();
     await this.queue.close();
     this.workerConnection?.disconnect();
   }
