@@ -200,6 +200,20 @@ describe('§33.2 schedules', () => {
     expect((await api('/api/schedules/alice-tick', 'alice')).status).toBe(404);
   });
 
+  it('an every schedule fires once at once, then every interval', async () => {
+    const created = await post('/api/schedules', 'alice', {
+      id: 'at-once',
+      tool: 'tick',
+      arguments: { label: 'at-once' },
+      every: 60_000,
+    });
+    expect(created.status).toBe(201);
+    await waitFor(async () => (await starts('at-once')).length === 1, { timeoutMs: 10_000 });
+    expect(await schedule('at-once')).toMatchObject({ runs: 1, skipped: 0 });
+    expect(Date.parse((await schedule('at-once'))['next'])).toBeGreaterThan(Date.now() + 50_000);
+    await api('/api/schedules/at-once', 'alice', { method: 'DELETE' });
+  });
+
   it('skip: a firing while the previous run is on creates nothing', async () => {
     await post('/api/schedules', 'alice', {
       id: 'skipper',

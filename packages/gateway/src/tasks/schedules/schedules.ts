@@ -120,8 +120,9 @@ export class Schedules {
   }
 
   /**
-   * Creates a schedule of `principal`, or replaces its definition (the same id, the same principal): checked, then
-   * BullMQ's job scheduler is set (which refuses a bad cron pattern), then stored. A paused schedule stays paused.
+   * Creates a schedule of `principal`, or replaces its definition (the same id, the same principal): checked (the
+   * schema read its pattern as BullMQ does), then BullMQ's job scheduler is set, then it is stored. A paused schedule
+   * stays paused.
    */
   async upsert(spec: ScheduleSpec, principal: string, source: 'api' | 'file'): Promise<ScheduleView> {
     const key = this.keys.schedule(spec.id);
@@ -134,8 +135,7 @@ export class Schedules {
     }
     if (spec.webhook !== undefined) await this.checkWebhook(spec.webhook, principal);
     if (source === 'api') await this.checkTool(spec);
-    const paused = (await this.redis.hget(key, S.paused)) === '1';
-    if (!paused) await this.setScheduler(spec);
+    // Stored before its job scheduler exists: an `every` schedule fires at once, and its firing reads the record.
     const now = new Date();
     await this.redis
       .multi()
@@ -144,6 +144,14 @@ export class Schedules {
       .hsetnx(key, S.paused, '0')
       .zadd(this.keys.scheduleIndex, 'NX', now.getTime(), spec.id)
       .exec();
+    const paused = (await this.redis.hget(key, S.paused)) === '1';
+    try {
+      if (!paused) await this.setScheduler(spec);
+    } catch (error) {
+      // A new schedule whose timing could not be set is not left behind half made.
+      if (owner === null) await this.redis.multi().del(key).zrem(this.keys.scheduleIndex, spec.id).exec();
+      throw error;
+    }
     this.log.info({ scheduleId: spec.id, principal, source, tool: spec.tool }, 'schedule set');
     return this.get(spec.id, { principal });
   }
@@ -165,9 +173,11 @@ export class Schedules {
   /** Pauses (its job scheduler is removed: nothing fires) or resumes it (set again from its definition). */
   async setPaused(id: string, scope: ScheduleScope, paused: boolean): Promise<ScheduleView> {
     const view = await this.get(id, scope);
+    // The mark first: a firing handled meanwhile sees it (paused: nothing; resumed: an `every` schedule's firing at
+    // once is not dropped as paused).
+    await this.redis.hset(this.keys.schedule(id), S.paused, paused ? '1' : '0');
     if (paused) await this.queue.removeJobScheduler(id);
     else await this.setScheduler(view);
-    await this.redis.hset(this.keys.schedule(id), S.paused, paused ? '1' : '0');
     this.log.info({ scheduleId: id, principal: view.principal }, paused ? 'schedule paused' : 'schedule resumed');
     return this.get(id, scope);
   }
