@@ -29,6 +29,8 @@ export interface CallSpec {
   /** Call as a task (`params.task`), with this ttl when given. */
   task: boolean;
   ttlMs: number | undefined;
+  /** `_meta["dev.taskrelay/start-at"]`: an ISO time the task starts at (PROTOCOL.md §33.1). */
+  startAt?: string | undefined;
 }
 
 export function startCall(client: Client, spec: CallSpec, view: CallView): Run {
@@ -74,7 +76,12 @@ function startTaskCall(client: Client, spec: CallSpec, view: CallView): Run {
       const { task } = await client.request(
         {
           method: 'tools/call',
-          params: { name: spec.tool, arguments: spec.args, task: spec.ttlMs === undefined ? {} : { ttl: spec.ttlMs } },
+          params: {
+            name: spec.tool,
+            arguments: spec.args,
+            task: spec.ttlMs === undefined ? {} : { ttl: spec.ttlMs },
+            ...(spec.startAt === undefined ? {} : { _meta: { 'dev.taskrelay/start-at': spec.startAt } }),
+          },
         },
         CreateTaskResultSchema,
         { onprogress: onProgress },

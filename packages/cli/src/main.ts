@@ -18,6 +18,7 @@ import {
   listFiltered,
   withFilters,
 } from './operate.js';
+import { addScheduleCommands } from './schedules.js';
 import { EXIT, UsageError, explainFailure, worstExit, type ExitCode } from './errors.js';
 import {
   SILENT_VIEW,
@@ -172,6 +173,7 @@ function buildProgram(setExit: (code: ExitCode) => void): Command {
   addReplayCommand(program, globals, writeLine);
   addLogsCommand(program, globals, writeLine);
   addWebhookCommands(program, globals, writeLine);
+  addScheduleCommands(program, globals, writeLine);
   return program;
 }
 
@@ -216,6 +218,21 @@ function addToolCommands(program: Command, globals: () => GlobalOptions): void {
   }
 }
 
+interface CallOptions {
+  task?: boolean;
+  ttl?: number;
+  parallel: number;
+  startAt?: string;
+}
+
+/** `--start-at`: `30s`, `5m`, `2h`, `1d` from now, as an ISO time; anything else is sent as given (the gateway checks it). */
+function startAtArgument(value: string): string {
+  const m = /^(\d+)([smhd])$/.exec(value.trim());
+  if (!m) return value;
+  const unit = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[m[2] as 's' | 'm' | 'h' | 'd'];
+  return new Date(Date.now() + Number(m[1]) * unit).toISOString();
+}
+
 /** `call` and `watch`: calls and tasks followed to their end, one view each. */
 function addCallCommands(program: Command, globals: () => GlobalOptions, setExit: (code: ExitCode) => void): void {
   program
@@ -226,14 +243,20 @@ function addCallCommands(program: Command, globals: () => GlobalOptions, setExit
     .option('--task', 'call as a task (params.task): survives disconnects, cancellable with tasks/cancel')
     .option('--ttl <ms>', 'task ttl in ms (implies --task)', positiveInt('--ttl'))
     .option('--parallel <n>', 'run N calls at once, each with its own bar', positiveInt('--parallel'), 1)
-    .action(async (tool: string, pairs: string[], opts: { task?: boolean; ttl?: number; parallel: number }) => {
+    .addOption(
+      new Option('--start-at <time>', 'start at an ISO time, or in 30s / 5m / 2h / 1d (implies --task)').argParser(
+        startAtArgument,
+      ),
+    )
+    .action(async (tool: string, pairs: string[], opts: CallOptions) => {
       const options = globals();
       const labels = Array.from({ length: opts.parallel }, () => tool);
       const specs = labels.map((_, i) => ({
         tool,
         args: parseToolArguments(pairs, i + 1),
-        task: opts.task === true || opts.ttl !== undefined,
+        task: opts.task === true || opts.ttl !== undefined || opts.startAt !== undefined,
         ttlMs: opts.ttl,
+        startAt: opts.startAt,
       }));
       await withConnection(options, async ({ client }) => {
         // A tool that requires a task runs as one, as the Inspector does, instead of failing with -32601.

@@ -73,7 +73,7 @@ export function filtersOf(opts: Record<string, unknown>): TaskFilters | undefine
 export async function gatewayApi<T>(
   options: ApiOptions,
   path: string,
-  init: { method?: 'GET' | 'POST'; body?: unknown; needs?: string } = {},
+  init: { method?: 'GET' | 'POST' | 'DELETE'; body?: unknown; needs?: string } = {},
 ): Promise<T> {
   if (!/\/mcp\/?$/.test(new URL(options.url).pathname)) {
     throw new UsageError(`--url must end in /mcp to find the gateway's HTTP API beside it (got ${options.url})`);

@@ -14,7 +14,17 @@ export interface AuditEntry {
   at: string;
   /** The operator's principal. */
   by: string;
-  action: 'replay' | 'replay-many' | 'cancel' | 'pause' | 'resume' | 'resend';
+  action:
+    | 'replay'
+    | 'replay-many'
+    | 'cancel'
+    | 'pause'
+    | 'resume'
+    | 'resend'
+    | 'schedule-set'
+    | 'schedule-pause'
+    | 'schedule-resume'
+    | 'schedule-remove';
   /** What it acted on: a task id, a tool name, a webhook event id, or a filter. */
   target: string;
   /** What came of it, in a few words. */

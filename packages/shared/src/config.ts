@@ -211,6 +211,18 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_REAPER_INTERVAL_MS: int(50, 3_600_000).default(5_000),
   TASKRELAY_QUEUE_TIMEOUT_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_CATALOG_RETENTION_MS: int(0, 365 * 86_400_000).default(86_400_000),
+  TASKRELAY_MAX_START_DELAY_MS: int(1_000, 365 * 86_400_000)
+    .default(30 * 86_400_000)
+    .describe(
+      'how far ahead a call\'s `_meta["dev.taskrelay/start-at"]` may be; a later time is refused with a JSON-RPC error ([PROTOCOL.md §33.1](PROTOCOL.md#331-delayed-start))',
+    ),
+  TASKRELAY_SCHEDULES_FILE: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      'path of a YAML (or JSON) file of schedules the gateway creates or updates as it starts; a bad file stops it with one line ([PROTOCOL.md §33.2](PROTOCOL.md#332-schedules))',
+    ),
   TASKRELAY_RETAIN_COMPLETED_MS: int(1_000, 365 * 86_400_000)
     .optional()
     .describe(
@@ -341,6 +353,10 @@ export interface GatewayConfig extends CommonConfig {
    * scaled to zero, PROTOCOL.md §24). `0`: a tool goes with its last worker. Default 86400000 (24 h).
    */
   catalogRetentionMs: number;
+  /** How far ahead a call's start-at may be (PROTOCOL.md §33.1). Default 30 days. */
+  maxStartDelayMs: number;
+  /** A YAML or JSON file of schedules applied at start (PROTOCOL.md §33.2); undefined: none. */
+  schedulesFile: string | undefined;
   /**
    * On SIGTERM/SIGINT, how long plain calls in flight may finish before they are ended with `GATEWAY_SHUTDOWN`.
    * Default 10000 ms.
@@ -520,6 +536,8 @@ const GATEWAY_ENV_NAMES = {
   reaperIntervalMs: 'TASKRELAY_REAPER_INTERVAL_MS',
   queueTimeoutMs: 'TASKRELAY_QUEUE_TIMEOUT_MS',
   catalogRetentionMs: 'TASKRELAY_CATALOG_RETENTION_MS',
+  maxStartDelayMs: 'TASKRELAY_MAX_START_DELAY_MS',
+  schedulesFile: 'TASKRELAY_SCHEDULES_FILE',
   shutdownGraceMs: 'GATEWAY_SHUTDOWN_GRACE_MS',
   allowedHosts: 'TASKRELAY_ALLOWED_HOSTS',
   allowUnauthenticated: 'TASKRELAY_ALLOW_UNAUTHENTICATED',

@@ -79,6 +79,12 @@ export interface Keys {
   /** A call's dedupe key (§25.2): per principal, mode and tool, the digest of its deduped arguments → task id. */
   dedupe(principal: string, mode: string, tool: string, digest: string): string;
   fairShare(queue: string, principal: string): string;
+  /** Hash: one schedule (PROTOCOL.md §33.2): its definition (JSON) and its run state, field by field. */
+  schedule(scheduleId: string): string;
+  /** Sorted set: every schedule id, scored by its creation (ms). */
+  readonly scheduleIndex: string;
+  /** BullMQ queue name of the schedules' firings (its job schedulers and the jobs they fire, §33.2). */
+  readonly firingsQueue: string;
   /** String: when a run first deferred a task to a worker of its recorded tool version (PROTOCOL.md §12.11). */
   versionWait(taskId: string): string;
   /**
@@ -171,6 +177,10 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       dead: `${prefix}:webhooks:dead`,
     },
     versionWait: (taskId) => `${prefix}:version-wait:${taskId}`,
+    schedule: (scheduleId) => `${prefix}:schedule:${scheduleId}`,
+    scheduleIndex: `${prefix}:schedule-index`,
+    // Not `q-…`: no pool has this queue, so the pools' views never list it.
+    firingsQueue: 'firings',
     fairShare: (queue, principal) => `${prefix}:fair:${queue}:${encodeURIComponent(principal)}`,
     batch: (taskId) => ({
       hash: `${prefix}:batch:${taskId}`,

@@ -57,6 +57,11 @@ export interface CreateTaskInput {
   argumentsJson?: string;
   /** The task this one replays (§30.3): linked both ways as it is created. */
   replayOf?: string;
+  /**
+   * A `statusMessage` that says why the task waits before its first run (a delayed start, PROTOCOL.md §33.1): stored
+   * with the back-off mark, so the run's start clears it as it clears a back-off's message (§3.4).
+   */
+  waitingMessage?: string;
   /** Completed `ctx.step` results the task starts with (a redrive, §30.3), JSON. */
   steps?: string;
   /**
@@ -419,6 +424,10 @@ export class RedisTaskStore {
     if (input.clientCapabilities !== undefined) fields[F.clientCaps] = input.clientCapabilities.join(',');
     if (input.tags !== undefined && input.tags.length > 0) fields[F.tags] = input.tags.join(',');
     if (input.replayOf !== undefined) fields[F.replayOf] = input.replayOf;
+    if (input.waitingMessage !== undefined) {
+      fields[F.statusMessage] = input.waitingMessage;
+      fields[F.backOff] = '1';
+    }
     if (input.steps !== undefined) fields[F.steps] = input.steps;
     return { fields, idemKey };
   }

@@ -10,6 +10,8 @@ import type { Response } from 'express';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   AuditLog,
+  ConfigError,
+  oneLine,
   RedisTaskStore,
   TaskSearch,
   WaitpointTokens,
@@ -39,6 +41,8 @@ import { JsonSchemaValidator } from '../tasks/json-schema.js';
 import { JobDispatcher } from '../tasks/job-dispatcher.js';
 import { Reaper } from '../tasks/reaper.js';
 import { TaskReplay } from '../tasks/replay.js';
+import { readSchedulesFile } from '../tasks/schedules/schedule-file.js';
+import { Schedules } from '../tasks/schedules/schedules.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WaitpointCallbacks } from '../tasks/waitpoints.js';
@@ -190,6 +194,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     webhooks: tasks.webhooks.outbox,
     search: tasks.search,
     replay: tasks.replay,
+    schedules: tasks.schedules,
     store: tasks.store,
     waitpoints: tasks.waitpoints,
     audit: new AuditLog(redis, keys),
@@ -246,6 +251,8 @@ async function drainAndStop(r: Running, http: HttpServer, enter: (next: GatewayS
   enter('draining');
   sessions.stopSweep();
   await tasks.reaper.stop();
+  // Firings go to the gateways that stay (PROTOCOL.md §33.2); the schedules API still answers until the end.
+  await tasks.schedules.stopFiring();
   // Tries in flight are handed back at once: another gateway (or this one's successor) makes them.
   await tasks.webhooks.stopDeliverer();
   const closed = new Promise<void>((resolve) => http.close(() => resolve()));
@@ -269,6 +276,7 @@ async function drainAndStop(r: Running, http: HttpServer, enter: (next: GatewayS
   await closed;
   tasks.router.close();
   await tasks.admin.close();
+  await tasks.schedules.close();
   await tasks.dispatcher.close();
   const { redis, queueRedis } = r.connections;
   await Promise.all([redis, queueRedis].map((client) => client.quit().catch(() => client.disconnect())));
@@ -368,7 +376,39 @@ async function startTaskLayer(w: {
   // One key for every gateway and worker: a worker seals a waitpoint's token, any gateway opens it (PROTOCOL.md §32).
   const tokens = await WaitpointTokens.create({ secret: options.waitpointSecret, redis, keys });
   const waitpoints = new WaitpointCallbacks(tokens, store, dispatcher, log);
-  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, waitpoints };
+  const schedules = await startSchedules(options, w.connections, keys, store, service, webhooks.intake, log, undo);
+  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, schedules, waitpoints };
+}
+
+/**
+ * Schedules (PROTOCOL.md §33.2): the file's, set as the gateway starts (a bad file or entry stops it with one line),
+ * then this gateway's share of the firings.
+ */
+async function startSchedules(
+  options: GatewayConfig,
+  connections: Connections,
+  keys: Keys,
+  store: RedisTaskStore,
+  service: TaskService,
+  intake: WebhookIntake,
+  log: Logger,
+  undo: Undo,
+): Promise<Schedules> {
+  const fromFile = options.schedulesFile === undefined ? [] : await readSchedulesFile(options.schedulesFile);
+  const schedules = new Schedules(connections.redis, connections.queueRedis, keys, store, service, log, {
+    redisUrl: requireRedisUrl(options),
+    webhooks: intake,
+  });
+  undo.push(() => schedules.close());
+  for (const { spec, principal } of fromFile) {
+    await schedules.upsert(spec, principal, 'file').catch((error: unknown) => {
+      throw new ConfigError(
+        `Invalid TASKRELAY_SCHEDULES_FILE ${options.schedulesFile ?? ''}: schedule ${spec.id}: ${oneLine(error)}`,
+      );
+    });
+  }
+  await schedules.start();
+  return schedules;
 }
 
 /**

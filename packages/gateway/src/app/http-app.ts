@@ -25,7 +25,9 @@ import {
 import type { RequestLimits } from '../http/limits.js';
 import type { AdminQueries } from '../admin/queries.js';
 import { createAdminRouter } from '../admin/router.js';
+import { createScheduleApi } from '../admin/schedule-api.js';
 import { logsHandler, searchHandler } from '../admin/task-api.js';
+import type { Schedules } from '../tasks/schedules/schedules.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
@@ -64,6 +66,8 @@ export interface HttpAppDeps {
   replay: TaskReplay;
   /** Waitpoint callbacks (PROTOCOL.md §32.4). */
   waitpoints: WaitpointCallbacks;
+  /** Schedules (PROTOCOL.md §33.2), managed by operators and by each principal for its own. */
+  schedules: Schedules;
   inflight: InflightCalls;
   /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
   requestState: RequestStateSigner;
@@ -217,6 +221,7 @@ function createMcpTransports(
     maxResultBytes: options.maxResultBytes,
     authEnabled: deps.auth.enabled,
     operators: new Set(options.operators ?? []),
+    maxStartDelayMs: options.maxStartDelayMs,
   });
   const modern = createModernEndpoint({
     methods,
@@ -290,6 +295,16 @@ function mountOperatorRoutes(
   });
   const operators = new Set(options.operators ?? []);
   const isOperator = (req: AuthedRequest) => !auth.enabled || operators.has(principalOf(req));
+  const ownScope = (req: AuthedRequest) => (isOperator(req) ? {} : { principal: principalOf(req) });
+  // Schedules (PROTOCOL.md §33.2): an operator's routes for every principal's, and everyone's for their own.
+  const scheduleApi = (scope: (req: AuthedRequest) => { principal?: string }) =>
+    createScheduleApi({ schedules: deps.schedules, scope, by: principalOf, audit: deps.audit, log });
+  app.use(
+    '/admin/api/schedules',
+    ...operatorOnly,
+    scheduleApi(() => ({})),
+  );
+  app.use('/api/schedules', originGuard(options.allowedOrigins), requireAuth, scheduleApi(ownScope));
   app.use(
     '/admin',
     ...operatorOnly,
@@ -308,7 +323,6 @@ function mountOperatorRoutes(
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.
-  const ownScope = (req: AuthedRequest) => (isOperator(req) ? {} : { principal: principalOf(req) });
   app.get('/api/tasks', originGuard(options.allowedOrigins), requireAuth, searchHandler(deps.search, ownScope));
   app.get('/api/tasks/:id/logs', originGuard(options.allowedOrigins), requireAuth, logsHandler(deps.store, ownScope));
 }

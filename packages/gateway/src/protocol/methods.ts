@@ -37,7 +37,7 @@ import type { InflightCalls } from './inflight-calls.js';
 import { TaskSupportMismatchError } from '../tasks/errors.js';
 import { callKind } from './call-kind.js';
 import { inputRequiredResult } from './mrtr.js';
-import { idempotencyKeyOf, priorityOf, tagsOf } from './request-meta.js';
+import { idempotencyKeyOf, priorityOf, START_AT_META_KEY, startAtOf, tagsOf } from './request-meta.js';
 import { argumentsDigest, type RequestStateSigner } from './request-state.js';
 
 export type Era = '2025-11-25' | '2026-07-28';
@@ -136,7 +136,12 @@ export interface McpMethodsOptions {
    * may, as everyone may use the operator pages then.
    */
   operators?: ReadonlySet<string>;
+  /** How far ahead a call's `_meta["dev.taskrelay/start-at"]` may be (PROTOCOL.md §33.1). Default 30 days. */
+  maxStartDelayMs?: number;
 }
+
+/** `McpMethodsOptions.maxStartDelayMs`'s default, as `TASKRELAY_MAX_START_DELAY_MS`'s. */
+const DEFAULT_MAX_START_DELAY_MS = 30 * 86_400_000;
 
 /** The versions the 2026-07-28 endpoint serves sessionless, as `server/discover` lists them. */
 export const SESSIONLESS_VERSIONS = ['2026-07-28'];
@@ -253,6 +258,14 @@ export class McpMethods {
       tags: tagsOf(ctx.meta),
       operator: !this.o.authEnabled || this.o.operators?.has(ctx.principal) === true,
     };
+    const startAt = startAtOf(ctx.meta, this.o.maxStartDelayMs ?? DEFAULT_MAX_START_DELAY_MS);
+    // A plain call's answer is its result: one that waited hours for its start would hold its request that long.
+    if (startAt !== undefined && !asTask) {
+      throw new TaskrelayError(
+        'INVALID_ARGUMENTS',
+        `_meta["${START_AT_META_KEY}"] needs a task call (params.task, or the tasks extension); this call would wait for its start`,
+      );
+    }
 
     if (invalid !== undefined) {
       // SEP-1303: a tool execution error the model can read and correct, not a JSON-RPC error.
@@ -266,6 +279,7 @@ export class McpMethods {
         mode: 'task',
         requestId: ctx.requestId,
         idempotencyKey: idempotencyKeyOf(ctx.meta),
+        startAt,
         clientCapabilities: ctx.clientCapabilities,
         // The extension has no progress notifications (its statusMessage carries progress) and answers questions by
         // tasks/update; a 2025-11-25 task's updates go to the session's GET stream, its request stream being gone.

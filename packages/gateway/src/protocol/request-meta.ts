@@ -1,6 +1,7 @@
 /**
  * What a request says about its caller beyond its method and params, the same on both transports.
  */
+import { z } from 'zod';
 import { TaskrelayError, tagsProblem } from '@taskrelay/shared';
 
 export const ANONYMOUS_PRINCIPAL = 'anonymous';
@@ -49,4 +50,38 @@ export function idempotencyKeyOf(meta: Record<string, unknown> | undefined): str
     );
   }
   return value;
+}
+
+/** `_meta` key of a task call's delayed start, an ISO 8601 time (PROTOCOL.md §33.1; docs/MCP.md). */
+export const START_AT_META_KEY = 'dev.taskrelay/start-at';
+
+/** ISO 8601 with a date, a time and an offset (`Z` or `±hh:mm`): a time without a zone means nothing on a server. */
+const isoInstant = z.iso.datetime({ offset: true, local: false });
+
+/**
+ * When a call asks to start (ms since the epoch), checked: an ISO 8601 time with its offset, at most `maxDelayMs`
+ * ahead; absent when the call names none. A time already past is returned as it is: the task starts at once.
+ */
+export function startAtOf(
+  meta: Record<string, unknown> | undefined,
+  maxDelayMs: number,
+  now = Date.now(),
+): number | undefined {
+  const value = meta?.[START_AT_META_KEY];
+  if (value === undefined) return undefined;
+  const parsed = isoInstant.safeParse(value);
+  const ms = parsed.success ? Date.parse(parsed.data) : NaN;
+  if (!Number.isFinite(ms)) {
+    throw new TaskrelayError(
+      'INVALID_ARGUMENTS',
+      `_meta["${START_AT_META_KEY}"] must be an ISO 8601 time with its offset, such as "2026-12-04T07:30:00Z"; got ${JSON.stringify(value)}`,
+    );
+  }
+  if (ms - now > maxDelayMs) {
+    throw new TaskrelayError(
+      'INVALID_ARGUMENTS',
+      `_meta["${START_AT_META_KEY}"] ${JSON.stringify(value)} is too far ahead: at most ${Math.round(maxDelayMs / 86_400_000)} day(s) (TASKRELAY_MAX_START_DELAY_MS)`,
+    );
+  }
+  return ms;
 }

@@ -88,7 +88,7 @@ export class JobDispatcher {
    * Adds the task's job to its pool with its principal's fair-share priority (PROTOCOL.md §25): behind the jobs of
    * principals with shorter backlogs, never behind a whole backlog of another's.
    */
-  async enqueue(tool: CatalogTool, data: JobData, entered?: { priority: number }): Promise<void> {
+  async enqueue(tool: CatalogTool, data: JobData, entered?: { priority: number }, delayMs = 0): Promise<void> {
     const queue = await this.ready(tool.queue);
     const principal = data.principal ?? '';
     // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
@@ -101,7 +101,10 @@ export class JobDispatcher {
         fairShareTtlMs(data),
         priorityBase(data.priority ?? DEFAULT_PRIORITY),
       ));
-    const added = queue.add(tool.name, data, jobOptions(data.taskId, priority, tool));
+    // A delayed start (PROTOCOL.md §33.1) is a BullMQ delayed job: it enters the prioritized set, at this priority,
+    // when it is due.
+    const options = jobOptions(data.taskId, priority, tool);
+    const added = queue.add(tool.name, data, delayMs > 0 ? { ...options, delay: delayMs } : options);
     try {
       await added;
     } catch (error) {
@@ -151,14 +154,21 @@ export class JobDispatcher {
    * Called after the task is already `cancelled` in its hash. A waiting job is removed so it never starts; a running
    * one is aborted by the worker that holds it, which the pub/sub message wakes (the hash is the durable record).
    */
-  async cancel(taskId: string, queueName: string, reason: CancelReason, principal?: string): Promise<void> {
+  async cancel(
+    taskId: string,
+    queueName: string,
+    reason: CancelReason,
+    principal?: string,
+    started = true,
+  ): Promise<void> {
     try {
       const queue = await this.ready(queueName);
-      // A delayed job (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task cancelled and
-      // lets the tool stop what it started outside (`onCancelled`). A waiting one is removed, unless a worker holds
-      // its lock (then that worker sees the cancel instead).
+      // A delayed job of a task that ran (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task
+      // cancelled and lets the tool stop what it started outside (`onCancelled`). A waiting one, or the delayed job of
+      // a start not reached yet (§33.1: nothing ran, so nothing outside to stop), is removed, unless a worker holds its
+      // lock (then that worker sees the cancel instead).
       const job = await queue.getJob(taskId);
-      if (job && (await job.isDelayed())) await job.promote();
+      if (job && started && (await job.isDelayed())) await job.promote();
       else {
         await queue.remove(taskId);
         // A job removed before any worker took it leaves its principal's share here (a taken one left at its start).

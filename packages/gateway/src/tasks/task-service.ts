@@ -102,6 +102,11 @@ export interface StartTaskInput {
   tags?: string[] | undefined;
   /** A replay (PROTOCOL.md §30.3): the task it replays, and for a redrive the original's step results (JSON). */
   replay?: { of: string; steps?: string };
+  /**
+   * `_meta["dev.taskrelay/start-at"]` of a task call, checked (ms since the epoch; PROTOCOL.md §33.1): its job is a
+   * delayed job until then. A time already past starts it at once.
+   */
+  startAt?: number | undefined;
 }
 
 /** What `start` answers: the task, `joined` when it is an earlier one the call joined (idempotency or dedupe). */
@@ -180,7 +185,8 @@ export class TaskService {
     const { tool } = input;
     const timeoutMs = toolTimeoutMs(tool, this.config);
     const level = priorityLevel(tool, input);
-    const { createInput, taskId } = await this.createInputOf(input, timeoutMs, level);
+    const delayMs = input.startAt === undefined ? 0 : Math.max(0, input.startAt - Date.now());
+    const { createInput, taskId } = await this.createInputOf(input, timeoutMs, level, delayMs);
     const span = startTaskSpan(`tools/call ${tool.name}`, {
       'taskrelay.task_id': taskId,
       'taskrelay.tool': tool.name,
@@ -192,7 +198,9 @@ export class TaskService {
     const data = this.jobDataOf(input, taskId, timeoutMs, level, span.carrier);
     // Without an idempotency key the create cannot be a replay: its job is added by the same script, one round trip
     // for both writes (PROTOCOL.md §10.1). A replay must add nothing, so keyed tasks add their job after the create.
-    const job = createInput.idempotencyKey === undefined ? await this.prepareJob(tool, data) : undefined;
+    // A delayed job is BullMQ's other add script: it is added after the create, as a keyed task's is (§33.1).
+    const job =
+      createInput.idempotencyKey === undefined && delayMs === 0 ? await this.prepareJob(tool, data) : undefined;
     if (job) createInput.job = job;
     const route = (record: TaskRecord) => {
       const r: Parameters<TaskRouter['register']>[0] = { record };
@@ -231,7 +239,9 @@ export class TaskService {
     try {
       if (job && !outcome.jobAdded)
         throw new TaskrelayError('INTERNAL', `the create script added no job for ${taskId}`);
-      if (!job) await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority });
+      if (!job) {
+        await this.dispatcher.enqueue(tool, data, priority === undefined ? undefined : { priority }, delayMs);
+      }
     } catch (error) {
       await this.unrun(record, error);
       span.end(error);
@@ -262,13 +272,17 @@ export class TaskService {
     input: StartTaskInput,
     timeoutMs: number,
     level: number,
+    delayMs: number,
   ): Promise<{ createInput: Parameters<RedisTaskStore['createTask']>[0]; taskId: string }> {
     const { tool } = input;
+    // The start the call asked for, to the ms (not now + delay: that drifts by the time since the delay was taken).
+    const startAt = delayMs > 0 && input.startAt !== undefined ? input.startAt : Date.now();
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
     const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
       // Its job's fair-share entry is made with it, in its priority level: one round trip (§25, §25.1).
       fairShare: {
-        ttlMs: fairShareTtlMs({ timeoutMs, queueTimeoutMs: this.config.queueTimeoutMs }),
+        // A delayed job waits in its share until it starts (§33.1): the entry outlives its delay too.
+        ttlMs: delayMs + fairShareTtlMs({ timeoutMs, queueTimeoutMs: this.config.queueTimeoutMs }),
         base: priorityBase(level),
       },
       tool: tool.name,
@@ -280,8 +294,10 @@ export class TaskService {
       sessionId: input.sessionId,
       gatewayId: this.config.gatewayId,
       progressToken: input.progressToken,
-      deadlineAt: runDeadlineAt(tool, this.config),
+      // The queue timeout counts from the start a delayed call asked for, not from its creation.
+      deadlineAt: runDeadlineAt(tool, this.config, startAt),
     };
+    if (delayMs > 0) createInput.waitingMessage = `scheduled for ${new Date(startAt).toISOString()}`;
     if (input.clientCapabilities !== undefined) createInput.clientCapabilities = input.clientCapabilities;
     Object.assign(createInput, operatorFields(input));
     if (input.mode === 'task' && input.idempotencyKey !== undefined) {
@@ -706,7 +722,9 @@ export class TaskService {
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',
     );
-    await this.dispatcher.cancel(record.taskId, record.queue, reason, record.principal);
+    // A task whose run never started (a delayed start not reached, §33.1) has its job removed, not promoted.
+    const started = record.attempt !== undefined;
+    await this.dispatcher.cancel(record.taskId, record.queue, reason, record.principal, started);
     // A suspended job the remove could not take: woken, a worker finds the task cancelled and ends it (§12.8).
     if (record.status === 'input_required') await this.dispatcher.promote(record.taskId, record.queue);
     return {
