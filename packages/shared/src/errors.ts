@@ -53,6 +53,7 @@ export const ERROR_CODES = [
   'SUSPENDED',
   'UPSTREAM_UNAVAILABLE',
   'INVALID_PATH_VALUE',
+  'MEMORY_LIMIT',
   'INTERNAL',
 ] as const;
 

@@ -559,12 +559,7 @@ export class TaskContext implements ToolContext {
   };
 
   readonly progress = (progress: number, total?: number, message?: string): void => {
-    if (typeof progress !== 'number' || !Number.isFinite(progress)) {
-      throw new RangeError(`progress must be a finite number (got ${String(progress)})`);
-    }
-    if (total !== undefined && (typeof total !== 'number' || !Number.isFinite(total))) {
-      throw new RangeError(`total must be a finite number (got ${String(total)})`);
-    }
+    checkProgressArgs(progress, total);
     if (this.closed) {
       this.log.debug({ progress }, 'progress after the run ended dropped');
       return;
@@ -585,14 +580,7 @@ export class TaskContext implements ToolContext {
   };
 
   readonly notify = (level: LogLevel, data: unknown, logger?: string): void => {
-    if (!(LOG_LEVELS as readonly unknown[]).includes(level)) {
-      throw new TypeError(`ctx.notify: level must be one of ${LOG_LEVELS.join(', ')} (got ${String(level)})`);
-    }
-    const json = JSON.stringify(data ?? null) as string | undefined;
-    if (json === undefined) throw new TypeError('ctx.notify: data must be a JSON value');
-    if (Buffer.byteLength(json) > MAX_LOG_BYTES) {
-      throw new RangeError(`ctx.notify: data is over ${MAX_LOG_BYTES} bytes as JSON`);
-    }
+    checkNotifyArgs(level, data);
     if (this.closed) {
       this.log.debug({ level }, 'log message after the run ended dropped');
       return;
@@ -849,6 +837,37 @@ export class TaskContext implements ToolContext {
       )
       .finally(() => this.writes.delete(write));
     this.writes.add(write);
+  }
+}
+
+/**
+ * What `ctx.progress` checks before anything is sent, in the worker's thread and in an isolated run's child alike
+ * (PROTOCOL.md §31.2).
+ *
+ * @throws RangeError when `progress` or `total` is not a finite number.
+ */
+export function checkProgressArgs(progress: number, total: number | undefined): void {
+  if (typeof progress !== 'number' || !Number.isFinite(progress)) {
+    throw new RangeError(`progress must be a finite number (got ${String(progress)})`);
+  }
+  if (total !== undefined && (typeof total !== 'number' || !Number.isFinite(total))) {
+    throw new RangeError(`total must be a finite number (got ${String(total)})`);
+  }
+}
+
+/**
+ * What `ctx.notify` checks before anything is sent, as `checkProgressArgs`.
+ *
+ * @throws TypeError when `level` is not an MCP log level or `data` no JSON value; RangeError when `data` is too big.
+ */
+export function checkNotifyArgs(level: unknown, data: unknown): void {
+  if (!(LOG_LEVELS as readonly unknown[]).includes(level)) {
+    throw new TypeError(`ctx.notify: level must be one of ${LOG_LEVELS.join(', ')} (got ${String(level)})`);
+  }
+  const json = JSON.stringify(data ?? null) as string | undefined;
+  if (json === undefined) throw new TypeError('ctx.notify: data must be a JSON value');
+  if (Buffer.byteLength(json) > MAX_LOG_BYTES) {
+    throw new RangeError(`ctx.notify: data is over ${MAX_LOG_BYTES} bytes as JSON`);
   }
 }
 
