@@ -143,6 +143,18 @@ describe('§31.2 the child’s ctx', () => {
     expect([ctx.taskId, ctx.attempt, ctx.state.get(), ctx.answers]).toEqual(['t1', 2, { n: 1 }, { '1': 'a' }]);
   });
 
+  it('a tight loop of progress sends the newest value at most every 25 ms, and the last one before the end', () => {
+    const { ctx, sent } = child();
+    const started = Date.now();
+    for (let i = 1; i <= 100_000; i++) ctx.progress(i, 100_000);
+    const elapsed = Date.now() - started;
+    const progress = () => sent.filter((m) => m.t === 'progress');
+    expect(progress().length).toBeLessThanOrEqual(2 + elapsed / 25);
+    ctx.end({ ok: true, value: 'done' });
+    expect(progress().at(-1)).toEqual({ t: 'progress', progress: 100_000, total: 100_000 });
+    expect(sent.at(-1)).toEqual({ t: 'end', settled: { ok: true, value: 'done' } });
+  });
+
   it('sends the questions of one turn together, and rebuilds the error an answer carries', async () => {
     const { ctx, sent } = child();
     const params = { message: 'x', requestedSchema: { type: 'object' as const, properties: {} } };

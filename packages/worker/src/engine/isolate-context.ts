@@ -32,6 +32,12 @@ import {
   type Settled,
 } from './isolate-messages.js';
 
+/**
+ * At most one progress message per this many ms leaves the child (the newest value wins; the worker's own throttle,
+ * PROTOCOL.md §8, applies after it): a handler reporting in a tight loop must not flood the worker's event loop.
+ */
+const PROGRESS_MESSAGE_MS = 25;
+
 /** Sends a message to the worker; throws when the value cannot be cloned. */
 export type PostToParent = (message: ChildMessage) => void;
 
@@ -54,6 +60,10 @@ export class ChildContext implements ToolContext {
   private readonly stepFns = new Map<number, () => unknown>();
   /** Calls of this turn not yet sent: questions asked together are sent together (§12.2). */
   private queued: ChildMessage[] = [];
+  private progressSentAt = 0;
+  /** The newest progress not sent yet (within `PROGRESS_MESSAGE_MS` of the last one), and its timer. */
+  private progressPending: ChildMessage | undefined;
+  private progressTimer: NodeJS.Timeout | undefined;
 
   constructor(
     start: IsolateStart,
@@ -104,12 +114,16 @@ export class ChildContext implements ToolContext {
 
   readonly progress = (progress: number, total?: number, message?: string): void => {
     checkProgressArgs(progress, total);
-    this.send({
+    this.progressPending = {
       t: 'progress',
       progress,
       ...(total === undefined ? {} : { total }),
       ...(message === undefined ? {} : { message: String(message) }),
-    });
+    };
+    // Read at each call, not by a timer alone: a handler that never yields runs no timer, and still reports.
+    const waitMs = this.progressSentAt + PROGRESS_MESSAGE_MS - Date.now();
+    if (waitMs <= 0) this.flushProgress();
+    else this.progressTimer ??= setTimeout(() => this.flushProgress(), waitMs);
   };
 
   readonly notify = (level: LogLevel, data: unknown, logger?: string): void => {
@@ -177,6 +191,7 @@ export class ChildContext implements ToolContext {
   /** The handler's end: its value, or its error. */
   end(settled: Settled): void {
     this.flush();
+    this.flushProgress();
     this.post({ t: 'end', settled });
   }
 
@@ -215,10 +230,21 @@ export class ChildContext implements ToolContext {
     }
   }
 
-  /** Sends at once, after the calls queued before it, so the worker sees them in the order they were made. */
+  /** Sends at once, after what was made before it, so the worker sees everything in the order it was made. */
   private send(message: ChildMessage): void {
     if (this.queued.length > 0) this.flush();
+    this.flushProgress();
     this.post(message);
+  }
+
+  private flushProgress(): void {
+    clearTimeout(this.progressTimer);
+    this.progressTimer = undefined;
+    const pending = this.progressPending;
+    if (pending === undefined) return;
+    this.progressPending = undefined;
+    this.progressSentAt = Date.now();
+    this.post(pending);
   }
 
   /** Runs a step's function for the worker's real `ctx.step`, and sends its value or error back. */

@@ -153,7 +153,12 @@ export class IsolatedRun {
 
   private forkProcess(): ChildHandle {
     const { maxMemoryMb } = this.isolation;
-    const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--max-old-space-size'));
+    // The worker's flags (a loader, say) apply to its child too, but not its inspector (one port, one process) nor,
+    // when the tool sets its own, its heap size.
+    const execArgv = process.execArgv.filter(
+      (arg) =>
+        !/^--(inspect|debug)/.test(arg) && !(maxMemoryMb !== undefined && arg.startsWith('--max-old-space-size')),
+    );
     if (maxMemoryMb !== undefined) execArgv.push(`--max-old-space-size=${maxMemoryMb}`);
     const child = fork(fileURLToPath(CHILD_ENTRY), [], {
       execArgv,
