@@ -171,7 +171,11 @@ export class IsolatedRun {
       this.stderrTail = (this.stderrTail + chunk.toString()).slice(-STDERR_TAIL_BYTES);
     });
     child.on('message', (message) => this.receive(message));
-    child.on('error', (error) => this.log.warn({ err: error }, 'isolated run: child process error'));
+    child.on('error', (error) => {
+      this.log.warn({ err: error }, 'isolated run: child process error');
+      // A fork that never started emits no `close`: the run ends here.
+      if (child.pid === undefined) this.childEnded(`not started: ${error.message}`);
+    });
     // `close`, not `exit`: every message the child sent has been read by then.
     child.on('close', (code, signal) =>
       this.childEnded(code === null ? `signal ${signal ?? '?'}` : `exit code ${code}`),
