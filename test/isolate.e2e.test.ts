@@ -139,6 +139,22 @@ describe.each([
     await client.close();
   });
 
+  it('a cancel aborts the child’s signal: a handler that honours it ends by itself, long before its grace', async () => {
+    const { client, progress } = await recordingClient();
+    const token = `nap-${mode}`;
+    const taskId = await startTask(client, `nap_${mode}`, { seconds: 600 }, { progressToken: token });
+    await waitFor(() => progress.some((p) => p.progressToken === token));
+    expect((await client.experimental.tasks.cancelTask(taskId)).status).toBe('cancelled');
+    // The run ends (its handler threw CancelledError in the child) without the kill its 10 s grace would bring.
+    await waitFor(() => workerLines(taskId, 'tool stopped; task already terminal').length > 0);
+    const probe = await startTask(client, 'quick', {});
+    expect(await finalStatus(client, probe, 10_000)).toBe('completed');
+    expect(workerLines(taskId, 'isolated run did not end within killGraceMs; killing its child')).toEqual([]);
+    expect(workerLines(taskId, 'isolated run ended without a result of its own')).toEqual([]);
+    expect((await getTask(client, taskId)).status).toBe('cancelled');
+    await client.close();
+  });
+
   it('a run past maxMemoryMb is killed and its task fails with MEMORY_LIMIT, without a retry', async () => {
     const { client } = await recordingClient();
     const taskId = await startTask(client, `hog_${mode}`, {});
