@@ -18,7 +18,7 @@ import {
   type ProgressNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
-import { useStack } from './helpers/stack.js';
+import { startStack, useStack } from './helpers/stack.js';
 import { ROOT } from './helpers/processes.js';
 import { getTask, startTask } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -190,5 +190,32 @@ describe.each([
     const error = JSON.parse((await hash(failing))['error'] ?? '{}') as Record<string, unknown>;
     expect(error).toEqual({ code: 'NON_RETRYABLE', message: 'refused Ada', data: { why: 'asked to' } });
     await client.close();
+  });
+});
+
+describe('§31.3 the worker exits', () => {
+  it('a worker that exits kills its forked child, even one that never yields', async () => {
+    // A stack of its own: its one worker is stopped here.
+    const own = await startStack({ name: 'isolate-exit', workers: [workerEnv] });
+    try {
+      const client = await own.client();
+      const progress: Array<ProgressNotification['params']> = [];
+      client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+        progress.push(n.params);
+      });
+      await startTask(client, 'spin_process', { seconds: 600 }, { progressToken: 'exit' });
+      const first = await waitFor(() => progress.find((p) => p.progressToken === 'exit'));
+      const pid = Number(/pid (\d+)/.exec(String(first.message))?.[1]);
+      expect(alive(pid)).toBe(true);
+      // SIGTERM drains; a second one exits at once (main.ts), without waiting for the run.
+      const worker = own.workers[0]!;
+      worker.child.kill('SIGTERM');
+      await waitFor(() => worker.logs().some((l) => l['msg'] === 'shutting down'));
+      worker.child.kill('SIGTERM');
+      await worker.exited;
+      await waitFor(() => !alive(pid), { message: `child ${pid} outlived its worker` });
+    } finally {
+      await own.stop();
+    }
   });
 });

@@ -46,6 +46,27 @@ const LEVEL_NAMES: Record<number, 'trace' | 'debug' | 'info' | 'warn' | 'error' 
   60: 'fatal',
 };
 
+/**
+ * The forked children alive now. A worker that exits (a second signal, a crash it can see) kills them on its way out:
+ * a child busy in a loop would not see its channel close until its handler ends. Only a SIGKILL of the worker leaves
+ * such a child running to its end (PROTOCOL.md §31.3).
+ */
+const liveChildren = new Set<{ kill(signal: NodeJS.Signals): boolean }>();
+let exitHookSet = false;
+
+function trackChild(child: {
+  kill(signal: NodeJS.Signals): boolean;
+  once(event: 'close', f: () => void): unknown;
+}): void {
+  liveChildren.add(child);
+  child.once('close', () => liveChildren.delete(child));
+  if (exitHookSet) return;
+  exitHookSet = true;
+  process.once('exit', () => {
+    for (const live of liveChildren) live.kill('SIGKILL');
+  });
+}
+
 /** Calls the tool: in the worker's thread, or in a child when the tool is isolated. */
 export function callTool(tool: ToolDefinition, input: Record<string, unknown>, ctx: HostContext, log: Logger): unknown {
   if (tool.isolation === undefined) return tool.run(input, ctx);
@@ -181,6 +202,7 @@ export class IsolatedRun {
       this.childEnded(code === null ? `signal ${signal ?? '?'}` : `exit code ${code}`),
     );
     if (maxMemoryMb !== undefined && child.pid !== undefined) this.watchMemory(child.pid, maxMemoryMb);
+    trackChild(child);
     return {
       pid: child.pid,
       post: (message) => {
