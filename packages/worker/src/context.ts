@@ -610,28 +610,7 @@ export class TaskContext implements ToolContext {
     this.writes.add(write);
   };
 
-  readonly sleep = (ms: number): Promise<void> => {
-    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
-      return Promise.reject(new RangeError(`sleep needs a finite, non-negative number of ms (got ${String(ms)})`));
-    }
-    const signal = this.signal;
-    if (signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(signal)));
-    return new Promise<void>((resolve, reject) => {
-      // setImmediate for 0 so a tight `sleep(0)` loop yields without the 1 ms timer floor.
-      const clear = () => (ms === 0 ? clearImmediate(immediate) : clearTimeout(timer));
-      const onAbort = () => {
-        clear();
-        reject(new CancelledError(cancelReasonOf(signal)));
-      };
-      const done = () => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      const immediate = ms === 0 ? setImmediate(done) : undefined;
-      const timer = ms === 0 ? undefined : setTimeout(done, ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  };
+  readonly sleep = (ms: number): Promise<void> => abortableSleep(this.signal, ms);
 
   readonly throwIfCancelled = (): void => {
     if (this.signal.aborted) throw new CancelledError(cancelReasonOf(this.signal));
@@ -838,6 +817,32 @@ export class TaskContext implements ToolContext {
       .finally(() => this.writes.delete(write));
     this.writes.add(write);
   }
+}
+
+/**
+ * `ctx.sleep`: resolves after `ms`, rejects with `CancelledError` as soon as `signal` aborts; in the worker's thread
+ * and in an isolated run's child alike (PROTOCOL.md §31.2).
+ */
+export function abortableSleep(signal: AbortSignal, ms: number): Promise<void> {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    return Promise.reject(new RangeError(`sleep needs a finite, non-negative number of ms (got ${String(ms)})`));
+  }
+  if (signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(signal)));
+  return new Promise<void>((resolve, reject) => {
+    // setImmediate for 0 so a tight `sleep(0)` loop yields without the 1 ms timer floor.
+    const clear = () => (ms === 0 ? clearImmediate(immediate) : clearTimeout(timer));
+    const onAbort = () => {
+      clear();
+      reject(new CancelledError(cancelReasonOf(signal)));
+    };
+    const done = () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    const immediate = ms === 0 ? setImmediate(done) : undefined;
+    const timer = ms === 0 ? undefined : setTimeout(done, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /**

@@ -6,6 +6,7 @@
 import { Writable } from 'node:stream';
 import { createLogger, type CancelReason, type LogLevel, type Logger } from '@taskrelay/shared';
 import {
+  abortableSleep,
   checkNotifyArgs,
   checkProgressArgs,
   type AskOptions,
@@ -131,24 +132,7 @@ export class ChildContext implements ToolContext {
     this.send({ t: 'notify', level, data, ...(logger === undefined ? {} : { logger: String(logger) }) });
   };
 
-  readonly sleep = (ms: number): Promise<void> => {
-    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
-      return Promise.reject(new RangeError(`sleep needs a finite, non-negative number of ms (got ${String(ms)})`));
-    }
-    const { signal } = this;
-    if (signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(signal)));
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => {
-        clearTimeout(timer);
-        reject(new CancelledError(cancelReasonOf(signal)));
-      };
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  };
+  readonly sleep = (ms: number): Promise<void> => abortableSleep(this.signal, ms);
 
   readonly throwIfCancelled = (): void => {
     if (this.signal.aborted) throw new CancelledError(cancelReasonOf(this.signal));
