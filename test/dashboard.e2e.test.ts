@@ -2,16 +2,21 @@
  * Issue 13: the operator pages in a real browser (headless Chromium): the live tasks page shows workers with their
  * tools, queue depth, and each task's status, moving progress bar, message, principal and age; a task's detail shows
  * its timeline; bull-board lists the queue. With auth on, `/admin` needs a token. Screenshots go to `.tmp/`.
+ * Issue 34 item 7: what the pages say is true: a task's question, a batch parent's runs, why an unserved task waits,
+ * what a pool serves, and a queue whose last worker left while a job waits in it.
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { toolQueue } from '@taskrelay/shared';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { PoolCatalogSchema, createKeys, parseMessage, toolQueue } from '@taskrelay/shared';
 
 /** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
 const BUILD_QUEUE = toolQueue('default', 'build_report');
 import { chromium, type Browser, type Page } from 'playwright-core';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -21,8 +26,10 @@ import {
   startWorkerProcess,
   stopAll,
   type GatewayProcess,
+  type ManagedProcess,
 } from './helpers/processes.js';
-import { startTask } from './helpers/tasks.js';
+import { FIXTURE_WORKER } from './helpers/stack.js';
+import { getTask, startTask } from './helpers/tasks.js';
 import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
@@ -76,6 +83,22 @@ async function row(taskId: string): Promise<string[] | undefined> {
   return cells.length > 0 ? cells : undefined;
 }
 
+/** The cells of the row of `section` whose first cell is `first`, as text (read at once: the page redraws each poll). */
+async function rowOf(section: string, first: string): Promise<string[] | undefined> {
+  // No DOM types here (Node's tsconfig): the cells are read as the browser's innerText.
+  const rows: string[][] = await page.$$eval(`#${section} tbody tr`, (trs) =>
+    trs.map((tr) => Array.from(tr.children, (td) => (td as unknown as { innerText: string }).innerText)),
+  );
+  return rows.find((cells) => cells[0] === first);
+}
+
+/** A task's detail page as `term → description` text. */
+async function detailRows(): Promise<Record<string, string>> {
+  const terms = await page.locator('#task dt').allInnerTexts();
+  const values = await page.locator('#task dd').allInnerTexts();
+  return Object.fromEntries(terms.map((t, i) => [t, values[i] ?? '']));
+}
+
 describe('admin pages in Chromium', () => {
   it('show workers, queue depth and live tasks with moving progress bars, and a task timeline', async () => {
     const fast = await startTask(client, 'build_report', { report: 'sales', items: 400, delayMs: 25 });
@@ -101,7 +124,7 @@ describe('admin pages in Chromium', () => {
       .first()
       .locator('td')
       .allInnerTexts();
-    expect(queues).toEqual([BUILD_QUEUE, '1', '2', '0', '0']);
+    expect(queues).toEqual([BUILD_QUEUE, '1', '2', '0', '0', '1']);
     const queuedRow = (await row(queued))!;
     expect(queuedRow[3]).toBe('queued');
     expect(queuedRow.slice(1, 3)).toEqual(['build_report', 'working']);
@@ -153,6 +176,19 @@ describe('admin pages in Chromium', () => {
     // The running job shows with its name (the tool) once bull-board loaded the queue.
     await page.getByText('build_report').first().waitFor({ timeout: 15_000 });
     await page.screenshot({ path: join(SHOTS, 'dashboard-queues.png') });
+
+    // The dashboard's link to a queue opens that queue on bull-board.
+    await page.goto(`${admin}/tasks`);
+    await page.locator(`#queues a:text-is("${BUILD_QUEUE}")`).click();
+    await page.waitForURL(`**/admin/queues/queue/**`);
+    // bull-board shows the queue's state tabs, or says it has no such queue.
+    const missing = page.getByText(/not found/i).first();
+    await page
+      .getByText(/^prioritized$/i)
+      .first()
+      .or(missing)
+      .waitFor({ timeout: 15_000 });
+    expect(await missing.count()).toBe(0);
   });
 
   it('need a token when auth is on', async () => {
@@ -275,6 +311,172 @@ describe('admin pages in Chromium', () => {
       expect(queueRow[1]).toBe('1');
       const scrape = await (await fetch(gateway.url.replace(/\/mcp$/, '/metrics'))).text();
       expect(scrape).toMatch(/taskrelay_queue_jobs\{queue="default~nightly_report",state="prioritized"\} 1/);
+    } finally {
+      r.disconnect();
+    }
+  });
+});
+
+describe('admin pages tell the truth (issue 34 item 7)', () => {
+  /** The fixture tools' worker, on its own queue name: started and stopped by the tests below. */
+  let fixtures: ManagedProcess | undefined;
+  const ECHO_QUEUE = toolQueue('fixtures', 'echo');
+  const startFixtures = async () => {
+    fixtures = await startWorkerProcess({ ...env, ...FIXTURE_WORKER });
+  };
+  /** SIGTERM: a clean exit deletes the worker's heartbeat, so its pool has no live worker at once. */
+  const stopFixtures = async () => {
+    expect(await fixtures?.kill('SIGTERM')).toBe(0);
+    fixtures = undefined;
+  };
+  afterAll(async () => {
+    await fixtures?.kill('SIGKILL');
+  });
+
+  it('show the question a task waiting for an answer asked, in its row and on its detail', async () => {
+    const question = 'Ship release 4.2 to production?';
+    const asker = new Client(
+      { name: 'dashboard-asker', version: '0.0.0' },
+      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
+    );
+    // The question reaches this client, which never answers: the task stays input_required.
+    let asked = false;
+    asker.setRequestHandler(ElicitRequestSchema, () => {
+      asked = true;
+      return new Promise(() => undefined);
+    });
+    await asker.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+    try {
+      const taskId = await startTask(asker, 'wait_for_approval', { question });
+      await page.goto(`${admin}/tasks`);
+      await waitFor(async () => (await row(taskId))?.[2] === 'input_required', {
+        timeoutMs: 15_000,
+        message: 'the task never showed input_required',
+      });
+      expect(asked).toBe(true);
+      await waitFor(async () => (await row(taskId))?.[4]?.includes(question), {
+        timeoutMs: 5_000,
+        message: `the row never showed the question: ${JSON.stringify(await row(taskId))}`,
+      });
+      await page.goto(`${admin}/tasks/${taskId}`);
+      await waitFor(async () => (await detailRows())['status'] === 'input_required', { timeoutMs: 10_000 });
+      expect((await detailRows())['question']).toBe(question);
+      await asker.experimental.tasks.cancelTask(taskId);
+    } finally {
+      await asker.close();
+    }
+  });
+
+  it("show a batch parent's runs apart from its job's attempts", async () => {
+    const reports = Array.from({ length: 300 }, (_v, i) => `w${i}`);
+    const taskId = await startTask(client, 'batch_report', { reports, items: 3, delayMs: 20 });
+    try {
+      await page.goto(`${admin}/tasks/${taskId}`);
+      // The parent runs again for each window of children it releases: wait for a second run while its job waits.
+      const rows = await waitFor(
+        async () => {
+          const rows = await detailRows();
+          return Number.parseInt(rows['runs'] ?? '', 10) >= 2 && rows['job']?.startsWith('delayed') ? rows : undefined;
+        },
+        { timeoutMs: 30_000, message: 'the batch parent never showed a second run with its job waiting' },
+      );
+      expect(rows['runs']).toMatch(/^\d+ — a batch parent runs again for each window of children it releases$/);
+      // No retry happened: its one BullMQ attempt, not its run count.
+      expect(rows['attempt']).toBe('1 of 1');
+      expect(rows['job']).not.toMatch(/attempt/);
+      const started = (await page.locator('#timeline li').allInnerTexts()).find((t) => /\sstarted\b/.test(t));
+      expect(started).toMatch(/ — run \d+ on /);
+    } finally {
+      // Ended already when the wait above failed late: nothing to cancel then.
+      await client.experimental.tasks.cancelTask(taskId).catch(() => undefined);
+    }
+  });
+
+  it('show why a task queued for a tool no live worker serves waits, in its row and on its detail, as tasks/get says it', async () => {
+    await startFixtures();
+    await stopFixtures();
+    // The pool is remembered (PROTOCOL.md §24): its tools are still listed, and a call is accepted and queued.
+    const taskId = await startTask(client, 'echo', { hello: 'unserved' });
+    const said = await waitFor(async () => (await getTask(client, taskId)).statusMessage, {
+      timeoutMs: 5_000,
+      message: 'tasks/get never said why the task waits',
+    });
+    expect(said).toMatch(/^Waiting: no live worker serves tool echo/);
+    await page.goto(`${admin}/tasks`);
+    await waitFor(async () => (await row(taskId))?.[4] === said, {
+      timeoutMs: 10_000,
+      message: `the row never showed what tasks/get says: ${JSON.stringify(await row(taskId))}`,
+    });
+    await page.locator(`a:text-is("${taskId}")`).click();
+    await page.waitForURL(`**/admin/tasks/${taskId}`);
+    await waitFor(async () => (await detailRows())['message'] === said, {
+      timeoutMs: 10_000,
+      message: `the detail never showed what tasks/get says: ${JSON.stringify(await detailRows())}`,
+    });
+    // A cancel removes the job: its queue is empty again.
+    await client.experimental.tasks.cancelTask(taskId);
+  });
+
+  it('keep a queue whose last worker left listed, with 0 workers, while a job waits in it, until it is empty', async () => {
+    await startFixtures();
+    await stopFixtures();
+    const taskId = await startTask(client, 'echo', { hello: 'queued' });
+    await page.goto(`${admin}/tasks`);
+    const queue = await waitFor(() => rowOf('queues', ECHO_QUEUE), {
+      timeoutMs: 10_000,
+      message: 'the queue of the waiting job vanished with its last worker',
+    });
+    // queue, waiting, active, delayed, failed, live workers.
+    expect(queue).toEqual([ECHO_QUEUE, '1', '0', '0', '0', '0']);
+
+    // A worker starts: the job runs, the queue empties, and once its worker leaves again it is no longer listed.
+    await startFixtures();
+    await waitFor(async () => (await getTask(client, taskId)).status === 'completed', { timeoutMs: 15_000 });
+    await stopFixtures();
+    await waitFor(async () => (await rowOf('queues', ECHO_QUEUE)) === undefined, {
+      timeoutMs: 10_000,
+      message: 'an empty queue with no worker stayed listed',
+    });
+  });
+
+  it('show each pool with the tools and versions it serves beside its digest, a pool with no live worker too', async () => {
+    // The fixture pool is remembered with no live worker.
+    await startFixtures();
+    await stopFixtures();
+    const r = new Redis(redis.url);
+    try {
+      const remembered = Object.values(await r.hgetall(createKeys(env['TASKRELAY_PREFIX']!).pools)).map((raw) =>
+        parseMessage(PoolCatalogSchema, raw)!,
+      );
+      const live = remembered.find((p) => p.queueName === 'default')!;
+      const gone = remembered.find((p) => p.queueName === 'fixtures')!;
+      expect(live.pool).toMatch(/^default\.[0-9a-f]{12}$/);
+      expect(gone.pool).toMatch(/^fixtures\.[0-9a-f]{12}$/);
+      const served = (p: typeof live) => p.tools.map((t) => `${t.name}@${t.version}`).sort();
+      /** A row's cells, and the tools it lists (one chip each), sorted. */
+      const shown = async (selector: string) => ({
+        cells: await page.locator(`${selector} td`).allInnerTexts(),
+        tools: (await page.locator(`${selector} .tools span`).allInnerTexts()).sort(),
+      });
+      const poolRow = (pool: string) => `#pools tbody tr:has(td:first-child:text-is("${pool}"))`;
+      await page.goto(`${admin}/tasks`);
+      await waitFor(async () => (await page.locator(poolRow(live.pool)).count()) === 1, {
+        timeoutMs: 10_000,
+        message: 'the live pool is not listed',
+      });
+      const liveRow = await shown(poolRow(live.pool));
+      expect(liveRow.cells.slice(0, 2)).toEqual([live.pool, '1']);
+      expect(liveRow.tools).toEqual(served(live));
+      const goneRow = await shown(poolRow(gone.pool));
+      expect(goneRow.cells.slice(0, 2)).toEqual([gone.pool, '0']);
+      expect(goneRow.tools).toEqual(served(gone));
+      expect(goneRow.cells[3]).toMatch(/^\d+(s|m \d+s) ago$/);
+      // A worker's row names its pool beside the same tools.
+      const worker = await shown('#workers tbody tr:first-child');
+      // Named by its TASKRELAY_QUEUE with the digest beside (`default` then `pool <digest>`).
+      expect(worker.cells[1]).toMatch(new RegExp(`^${live.queueName}\\s*pool ${live.pool.slice(-12)}$`));
+      expect(worker.tools).toEqual(served(live));
+      await page.screenshot({ path: join(SHOTS, 'dashboard-pools.png'), fullPage: true });
     } finally {
       r.disconnect();
     }

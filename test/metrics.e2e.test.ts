@@ -1,6 +1,7 @@
 /**
  * Issue 13: Prometheus metrics on the gateway (`/metrics`) and on a worker (`WORKER_METRICS_PORT`): tasks created and
- * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency.
+ * ended by tool and status, durations, queue depth, live tasks, worker slots, queue wait and cancel latency. Issue 34
+ * item 7: a queue whose last worker left is still reported, with 0 workers, while a job waits in it.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { toolQueue } from '@taskrelay/shared';
@@ -10,7 +11,7 @@ const BUILD_QUEUE = toolQueue('default', 'build_report');
 import getPort from 'get-port';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { useStack } from './helpers/stack.js';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { WORKER_MAIN, readMetric, spawnNode } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
@@ -31,6 +32,19 @@ beforeAll(async () => {
 });
 
 const g = (name: string, labels: Record<string, string> = {}) => readMetric(stack.gateway.url, name, labels);
+/** Jobs waiting in `queue`: queued with their fair-share priority (PROTOCOL §25), BullMQ counts them as prioritized. */
+const queuedJobs = async (queue: string) =>
+  (await g('taskrelay_queue_jobs', { queue, state: 'waiting' })) +
+  (await g('taskrelay_queue_jobs', { queue, state: 'prioritized' }));
+/** The gateway's series of `name` whose labels include `labels`, as `{labels} value` lines (absent: none). */
+async function series(name: string, labels: Record<string, string>): Promise<string[]> {
+  const text = await (await fetch(stack.gateway.url.replace(/\/mcp$/, '/metrics'))).text();
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`) && wanted.every((w) => l.includes(w)))
+    .map((l) => l.slice(name.length));
+}
 const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);
 const tool = 'build_report';
 
@@ -66,11 +80,7 @@ describe('metrics', () => {
     expect(await w('taskrelay_worker_slots', { state: 'idle' })).toBe(0);
     // Concurrency 1: a second task waits in the queue.
     const queued = await startTask(client, 'build_report', { report: 'm', items: 1, delayMs: 0 });
-    // Queued with its fair-share priority (PROTOCOL §25): BullMQ counts it as prioritized.
-    const queuedJobs = async () =>
-      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'waiting' })) +
-      (await g('taskrelay_queue_jobs', { queue: BUILD_QUEUE, state: 'prioritized' }));
-    await waitFor(async () => (await queuedJobs()) === 1, {
+    await waitFor(async () => (await queuedJobs(BUILD_QUEUE)) === 1, {
       timeoutMs: 5_000,
       message: 'queue depth never showed the waiting job',
     });
@@ -97,6 +107,37 @@ describe('metrics', () => {
       timeoutMs: 5_000,
       message: 'live tasks never dropped to 0',
     });
+  });
+
+  it('keep reporting a queue whose last worker left while a job waits in it, with 0 workers, until it is empty', async () => {
+    const echoQueue = toolQueue('fixtures', 'echo');
+    const fixtures = await stack.addWorker(FIXTURE_WORKER);
+    await waitFor(async () => (await series('taskrelay_workers_live', { queue: echoQueue })).length === 1, {
+      timeoutMs: 5_000,
+      message: 'the fixture worker was never counted',
+    });
+    // SIGTERM: a clean exit deletes its heartbeat, so the queue has no live worker at once.
+    expect(await fixtures.kill('SIGTERM')).toBe(0);
+    // Its pool is remembered (PROTOCOL.md §24): the call is accepted and waits in the queue.
+    const taskId = await startTask(client, 'echo', { hello: 'queued' });
+    await waitFor(async () => (await queuedJobs(echoQueue)) === 1, {
+      timeoutMs: 5_000,
+      message: 'the queue of the waiting job vanished from /metrics with its last worker',
+    });
+    expect(await series('taskrelay_workers_live', { queue: echoQueue })).toEqual(['{queue="fixtures~echo"} 0']);
+
+    // A worker starts and runs it; once the queue is empty and its worker gone, the queue is no longer reported.
+    const again = await stack.addWorker(FIXTURE_WORKER);
+    await waitFor(async () => (await client.experimental.tasks.getTask(taskId)).status === 'completed', {
+      timeoutMs: 15_000,
+      message: 'the queued task never ran',
+    });
+    expect(await again.kill('SIGTERM')).toBe(0);
+    await waitFor(async () => (await series('taskrelay_queue_jobs', { queue: echoQueue })).length === 0, {
+      timeoutMs: 5_000,
+      message: 'an empty queue with no worker stayed reported',
+    });
+    expect(await series('taskrelay_workers_live', { queue: echoQueue })).toEqual([]);
   });
 
   it('name every metric of both processes taskrelay_*', async () => {

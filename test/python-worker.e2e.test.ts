@@ -4,6 +4,8 @@
  * tools) and Python workers serving test/fixtures/python_tools.py. Skipped, with one line, when no Python with
  * taskrelay-worker is installed (`npm test` and `.ci/run` make `.venv` when Python 3.11+ is present).
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,7 +30,7 @@ import {
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
-import { startTask, taskResult } from './helpers/tasks.js';
+import { getTask, startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 import { scaled } from './helpers/load.js';
 
@@ -112,6 +114,58 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     expect(py.structuredContent).toEqual({ counted: 2, attempt: 1 });
     const failed = await taskResult(client, await startTask(client, 'py_bad', {}));
     expect(failed).toMatchObject({ isError: true, content: [{ type: 'text', text: 'bad input upstream' }] });
+  });
+
+  it('§30.4 keeps a Python tool’s ctx.log lines with its task, each with its attempt, a long one cut', async () => {
+    const taskId = await startTask(client, 'py_count', { n: 2, delay_ms: 1 });
+    await taskResult(client, taskId);
+    const res = await fetch(`${gateway.url.replace(/\/mcp$/, '')}/admin/api/tasks/${taskId}/logs`);
+    expect(res.status).toBe(200);
+    const { lines } = (await res.json()) as { lines: Array<Record<string, unknown>> };
+    expect(lines).toMatchObject([
+      { level: 'info', msg: 'counting', n: 2, attempt: 1 },
+      { level: 'warn', msg: expect.stringMatching(/^counted x+… \(cut: the line was over 2048 bytes\)$/), attempt: 1 },
+    ]);
+    // The engine's own lines (`tool started`, …) are not the tool's: they stay on stdout only.
+    expect(lines).toHaveLength(2);
+  });
+
+  it('§32 a Python tool waits on a waitpoint without a slot and resumes from a CI-style callback', async () => {
+    // The fake CI system: asked to start a pipeline, it calls the tool's waitpoint back once the run has suspended.
+    const calls: string[] = [];
+    const ci = createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      req.on('end', () => {
+        calls.push((JSON.parse(body) as { callback: string }).callback);
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((ok) => ci.listen(0, '127.0.0.1', ok));
+    try {
+      const ciUrl = `http://127.0.0.1:${(ci.address() as AddressInfo).port}/`;
+      const taskId = await startTask(client, 'py_pipeline', { ci: ciUrl });
+      await waitFor(
+        async () => (await getTask(client, taskId)).statusMessage === 'waiting for an external event (ci)',
+        { message: 'the Python run never said it waits for an external event' },
+      );
+      expect(calls).toHaveLength(1);
+      // A Python-sealed token opens on the Node gateway: one deployment key, one format.
+      const posted = await fetch(calls[0]!, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ status: 'passed' }),
+      });
+      expect(posted.status).toBe(202);
+      const result = await taskResult(client, taskId);
+      expect(result.structuredContent).toEqual({
+        outcome: { ok: true, value: { status: 'passed' } },
+        url: calls[0],
+        runs: 2,
+      });
+    } finally {
+      await new Promise((ok) => ci.close(ok));
+    }
   });
 
   it('§6 progress of parallel calls reaches each caller on its own token, in order, up to n/n', async () => {

@@ -118,6 +118,8 @@ describe('§24 a pool scales to zero and back', () => {
     expect(listing.status).toBe(0);
     const pool = /^(\S+)\tlisted\t/m.exec(listing.stdout)?.[1] ?? '';
     expect(pool).toMatch(/^default\.[0-9a-f]{12}$/);
+    // The digest is over the tools at their versions: the listing names both.
+    expect(listing.stdout).toMatch(/\tlast seen \d+ s ago\t(\w+@[0-9a-f]{12},)*build_report@[0-9a-f]{12}(,|$)/m);
 
     const refused = pools(gateway, common, 'retire', pool);
     expect(refused.status).toBe(1);

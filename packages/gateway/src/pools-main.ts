@@ -45,7 +45,9 @@ async function main(): Promise<number> {
             : now - p.lastSeenAt > config.catalogRetentionMs
               ? 'past retention'
               : 'listed';
-        process.stdout.write(`${p.pool}\t${state}\tlast seen ${ageS} s ago\t${p.tools.map((t) => t.name).join(',')}\n`);
+        // The pool's name is a digest of its tools at their versions (§24.9): name both.
+        const tools = p.tools.map((t) => (t.version === undefined ? t.name : `${t.name}@${t.version}`)).join(',');
+        process.stdout.write(`${p.pool}\t${state}\tlast seen ${ageS} s ago\t${tools}\n`);
       }
       return 0;
     }

@@ -112,6 +112,13 @@ const commonShape = {
   TASKRELAY_PREFIX: prefix.default('taskrelay'),
   LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
+  TASKRELAY_WAITPOINT_SECRET: z
+    .string()
+    .min(32, { message: 'must be at least 32 characters' })
+    .optional()
+    .describe(
+      'Key that seals waitpoint tokens (`ctx.waitpoint`, [PROTOCOL.md §32](PROTOCOL.md#32-waitpoints-a-callback-url-a-tool-waits-on)); at least 32 characters, the same on every gateway and worker. Default: a random key the first gateway or worker stores in Redis (`<prefix>:waitpoint-key`) for all to share.',
+    ),
 };
 
 const authTokens = z.string().transform((value, ctx) => {
@@ -234,6 +241,14 @@ export const gatewayEnvSchema = z.object({
       'results over 1 MiB one principal may have read at once on one gateway; each goes over a Redis connection of its own (4 per gateway, one read at a time each), never the connection every other command waits on ([PROTOCOL.md §22.5](PROTOCOL.md#22-backpressure-and-the-memory-budget)); the rest wait their turn',
     ),
   TASKRELAY_MAX_STREAM_BUFFER_BYTES: int(16_384, 1024 * 1024 * 1024).default(1_048_576),
+  TASKRELAY_PUBLIC_URL: httpUrl
+    .optional()
+    .describe(
+      'the base URL other systems reach the gateways at, for waitpoint URLs (`<base>/waitpoints/<token>`, [PROTOCOL.md §32](PROTOCOL.md#32-waitpoints-a-callback-url-a-tool-waits-on)); the same on every gateway. Default: `http://localhost:<PORT>`, announced only while no gateway announced a configured one',
+    ),
+  TASKRELAY_WAITPOINT_MAX_BYTES: int(2, 16 * 1024 * 1024)
+    .default(65_536)
+    .describe('the largest JSON body a waitpoint URL takes; a bigger one gets 413'),
   TASKRELAY_MEMORY_BUDGET_BYTES: int(1_048_576, 1024 * 1024 * 1024 * 1024).default(536_870_912),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
   TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
@@ -288,6 +303,8 @@ export interface CommonConfig {
   logLevel: (typeof LOG_LEVELS)[number];
   /** Per-task progress throttle interval. Default 50 ms (about 20 updates per second). */
   progressIntervalMs: number;
+  /** `TASKRELAY_WAITPOINT_SECRET`: seals waitpoint tokens (PROTOCOL.md §32.2); undefined: a key kept in Redis. */
+  waitpointSecret?: string | undefined;
 }
 
 export interface GatewayConfig extends CommonConfig {
@@ -364,6 +381,10 @@ export interface GatewayConfig extends CommonConfig {
   maxStreamBufferBytes: number;
   /** `TASKRELAY_REQUEST_STATE_SECRET`: signs MRTR `requestState` (PROTOCOL.md §17.2); undefined: a key kept in Redis. */
   requestStateSecret?: string | undefined;
+  /** `TASKRELAY_PUBLIC_URL`: the base of waitpoint URLs (PROTOCOL.md §32.2); undefined: `http://localhost:<port>`. */
+  publicUrl?: string | undefined;
+  /** The largest JSON body a waitpoint URL takes, in bytes. Default 64 KiB. */
+  waitpointMaxBytes: number;
   /**
    * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams, SSE send
    * buffers); past it the largest stream buffers of the principal holding the most are closed, then the least recently
@@ -470,6 +491,7 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     prefix: parsed.TASKRELAY_PREFIX,
     logLevel: parsed.LOG_LEVEL,
     progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
+    waitpointSecret: parsed.TASKRELAY_WAITPOINT_SECRET,
   };
 }
 
@@ -514,6 +536,9 @@ const GATEWAY_ENV_NAMES = {
   maxLargeReadsPerPrincipal: 'TASKRELAY_MAX_LARGE_READS_PER_PRINCIPAL',
   maxStreamBufferBytes: 'TASKRELAY_MAX_STREAM_BUFFER_BYTES',
   requestStateSecret: 'TASKRELAY_REQUEST_STATE_SECRET',
+  waitpointSecret: 'TASKRELAY_WAITPOINT_SECRET',
+  publicUrl: 'TASKRELAY_PUBLIC_URL',
+  waitpointMaxBytes: 'TASKRELAY_WAITPOINT_MAX_BYTES',
   memoryBudgetBytes: 'TASKRELAY_MEMORY_BUDGET_BYTES',
 } as const satisfies Partial<Record<keyof GatewayConfig, keyof typeof gatewayEnvSchema.shape>>;
 

@@ -21,5 +21,6 @@ export * from './task-store.js';
 export * from './tracing.js';
 export * from './tool-controls.js';
 export * from './tool-limit-store.js';
+export * from './waitpoints.js';
 export * from './webhook-limits.js';
 export * from './webhook-outbox.js';

@@ -30,6 +30,10 @@ export interface Keys {
   readonly reaperLease: string;
   /** String: the random key that signs MRTR `requestState` when no secret is configured (PROTOCOL.md §17.2). */
   readonly requestStateKey: string;
+  /** String: the random key waitpoint tokens are sealed with when no secret is configured (PROTOCOL.md §32.2). */
+  readonly waitpointKey: string;
+  /** String: the gateways' public base URL, which workers put in front of a waitpoint's token (PROTOCOL.md §32.2). */
+  readonly publicUrl: string;
   /** String: the task id one principal's idempotency key stands for. */
   idempotency(principal: string, key: string): string;
   /** Sorted set of live worker ids, scored by heartbeat expiry (ms since epoch). */
@@ -136,6 +140,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     audit: `${prefix}:audit`,
     reaperLease: `${prefix}:reaper:lease`,
     requestStateKey: `${prefix}:request-state-key`,
+    waitpointKey: `${prefix}:waitpoint-key`,
+    publicUrl: `${prefix}:config:public-url`,
     idempotency: (principal, key) => `${prefix}:idem:${encodeURIComponent(principal)}:${encodeURIComponent(key)}`,
     dedupe: (principal, mode, tool, digest) =>
       `${prefix}:dedupe:${encodeURIComponent(principal)}:${mode}:${encodeURIComponent(tool)}:${digest}`,

@@ -38,6 +38,12 @@ export enum ResultCode {
   VERSION_OTHER = -14,
   /** A per-key or shared limit has no room now (PROTOCOL.md §3.5): the wait in ms follows. */
   LIMIT_FULL = -15,
+  /** No waitpoint of the task with that token (PROTOCOL.md §32.4). */
+  WAITPOINT_UNKNOWN = -16,
+  /** The waitpoint was called already: single use. */
+  WAITPOINT_USED = -17,
+  /** The waitpoint timed out before it was called. */
+  WAITPOINT_EXPIRED = -18,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

@@ -244,6 +244,25 @@ export const SCRIPTS = {
     args: ['maxLen', 'lines'],
     codes: [OK, ResultCode.TASK_MISSING],
   }),
+  waitpointOpen: spec({
+    name: 'waitpointOpen',
+    keys: ['task', 'lock'],
+    args: ['lockToken', 'field', 'token', 'timeoutMs'],
+    codes: [OK, ResultCode.TASK_MISSING, ResultCode.TASK_TERMINAL, ResultCode.LOCK_LOST],
+  }),
+  waitpointResolve: spec({
+    name: 'waitpointResolve',
+    keys: ['task'],
+    args: ['field', 'token', 'value'],
+    codes: [
+      OK,
+      ResultCode.TASK_MISSING,
+      ResultCode.TASK_TERMINAL,
+      ResultCode.WAITPOINT_UNKNOWN,
+      ResultCode.WAITPOINT_USED,
+      ResultCode.WAITPOINT_EXPIRED,
+    ],
+  }),
   tag: spec({
     name: 'tag',
     keys: ['task', 'lock'],

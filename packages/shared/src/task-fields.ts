@@ -73,4 +73,6 @@ export type TaskField = (typeof TASK_FIELDS)[keyof typeof TASK_FIELDS];
 export const TASK_FIELD_PREFIXES = {
   input: 'input:',
   answer: 'answer:',
+  /** `wp:<name>`: a waitpoint the tool opened (PROTOCOL.md §32), JSON `{token, timeoutAt, state[, completedAt, value]}`. */
+  waitpoint: 'wp:',
 } as const;

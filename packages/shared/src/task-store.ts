@@ -3,7 +3,7 @@ import { TaskrelayError, type SerializedError } from './errors.js';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
-import type { StatusEvent } from './messages.js';
+import { parseMessage, type StatusEvent } from './messages.js';
 import { ResultCode } from './script-results.js';
 import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript } from './scripts.js';
 
@@ -12,6 +12,7 @@ const GENERATION_KEPT_MS = 30 * 86_400_000;
 
 export type { JobAddScript } from './scripts.js';
 import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
+import { WaitpointRecordSchema, type WaitpointRecord } from './waitpoints.js';
 import {
   MAX_TAGS,
   TASK_STATUSES,
@@ -598,23 +599,37 @@ export class RedisTaskStore {
 
   /**
    * Many tasks in one round trip, for operators' views: missing ones skipped, in the order given. The result is left
-   * out (a page shows none, and many large ones read at once would hold Redis up, §22.5); `get` reads one whole.
+   * out (a page shows none, and many large ones read at once would hold Redis up, §22.5); `get` reads one whole. Of
+   * the input requests (§12.2), only those waiting for an answer are read (`inputRequests` holds just them), in a
+   * second round trip made only when some task waits for one.
    */
   async summaries(taskIds: readonly string[]): Promise<TaskRecord[]> {
     if (taskIds.length === 0) return [];
-    const fields = SUMMARY_FIELDS;
+    const hashes = await this.readFields(taskIds.map((id) => ({ id, fields: SUMMARY_FIELDS })));
+    const asking = hashes.flatMap((h) => {
+      const pending = h[F.pendingInput]?.split(',').filter(Boolean) ?? [];
+      const fields = pending.map((n) => `${TASK_FIELD_PREFIXES.input}${n}`);
+      return fields.length > 0 ? [{ h, id: h[F.taskId] ?? '', fields }] : [];
+    });
+    if (asking.length > 0) {
+      const questions = await this.readFields(asking);
+      asking.forEach(({ h }, i) => Object.assign(h, questions[i]));
+    }
+    return hashes.map((h) => parseRecord(h)).filter((record) => record !== undefined);
+  }
+
+  /** Some fields of each task hash, in one round trip: each as a hash of the fields present (empty when missing). */
+  private async readFields(reads: ReadonlyArray<{ id: string; fields: readonly string[] }>) {
     const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hmget(this.keys.task(id), ...fields);
-    const records: TaskRecord[] = [];
-    for (const [, value] of (await pipeline.exec()) ?? []) {
+    for (const { id, fields } of reads) pipeline.hmget(this.keys.task(id), ...fields);
+    const replies = (await pipeline.exec()) ?? [];
+    return reads.map(({ fields }, at) => {
       const h: Record<string, string> = {};
-      ((value as Array<string | null> | null) ?? []).forEach((v, i) => {
+      ((replies[at]?.[1] as Array<string | null> | null) ?? []).forEach((v, i) => {
         if (v !== null) h[fields[i] as string] = v;
       });
-      const record = parseRecord(h);
-      if (record) records.push(record);
-    }
-    return records;
+      return h;
+    });
   }
 
   /** Live tasks counted by tool and status, from two fields of each of at most `limit` live tasks. */
@@ -949,6 +964,64 @@ export class RedisTaskStore {
   /** A task-mode task's arguments as its call sent them (JSON, PROTOCOL.md §30.2), while the task is kept. */
   async getArguments(taskId: string): Promise<string | undefined> {
     return (await this.redis.get(this.keys.taskArguments(taskId))) ?? undefined;
+  }
+
+  /**
+   * Opens waitpoint `name` of a running task (PROTOCOL.md §32.1), lock-checked: the stored one when an earlier run
+   * opened it (ended as `timedOut` here once past its time), else a new one with `token` that waits `timeoutMs`.
+   */
+  async openWaitpoint(
+    taskId: string,
+    lock: JobLock,
+    name: string,
+    token: string,
+    timeoutMs: number,
+  ): Promise<{ ok: true; record: WaitpointRecord } | { ok: false; reason: 'gone' | 'lock_lost' }> {
+    const reply = await this.scripts.call(SCRIPTS.waitpointOpen, {
+      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      args: { lockToken: lock.token, field: `${TASK_FIELD_PREFIXES.waitpoint}${name}`, token, timeoutMs },
+    });
+    if (reply.code === ResultCode.LOCK_LOST) return { ok: false, reason: 'lock_lost' };
+    if (reply.code !== ResultCode.OK) return { ok: false, reason: 'gone' };
+    const record = parseMessage(WaitpointRecordSchema, String(reply.values[0]));
+    if (!record) throw new TaskrelayError('INTERNAL', `waitpoint ${name} of task ${taskId} is not a waitpoint record`);
+    return { ok: true, record };
+  }
+
+  /** Waitpoint `name` of a task as stored, if any. */
+  async readWaitpoint(taskId: string, name: string): Promise<WaitpointRecord | undefined> {
+    const raw = await this.redis.hget(this.keys.task(taskId), `${TASK_FIELD_PREFIXES.waitpoint}${name}`);
+    return raw === null ? undefined : parseMessage(WaitpointRecordSchema, raw);
+  }
+
+  /**
+   * A waitpoint's URL was called with `value` (JSON text the caller checked; PROTOCOL.md §32.4). `queue`, when
+   * stored: the task's job queue, whose delayed job the caller promotes.
+   */
+  async resolveWaitpoint(
+    taskId: string,
+    name: string,
+    token: string,
+    value: string,
+  ): Promise<{ ok: true; queue: string } | { ok: false; reason: 'gone' | 'ended' | 'unknown' | 'used' | 'expired' }> {
+    const reply = await this.scripts.call(SCRIPTS.waitpointResolve, {
+      keys: { task: this.keys.task(taskId) },
+      args: { field: `${TASK_FIELD_PREFIXES.waitpoint}${name}`, token, value },
+    });
+    switch (reply.code) {
+      case ResultCode.OK:
+        return { ok: true, queue: typeof reply.values[0] === 'string' ? reply.values[0] : '' };
+      case ResultCode.TASK_TERMINAL:
+        return { ok: false, reason: 'ended' };
+      case ResultCode.WAITPOINT_UNKNOWN:
+        return { ok: false, reason: 'unknown' };
+      case ResultCode.WAITPOINT_USED:
+        return { ok: false, reason: 'used' };
+      case ResultCode.WAITPOINT_EXPIRED:
+        return { ok: false, reason: 'expired' };
+      default:
+        return { ok: false, reason: 'gone' };
+    }
   }
 
   /**

@@ -41,3 +41,11 @@ def test_a_cluster_or_sentinels_replace_redis_url():
     assert config.redis.cluster_nodes == (("10.0.0.1", 7000), ("::1", 7001))
     sentinel = load_config({**BASE, "REDIS_SENTINELS": "s1:26379", "REDIS_SENTINEL_NAME": "mymaster"})
     assert sentinel.redis.sentinels == (("s1", 26379),) and sentinel.redis.sentinel_name == "mymaster"
+
+
+def test_waitpoint_secret_is_read_and_a_short_one_refused():
+    base = {"REDIS_URL": "redis://127.0.0.1:6379", "TASKRELAY_TOOLS": "tools.py"}
+    assert load_config(base).waitpoint_secret is None
+    assert load_config({**base, "TASKRELAY_WAITPOINT_SECRET": "s" * 32}).waitpoint_secret == "s" * 32
+    with pytest.raises(ConfigError, match="TASKRELAY_WAITPOINT_SECRET must be at least 32 characters"):
+        load_config({**base, "TASKRELAY_WAITPOINT_SECRET": "short"})

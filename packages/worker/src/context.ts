@@ -1,9 +1,14 @@
 import { z } from 'zod';
 import {
   Coalescer,
+  DEFAULT_WAITPOINT_TIMEOUT_MS,
   LOG_LEVELS,
   MAX_TAGS,
+  MAX_WAITPOINT_TIMEOUT_MS,
+  MIN_WAITPOINT_TIMEOUT_MS,
   TaskrelayError,
+  WAITPOINT_NAME,
+  waitpointMessage,
   isRedisUnavailableError,
   questionIdentity,
   tagsProblem,
@@ -16,6 +21,7 @@ import {
   type RedisTaskStore,
   type TaskRecord,
   type ToolResult,
+  type WaitpointRecord,
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
 import { MAX_PROGRESS_MESSAGE_BYTES, boundedText, wellFormedJson, wellFormedText } from './well-formed.js';
@@ -137,7 +143,34 @@ export const MAX_LOG_BYTES = 65_536;
  * Why and until when a run suspended (PROTOCOL.md §12). `batch`: the run waits for its children (§26), and checks after
  * it is delayed whether they are done already.
  */
-export type Suspension = { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number; batch?: true };
+export type Suspension =
+  { kind: 'input'; n: number; until: number } | { kind: 'time'; until: number; batch?: true; waitpoint?: string };
+
+/** A waitpoint a tool opened (`ctx.waitpoint`, PROTOCOL.md §32). */
+export interface Waitpoint {
+  readonly name: string;
+  /** What the other system POSTs a JSON body to: no credentials needed, single use, says nothing of the task. */
+  readonly url: string;
+  /** When `wait()` gives up. */
+  readonly timeoutAt: Date;
+  /**
+   * The body the URL was called with, or a timeout. Suspends the run while neither has happened yet.
+   * @throws SuspendedError (as a rejection) while it waits: let it propagate.
+   */
+  wait(): Promise<WaitpointOutcome>;
+}
+
+export type WaitpointOutcome = { ok: true; value: unknown } | { ok: false; reason: 'timeout' };
+
+/** Opens a task's waitpoints for `ctx.waitpoint` (the worker engine's, with the deployment's key and public URL). */
+export interface WaitpointHost {
+  open(
+    taskId: string,
+    lock: JobLock,
+    name: string,
+    timeoutMs: number,
+  ): Promise<{ ok: true; record: WaitpointRecord; url: string } | { ok: false; reason: 'gone' | 'lock_lost' }>;
+}
 
 /** How `ctx.fanOut` runs the children (PROTOCOL.md §26.1). */
 export interface FanOutOptions {
@@ -282,6 +315,15 @@ export interface ToolContext {
    * between (a poll every few minutes for hours). Always rejects with `SuspendedError`: let it propagate.
    */
   suspend(options: { forMs: number }): Promise<never>;
+  /**
+   * A URL another system calls to resume this tool (PROTOCOL.md §32): a CI pipeline's callback, a payment's webhook.
+   * The same URL for `name` on every run of the task: hand `wp.url` out, then `await wp.wait()`, which suspends the
+   * run (no slot held; the task says it waits for an external event) until the URL is POSTed a JSON body or
+   * `timeoutMs` (default 24 h, 1 s to 30 days) passes, and then resolves on the next run. Single use per name.
+   *
+   * @throws RangeError for a bad name or timeout; TaskrelayError `INTERNAL` when the deployment has no waitpoints.
+   */
+  waitpoint(name: string, options?: { timeoutMs?: number }): Promise<Waitpoint>;
   /** The answers to this task's input requests so far, by request number (`'1'`, `'2'`, ...). */
   readonly answers: Readonly<Record<string, unknown>>;
   /**
@@ -325,6 +367,8 @@ export interface TaskContextOptions {
   queueTimeoutMs?: number;
   /** The batch engine behind `ctx.fanOut` (§26); without it `fanOut` throws. */
   batch?: FanOutHost;
+  /** Waitpoints (§32); without it `waitpoint` throws. */
+  waitpoints?: WaitpointHost;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
   onProgressCoalesced?: () => void;
   onProgressWritten?: () => void;
@@ -349,6 +393,7 @@ export class TaskContext implements ToolContext {
   private lastProgress: number | undefined;
   private closed = false;
   private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> | undefined;
+  private readonly waitpointHost: WaitpointHost | undefined;
   private readonly inputTimeoutMs: number;
   private readonly queueTimeoutMs: number;
   private readonly clientCapabilities: readonly string[] | undefined;
@@ -405,6 +450,7 @@ export class TaskContext implements ToolContext {
     this.clientCapabilities = options.record?.clientCapabilities;
     this.record = options.record;
     this.fanOutHost = options.batch;
+    this.waitpointHost = options.waitpoints;
     this.stateValue = options.record?.state;
     this.steps = { ...options.record?.steps };
     this.storedSteps = new Set(Object.keys(this.steps));
@@ -509,6 +555,47 @@ export class TaskContext implements ToolContext {
     this.suspension ??= { kind: 'time', until };
     throw new SuspendedError();
   };
+
+  readonly waitpoint = async (name: string, options?: { timeoutMs?: number }): Promise<Waitpoint> => {
+    if (typeof name !== 'string' || !WAITPOINT_NAME.test(name)) {
+      throw new RangeError(`ctx.waitpoint: the name must be 1-64 of A-Z a-z 0-9 . _ : - (got ${String(name)})`);
+    }
+    const timeoutMs = options?.timeoutMs ?? DEFAULT_WAITPOINT_TIMEOUT_MS;
+    if (
+      !Number.isSafeInteger(timeoutMs) ||
+      timeoutMs < MIN_WAITPOINT_TIMEOUT_MS ||
+      timeoutMs > MAX_WAITPOINT_TIMEOUT_MS
+    ) {
+      throw new RangeError(
+        `ctx.waitpoint: timeoutMs must be an integer from 1000 to 30 days (got ${String(timeoutMs)})`,
+      );
+    }
+    this.throwIfSuspended();
+    this.throwIfCancelled();
+    if (!this.waitpointHost) throw new TaskrelayError('INTERNAL', 'ctx.waitpoint is not available in this context');
+    const opened = await this.waitpointHost.open(this.taskId, this.requireLock(), name, timeoutMs);
+    if (!opened.ok) {
+      if (opened.reason === 'lock_lost') this.onLockLost?.();
+      throw new CancelledError(opened.reason === 'lock_lost' ? 'LOCK_LOST' : cancelReasonOf(this.signal));
+    }
+    const { record, url } = opened;
+    return { name, url, timeoutAt: new Date(record.timeoutAt), wait: () => this.waitOn(name, record) };
+  };
+
+  /** A waitpoint's outcome when it has one, else the run suspends until it is called or times out (§32.3). */
+  private async waitOn(name: string, record: WaitpointRecord): Promise<WaitpointOutcome> {
+    if (record.state === 'completed') return { ok: true, value: record.value };
+    if (record.state === 'timedOut') return { ok: false, reason: 'timeout' };
+    this.throwIfSuspended();
+    this.throwIfCancelled();
+    const outcome = await this.requireDurable('waitpoint').suspend(this.taskId, this.requireLock(), {
+      deadlineAt: record.timeoutAt + this.queueTimeoutMs,
+      statusMessage: waitpointMessage(name),
+    });
+    this.settleSuspend(outcome);
+    this.suspension ??= { kind: 'time', until: record.timeoutAt, waitpoint: name };
+    throw new SuspendedError();
+  }
 
   readonly fanOut = async (
     items: ReadonlyArray<Record<string, unknown>>,

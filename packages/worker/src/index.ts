@@ -11,6 +11,8 @@ export type {
   StepOptions,
   ToolContext,
   ToolState,
+  Waitpoint,
+  WaitpointOutcome,
 } from './context.js';
 export { CancelledError, NonRetryableError, ProtocolError, RetryAfterError, SuspendedError } from './errors.js';
 export { startWorker } from './worker.js';

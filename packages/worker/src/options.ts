@@ -59,6 +59,11 @@ export interface WorkerOptions {
   cancelSweepMs?: number;
   /** This worker's id in the catalog. Default `<hostname>-<pid>-<random hex>`. */
   workerId?: string;
+  /**
+   * Seals waitpoint tokens (`ctx.waitpoint`, PROTOCOL.md §32.2); at least 32 characters, the same on every gateway and
+   * worker (`TASKRELAY_WAITPOINT_SECRET`). Default: a random key the first gateway or worker stores in Redis.
+   */
+  waitpointSecret?: string;
   /** pino logger. Default: `createLogger('worker')` (JSON lines on stdout, level from `LOG_LEVEL`). */
   logger?: Logger;
   /** Where this worker counts its runs, waits, cancels and slots. Default: a new `WorkerMetrics` of its own. */
@@ -87,6 +92,7 @@ export interface ResolvedWorkerOptions {
   abortGraceMs: number;
   cancelSweepMs: number;
   workerId: string;
+  waitpointSecret: string | undefined;
   logger: Logger;
   metrics: WorkerMetrics;
 }
@@ -108,6 +114,7 @@ const WorkerOptionsSchema = z
       .array(z.custom<ToolDefinition>(isToolDefinition, { message: 'must hold tool definitions made by defineTool' }))
       .min(1, { message: 'must list at least one tool' }),
     workerId: z.string().trim().regex(/^\S+$/, { message: 'must be non-empty without spaces' }).optional(),
+    waitpointSecret: z.string().min(32, { message: 'must be at least 32 characters' }).optional(),
     logger: z
       .custom<Logger>((v) => typeof v === 'object' && v !== null && typeof (v as Logger).child === 'function', {
         message: 'must be a pino logger',
@@ -151,6 +158,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     abortGraceMs: o.abortGraceMs,
     cancelSweepMs: o.cancelSweepMs,
     workerId: o.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+    waitpointSecret: o.waitpointSecret,
     logger: o.logger ?? createLogger('worker'),
     metrics: o.metrics ?? new WorkerMetrics(),
   };

@@ -170,6 +170,22 @@ describe('§31.2 the child’s ctx', () => {
     expect(ctx.answers).toEqual({ '2': 'b' });
   });
 
+  it('opens a waitpoint through the worker, and its wait() is a call by the waitpoint’s name', async () => {
+    const { ctx, sent } = child();
+    const opening = ctx.waitpoint('ci', { timeoutMs: 60_000 });
+    await Promise.resolve();
+    expect(sent.at(-1)).toEqual({ t: 'call', id: 1, method: 'waitpoint', args: ['ci', { timeoutMs: 60_000 }] });
+    const timeoutAt = new Date(Date.now() + 60_000);
+    ctx.receive({ t: 'reply', id: 1, settled: { ok: true, value: { name: 'ci', url: 'https://x/w/1', timeoutAt } } });
+    const waitpoint = await opening;
+    expect(waitpoint).toMatchObject({ name: 'ci', url: 'https://x/w/1', timeoutAt });
+    const waiting = waitpoint.wait();
+    await Promise.resolve();
+    expect(sent.at(-1)).toEqual({ t: 'call', id: 2, method: 'waitpoint.wait', args: ['ci'] });
+    ctx.receive({ t: 'reply', id: 2, settled: { ok: true, value: { ok: true, value: { green: true } } } });
+    expect(await waiting).toEqual({ ok: true, value: { green: true } });
+  });
+
   it('runs a step’s function when the worker asks, and its signal aborts with the worker’s reason', async () => {
     const { ctx, sent } = child();
     const step = ctx.step('s', () => 41 + 1);

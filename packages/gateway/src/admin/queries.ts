@@ -10,19 +10,30 @@ import {
   type RedisClient,
   WorkerCatalogSchema,
   parseMessage,
-  PoolCatalogSchema,
   readToolControls,
   catalogQueueName,
   toolQueue,
+  type InputRequest,
   type Keys,
   type RedisTaskStore,
   type TaskRecord,
   type WorkerCatalog,
 } from '@taskrelay/shared';
+import { rememberedPools, withWaitingReason, type ToolCatalog } from '../tasks/catalog.js';
 
 /** BullMQ job states counted per queue. */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed'] as const;
 export type QueueState = (typeof QUEUE_STATES)[number];
+/** The states of a job still to run or running: a queue holding one is shown, live worker or not. */
+const UNFINISHED_STATES = QUEUE_STATES.filter((state) => state !== 'failed');
+
+/** One tool queue as the operator pages and `/metrics` show it. */
+export interface QueueView {
+  queue: string;
+  counts: Record<QueueState, number>;
+  /** Live workers consuming it: 0 for a queue whose last worker left with jobs still in it. */
+  workers: number;
+}
 
 /** Live tasks read at most per call: the live set can be large, a page must not be. */
 export const MAX_LIVE_TASKS = 1_000;
@@ -30,6 +41,20 @@ export const MAX_LIVE_TASKS = 1_000;
 export interface WorkerView extends WorkerCatalog {
   /** When the worker's heartbeat lapses (ms since epoch); past it the worker is no longer listed. */
   expiresAt: number;
+}
+
+/**
+ * A pool (PROTOCOL.md §3.2, §24) as the operator pages show it: its name is its `TASKRELAY_QUEUE` and a digest of its
+ * tools at their versions, so the tools and versions are shown beside it.
+ */
+export interface PoolView {
+  pool: string;
+  queueName: string;
+  tools: Array<{ name: string; version?: string }>;
+  /** Live workers of the pool: 0 for a pool remembered after its last worker left. */
+  workers: number;
+  /** The newest heartbeat of any of its workers (ms since epoch). */
+  lastSeenAt: number;
 }
 
 export interface TimelineEntry {
@@ -40,7 +65,24 @@ export interface TimelineEntry {
 
 export interface TaskDetail {
   task: TaskRecord;
-  job?: { state: string; attemptsMade: number; failedReason?: string; workerName?: string };
+  /** What the task asked and waits to be answered (`pendingQuestions`), while it is `input_required`. */
+  questions: string[];
+  /**
+   * What BullMQ still knows of the task's job. `attempt` of `attempts` counts the job's tries as the tool's retries do
+   * (a failed run that is retried is the next attempt); `attemptsMade` is BullMQ's count of tries ended. Neither counts
+   * runs: the task's `attempt` field does (a resume, a back-off, a hand-back or a batch parent's next window is a new
+   * run, not a new attempt).
+   */
+  job?: {
+    state: string;
+    attempt: number;
+    attempts: number;
+    attemptsMade: number;
+    failedReason?: string;
+    workerName?: string;
+  };
+  /** Its children's counts, when the task is a batch parent (PROTOCOL.md §26.9). */
+  batch?: BatchView;
   timeline: TimelineEntry[];
 }
 
@@ -74,12 +116,16 @@ export interface BatchView {
 export class AdminQueries {
   private readonly queues = new Map<string, Queue>();
 
-  /** @param connection a connection BullMQ may use (the gateway's queue connection); the caller closes it. */
+  /**
+   * @param connection a connection BullMQ may use (the gateway's queue connection); the caller closes it.
+   * @param catalog why an unstarted task waits, as `tasks/get` says it (`withWaitingReason`, PROTOCOL.md §3.2).
+   */
   constructor(
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
     private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts'>,
+    private readonly catalog: Pick<ToolCatalog, 'unservedReason'>,
   ) {}
 
   /** Live workers, newest heartbeat first. */
@@ -100,21 +146,34 @@ export class AdminQueries {
       .sort((a, b) => b.heartbeatAt - a.heartbeatAt);
   }
 
-  /**
-   * The queues to show: the tool queues live workers consume (one per tool and TASKRELAY_QUEUE, PROTOCOL.md §3.2), and
-   * those of pools whose last worker has gone but which the catalog retains (§24): a job can still wait there, and a
-   * queue that vanished from the page and the metrics with its last worker hid it.
-   */
+  /** Every pool with a live worker or remembered (§24, until retired or past the catalog retention), by name. */
+  async pools(): Promise<PoolView[]> {
+    const [workers, remembered] = await Promise.all([this.workers(), rememberedPools(this.redis, this.keys)]);
+    const views = new Map<string, PoolView>();
+    const served = (tools: WorkerCatalog['tools']) =>
+      tools.map(({ name, version }) => (version === undefined ? { name } : { name, version }));
+    for (const worker of workers) {
+      const view = views.get(worker.queue);
+      if (view) {
+        view.workers += 1;
+        view.lastSeenAt = Math.max(view.lastSeenAt, worker.heartbeatAt);
+      } else {
+        const queueName = catalogQueueName(worker);
+        const tools = served(worker.tools);
+        views.set(worker.queue, { pool: worker.queue, queueName, tools, workers: 1, lastSeenAt: worker.heartbeatAt });
+      }
+    }
+    for (const pool of remembered) {
+      if (views.has(pool.pool)) continue;
+      const { queueName, lastSeenAt } = pool;
+      views.set(pool.pool, { pool: pool.pool, queueName, tools: served(pool.tools), workers: 0, lastSeenAt });
+    }
+    return [...views.values()].sort((a, b) => a.pool.localeCompare(b.pool));
+  }
+
+  /** The names of the queues `queueDepths` shows. */
   async queueNames(): Promise<string[]> {
-    const names = new Set<string>();
-    for (const worker of await this.workers()) {
-      for (const tool of worker.tools) names.add(toolQueue(catalogQueueName(worker), tool.name));
-    }
-    for (const raw of Object.values(await this.redis.hgetall(this.keys.pools))) {
-      const pool = parseMessage(PoolCatalogSchema, raw);
-      for (const tool of pool?.tools ?? []) names.add(toolQueue(pool?.queueName ?? '', tool.name));
-    }
-    return [...names].sort();
+    return (await this.queueDepths()).map((view) => view.queue);
   }
 
   /**
@@ -136,9 +195,8 @@ export class AdminQueries {
     for (const worker of await this.workers()) {
       for (const tool of worker.tools) add(tool.name, toolQueue(catalogQueueName(worker), tool.name), true, tool);
     }
-    for (const raw of Object.values(await this.redis.hgetall(this.keys.pools))) {
-      const pool = parseMessage(PoolCatalogSchema, raw);
-      for (const tool of pool?.tools ?? []) add(tool.name, toolQueue(pool?.queueName ?? '', tool.name), false, tool);
+    for (const pool of await rememberedPools(this.redis, this.keys)) {
+      for (const tool of pool.tools) add(tool.name, toolQueue(pool.queueName, tool.name), false, tool);
     }
     const names = [...byName.keys()].sort();
     const queues = names.flatMap((name) => [...(byName.get(name)?.queues ?? [])]);
@@ -192,14 +250,31 @@ export class AdminQueries {
     return queue;
   }
 
-  async queueDepths(): Promise<Array<{ queue: string; counts: Record<QueueState, number> }>> {
-    const names = await this.queueNames();
-    return Promise.all(
-      names.map(async (name) => ({
-        queue: name,
-        counts: (await this.queue(name).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
+  /**
+   * The tool queues to show (PROTOCOL.md §3.2), by name, with their job counts and live workers: every queue a live
+   * worker consumes, and every queue of a remembered pool (§24) while a job is in it unfinished. So a queue whose last
+   * worker left with work in it is still shown, with 0 workers, until it is empty or its pool is forgotten (retired,
+   * or past the catalog retention).
+   */
+  async queueDepths(): Promise<QueueView[]> {
+    const [workers, pools] = await Promise.all([this.workers(), rememberedPools(this.redis, this.keys)]);
+    const consumers = new Map<string, number>();
+    for (const worker of workers) {
+      for (const tool of worker.tools) {
+        const queue = toolQueue(catalogQueueName(worker), tool.name);
+        consumers.set(queue, (consumers.get(queue) ?? 0) + 1);
+      }
+    }
+    const remembered = pools.flatMap((pool) => pool.tools.map((tool) => toolQueue(pool.queueName, tool.name)));
+    const names = [...new Set([...consumers.keys(), ...remembered])].sort();
+    const views = await Promise.all(
+      names.map(async (queue) => ({
+        queue,
+        counts: (await this.queue(queue).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
+        workers: consumers.get(queue) ?? 0,
       })),
     );
+    return views.filter((view) => view.workers > 0 || UNFINISHED_STATES.some((state) => view.counts[state] > 0));
   }
 
   /** Non-terminal tasks (the live set), oldest first, at most `limit`. */
@@ -207,10 +282,11 @@ export class AdminQueries {
     return this.records(await this.store.liveIds(Math.min(limit, MAX_LIVE_TASKS)));
   }
 
-  /** Task records by id without their results, skipping expired ones, oldest first. */
+  /** Task records by id without their results, skipping expired ones, oldest first, each as `tasks/get` shows it. */
   async records(ids: readonly string[]): Promise<TaskRecord[]> {
     const records = await this.store.summaries(ids);
-    return records.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+    const shown = await Promise.all(records.map((record) => withWaitingReason(record, this.catalog)));
+    return shown.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
   /** Live task counts by tool and status, for `/metrics` (two fields per task, not the whole hash). */
@@ -220,18 +296,28 @@ export class AdminQueries {
 
   /** One task, whole, with what BullMQ still knows of its job, and a timeline put together from both. */
   async task(taskId: string): Promise<TaskDetail | undefined> {
-    const task = await this.store.get(taskId);
-    if (!task) return undefined;
+    const stored = await this.store.get(taskId);
+    if (!stored) return undefined;
+    const task = await withWaitingReason(stored, this.catalog);
     const job: Job | undefined = await this.queue(task.queue)
       .getJob(taskId)
       .catch(() => undefined);
     const timeline: TimelineEntry[] = [
       { at: task.createdAt, event: 'created', detail: `${task.mode} by ${task.principal}` },
     ];
-    const detail: TaskDetail = { task, timeline };
+    const detail: TaskDetail = { task, questions: pendingQuestions(task), timeline };
+    const [batch] = await this.batches([taskId]);
+    if (batch) detail.batch = batch;
     if (job) {
       const state = await job.getState().catch(() => 'unknown');
-      detail.job = { state, attemptsMade: job.attemptsMade };
+      // BullMQ counts a try when it ends (completed, failed, or failed and retried), not when it starts.
+      const ended = state === 'completed' || state === 'failed';
+      detail.job = {
+        state,
+        attempt: Math.max(1, ended ? job.attemptsMade : job.attemptsMade + 1),
+        attempts: job.opts.attempts ?? 1,
+        attemptsMade: job.attemptsMade,
+      };
       if (job.failedReason) detail.job.failedReason = job.failedReason;
       if (job.processedBy) detail.job.workerName = job.processedBy;
       // The job is added in the task's own create script, its timestamp taken a moment before the task's: never
@@ -246,7 +332,7 @@ export class AdminQueries {
         timeline.push({
           at: iso(job.processedOn),
           event: 'started',
-          detail: `attempt ${task.attempt ?? job.attemptsMade + 1}${job.processedBy ? ` on ${job.processedBy}` : ''}`,
+          detail: `run ${task.attempt ?? 1}${job.processedBy ? ` on ${job.processedBy}` : ''}`,
         });
       }
       if (job.finishedOn) timeline.push({ at: iso(job.finishedOn), event: `job ${state}` });
@@ -301,6 +387,38 @@ export class AdminQueries {
 
   async close(): Promise<void> {
     await Promise.allSettled([...this.queues.values()].map((q) => q.close()));
+  }
+}
+
+/**
+ * The questions a task waits to be answered (PROTOCOL.md §12.2), one line each, as an operator reads them: an
+ * elicitation's message, a sampling request's last message, a request for the client's roots.
+ */
+export function pendingQuestions(task: Pick<TaskRecord, 'pendingInputs' | 'inputRequests'>): string[] {
+  return (task.pendingInputs ?? []).flatMap((n) => {
+    const request = task.inputRequests?.[n];
+    return request ? [questionOf(request)] : [];
+  });
+}
+
+function questionOf(request: InputRequest): string {
+  switch (request.method) {
+    case 'elicitation/create': {
+      const message = request.params['message'];
+      return typeof message === 'string' ? message : 'a form to fill (elicitation/create)';
+    }
+    case 'sampling/createMessage': {
+      const messages = request.params['messages'];
+      const last: unknown = Array.isArray(messages) ? messages.at(-1) : undefined;
+      const content = (last as { content?: unknown } | undefined)?.content;
+      const text = [content]
+        .flat()
+        .map((part) => (part as { text?: unknown } | undefined)?.text)
+        .find((t) => typeof t === 'string');
+      return `the client's model: ${text ?? '(no text)'}`;
+    }
+    case 'roots/list':
+      return "the client's roots (roots/list)";
   }
 }
 

@@ -9,7 +9,7 @@ import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
 import type { AuditLog, Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
 import { TASKS_PAGE } from './tasks-page.js';
-import type { AdminQueries } from './queries.js';
+import { pendingQuestions, type AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import { createTaskApi, crossOriginRefused } from './task-api.js';
@@ -76,11 +76,6 @@ export interface AdminRouterOptions {
   };
   /** Operators' actions, recorded and shown (PROTOCOL.md §30.5). */
   audit?: AuditLog;
-  /**
-   * A task as `tasks/get` explains it (the reason a queued task waits when no live worker serves its tool, §3.2): the
-   * page says what a client is told, from the same function.
-   */
-  explain?: (record: TaskRecord) => Promise<TaskRecord>;
 }
 
 export function createAdminRouter(options: AdminRouterOptions): Router {
@@ -100,10 +95,7 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
       res.status(404).json({ error: 'task not found (unknown or expired)' });
       return;
     }
-    const task = options.explain ? await options.explain(detail.task) : detail.task;
-    const question = task.status === 'input_required' ? pendingQuestion(task) : undefined;
-    const [batch] = await queries.batches([task.taskId]);
-    res.json({ ...detail, task, ...(question === undefined ? {} : { question }), ...(batch ? { batch } : {}) });
+    res.json(detail);
   });
 
   const page = (_req: Request, res: Response) => {
@@ -133,7 +125,7 @@ function mountBoard(router: Router, queries: AdminQueries, base: string): void {
     options: { uiConfig: { boardTitle: 'taskrelay queues' } },
   });
   let shownQueues = '';
-  /** Pools come and go with their workers: bull-board shows those of live workers. */
+  /** Queues come and go with their workers and jobs: bull-board shows those the dashboard shows (`queueDepths`). */
   const refreshQueues = async () => {
     const names = await queries.queueNames();
     if (names.join(',') === shownQueues) return;
@@ -175,14 +167,14 @@ function overviewHandler(options: AdminRouterOptions) {
     const [counts, deadLetters] = await Promise.all([options.webhooks.counts(), options.webhooks.deadLetters(50)]);
     return { ...counts, deadLetters };
   };
-  const explain = options.explain ?? ((t: TaskRecord) => Promise.resolve(t));
   return async (_req: Request, res: Response) => {
-    const [workers, queues, live, webhooks, tools, actions] = await Promise.all([
+    const [workers, queues, live, webhooks, tools, pools, actions] = await Promise.all([
       queries.workers(),
       queries.queueDepths(),
       queries.liveTasks(),
       webhookView(),
       queries.tools(),
+      queries.pools(),
       audit?.newest(20),
     ]);
     remember(live);
@@ -191,15 +183,14 @@ function overviewHandler(options: AdminRouterOptions) {
     const gone = new Set([...recent.keys()].filter((id) => !liveIds.has(id)));
     for (const t of finished) gone.delete(t.taskId);
     for (const id of gone) recent.delete(id);
-    const tasks = (await Promise.all([...live, ...finished].map(explain)))
-      .sort((a, b) => b.createdAt.localeCompare(a.createdAt))
-      .map(summary);
+    const tasks = [...live, ...finished].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).map(summary);
     // Batches (PROTOCOL.md §26.9): the children's counts of every listed task that fanned out.
     const batches = await queries.batches(tasks.map((t) => t.taskId));
     res.json({
       now: Date.now(),
       workers,
       queues,
+      pools,
       tasks,
       batches,
       tools,
@@ -234,29 +225,16 @@ function mountToolSwitch(router: Router, options: AdminRouterOptions): void {
 }
 
 /** What the list shows of a task: never its arguments or result. */
-/**
- * The question a task waits on (PROTOCOL.md §12.2): the first pending request's message (an elicitation's text, a
- * sampling request's first message), or its method. Undefined when the task waits on none.
- */
-export function pendingQuestion(t: TaskRecord): string | undefined {
-  const number = t.pendingInputs?.[0];
-  const request = number === undefined ? undefined : t.inputRequests?.[number];
-  if (!request) return undefined;
-  const params = request.params as { message?: unknown; messages?: Array<{ content?: { text?: unknown } }> };
-  if (typeof params.message === 'string') return params.message;
-  const first = params.messages?.[0]?.content?.text;
-  return typeof first === 'string' ? first : request.method;
-}
-
 function summary(t: TaskRecord) {
-  const question = t.status === 'input_required' ? pendingQuestion(t) : undefined;
+  const questions = pendingQuestions(t);
   return {
-    ...(question === undefined ? {} : { question }),
     taskId: t.taskId,
     tool: t.tool,
     queue: t.queue,
     status: t.status,
     statusMessage: t.statusMessage,
+    // What it waits to be answered, while `input_required` (tasks/get shows no statusMessage then).
+    ...(questions.length > 0 ? { questions } : {}),
     progress: t.progress,
     total: t.total,
     principal: t.principal,

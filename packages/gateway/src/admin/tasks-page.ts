@@ -144,6 +144,15 @@ export const TASKS_PAGE = `<!doctype html>
     if (!m) return pool || '';
     return el('span', { title: 'pool ' + pool + ': this digest names its tools at their versions' }, m[1], el('span', { class: 'pct', text: 'pool ' + m[2] }));
   }
+  /** A task's message: why it waits or how far it got, else the questions it waits to be answered. */
+  function message(t) {
+    if (t.statusMessage) return t.statusMessage;
+    return t.questions && t.questions.length > 0 ? 'Asks: ' + t.questions.join(' · ') : '';
+  }
+  /** Tools as chips, each with the version its pool serves (the pool's digest is over these). */
+  function toolChips(tools) {
+    return el('span', { class: 'tools' }, ...tools.flatMap((t) => [el('span', { text: t.version ? t.name + '@' + t.version : t.name }), ' ']));
+  }
   function card(value, label) { return el('div', { class: 'card' }, el('b', { text: value }), el('span', { text: label })); }
 
   function renderOverview(data) {
@@ -155,15 +164,20 @@ export const TASKS_PAGE = `<!doctype html>
       el('div', { class: 'cards' }, card(data.workers.length, 'live workers'), card(waiting, 'jobs queued'), card(active, 'jobs running'), card(live, 'live tasks')),
       el('section', { id: 'workers' }, el('h2', { text: 'Workers' }), table(['worker', 'TASKRELAY_QUEUE', 'tools', 'heartbeat'],
         data.workers.map((w) => [el('td', { class: 'mono', text: w.workerId }), poolName(w.queue),
-          el('span', { class: 'tools' }, ...w.tools.map((t) => el('span', { text: t.name }))), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
+          toolChips(w.tools), age(new Date(w.heartbeatAt).toISOString(), now) + ' ago']),
         'No live worker.')),
-      el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed'],
-        data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent('q-' + q.queue), text: q.queue }),
-          (q.counts.waiting || 0) + (q.counts.prioritized || 0), q.counts.active || 0, q.counts.delayed || 0, q.counts.failed || 0]),
+      el('section', { id: 'queues' }, el('h2', { text: 'Queues' }), table(['queue', 'waiting', 'active', 'delayed', 'failed', 'workers'],
+        data.queues.map((q) => [el('a', { href: base + '/queues/queue/' + encodeURIComponent(q.queue), text: q.queue }),
+          (q.counts.waiting || 0) + (q.counts.prioritized || 0), q.counts.active || 0, q.counts.delayed || 0, q.counts.failed || 0, q.workers]),
         'No queue.')),
+      // A pool is named by a digest of its tools at their versions: the tools are shown beside it.
+      el('section', { id: 'pools' }, el('h2', { text: 'Pools' }), table(['pool', 'workers', 'tools', 'last seen'],
+        (data.pools || []).map((p) => [el('td', { class: 'mono', text: p.pool }), p.workers, toolChips(p.tools),
+          age(new Date(p.lastSeenAt).toISOString(), now) + ' ago']),
+        'No pool.')),
       el('section', { id: 'tasks' }, el('h2', { text: 'Tasks' }), table(['task', 'tool', 'status', 'progress', 'message', 'principal', 'age'],
         data.tasks.map((t) => [el('td', { class: 'mono' }, el('a', { href: base + '/tasks/' + encodeURIComponent(t.taskId), text: t.taskId })),
-          t.tool, badge(t.status), progressBar(t), t.question ? 'Waiting for an answer: ' + t.question : t.statusMessage || '', t.principal, age(t.createdAt, now)]),
+          t.tool, badge(t.status), progressBar(t), message(t), t.principal, age(t.createdAt, now)]),
         'No task is running. Finished tasks seen here stay listed until their ttl ends.')),
     );
     // Tools with a limit or a pause (PROTOCOL.md §3.3): their limits, running, waiting and paused state.
@@ -205,11 +219,12 @@ export const TASKS_PAGE = `<!doctype html>
   function renderDetail(d) {
     const t = d.task;
     const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
-      ['message', t.statusMessage || '—'], ['principal', t.principal], ['mode', t.mode],
-      ['runs started', t.attempt === undefined ? 'none yet' : t.attempt + (d.batch ? ' (a batch parent runs once per window of children)' : '')],
+      ['message', t.statusMessage || '—'], ...d.questions.map((q) => ['question', q]), ['principal', t.principal], ['mode', t.mode],
+      // Runs are not attempts: a resume, a back-off or a batch parent's next window is a run; only a retry is an attempt.
+      ['runs', t.attempt === undefined ? '—' : t.attempt + (d.batch ? ' — a batch parent runs again for each window of children it releases' : '')],
+      ['attempt', d.job ? d.job.attempt + ' of ' + d.job.attempts : '—'],
       ['created', t.createdAt], ['last update', t.lastUpdatedAt], ['ttl', t.ttl + ' ms']];
-    if (d.job) rows.push(['job', d.job.state + ', ' + d.job.attemptsMade + ' failed run(s) retried' + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
-    if (d.question) rows.splice(5, 0, ['waiting for an answer', el('b', { text: d.question })]);
+    if (d.job) rows.push(['job', d.job.state + (d.job.workerName ? ', on ' + d.job.workerName : '')]);
     if (t.tags && t.tags.length > 0) rows.push(['tags', t.tags.join(', ')]);
     if (t.replayOf) rows.push(['replay of', taskLink(t.replayOf)]);
     if (t.replayedBy) rows.push(['replayed by', taskLink(t.replayedBy)]);

@@ -12,6 +12,8 @@ import {
   AuditLog,
   RedisTaskStore,
   TaskSearch,
+  WaitpointTokens,
+  announcePublicUrl,
   isLoopbackHost,
   createKeys,
   createLogger,
@@ -39,6 +41,7 @@ import { Reaper } from '../tasks/reaper.js';
 import { TaskReplay } from '../tasks/replay.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
+import { WaitpointCallbacks } from '../tasks/waitpoints.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
 import { WebhookIntake } from '../tasks/webhooks/intake.js';
 import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
@@ -188,6 +191,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     search: tasks.search,
     replay: tasks.replay,
     store: tasks.store,
+    waitpoints: tasks.waitpoints,
     audit: new AuditLog(redis, keys),
     inflight,
     sessions,
@@ -201,8 +205,11 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   const port = (http.address() as AddressInfo).port;
   const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `http://${hostForUrl}:${port}/mcp`;
+  // Workers put this in front of a waitpoint's token (PROTOCOL.md §32.2).
+  const publicUrl = options.publicUrl ?? `http://localhost:${port}`;
+  await announcePublicUrl(redis, keys, publicUrl, options.publicUrl !== undefined);
   enter('ready');
-  log.info({ url, gatewayId, auth: auth.enabled }, 'gateway listening');
+  log.info({ url, gatewayId, auth: auth.enabled, publicUrl }, 'gateway listening');
 
   const running: Running = { options, log, gatewayId, connections, tasks, sessions, inflight, posts, drain, settling };
   let closing: Promise<void> | undefined;
@@ -314,9 +321,6 @@ async function startTaskLayer(w: {
   const { options, keys, gatewayId, log, undo } = w;
   const { redis, queueRedis, subscriber, metrics } = w.connections;
   const { store, keptMs, indexTtlMs } = await openStore(options, w.connections, keys, log);
-  const admin = new AdminQueries(redis, queueRedis, keys, store);
-  undo.push(() => admin.close());
-  metrics.watchFleet(admin);
   // One JSON Schema validator for tool arguments and input answers alike.
   const jsonSchemas = new JsonSchemaValidator(log);
   const catalog = new ToolCatalog(redis, keys, log, {
@@ -326,6 +330,9 @@ async function startTaskLayer(w: {
     versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   });
+  const admin = new AdminQueries(redis, queueRedis, keys, store, catalog);
+  undo.push(() => admin.close());
+  metrics.watchFleet(admin);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());
   const publish = (channel: string, message: string) => redis.publish(channel, message);
@@ -358,7 +365,10 @@ async function startTaskLayer(w: {
   reaper.start();
   undo.push(() => reaper.stop());
   const replay = new TaskReplay(store, search, service, log);
-  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store };
+  // One key for every gateway and worker: a worker seals a waitpoint's token, any gateway opens it (PROTOCOL.md §32).
+  const tokens = await WaitpointTokens.create({ secret: options.waitpointSecret, redis, keys });
+  const waitpoints = new WaitpointCallbacks(tokens, store, dispatcher, log);
+  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, waitpoints };
 }
 
 /**

@@ -37,6 +37,8 @@ import { McpMethods } from '../protocol/methods.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
 import { createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
 import { createMemoryRelief, type MemoryRelief } from './memory-relief.js';
+import { waitpointRouter } from './waitpoint-route.js';
+import type { WaitpointCallbacks } from '../tasks/waitpoints.js';
 import { SESSION_PROTOCOL_VERSIONS, createSessionEndpoint, type AuthedRequest } from './session-endpoint.js';
 import type { SessionRegistry } from './session-registry.js';
 
@@ -60,6 +62,8 @@ export interface HttpAppDeps {
   /** Operators' actions (PROTOCOL.md §30.5). */
   audit: AuditLog;
   replay: TaskReplay;
+  /** Waitpoint callbacks (PROTOCOL.md §32.4). */
+  waitpoints: WaitpointCallbacks;
   inflight: InflightCalls;
   /** Signs the `requestState` of 2026-07-28 input rounds (PROTOCOL.md §17.2). */
   requestState: RequestStateSigner;
@@ -131,6 +135,8 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   });
 
   app.use(auth.metadataRouter);
+  // No credentials: the token in the path is the authority (PROTOCOL.md §32.4).
+  app.use('/waitpoints', waitpointRouter(deps.waitpoints, options.waitpointMaxBytes, log));
   mountOperatorRoutes(app, deps, principalOf);
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
@@ -299,7 +305,6 @@ function mountOperatorRoutes(
         by: principalOf,
       },
       audit: deps.audit,
-      explain: (record) => service.withWaitingReason(record),
     }),
   );
   // Anyone's own tasks, searched as operators search theirs (PROTOCOL.md §30.2); an operator sees every principal's.

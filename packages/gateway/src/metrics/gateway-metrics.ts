@@ -1,14 +1,21 @@
-import { ProcessMetrics, catalogQueueName, toolQueue, type WorkerCatalog } from '@taskrelay/shared';
+import { ProcessMetrics } from '@taskrelay/shared';
 
 /**
  * What the fleet gauges read at scrape time. The metrics sit on the gateway's ground floor, so they name what they
  * need here and the operator's read side (`admin/queries.ts`, `AdminQueries`) provides it.
  */
 export interface FleetReads {
-  queueDepths(): Promise<Array<{ queue: string; counts: Record<string, number> }>>;
+  /** The tool queues the dashboard shows, with their job counts by state and their live workers. */
+  queueDepths(): Promise<FleetQueue[]>;
   liveCounts(): Promise<Array<{ tool: string; status: string; count: number }>>;
   tools(): Promise<FleetTool[]>;
-  workers(): Promise<WorkerCatalog[]>;
+}
+
+/** The part of a queue's view the gauges show. */
+export interface FleetQueue {
+  queue: string;
+  counts: Record<string, number>;
+  workers: number;
 }
 
 /** The part of a tool's view the gauges show. */
@@ -18,6 +25,15 @@ export interface FleetTool {
   concurrency?: number;
   active: number;
   waiting: number;
+}
+
+/** `read`, shared by the calls within a second of each other (one scrape's gauges); a failed read counts as empty. */
+function oncePerScrape<T>(read: () => Promise<T[]>): () => Promise<T[]> {
+  let last: { at: number; value: Promise<T[]> } | undefined;
+  return () => {
+    if (!last || Date.now() - last.at > 1_000) last = { at: Date.now(), value: read().catch(() => []) };
+    return last.value;
+  };
 }
 
 /** Seconds, from a fast call to a long report: tasks run from milliseconds to hours. */
@@ -159,21 +175,16 @@ export class GatewayMetrics extends ProcessMetrics {
    * live tasks by tool and status. Every gateway reports the same fleet values; aggregate them with `max`, not `sum`.
    */
   watchFleet(queries: FleetReads): void {
-    // Two gauges read the tools' view; one scrape reads it once (each read is a few Redis round trips per queue).
-    let toolsRead: { at: number; tools: Promise<FleetTool[]> } | undefined;
-    const tools = () => {
-      if (!toolsRead || Date.now() - toolsRead.at > 1_000) {
-        toolsRead = { at: Date.now(), tools: queries.tools().catch(() => []) };
-      }
-      return toolsRead.tools;
-    };
+    // Two gauges read each of these views; one scrape reads it once (each read is a few Redis round trips per queue).
+    const tools = oncePerScrape(() => queries.tools());
+    const queues = oncePerScrape(() => queries.queueDepths());
     this.gauge({
       name: 'taskrelay_queue_jobs',
-      help: 'BullMQ jobs per tool queue (PROTOCOL.md §3.2) and state, fleet-wide.',
+      help: 'BullMQ jobs per tool queue (PROTOCOL.md §3.2) and state, fleet-wide: the queues live workers consume, and those of remembered pools while a job is in them.',
       labelNames: ['queue', 'state'] as const,
       async collect() {
         this.reset();
-        for (const { queue, counts } of await queries.queueDepths().catch(() => [])) {
+        for (const { queue, counts } of await queues()) {
           for (const [state, count] of Object.entries(counts)) this.set({ queue, state }, count);
         }
       },
@@ -213,18 +224,11 @@ export class GatewayMetrics extends ProcessMetrics {
     });
     this.gauge({
       name: 'taskrelay_workers_live',
-      help: 'Workers with a live heartbeat, by the tool queue they consume (one per tool, PROTOCOL.md §3.2), fleet-wide.',
+      help: 'Workers with a live heartbeat, by the tool queue they consume (one per tool, PROTOCOL.md §3.2), fleet-wide; 0 for a queue whose last worker left with jobs in it.',
       labelNames: ['queue'] as const,
       async collect() {
         this.reset();
-        const byQueue = new Map<string, number>();
-        for (const w of await queries.workers().catch(() => [])) {
-          for (const tool of w.tools) {
-            const queue = toolQueue(catalogQueueName(w), tool.name);
-            byQueue.set(queue, (byQueue.get(queue) ?? 0) + 1);
-          }
-        }
-        for (const [queue, count] of byQueue) this.set({ queue }, count);
+        for (const { queue, workers } of await queues()) this.set({ queue }, workers);
       },
     });
   }

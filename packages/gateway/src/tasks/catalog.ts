@@ -16,6 +16,7 @@ import {
   type Keys,
   type Logger,
   type PoolCatalog,
+  type TaskRecord,
   type ToolDescriptor,
 } from '@taskrelay/shared';
 import { JsonSchemaValidator, type ErrorObject, type ValidateFunction } from './json-schema.js';
@@ -113,6 +114,21 @@ export async function retirePool(
     if (remembered && versionsKeeping(remembered, options.inUse).length > 0) return 'kept';
   }
   return (await redis.hdel(keys.pools, pool)) === 1 ? 'retired' : 'unknown';
+}
+
+/**
+ * A task as every read shows it: one no worker has started whose queue no live worker consumes, or that its tool's
+ * controls hold back (paused, at its limit), says why in its `statusMessage` (PROTOCOL.md §3.2, §3.3), where it would
+ * otherwise wait silently until the queue timeout. The stored record is unchanged; the same record comes back when
+ * there is nothing to say. `tasks/get`, `subscriptions/listen` and the operator's pages all read tasks through this.
+ */
+export async function withWaitingReason(
+  record: TaskRecord,
+  catalog: Pick<ToolCatalog, 'unservedReason'>,
+): Promise<TaskRecord> {
+  if (record.status !== 'working' || record.attempt !== undefined || record.statusMessage !== undefined) return record;
+  const reason = await catalog.unservedReason(record.tool, record.queue).catch(() => undefined);
+  return reason === undefined ? record : { ...record, statusMessage: reason };
 }
 
 /** The pools `P:pools` remembers, newest first (for an operator's listing). */

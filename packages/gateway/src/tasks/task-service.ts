@@ -23,7 +23,7 @@ import {
   canonicalDigest,
   priorityBase,
 } from '@taskrelay/shared';
-import type { CatalogTool, ToolCatalog } from './catalog.js';
+import { withWaitingReason, type CatalogTool, type ToolCatalog } from './catalog.js';
 import { taskNotFound } from './errors.js';
 import { fairShareTtlMs, type JobDispatcher } from './job-dispatcher.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
@@ -422,18 +422,13 @@ export class TaskService {
     }
   }
 
-  /**
-   * A task no worker has started whose pool has no live worker would wait silently until the queue timeout: say so in
-   * its `statusMessage` (PROTOCOL.md §3.2). Only on reads; the stored record is unchanged.
-   */
-  async withWaitingReason(record: TaskRecord): Promise<TaskRecord> {
-    if (record.status !== 'working' || record.attempt !== undefined || record.statusMessage !== undefined)
-      return record;
-    const reason = await this.catalog.unservedReason(record.tool, record.queue).catch(() => undefined);
-    if (reason === undefined) return record;
+  /** The record with why it waits, when it does (`withWaitingReason`, PROTOCOL.md §3.2). */
+  private async withWaitingReason(record: TaskRecord): Promise<TaskRecord> {
+    const shown = await withWaitingReason(record, this.catalog);
     // The catalog warns once when the tool's or pool's last worker goes; this is per poll.
-    this.log.debug({ taskId: record.taskId, tool: record.tool, queue: record.queue }, reason);
-    return { ...record, statusMessage: reason };
+    if (shown !== record)
+      this.log.debug({ taskId: record.taskId, tool: record.tool, queue: record.queue }, shown.statusMessage);
+    return shown;
   }
 
   /**

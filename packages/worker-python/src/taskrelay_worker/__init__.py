@@ -4,6 +4,7 @@ workers (docs/PYTHON.md)."""
 from .context import ToolContext
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError
 from .tools import ToolDefinition, define_tool, tool
+from .waitpoints import Waitpoint
 
 __all__ = [
     "NonRetryableError",
@@ -13,6 +14,7 @@ __all__ = [
     "TaskrelayError",
     "ToolContext",
     "ToolDefinition",
+    "Waitpoint",
     "define_tool",
     "tool",
 ]

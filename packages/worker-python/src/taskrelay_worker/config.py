@@ -47,6 +47,8 @@ class Config:
     progress_interval_ms: int
     log_level: str
     redis: RedisTarget = RedisTarget()
+    #: ``TASKRELAY_WAITPOINT_SECRET``: seals waitpoint tokens (§32.2); None: the key kept in Redis.
+    waitpoint_secret: str | None = None
 
 
 def _nodes(name: str, raw: str) -> tuple[tuple[str, int], ...]:
@@ -131,7 +133,11 @@ def load_config(env: Mapping[str, str]) -> Config:
     log_level = env.get("LOG_LEVEL", "info").strip() or "info"
     if log_level not in LEVELS:
         raise ConfigError(f"Invalid configuration: LOG_LEVEL must be one of {', '.join(LEVELS)} (got {log_level!r})")
+    secret = env.get("TASKRELAY_WAITPOINT_SECRET")
+    if secret is not None and len(secret) < 32:
+        raise ConfigError("Invalid configuration: TASKRELAY_WAITPOINT_SECRET must be at least 32 characters")
     return Config(
+        waitpoint_secret=secret,
         redis_url=redis_url or target.describe(),
         redis=target,
         prefix=prefix,

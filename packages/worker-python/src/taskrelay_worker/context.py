@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 from .errors import SuspendedError, TaskCancelledError, TaskrelayError
 from .log import Logger
 from .store import JobLock, TaskRecord, TaskStore
+from .waitpoints import Waitpoint, WaitpointOpener, as_datetime, check_waitpoint_args, waitpoint_message
 
 #: The rules of a tag (PROTOCOL.md §30.2), as the Node worker's ``TAG_PATTERN`` and ``MAX_TAGS``.
 _TAG = re.compile(r"[A-Za-z0-9_.:/=@+-]{1,64}")
@@ -47,6 +48,8 @@ class Suspension:
     kind: str  # "input" or "time"
     until: int  # ms since epoch
     n: int = 0
+    #: The waitpoint a timed suspension waits on (§32.3): the worker re-reads it after delaying the job.
+    waitpoint: str | None = None
 
 
 @dataclass
@@ -108,8 +111,10 @@ class ToolContext:
         input_timeout_ms: int,
         queue_timeout_ms: int,
         on_lock_lost: Callable[[], None],
+        waitpoints: WaitpointOpener | None = None,
     ) -> None:
         self.task_id = task_id
+        self._waitpoints = waitpoints
         self.tool = tool
         self.attempt = attempt
         self.log = log
@@ -317,6 +322,34 @@ class ToolContext:
         self._settle_suspend(outcome)
         if self.suspension is None:
             self.suspension = Suspension("time", until)
+        raise SuspendedError()
+
+    async def waitpoint(self, name: str, *, timeout_ms: int | None = None) -> Waitpoint:
+        """A URL another system calls to resume this tool (PROTOCOL.md §32), the same for ``name`` on every run of the
+        task: hand ``wp.url`` out (inside a ``ctx.step``), then ``await wp.wait()``. Default timeout 24 h."""
+        timeout = check_waitpoint_args(name, timeout_ms)
+        self._check_running()
+        if self._waitpoints is None:
+            raise TaskrelayError("INTERNAL", "ctx.waitpoint is not available in this context")
+        outcome, record, url = await self._waitpoints.open(self.task_id, self._lock, name, timeout)
+        if record is None:
+            self._settle_suspend(outcome)
+            raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+        return Waitpoint(name, url, as_datetime(record["timeoutAt"]), lambda: self._wait_on(name, record))
+
+    async def _wait_on(self, name: str, record: dict[str, Any]) -> dict[str, Any]:
+        if record["state"] == "completed":
+            return {"ok": True, "value": record.get("value")}
+        if record["state"] == "timedOut":
+            return {"ok": False, "reason": "timeout"}
+        self._check_running()
+        until = int(record["timeoutAt"])
+        outcome, _ = await self._store.suspend(
+            self.task_id, self._lock, until + self._queue_timeout_ms, status_message=waitpoint_message(name)
+        )
+        self._settle_suspend(outcome)
+        if self.suspension is None:
+            self.suspension = Suspension("time", until, waitpoint=name)
         raise SuspendedError()
 
     async def elicit(self, message: str, requested_schema: dict[str, Any], *, key: str | None = None) -> dict[str, Any]:

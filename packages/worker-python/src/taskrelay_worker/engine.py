@@ -26,6 +26,8 @@ from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCanc
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
 from .limits import LimitWait, ToolLimits
 from .log import Logger
+from .log_keeper import TaskLogKeeper
+from .waitpoints import WaitpointOpener
 from .protocol import BULLMQ_PAIR, GENERATION
 from .store import TERMINAL, JobLock, TaskStore
 from .tools import ToolDefinition, to_tool_result
@@ -178,6 +180,7 @@ class TaskrelayWorker:
         self._subscriber: Redis | None = None
         self.store: TaskStore | None = None
         self.limits: ToolLimits | None = None
+        self.waitpoints: WaitpointOpener | None = None
         #: Queues of batch parents this worker's children woke (§26.4), one per queue, closed with the worker.
         self._parent_queues: dict[str, bullmq.Queue] = {}
 
@@ -207,6 +210,7 @@ class TaskrelayWorker:
             raise StartError(f"Redis is unreachable at {_redacted(cfg.redis.describe())}: {error}") from None
         self.store = TaskStore(self._redis, self.keys)
         self.limits = ToolLimits(self.store, self.keys, cfg.lock_duration_ms, self.log)
+        self.waitpoints = WaitpointOpener(self._redis, self.keys, self.store, cfg.waitpoint_secret)
         known = await self.store.known_generations()
         if known and GENERATION not in known:
             await self._close_redis()
@@ -505,6 +509,8 @@ class TaskrelayWorker:
             return await self._delay_for_limit(job, token, tool, arguments, wait, log)
 
         timeout_ms = min((t for t in (timeout_hint, tool.timeout_ms) if t is not None), default=None)
+        # The tool's log lines are also kept with its task (§30.4); the engine's own lines are not.
+        keeper = TaskLogKeeper(self.store, task_id, attempt, log)
         ctx = ToolContext(
             task_id=task_id,
             tool=tool.name,
@@ -512,12 +518,13 @@ class TaskrelayWorker:
             signal=entry.signal,
             store=self.store,
             lock=lock,
-            log=log,
+            log=keeper.wrap(log),
             record=task,
             progress_interval_ms=self.config.progress_interval_ms,
             input_timeout_ms=tool.input_timeout_ms,
             queue_timeout_ms=queue_timeout_ms,
             on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
+            waitpoints=self.waitpoints,
         )
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
         timeout_write: asyncio.Task | None = None
@@ -537,6 +544,7 @@ class TaskrelayWorker:
         timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
         log.info("tool started", timeoutMs=timeout_ms)
         ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
+        await keeper.flush()
         reason = entry.signal.reason
 
         # settle (§21.3): the abort reason first, then the suspension, then the outcome.
@@ -883,6 +891,19 @@ class TaskrelayWorker:
             except Exception as error:  # noqa: BLE001 - the gateway's promote, or the delay, brings it back
                 log.warn("could not re-check the task after suspending", err=error)
             log.info("run suspended until the input request is answered", inputRequest=suspension.n, until=until)
+        elif suspension.waitpoint is not None:
+            try:
+                # Called (or ended) while the run was suspending: its promotion was refused, so promote here (§32.3).
+                record = await self.store.read_waitpoint(task_id, suspension.waitpoint)  # type: ignore[union-attr]
+                if record is None or record.get("state") != "waiting":
+                    await job.promote()
+                    log.info("waitpoint called (or ended) while suspending; job promoted", waitpoint=suspension.waitpoint)
+                    raise DelayedError()
+            except DelayedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the waitpoint's timeout brings the job back
+                log.warn("could not re-check the waitpoint after suspending", err=error)
+            log.info("run suspended until its waitpoint is called", waitpoint=suspension.waitpoint, until=until)
         else:
             log.info("run suspended", until=until)
         raise DelayedError()

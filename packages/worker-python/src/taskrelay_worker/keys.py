@@ -51,6 +51,20 @@ class Keys:
     def task(self, task_id: str) -> str:
         return f"{self.task_key_prefix}{task_id}"
 
+    @property
+    def waitpoint_key(self) -> str:
+        """The random key waitpoint tokens are sealed with when no secret is configured (PROTOCOL.md §32.2)."""
+        return f"{self.prefix}:waitpoint-key"
+
+    @property
+    def public_url(self) -> str:
+        """The gateways' public base URL, put in front of a waitpoint's token (§32.2)."""
+        return f"{self.prefix}:config:public-url"
+
+    def task_logs(self, task_id: str) -> str:
+        """The stream of a task's kept log lines (PROTOCOL.md §30.4)."""
+        return f"{self.prefix}:task-logs:{task_id}"
+
     def worker_catalog(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}:catalog"
 

@@ -8,7 +8,10 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
+
+#: Called with each enabled line's level, message and own fields (not the logger's bindings).
+Sink = Callable[[str, str, dict[str, Any]], None]
 
 LEVELS = {"trace": 10, "debug": 20, "info": 30, "warn": 40, "error": 50, "fatal": 60, "silent": 100}
 
@@ -30,6 +33,7 @@ class Logger:
         level: str = "info",
         bindings: dict[str, Any] | None = None,
         stream: TextIO | None = None,
+        sink: Sink | None = None,
     ) -> None:
         if level not in LEVELS:
             raise ValueError(f"unknown log level {level}")
@@ -37,9 +41,14 @@ class Logger:
         self._threshold = LEVELS[level]
         self._bindings = {"pid": os.getpid(), "hostname": socket.gethostname(), **(bindings or {})}
         self._stream = stream
+        self._sink = sink
 
     def child(self, **bindings: Any) -> "Logger":
-        return Logger(self.level, {**self._bindings, **bindings}, self._stream)
+        return Logger(self.level, {**self._bindings, **bindings}, self._stream, self._sink)
+
+    def with_sink(self, sink: Sink) -> "Logger":
+        """This logger (same level and bindings), whose enabled lines, and its children's, also go to ``sink``."""
+        return Logger(self.level, dict(self._bindings), self._stream, sink)
 
     def bind(self, **bindings: Any) -> None:
         self._bindings.update(bindings)
@@ -57,6 +66,8 @@ class Logger:
         stream = self._stream or sys.stdout
         stream.write(json.dumps(line, default=str, ensure_ascii=False, separators=(",", ":")) + "\n")
         stream.flush()
+        if self._sink is not None:
+            self._sink(level, msg, fields)
 
     def trace(self, msg: str, **fields: Any) -> None:
         self._write("trace", msg, fields)

@@ -16,6 +16,9 @@ from .protocol import CODE_NAMES, CODES, FIELD_PREFIXES, FIELDS, SCRIPTS, Script
 
 #: The largest ``ctx.state`` / step value, as JSON (the Node worker's MAX_STATE_BYTES).
 MAX_STATE_BYTES = 65_536
+#: A task keeps its newest this many log lines, each at most this many bytes (MAX_KEPT_LOG_LINES, ..._BYTES).
+MAX_KEPT_LOG_LINES = 1_000
+MAX_KEPT_LOG_LINE_BYTES = 2_048
 #: A child's stored outcome keeps its result up to this many characters of JSON (MAX_STORED_CHILD_RESULT_CHARS).
 MAX_STORED_CHILD_RESULT_CHARS = 16_384
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -260,6 +263,36 @@ class TaskStore:
         )
         return {"OK": "published", "UNROUTED": "unrouted", "TASK_TERMINAL": "terminal", "LOCK_LOST": "lock_lost"}.get(
             code, "missing"
+        )
+
+    async def open_waitpoint(
+        self, task_id: str, lock: JobLock, name: str, token: str, timeout_ms: int
+    ) -> tuple[str, dict[str, Any] | None]:
+        """('ok', record), ('gone', None) or ('lock_lost', None): the waitpoint an earlier run stored, else a new one
+        with ``token`` (§32.1); ended as ``timedOut`` here once past its time."""
+        code, values = await self.call(
+            "waitpointOpen",
+            {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
+            {"lockToken": lock.token, "field": f"{FIELD_PREFIXES['waitpoint']}{name}", "token": token, "timeoutMs": timeout_ms},
+        )
+        if code == "LOCK_LOST":
+            return "lock_lost", None
+        if code != "OK":
+            return "gone", None
+        return "ok", json.loads(values[0])
+
+    async def read_waitpoint(self, task_id: str, name: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.task(task_id), f"{FIELD_PREFIXES['waitpoint']}{name}")
+        return None if raw is None else json.loads(raw)
+
+    async def keep_logs(self, task_id: str, lines: list[str]) -> None:
+        """Appends a run's log lines (each a JSON object as text) to its task's stream (§30.4); nothing for a gone task."""
+        if not lines:
+            return
+        await self.call(
+            "logKeep",
+            {"task": self.keys.task(task_id), "logs": self.keys.task_logs(task_id)},
+            {"maxLen": MAX_KEPT_LOG_LINES, "lines": json.dumps(lines)},
         )
 
     async def suspend(

@@ -21,6 +21,8 @@ import {
   type StepOptions,
   type ToolContext,
   type ToolState,
+  type Waitpoint,
+  type WaitpointOutcome,
 } from '../context.js';
 import { CancelledError, cancelReasonOf } from '../errors.js';
 import {
@@ -168,6 +170,12 @@ export class ChildContext implements ToolContext {
 
   readonly fanOut = (items: ReadonlyArray<Record<string, unknown>>, options: FanOutOptions): Promise<FanOutResult> =>
     this.call('fanOut', [items, options]) as Promise<FanOutResult>;
+
+  /** Opened by the worker; `wait()` is a call of its own (a function cannot cross). */
+  readonly waitpoint = async (name: string, options?: { timeoutMs?: number }): Promise<Waitpoint> => {
+    const opened = (await this.call('waitpoint', [name, options])) as Omit<Waitpoint, 'wait'>;
+    return { ...opened, wait: () => this.call('waitpoint.wait', [opened.name]) as Promise<WaitpointOutcome> };
+  };
 
   readonly batchOutcomes = (from: number, count: number): Promise<ChildOutcome[]> =>
     this.call('batchOutcomes', [from, count]) as Promise<ChildOutcome[]>;

@@ -42,6 +42,9 @@ export const ISOLATE_CALLS = [
   'step',
   'fanOut',
   'batchOutcomes',
+  'waitpoint',
+  /** `wait()` of the waitpoint a `waitpoint` call opened, by its name. */
+  'waitpoint.wait',
 ] as const;
 export type IsolateCall = (typeof ISOLATE_CALLS)[number];
 

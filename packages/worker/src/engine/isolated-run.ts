@@ -10,7 +10,7 @@ import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { ConfigError, TaskrelayError, oneLine, type CancelReason, type Logger } from '@taskrelay/shared';
-import type { ToolContext } from '../context.js';
+import type { ToolContext, Waitpoint } from '../context.js';
 import { isToolDefinition, type ToolDefinition, type ToolIsolation } from '../define-tool.js';
 import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
@@ -131,6 +131,8 @@ export class IsolatedRun {
   private memoryTimer: NodeJS.Timeout | undefined;
   private stderrTail = '';
   private outOfMemory = false;
+  /** The waitpoints the child opened, whose `wait()` it calls by name. */
+  private readonly waitpoints = new Map<string, Waitpoint>();
   /** The worker's real `ctx.step` waits here for the child to run a step's function. */
   private readonly steps = new Map<number, { resolve: (v: unknown) => void; reject: (e: unknown) => void }>();
   private resolveEnd: (settled: Settled) => void = () => undefined;
@@ -317,7 +319,21 @@ export class IsolatedRun {
         return ctx.fanOut(a[0], a[1]);
       case 'batchOutcomes':
         return ctx.batchOutcomes(a[0], a[1]);
+      case 'waitpoint':
+        return this.openWaitpoint(a[0], a[1]);
+      case 'waitpoint.wait': {
+        const waitpoint = this.waitpoints.get(a[0]);
+        if (!waitpoint) throw new TypeError(`ctx.waitpoint ${String(a[0])} was not opened in this run`);
+        return waitpoint.wait();
+      }
     }
+  }
+
+  /** Opens a waitpoint on the real context; the child gets its fields, and its `wait()` comes back by name. */
+  private async openWaitpoint(name: string, options: { timeoutMs?: number } | undefined): Promise<unknown> {
+    const waitpoint = await this.ctx.waitpoint(name, options);
+    this.waitpoints.set(waitpoint.name, waitpoint);
+    return { name: waitpoint.name, url: waitpoint.url, timeoutAt: waitpoint.timeoutAt };
   }
 
   /** Asks the child to run step call `id`'s function; its value (or error) comes back as `invoked`. */

@@ -20,7 +20,7 @@ import {
   type ToolResult,
   queueOfBullName,
 } from '@taskrelay/shared';
-import { TaskContext, type Suspension } from '../context.js';
+import { TaskContext, type Suspension, type WaitpointHost } from '../context.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
@@ -58,6 +58,8 @@ export interface JobRunnerOptions {
   versions?: ToolVersions;
   /** The limits runs are admitted by here, per key or shared by name (PROTOCOL.md §3.5). */
   limits?: ToolLimits;
+  /** Opens waitpoints for `ctx.waitpoint` (PROTOCOL.md §32). */
+  waitpoints?: WaitpointHost;
 }
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
@@ -172,6 +174,7 @@ export class JobRunner {
       onProgressCoalesced: () => metrics.progressCoalesced.inc(),
       onProgressWritten: () => metrics.progressWritten.inc(),
       ...(this.o.batches ? { batch: this.o.batches.parent.forRun(data.maxOpen, data.priority) } : {}),
+      ...(this.o.waitpoints ? { waitpoints: this.o.waitpoints } : {}),
     });
     const { outcome, timeout } = await this.runTool(run, controller, tool, input, ctx, timeoutMs);
     // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
@@ -520,10 +523,30 @@ export class JobRunner {
         log.warn({ err: error }, 'could not re-check the batch after suspending; the poll brings the job back');
       }
       log.debug({ until }, 'run suspended while its batch children run');
+    } else if (suspension.waitpoint !== undefined) {
+      await this.wakeIfCalled(job, taskId, suspension.waitpoint, log);
+      log.info({ waitpoint: suspension.waitpoint, until }, 'run suspended until its waitpoint is called');
     } else {
       log.info({ until }, 'run suspended');
     }
     throw new DelayedError();
+  }
+
+  /**
+   * No lost wake-up (PROTOCOL.md §32.3): a waitpoint called while its run was suspending had its promotion refused
+   * (the job was still active), so the run promotes its own job.
+   */
+  private async wakeIfCalled(job: Job<unknown, void>, taskId: string, name: string, log: Logger): Promise<void> {
+    try {
+      if ((await this.o.store.readWaitpoint(taskId, name))?.state !== 'waiting') {
+        await job.promote();
+        log.info({ waitpoint: name }, 'waitpoint called (or ended) while suspending; job promoted');
+        throw new DelayedError();
+      }
+    } catch (error) {
+      if (error instanceof DelayedError) throw error;
+      log.warn({ err: error }, 'could not re-check the waitpoint after suspending; its timeout brings the job back');
+    }
   }
 
   /**

@@ -3,6 +3,7 @@
  * each own one concern — `JobRunner` (the run of a job, `settle`), `CancelWatch` (§7), `CatalogHeartbeat` (§3) and
  * the lock watch over `RunningJobs` (§10.4).
  */
+import { WaitpointOpener } from './waitpoint-host.js';
 import {
   BatchStore,
   RedisTaskStore,
@@ -155,6 +156,12 @@ export class TaskWorker {
       isClosing,
       envelope,
       limits,
+      waitpoints: new WaitpointOpener({
+        redis: this.redis,
+        keys: this.keys,
+        store: this.store,
+        secret: options.waitpointSecret,
+      }),
       versions: new ToolVersions({
         redis: this.redis,
         keys: this.keys,
