@@ -55,6 +55,7 @@ export const ERROR_CODES = [
   'SUSPENDED',
   'UPSTREAM_UNAVAILABLE',
   'INVALID_PATH_VALUE',
+  'MEMORY_LIMIT',
   'INTERNAL',
 ] as const;
 

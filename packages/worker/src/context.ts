@@ -646,12 +646,7 @@ export class TaskContext implements ToolContext {
   };
 
   readonly progress = (progress: number, total?: number, message?: string): void => {
-    if (typeof progress !== 'number' || !Number.isFinite(progress)) {
-      throw new RangeError(`progress must be a finite number (got ${String(progress)})`);
-    }
-    if (total !== undefined && (typeof total !== 'number' || !Number.isFinite(total))) {
-      throw new RangeError(`total must be a finite number (got ${String(total)})`);
-    }
+    checkProgressArgs(progress, total);
     if (this.closed) {
       this.log.debug({ progress }, 'progress after the run ended dropped');
       return;
@@ -672,14 +667,7 @@ export class TaskContext implements ToolContext {
   };
 
   readonly notify = (level: LogLevel, data: unknown, logger?: string): void => {
-    if (!(LOG_LEVELS as readonly unknown[]).includes(level)) {
-      throw new TypeError(`ctx.notify: level must be one of ${LOG_LEVELS.join(', ')} (got ${String(level)})`);
-    }
-    const json = JSON.stringify(data ?? null) as string | undefined;
-    if (json === undefined) throw new TypeError('ctx.notify: data must be a JSON value');
-    if (Buffer.byteLength(json) > MAX_LOG_BYTES) {
-      throw new RangeError(`ctx.notify: data is over ${MAX_LOG_BYTES} bytes as JSON`);
-    }
+    checkNotifyArgs(level, data);
     if (this.closed) {
       this.log.debug({ level }, 'log message after the run ended dropped');
       return;
@@ -709,28 +697,7 @@ export class TaskContext implements ToolContext {
     this.writes.add(write);
   };
 
-  readonly sleep = (ms: number): Promise<void> => {
-    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
-      return Promise.reject(new RangeError(`sleep needs a finite, non-negative number of ms (got ${String(ms)})`));
-    }
-    const signal = this.signal;
-    if (signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(signal)));
-    return new Promise<void>((resolve, reject) => {
-      // setImmediate for 0 so a tight `sleep(0)` loop yields without the 1 ms timer floor.
-      const clear = () => (ms === 0 ? clearImmediate(immediate) : clearTimeout(timer));
-      const onAbort = () => {
-        clear();
-        reject(new CancelledError(cancelReasonOf(signal)));
-      };
-      const done = () => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      const immediate = ms === 0 ? setImmediate(done) : undefined;
-      const timer = ms === 0 ? undefined : setTimeout(done, ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  };
+  readonly sleep = (ms: number): Promise<void> => abortableSleep(this.signal, ms);
 
   readonly throwIfCancelled = (): void => {
     if (this.signal.aborted) throw new CancelledError(cancelReasonOf(this.signal));
@@ -936,6 +903,63 @@ export class TaskContext implements ToolContext {
       )
       .finally(() => this.writes.delete(write));
     this.writes.add(write);
+  }
+}
+
+/**
+ * `ctx.sleep`: resolves after `ms`, rejects with `CancelledError` as soon as `signal` aborts; in the worker's thread
+ * and in an isolated run's child alike (PROTOCOL.md §31.2).
+ */
+export function abortableSleep(signal: AbortSignal, ms: number): Promise<void> {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    return Promise.reject(new RangeError(`sleep needs a finite, non-negative number of ms (got ${String(ms)})`));
+  }
+  if (signal.aborted) return Promise.reject(new CancelledError(cancelReasonOf(signal)));
+  return new Promise<void>((resolve, reject) => {
+    // setImmediate for 0 so a tight `sleep(0)` loop yields without the 1 ms timer floor.
+    const clear = () => (ms === 0 ? clearImmediate(immediate) : clearTimeout(timer));
+    const onAbort = () => {
+      clear();
+      reject(new CancelledError(cancelReasonOf(signal)));
+    };
+    const done = () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    const immediate = ms === 0 ? setImmediate(done) : undefined;
+    const timer = ms === 0 ? undefined : setTimeout(done, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * What `ctx.progress` checks before anything is sent, in the worker's thread and in an isolated run's child alike
+ * (PROTOCOL.md §31.2).
+ *
+ * @throws RangeError when `progress` or `total` is not a finite number.
+ */
+export function checkProgressArgs(progress: number, total: number | undefined): void {
+  if (typeof progress !== 'number' || !Number.isFinite(progress)) {
+    throw new RangeError(`progress must be a finite number (got ${String(progress)})`);
+  }
+  if (total !== undefined && (typeof total !== 'number' || !Number.isFinite(total))) {
+    throw new RangeError(`total must be a finite number (got ${String(total)})`);
+  }
+}
+
+/**
+ * What `ctx.notify` checks before anything is sent, as `checkProgressArgs`.
+ *
+ * @throws TypeError when `level` is not an MCP log level or `data` no JSON value; RangeError when `data` is too big.
+ */
+export function checkNotifyArgs(level: unknown, data: unknown): void {
+  if (!(LOG_LEVELS as readonly unknown[]).includes(level)) {
+    throw new TypeError(`ctx.notify: level must be one of ${LOG_LEVELS.join(', ')} (got ${String(level)})`);
+  }
+  const json = JSON.stringify(data ?? null) as string | undefined;
+  if (json === undefined) throw new TypeError('ctx.notify: data must be a JSON value');
+  if (Buffer.byteLength(json) > MAX_LOG_BYTES) {
+    throw new RangeError(`ctx.notify: data is over ${MAX_LOG_BYTES} bytes as JSON`);
   }
 }
 

@@ -1,4 +1,6 @@
 import { createHash } from 'node:crypto';
+import { isAbsolute } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import {
   BackoffSchema,
@@ -138,6 +140,31 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    */
   onCancelled?(task: CancelledTaskInfo): void | Promise<void>;
   /**
+   * Runs each run of the tool in a child of the worker, so a CPU-bound or memory-hungry handler cannot block the
+   * worker's event loop (which renews its job locks) nor take its memory (PROTOCOL.md §31): `'process'` forks a Node
+   * process per run, `'thread'` starts a worker thread per run. `ctx` works the same in the child (its members are
+   * messages to the worker). Needs `module`. Default: none (the run is in the worker's own thread).
+   */
+  isolate?: 'process' | 'thread';
+  /**
+   * The file that defines this tool, for the child of an isolated run to import (`import.meta.url`, or an absolute
+   * path): the child takes the export that is a tool definition of this name, as `TASKRELAY_TOOLS` does. Required with
+   * `isolate`; the worker refuses to start when the module does not export the tool.
+   */
+  module?: string;
+  /**
+   * The memory bound of one isolated run, in MB (at least 64; a child loading `@taskrelay/worker` uses ~100 MB of
+   * resident memory): `process` caps V8's heap (`--max-old-space-size`) and kills the child when its resident set
+   * passes it (Linux); `thread` caps the thread's heap (`resourceLimits.maxOldGenerationSizeMb`). A run past it is
+   * killed and its task fails with `MEMORY_LIMIT`, without retry. Needs `isolate`. Default: none.
+   */
+  maxMemoryMb?: number;
+  /**
+   * How long an isolated run whose signal aborted (cancel, timeout, drain, lost lock) or that suspended may take to
+   * end before its child is killed, in ms. Needs `isolate`. Default `5000`.
+   */
+  killGraceMs?: number;
+  /**
    * Runs the tool. Return a string (one text item), a full `CallToolResult` (an object with a `content` array, used
    * as is), or any other value (validated against `outputSchema` when set; a plain object becomes
    * `structuredContent`, and its JSON the text content). Throw to fail; honour `ctx.signal`.
@@ -186,10 +213,24 @@ export interface ToolDefinition<
   readonly version: string;
   readonly onVersionChange: 'resume' | 'restart' | 'fail';
   readonly onCancelled: ((task: CancelledTaskInfo) => Promise<void>) | undefined;
+  /** How each run is isolated (PROTOCOL.md §31); undefined for a tool run in the worker's own thread. */
+  readonly isolation: ToolIsolation | undefined;
   /** What the worker's catalog publishes for this tool (PROTOCOL.md §3). */
   readonly descriptor: ToolDescriptor;
   run(input: z.output<I>, ctx: ToolContext): ToolReturn<O> | Promise<ToolReturn<O>>;
 }
+
+/** An isolated tool's options, resolved (PROTOCOL.md §31). */
+export interface ToolIsolation {
+  mode: 'process' | 'thread';
+  /** The module that defines the tool, as a `file:` URL. */
+  moduleUrl: string;
+  maxMemoryMb: number | undefined;
+  killGraceMs: number;
+}
+
+/** How long an aborted or suspended isolated run may take to end before its child is killed, by default. */
+export const DEFAULT_KILL_GRACE_MS = 5_000;
 
 /** A limit's key (PROTOCOL.md §3.5): argument names, or a function of the parsed arguments returning a string. */
 export type LimitKey = string[] | ((args: Record<string, unknown>) => string);
@@ -279,6 +320,10 @@ const ToolOptionsSchema = z.object({
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, { message: 'must be 1 to 64 of A-Z a-z 0-9 _ - .' })
     .optional(),
   onVersionChange: z.enum(['resume', 'restart', 'fail']).default('resume'),
+  isolate: z.enum(['process', 'thread']).optional(),
+  module: z.string().min(1).optional(),
+  maxMemoryMb: z.number().int().min(64).max(1_048_576).optional(),
+  killGraceMs: z.number().int().min(0).max(600_000).optional(),
 });
 
 /** Every option `defineTool` takes: the checked ones, the schemas and the functions. */
@@ -341,6 +386,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     inputTimeoutMs: checked.inputTimeoutMs,
     version,
     onVersionChange: checked.onVersionChange,
+    isolation: isolationOf(checked),
     onCancelled:
       typeof options.onCancelled === 'function'
         ? async (task: CancelledTaskInfo) => {
@@ -408,6 +454,35 @@ function checkOptions(options: ToolOptions<ToolInputSchema, z.ZodType | undefine
   }
   if (typeof options.run !== 'function') throw new TypeError(`defineTool(${name}): run must be a function`);
   return parsed.data;
+}
+
+/**
+ * An isolated tool's options (PROTOCOL.md §31): `module` as a `file:` URL, the kill grace's default applied.
+ *
+ * @throws TypeError when `isolate` has no `module`, or `module`, `maxMemoryMb` or `killGraceMs` come without `isolate`.
+ */
+function isolationOf(checked: CheckedOptions): ToolIsolation | undefined {
+  const { name, isolate, module, maxMemoryMb, killGraceMs } = checked;
+  if (isolate === undefined) {
+    const stray = (['module', 'maxMemoryMb', 'killGraceMs'] as const).filter((key) => checked[key] !== undefined);
+    if (stray.length > 0) throw new TypeError(`defineTool(${name}): ${stray.join(', ')} need(s) isolate`);
+    return undefined;
+  }
+  if (module === undefined) {
+    throw new TypeError(
+      `defineTool(${name}): isolate needs module, the file that defines the tool (module: import.meta.url)`,
+    );
+  }
+  let moduleUrl: string;
+  if (module.startsWith('file:')) {
+    moduleUrl = URL.canParse(module) ? module : '';
+  } else {
+    moduleUrl = isAbsolute(module) ? pathToFileURL(module).href : '';
+  }
+  if (moduleUrl === '') {
+    throw new TypeError(`defineTool(${name}): module must be a file: URL (import.meta.url) or an absolute path`);
+  }
+  return { mode: isolate, moduleUrl, maxMemoryMb, killGraceMs: killGraceMs ?? DEFAULT_KILL_GRACE_MS };
 }
 
 /** The limits the worker admits runs by itself (§3.5): a keyed concurrency, and a keyed or shared rate limit. */

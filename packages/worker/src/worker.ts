@@ -1,3 +1,4 @@
+import { checkIsolatedTools } from './engine/isolated-run.js';
 import { TaskWorker } from './engine/task-worker.js';
 import { resolveWorkerOptions, type CloseOptions, type WorkerOptions } from './options.js';
 
@@ -18,9 +19,14 @@ export interface WorkerHandle {
 /**
  * Starts a worker: consumes its queue, serves cancels, and publishes its tool catalog (once before this resolves, so
  * a gateway sees the tools at once).
+ *
+ * @throws ConfigError when an option is invalid, an isolated tool's module does not export it, or this is an isolated
+ *   run's child (PROTOCOL.md §31.4).
  */
 export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
-  const worker = new TaskWorker(resolveWorkerOptions(options));
+  const resolved = resolveWorkerOptions(options);
+  await checkIsolatedTools(resolved.tools);
+  const worker = new TaskWorker(resolved);
   await worker.start();
   return { workerId: worker.workerId, queue: worker.queue, close: (closeOptions) => worker.close(closeOptions) };
 }

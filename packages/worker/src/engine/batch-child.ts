@@ -27,6 +27,7 @@ import { describeIssues, toToolResult, type ToolDefinition } from '../define-too
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
+import { callTool } from './isolated-run.js';
 import { runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
 import type { ToolLimits } from './tool-limits.js';
@@ -162,7 +163,7 @@ export class ChildRunner {
     const timeoutMs = data.timeoutMs ?? tool.timeoutMs;
     log.info({ parentId: child.parentId, child: child.index }, 'batch child started');
     const timedOut = () => controller.abort('TIMEOUT' satisfies CancelReason);
-    const outcome = await runUnderTimeout(controller.signal, timeoutMs, timedOut, () => tool.run(args, ctx));
+    const outcome = await runUnderTimeout(controller.signal, timeoutMs, timedOut, () => callTool(tool, args, ctx, log));
     ctx.close();
     const action = settle({
       outcome,

@@ -25,6 +25,7 @@ import { describeIssues, toToolResult, type ToolDefinition } from '../define-too
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { isChildJob, type ChildRunner } from './batch-child.js';
+import { callTool } from './isolated-run.js';
 import type { BatchParent } from './batch-parent.js';
 import { MAX_TIMER_MS, runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { LimitWait, ToolLimits } from './tool-limits.js';
@@ -309,8 +310,8 @@ export class JobRunner {
       });
     };
     const outcome = await runUnderTimeout(controller.signal, timeoutMs, onTimeout, () => {
-      log.info({ timeoutMs }, 'tool started');
-      return tool.run(input, ctx);
+      log.info({ timeoutMs, ...(tool.isolation ? { isolate: tool.isolation.mode } : {}) }, 'tool started');
+      return callTool(tool, input, ctx, log);
     });
     return { outcome, timeout };
   }

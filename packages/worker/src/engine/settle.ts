@@ -76,11 +76,14 @@ export function isSuspendedError(error: unknown): boolean {
 }
 
 /**
- * True for an error no retry can mend (`NonRetryableError`, `ProtocolError`, BullMQ's `UnrecoverableError`). A tools
- * module may carry its own copy of shared or bullmq: the code and the name count too.
+ * True for an error no retry can mend (`NonRetryableError`, `ProtocolError`, BullMQ's `UnrecoverableError`, an isolated
+ * run killed for its memory, PROTOCOL.md §31.3). A tools module may carry its own copy of shared or bullmq: the code
+ * and the name count too.
  */
 export function isNonRetryable(error: unknown): boolean {
   if (error instanceof NonRetryableError || error instanceof UnrecoverableError) return true;
   const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
-  return code === 'NON_RETRYABLE' || code === 'PROTOCOL_ERROR' || name === 'UnrecoverableError';
+  return (
+    code === 'NON_RETRYABLE' || code === 'PROTOCOL_ERROR' || code === 'MEMORY_LIMIT' || name === 'UnrecoverableError'
+  );
 }
