@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { clusterPrefixProblem, clusterTarget, sentinelTarget, type RedisNode } from './redis.js';
+import type { OutputLimits } from './task-output.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -273,6 +274,23 @@ export const workerEnvSchema = z.object({
   WORKER_SHUTDOWN_GRACE_MS: intEnv(workerSettingsShape.shutdownGraceMs),
   WORKER_METRICS_PORT: int(1, 65_535).optional(),
   HOST: z.string().trim().min(1).default('127.0.0.1'),
+  TASKRELAY_INLINE_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024)
+    .default(1024 * 1024)
+    .describe(
+      'a result, or one content block of it, above this many bytes is stored apart and returned as `resource_link` content, read with `resources/read` ([PROTOCOL.md §34.3](PROTOCOL.md#34-task-output-as-resources))',
+    ),
+  TASKRELAY_MAX_OUTPUT_BYTES: int(1_024, 512 * 1024 * 1024)
+    .default(1024 * 1024)
+    .describe('the most bytes a task\'s partial output (`ctx.output`) keeps: past it the oldest part is dropped (§34.2)'),
+  TASKRELAY_BLOB_TTL_MS: int(1_000, 365 * 86_400_000)
+    .default(86_400_000)
+    .describe('how long a task\'s output, results stored apart and artifacts stay in Redis after their last write (§34)'),
+  TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK: int(1_024, 1024 * 1024 * 1024 * 1024)
+    .default(64 * 1024 * 1024)
+    .describe('the most bytes one task stores apart: artifacts and results moved out by reference (§34.4)'),
+  TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL: int(1_024, 1024 * 1024 * 1024 * 1024)
+    .default(1024 * 1024 * 1024)
+    .describe('the most bytes one principal stores apart within `TASKRELAY_BLOB_TTL_MS` of its last store (§34.4)'),
 });
 
 export interface CommonConfig {
@@ -429,6 +447,8 @@ export interface WorkerConfig extends CommonConfig {
   metricsPort: number | undefined;
   /** Address the metrics listener binds (`HOST`, as for the gateway). Default `127.0.0.1`. */
   metricsHost: string;
+  /** Bounds of task output, results by reference and artifacts (PROTOCOL.md §34). */
+  output: OutputLimits;
 }
 
 function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
@@ -706,6 +726,13 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
     shutdownGraceMs: p.WORKER_SHUTDOWN_GRACE_MS,
     metricsPort: p.WORKER_METRICS_PORT,
     metricsHost: p.HOST,
+    output: {
+      inlineResultBytes: p.TASKRELAY_INLINE_RESULT_BYTES,
+      maxOutputBytes: p.TASKRELAY_MAX_OUTPUT_BYTES,
+      blobTtlMs: p.TASKRELAY_BLOB_TTL_MS,
+      maxTaskBytes: p.TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK,
+      maxPrincipalBytes: p.TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL,
+    },
   };
 }
 

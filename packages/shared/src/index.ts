@@ -23,3 +23,4 @@ export * from './tool-controls.js';
 export * from './tool-limit-store.js';
 export * from './webhook-limits.js';
 export * from './webhook-outbox.js';
+export * from './task-output.js';

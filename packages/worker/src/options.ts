@@ -8,7 +8,9 @@ import {
   createLogger,
   isRedisTarget,
   workerSettingsShape,
+  DEFAULT_OUTPUT_LIMITS,
   type Logger,
+  type OutputLimits,
 } from '@taskrelay/shared';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { WorkerMetrics } from './metrics.js';
@@ -63,6 +65,12 @@ export interface WorkerOptions {
   logger?: Logger;
   /** Where this worker counts its runs, waits, cancels and slots. Default: a new `WorkerMetrics` of its own. */
   metrics?: WorkerMetrics;
+  /**
+   * Bounds of task output, results by reference and artifacts (PROTOCOL.md §34): `inlineResultBytes` (default 1 MiB),
+   * `maxOutputBytes` (1 MiB), `blobTtlMs` (24 h), `maxTaskBytes` (64 MiB), `maxPrincipalBytes` (1 GiB); the
+   * `TASKRELAY_*` variables of docs/CONFIGURATION.md set them for the stock worker.
+   */
+  output?: Partial<OutputLimits>;
 }
 
 export interface CloseOptions {
@@ -89,7 +97,17 @@ export interface ResolvedWorkerOptions {
   workerId: string;
   logger: Logger;
   metrics: WorkerMetrics;
+  output: OutputLimits;
 }
+
+const bytes = (max: number) => z.number().int().min(1_024).max(max);
+const OutputLimitsSchema = z.strictObject({
+  inlineResultBytes: bytes(1024 ** 3).default(DEFAULT_OUTPUT_LIMITS.inlineResultBytes),
+  maxOutputBytes: bytes(512 * 1024 ** 2).default(DEFAULT_OUTPUT_LIMITS.maxOutputBytes),
+  blobTtlMs: z.number().int().min(1_000).max(365 * 86_400_000).default(DEFAULT_OUTPUT_LIMITS.blobTtlMs),
+  maxTaskBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxTaskBytes),
+  maxPrincipalBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxPrincipalBytes),
+});
 
 const redisUrlSchema = z
   .string()
@@ -114,6 +132,7 @@ const WorkerOptionsSchema = z
       })
       .optional(),
     metrics: z.instanceof(WorkerMetrics, { message: 'must be a WorkerMetrics' }).optional(),
+    output: OutputLimitsSchema.default(DEFAULT_OUTPUT_LIMITS),
   })
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
@@ -153,5 +172,6 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     workerId: o.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
     logger: o.logger ?? createLogger('worker'),
     metrics: o.metrics ?? new WorkerMetrics(),
+    output: o.output,
   };
 }

@@ -5,7 +5,9 @@
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
+  NonRetryableError,
   type FairShare,
+  type TaskOutputStore,
   type JobData,
   TaskrelayError,
   isRedisUnavailableError,
@@ -29,6 +31,7 @@ import type { BatchParent } from './batch-parent.js';
 import { MAX_TIMER_MS, runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { LimitWait, ToolLimits } from './tool-limits.js';
 import { TaskLogKeeper } from './log-keeper.js';
+import { RunOutput } from '../output.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
@@ -57,6 +60,8 @@ export interface JobRunnerOptions {
   versions?: ToolVersions;
   /** The limits runs are admitted by here, per key or shared by name (PROTOCOL.md §3.5). */
   limits?: ToolLimits;
+  /** Where `ctx.output`, `ctx.artifact` and results by reference are stored (PROTOCOL.md §34). */
+  output?: TaskOutputStore;
 }
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
@@ -171,6 +176,18 @@ export class JobRunner {
       onProgressCoalesced: () => metrics.progressCoalesced.inc(),
       onProgressWritten: () => metrics.progressWritten.inc(),
       ...(this.o.batches ? { batch: this.o.batches.parent.forRun(data.maxOpen, data.priority) } : {}),
+      ...(this.o.output
+        ? {
+            output: new RunOutput({
+              store: this.o.output,
+              taskId,
+              principal: task.principal,
+              lock: { queue: lock.queue, jobId: taskId, token: lock.token },
+              log,
+              onLockLost: () => this.o.running.loseLock(taskId, 'output write refused'),
+            }),
+          }
+        : {}),
     });
     const { outcome, timeout } = await this.runTool(run, controller, tool, input, ctx, timeoutMs);
     // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
@@ -368,7 +385,10 @@ export class JobRunner {
     const { ctx, log } = end;
     let result: ToolResult;
     try {
-      result = toToolResult(end.tool, value);
+      // Large parts go by reference (§34.3); a result that cannot be stored so is the run's failure, not retried.
+      result = await ctx.finishResult(toToolResult(end.tool, value)).catch((error: unknown) => {
+        throw error instanceof RangeError ? new NonRetryableError(error.message) : error;
+      });
     } catch (error) {
       await ctx.flushProgress();
       ctx.close();

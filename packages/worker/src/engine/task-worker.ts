@@ -6,6 +6,7 @@
 import {
   BatchStore,
   RedisTaskStore,
+  TaskOutputStore,
   ToolLimitStore,
   createKeys,
   FairShare,
@@ -115,6 +116,7 @@ export class TaskWorker {
       metrics: options.metrics,
       log: this.log,
     });
+    const output = new TaskOutputStore(this.redis, this.keys, options.output);
     const parent = new BatchParent({
       redis: this.redis,
       keys: this.keys,
@@ -127,6 +129,7 @@ export class TaskWorker {
     const batches = {
       parent,
       children: new ChildRunner({
+        output,
         tools,
         batches: batchStore,
         store: this.store,
@@ -142,6 +145,7 @@ export class TaskWorker {
       }),
     };
     this.runner = new JobRunner({
+      output,
       workerId: this.workerId,
       tools,
       store: this.store,
