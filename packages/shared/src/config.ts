@@ -281,10 +281,14 @@ export const workerEnvSchema = z.object({
     ),
   TASKRELAY_MAX_OUTPUT_BYTES: int(1_024, 512 * 1024 * 1024)
     .default(1024 * 1024)
-    .describe('the most bytes a task\'s partial output (`ctx.output`) keeps: past it the oldest part is dropped (§34.2)'),
+    .describe(
+      "the most bytes a task's partial output (`ctx.output`) keeps: past it the oldest part is dropped (§34.2)",
+    ),
   TASKRELAY_BLOB_TTL_MS: int(1_000, 365 * 86_400_000)
     .default(86_400_000)
-    .describe('how long a task\'s output, results stored apart and artifacts stay in Redis after their last write (§34)'),
+    .describe(
+      "how long a task's output, results stored apart and artifacts stay in Redis after their last write (§34)",
+    ),
   TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK: int(1_024, 1024 * 1024 * 1024 * 1024)
     .default(64 * 1024 * 1024)
     .describe('the most bytes one task stores apart: artifacts and results moved out by reference (§34.4)'),

@@ -118,7 +118,10 @@ const OUTCOMES: Partial<Record<ResultCode, OutputWriteOutcome>> = {
 
 /** A stored-bytes bound would be passed (PROTOCOL.md §34.4). */
 export class StoredBytesLimitError extends RangeError {
-  constructor(readonly bound: 'task' | 'principal', limit: number) {
+  constructor(
+    readonly bound: 'task' | 'principal',
+    limit: number,
+  ) {
     super(
       bound === 'task'
         ? `A task may store at most ${limit} bytes of results and artifacts (TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK)`
@@ -129,7 +132,9 @@ export class StoredBytesLimitError extends RangeError {
 }
 
 export function newBlobId(): string {
-  return randomBytes(12).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x');
+  return randomBytes(12)
+    .toString('base64url')
+    .replace(/[^A-Za-z0-9]/g, 'x');
 }
 
 export class TaskOutputStore {
@@ -208,7 +213,10 @@ export class TaskOutputStore {
     });
     if (reply.code === ResultCode.LIMIT_FULL) {
       const bound = reply.values[0] === 'principal' ? 'principal' : 'task';
-      throw new StoredBytesLimitError(bound, bound === 'task' ? this.limits.maxTaskBytes : this.limits.maxPrincipalBytes);
+      throw new StoredBytesLimitError(
+        bound,
+        bound === 'task' ? this.limits.maxTaskBytes : this.limits.maxPrincipalBytes,
+      );
     }
     return OUTCOMES[reply.code] ?? 'ok';
   }

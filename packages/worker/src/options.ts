@@ -104,7 +104,12 @@ const bytes = (max: number) => z.number().int().min(1_024).max(max);
 const OutputLimitsSchema = z.strictObject({
   inlineResultBytes: bytes(1024 ** 3).default(DEFAULT_OUTPUT_LIMITS.inlineResultBytes),
   maxOutputBytes: bytes(512 * 1024 ** 2).default(DEFAULT_OUTPUT_LIMITS.maxOutputBytes),
-  blobTtlMs: z.number().int().min(1_000).max(365 * 86_400_000).default(DEFAULT_OUTPUT_LIMITS.blobTtlMs),
+  blobTtlMs: z
+    .number()
+    .int()
+    .min(1_000)
+    .max(365 * 86_400_000)
+    .default(DEFAULT_OUTPUT_LIMITS.blobTtlMs),
   maxTaskBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxTaskBytes),
   maxPrincipalBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxPrincipalBytes),
 });

@@ -19,6 +19,7 @@ import {
   requireRedisUrl,
   waitForRedis,
   resolveGatewayOptions,
+  TaskOutputStore,
   type GatewayConfig,
   type GatewayOptions,
   type Keys,
@@ -39,6 +40,8 @@ import { Reaper } from '../tasks/reaper.js';
 import { TaskReplay } from '../tasks/replay.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
+import { ResourceFeed } from '../tasks/resource-feed.js';
+import { TaskResources } from '../protocol/resources.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
 import { WebhookIntake } from '../tasks/webhooks/intake.js';
 import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
@@ -188,6 +191,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     search: tasks.search,
     replay: tasks.replay,
     store: tasks.store,
+    resources: tasks.resources,
     audit: new AuditLog(redis, keys),
     inflight,
     sessions,
@@ -358,7 +362,14 @@ async function startTaskLayer(w: {
   reaper.start();
   undo.push(() => reaper.stop());
   const replay = new TaskReplay(store, search, service, log);
-  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store };
+  // Task output as resources (PROTOCOL.md §34): wake-ups on the subscriber; stored values read in ranges over a
+  // large-read connection, so a 16 MiB value's chunks never queue on the command connection.
+  const feed = new ResourceFeed(subscriber, keys, log);
+  undo.push(() => feed.close());
+  await feed.start();
+  const outputs = new TaskOutputStore(w.connections.largeReads[0] ?? redis, keys);
+  const resources = new TaskResources(outputs, feed);
+  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, resources };
 }
 
 /**
