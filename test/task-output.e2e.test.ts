@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { Client as ModernClient, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { McpError, ResourceUpdatedNotificationSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { useStack } from './helpers/stack.js';
-import { ROOT, connectClient } from './helpers/processes.js';
+import { PYTHON, ROOT, connectClient, startPythonWorkerProcess } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { readSse } from './helpers/raw-mcp.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -333,5 +333,46 @@ describe('§34 task output as resources (2026-07-28, the tasks extension)', () =
     const body = (await res.json()) as Json;
     expect(body['result']['resultType']).toBe('complete');
     expect(body['result']['contents'][0]['text']).toBe(bigText(1_000_000));
+  });
+});
+
+describe.skipIf(PYTHON === undefined)('§34, §29 task output from a Python worker', () => {
+  it('reads a Python tool’s output while it runs, then its large result and artifact by reference', async () => {
+    const worker = await startPythonWorkerProcess({
+      ...stack.env,
+      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_output_tools.py'),
+      TASKRELAY_QUEUE: 'py-output',
+      TASKRELAY_INLINE_RESULT_BYTES: String(INLINE),
+    });
+    try {
+      const client = await stack.client(alice);
+      await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'py_stream_output'), {
+        message: 'the Python tool was not listed',
+      });
+      const updates: string[] = [];
+      client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updates.push(n.params.uri));
+      const gate = newGate();
+      const taskId = await startTask(client, 'py_stream_output', { gate, bytes: 200_000 });
+      const uri = outputUri(taskId);
+      await client.subscribeResource({ uri });
+      await waitFor(async () => field(await client.readResource({ uri }), 'text') === 'py started\n', {
+        message: 'the Python output was not readable while the task ran',
+      });
+      open(gate);
+      const result = (await taskResult(client, taskId, 30_000)) as CallToolResult;
+      expect(field(await client.readResource({ uri }), 'text')).toBe('py done\n');
+      await waitFor(() => updates.includes(uri), { message: 'no update for the Python output' });
+      const [text, artifact] = result.content as Json[];
+      expect(text).toMatchObject({ type: 'resource_link', size: 200_000 });
+      expect(field(await client.readResource({ uri: text?.['uri'] }), 'text')).toBe('é'.repeat(100_000));
+      expect(artifact).toMatchObject({ type: 'resource_link', name: 'py.bin', size: 3000 });
+      const bytes = Buffer.from(
+        field(await client.readResource({ uri: artifact?.['uri'] }), 'blob') as string,
+        'base64',
+      );
+      expect([bytes[0], bytes[1000], bytes[2999]]).toEqual([0, 1, 2]);
+    } finally {
+      await worker.kill('SIGKILL');
+    }
   });
 });
