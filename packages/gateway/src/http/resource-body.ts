@@ -8,7 +8,7 @@ import { StringDecoder } from 'node:string_decoder';
 import type { ServerResponse } from 'node:http';
 
 /** Bytes read per range: a multiple of 3, so each chunk's base64 stands alone. */
-export const READ_CHUNK_BYTES = 3 * 128 * 1024;
+export const READ_CHUNK_BYTES = 3 * 64 * 1024;
 
 export interface StreamedValue {
   uri: string;
