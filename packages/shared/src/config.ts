@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { clusterPrefixProblem, clusterTarget, sentinelTarget, type RedisNode } from './redis.js';
 import type { OutputLimits } from './task-output.js';
+import type { BlobStoreConfig } from './blob-objects.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -113,6 +114,31 @@ const commonShape = {
   TASKRELAY_PREFIX: prefix.default('taskrelay'),
   LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
+  TASKRELAY_BLOB_STORE: z
+    .enum(['redis', 's3'], { message: 'must be redis or s3' })
+    .default('redis')
+    .describe(
+      'where results stored by reference and artifacts keep their bytes: `redis` (with their own TTL) or `s3` (an S3-compatible bucket; Redis keeps the index and the bounds) ([PROTOCOL.md §34.7](PROTOCOL.md#34-task-output-as-resources))',
+    ),
+  TASKRELAY_S3_BUCKET: z
+    .string()
+    .trim()
+    .min(1)
+    .optional()
+    .describe('the bucket, with `TASKRELAY_BLOB_STORE=s3` (required then)'),
+  TASKRELAY_S3_ENDPOINT: z
+    .string()
+    .trim()
+    .refine((v) => /^https?:\/\//.test(v) && URL.canParse(v), { message: 'must be an http:// or https:// URL' })
+    .optional()
+    .describe("an S3-compatible server (MinIO, Ceph, moto); unset: AWS. Credentials: the AWS SDK's default chain"),
+  TASKRELAY_S3_REGION: z.string().trim().min(1).default('us-east-1'),
+  TASKRELAY_S3_KEY_PREFIX: z
+    .string()
+    .default('taskrelay/')
+    .describe(
+      'the start of every object key; give the bucket a lifecycle rule expiring it after `TASKRELAY_BLOB_TTL_MS`',
+    ),
 };
 
 const authTokens = z.string().transform((value, ctx) => {
@@ -310,6 +336,8 @@ export interface CommonConfig {
   logLevel: (typeof LOG_LEVELS)[number];
   /** Per-task progress throttle interval. Default 50 ms (about 20 updates per second). */
   progressIntervalMs: number;
+  /** Where values stored apart from results keep their bytes (PROTOCOL.md §34.7). Default Redis. */
+  blobStore: BlobStoreConfig;
 }
 
 export interface GatewayConfig extends CommonConfig {
@@ -494,6 +522,21 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     prefix: parsed.TASKRELAY_PREFIX,
     logLevel: parsed.LOG_LEVEL,
     progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
+    blobStore: blobStoreOf(parsed),
+  };
+}
+
+function blobStoreOf(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof workerEnvSchema>): BlobStoreConfig {
+  if (parsed.TASKRELAY_BLOB_STORE === 'redis') return { kind: 'redis' };
+  if (parsed.TASKRELAY_S3_BUCKET === undefined) {
+    throw new ConfigError('Invalid configuration: TASKRELAY_S3_BUCKET is required with TASKRELAY_BLOB_STORE=s3');
+  }
+  return {
+    kind: 's3',
+    bucket: parsed.TASKRELAY_S3_BUCKET,
+    endpoint: parsed.TASKRELAY_S3_ENDPOINT,
+    region: parsed.TASKRELAY_S3_REGION,
+    keyPrefix: parsed.TASKRELAY_S3_KEY_PREFIX,
   };
 }
 

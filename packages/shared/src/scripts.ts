@@ -283,7 +283,19 @@ export const SCRIPTS = {
   blobPut: spec({
     name: 'blobPut',
     keys: ['task', 'lock', 'blobs', 'blob', 'principalBytes'],
-    args: ['lockToken', 'blobId', 'chunk', 'append', 'meta', 'taskMax', 'principalMax', 'ttlMs', 'channel', 'taskId'],
+    args: [
+      'lockToken',
+      'blobId',
+      'chunk',
+      'append',
+      'meta',
+      'taskMax',
+      'principalMax',
+      'ttlMs',
+      'channel',
+      'taskId',
+      'externalBytes',
+    ],
     codes: [OK, ResultCode.LIMIT_FULL, TASK_MISSING, TASK_TERMINAL, LOCK_LOST],
   }),
 } as const;

@@ -11,6 +11,7 @@ import { ResultCode } from './script-results.js';
 import { SCRIPTS, ScriptRunner } from './scripts.js';
 import { TASK_FIELDS } from './task-fields.js';
 import { TaskrelayError } from './errors.js';
+import type { BlobObjects } from './blob-objects.js';
 
 /** The URI scheme and path of every task resource. */
 const URI_PREFIX = 'taskrelay://tasks/';
@@ -74,6 +75,9 @@ export const BlobMetaSchema = z.object({
   text: z.boolean(),
   /** `result` (moved out of the result, §34.3) or `artifact` (§34.4). */
   kind: z.enum(['result', 'artifact']),
+  /** The object's key when the bytes live in the object store (§34.7), with their size. */
+  object: z.string().optional(),
+  size: z.number().int().nonnegative().optional(),
 });
 export type BlobMeta = z.infer<typeof BlobMetaSchema>;
 
@@ -144,6 +148,8 @@ export class TaskOutputStore {
     private readonly redis: RedisClient,
     private readonly keys: Keys,
     readonly limits: OutputLimits = DEFAULT_OUTPUT_LIMITS,
+    /** The object store the bytes go to (§34.7); undefined: Redis. */
+    readonly objects?: BlobObjects,
   ) {
     this.scripts = new ScriptRunner(redis);
   }
@@ -187,6 +193,8 @@ export class TaskOutputStore {
     meta: BlobMeta | undefined;
     lock: OutputLock | undefined;
     notify: boolean;
+    /** The value lives in the object store: this many bytes are counted, none stored here. */
+    externalBytes?: number;
   }): Promise<OutputWriteOutcome> {
     const { taskId } = input;
     const keys = this.keys.output(taskId);
@@ -209,6 +217,7 @@ export class TaskOutputStore {
         ttlMs: this.limits.blobTtlMs,
         channel: input.notify ? this.keys.resourcesChannel : '',
         taskId,
+        externalBytes: input.externalBytes === undefined ? '' : input.externalBytes,
       },
     });
     if (reply.code === ResultCode.LIMIT_FULL) {
@@ -219,6 +228,32 @@ export class TaskOutputStore {
       );
     }
     return OUTCOMES[reply.code] ?? 'ok';
+  }
+
+  /**
+   * Stores a whole value in the object store (§34.7), then its index entry and its bytes against the bounds (an
+   * object refused by a bound is left to the bucket's lifecycle rule).
+   */
+  async putBlobObject(input: {
+    taskId: string;
+    principal: string;
+    blobId: string;
+    body: Buffer;
+    meta: BlobMeta;
+    lock: OutputLock | undefined;
+    notify: boolean;
+  }): Promise<OutputWriteOutcome> {
+    const objects = this.objects;
+    if (!objects) throw new TaskrelayError('INTERNAL', 'putBlobObject without an object store');
+    const key = objects.keyOf(input.taskId, input.blobId);
+    await objects.put(key, input.body, input.meta.mimeType);
+    return this.putBlobChunk({
+      ...input,
+      chunk: Buffer.alloc(0),
+      first: true,
+      meta: { ...input.meta, object: key, size: input.body.length },
+      externalBytes: input.body.length,
+    });
   }
 
   /** The principal a task belongs to, or undefined when the task is gone. */
@@ -243,11 +278,16 @@ export class TaskOutputStore {
     } catch {
       throw new TaskrelayError('INTERNAL', `blob index entry ${blobId} of task ${taskId} is not JSON`);
     }
-    return { ...BlobMetaSchema.parse(meta), size };
+    const parsed = BlobMetaSchema.parse(meta);
+    return { ...parsed, size: parsed.object === undefined ? size : (parsed.size ?? 0) };
   }
 
   /** Bytes `start .. end − 1` of a stored value (GETRANGE): what a streamed read asks for, one chunk at a time. */
-  async readBlobRange(taskId: string, blobId: string, start: number, end: number): Promise<Buffer> {
+  async readBlobRange(taskId: string, blobId: string, start: number, end: number, meta?: BlobMeta): Promise<Buffer> {
+    if (meta?.object !== undefined) {
+      if (!this.objects) throw new TaskrelayError('INTERNAL', 'a value in the object store, and no object store here');
+      return this.objects.getRange(meta.object, start, end);
+    }
     return this.redis.getrangeBuffer(this.keys.output(taskId).blob(blobId), start, end - 1);
   }
 }

@@ -11,6 +11,7 @@ import {
   DEFAULT_OUTPUT_LIMITS,
   type Logger,
   type OutputLimits,
+  type BlobStoreConfig,
 } from '@taskrelay/shared';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { WorkerMetrics } from './metrics.js';
@@ -71,6 +72,11 @@ export interface WorkerOptions {
    * `TASKRELAY_*` variables of docs/CONFIGURATION.md set them for the stock worker.
    */
   output?: Partial<OutputLimits>;
+  /**
+   * Where values stored apart from results keep their bytes (PROTOCOL.md §34.7): `{ kind: 'redis' }` (the default) or
+   * `{ kind: 's3', bucket, endpoint?, region?, keyPrefix? }`. The gateways must be configured alike to read them.
+   */
+  blobStore?: BlobStoreConfig;
 }
 
 export interface CloseOptions {
@@ -98,6 +104,7 @@ export interface ResolvedWorkerOptions {
   logger: Logger;
   metrics: WorkerMetrics;
   output: OutputLimits;
+  blobStore: BlobStoreConfig;
 }
 
 const bytes = (max: number) => z.number().int().min(1_024).max(max);
@@ -138,6 +145,18 @@ const WorkerOptionsSchema = z
       .optional(),
     metrics: z.instanceof(WorkerMetrics, { message: 'must be a WorkerMetrics' }).optional(),
     output: OutputLimitsSchema.default(DEFAULT_OUTPUT_LIMITS),
+    blobStore: z
+      .discriminatedUnion('kind', [
+        z.strictObject({ kind: z.literal('redis') }),
+        z.strictObject({
+          kind: z.literal('s3'),
+          bucket: z.string().min(1),
+          endpoint: z.url().optional(),
+          region: z.string().min(1).optional(),
+          keyPrefix: z.string().optional(),
+        }),
+      ])
+      .default({ kind: 'redis' }),
   })
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
@@ -178,5 +197,6 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     logger: o.logger ?? createLogger('worker'),
     metrics: o.metrics ?? new WorkerMetrics(),
     output: o.output,
+    blobStore: o.blobStore,
   };
 }

@@ -8,7 +8,9 @@
 import {
   blobUri,
   newBlobId,
+  StoredBytesLimitError,
   type BlobMeta,
+  type OutputWriteOutcome,
   type Logger,
   type OutputLock,
   type TaskOutputStore,
@@ -165,29 +167,35 @@ export class RunOutput {
   private async store(chunks: AsyncIterable<Buffer>, meta: BlobMeta, notify: boolean): Promise<ResourceLink> {
     await this.settle();
     const blobId = newBlobId();
-    let size = 0;
-    let first = true;
-    const put = async (piece: Buffer) => {
-      const outcome = await this.o.store.putBlobChunk({
-        taskId: this.o.taskId,
-        principal: this.o.principal,
-        blobId,
-        chunk: piece,
-        first,
-        meta: first ? meta : undefined,
-        lock: this.o.lock,
-        notify,
-      });
+    const { store } = this.o;
+    const target = { taskId: this.o.taskId, principal: this.o.principal, blobId, lock: this.o.lock, notify };
+    const checked = (outcome: OutputWriteOutcome) => {
       if (outcome === 'lock_lost') this.o.onLockLost?.();
       if (outcome !== 'ok') throw new Error(`cannot store ${meta.name}: ${outcome.replace('_', ' ')}`);
-      first = false;
-      size += piece.length;
     };
-    for await (const chunk of chunks) {
-      for (let at = 0; at < chunk.length; at += PUT_CHUNK_BYTES) await put(chunk.subarray(at, at + PUT_CHUNK_BYTES));
+    let size = 0;
+    if (store.objects) {
+      // The object store takes a value whole (one PUT): gathered here, within the task's bound (§34.7).
+      const parts: Buffer[] = [];
+      for await (const chunk of chunks) {
+        size += chunk.length;
+        if (size > store.limits.maxTaskBytes) throw new StoredBytesLimitError('task', store.limits.maxTaskBytes);
+        parts.push(chunk);
+      }
+      checked(await store.putBlobObject({ ...target, body: Buffer.concat(parts), meta }));
+    } else {
+      let first = true;
+      const put = async (piece: Buffer) => {
+        checked(await store.putBlobChunk({ ...target, chunk: piece, first, meta: first ? meta : undefined }));
+        first = false;
+        size += piece.length;
+      };
+      for await (const chunk of chunks) {
+        for (let at = 0; at < chunk.length; at += PUT_CHUNK_BYTES) await put(chunk.subarray(at, at + PUT_CHUNK_BYTES));
+      }
+      // An empty value is still stored: its index entry is what makes it readable.
+      if (first) await put(Buffer.alloc(0));
     }
-    // An empty value is still stored: its index entry is what makes it readable.
-    if (first) await put(Buffer.alloc(0));
     return {
       type: 'resource_link',
       uri: blobUri(this.o.taskId, blobId),

@@ -20,6 +20,7 @@ import {
   waitForRedis,
   resolveGatewayOptions,
   TaskOutputStore,
+  BlobObjects,
   type GatewayConfig,
   type GatewayOptions,
   type Keys,
@@ -367,7 +368,9 @@ async function startTaskLayer(w: {
   const feed = new ResourceFeed(subscriber, keys, log);
   undo.push(() => feed.close());
   await feed.start();
-  const outputs = new TaskOutputStore(w.connections.largeReads[0] ?? redis, keys);
+  const objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
+  if (objects) undo.push(() => objects.close());
+  const outputs = new TaskOutputStore(w.connections.largeReads[0] ?? redis, keys, undefined, objects);
   const resources = new TaskResources(outputs, feed);
   return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, resources };
 }

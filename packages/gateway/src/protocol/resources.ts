@@ -63,7 +63,7 @@ export class TaskResources {
       value: {
         uri: resource.uri,
         meta,
-        readRange: (start, end) => this.store.readBlobRange(taskId, blobId, start, end),
+        readRange: (start, end) => this.store.readBlobRange(taskId, blobId, start, end, meta),
       },
     };
   }

@@ -7,6 +7,7 @@ import {
   BatchStore,
   RedisTaskStore,
   TaskOutputStore,
+  BlobObjects,
   ToolLimitStore,
   createKeys,
   FairShare,
@@ -68,6 +69,8 @@ export class TaskWorker {
   private readonly subscriber: RedisClient;
   private readonly bullConnection: RedisClient;
   private readonly store: RedisTaskStore;
+  /** The object store of values stored apart (§34.7), when configured. */
+  private readonly objects: BlobObjects | undefined;
   private readonly runner: JobRunner;
   private readonly cancelWatch: CancelWatch;
   private readonly heartbeat: CatalogHeartbeat;
@@ -116,7 +119,8 @@ export class TaskWorker {
       metrics: options.metrics,
       log: this.log,
     });
-    const output = new TaskOutputStore(this.redis, this.keys, options.output);
+    this.objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
+    const output = new TaskOutputStore(this.redis, this.keys, options.output, this.objects);
     const parent = new BatchParent({
       redis: this.redis,
       keys: this.keys,
@@ -307,6 +311,7 @@ export class TaskWorker {
     this.subscriber.disconnect();
     this.redis.disconnect();
     this.bullConnection.disconnect();
+    this.objects?.close();
   }
 
   private enter(next: WorkerState, from: readonly WorkerState[]): void {

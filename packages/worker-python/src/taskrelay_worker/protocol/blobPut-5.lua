@@ -20,6 +20,8 @@
     ARGV[8] ttlMs             the expiry of the value, the index and the counter after this write
     ARGV[9] channel           the resources channel; '' = publish nothing
     ARGV[10] taskId           the task id, published on the channel
+    ARGV[11] externalBytes    '' = the chunk is the value's bytes; else the value lives in an object store (S3) and
+                              this many bytes are counted against the bounds, and no value key is written
 
   Output:
     {R.OK, taskBytes}              stored; the task's total stored bytes
@@ -48,12 +50,15 @@ local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
 if TERMINAL[status] then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
-local size = #ARGV[3]
+local external = ARGV[11] ~= ''
+local size = external and tonumber(ARGV[11]) or #ARGV[3]
 local taskBytes = tonumber(redis.call('HGET', KEYS[3], '\0bytes') or '0')
 if taskBytes + size > tonumber(ARGV[6]) then return {R.LIMIT_FULL, 'task'} end
 local principalBytes = tonumber(redis.call('GET', KEYS[5]) or '0')
 if principalBytes + size > tonumber(ARGV[7]) then return {R.LIMIT_FULL, 'principal'} end
-if ARGV[4] == '1' then
+if external then
+  -- nothing stored here: the index entry names the object
+elseif ARGV[4] == '1' then
   redis.call('APPEND', KEYS[4], ARGV[3])
 else
   redis.call('SET', KEYS[4], ARGV[3])
@@ -61,6 +66,8 @@ end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[5]) end
 taskBytes = redis.call('HINCRBY', KEYS[3], '\0bytes', size)
 redis.call('INCRBY', KEYS[5], size)
-for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+for i = 3, 5 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+end
 if ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], cjson.encode({taskId = ARGV[10]})) end
 return {R.OK, taskBytes}
