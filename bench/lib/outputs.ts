@@ -15,7 +15,7 @@ import { uniquePrefix } from '../../test/helpers/redis.js';
 import { ROOT, connectClient, startGatewayProcess, startWorkerProcess } from '../../test/helpers/processes.js';
 import { startTask, taskResult } from '../../test/helpers/tasks.js';
 import { waitFor } from '../../test/helpers/wait-for.js';
-import { RedisAdmin, probeEnv, probeHeap, rssBytes } from './procs.js';
+import { probeEnv, probeHeap, rssBytes, type RedisAdmin } from './procs.js';
 import { machine, writeResults } from './report.js';
 import { latency } from './stats.js';
 

@@ -217,7 +217,7 @@ export class TaskOutputStore {
         ttlMs: this.limits.blobTtlMs,
         channel: input.notify ? this.keys.resourcesChannel : '',
         taskId,
-        externalBytes: input.externalBytes === undefined ? '' : input.externalBytes,
+        externalBytes: input.externalBytes ?? '',
       },
     });
     if (reply.code === ResultCode.LIMIT_FULL) {
