@@ -132,7 +132,7 @@ const commonShape = {
     .refine((v) => /^https?:\/\//.test(v) && URL.canParse(v), { message: 'must be an http:// or https:// URL' })
     .optional()
     .describe("an S3-compatible server (MinIO, Ceph, moto); unset: AWS. Credentials: the AWS SDK's default chain"),
-  TASKRELAY_S3_REGION: z.string().trim().min(1).default('us-east-1'),
+  TASKRELAY_S3_REGION: z.string().trim().min(1).default('us-east-1').describe("the bucket's region"),
   TASKRELAY_S3_KEY_PREFIX: z
     .string()
     .default('taskrelay/')
