@@ -10,7 +10,7 @@ import type { RedisClient } from './redis.js';
 import { ResultCode } from './script-results.js';
 import { SCRIPTS, ScriptRunner } from './scripts.js';
 import { TASK_FIELDS } from './task-fields.js';
-import { TaskrelayError } from './errors.js';
+import { NonRetryableError, TaskrelayError } from './errors.js';
 import type { BlobObjects } from './blob-objects.js';
 
 /** The URI scheme and path of every task resource. */
@@ -120,8 +120,8 @@ const OUTCOMES: Partial<Record<ResultCode, OutputWriteOutcome>> = {
   [ResultCode.LOCK_LOST]: 'lock_lost',
 };
 
-/** A stored-bytes bound would be passed (PROTOCOL.md §34.4). */
-export class StoredBytesLimitError extends RangeError {
+/** A stored-bytes bound would be passed (PROTOCOL.md §34.4): no retry can mend it, so the run fails for good. */
+export class StoredBytesLimitError extends NonRetryableError {
   constructor(
     readonly bound: 'task' | 'principal',
     limit: number,

@@ -310,7 +310,7 @@ export interface ToolContext {
    * `TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK` (64 MiB) per task and `TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL` (1 GiB)
    * per principal by default.
    *
-   * @throws TypeError for a bad name, data or MIME type; RangeError (`StoredBytesLimitError`) past a bound.
+   * @throws TypeError for a bad name, data or MIME type; `StoredBytesLimitError` (a `NonRetryableError`) past a bound.
    */
   artifact(name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink>;
 }

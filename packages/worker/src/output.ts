@@ -92,7 +92,7 @@ export class RunOutput {
    * Stores a file of the task and returns its `resource_link` (PROTOCOL.md §34.4); the link is also appended to the
    * result's content when the run completes.
    *
-   * @throws TypeError for a bad name, data or MIME type; `StoredBytesLimitError` (a RangeError) past a bound.
+   * @throws TypeError for a bad name, data or MIME type; `StoredBytesLimitError` (a `NonRetryableError`) past a bound.
    */
   async artifact(name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> {
     if (typeof name !== 'string' || name.length === 0 || name.length > 200) {

@@ -5,7 +5,6 @@
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
-  NonRetryableError,
   type FairShare,
   type TaskOutputStore,
   type JobData,
@@ -385,10 +384,9 @@ export class JobRunner {
     const { ctx, log } = end;
     let result: ToolResult;
     try {
-      // Large parts go by reference (§34.3); a result that cannot be stored so is the run's failure, not retried.
-      result = await ctx.finishResult(toToolResult(end.tool, value)).catch((error: unknown) => {
-        throw error instanceof RangeError ? new NonRetryableError(error.message) : error;
-      });
+      // Large parts go by reference (§34.3); past a stored-bytes bound that is the run's failure, not retried
+      // (StoredBytesLimitError is a NonRetryableError).
+      result = await ctx.finishResult(toToolResult(end.tool, value));
     } catch (error) {
       await ctx.flushProgress();
       ctx.close();
