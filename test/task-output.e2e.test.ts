@@ -25,6 +25,13 @@ const stack = useStack({
   gateways: [{ TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token' }],
   workers: [
     { TASKRELAY_TOOLS: OUTPUT_TOOLS, TASKRELAY_QUEUE: 'output', TASKRELAY_INLINE_RESULT_BYTES: String(INLINE) },
+    // Small stored-bytes bounds (§34.4), for bob's tasks only: alice's other tests store megabytes.
+    {
+      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/output-bounds-tools.mjs'),
+      TASKRELAY_QUEUE: 'bounds',
+      TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK: '4096',
+      TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL: '8192',
+    },
   ],
 });
 const alice = { authorization: 'Bearer alice-token' };
@@ -187,6 +194,24 @@ describe('§34 task output as resources (2025-11-25, SDK client)', () => {
     // The owner still reads both.
     expect((await owner.readResource({ uri: blob })).contents).toHaveLength(1);
     await mallory.close();
+  });
+
+  it('bounds what one task and one principal store apart, naming the bound (§34.4)', async () => {
+    const client = await stack.client(bob);
+    await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'bounded_artifacts'), {
+      message: 'the bounded worker’s tool was not listed',
+    });
+    const outcomes = async () => {
+      const taskId = await startTask(client, 'bounded_artifacts', { size: 3000 });
+      return ((await taskResult(client, taskId)).structuredContent as Json)['outcomes'] as string[];
+    };
+    // 3000 fits the task's 4096; a second 3000 does not.
+    const first = await outcomes();
+    expect(first[0]).toBe('stored');
+    expect(first[1]).toMatch(/^StoredBytesLimitError: A task may store at most 4096 bytes/);
+    // bob holds 3000 of his 8192: one more fits (6000), then the principal's bound refuses a third (9000).
+    expect((await outcomes())[0]).toBe('stored');
+    expect((await outcomes())[0]).toMatch(/^StoredBytesLimitError: A principal may store at most 8192 bytes/);
   });
 
   it('answers a malformed uri with a JSON-RPC error naming it, not a 5xx', async () => {
