@@ -214,6 +214,27 @@ describe('§34 task output as resources (2025-11-25, SDK client)', () => {
     expect((await outcomes())[0]).toMatch(/^StoredBytesLimitError: A principal may store at most 8192 bytes/);
   });
 
+  it('lets a task’s output and stored values go when the task goes, if that comes before their own TTL', async () => {
+    const client = await stack.client(alice);
+    const gate = newGate();
+    open(gate);
+    const taskId = await startTask(client, 'stream_output', { gate, lines: 1 }, { ttl: 60_000 });
+    await taskResult(client, taskId);
+    const artifacts = await startTask(client, 'make_artifacts', { chunks: 1 }, { ttl: 60_000 });
+    await taskResult(client, artifacts);
+    const keys = [
+      `${stack.prefix}:output:${taskId}`,
+      `${stack.prefix}:blobs:${artifacts}`,
+      ...(await stack.r.keys(`${stack.prefix}:blob:${artifacts}:*`)),
+    ];
+    expect(keys).toHaveLength(4);
+    for (const key of keys) {
+      const left = await stack.r.pttl(key);
+      expect(left).toBeGreaterThan(0);
+      expect(left).toBeLessThanOrEqual(60_000);
+    }
+  });
+
   it('answers a malformed uri with a JSON-RPC error naming it, not a 5xx', async () => {
     const client = await stack.client(alice);
     const res = await fetch(stack.gateway.url, {
