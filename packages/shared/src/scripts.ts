@@ -293,6 +293,30 @@ export const SCRIPTS = {
     args: ['ms'],
     codes: [OK],
   }),
+  outputWrite: spec({
+    name: 'outputWrite',
+    keys: ['task', 'lock', 'output'],
+    args: ['lockToken', 'mode', 'chunk', 'maxBytes', 'ttlMs', 'channel', 'taskId'],
+    codes: [OK, TASK_MISSING, TASK_TERMINAL, LOCK_LOST],
+  }),
+  blobPut: spec({
+    name: 'blobPut',
+    keys: ['task', 'lock', 'blobs', 'blob', 'principalBytes'],
+    args: [
+      'lockToken',
+      'blobId',
+      'chunk',
+      'append',
+      'meta',
+      'taskMax',
+      'principalMax',
+      'ttlMs',
+      'channel',
+      'taskId',
+      'externalBytes',
+    ],
+    codes: [OK, ResultCode.LIMIT_FULL, TASK_MISSING, TASK_TERMINAL, LOCK_LOST],
+  }),
 } as const;
 
 export type ScriptName = keyof typeof SCRIPTS;
@@ -300,7 +324,7 @@ export type ScriptName = keyof typeof SCRIPTS;
 /** A script's inputs, by name: what `call` turns into KEYS and ARGV. */
 export interface ScriptInput<S extends ScriptSpec> {
   keys: Record<S['keys'][number], string>;
-  args: Record<S['args'][number], string | number>;
+  args: Record<S['args'][number], string | number | Buffer>;
 }
 
 /** Where the script files are: beside this module, in the sources and in dist alike (the build copies them). */
@@ -401,7 +425,7 @@ function scriptError(s: ScriptSpec, what: string): TaskrelayError {
 }
 
 type Client = Redis | Cluster;
-type ScriptCommand = (...args: Array<string | number>) => Promise<unknown>;
+type ScriptCommand = (...args: Array<string | number | Buffer>) => Promise<unknown>;
 
 /** The command name a script is registered under on an ioredis client. */
 const commandName = (s: ScriptSpec) => `taskrelay_${s.name}`;
@@ -491,7 +515,7 @@ export class ScriptRunner {
   /** Runs `s` with named keys and arguments, and decodes its reply through the one result-code mapper. */
   async call<S extends ScriptSpec>(s: S, input: ScriptInput<S>): Promise<ScriptReply> {
     const keys = input.keys as Record<string, string>;
-    const args = input.args as Record<string, string | number>;
+    const args = input.args as Record<string, string | number | Buffer>;
     const positional = [...s.keys.map((k) => keys[k] ?? ''), ...s.args.map((a) => args[a] ?? '')];
     const command = (this.client as unknown as Record<string, ScriptCommand>)[commandName(s)];
     if (!command) throw scriptError(s, 'is not registered on this client');

@@ -25,6 +25,7 @@ import {
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
 import { MAX_PROGRESS_MESSAGE_BYTES, boundedText, wellFormedJson, wellFormedText } from './well-formed.js';
+import type { ArtifactData, ResourceLink, RunOutput, TaskOutput } from './output.js';
 
 /** A primitive property of an elicitation's `requestedSchema` (MCP restricts forms to flat objects of these). */
 export type ElicitValue = string | number | boolean | string[];
@@ -340,6 +341,20 @@ export interface ToolContext {
   fanOut(items: ReadonlyArray<Record<string, unknown>>, options: FanOutOptions): Promise<FanOutResult>;
   /** Outcomes of children `from .. from + count − 1` of this task's batch: the ones `fanOut` did not list. */
   batchOutcomes(from: number, count: number): Promise<ChildOutcome[]>;
+  /**
+   * The task's partial output (PROTOCOL.md §34.2): `write` appends, `set` replaces. The task's principal reads it as
+   * the resource `taskrelay://tasks/{taskId}/output` while the task runs and after; subscribers are told it changed.
+   */
+  readonly output: TaskOutput;
+  /**
+   * Attaches a file to the task (PROTOCOL.md §34.4): stored apart, returned as a `resource_link` that is also appended
+   * to the result's content, readable with `resources/read` by the task's principal. At most
+   * `TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK` (64 MiB) per task and `TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL` (1 GiB)
+   * per principal by default.
+   *
+   * @throws TypeError for a bad name, data or MIME type; `StoredBytesLimitError` (a `NonRetryableError`) past a bound.
+   */
+  artifact(name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink>;
 }
 
 export interface TaskContextOptions {
@@ -369,6 +384,8 @@ export interface TaskContextOptions {
   batch?: FanOutHost;
   /** Waitpoints (§32); without it `waitpoint` throws. */
   waitpoints?: WaitpointHost;
+  /** The run's output side (§34); without it `ctx.output` and `ctx.artifact` throw. */
+  output?: RunOutput;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
   onProgressCoalesced?: () => void;
   onProgressWritten?: () => void;
@@ -451,6 +468,7 @@ export class TaskContext implements ToolContext {
     this.record = options.record;
     this.fanOutHost = options.batch;
     this.waitpointHost = options.waitpoints;
+    this.runOutput = options.output;
     this.stateValue = options.record?.state;
     this.steps = { ...options.record?.steps };
     this.storedSteps = new Set(Object.keys(this.steps));
@@ -462,6 +480,26 @@ export class TaskContext implements ToolContext {
       position: request.position ?? Number(n),
     }));
     this.lastNumber = Math.max(options.record?.inputFloor ?? 0, ...this.stored.map((request) => request.n));
+  }
+
+  private readonly runOutput: RunOutput | undefined;
+
+  readonly output: TaskOutput = {
+    write: (chunk) => this.outputSide().output.write(chunk),
+    set: (snapshot) => this.outputSide().output.set(snapshot),
+  };
+
+  readonly artifact = (name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> =>
+    this.outputSide().artifact(name, data, mimeType);
+
+  /** The result as it is stored: the run's output writes settled, artifacts appended, large parts moved out (§34.3). */
+  async finishResult(result: ToolResult, inlineAtMost?: number): Promise<ToolResult> {
+    return this.runOutput ? this.runOutput.finish(result, inlineAtMost) : result;
+  }
+
+  private outputSide(): RunOutput {
+    if (!this.runOutput) throw new TypeError('ctx.output and ctx.artifact need a worker (no output store here)');
+    return this.runOutput;
   }
 
   get answers(): Readonly<Record<string, unknown>> {

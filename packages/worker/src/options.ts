@@ -8,7 +8,10 @@ import {
   createLogger,
   isRedisTarget,
   workerSettingsShape,
+  DEFAULT_OUTPUT_LIMITS,
   type Logger,
+  type OutputLimits,
+  type BlobStoreConfig,
 } from '@taskrelay/shared';
 import { isToolDefinition, type ToolDefinition } from './define-tool.js';
 import { WorkerMetrics } from './metrics.js';
@@ -68,6 +71,17 @@ export interface WorkerOptions {
   logger?: Logger;
   /** Where this worker counts its runs, waits, cancels and slots. Default: a new `WorkerMetrics` of its own. */
   metrics?: WorkerMetrics;
+  /**
+   * Bounds of task output, results by reference and artifacts (PROTOCOL.md §34): `inlineResultBytes` (default 1 MiB),
+   * `maxOutputBytes` (1 MiB), `blobTtlMs` (24 h), `maxTaskBytes` (64 MiB), `maxPrincipalBytes` (1 GiB); the
+   * `TASKRELAY_*` variables of docs/CONFIGURATION.md set them for the stock worker.
+   */
+  output?: Partial<OutputLimits>;
+  /**
+   * Where values stored apart from results keep their bytes (PROTOCOL.md §34.7): `{ kind: 'redis' }` (the default) or
+   * `{ kind: 's3', bucket, endpoint?, region?, keyPrefix? }`. The gateways must be configured alike to read them.
+   */
+  blobStore?: BlobStoreConfig;
 }
 
 export interface CloseOptions {
@@ -95,7 +109,23 @@ export interface ResolvedWorkerOptions {
   waitpointSecret: string | undefined;
   logger: Logger;
   metrics: WorkerMetrics;
+  output: OutputLimits;
+  blobStore: BlobStoreConfig;
 }
+
+const bytes = (max: number) => z.number().int().min(1_024).max(max);
+const OutputLimitsSchema = z.strictObject({
+  inlineResultBytes: bytes(1024 ** 3).default(DEFAULT_OUTPUT_LIMITS.inlineResultBytes),
+  maxOutputBytes: bytes(512 * 1024 ** 2).default(DEFAULT_OUTPUT_LIMITS.maxOutputBytes),
+  blobTtlMs: z
+    .number()
+    .int()
+    .min(1_000)
+    .max(365 * 86_400_000)
+    .default(DEFAULT_OUTPUT_LIMITS.blobTtlMs),
+  maxTaskBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxTaskBytes),
+  maxPrincipalBytes: bytes(1024 ** 4).default(DEFAULT_OUTPUT_LIMITS.maxPrincipalBytes),
+});
 
 const redisUrlSchema = z
   .string()
@@ -121,6 +151,19 @@ const WorkerOptionsSchema = z
       })
       .optional(),
     metrics: z.instanceof(WorkerMetrics, { message: 'must be a WorkerMetrics' }).optional(),
+    output: OutputLimitsSchema.default(DEFAULT_OUTPUT_LIMITS),
+    blobStore: z
+      .discriminatedUnion('kind', [
+        z.strictObject({ kind: z.literal('redis') }),
+        z.strictObject({
+          kind: z.literal('s3'),
+          bucket: z.string().min(1),
+          endpoint: z.url().optional(),
+          region: z.string().min(1).optional(),
+          keyPrefix: z.string().optional(),
+        }),
+      ])
+      .default({ kind: 'redis' }),
   })
   .refine((o) => o.redisUrl !== undefined || o.connection !== undefined, {
     message: 'is required (redisUrl or connection)',
@@ -161,5 +204,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
     waitpointSecret: o.waitpointSecret,
     logger: o.logger ?? createLogger('worker'),
     metrics: o.metrics ?? new WorkerMetrics(),
+    output: o.output,
+    blobStore: o.blobStore,
   };
 }

@@ -186,6 +186,31 @@ describe('§31.2 the child’s ctx', () => {
     expect(await waiting).toEqual({ ok: true, value: { green: true } });
   });
 
+  it('writes output and attaches artifacts through the worker, a stream joined first (it cannot cross)', async () => {
+    const { ctx, sent } = child();
+    const writing = ctx.output.write('line 1\n');
+    await Promise.resolve();
+    expect(sent.at(-1)).toEqual({ t: 'call', id: 1, method: 'output.write', args: ['line 1\n'] });
+    ctx.receive({ t: 'reply', id: 1, settled: { ok: true, value: undefined } });
+    await writing;
+    async function* chunks() {
+      yield 'a,b\n';
+      yield new TextEncoder().encode('1,2\n');
+    }
+    const attaching = ctx.artifact('table.csv', chunks(), 'text/csv');
+    await new Promise((resolve) => setImmediate(resolve));
+    const call = sent.at(-1) as { t: string; method: string; args: [string, Uint8Array, string] };
+    expect([call.method, call.args[0], Buffer.from(call.args[1]).toString(), call.args[2]]).toEqual([
+      'artifact',
+      'table.csv',
+      'a,b\n1,2\n',
+      'text/csv',
+    ]);
+    const link = { type: 'resource_link', uri: 'taskrelay://tasks/t/blobs/b', name: 'table.csv' };
+    ctx.receive({ t: 'reply', id: 2, settled: { ok: true, value: link } });
+    expect(await attaching).toEqual(link);
+  });
+
   it('runs a step’s function when the worker asks, and its signal aborts with the worker’s reason', async () => {
     const { ctx, sent } = child();
     const step = ctx.step('s', () => 41 + 1);

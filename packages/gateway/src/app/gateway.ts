@@ -23,6 +23,8 @@ import {
   requireRedisUrl,
   waitForRedis,
   resolveGatewayOptions,
+  TaskOutputStore,
+  BlobObjects,
   type GatewayConfig,
   type GatewayOptions,
   type Keys,
@@ -46,6 +48,8 @@ import { Schedules } from '../tasks/schedules/schedules.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WaitpointCallbacks } from '../tasks/waitpoints.js';
+import { ResourceFeed } from '../tasks/resource-feed.js';
+import { TaskResources } from '../protocol/resources.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
 import { WebhookIntake } from '../tasks/webhooks/intake.js';
 import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
@@ -197,6 +201,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     schedules: tasks.schedules,
     store: tasks.store,
     waitpoints: tasks.waitpoints,
+    resources: tasks.resources,
     audit: new AuditLog(redis, keys),
     inflight,
     sessions,
@@ -377,7 +382,29 @@ async function startTaskLayer(w: {
   const tokens = await WaitpointTokens.create({ secret: options.waitpointSecret, redis, keys });
   const waitpoints = new WaitpointCallbacks(tokens, store, dispatcher, log);
   const schedules = await startSchedules(options, w.connections, keys, store, service, webhooks.intake, log, undo);
-  return { admin, dispatcher, router, webhooks, service, search, reaper, replay, store, schedules, waitpoints };
+  // Task output as resources (PROTOCOL.md §34): wake-ups on the subscriber; stored values read in ranges over a
+  // large-read connection, so a 16 MiB value's chunks never queue on the command connection.
+  const feed = new ResourceFeed(subscriber, keys, log);
+  undo.push(() => feed.close());
+  await feed.start();
+  const objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
+  if (objects) undo.push(() => objects.close());
+  const outputs = new TaskOutputStore(w.connections.largeReads[0] ?? redis, keys, undefined, objects);
+  const resources = new TaskResources(outputs, feed);
+  return {
+    admin,
+    dispatcher,
+    router,
+    webhooks,
+    service,
+    search,
+    reaper,
+    replay,
+    store,
+    schedules,
+    waitpoints,
+    resources,
+  };
 }
 
 /**

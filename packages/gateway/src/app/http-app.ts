@@ -35,6 +35,7 @@ import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
 import type { TaskRouter } from '../tasks/task-router.js';
 import type { TaskService } from '../tasks/task-service.js';
+import type { TaskResources } from '../protocol/resources.js';
 import { McpMethods } from '../protocol/methods.js';
 import type { RequestStateSigner } from '../protocol/request-state.js';
 import { createModernEndpoint } from '../transports/sessionless/modern-endpoint.js';
@@ -61,6 +62,8 @@ export interface HttpAppDeps {
   /** Search and replay of tasks, and their kept log lines (PROTOCOL.md §30.2–§30.4). */
   search: TaskSearch;
   store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  /** Task output as resources (PROTOCOL.md §34). */
+  resources?: TaskResources;
   /** Operators' actions (PROTOCOL.md §30.5). */
   audit: AuditLog;
   replay: TaskReplay;
@@ -222,6 +225,7 @@ function createMcpTransports(
     authEnabled: deps.auth.enabled,
     operators: new Set(options.operators ?? []),
     maxStartDelayMs: options.maxStartDelayMs,
+    ...(deps.resources ? { resources: deps.resources } : {}),
   });
   const modern = createModernEndpoint({
     methods,

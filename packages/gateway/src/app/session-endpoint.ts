@@ -3,11 +3,19 @@
  * cap and the memory budget), finding the session of a request, and its GET stream and DELETE.
  */
 import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 import type { Request, Response } from 'express';
-import { SUPPORTED_PROTOCOL_VERSIONS, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import {
+  SUPPORTED_PROTOCOL_VERSIONS,
+  isInitializeRequest,
+  type JSONRPCMessage,
+  type JSONRPCRequest,
+} from '@modelcontextprotocol/sdk/types.js';
 import { JSON_RPC, type GatewayConfig, type Logger } from '@taskrelay/shared';
 import { jsonRpcError } from '../http/http-guards.js';
+import { writeStreamedRead } from '../http/resource-body.js';
 import { sanitizeOutgoing } from '../http/safe-errors.js';
+import { toMcpError } from '../wire/errors.js';
 import type { StreamBuffers } from '../http/stream-buffers.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { McpMethods } from '../protocol/methods.js';
@@ -128,6 +136,8 @@ export function createSessionEndpoint(deps: SessionEndpointDeps) {
       onProgressCoalesced: streamBounds.onCoalesced,
       streamBuffers: buffers,
       principal,
+      streamedRead: (request, res, headers) =>
+        streamedRead(methods, log, { request, res, headers, principal, sessionId }),
     });
     transport.onclose = () => sessions.close(sessionId);
     const server = createSessionServer({
@@ -162,4 +172,41 @@ export function createSessionEndpoint(deps: SessionEndpointDeps) {
     if (session) await session.transport.handleRequest(req, res);
   };
   return { sessionOf, openSession, sessionRequest };
+}
+
+/** A session's `resources/read` of a stored value, written as it is read (PROTOCOL.md §34.3); undefined: not one. */
+function streamedRead(
+  methods: McpMethods,
+  log: Logger,
+  r: {
+    request: JSONRPCRequest;
+    res: ServerResponse;
+    headers: Record<string, string>;
+    principal: string;
+    sessionId: string;
+  },
+): Promise<void> | undefined {
+  const { request, res, headers, principal, sessionId } = r;
+  const uri = request.params?.['uri'];
+  if (!methods.streamsRead(uri)) return undefined;
+  const answer = (message: JSONRPCMessage) => {
+    res.writeHead(200, { ...headers, 'Content-Type': 'application/json' });
+    res.end(JSON.stringify(sanitizeOutgoing(message, log, sessionId)));
+  };
+  return (async () => {
+    try {
+      const read = await methods.readResource({ principal, era: '2025-11-25' }, uri);
+      if (read.kind === 'stream') await writeStreamedRead(res, request.id, read.value, {}, headers);
+      else answer({ jsonrpc: '2.0', id: request.id, result: read.result });
+    } catch (error) {
+      if (res.headersSent) return;
+      const { code, message, data } = toMcpError(error);
+      const text = message.replace(/^MCP error -?\d+: /, '');
+      answer({
+        jsonrpc: '2.0',
+        id: request.id,
+        error: data === undefined ? { code, message: text } : { code, message: text, data },
+      });
+    }
+  })();
 }

@@ -39,6 +39,7 @@ import { callKind } from './call-kind.js';
 import { inputRequiredResult } from './mrtr.js';
 import { idempotencyKeyOf, priorityOf, START_AT_META_KEY, startAtOf, tagsOf } from './request-meta.js';
 import { argumentsDigest, type RequestStateSigner } from './request-state.js';
+import { notFound, type ResourceRead, type TaskResources } from './resources.js';
 
 export type Era = '2025-11-25' | '2026-07-28';
 
@@ -138,6 +139,8 @@ export interface McpMethodsOptions {
   operators?: ReadonlySet<string>;
   /** How far ahead a call's `_meta["dev.taskrelay/start-at"]` may be (PROTOCOL.md §33.1). Default 30 days. */
   maxStartDelayMs?: number;
+  /** Task output as resources (PROTOCOL.md §34). Without it no resource exists (every read is not-found). */
+  resources?: TaskResources;
 }
 
 /** `McpMethodsOptions.maxStartDelayMs`'s default, as `TASKRELAY_MAX_START_DELAY_MS`'s. */
@@ -161,7 +164,7 @@ export class McpMethods {
   discover(): Result {
     return {
       supportedVersions: SESSIONLESS_VERSIONS,
-      // prompts and resources are declared because they are answered (empty lists, §14.1); no listChanged.
+      // prompts are declared because they are answered (an empty list, §14.1); resources are task output (§34).
       capabilities: {
         tools: { listChanged: true },
         prompts: {},
@@ -217,7 +220,46 @@ export class McpMethods {
   }
 
   unknownResource(uri: unknown): WireError {
-    return new WireError(JSON_RPC.INVALID_PARAMS, 'Resource not found', { uri });
+    return notFound(uri);
+  }
+
+  /** `resources/templates/list`: the task output templates (PROTOCOL.md §34.1). */
+  listResourceTemplates(ctx: Pick<RequestContext, 'era'>): Result {
+    const resourceTemplates = this.o.resources?.templates() ?? [];
+    return ERAS[ctx.era].cachingHints ? { resourceTemplates, ...NO_CACHE } : { resourceTemplates };
+  }
+
+  /**
+   * `resources/read` (PROTOCOL.md §34.3): the task's principal only. A stored value comes back as a stream the
+   * transport writes (`http/resource-body.ts`); the output inline.
+   */
+  async readResource(ctx: Pick<RequestContext, 'principal' | 'era'>, uri: unknown): Promise<ResourceRead> {
+    if (!this.o.resources) {
+      if (typeof uri !== 'string') throw new WireError(JSON_RPC.INVALID_PARAMS, 'params.uri must be a string');
+      throw notFound(uri);
+    }
+    const read = await this.o.resources.read(ctx.principal, uri);
+    return read.kind === 'inline' ? { ...read, result: { ...read.result, ...this.cachingHints(ctx) } } : read;
+  }
+
+  /** SEP-2549's caching hints on this era's results (none on 2025-11-25): task output changes, and is per principal. */
+  cachingHints(ctx: Pick<RequestContext, 'era'>): Result {
+    return ERAS[ctx.era].cachingHints ? { ...NO_CACHE } : {};
+  }
+
+  /** Whether a `resources/read` of `uri` is answered as a stream (the transport then takes the request itself). */
+  streamsRead(uri: unknown): boolean {
+    return this.o.resources?.isStreamed(uri) === true;
+  }
+
+  /** Follows a task's output (2025-11-25 `resources/subscribe`, a 2026-07-28 listen): the stop, or not-found. */
+  async subscribeResource(
+    ctx: Pick<RequestContext, 'principal'>,
+    uri: unknown,
+    onUpdated: (uri: string) => void,
+  ): Promise<() => void> {
+    if (!this.o.resources) throw notFound(uri);
+    return this.o.resources.subscribe(ctx.principal, uri, onUpdated);
   }
 
   /**

@@ -49,6 +49,12 @@ class Config:
     redis: RedisTarget = RedisTarget()
     #: ``TASKRELAY_WAITPOINT_SECRET``: seals waitpoint tokens (§32.2); None: the key kept in Redis.
     waitpoint_secret: str | None = None
+    #: Bounds of task output, results by reference and artifacts (PROTOCOL.md §34), as the Node worker reads them.
+    inline_result_bytes: int = 1024 * 1024
+    max_output_bytes: int = 1024 * 1024
+    blob_ttl_ms: int = 86_400_000
+    max_task_bytes: int = 64 * 1024 * 1024
+    max_principal_bytes: int = 1024 * 1024 * 1024
 
 
 def _nodes(name: str, raw: str) -> tuple[tuple[str, int], ...]:
@@ -74,6 +80,11 @@ _INTS: dict[str, tuple[int, int, int]] = {
     "WORKER_ABORT_GRACE_MS": (0, 3_600_000, 5_000),
     "WORKER_CANCEL_SWEEP_MS": (50, 600_000, 2_000),
     "TASKRELAY_PROGRESS_INTERVAL_MS": (0, 60_000, 50),
+    "TASKRELAY_INLINE_RESULT_BYTES": (1_024, 1024**3, 1024 * 1024),
+    "TASKRELAY_MAX_OUTPUT_BYTES": (1_024, 512 * 1024**2, 1024 * 1024),
+    "TASKRELAY_BLOB_TTL_MS": (1_000, 365 * 86_400_000, 86_400_000),
+    "TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK": (1_024, 1024**4, 64 * 1024 * 1024),
+    "TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL": (1_024, 1024**4, 1024**3),
 }
 
 
@@ -151,4 +162,9 @@ def load_config(env: Mapping[str, str]) -> Config:
         cancel_sweep_ms=_int(env, "WORKER_CANCEL_SWEEP_MS"),
         progress_interval_ms=_int(env, "TASKRELAY_PROGRESS_INTERVAL_MS"),
         log_level=log_level,
+        inline_result_bytes=_int(env, "TASKRELAY_INLINE_RESULT_BYTES"),
+        max_output_bytes=_int(env, "TASKRELAY_MAX_OUTPUT_BYTES"),
+        blob_ttl_ms=_int(env, "TASKRELAY_BLOB_TTL_MS"),
+        max_task_bytes=_int(env, "TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK"),
+        max_principal_bytes=_int(env, "TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL"),
     )

@@ -153,6 +153,32 @@ class ToolContext:
         self.state = ToolState(self, record.state)
         #: Set once the run suspended: the worker delays the job instead of finishing it (§12.7).
         self.suspension: Suspension | None = None
+        self._output: Any = None
+
+    # Output (PROTOCOL.md §34) ------------------------------------------------------------------------------------
+
+    def attach_output(self, run_output: Any) -> None:
+        """The run's output side (``output.RunOutput``), set by the engine."""
+        self._output = run_output
+
+    @property
+    def output(self) -> Any:
+        """``await ctx.output.write(chunk)`` appends, ``await ctx.output.set(snapshot)`` replaces the task's partial
+        output, readable as ``taskrelay://tasks/{task_id}/output`` while the task runs and after."""
+        if self._output is None:
+            raise TypeError("ctx.output needs a worker (no output store here)")
+        return self._output.output
+
+    async def artifact(self, name: str, data: Any, mime_type: str) -> dict[str, Any]:
+        """Attaches a file (bytes, str or an async iterable of them) to the task and returns its ``resource_link``,
+        also appended to the result's content (PROTOCOL.md §34.4)."""
+        if self._output is None:
+            raise TypeError("ctx.artifact needs a worker (no output store here)")
+        return await self._output.artifact(name, data, mime_type)
+
+    async def finish_result(self, result: dict[str, Any], inline_at_most: int | None = None) -> dict[str, Any]:
+        """The result as it is stored: artifacts appended, large parts moved out by reference (§34.3)."""
+        return result if self._output is None else await self._output.finish(result, inline_at_most)
 
     # Cancellation -----------------------------------------------------------------------------------------------
 

@@ -29,7 +29,8 @@ from .log import Logger
 from .log_keeper import TaskLogKeeper
 from .waitpoints import WaitpointOpener
 from .protocol import BULLMQ_PAIR, GENERATION
-from .store import TERMINAL, JobLock, TaskStore
+from .output import OutputLimits, RunOutput, StoredBytesLimitError
+from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskStore
 from .tools import ToolDefinition, to_tool_result
 
 #: setTimeout's ceiling in the Node worker: a longer timeout counts as none.
@@ -177,6 +178,7 @@ class TaskrelayWorker:
         self._bull_runs: list[asyncio.Task] = []
         self._background: list[asyncio.Task] = []
         self._redis: Redis | None = None
+        self._output_limits = OutputLimits()
         self._subscriber: Redis | None = None
         self.store: TaskStore | None = None
         self.limits: ToolLimits | None = None
@@ -209,6 +211,13 @@ class TaskrelayWorker:
             await self._close_redis()
             raise StartError(f"Redis is unreachable at {_redacted(cfg.redis.describe())}: {error}") from None
         self.store = TaskStore(self._redis, self.keys)
+        self._output_limits = OutputLimits(
+            inline_result_bytes=cfg.inline_result_bytes,
+            max_output_bytes=cfg.max_output_bytes,
+            blob_ttl_ms=cfg.blob_ttl_ms,
+            max_task_bytes=cfg.max_task_bytes,
+            max_principal_bytes=cfg.max_principal_bytes,
+        )
         self.limits = ToolLimits(self.store, self.keys, cfg.lock_duration_ms, self.log)
         self.waitpoints = WaitpointOpener(self._redis, self.keys, self.store, cfg.waitpoint_secret)
         known = await self.store.known_generations()
@@ -526,6 +535,7 @@ class TaskrelayWorker:
             on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
             waitpoints=self.waitpoints,
         )
+        ctx.attach_output(RunOutput(self.store, self._output_limits, task_id, task.principal, lock, task_id, log))
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
         timeout_write: asyncio.Task | None = None
 
@@ -578,7 +588,9 @@ class TaskrelayWorker:
             return await self.hand_back(job, token, log, "WORKER_SHUTDOWN")
         if ok:
             try:
-                result = to_tool_result(tool, value)
+                result = await ctx.finish_result(to_tool_result(tool, value))
+            except StoredBytesLimitError as bad:
+                ok, error = False, NonRetryableError(str(bad))
             except NonRetryableError as bad:
                 ok, error = False, bad
             else:
@@ -696,6 +708,8 @@ class TaskrelayWorker:
             queue_timeout_ms=DEFAULT_QUEUE_TIMEOUT_MS,
             on_lock_lost=lambda: self._abort(str(job.id), "LOCK_LOST"),
         )
+        # A child's output, artifacts and large result are its parent task's (§26.1, §34).
+        ctx.attach_output(RunOutput(self.store, self._output_limits, parent_id, owner, lock, str(job.id), log))
         loop = asyncio.get_running_loop()
         timer = None if timeout_ms is None else loop.call_later(timeout_ms / 1000, self._abort, str(job.id), "TIMEOUT")
         log.info("batch child started")
@@ -711,7 +725,10 @@ class TaskrelayWorker:
             return None
         if ok:
             try:
-                return await record({"status": "completed", "result": to_tool_result(tool, value)})
+                result = await ctx.finish_result(to_tool_result(tool, value), MAX_STORED_CHILD_RESULT_CHARS - 1_024)
+                return await record({"status": "completed", "result": result})
+            except StoredBytesLimitError as bad:
+                return await record(failed("NON_RETRYABLE", str(bad)))
             except NonRetryableError as bad:
                 return await record({**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
         if isinstance(error, RetryAfterError):

@@ -47,6 +47,8 @@ class Keys:
         self.webhook_dead = f"{prefix}:webhooks:dead"
         #: The deployment's retention policy (PROTOCOL.md §30.1), which ending a task reads.
         self.retention = f"{prefix}:config:retention"
+        #: Wake-ups of task resources (PROTOCOL.md §34.5).
+        self.resources_channel = f"{prefix}:resources"
 
     def task(self, task_id: str) -> str:
         return f"{self.task_key_prefix}{task_id}"
@@ -78,6 +80,20 @@ class Keys:
 
     def bull_job_lock(self, queue: str, job_id: str) -> str:
         return f"{self.bull_queue_key(queue)}:{job_id}:lock"
+
+    def output_text(self, task_id: str) -> str:
+        """A task's partial output (PROTOCOL.md §34.2)."""
+        return f"{self.prefix}:output:{task_id}"
+
+    def output_blobs(self, task_id: str) -> str:
+        """A task's index of values stored apart (§34.3)."""
+        return f"{self.prefix}:blobs:{task_id}"
+
+    def output_blob(self, task_id: str, blob_id: str) -> str:
+        return f"{self.prefix}:blob:{task_id}:{blob_id}"
+
+    def principal_blob_bytes(self, principal: str) -> str:
+        return f"{self.prefix}:principal:{encode_uri_component(principal)}:blob-bytes"
 
     def principal_open_tasks(self, principal: str) -> str:
         return f"{self.prefix}:principal:{encode_uri_component(principal)}:open"

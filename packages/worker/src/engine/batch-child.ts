@@ -8,6 +8,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
   Coalescer,
+  MAX_STORED_CHILD_RESULT_CHARS,
   isRedisUnavailableError,
   serializeError,
   type BatchOutcome,
@@ -19,10 +20,12 @@ import {
   type ProgressUpdate,
   type RedisTaskStore,
   type SerializedError,
+  type TaskOutputStore,
   priorityLevelOf,
   queueOfBullName,
 } from '@taskrelay/shared';
 import { TaskContext, batchMessage } from '../context.js';
+import { RunOutput } from '../output.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
@@ -70,6 +73,7 @@ interface ChildEnd {
   timeoutMs: number | undefined;
   record: (outcome: BatchOutcome) => Promise<void>;
   log: Logger;
+  ctx: TaskContext;
 }
 
 /** True for a batch child's job (its data names the child's index). */
@@ -82,6 +86,8 @@ export interface ChildRunnerOptions {
   batches: BatchStore;
   /** The parent's progress writes (unlocked: the parent's lock is not this worker's). */
   store: Pick<RedisTaskStore, 'recordProgress'>;
+  /** Where a child's output, artifacts and large result go (PROTOCOL.md §34): its parent task's. */
+  output?: TaskOutputStore;
   queues: BatchQueues;
   fairShare: Pick<FairShare, 'leave'>;
   metrics: WorkerMetrics;
@@ -159,6 +165,18 @@ export class ChildRunner {
       lock,
       progressIntervalMs: this.o.progressIntervalMs,
       logger: log,
+      // A child's output and artifacts are its parent task's; its large result goes by reference (§26.1, §34).
+      ...(this.o.output
+        ? {
+            output: new RunOutput({
+              store: this.o.output,
+              taskId: child.parentId,
+              principal: child.owner,
+              lock: { queue: lock.queue, jobId, token: lock.token },
+              log,
+            }),
+          }
+        : {}),
     });
     const timeoutMs = data.timeoutMs ?? tool.timeoutMs;
     log.info({ parentId: child.parentId, child: child.index }, 'batch child started');
@@ -172,7 +190,7 @@ export class ChildRunner {
       attemptsMade: job.attemptsMade,
       attempts: job.opts.attempts ?? 1,
     });
-    return this.carryOut(action, { job, token, parentId: child.parentId, tool, args, timeoutMs, record, log });
+    return this.carryOut(action, { job, token, parentId: child.parentId, tool, args, timeoutMs, record, log, ctx });
   }
 
   /**
@@ -262,7 +280,9 @@ export class ChildRunner {
       case 'complete': {
         let result;
         try {
-          result = toToolResult(tool, action.value);
+          // Over the stored bound (16 KiB of outcome JSON) the result goes by reference instead of being dropped
+          // (§26.1, §34.3); room is left for the outcome's own fields.
+          result = await end.ctx.finishResult(toToolResult(tool, action.value), MAX_STORED_CHILD_RESULT_CHARS - 1_024);
         } catch (error) {
           return record(failedWith(serializeError(error)));
         }

@@ -25,6 +25,7 @@ import {
   type WaitpointOutcome,
 } from '../context.js';
 import { CancelledError, cancelReasonOf } from '../errors.js';
+import type { ArtifactData, ResourceLink, TaskOutput } from '../output.js';
 import {
   fromWireError,
   toWireError,
@@ -175,6 +176,28 @@ export class ChildContext implements ToolContext {
   readonly waitpoint = async (name: string, options?: { timeoutMs?: number }): Promise<Waitpoint> => {
     const opened = (await this.call('waitpoint', [name, options])) as Omit<Waitpoint, 'wait'>;
     return { ...opened, wait: () => this.call('waitpoint.wait', [opened.name]) as Promise<WaitpointOutcome> };
+  };
+
+  readonly output: TaskOutput = {
+    write: async (chunk: string): Promise<void> => {
+      await this.call('output.write', [chunk]);
+    },
+    set: async (snapshot: string): Promise<void> => {
+      await this.call('output.set', [snapshot]);
+    },
+  };
+
+  readonly artifact = async (name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> => {
+    // A stream cannot cross to the worker: its chunks are joined here (the task's bound still applies there).
+    let bytes: Uint8Array | string;
+    if (typeof data === 'string' || data instanceof Uint8Array) {
+      bytes = data;
+    } else {
+      const parts: Buffer[] = [];
+      for await (const chunk of data) parts.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk));
+      bytes = Buffer.concat(parts);
+    }
+    return (await this.call('artifact', [name, bytes, mimeType])) as ResourceLink;
   };
 
   readonly batchOutcomes = (from: number, count: number): Promise<ChildOutcome[]> =>

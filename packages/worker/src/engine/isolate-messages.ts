@@ -45,6 +45,10 @@ export const ISOLATE_CALLS = [
   'waitpoint',
   /** `wait()` of the waitpoint a `waitpoint` call opened, by its name. */
   'waitpoint.wait',
+  'output.write',
+  'output.set',
+  /** `ctx.artifact`: a stream is read to its end in the child first (a stream cannot cross), bounded as the task is. */
+  'artifact',
 ] as const;
 export type IsolateCall = (typeof ISOLATE_CALLS)[number];
 

@@ -326,6 +326,12 @@ export class IsolatedRun {
         if (!waitpoint) throw new TypeError(`ctx.waitpoint ${String(a[0])} was not opened in this run`);
         return waitpoint.wait();
       }
+      case 'output.write':
+        return ctx.output.write(a[0]);
+      case 'output.set':
+        return ctx.output.set(a[0]);
+      case 'artifact':
+        return ctx.artifact(a[0], a[1], (a as unknown as [string, string, string])[2]);
     }
   }
 

@@ -6,6 +6,7 @@ import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
   JobDataSchema,
   type FairShare,
+  type TaskOutputStore,
   type JobData,
   TaskrelayError,
   isRedisUnavailableError,
@@ -30,6 +31,7 @@ import type { BatchParent } from './batch-parent.js';
 import { MAX_TIMER_MS, runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { LimitWait, ToolLimits } from './tool-limits.js';
 import { TaskLogKeeper } from './log-keeper.js';
+import { RunOutput } from '../output.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
@@ -60,6 +62,8 @@ export interface JobRunnerOptions {
   limits?: ToolLimits;
   /** Opens waitpoints for `ctx.waitpoint` (PROTOCOL.md §32). */
   waitpoints?: WaitpointHost;
+  /** Where `ctx.output`, `ctx.artifact` and results by reference are stored (PROTOCOL.md §34). */
+  output?: TaskOutputStore;
 }
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
@@ -175,6 +179,18 @@ export class JobRunner {
       onProgressWritten: () => metrics.progressWritten.inc(),
       ...(this.o.batches ? { batch: this.o.batches.parent.forRun(data.maxOpen, data.priority) } : {}),
       ...(this.o.waitpoints ? { waitpoints: this.o.waitpoints } : {}),
+      ...(this.o.output
+        ? {
+            output: new RunOutput({
+              store: this.o.output,
+              taskId,
+              principal: task.principal,
+              lock: { queue: lock.queue, jobId: taskId, token: lock.token },
+              log,
+              onLockLost: () => this.o.running.loseLock(taskId, 'output write refused'),
+            }),
+          }
+        : {}),
     });
     const { outcome, timeout } = await this.runTool(run, controller, tool, input, ctx, timeoutMs);
     // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
@@ -372,7 +388,9 @@ export class JobRunner {
     const { ctx, log } = end;
     let result: ToolResult;
     try {
-      result = toToolResult(end.tool, value);
+      // Large parts go by reference (§34.3); past a stored-bytes bound that is the run's failure, not retried
+      // (StoredBytesLimitError is a NonRetryableError).
+      result = await ctx.finishResult(toToolResult(end.tool, value));
     } catch (error) {
       await ctx.flushProgress();
       ctx.close();

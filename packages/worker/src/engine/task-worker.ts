@@ -7,6 +7,8 @@ import { WaitpointOpener } from './waitpoint-host.js';
 import {
   BatchStore,
   RedisTaskStore,
+  TaskOutputStore,
+  BlobObjects,
   ToolLimitStore,
   createKeys,
   FairShare,
@@ -68,6 +70,8 @@ export class TaskWorker {
   private readonly subscriber: RedisClient;
   private readonly bullConnection: RedisClient;
   private readonly store: RedisTaskStore;
+  /** The object store of values stored apart (§34.7), when configured. */
+  private readonly objects: BlobObjects | undefined;
   private readonly runner: JobRunner;
   private readonly cancelWatch: CancelWatch;
   private readonly heartbeat: CatalogHeartbeat;
@@ -116,6 +120,8 @@ export class TaskWorker {
       metrics: options.metrics,
       log: this.log,
     });
+    this.objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
+    const output = new TaskOutputStore(this.redis, this.keys, options.output, this.objects);
     const parent = new BatchParent({
       redis: this.redis,
       keys: this.keys,
@@ -128,6 +134,7 @@ export class TaskWorker {
     const batches = {
       parent,
       children: new ChildRunner({
+        output,
         tools,
         batches: batchStore,
         store: this.store,
@@ -143,6 +150,7 @@ export class TaskWorker {
       }),
     };
     this.runner = new JobRunner({
+      output,
       workerId: this.workerId,
       tools,
       store: this.store,
@@ -310,6 +318,7 @@ export class TaskWorker {
     this.subscriber.disconnect();
     this.redis.disconnect();
     this.bullConnection.disconnect();
+    this.objects?.close();
   }
 
   private enter(next: WorkerState, from: readonly WorkerState[]): void {

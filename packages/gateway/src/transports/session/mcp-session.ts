@@ -11,8 +11,14 @@ import {
   GetTaskPayloadRequestSchema,
   GetTaskRequestSchema,
   ListTasksRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListResourcesRequestSchema,
   ListToolsRequestSchema,
+  ReadResourceRequestSchema,
   SetLevelRequestSchema,
+  SubscribeRequestSchema,
+  UnsubscribeRequestSchema,
+  type ReadResourceResult,
   type CallToolResult,
   type JSONRPCRequest,
   type ServerCapabilities,
@@ -20,11 +26,12 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import type { ProgressToken, TaskRecord } from '@taskrelay/shared';
+import { JSON_RPC, type ProgressToken, type TaskRecord } from '@taskrelay/shared';
 import { ClientChannel } from './client-channel.js';
 import type { McpMethods, RequestContext, SessionTaskRoute } from '../../protocol/methods.js';
 import { ANONYMOUS_PRINCIPAL } from '../../protocol/request-meta.js';
-import { toMcpError } from '../../wire/errors.js';
+import { WireError, toMcpError } from '../../wire/errors.js';
+import { MAX_RESOURCE_SUBSCRIPTIONS } from '../../protocol/resources.js';
 import type { CallerSink, ProgressParams } from '../../tasks/task-router.js';
 import type { TaskService } from '../../tasks/task-service.js';
 import { relatedTaskMeta, renderTask } from '../../wire/task-wire.js';
@@ -35,6 +42,11 @@ const ANSWERED_AT_ONCE = new Set([
   'initialize',
   'ping',
   'tools/list',
+  'resources/list',
+  'resources/templates/list',
+  'resources/read',
+  'resources/subscribe',
+  'resources/unsubscribe',
   'logging/setLevel',
   'tasks/get',
   'tasks/list',
@@ -180,7 +192,64 @@ export function createSessionServer(options: SessionServerOptions): Server {
     }),
   );
   registerTaskMethods(server, options, context, channel);
+  registerResourceMethods(server, options, context);
   return server;
+}
+
+/**
+ * Task output as resources (PROTOCOL.md §34): the templates, reads (a stored value is normally taken by the transport
+ * and streamed; one inside a batch POST is read here whole), and subscriptions, whose updates go to the GET stream.
+ */
+function registerResourceMethods(server: Server, options: SessionServerOptions, context: ContextOf): void {
+  const { methods } = options;
+  const subscriptions = new Map<string, () => void>();
+  const closed = server.onclose;
+  server.onclose = () => {
+    for (const stop of subscriptions.values()) stop();
+    subscriptions.clear();
+    closed?.();
+  };
+  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [] }));
+  server.setRequestHandler(
+    ListResourceTemplatesRequestSchema,
+    () => methods.listResourceTemplates({ era: '2025-11-25' }) as { resourceTemplates: [] },
+  );
+  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) =>
+    wire(async () => {
+      const read = await methods.readResource(context(extra, request.params._meta), request.params.uri);
+      if (read.kind === 'inline') return read.result as ReadResourceResult;
+      const { value } = read;
+      const bytes = await value.readRange(0, value.meta.size);
+      const content = value.meta.text ? { text: bytes.toString('utf8') } : { blob: bytes.toString('base64') };
+      return { contents: [{ uri: value.uri, mimeType: value.meta.mimeType, ...content }] };
+    }),
+  );
+  server.setRequestHandler(SubscribeRequestSchema, (request, extra) =>
+    wire(async () => {
+      const { uri } = request.params;
+      if (subscriptions.has(uri)) return {};
+      if (subscriptions.size >= MAX_RESOURCE_SUBSCRIPTIONS) {
+        throw new WireError(
+          JSON_RPC.INVALID_PARAMS,
+          `Too many resource subscriptions: at most ${MAX_RESOURCE_SUBSCRIPTIONS} per session; unsubscribe one first`,
+        );
+      }
+      const stop = await methods.subscribeResource(context(extra, request.params._meta), uri, (updated) => {
+        server.notification({ method: 'notifications/resources/updated', params: { uri: updated } }).catch(() => {
+          // No GET stream open and nothing to keep it: the client reads when it looks again.
+        });
+      });
+      // A second subscribe of the same URI raced this one: keep one.
+      if (subscriptions.has(uri)) stop();
+      else subscriptions.set(uri, stop);
+      return {};
+    }),
+  );
+  server.setRequestHandler(UnsubscribeRequestSchema, (request) => {
+    subscriptions.get(request.params.uri)?.();
+    subscriptions.delete(request.params.uri);
+    return {};
+  });
 }
 
 /** What a session offers: tools, logging, 2025-11-25 tasks (listed only with auth on) and the tasks extension. */
@@ -188,6 +257,8 @@ function sessionCapabilities(authEnabled: boolean): ServerCapabilities {
   return {
     tools: {},
     logging: {},
+    // Task output (PROTOCOL.md §34): templates to read, and subscriptions to a task's output.
+    resources: { subscribe: true },
     tasks: {
       cancel: {},
       requests: { tools: { call: {} } },

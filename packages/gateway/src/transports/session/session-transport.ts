@@ -85,6 +85,15 @@ export interface SessionTransportOptions {
   streamBuffers?: StreamBuffers;
   /** The session's principal, for `streamBuffers`. */
   principal?: string;
+  /**
+   * A POST of one `resources/read` that is answered as it is read (PROTOCOL.md §34.3): the handler takes the response
+   * and answers it itself (never through the event store), or answers undefined to leave it to the server.
+   */
+  streamedRead?: (
+    request: JSONRPCRequest,
+    res: ServerResponse,
+    headers: Record<string, string>,
+  ) => Promise<void> | undefined;
 }
 
 /** One open response: an SSE stream, or a POST whose answer may still go out as one JSON body. */
@@ -203,6 +212,14 @@ export class SessionTransport implements Transport {
       this.options.onsessioninitialized?.(this.sessionId);
     } else {
       if (!this.validSession(req, res) || !this.validVersion(req, res)) return;
+    }
+    const only = messages.length === 1 ? messages[0] : undefined;
+    if (only !== undefined && isRequest(only) && only.method === 'resources/read' && this.sessionId !== undefined) {
+      const taken = this.options.streamedRead?.(only, res, { 'mcp-session-id': this.sessionId });
+      if (taken) {
+        taken.catch((error: unknown) => this.onerror?.(error instanceof Error ? error : new Error(String(error))));
+        return;
+      }
     }
     const extra = this.extraOf(req);
     if (!messages.some(isRequest)) {

@@ -9,7 +9,9 @@ import { randomUUID } from 'node:crypto';
 import type { Response } from 'express';
 import { z } from 'zod';
 import { JSON_RPC, TaskrelayError, isTerminal, type Logger, type TaskRecord } from '@taskrelay/shared';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { WireError } from '../../wire/errors.js';
+import { MAX_RESOURCE_SUBSCRIPTIONS } from '../../protocol/resources.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import type { CatalogChanges } from '../../protocol/catalog-changes.js';
@@ -26,10 +28,11 @@ export const LISTEN_BUFFER_BYTES = 256 * 1024;
 const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
 /** §18.3: a JSON-RPC error, not an HTTP 429: the principal holds these streams itself and can close one. */
 
-/** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resources) are ignored. */
+/** What a `subscriptions/listen` asks to be told; other notification kinds (prompts, resource lists) are ignored. */
 const ListenFilterSchema = z.looseObject({
   taskIds: z.array(z.string()).max(MAX_LISTEN_TASKS).optional(),
   toolsListChanged: z.boolean().optional(),
+  resourceSubscriptions: z.array(z.string()).max(MAX_RESOURCE_SUBSCRIPTIONS).optional(),
 });
 
 export interface ListenRequest {
@@ -56,6 +59,8 @@ export interface ListenStreamsOptions {
   maxStreamsPerPrincipal?: number;
   /** Default {@link LISTEN_BUFFER_BYTES}. */
   maxBufferedBytes?: number;
+  /** Follows a task resource for a principal (PROTOCOL.md §34.5): the stop; rejects (not found) when it may not. */
+  subscribeResource?: (principal: string, uri: string, onUpdated: (uri: string) => void) => Promise<() => void>;
 }
 
 /** One followed task: its stop, and its reads kept in order (a newer read never loses to an older one). */
@@ -82,14 +87,14 @@ export function createListenStreams(options: ListenStreamsOptions) {
     if (!parsed.success) {
       throw new WireError(
         JSON_RPC.INVALID_PARAMS,
-        `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean}`,
+        `notifications must be {taskIds?: at most ${MAX_LISTEN_TASKS} task ids, toolsListChanged?: boolean, resourceSubscriptions?: at most ${MAX_RESOURCE_SUBSCRIPTIONS} URIs}`,
       );
     }
-    const { taskIds, toolsListChanged } = parsed.data;
-    if (taskIds === undefined && toolsListChanged !== true) {
+    const { taskIds, toolsListChanged, resourceSubscriptions } = parsed.data;
+    if (taskIds === undefined && toolsListChanged !== true && resourceSubscriptions === undefined) {
       throw new WireError(
         JSON_RPC.INVALID_PARAMS,
-        'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds) and toolsListChanged',
+        'subscriptions/listen: nothing to notify; this server notifies task status (notifications.taskIds), toolsListChanged and task output (notifications.resourceSubscriptions)',
       );
     }
     if (taskIds !== undefined) requireTasksExtension(rpc.params._meta, 'subscriptions/listen');
@@ -107,7 +112,11 @@ export function createListenStreams(options: ListenStreamsOptions) {
       if (left <= 0) openPerPrincipal.delete(rpc.principal);
       else openPerPrincipal.set(rpc.principal, left);
     };
-    await new ListenStream(rpc, options, eventText, release).serve(taskIds, toolsListChanged === true);
+    await new ListenStream(rpc, options, eventText, release).serve(
+      taskIds,
+      toolsListChanged === true,
+      resourceSubscriptions,
+    );
   };
 }
 
@@ -122,6 +131,8 @@ class ListenStream {
   private finish!: () => void;
   private readonly finished = new Promise<void>((resolve) => (this.finish = resolve));
   private stopTools: (() => void) | undefined;
+  /** The task resources followed (§34.5), by URI; such a stream stays open until the client closes it. */
+  private readonly resources = new Map<string, () => void>();
   private call: { done: () => void } | undefined;
 
   constructor(
@@ -144,12 +155,17 @@ class ListenStream {
     });
   }
 
-  async serve(taskIds: readonly string[] | undefined, toolsListChanged: boolean): Promise<void> {
+  async serve(
+    taskIds: readonly string[] | undefined,
+    toolsListChanged: boolean,
+    resourceUris: readonly string[] | undefined,
+  ): Promise<void> {
     this.rpc.res.once('close', this.cleanUp);
     try {
       const initial = await this.followAll(taskIds ?? []);
+      await this.followResources(resourceUris ?? []);
       if (this.ended) return;
-      this.begin(initial, taskIds !== undefined, toolsListChanged);
+      this.begin(initial, taskIds !== undefined, toolsListChanged, resourceUris !== undefined);
       await this.finished;
     } finally {
       this.cleanUp();
@@ -160,6 +176,7 @@ class ListenStream {
     if (this.ended) return;
     this.ended = true;
     for (const entry of this.followed.values()) entry.stop();
+    for (const stop of this.resources.values()) stop();
     this.stopTools?.();
     this.call?.done();
     this.release();
@@ -201,8 +218,38 @@ class ListenStream {
     return initial;
   }
 
+  /**
+   * Follows each task resource the caller may read (§34.5); one it may not (unknown, gone, another principal's) is
+   * left out of the acknowledgement, alike. Updates before the stream began are dropped: the client reads after the
+   * acknowledgement anyway.
+   */
+  private async followResources(uris: readonly string[]): Promise<void> {
+    const subscribe = this.o.subscribeResource;
+    if (!subscribe) return;
+    for (const uri of new Set(uris)) {
+      if (this.ended) return;
+      const stop = await subscribe(this.rpc.principal, uri, (updated) => this.resourceUpdated(updated)).catch(
+        (error: unknown) => {
+          if (error instanceof McpError && error.code === JSON_RPC.INVALID_PARAMS) return undefined;
+          throw error;
+        },
+      );
+      if (stop === undefined) continue;
+      if (this.ended) stop();
+      else this.resources.set(uri, stop);
+    }
+  }
+
+  private resourceUpdated(uri: string): void {
+    if (!this.streaming || this.ended) return;
+    this.writer.writeLatest(
+      `\u0000resource:${uri}`,
+      this.eventText({ jsonrpc: '2.0', method: 'notifications/resources/updated', params: { uri, _meta: this.meta } }),
+    );
+  }
+
   /** Headers, the acknowledgement and the first frames; then what changed meanwhile, and the drain's hook. */
-  private begin(initial: TaskRecord[], tasksAsked: boolean, toolsListChanged: boolean): void {
+  private begin(initial: TaskRecord[], tasksAsked: boolean, toolsListChanged: boolean, resourcesAsked: boolean): void {
     const { res } = this.rpc;
     res.status(200).set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
     res.flushHeaders();
@@ -211,6 +258,7 @@ class ListenStream {
     const acknowledged: Record<string, unknown> = {};
     if (tasksAsked) acknowledged['taskIds'] = [...this.followed.keys()];
     if (toolsListChanged) acknowledged['toolsListChanged'] = true;
+    if (resourcesAsked) acknowledged['resourceSubscriptions'] = [...this.resources.keys()];
     this.writer.write(
       this.eventText({
         jsonrpc: '2.0',
@@ -299,7 +347,7 @@ class ListenStream {
 
   /** Every task ended (and no tool changes were asked for): the listen's own result ends the stream. */
   private maybeComplete(): void {
-    if (this.ended || this.stopTools !== undefined || this.call === undefined) return;
+    if (this.ended || this.stopTools !== undefined || this.resources.size > 0 || this.call === undefined) return;
     for (const entry of this.followed.values()) if (!entry.done || entry.reading) return;
     this.writer.end(
       this.eventText({ jsonrpc: '2.0', id: this.rpc.id, result: { resultType: 'complete', _meta: this.meta } }),

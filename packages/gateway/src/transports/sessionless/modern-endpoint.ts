@@ -12,6 +12,7 @@ import { McpError, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.j
 import { JSON_RPC, type Logger, type ProgressToken } from '@taskrelay/shared';
 import { WireError, toMcpError } from '../../wire/errors.js';
 import { sanitizeOutgoing } from '../../http/safe-errors.js';
+import { writeStreamedRead } from '../../http/resource-body.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
 import type { InflightCalls } from '../../protocol/inflight-calls.js';
 import { CatalogChanges } from '../../protocol/catalog-changes.js';
@@ -109,12 +110,13 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     'server/discover': () => Promise.resolve(methods.discover()),
     'tools/list': () => methods.listTools({ era: '2026-07-28' }),
     'tools/call': (rpc) => callTool(rpc),
-    // taskrelay serves no prompts or resources: empty lists, with SEP-2549's caching hints (PROTOCOL.md §14.1).
+    // taskrelay serves no prompts: an empty list, with SEP-2549's caching hints (PROTOCOL.md §14.1). Its resources
+    // are task output (§34): templates to read, none listed.
     'prompts/list': () => Promise.resolve(methods.emptyList('prompts', { era: '2026-07-28' })),
     'resources/list': () => Promise.resolve(methods.emptyList('resources', { era: '2026-07-28' })),
-    'resources/templates/list': () => Promise.resolve(methods.emptyList('resourceTemplates', { era: '2026-07-28' })),
+    'resources/templates/list': () => Promise.resolve(methods.listResourceTemplates({ era: '2026-07-28' })),
     'prompts/get': (rpc) => Promise.reject(methods.unknownPrompt(rpc.params['name'])),
-    'resources/read': (rpc) => Promise.reject(methods.unknownResource(rpc.params['uri'])),
+    'resources/read': (rpc) => readResource(rpc),
     'tasks/get': (rpc) => methods.getTask(context(rpc), taskIdOf(rpc)),
     'tasks/update': (rpc) => {
       const responses = rpc.params['inputResponses'];
@@ -133,6 +135,7 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     catalogChanges,
     log,
     render: (record) => methods.detailedTask(record),
+    subscribeResource: (principal, uri, onUpdated) => methods.subscribeResource({ principal }, uri, onUpdated),
     outgoing,
     ...(options.streams ? { streams: options.streams } : {}),
     ...(options.listens ? { listens: options.listens } : {}),
@@ -157,6 +160,15 @@ export function createModernEndpoint(options: ModernEndpointOptions) {
     // Until a notification went out, the answer is one JSON body like any other (errors with their HTTP status).
     if (!stream) return call;
     return answerOnStream(rpc.id, ctx.signal, stream, call);
+  }
+
+  /** `resources/read` (§34.3): the output as one JSON body; a stored value written as it is read. */
+  async function readResource(rpc: Rpc): Promise<Result | undefined> {
+    const era = '2026-07-28';
+    const read = await methods.readResource({ principal: rpc.principal, era }, rpc.params['uri']);
+    if (read.kind === 'inline') return read.result;
+    await writeStreamedRead(rpc.res, rpc.id, read.value, { resultType: 'complete', ...methods.cachingHints({ era }) });
+    return undefined;
   }
 
   /** Handles one POST whose `MCP-Protocol-Version` is not a 2025-era version. */

@@ -109,6 +109,18 @@ local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retenti
   local base = string.sub(taskKey, 1, #taskKey - #taskId - #'task:')
   redis.call('PEXPIRE', base .. 'task-args:' .. taskId, ttl)
   redis.call('PEXPIRE', base .. 'task-logs:' .. taskId, ttl)
+  -- Its output and stored values (§34) are readable only while the task is kept: they go with it when that comes
+  -- first (`<P>:output:<id>`, `<P>:blobs:<id>` and each `<P>:blob:<id>:<blobId>` it lists), else at their own TTL.
+  local function sooner(key)
+    local left = redis.call('PTTL', key)
+    if left == -1 or left > ttl then redis.call('PEXPIRE', key, ttl) end
+  end
+  local blobs = base .. 'blobs:' .. taskId
+  for _, blobId in ipairs(redis.call('HKEYS', blobs)) do
+    if blobId ~= '\0bytes' then sooner(base .. 'blob:' .. taskId .. ':' .. blobId) end
+  end
+  sooner(blobs)
+  sooner(base .. 'output:' .. taskId)
   redis.call('ZREM', liveKey, taskId)
   redis.call('HDEL', taskKey, F.watchers)
   if h[2] and h[2] ~= '' then

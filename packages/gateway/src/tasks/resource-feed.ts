@@ -1,0 +1,53 @@
+/**
+ * Wake-ups of task resources (PROTOCOL.md §34.5): each `outputWrite` (and each artifact stored) publishes its task id
+ * on `P:resources`; every gateway subscribes on its subscriber connection and wakes the subscriptions it holds for
+ * that task. Pub/sub is only the wake-up: a subscriber re-reads the resource itself.
+ */
+import { z } from 'zod';
+import type { Keys, Logger, RedisClient } from '@taskrelay/shared';
+
+const WakeSchema = z.object({ taskId: z.string() });
+
+export class ResourceFeed {
+  private readonly watchers = new Map<string, Set<() => void>>();
+  private readonly onMessage = (channel: string, raw: string): void => {
+    if (channel !== this.keys.resourcesChannel) return;
+    let parsed;
+    try {
+      parsed = WakeSchema.safeParse(JSON.parse(raw));
+    } catch {
+      parsed = undefined;
+    }
+    if (!parsed?.success) {
+      this.log.debug({ raw: raw.slice(0, 200) }, 'malformed resource wake-up dropped');
+      return;
+    }
+    for (const wake of this.watchers.get(parsed.data.taskId) ?? []) wake();
+  };
+
+  constructor(
+    private readonly subscriber: RedisClient,
+    private readonly keys: Keys,
+    private readonly log: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    this.subscriber.on('message', this.onMessage);
+    await this.subscriber.subscribe(this.keys.resourcesChannel);
+  }
+
+  close(): void {
+    this.subscriber.off('message', this.onMessage);
+  }
+
+  /** Calls `wake` on each change of the task's resources; returns the stop. */
+  watch(taskId: string, wake: () => void): () => void {
+    let set = this.watchers.get(taskId);
+    if (!set) this.watchers.set(taskId, (set = new Set()));
+    set.add(wake);
+    return () => {
+      set.delete(wake);
+      if (set.size === 0 && this.watchers.get(taskId) === set) this.watchers.delete(taskId);
+    };
+  }
+}

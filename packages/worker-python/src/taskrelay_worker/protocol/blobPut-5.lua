@@ -1,0 +1,73 @@
+--[[
+  A run stores one chunk of a value apart from its task's result (PROTOCOL.md §34.3, §34.4): a result or content block
+  moved out, or an artifact. Lock-checked like every run write; refused once the task is terminal; bounded per task
+  and per principal (checked before anything is written).
+
+  Input:
+    KEYS[1] task              the task hash
+    KEYS[2] lock              the job's lock key (the task key when the write is not a worker's)
+    KEYS[3] blobs             the task's blob index hash
+    KEYS[4] blob              the value's string
+    KEYS[5] principalBytes    the principal's stored-bytes counter
+
+    ARGV[1] lockToken         the worker's lock token; '' = no lock check
+    ARGV[2] blobId            the value's id in the index
+    ARGV[3] chunk             the bytes to store
+    ARGV[4] append            '1': append to the value; '0': the first chunk (replaces)
+    ARGV[5] meta              the value's description (JSON), written to the index; '' = leave it
+    ARGV[6] taskMax           the most bytes a task may store
+    ARGV[7] principalMax      the most bytes a principal may store within ttlMs
+    ARGV[8] ttlMs             the expiry of the value, the index and the counter after this write
+    ARGV[9] channel           the resources channel; '' = publish nothing
+    ARGV[10] taskId           the task id, published on the channel
+    ARGV[11] externalBytes    '' = the chunk is the value's bytes; else the value lives in an object store (S3) and
+                              this many bytes are counted against the bounds, and no value key is written
+
+  Output:
+    {R.OK, taskBytes}              stored; the task's total stored bytes
+    {R.LIMIT_FULL, 'task'|'principal'}  a bound would be passed: nothing written
+    {R.TASK_MISSING}
+    {R.TASK_TERMINAL}
+    {R.LOCK_LOST}
+]]
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15, WAITPOINT_UNKNOWN = -16, WAITPOINT_USED = -17, WAITPOINT_EXPIRED = -18}
+
+local F = {taskId = "taskId", status = "status", statusMessage = "statusMessage", createdAt = "createdAt", lastUpdatedAt = "lastUpdatedAt", ttl = "ttl", pollInterval = "pollInterval", tool = "tool", queue = "queue", principal = "principal", mode = "mode", sessionId = "sessionId", gatewayId = "gatewayId", progressToken = "progressToken", progress = "progress", total = "total", progressMessage = "progressMessage", result = "result", error = "error", cancelReason = "cancelReason", deadlineAt = "deadlineAt", attempt = "attempt", toolVersion = "toolVersion", backOff = "backOff", startedAt = "startedAt", idemKey = "idemKey", dedupe = "dedupe", clientCaps = "clientCaps", state = "state", steps = "steps", inputFloor = "inputFloor", pendingInput = "pendingInput", watchers = "watchers", webhook = "webhook", webhookCap = "webhookCap", webhookSeq = "webhookSeq", tags = "tags", replayOf = "replayOf", replayedBy = "replayedBy", input = "input:", answer = "answer:", waitpoint = "wp:"}
+
+local SOURCES = {["working"] = {["input_required"] = true}, ["input_required"] = {["working"] = true}, ["completed"] = {["working"] = true, ["input_required"] = true}, ["failed"] = {["working"] = true, ["input_required"] = true}, ["cancelled"] = {["working"] = true, ["input_required"] = true}}
+local TERMINAL = {["completed"] = true, ["failed"] = true, ["cancelled"] = true}
+
+--[[
+  A worker's write is lock-checked (PROTOCOL.md §10.4): true when the job's lock holds `token`, or when the write is
+  not a worker's (an empty token).
+]]
+
+local function holds_lock(lockKey, token)
+  return token == '' or redis.call('GET', lockKey) == token
+end
+
+local status = redis.call('HGET', KEYS[1], F.status)
+if not status then return {R.TASK_MISSING} end
+if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
+local external = ARGV[11] ~= ''
+local size = external and tonumber(ARGV[11]) or #ARGV[3]
+local taskBytes = tonumber(redis.call('HGET', KEYS[3], '\0bytes') or '0')
+if taskBytes + size > tonumber(ARGV[6]) then return {R.LIMIT_FULL, 'task'} end
+local principalBytes = tonumber(redis.call('GET', KEYS[5]) or '0')
+if principalBytes + size > tonumber(ARGV[7]) then return {R.LIMIT_FULL, 'principal'} end
+if external then
+  -- nothing stored here: the index entry names the object
+elseif ARGV[4] == '1' then
+  redis.call('APPEND', KEYS[4], ARGV[3])
+else
+  redis.call('SET', KEYS[4], ARGV[3])
+end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[5]) end
+taskBytes = redis.call('HINCRBY', KEYS[3], '\0bytes', size)
+redis.call('INCRBY', KEYS[5], size)
+for i = 3, 5 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+end
+if ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], cjson.encode({taskId = ARGV[10]})) end
+return {R.OK, taskBytes}
