@@ -20,7 +20,7 @@ import { z } from 'zod';
 import { TaskrelayError, type AuditLog, type Logger } from '@taskrelay/shared';
 import { scheduleSpecSchema, specProblem } from '../tasks/schedules/schedule-model.js';
 import type { ScheduleScope, Schedules } from '../tasks/schedules/schedules.js';
-import { crossOriginRefused } from './task-api.js';
+import { bodyRefused, crossOriginRefused } from './task-api.js';
 
 const listQuery = z.object({ principal: z.string().min(1).max(500).optional() }).strict();
 
@@ -129,14 +129,6 @@ export function createScheduleApi(o: ScheduleApiOptions): Router {
       return { body: { removed: id } };
     })(req, res, next);
   });
-  // A body that is not JSON, or too big: the request's fault, said in one line.
-  router.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
-    const status = (error as { status?: unknown } | null)?.status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      res.status(status).json({ error: `request body refused: ${(error as Error).message}` });
-      return;
-    }
-    next(error);
-  });
+  router.use(bodyRefused);
   return router;
 }

@@ -285,14 +285,16 @@ export function createTaskApi(o: {
       (error: unknown) => answerError(res, next, error),
     );
   });
-  // A body that is not JSON, or too big: the request's fault, said in one line.
-  router.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
-    const status = (error as { status?: unknown } | null)?.status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
-      res.status(status).json({ error: `request body refused: ${(error as Error).message}` });
-      return;
-    }
-    next(error);
-  });
+  router.use(bodyRefused);
   return router;
+}
+
+/** A body that is not JSON, or too big: the request's fault, said in one line (the admin APIs' last handler). */
+export function bodyRefused(error: unknown, _req: Request, res: Response, next: NextFunction): void {
+  const status = (error as { status?: unknown } | null)?.status;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    res.status(status).json({ error: `request body refused: ${(error as Error).message}` });
+    return;
+  }
+  next(error);
 }
