@@ -199,7 +199,7 @@ describe('§31.2 the child’s ctx', () => {
     }
     const attaching = ctx.artifact('table.csv', chunks(), 'text/csv');
     await new Promise((resolve) => setImmediate(resolve));
-    const call = sent.at(-1) as { t: string; method: string; args: [string, Uint8Array, string] };
+    const call = sent.at(-1) as unknown as { method: string; args: [string, Uint8Array, string] };
     expect([call.method, call.args[0], Buffer.from(call.args[1]).toString(), call.args[2]]).toEqual([
       'artifact',
       'table.csv',
