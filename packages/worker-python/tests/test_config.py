@@ -49,3 +49,10 @@ def test_waitpoint_secret_is_read_and_a_short_one_refused():
     assert load_config({**base, "TASKRELAY_WAITPOINT_SECRET": "s" * 32}).waitpoint_secret == "s" * 32
     with pytest.raises(ConfigError, match="TASKRELAY_WAITPOINT_SECRET must be at least 32 characters"):
         load_config({**base, "TASKRELAY_WAITPOINT_SECRET": "short"})
+
+
+def test_an_s3_blob_store_is_refused_not_ignored():
+    base = {"REDIS_URL": "redis://127.0.0.1:6379", "TASKRELAY_TOOLS": "tools.py"}
+    assert load_config({**base, "TASKRELAY_BLOB_STORE": "redis"}).redis_url
+    with pytest.raises(ConfigError, match="TASKRELAY_BLOB_STORE=s3 is not supported by the Python worker yet"):
+        load_config({**base, "TASKRELAY_BLOB_STORE": "s3"})

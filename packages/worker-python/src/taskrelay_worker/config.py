@@ -144,6 +144,13 @@ def load_config(env: Mapping[str, str]) -> Config:
     log_level = env.get("LOG_LEVEL", "info").strip() or "info"
     if log_level not in LEVELS:
         raise ConfigError(f"Invalid configuration: LOG_LEVEL must be one of {', '.join(LEVELS)} (got {log_level!r})")
+    # Refused rather than ignored: a Python worker would keep the values in Redis where the deployment asked for S3.
+    blob_store = env.get("TASKRELAY_BLOB_STORE", "").strip()
+    if blob_store not in ("", "redis"):
+        raise ConfigError(
+            f"Invalid configuration: TASKRELAY_BLOB_STORE={blob_store} is not supported by the Python worker yet "
+            "(it stores values in Redis; leave the variable unset for Python workers: gateways read both)"
+        )
     secret = env.get("TASKRELAY_WAITPOINT_SECRET")
     if secret is not None and len(secret) < 32:
         raise ConfigError("Invalid configuration: TASKRELAY_WAITPOINT_SECRET must be at least 32 characters")
