@@ -29,7 +29,14 @@ beforeAll(async () => {
         TASKRELAY_MAX_RESULT_BYTES: String(32 * 1024 * 1024),
       },
     ],
-    workers: [{ TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: '16' }],
+    // Results stay inline here (PROTOCOL.md §34.3 moves those over 1 MiB out by default): this suite reads them whole.
+    workers: [
+      {
+        TASKRELAY_TOOLS: ABUSE_TOOLS,
+        WORKER_CONCURRENCY: '16',
+        TASKRELAY_INLINE_RESULT_BYTES: String(32 * 1024 * 1024),
+      },
+    ],
   });
   alice = await connectClient(stack.gateway.url, { authorization: `Bearer ${TOKENS.alice}` });
   bob = await connectClient(stack.gateway.url, { authorization: `Bearer ${TOKENS.bob}` });
