@@ -4,8 +4,8 @@ import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import { parseMessage, type StatusEvent } from './messages.js';
-import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript } from './scripts.js';
+import { ResultCode, type ScriptReply } from './script-results.js';
+import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript, type ScriptInput } from './scripts.js';
 
 /** How long a scripts generation stays known in `P:protocol` after its last announcement (§29.2). */
 const GENERATION_KEPT_MS = 30 * 86_400_000;
@@ -208,6 +208,19 @@ export type StartOutcome =
       /** The task records this other tool version (§12.11). */ versionOther?: string;
     }
   | { lockLost: true };
+
+/** What a run's start records (PROTOCOL.md §10.2, §21.2.1). */
+export interface RunStart {
+  taskId: string;
+  lock: JobLock;
+  attempt: number;
+  deadlineAt: number;
+  /** The principal whose waiting share of the pool the job leaves (§25). */
+  sharePrincipal?: string | undefined;
+  version?: { toolVersion?: string; deferIfOther?: boolean; reset?: boolean };
+  /** When the run began: its `startedAt` when the task has none (default: now). */
+  startedAt?: Date;
+}
 
 export interface ProgressUpdate {
   progress: number;
@@ -716,6 +729,17 @@ export class RedisTaskStore {
     options: TransitionOptions = {},
     now = new Date(),
   ): Promise<TransitionOutcome> {
+    const reply = await this.scripts.call(SCRIPTS.transition, this.transitionInput(taskId, to, fields, options, now));
+    return transitionOutcome(reply, to);
+  }
+
+  private transitionInput(
+    taskId: string,
+    to: TaskStatus,
+    fields: TransitionFields,
+    options: TransitionOptions,
+    now: Date,
+  ): ScriptInput<typeof SCRIPTS.transition> {
     const extra: Record<string, string> = {};
     if (fields.statusMessage !== undefined) extra[F.statusMessage] = fields.statusMessage;
     if (fields.result !== undefined) extra[F.result] = JSON.stringify(fields.result);
@@ -723,7 +747,7 @@ export class RedisTaskStore {
     if (fields.cancelReason !== undefined) extra[F.cancelReason] = fields.cancelReason;
     const taskKey = this.keys.task(taskId);
     const outcomeChars = (extra[F.result]?.length ?? 0) + (extra[F.error]?.length ?? 0);
-    const reply = await this.scripts.call(SCRIPTS.transition, {
+    return {
       keys: {
         task: taskKey,
         live: this.keys.live,
@@ -747,11 +771,31 @@ export class RedisTaskStore {
         eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
         webhookPrefix: this.keys.webhooks.eventPrefix,
       },
-    });
-    const status = asStatus(reply.values[0]);
-    if (reply.code === ResultCode.OK) return { ok: true, status: to };
-    if (reply.code === ResultCode.LOCK_LOST) return { ok: false, status, lockLost: true };
-    return { ok: false, status };
+    };
+  }
+
+  /**
+   * A first run's start and its end in one round trip (PROTOCOL.md §21.2.1): `startRun` as `startRun` would record it,
+   * then, unless the start was refused (`lockLost`, or the task is missing), the run's terminal `transition` under the
+   * same lock. `written` is undefined when the start was refused.
+   */
+  async startThenTransition(
+    start: RunStart,
+    to: TaskStatus,
+    fields: TransitionFields,
+    now = new Date(),
+  ): Promise<{ start: StartOutcome; written: TransitionOutcome | undefined }> {
+    const reply = await this.scripts.callChained(
+      SCRIPTS.startRun,
+      this.startRunInput(start),
+      SCRIPTS.transition,
+      this.transitionInput(start.taskId, to, fields, { lock: start.lock }, now),
+    );
+    if (reply.first.code === ResultCode.LOCK_LOST) return { start: { lockLost: true }, written: undefined };
+    if (reply.first.code !== ResultCode.OK || reply.then === undefined) {
+      return { start: { lockLost: false, record: undefined }, written: undefined };
+    }
+    return { start: { lockLost: false, record: undefined }, written: transitionOutcome(reply.then, to) };
   }
 
   /**
@@ -771,25 +815,11 @@ export class RedisTaskStore {
     deadlineAt: number,
     sharePrincipal?: string,
     version: { toolVersion?: string; deferIfOther?: boolean; reset?: boolean } = {},
+    startedAt?: Date,
   ): Promise<StartOutcome> {
-    const taskKey = this.keys.task(taskId);
-    const reply = await this.scripts.call(SCRIPTS.startRun, {
-      keys: {
-        task: taskKey,
-        lock: this.keys.bullJobLock(lock.queue, taskId),
-        share: sharePrincipal === undefined ? taskKey : this.keys.fairShare(lock.queue, sharePrincipal),
-      },
-      args: {
-        lockToken: lock.token,
-        deadlineAt,
-        now: new Date().toISOString(),
-        attempt,
-        jobId: taskId,
-        toolVersion: version.toolVersion ?? '',
-        deferIfOther: version.deferIfOther === true ? '1' : '0',
-        reset: version.reset === true ? '1' : '0',
-      },
-    });
+    const start: RunStart = { taskId, lock, attempt, deadlineAt, sharePrincipal, version };
+    if (startedAt !== undefined) start.startedAt = startedAt;
+    const reply = await this.scripts.call(SCRIPTS.startRun, this.startRunInput(start));
     if (reply.code === ResultCode.LOCK_LOST) return { lockLost: true };
     if (reply.code === ResultCode.VERSION_OTHER) {
       const recorded = reply.values[0];
@@ -797,6 +827,28 @@ export class RedisTaskStore {
     }
     if (reply.code === ResultCode.TASK_MISSING) return { lockLost: false, record: undefined };
     return { lockLost: false, record: parseRecord(fromFlat(reply.values[0] as string[])) };
+  }
+
+  private startRunInput(start: RunStart): ScriptInput<typeof SCRIPTS.startRun> {
+    const { taskId, lock, sharePrincipal, version = {} } = start;
+    const taskKey = this.keys.task(taskId);
+    return {
+      keys: {
+        task: taskKey,
+        lock: this.keys.bullJobLock(lock.queue, taskId),
+        share: sharePrincipal === undefined ? taskKey : this.keys.fairShare(lock.queue, sharePrincipal),
+      },
+      args: {
+        lockToken: lock.token,
+        deadlineAt: start.deadlineAt,
+        now: (start.startedAt ?? new Date()).toISOString(),
+        attempt: start.attempt,
+        jobId: taskId,
+        toolVersion: version.toolVersion ?? '',
+        deferIfOther: version.deferIfOther === true ? '1' : '0',
+        reset: version.reset === true ? '1' : '0',
+      },
+    };
   }
 
   /** Records progress on the task and wakes the gateway that holds its session (PROTOCOL.md §6). */
@@ -1285,4 +1337,11 @@ function writeOutcome<T extends string>(
   if (code === ResultCode.TASK_TERMINAL) return 'terminal';
   if (code === ResultCode.LOCK_LOST) return 'lock_lost';
   return 'missing';
+}
+
+function transitionOutcome(reply: ScriptReply, to: TaskStatus): TransitionOutcome {
+  if (reply.code === ResultCode.OK) return { ok: true, status: to };
+  const status = asStatus(reply.values[0]);
+  if (reply.code === ResultCode.LOCK_LOST) return { ok: false, status, lockLost: true };
+  return { ok: false, status };
 }

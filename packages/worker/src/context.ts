@@ -386,9 +386,23 @@ export interface TaskContextOptions {
   waitpoints?: WaitpointHost;
   /** The run's output side (§34); without it `ctx.output` and `ctx.artifact` throw. */
   output?: RunOutput;
+  /**
+   * A first run's deferred start (PROTOCOL.md §21.2.1): sent before the first member that writes durably or reads the
+   * record, which then becomes `record`. Without it, `record` is the task as the run started.
+   */
+  start?: DeferredStart;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
   onProgressCoalesced?: () => void;
   onProgressWritten?: () => void;
+}
+
+/** A first run's start, sent once when first needed (PROTOCOL.md §21.2.1). */
+export interface DeferredStart {
+  /**
+   * Sends the start unless it was sent (every call shares the one round trip). The task as it started, or undefined
+   * when the run must not go on: the run's signal has then aborted with the reason. Never rejects.
+   */
+  ensure(): Promise<TaskRecord | undefined>;
 }
 
 /**
@@ -413,8 +427,9 @@ export class TaskContext implements ToolContext {
   private readonly waitpointHost: WaitpointHost | undefined;
   private readonly inputTimeoutMs: number;
   private readonly queueTimeoutMs: number;
-  private readonly clientCapabilities: readonly string[] | undefined;
-  private readonly record: TaskRecord | undefined;
+  private clientCapabilities: readonly string[] | undefined;
+  private record: TaskRecord | undefined;
+  private deferredStart: DeferredStart | undefined;
   private readonly fanOutHost: FanOutHost | undefined;
   private stateValue: unknown;
   private steps: Record<string, unknown>;
@@ -466,6 +481,7 @@ export class TaskContext implements ToolContext {
     this.queueTimeoutMs = options.queueTimeoutMs ?? 3_600_000;
     this.clientCapabilities = options.record?.clientCapabilities;
     this.record = options.record;
+    this.deferredStart = options.start;
     this.fanOutHost = options.batch;
     this.waitpointHost = options.waitpoints;
     this.runOutput = options.output;
@@ -485,12 +501,40 @@ export class TaskContext implements ToolContext {
   private readonly runOutput: RunOutput | undefined;
 
   readonly output: TaskOutput = {
-    write: (chunk) => this.outputSide().output.write(chunk),
-    set: (snapshot) => this.outputSide().output.set(snapshot),
+    write: async (chunk) => {
+      await this.started();
+      return this.outputSide().output.write(chunk);
+    },
+    set: async (snapshot) => {
+      await this.started();
+      return this.outputSide().output.set(snapshot);
+    },
   };
 
-  readonly artifact = (name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> =>
-    this.outputSide().artifact(name, data, mimeType);
+  readonly artifact = async (name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> => {
+    await this.started();
+    return this.outputSide().artifact(name, data, mimeType);
+  };
+
+  /**
+   * A first run records its start before anything that writes durably or reads the task (PROTOCOL.md §21.2.1): a
+   * task that never ran has no state, steps or questions, but its client's capabilities and TTL are only in Redis,
+   * and a task cancelled before the start must not see a step run. Then the run goes on only if its signal has not
+   * aborted. No-op once started, and for every other run.
+   */
+  private async started(): Promise<void> {
+    const start = this.deferredStart;
+    if (!start) return;
+    const record = await start.ensure();
+    if (this.deferredStart === start) {
+      this.deferredStart = undefined;
+      if (record) {
+        this.record = record;
+        this.clientCapabilities = record.clientCapabilities;
+      }
+    }
+    this.throwIfCancelled();
+  }
 
   /** The result as it is stored: the run's output writes settled, artifacts appended, large parts moved out (§34.3). */
   async finishResult(result: ToolResult, inlineAtMost?: number): Promise<ToolResult> {
@@ -509,6 +553,7 @@ export class TaskContext implements ToolContext {
   readonly state: ToolState = {
     get: <T = unknown>(): T | undefined => this.stateValue as T | undefined,
     set: async (value: unknown): Promise<void> => {
+      await this.started();
       this.throwIfSuspended();
       this.throwIfCancelled();
       await this.writeDurable('state', value);
@@ -525,6 +570,7 @@ export class TaskContext implements ToolContext {
     }
     // A versioned step is stored as `<name>@<version>` (§12.1): another version of it is another step.
     const name = version === undefined ? stepName : `${stepName}@${version}`;
+    await this.started();
     this.stepsAsked.add(name);
     if (Object.hasOwn(this.steps, name)) return this.steps[name] as T;
     this.throwIfSuspended();
@@ -582,6 +628,7 @@ export class TaskContext implements ToolContext {
     if (typeof forMs !== 'number' || !Number.isFinite(forMs) || forMs < 0) {
       throw new RangeError(`ctx.suspend needs a finite, non-negative forMs (got ${String(forMs)})`);
     }
+    await this.started();
     this.throwIfSuspended();
     this.throwIfCancelled();
     const durable = this.requireDurable('suspend');
@@ -608,6 +655,7 @@ export class TaskContext implements ToolContext {
         `ctx.waitpoint: timeoutMs must be an integer from 1000 to 30 days (got ${String(timeoutMs)})`,
       );
     }
+    await this.started();
     this.throwIfSuspended();
     this.throwIfCancelled();
     if (!this.waitpointHost) throw new TaskrelayError('INTERNAL', 'ctx.waitpoint is not available in this context');
@@ -643,6 +691,7 @@ export class TaskContext implements ToolContext {
     if (!parsedItems.success) throw new TypeError(`ctx.fanOut: ${issueText(parsedItems.error)}`);
     const parsed = FanOutOptionsSchema.safeParse(options ?? {});
     if (!parsed.success) throw new TypeError(`ctx.fanOut: ${issueText(parsed.error)}`);
+    await this.started();
     this.throwIfSuspended();
     this.throwIfCancelled();
     if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.fanOut is not available in this context');
@@ -680,6 +729,7 @@ export class TaskContext implements ToolContext {
       throw new RangeError('ctx.batchOutcomes needs an index from >= 0 and a count of 0..10000');
     }
     if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.batchOutcomes is not available in this context');
+    await this.started();
     return this.fanOutHost.outcomes(this.taskId, from, count);
   };
 
@@ -752,6 +802,10 @@ export class TaskContext implements ToolContext {
     answerSchema: z.ZodType,
     options: AskOptions | undefined,
   ): Promise<unknown> {
+    // The client's capabilities are read with the start (§21.2.1); asks of one turn keep their order.
+    if (this.deferredStart) {
+      return this.started().then(() => this.ask(method, capability, params, answerSchema, options));
+    }
     if (this.suspension) return Promise.reject(new SuspendedError());
     const key = options?.key;
     if (key !== undefined) {
@@ -877,6 +931,7 @@ export class TaskContext implements ToolContext {
     const problem = tagsProblem(tags);
     if (problem !== undefined) throw new RangeError(`ctx.tag: ${problem}`);
     if (tags.length === 0) return;
+    await this.started();
     const outcome = await this.requireDurable('tag').addTags(this.taskId, this.requireLock(), tags);
     if (outcome === 'full') throw new RangeError(`ctx.tag: a task carries at most ${MAX_TAGS} tags`);
     this.settleWrite(outcome);

@@ -57,6 +57,8 @@ export interface EnqueueOptions {
   clientCapabilities?: string[];
   /** Create the task hash but do not add the job (the test adds it with `addJob`). */
   jobless?: boolean;
+  /** A job that does not name its principal (not a gateway's): its run starts before its tool (§21.2.1). */
+  noPrincipal?: boolean;
 }
 
 export class Harness {
@@ -147,7 +149,9 @@ export class Harness {
     args: Record<string, unknown>,
     options: EnqueueOptions = {},
   ): Promise<void> {
+    // Named as a gateway's jobs name it: a first run then defers its start (PROTOCOL.md §21.2.1).
     const data: Record<string, unknown> = { taskId, tool, arguments: args };
+    if (!options.noPrincipal) data['principal'] = 'test';
     if (options.timeoutMs !== undefined) data['timeoutMs'] = options.timeoutMs;
     const queueTool = options.intoQueueOf ?? tool;
     this.toolOf.set(taskId, queueTool);

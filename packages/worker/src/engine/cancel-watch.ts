@@ -56,7 +56,7 @@ export class CancelWatch {
       this.o.log.warn({ raw: raw.slice(0, 200) }, 'malformed cancel message ignored');
       return;
     }
-    this.o.running.abort(request.taskId, request.reason, 'cancel received; aborting tool');
+    this.o.running.cancel(request.taskId, request.reason, 'cancel received; aborting tool');
     this.o.running.abortChildren(request.taskId, request.reason, 'parent cancelled; aborting batch child');
   }
 

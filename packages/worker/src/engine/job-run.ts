@@ -1,6 +1,7 @@
 /**
- * The run of one job (PROTOCOL.md §5, §10, §12): BullMQ's processor. It records the run's start, checks the job,
- * runs the tool with its context, then carries out what `settle` decides.
+ * The run of one job (PROTOCOL.md §5, §10, §12): BullMQ's processor. It records the run's start (a first run's with
+ * its first durable write or its end, §21.2.1), checks the job, runs the tool with its context, then carries out what
+ * `settle` decides.
  */
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import {
@@ -18,7 +19,10 @@ import {
   type RedisTaskStore,
   type SerializedError,
   type TaskRecord,
+  type TaskStatus,
   type ToolResult,
+  type TransitionFields,
+  type TransitionOutcome,
   queueOfBullName,
 } from '@taskrelay/shared';
 import { TaskContext, type Suspension, type WaitpointHost } from '../context.js';
@@ -35,6 +39,7 @@ import { RunOutput } from '../output.js';
 import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
+import { FirstRunStart } from './first-run-start.js';
 
 /** How long a job may wait in the queue when its data does not say (the gateway's default). */
 const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
@@ -76,6 +81,8 @@ interface RunScope {
   taskId: string;
   lock: JobLock;
   log: Logger;
+  /** A first run's start not sent yet (PROTOCOL.md §21.2.1): it goes with the run's first write or its end. */
+  start?: FirstRunStart;
 }
 
 /** The job's data as the run read it: checked once, before the run's start is recorded. */
@@ -141,13 +148,31 @@ export class JobRunner {
     const run: RunScope = { job, token, taskId, lock, log };
     const parsed = JobDataSchema.safeParse(job.data);
     const queueTimeoutMs = (parsed.success ? parsed.data.queueTimeoutMs : undefined) ?? DEFAULT_QUEUE_TIMEOUT_MS;
-    const task = await this.recordStart(run, parsed, queueTimeoutMs);
-    if (!task) return;
-    entry.principal = task.principal;
+    run.start = this.deferStart(run, parsed, queueTimeoutMs);
+    try {
+      return await this.runStarted(run, parsed, queueTimeoutMs, entry);
+    } finally {
+      run.start?.close();
+    }
+  }
+
+  private async runStarted(
+    run: RunScope,
+    parsed: ParsedJobData,
+    queueTimeoutMs: number,
+    entry: RunningJob,
+  ): Promise<void> {
+    const { job, taskId, lock, log } = run;
+    // A first run whose start is deferred (§21.2.1) knows what a task that never ran holds: no state, steps or
+    // questions, and the job's principal; the context reads the rest with the start when it needs it.
+    const task = run.start ? undefined : await this.recordStart(run, parsed, queueTimeoutMs);
+    if (!run.start && !task) return;
+    const principal = task?.principal ?? (parsed.success ? parsed.data.principal : undefined) ?? '';
+    entry.principal = principal;
     // One child logger per job (made by the processor); the principal joins its bindings once known, unless the job's
     // correlation fields already carried it (a gateway's jobs do: no second pass of the bindings through redaction).
-    if ((job.data as { principal?: unknown } | undefined)?.principal !== task.principal) {
-      log.setBindings({ principal: task.principal });
+    if ((job.data as { principal?: unknown } | undefined)?.principal !== principal) {
+      log.setBindings({ principal });
     }
     const { data, tool, input } = await this.checkJob(run, parsed);
     // The gateway already capped the tool's own timeout (§7.7); the tool's is applied again for jobs added by others.
@@ -171,7 +196,8 @@ export class JobRunner {
       onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
       progressIntervalMs: this.o.progressIntervalMs,
       logger: keeper.wrap(log),
-      record: task,
+      ...(task ? { record: task } : {}),
+      ...(run.start ? { start: run.start } : {}),
       durable: this.o.store,
       inputTimeoutMs: tool.inputTimeoutMs,
       queueTimeoutMs,
@@ -184,7 +210,7 @@ export class JobRunner {
             output: new RunOutput({
               store: this.o.output,
               taskId,
-              principal: task.principal,
+              principal,
               lock: { queue: lock.queue, jobId: taskId, token: lock.token },
               log,
               onLockLost: () => this.o.running.loseLock(taskId, 'output write refused'),
@@ -218,10 +244,7 @@ export class JobRunner {
   ): Promise<TaskRecord | undefined> {
     const { job, taskId, lock, log } = run;
     const attempt = attemptOf(job);
-    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
-    // A takeover after a crash re-queues the job: the deadline covers this run, the takeover and the queue again.
-    const deadlineAt =
-      Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.o.lockDurationMs + queueTimeoutMs;
+    const deadlineAt = this.runDeadline(parsed, queueTimeoutMs);
     // Taken: the job no longer counts in its principal's waiting share of the pool (§25), whatever happens next. A
     // gateway's job names its principal, so the start script leaves the share in the same round trip.
     const jobPrincipal = parsed.success ? parsed.data.principal : undefined;
@@ -259,6 +282,60 @@ export class JobRunner {
       return undefined;
     }
     return task;
+  }
+
+  /** A takeover after a crash re-queues the job: a run's deadline covers it, the takeover and the queue again. */
+  private runDeadline(parsed: ParsedJobData, queueTimeoutMs: number): number {
+    const timeoutHint = parsed.success ? parsed.data.timeoutMs : undefined;
+    return Date.now() + Math.min(timeoutHint ?? MAX_TIMER_MS, MAX_TIMER_MS) + this.o.lockDurationMs + queueTimeoutMs;
+  }
+
+  /**
+   * A first run's start, deferred (PROTOCOL.md §21.2.1), or undefined when this run starts before its tool as every
+   * other does: BullMQ's first fetch of the job, data naming its principal and a tool served here without per-key or
+   * shared limits, and the job younger than half its queue timeout, so the reaper's creation deadline is far off.
+   */
+  private deferStart(run: RunScope, parsed: ParsedJobData, queueTimeoutMs: number): FirstRunStart | undefined {
+    const { job, taskId, lock, log } = run;
+    if (job.attemptsStarted !== 1 || !parsed.success) return undefined;
+    const { principal, tool: toolName } = parsed.data;
+    const tool = this.o.tools.get(toolName);
+    if (principal === undefined || parsed.data.taskId !== taskId || !tool || tool.admitted.rate || tool.admitted.slot) {
+      return undefined;
+    }
+    const now = Date.now();
+    if (now - job.timestamp - (job.opts.delay ?? 0) > queueTimeoutMs / 2) return undefined;
+    return new FirstRunStart({
+      store: this.o.store,
+      running: this.o.running,
+      log,
+      start: {
+        taskId,
+        lock,
+        attempt: attemptOf(job),
+        deadlineAt: this.runDeadline(parsed, queueTimeoutMs),
+        sharePrincipal: principal,
+        // A task that never ran records no version: this run's is recorded, nothing to defer to.
+        version: { toolVersion: tool.version ?? '' },
+        startedAt: new Date(now),
+      },
+    });
+  }
+
+  /**
+   * A terminal write of this run: with its start when the start is still deferred (one script, §21.2.1), else alone.
+   * A start refused for a lost lock reads as the write's; a task gone reads as `status` undefined.
+   */
+  private async writeEnd(
+    run: Pick<RunScope, 'taskId' | 'lock' | 'start'>,
+    to: TaskStatus,
+    fields: TransitionFields,
+  ): Promise<TransitionOutcome> {
+    const start = run.start?.takeForEnd();
+    if (!start) return bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock }));
+    const ended = await bookkeeping(this.o.store.startThenTransition(start, to, fields));
+    if (ended.start.lockLost) return { ok: false, status: undefined, lockLost: true };
+    return ended.written ?? { ok: false, status: undefined };
   }
 
   /**
@@ -312,7 +389,7 @@ export class JobRunner {
     ctx: TaskContext,
     timeoutMs: number | undefined,
   ): Promise<{ outcome: RunOutcome; timeout: RunTimeout }> {
-    const { taskId, lock, log } = run;
+    const { log } = run;
     const timeout: RunTimeout = { message: `Tool ${tool.name} timed out after ${timeoutMs ?? 0} ms` };
     const onTimeout = () => {
       // A run that suspended is over: its time no longer counts (§12.7).
@@ -321,7 +398,7 @@ export class JobRunner {
       controller.abort('TIMEOUT' satisfies CancelReason);
       ctx.close();
       const error: SerializedError = { code: 'TIMEOUT', message: timeout.message };
-      timeout.failed = this.failTask(taskId, lock, timeout.message, error, log).catch((cause: unknown) => {
+      timeout.failed = this.failTask(run, timeout.message, error).catch((cause: unknown) => {
         log.error({ err: cause }, 'could not record the timeout');
       });
     };
@@ -355,7 +432,7 @@ export class JobRunner {
       case 'cancelled':
         ctx.close();
         if (action.discarded) log.info('tool returned after its task was cancelled; result discarded');
-        await this.ensureCancelled(end.taskId, end.lock, log);
+        await this.ensureCancelled(end);
         // A parent cancelled during its run (releasing, say) has no later run to stop its children: this one does.
         await this.stopBatch(end.taskId, log);
         // The job ends done, not failed: a cancel is no failure, never retries, and its job is removed at once.
@@ -379,7 +456,7 @@ export class JobRunner {
       case 'retry':
         await ctx.flushProgress();
         ctx.close();
-        return this.endFailed(action, end.job, end.taskId, end.lock, log);
+        return this.endFailed(action, end);
     }
   }
 
@@ -394,11 +471,11 @@ export class JobRunner {
     } catch (error) {
       await ctx.flushProgress();
       ctx.close();
-      return this.endFailed(failOrRetry(error, end.retry), end.job, end.taskId, end.lock, log);
+      return this.endFailed(failOrRetry(error, end.retry), end);
     }
     await ctx.flushProgress();
     ctx.close();
-    const written = await bookkeeping(this.o.store.transition(end.taskId, 'completed', { result }, { lock: end.lock }));
+    const written = await this.writeEnd(end, 'completed', { result });
     if (written.ok) log.info('task completed');
     else if (written.lockLost) this.lostWhileWriting(log, 'result');
     else log.info({ status: written.status ?? 'missing' }, 'task already terminal; result discarded');
@@ -412,6 +489,8 @@ export class JobRunner {
     const { ctx, tool, log } = end;
     await ctx.flushProgress();
     ctx.close();
+    // The wait is a later fetch, which starts as any other: this run's start is recorded first (§21.2.1).
+    await end.start?.ensure();
     const until = Date.now() + action.ms;
     const statusMessage = `Backing off until ${new Date(until).toISOString()}: ${action.message}`;
     const held = await bookkeeping(
@@ -471,19 +550,16 @@ export class JobRunner {
   }
 
   /** A failed run: the task fails and the job ends unrecoverably, or the job is left to BullMQ's retry. */
-  private async endFailed(
-    action: Extract<SettleAction, { kind: 'fail' | 'retry' }>,
-    job: Job<unknown, void>,
-    taskId: string,
-    lock: JobLock,
-    log: Logger,
-  ): Promise<never> {
+  private async endFailed(action: Extract<SettleAction, { kind: 'fail' | 'retry' }>, run: RunScope): Promise<never> {
     const { error } = action;
+    const { job, log } = run;
     if (action.kind === 'fail') {
       const serialized = serializeError(error);
-      await this.failTask(taskId, lock, serialized.message, serialized, log, error);
+      await this.failTask(run, serialized.message, serialized, error);
       throw new UnrecoverableError(serialized.message);
     }
+    // The next run starts before its tool (it is no first fetch): this one's start is recorded now (§21.2.1).
+    await run.start?.ensure();
     log.warn(
       { err: error, attempts: job.opts.attempts ?? 1, attemptsMade: job.attemptsMade + 1 },
       'tool failed; the job will be retried',
@@ -647,18 +723,12 @@ export class JobRunner {
 
   /** A check before the tool ran failed: the task fails with `code`, and the job ends without a retry. */
   private async failJob(run: RunScope, code: SerializedError['code'], message: string): Promise<never> {
-    await this.failTask(run.taskId, run.lock, message, { code, message }, run.log);
+    await this.failTask(run, message, { code, message });
     throw new UnrecoverableError(message);
   }
 
-  private async failTask(
-    taskId: string,
-    lock: JobLock,
-    message: string,
-    error: SerializedError,
-    log: Logger,
-    cause?: unknown,
-  ): Promise<void> {
+  private async failTask(run: RunScope, message: string, error: SerializedError, cause?: unknown): Promise<void> {
+    const { log } = run;
     // A JSON-RPC error is no tool result: the task carries the error alone (PROTOCOL.md §13).
     const fields =
       error.code === 'PROTOCOL_ERROR'
@@ -668,7 +738,7 @@ export class JobRunner {
             result: { content: [{ type: 'text', text: message }], isError: true } satisfies ToolResult,
             error,
           };
-    const written = await bookkeeping(this.o.store.transition(taskId, 'failed', fields, { lock }));
+    const written = await this.writeEnd(run, 'failed', fields);
     if (written.ok) log.info({ code: error.code, err: cause, statusMessage: message }, 'task failed');
     else if (written.lockLost) this.lostWhileWriting(log, 'failure');
     else
@@ -676,15 +746,12 @@ export class JobRunner {
   }
 
   /** The gateway cancels the task before it publishes; this only covers an abort that did not come from it. */
-  private async ensureCancelled(taskId: string, lock: JobLock, log: Logger): Promise<void> {
-    const written = await bookkeeping(
-      this.o.store.transition(
-        taskId,
-        'cancelled',
-        { cancelReason: 'CLIENT_CANCELLED', statusMessage: 'Cancelled' },
-        { lock },
-      ),
-    );
+  private async ensureCancelled(run: RunScope): Promise<void> {
+    const { log } = run;
+    const written = await this.writeEnd(run, 'cancelled', {
+      cancelReason: 'CLIENT_CANCELLED',
+      statusMessage: 'Cancelled',
+    });
     if (written.ok) log.info('task was not terminal; marked cancelled');
     else if (written.lockLost) this.lostWhileWriting(log, 'cancel');
     else log.info({ status: written.status ?? 'missing' }, 'tool stopped; task already terminal');

@@ -1,5 +1,9 @@
 import type { CancelReason, Logger } from '@taskrelay/shared';
 
+/** How long, and how many, cancels that found no run are kept for a run about to register (PROTOCOL.md §21.2.1). */
+const UNDELIVERED_MS = 30_000;
+const UNDELIVERED_MAX = 10_000;
+
 /** One running job: its abort controller and the grace timer armed when it aborts. */
 export interface RunningJob {
   readonly controller: AbortController;
@@ -22,6 +26,8 @@ export interface RunningJob {
  */
 export class RunningJobs {
   private readonly jobs = new Map<string, RunningJob>();
+  /** Cancels that found no run here, by task, oldest first (`cancel`, `add`). */
+  private readonly undelivered = new Map<string, { reason: CancelReason; at: number }>();
 
   constructor(private readonly log: Logger) {}
 
@@ -29,11 +35,33 @@ export class RunningJobs {
     return this.jobs.size;
   }
 
-  /** Registered before anything is read, so a cancel arriving during the start check is not lost. */
+  /**
+   * Registered before anything is read, so a cancel arriving during the start check is not lost. A cancel that came
+   * for this task before it was registered (its job fetched as the gateway cancelled it, PROTOCOL.md §21.2.1) aborts
+   * the new entry at once, so a first run whose start is deferred does not run the tool.
+   */
   add(taskId: string): RunningJob {
     const entry: RunningJob = { controller: new AbortController(), graceTimer: undefined, lockRenewedAt: Date.now() };
     this.jobs.set(taskId, entry);
+    const early = this.undelivered.get(taskId);
+    if (early !== undefined) {
+      this.undelivered.delete(taskId);
+      if (Date.now() - early.at <= UNDELIVERED_MS)
+        this.abort(taskId, early.reason, 'cancel received before the run began');
+    }
     return entry;
+  }
+
+  /**
+   * A cancel message for a task with no run here: kept a while, for a run about to register (`add`). Bounded: the
+   * oldest go first. Most are for tasks other workers run, and expire unused.
+   */
+  private keepUndelivered(taskId: string, reason: CancelReason): void {
+    if (this.undelivered.size >= UNDELIVERED_MAX) {
+      const oldest = this.undelivered.keys().next().value;
+      if (oldest !== undefined) this.undelivered.delete(oldest);
+    }
+    this.undelivered.set(taskId, { reason, at: Date.now() });
   }
 
   get(taskId: string): RunningJob | undefined {
@@ -61,6 +89,15 @@ export class RunningJobs {
     const level = reason === 'LOCK_LOST' ? 'warn' : 'info';
     this.log[level]({ taskId, principal: entry.principal, reason, ...fields }, message);
     entry.controller.abort(reason);
+  }
+
+  /** A cancel message (PROTOCOL.md §7): aborts the task's run here, or keeps it for a run about to register. */
+  cancel(taskId: string, reason: CancelReason, message: string): void {
+    if (!this.jobs.has(taskId)) {
+      this.keepUndelivered(taskId, reason);
+      return;
+    }
+    this.abort(taskId, reason, message);
   }
 
   /** Aborts every running child of batch `parentId` (its parent was cancelled, §26.7). */

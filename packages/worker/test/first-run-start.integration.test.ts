@@ -1,0 +1,194 @@
+/**
+ * A first run's start rides with its end (PROTOCOL.md §21.2.1), against a real Redis: the round trips a short tool
+ * pays, when a longer one records its start, and what a task ended before the start still keeps from the tool.
+ */
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { toolQueue } from '@taskrelay/shared';
+import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
+import { waitFor } from '../../../test/helpers/wait-for.js';
+import { defineTool } from '../src/define-tool.js';
+import { CancelledError } from '../src/errors.js';
+import { Harness, gate } from './harness.js';
+
+const sideEffects = new Set<string>();
+const aborted = new Map<string, string>();
+let hold = gate();
+
+const noop = defineTool({
+  name: 'noop',
+  description: 'Returns at once.',
+  inputSchema: z.object({}),
+  run: () => 'ok',
+});
+
+const held = defineTool({
+  name: 'held',
+  description: 'Returns when the test opens the gate.',
+  inputSchema: z.object({}),
+  async run() {
+    await hold.promise;
+    return 'released';
+  },
+});
+
+const stepper = defineTool({
+  name: 'stepper',
+  description: 'Runs a step with a side effect.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    await ctx.step('side', () => {
+      sideEffects.add(ctx.taskId);
+      return 1;
+    });
+    return 'stepped';
+  },
+});
+
+const sleeper = defineTool({
+  name: 'sleeper',
+  description: 'Sleeps until its signal aborts.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    try {
+      await ctx.sleep(60_000);
+    } catch (error) {
+      if (error instanceof CancelledError) aborted.set(ctx.taskId, error.reason);
+      throw error;
+    }
+    return 'not reached';
+  },
+});
+
+const asker = defineTool({
+  name: 'asker',
+  description: 'Asks its client a question.',
+  inputSchema: z.object({}),
+  async run(_input, ctx) {
+    const answer = await ctx.elicit({ message: 'Go on?', requestedSchema: { type: 'object', properties: {} } });
+    return answer.action;
+  },
+});
+
+let redis: TestRedis;
+let h: Harness;
+const monitors: Redis[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+});
+
+afterAll(async () => {
+  await redis?.stop();
+});
+
+beforeEach(() => {
+  h = new Harness(redis.url);
+  hold = gate();
+});
+
+afterEach(async () => {
+  hold.open();
+  for (const m of monitors.splice(0)) m.disconnect();
+  await h.close();
+});
+
+/** The task's hash field `name`, as stored (the record leaves some out). */
+function field(taskId: string, name: string): Promise<string | null> {
+  return h.redis.hget(h.keys.task(taskId), name);
+}
+
+/** The script calls (EVALSHA) that name the task's hash, from now on: the task store's round trips for it. */
+async function taskScriptCalls(taskId: string): Promise<string[][]> {
+  const taskKey = h.keys.task(taskId);
+  const monitor = await new Redis(redis.url).monitor();
+  monitors.push(monitor);
+  const calls: string[][] = [];
+  let ready = false;
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    if (args[0]?.toLowerCase() === 'echo' && args[1] === `monitor-ready-${taskId}`) ready = true;
+    if (args[0]?.toLowerCase() === 'evalsha' && args.includes(taskKey)) calls.push(args);
+  });
+  // MONITOR is on once a command issued after it shows.
+  await waitFor(async () => {
+    await h.redis.echo(`monitor-ready-${taskId}`);
+    return ready;
+  });
+  return calls;
+}
+
+describe('§21.2.1 a first run starts with its end', () => {
+  it('a short tool records its start and its result in one script; a run that starts first pays two', async () => {
+    await h.start([noop]);
+    // Each script's first call loads it (EVALSHA refused, then EVAL): one run of each kind first.
+    await h.waitForStatus(await h.enqueue('noop', {}), 'completed');
+    await h.waitForStatus(await h.enqueue('noop', {}, { noPrincipal: true }), 'completed');
+    const deferred = await h.enqueue('noop', {}, { jobless: true });
+    const eager = await h.enqueue('noop', {}, { jobless: true });
+    const share = h.keys.fairShare(toolQueue('default', 'noop'), 'test');
+    await h.redis.zadd(share, 1, deferred);
+
+    const deferredCalls = await taskScriptCalls(deferred);
+    await h.addJob(deferred, 'noop', {});
+    const done = await h.waitForStatus(deferred, 'completed');
+    const eagerCalls = await taskScriptCalls(eager);
+    await h.addJob(eager, 'noop', {}, { noPrincipal: true });
+    await h.waitForStatus(eager, 'completed');
+
+    expect(deferredCalls).toHaveLength(1);
+    expect(eagerCalls).toHaveLength(2);
+    // The start was recorded all the same: when the run began, its attempt, and the job out of its principal's share.
+    const startedAt = await field(deferred, 'startedAt');
+    expect(startedAt).not.toBeNull();
+    expect(Date.parse(startedAt ?? '')).toBeLessThanOrEqual(Date.parse(done.lastUpdatedAt));
+    expect(done.attempt).toBe(1);
+    expect(await h.redis.zscore(share, deferred)).toBeNull();
+    expect(done.result).toEqual({ content: [{ type: 'text', text: 'ok' }] });
+  });
+
+  it('a longer first run records its start while it runs', async () => {
+    await h.start([held]);
+    const taskId = await h.enqueue('held', {});
+    const startedAt = await waitFor(() => field(taskId, 'startedAt'));
+    const running = await h.task(taskId);
+    expect(running?.status).toBe('working');
+    expect(running?.attempt).toBe(1);
+    hold.open();
+    await h.waitForStatus(taskId, 'completed');
+    expect(await field(taskId, 'startedAt')).toBe(startedAt);
+  });
+
+  it('a task cancelled while queued, its job left behind: no step runs and nothing is recorded', async () => {
+    await h.start([stepper, sleeper]);
+    const stepped = await h.enqueue('stepper', {}, { jobless: true });
+    const slept = await h.enqueue('sleeper', {}, { jobless: true });
+    // The gateway's cancel removes a waiting job; here the remove never happened (a gateway killed in between).
+    await h.cancel(stepped, false);
+    await h.cancel(slept, false);
+    await h.addJob(stepped, 'stepper', {});
+    await h.addJob(slept, 'sleeper', {});
+
+    await waitFor(() => h.logs.find('task ended before its run recorded its start; aborting tool', stepped));
+    await waitFor(() => aborted.get(slept));
+    expect(aborted.get(slept)).toBe('CLIENT_CANCELLED');
+    await waitFor(async () => (await h.jobState(stepped)) === 'unknown' && (await h.jobState(slept)) === 'unknown', {
+      message: 'jobs not ended',
+    });
+    expect(sideEffects.has(stepped)).toBe(false);
+    for (const taskId of [stepped, slept]) {
+      const task = await h.task(taskId);
+      expect(task).toMatchObject({ status: 'cancelled' });
+      expect(task?.result).toBeUndefined();
+      expect(await field(taskId, 'startedAt')).toBeNull();
+    }
+  });
+
+  it('a first run reads its client’s capabilities with the start before it asks', async () => {
+    await h.start([asker]);
+    const taskId = await h.enqueue('asker', {}, { clientCapabilities: [] });
+    const task = await h.waitForStatus(taskId, 'failed');
+    expect(task.error?.code).toBe('CAPABILITY_MISSING');
+    expect(task.inputRequests ?? {}).toEqual({});
+  });
+});
