@@ -434,7 +434,7 @@ export class TaskContext implements ToolContext {
   private stateValue: unknown;
   private steps: Record<string, unknown>;
   /** Step names earlier runs stored, and the ones this run asked for (a renamed step is reported, §12.1). */
-  private readonly storedSteps: ReadonlySet<string>;
+  private storedSteps: ReadonlySet<string>;
   private readonly stepsAsked = new Set<string>();
   private readonly answered: Record<string, unknown>;
   /** Asks of this run so far: the next one is at position `requests + 1` (§12.2). */
@@ -518,9 +518,9 @@ export class TaskContext implements ToolContext {
 
   /**
    * A first run records its start before anything that writes durably or reads the task (PROTOCOL.md §21.2.1): a
-   * task that never ran has no state, steps or questions, but its client's capabilities and TTL are only in Redis,
-   * and a task cancelled before the start must not see a step run. Then the run goes on only if its signal has not
-   * aborted. No-op once started, and for every other run.
+   * task that never ran has no state or questions, but its client's capabilities, its TTL and a redrive's step
+   * results are only in Redis, and a task cancelled before the start must not see a step run. Then the run goes on
+   * only if its signal has not aborted. No-op once started, and for every other run.
    */
   private async started(): Promise<void> {
     const start = this.deferredStart;
@@ -531,6 +531,9 @@ export class TaskContext implements ToolContext {
       if (record) {
         this.record = record;
         this.clientCapabilities = record.clientCapabilities;
+        // A redrive's task starts with the original's step results (§30.3): `step`, which waits for this, finds them.
+        this.steps = { ...record.steps };
+        this.storedSteps = new Set(Object.keys(this.steps));
       }
     }
     this.throwIfCancelled();
