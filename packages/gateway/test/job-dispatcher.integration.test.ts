@@ -132,4 +132,35 @@ describe('§4 job dispatcher', () => {
       command.disconnect();
     }
   });
+
+  it('a cancel tells the workers before it removes the waiting job (§7.3, §21.2.1)', async () => {
+    const keys = createKeys(uniquePrefix('dispatch'));
+    const connection = createRedis(server.url, FAIL_FAST_REDIS_OPTIONS);
+    const dispatcher = new JobDispatcher(connection, keys, log);
+    const monitor = await new Redis(server.url).monitor();
+    try {
+      await dispatcher.enqueue(tool, { taskId: 'w1', tool: 'echo', arguments: {}, timeoutMs: 1000 });
+      const queueName = keys.queueName('default');
+      const seen: string[] = [];
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        const name = args[0]?.toLowerCase();
+        if (name === 'publish' && args[1] === keys.cancelChannel) seen.push('publish');
+        // BullMQ's remove is a script on the job's key (EVAL the first time, as the script is not loaded yet).
+        const script = name === 'evalsha' || name === 'eval';
+        if (script && args.includes(`${keys.bullPrefix}:${queueName}:w1`) && !seen.includes('remove')) {
+          seen.push('remove');
+        }
+      });
+      await redis.ping();
+      await dispatcher.cancel('w1', 'default', 'CLIENT_CANCELLED', undefined, false);
+      await redis.echo('after-cancel');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(await redis.exists(`${keys.bullPrefix}:${queueName}:w1`)).toBe(0);
+      expect(seen).toEqual(['publish', 'remove']);
+    } finally {
+      monitor.disconnect();
+      await dispatcher.close();
+      connection.disconnect();
+    }
+  });
 });

@@ -187,8 +187,17 @@ class FakeRouter {
     this.routes.delete(taskId);
   }
 
-  expectAck(): { wait(): Promise<boolean>; cancel(): void } {
-    return { wait: () => Promise.resolve(true), cancel: () => undefined };
+  /** Where an awaited ack is logged, beside the store's writes. */
+  ackLog: string[] | undefined;
+
+  expectAck(taskId: string): { wait(): Promise<boolean>; cancel(): void } {
+    return {
+      wait: () => {
+        this.ackLog?.push(`ack awaited ${taskId}`);
+        return Promise.resolve(true);
+      },
+      cancel: () => undefined,
+    };
   }
 }
 
@@ -323,6 +332,19 @@ describe('TaskService.cancel', () => {
     expect(store.log.slice(-2)).toEqual([`transition ${taskId} cancelled`, `tell worker ${taskId} (cancelled)`]);
     expect(dispatcher.cancels).toEqual([{ taskId, reason: 'CLIENT_CANCELLED' }]);
     expect(router.routes.has(taskId)).toBe(false);
+  });
+
+  it('tells the worker before it waits for another owner’s ack, so a waiting job is not taken meanwhile (§7.3)', async () => {
+    const { taskId } = await service.start(input({ progressToken: 'p1' }));
+    const stored = store.tasks.get(taskId);
+    if (stored) stored.gatewayId = 'g2';
+    router.ackLog = store.log;
+    await service.cancel(taskId, 'alice');
+    expect(store.log.slice(-3)).toEqual([
+      `transition ${taskId} cancelled`,
+      `tell worker ${taskId} (cancelled)`,
+      `ack awaited ${taskId}`,
+    ]);
   });
 
   it('refuses a terminal task, naming its status, and tells no worker', async () => {

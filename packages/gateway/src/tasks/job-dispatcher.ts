@@ -151,8 +151,10 @@ export class JobDispatcher {
   }
 
   /**
-   * Called after the task is already `cancelled` in its hash. A waiting job is removed so it never starts; a running
-   * one is aborted by the worker that holds it, which the pub/sub message wakes (the hash is the durable record).
+   * Called after the task is already `cancelled` in its hash. A running job is aborted by the worker that holds it,
+   * which the pub/sub message wakes (the hash is the durable record); a waiting job is removed so it never starts. The
+   * message goes first: a worker that takes the job before the remove meets the cancel as its run registers, and a
+   * first run, which runs its tool before reading the task (PROTOCOL.md §21.2.1), does not run it.
    */
   async cancel(
     taskId: string,
@@ -161,6 +163,8 @@ export class JobDispatcher {
     principal?: string,
     started = true,
   ): Promise<void> {
+    const message: CancelRequest = { taskId, reason };
+    await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
     try {
       const queue = await this.ready(queueName);
       // A delayed job of a task that ran (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task
@@ -177,8 +181,6 @@ export class JobDispatcher {
     } catch (error) {
       this.log.debug({ taskId, err: error }, 'job not removed from queue');
     }
-    const message: CancelRequest = { taskId, reason };
-    await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
   }
 
   /**

@@ -714,6 +714,14 @@ export class TaskService {
     }
     // Nothing more is forwarded for this task, even an update already on its way.
     this.router.retire(record.taskId, { flush: false, endedAs: 'cancelled' });
+    // The worker is told, and a waiting job removed, before the owner's ack is awaited: a job must not be taken in
+    // between and run (§21.2.1). A task whose run never started (a delayed start not reached, §33.1) has its job
+    // removed, not promoted.
+    const started = record.attempt !== undefined;
+    await this.dispatcher.cancel(record.taskId, record.queue, reason, record.principal, started).catch((error) => {
+      ack?.cancel();
+      throw error;
+    });
     if (ack && !(await ack.wait())) {
       this.log.debug({ taskId: record.taskId, owner }, 'no cancel ack from the owning gateway (gone?)');
     }
@@ -722,9 +730,6 @@ export class TaskService {
       { taskId: record.taskId, tool: record.tool, principal: record.principal, trigger, reason },
       'task cancelled',
     );
-    // A task whose run never started (a delayed start not reached, §33.1) has its job removed, not promoted.
-    const started = record.attempt !== undefined;
-    await this.dispatcher.cancel(record.taskId, record.queue, reason, record.principal, started);
     // A suspended job the remove could not take: woken, a worker finds the task cancelled and ends it (§12.8).
     if (record.status === 'input_required') await this.dispatcher.promote(record.taskId, record.queue);
     return {
