@@ -6,8 +6,14 @@
  * is terminal, then `tasks/result`. A plain call is `client.callTool`. Tool: `bench_noop`. `bench/lib/scenarios.ts`'s
  * `cycles` measures the raw-HTTP cycle (`tools/call` → `tasks/result`, no GET stream) that `pnpm bench` reports.
  *
+ * The 2026-07-28 era's SDK client runs in the same windows against taskrelay (bench/lib/ext-tasks.ts: v2 `Client` +
+ * ext-tasks, its rows referenced to taskrelay's SDK 1.32.2 rows: no SDK peer serves that era). With `--fastmcp`,
+ * FastMCP + Docket (bench/fastmcp_peer.py, bench/lib/fastmcp.ts) is a third target: its task cycle with the ext-tasks
+ * client (FastMCP 4 serves tasks on 2026-07-28 only), its plain call with both clients.
+ *
  * Reported per C (1, 8, 32): throughput, p50, p99, and CPU per operation of each role (gateway, worker, Redis for
- * taskrelay; the peer's one process), so the ratio is taskrelay's server side against the peer's.
+ * taskrelay; the peer's one process; FastMCP's process and Redis), so the ratio is taskrelay's server side against
+ * the peer's.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
