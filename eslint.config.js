@@ -87,7 +87,7 @@ const GATEWAY_NO_WORKER = {
 };
 
 export default defineConfig(
-  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**', '.venv/**'], 'taskrelay/ignores'),
+  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**', '.venv/**', '.venv-bench/**'], 'taskrelay/ignores'),
 
   {
     name: 'taskrelay/all',

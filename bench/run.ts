@@ -13,8 +13,10 @@
  *                                   FlowProducer of the same size
  *   pnpm bench --ab DIR [--auth]    A/B: another built checkout (A) against this one (B), interleaved windows of
  *                                   plain calls and task cycles at C=1 and 32 (bench/lib/ab.ts)
- *   pnpm bench --sdk                the cycles as SDK clients run them (Client + its GET stream, callToolStream's
- *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32 (bench/lib/sdk-cycle.ts)
+ *   pnpm bench --sdk [--fastmcp]    the cycles as SDK clients run them (Client + its GET stream, callToolStream's
+ *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32, and the 2026-07-28
+ *                                   client (v2 Client + ext-tasks) on taskrelay (bench/lib/sdk-cycle.ts); --fastmcp
+ *                                   adds FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench)
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
  *   pnpm bench --outputs            task output as resources (PROTOCOL §34): gateway and Redis memory for 50
  *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
@@ -72,6 +74,7 @@ const { values: args } = parseArgs({
     fair: { type: 'boolean', default: false },
     batch: { type: 'boolean', default: false },
     sdk: { type: 'boolean', default: false },
+    fastmcp: { type: 'boolean', default: false },
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
     outputs: { type: 'boolean', default: false },
@@ -947,6 +950,7 @@ async function main(): Promise<number> {
         admin,
         reps: Number(args.reps ?? (args.quick ? 2 : 3)),
         windowMs: Number(args['window-ms'] ?? (args.quick ? 1_000 : 5_000)),
+        fastmcp: args.fastmcp === true,
         cleanup,
         log,
       });

@@ -124,7 +124,9 @@ export function renderTable(rows: RowResult[]): string {
         : `${row.ratio.toFixed(2)}${row.better === 'higher' ? ' ↑' : row.better ? ' ↓' : ''}`;
     lines.push([`  ${row.label}`, row.unit, cell(row.value), row.ref?.name ?? '', cell(row.reference), ratio]);
   }
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  // A group's line is printed whole, above its rows: it does not widen the columns.
+  const rowLines = lines.filter((_, i) => !groupLines.includes(i));
+  const widths = header.map((h, i) => Math.max(h.length, ...rowLines.map((l) => l[i]!.length)));
   const pad = (cols: string[]) =>
     cols
       .map((c, i) => (i >= 2 && i !== 3 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))

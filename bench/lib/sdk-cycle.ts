@@ -6,16 +6,26 @@
  * is terminal, then `tasks/result`. A plain call is `client.callTool`. Tool: `bench_noop`. `bench/lib/scenarios.ts`'s
  * `cycles` measures the raw-HTTP cycle (`tools/call` → `tasks/result`, no GET stream) that `pnpm bench` reports.
  *
+ * The 2026-07-28 era's SDK client runs in the same windows against taskrelay (bench/lib/ext-tasks.ts: v2 `Client` +
+ * ext-tasks, its rows referenced to taskrelay's SDK 1.32.2 rows: no SDK peer serves that era). With `--fastmcp`,
+ * FastMCP + Docket (bench/fastmcp_peer.py, bench/lib/fastmcp.ts) is a third target: its task cycle with the ext-tasks
+ * client (FastMCP 4 serves tasks on 2026-07-28 only), its plain call with both clients.
+ *
  * Reported per C (1, 8, 32): throughput, p50, p99, and CPU per operation of each role (gateway, worker, Redis for
- * taskrelay; the peer's one process), so the ratio is taskrelay's server side against the peer's.
+ * taskrelay; the peer's one process; FastMCP's process and Redis), so the ratio is taskrelay's server side against
+ * the peer's.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { setMaxListeners } from 'node:events';
 import { loadavg } from 'node:os';
+import { MIN_SUGGESTED_POLL_MS } from '@taskrelay/shared';
 import { uniquePrefix, type TestRedis } from '../../test/helpers/redis.js';
-import { startPeer, startStack, type RedisAdmin } from './procs.js';
+import type { ManagedProcess } from '../../test/helpers/processes.js';
+import { openExtClients, type ExtRunner } from './ext-tasks.js';
+import { ensureFastmcpVenv, startFastmcpPeer } from './fastmcp.js';
+import { assertAlive, startPeer, startStack, type RedisAdmin } from './procs.js';
 import { Results, buildRows, machine, renderTable, writeResults, type RowSpec } from './report.js';
 import { CpuMeter, type CpuRoles } from './scenarios.js';
 import { latency, now } from './stats.js';
@@ -25,11 +35,14 @@ export interface SdkCycleOptions {
   admin: RedisAdmin;
   reps: number;
   windowMs: number;
+  /** Also FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench on first use). */
+  fastmcp: boolean;
   cleanup: Array<() => Promise<void> | void>;
   log: (message: string) => void;
 }
 
 const CS = [1, 8, 32] as const;
+const WORKER_CONCURRENCY = 64;
 
 // The SDK client's transport adds an abort listener to its session's one signal per request and keeps it (1.32.2): a
 // window of thousands of calls trips Node's leak warning in this load generator only. Quiet, not fixed: it is the
@@ -68,10 +81,25 @@ async function operation(client: Client, kind: 'task' | 'plain'): Promise<void> 
   throw new Error('the task stream ended without a result');
 }
 
-/** A closed loop of `concurrency` clients for `durationMs`, with each role's CPU per operation. */
-export async function sdkWindow(
+/** One virtual client's operation of a kind; throws when it did not complete. */
+export type Runner = () => Promise<void>;
+
+/** A closed loop of `concurrency` SDK 1.32.2 clients for `durationMs`, with each role's CPU per operation. */
+export function sdkWindow(
   clients: Client[],
   kind: 'task' | 'plain',
+  concurrency: number,
+  durationMs: number,
+  cpu: CpuRoles,
+  totalRoles: string[],
+): Promise<Record<string, number>> {
+  const runners = clients.map((client) => () => operation(client, kind));
+  return closedLoop(runners, concurrency, durationMs, cpu, totalRoles);
+}
+
+/** A closed loop of `concurrency` runners (client i runs `runners[i % n]`) for `durationMs`, with CPU per op. */
+export async function closedLoop(
+  runners: Runner[],
   concurrency: number,
   durationMs: number,
   cpu: CpuRoles,
@@ -84,11 +112,11 @@ export async function sdkWindow(
   const started = now();
   const deadline = started + durationMs;
   await Promise.all(
-    Array.from({ length: concurrency }, (_, i) => clients[i % clients.length]!).map(async (client) => {
+    Array.from({ length: concurrency }, (_, i) => runners[i % runners.length]!).map(async (run) => {
       while (now() < deadline) {
         const t0 = now();
         try {
-          await operation(client, kind);
+          await run();
           samples.push(now() - t0);
         } catch (error) {
           errors++;
@@ -106,53 +134,134 @@ export async function sdkWindow(
   return { opsPerS: samples.length / elapsedS, p50: lat.p50, p99: lat.p99, errors, ...perOp, 'cpu.total': total };
 }
 
+/** What one target serves and how it is measured: per kind, one runner per virtual client. */
+interface Target {
+  name: string;
+  runners: Partial<Record<Kind, Runner[]>>;
+  cpu: CpuRoles;
+  totalRoles: string[];
+  deps: ManagedProcess[];
+}
+type Kind = (typeof KINDS)[number];
+
+/** Docket's db on the bench's Redis (taskrelay's stacks use db 0 under their own prefixes). */
+const DOCKET_DB = 1;
+/**
+ * The `pollIntervalMs` the FastMCP peer suggests: taskrelay's for a young task (`MIN_SUGGESTED_POLL_MS`), so both are
+ * polled alike; FastMCP's default (5 s) would make every no-op task cost 5 s.
+ */
+const FASTMCP_POLL_MS = MIN_SUGGESTED_POLL_MS;
+
 export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
   const startedAt = new Date();
   const info = machine(o.admin.version);
-  const [stack, peer] = await Promise.all([
+  const python = o.fastmcp ? ensureFastmcpVenv(o.log) : undefined;
+  const [stack, peer, fastmcp] = await Promise.all([
     startStack({
       redisUrl: o.redis.url,
       prefix: uniquePrefix('sdk'),
       name: 'tr',
       gateways: 1,
       workers: 1,
-      workerConcurrency: 64,
+      workerConcurrency: WORKER_CONCURRENCY,
     }),
     startPeer(),
+    python === undefined
+      ? undefined
+      : startFastmcpPeer({
+          python,
+          redisUrl: o.redis.url,
+          db: DOCKET_DB,
+          name: uniquePrefix('fastmcp'),
+          pollIntervalMs: FASTMCP_POLL_MS,
+          concurrency: WORKER_CONCURRENCY,
+        }),
   ]);
   const redisPids = o.admin.pid > 0 ? [o.admin.pid] : [];
-  const [trClients, peerClients] = await Promise.all([
-    openClients(stack.gateways[0]!.url, 32),
+  const trUrl = stack.gateways[0]!.url;
+  const [trClients, peerClients, trExt, fmClients, fmExt] = await Promise.all([
+    openClients(trUrl, 32),
     openClients(peer.url, 32),
+    openExtClients(trUrl, 32),
+    fastmcp === undefined ? [] : openClients(fastmcp.url, 32),
+    fastmcp === undefined ? [] : openExtClients(fastmcp.url, 32),
   ]);
   o.cleanup.push(async () => {
-    await Promise.all([...trClients, ...peerClients].map((c) => c.close().catch(() => undefined)));
+    await Promise.all([
+      ...[...trClients, ...peerClients, ...fmClients].map((c) => c.close().catch(() => undefined)),
+      ...[...trExt, ...fmExt].map((c) => c.close().catch(() => undefined)),
+    ]);
   });
-  const targets: Array<{ name: string; clients: Client[]; cpu: CpuRoles; totalRoles: string[] }> = [
-    {
-      name: 'tr',
-      clients: trClients,
-      cpu: {
-        gateway: stack.gateways.map((p) => p.pid),
-        worker: stack.workers.map((p) => p.pid),
-        redis: redisPids,
-      },
-      totalRoles: ['gateway', 'worker', 'redis'],
+  const sdk = (clients: Client[]) => ({
+    task: clients.map((c) => () => operation(c, 'task')),
+    plain: clients.map((c) => () => operation(c, 'plain')),
+  });
+  const ext = (runners: ExtRunner[]) => ({
+    task: runners.map((r) => () => r.task()),
+    plain: runners.map((r) => () => r.plain()),
+  });
+  const trRoles = {
+    cpu: {
+      gateway: stack.gateways.map((p) => p.pid),
+      worker: stack.workers.map((p) => p.pid),
+      redis: redisPids,
     },
-    { name: 'peer', clients: peerClients, cpu: { server: [peer.pid] }, totalRoles: ['server'] },
+    totalRoles: ['gateway', 'worker', 'redis'],
+    deps: [...stack.gateways, ...stack.workers],
+  };
+  const targets: Target[] = [
+    { name: 'tr', runners: sdk(trClients), ...trRoles },
+    { name: 'peer', runners: sdk(peerClients), cpu: { server: [peer.pid] }, totalRoles: ['server'], deps: [peer] },
+    { name: 'tr26', runners: ext(trExt), ...trRoles },
   ];
+  if (fastmcp !== undefined) {
+    // Docket's worker runs inside the FastMCP process (the tasks extension's lifespan); its queue is in Redis.
+    const fmRoles = {
+      cpu: { server: [fastmcp.pid], redis: redisPids },
+      totalRoles: ['server', 'redis'],
+      deps: [fastmcp],
+    };
+    // FastMCP 4 serves tasks on 2026-07-28 only: SDK 1.32.2's callToolStream gets no task from it, so its task
+    // cycle is the ext-tasks client's; the SDK 1.32.2 client still makes its plain calls.
+    targets.push({ name: 'fm', runners: { plain: sdk(fmClients).plain }, ...fmRoles });
+    targets.push({ name: 'fm26', runners: ext(fmExt), ...fmRoles });
+  }
   const results = new Results();
+  const window = (t: Target, kind: Kind, c: number, ms: number) =>
+    closedLoop(t.runners[kind]!, c, ms, t.cpu, t.totalRoles);
   // Warm-up (JIT, connections): a window each, not recorded.
-  for (const t of targets)
-    for (const kind of KINDS) await sdkWindow(t.clients, kind, 32, o.windowMs / 2, t.cpu, t.totalRoles);
+  for (const t of targets) {
+    for (const kind of KINDS) {
+      if (!t.runners[kind]) continue;
+      await window(t, kind, 32, o.windowMs / 2).catch((error: unknown) => {
+        o.log(`warm-up ${t.name}.sdk.${kind}: FAILED: ${error instanceof Error ? error.message : String(error)}`);
+      });
+    }
+  }
+  const taskKinds = (runners: ExtRunner[]) =>
+    runners.reduce((n, r) => ({ task: n.task + r.kinds.task, immediate: n.immediate + r.kinds.immediate }), {
+      task: 0,
+      immediate: 0,
+    });
   for (let rep = 1; rep <= o.reps; rep++) {
     const order = rep % 2 === 1 ? targets : [...targets].reverse();
     for (const kind of KINDS) {
       for (const c of CS) {
         for (const t of order) {
+          if (!t.runners[kind]) continue;
           const name = `${t.name}.sdk.${kind}.c${c}`;
           try {
-            results.addAll(name, await sdkWindow(t.clients, kind, c, o.windowMs, t.cpu, t.totalRoles));
+            assertAlive(t.deps, name);
+            const extRunners = t.name === 'tr26' ? trExt : t.name === 'fm26' ? fmExt : undefined;
+            const before = extRunners && taskKinds(extRunners);
+            const metrics = await window(t, kind, c, o.windowMs);
+            if (kind === 'task' && extRunners && before) {
+              // The share of ext-tasks calls the server answered with a task (the rest came back at once).
+              const after = taskKinds(extRunners);
+              const tasks = after.task - before.task;
+              metrics['taskShare'] = tasks / Math.max(1, tasks + after.immediate - before.immediate);
+            }
+            results.addAll(name, metrics);
             o.log(`rep ${rep} ${name}: done`);
           } catch (error) {
             const message = error instanceof Error ? error.message : String(error);
@@ -163,52 +272,29 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
       }
     }
   }
-  const specs: RowSpec[] = [];
-  for (const kind of KINDS) {
-    const group =
-      kind === 'task'
-        ? 'SDK-client task cycle: tools/call+task → tasks/get (every pollInterval) → tasks/result, GET stream open'
-        : 'SDK-client plain call: client.callTool, GET stream open';
-    for (const c of CS) {
-      const id = (t: string, k: string) => `${t}.sdk.${kind}.c${c}.${k}`;
-      const ref = (k: string) => ({ id: id('peer', k), name: 'peer' });
-      specs.push(
-        {
-          group,
-          label: `C=${c} throughput`,
-          unit: 'ops/s',
-          id: id('tr', 'opsPerS'),
-          ref: ref('opsPerS'),
-          better: 'higher',
-        },
-        { group, label: `C=${c} latency p50`, unit: 'ms', id: id('tr', 'p50'), ref: ref('p50'), better: 'lower' },
-        {
-          group,
-          label: `C=${c} CPU per op, gateway + worker + Redis (peer: its process)`,
-          unit: 'CPU-ms',
-          id: id('tr', 'cpu.total'),
-          ref: ref('cpu.total'),
-          better: 'lower',
-        },
-        { group, label: `C=${c} CPU per op, gateway`, unit: 'CPU-ms', id: id('tr', 'cpu.gateway') },
-        { group, label: `C=${c} CPU per op, worker`, unit: 'CPU-ms', id: id('tr', 'cpu.worker') },
-        { group, label: `C=${c} CPU per op, Redis`, unit: 'CPU-ms', id: id('tr', 'cpu.redis') },
-      );
-    }
-  }
-  const rows = buildRows(results, specs);
+  const rows = buildRows(results, rowSpecs(fastmcp !== undefined));
   info.loadavgAtEnd = loadavg().map((v) => Math.round(v * 100) / 100);
   console.log(
-    `\ntaskrelay bench --sdk — ${o.reps} interleaved repetitions, ${o.windowMs} ms windows, ` +
-      `wall ${((Date.now() - startedAt.getTime()) / 1000).toFixed(0)} s`,
+    `\ntaskrelay bench --sdk${o.fastmcp ? ' --fastmcp' : ''} — ${o.reps} interleaved repetitions, ${o.windowMs} ms ` +
+      `windows, wall ${((Date.now() - startedAt.getTime()) / 1000).toFixed(0)} s`,
   );
+  console.log(
+    `machine: ${info.cpuModel}, ${info.cores} cores, node ${info.node}, redis ${info.redis}, ` +
+      `load average ${info.loadavgAtStart.join(' ')} → ${info.loadavgAtEnd.join(' ')}`,
+  );
+  console.log('ratio = taskrelay / reference (medians); ↑ higher is better, ↓ lower is better. CPU-ms per op.');
   console.log(renderTable(rows));
   for (const e of results.errors) console.log(`error: ${e.scenario} rep ${e.rep}: ${e.message}`);
   const file = await writeResults(
     {
-      mode: 'sdk',
+      mode: o.fastmcp ? 'sdk+fastmcp' : 'sdk',
       machine: info,
-      parameters: { reps: o.reps, windowMs: o.windowMs, concurrency: [...CS] },
+      parameters: {
+        reps: o.reps,
+        windowMs: o.windowMs,
+        concurrency: [...CS],
+        ...(o.fastmcp ? { fastmcpPollIntervalMs: FASTMCP_POLL_MS, docketConcurrency: WORKER_CONCURRENCY } : {}),
+      },
       rows,
       metrics: Object.fromEntries([...results.values.keys()].sort().map((k) => [k, results.get(k) ?? null])),
       errors: results.errors,
@@ -217,4 +303,90 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
   );
   console.log(`\nresults: ${file}`);
   return results.errors.length > 0 ? 1 : 0;
+}
+
+/** The table: taskrelay's rows against the SDK peer, the 2026-07-28 client's, and (with --fastmcp) FastMCP's. */
+function rowSpecs(withFastmcp: boolean): RowSpec[] {
+  const specs: RowSpec[] = [];
+  /** Throughput, p50 and CPU per op of `t` against `ref`, then `t`'s per-role CPU when it is taskrelay. */
+  const rows = (group: string, kind: Kind, c: number, t: string, ref: { t: string; name: string }, refCpu: string) => {
+    const id = (target: string, k: string) => `${target}.sdk.${kind}.c${c}.${k}`;
+    const r = (k: string) => ({ id: id(ref.t, k), name: ref.name });
+    specs.push(
+      { group, label: `C=${c} throughput`, unit: 'ops/s', id: id(t, 'opsPerS'), ref: r('opsPerS'), better: 'higher' },
+      { group, label: `C=${c} latency p50`, unit: 'ms', id: id(t, 'p50'), ref: r('p50'), better: 'lower' },
+      {
+        group,
+        label: `C=${c} CPU per op, gateway + worker + Redis (${refCpu})`,
+        unit: 'CPU-ms',
+        id: id(t, 'cpu.total'),
+        ref: r('cpu.total'),
+        better: 'lower',
+      },
+    );
+  };
+  const perRole = (group: string, kind: Kind, c: number, t: string) => {
+    const id = (k: string) => `${t}.sdk.${kind}.c${c}.${k}`;
+    specs.push(
+      { group, label: `C=${c} CPU per op, gateway`, unit: 'CPU-ms', id: id('cpu.gateway') },
+      { group, label: `C=${c} CPU per op, worker`, unit: 'CPU-ms', id: id('cpu.worker') },
+      { group, label: `C=${c} CPU per op, Redis`, unit: 'CPU-ms', id: id('cpu.redis') },
+    );
+  };
+  for (const kind of KINDS) {
+    const group =
+      kind === 'task'
+        ? 'SDK 1.32.2 task cycle: tools/call+task → tasks/get (every pollInterval) → tasks/result, GET stream open'
+        : 'SDK 1.32.2 plain call: client.callTool, GET stream open';
+    for (const c of CS) {
+      rows(group, kind, c, 'tr', { t: 'peer', name: 'SDK peer' }, 'peer: its process');
+      perRole(group, kind, c, 'tr');
+    }
+  }
+  for (const kind of KINDS) {
+    const group =
+      kind === 'task'
+        ? '2026-07-28 SDK client (v2 Client + ext-tasks) task cycle: tools/call → tasks/get (every pollIntervalMs), ' +
+          "result inlined; reference: taskrelay's SDK 1.32.2 rows above (no SDK peer serves 2026-07-28)"
+        : "2026-07-28 SDK client (v2 Client) plain call: client.callTool; reference: taskrelay's SDK 1.32.2 rows above";
+    for (const c of CS) {
+      rows(group, kind, c, 'tr26', { t: 'tr', name: 'tr 2025' }, 'both taskrelay');
+      perRole(group, kind, c, 'tr26');
+      if (kind === 'task')
+        specs.push({
+          group,
+          label: `C=${c} share answered with a task`,
+          unit: '',
+          id: `tr26.sdk.task.c${c}.taskShare`,
+        });
+    }
+  }
+  if (!withFastmcp) return specs;
+  const fmCpu = 'FastMCP: its process, Docket inside, + Redis';
+  {
+    const group =
+      'FastMCP 4.1.4 + Docket task cycle, the 2026-07-28 ext-tasks client on both (FastMCP 4 serves tasks on 2026-07-28 only)';
+    for (const c of CS) {
+      rows(group, 'task', c, 'tr26', { t: 'fm26', name: 'FastMCP' }, fmCpu);
+      specs.push(
+        {
+          group,
+          label: `C=${c} FastMCP CPU per op, its process`,
+          unit: 'CPU-ms',
+          id: `fm26.sdk.task.c${c}.cpu.server`,
+        },
+        { group, label: `C=${c} FastMCP CPU per op, Redis`, unit: 'CPU-ms', id: `fm26.sdk.task.c${c}.cpu.redis` },
+        { group, label: `C=${c} FastMCP share answered with a task`, unit: '', id: `fm26.sdk.task.c${c}.taskShare` },
+      );
+    }
+  }
+  {
+    const group = 'FastMCP 4.1.4 plain call, SDK 1.32.2 client.callTool on both (GET stream open)';
+    for (const c of CS) rows(group, 'plain', c, 'tr', { t: 'fm', name: 'FastMCP' }, fmCpu);
+  }
+  {
+    const group = 'FastMCP 4.1.4 plain call, 2026-07-28 v2 client.callTool on both';
+    for (const c of CS) rows(group, 'plain', c, 'tr26', { t: 'fm26', name: 'FastMCP' }, fmCpu);
+  }
+  return specs;
 }
