@@ -87,7 +87,10 @@ const GATEWAY_NO_WORKER = {
 };
 
 export default defineConfig(
-  globalIgnores(['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**', '.venv/**', '.venv-bench/**'], 'taskrelay/ignores'),
+  globalIgnores(
+    ['**/dist/**', '**/node_modules/**', '**/coverage/**', '.tmp/**', '.venv/**', '.venv-bench/**'],
+    'taskrelay/ignores',
+  ),
 
   {
     name: 'taskrelay/all',
