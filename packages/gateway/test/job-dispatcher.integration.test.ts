@@ -10,6 +10,7 @@ import {
   createRedis,
   type TaskrelayError,
 } from '@taskrelay/shared';
+import { monitorRedis } from '../../../test/helpers/monitor.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { JobDispatcher } from '../src/tasks/job-dispatcher.js';
 import { toMcpError } from '../src/wire/errors.js';
@@ -134,33 +135,38 @@ describe('§4 job dispatcher', () => {
   });
 
   it('a cancel tells the workers before it removes the waiting job (§7.3, §21.2.1)', async () => {
+    // A server of its own: the monitor sees every command the server runs.
+    const own = await startRedis({ owned: true });
     const keys = createKeys(uniquePrefix('dispatch'));
-    const connection = createRedis(server.url, FAIL_FAST_REDIS_OPTIONS);
+    const connection = createRedis(own.url, FAIL_FAST_REDIS_OPTIONS);
     const dispatcher = new JobDispatcher(connection, keys, log);
-    const monitor = await new Redis(server.url).monitor();
+    const monitor = await monitorRedis(own.url);
     try {
       await dispatcher.enqueue(tool, { taskId: 'w1', tool: 'echo', arguments: {}, timeoutMs: 1000 });
-      const queueName = keys.queueName('default');
-      const seen: string[] = [];
-      monitor.on('monitor', (_time: string, args: string[]) => {
-        const name = args[0]?.toLowerCase();
-        if (name === 'publish' && args[1] === keys.cancelChannel) seen.push('publish');
-        // BullMQ's remove is a script on the job's key (EVAL the first time, as the script is not loaded yet).
-        const script = name === 'evalsha' || name === 'eval';
-        if (script && args.includes(`${keys.bullPrefix}:${queueName}:w1`) && !seen.includes('remove')) {
-          seen.push('remove');
-        }
-      });
-      await redis.ping();
+      const jobKey = `${keys.bullPrefix}:${keys.queueName('default')}:w1`;
+      await monitor.ready((marker) => connection.echo(marker));
+      const from = monitor.commands.length;
       await dispatcher.cancel('w1', 'default', 'CLIENT_CANCELLED', undefined, false);
-      await redis.echo('after-cancel');
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(await redis.exists(`${keys.bullPrefix}:${queueName}:w1`)).toBe(0);
-      expect(seen).toEqual(['publish', 'remove']);
+      await monitor.ready((marker) => connection.echo(marker));
+      expect(await connection.exists(jobKey)).toBe(0);
+      // BullMQ's remove is a script on the job's key (EVAL the first time, as the script is not loaded yet).
+      const seen = monitor.commands
+        .slice(from)
+        .filter((c) => !c.fromLua)
+        .map((c) =>
+          c.name === 'publish' && c.args[0] === keys.cancelChannel
+            ? 'publish'
+            : (c.name === 'evalsha' || c.name === 'eval') && c.args.includes(jobKey)
+              ? 'remove'
+              : undefined,
+        )
+        .filter((c) => c !== undefined);
+      expect(seen.slice(0, 2)).toEqual(['publish', 'remove']);
     } finally {
-      monitor.disconnect();
+      monitor.close();
       await dispatcher.close();
       connection.disconnect();
+      await own.stop();
     }
   });
 });
