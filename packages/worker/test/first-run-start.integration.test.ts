@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { toolQueue } from '@taskrelay/shared';
+import { toolQueue, type CancelRequest } from '@taskrelay/shared';
 import { monitorRedis, type RedisMonitor } from '../../../test/helpers/monitor.js';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -178,6 +178,22 @@ describe('§21.2.1 a first run starts with its end', () => {
       expect(task?.result).toBeUndefined();
       expect(await field(taskId, 'startedAt')).toBeNull();
     }
+  });
+
+  it('a first run ended by its gateway’s shutdown still leaves its principal’s waiting share', async () => {
+    await h.start([sleeper]);
+    const taskId = await h.enqueue('sleeper', {}, { jobless: true });
+    const share = h.keys.fairShare(toolQueue('default', 'sleeper'), 'test');
+    await h.redis.zadd(share, 1, taskId);
+    await h.addJob(taskId, 'sleeper', {});
+    await waitFor(() => h.logs.find('tool started', taskId));
+    // A drain ends the plain call as the gateway does (§11): cancelled first, then the workers told.
+    await h.store.transition(taskId, 'cancelled', { cancelReason: 'GATEWAY_SHUTDOWN' });
+    const request: CancelRequest = { taskId, reason: 'GATEWAY_SHUTDOWN' };
+    await h.redis.publish(h.keys.cancelChannel, JSON.stringify(request));
+    await waitFor(() => aborted.get(taskId));
+    expect(aborted.get(taskId)).toBe('GATEWAY_SHUTDOWN');
+    await waitFor(async () => (await h.redis.zscore(share, taskId)) === null, { message: 'share entry not left' });
   });
 
   it('a first run reads its client’s capabilities with the start before it asks', async () => {

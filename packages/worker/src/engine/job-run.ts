@@ -440,6 +440,8 @@ export class JobRunner {
       case 'ended_by_gateway':
         ctx.close();
         log.info({ reason: 'GATEWAY_SHUTDOWN' }, 'tool stopped: the gateway holding its call shut down');
+        // The job ends here: a first run's start still leaves its principal's waiting share (§21.2.1, §25).
+        await end.start?.ensure();
         return;
       case 'suspend': {
         const suspension = ctx.suspension as Suspension;
