@@ -38,7 +38,9 @@ const workerEnv = () => ({
   REDIS_URL: redis.url,
   TASKRELAY_PREFIX: prefix,
   TASKRELAY_TOOLS: TOOLS,
-  WORKER_CONCURRENCY: '4',
+  // One slot each: two runs at once are on both workers, so the per-key limit is held across the fleet, not by one
+  // worker that happened to win every fetch (with 4 slots each, one worker could take every job; it did in 2 of 16 runs).
+  WORKER_CONCURRENCY: '1',
   WORKER_LOCK_DURATION_MS: '2000',
   WORKER_HEARTBEAT_MS: '500',
 });
