@@ -799,10 +799,6 @@ export class RedisTaskStore {
   }
 
   /**
-   * A worker's run starts: checks it holds the job's lock, records the attempt and moves the deadline, and returns
-   * the task (PROTOCOL.md §10.2). A missing or terminal task is returned as is, unchanged.
-   */
-  /**
    * A run starts (PROTOCOL.md §10.2); with `sharePrincipal`, its job leaves that principal's waiting share of the
    * pool in the same step unless the lock is another run's (§25). With `version` (§12.11) the run records the tool
    * version it runs; `deferIfOther` makes it not start a task recorded under another version (`versionOther`), and
