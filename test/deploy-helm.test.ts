@@ -15,7 +15,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { ConfigMap, Secret, Service } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
@@ -26,7 +27,16 @@ import { createKeys, toolQueue } from '@taskrelay/shared';
 import { demoTools } from '@taskrelay/worker';
 import { envProblems, processOf } from './helpers/deploy-contract.js';
 import { strictSchemaProblems } from './helpers/kubernetes-validate.js';
-import { ROOT } from './helpers/processes.js';
+import {
+  PYTHON,
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  startWorkerProcess,
+  stopAll,
+} from './helpers/processes.js';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 
 const CHART = resolve(ROOT, 'deploy/helm/taskrelay');
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
@@ -328,5 +338,118 @@ describe.skipIf(!HELM)('deploy/helm/taskrelay', () => {
     ).toMatch(/keda.redis.address: required/);
     expect(refused(['--set', 'pythonPools.demo.tools={x}'])).toMatch(/pool "demo" is defined in both/);
     expect(refused(['--set', 'auth.oauth.issuer=https://i'])).toMatch(/audience and jwksUrl are required/);
+  });
+});
+
+/**
+ * The default release, run: its gateway, its Node pool and its Python pool started as processes with the environment
+ * and commands `helm template` renders for their containers (the ConfigMap, the generated token's Secret), Redis at
+ * the address the ConfigMap names standing for the bundled one. Only what a pod's network gives differently is
+ * changed: the Redis address, a key prefix of the test's own, a loopback bind, and the image's paths.
+ */
+describe.skipIf(!HELM || PYTHON === undefined)('the default release, run from its rendered environment', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(async () => {
+    await stopAll();
+    await redis?.stop();
+  });
+
+  it('serves a call of each pool with the generated token, answers its Service name as Host, and passes its probes', async () => {
+    const manifests = render([]);
+    const config = manifests.find((m) => m.kind === 'ConfigMap')?.data ?? {};
+    const secret = manifests.find((m) => m.kind === 'Secret');
+    const tokens = Buffer.from(secret?.data?.['tokens'] ?? '', 'base64').toString();
+    const container = (name: string) =>
+      manifests.find((m) => m.kind === 'Deployment' && m.metadata.name === name)?.spec.template.spec.containers[0];
+    const prefix = uniquePrefix('helm');
+    // The pod's view: the Redis Service's address is this test's Redis; the image's /app is this checkout.
+    const podEnv = (c: any): Env => {
+      const env: Env = { ...config };
+      for (const e of c.env ?? []) env[e.name] = e.value ?? (e.name === 'TASKRELAY_AUTH_TOKENS' ? tokens : '');
+      env['REDIS_URL'] = redis.url;
+      env['TASKRELAY_PREFIX'] = prefix;
+      if (env['TASKRELAY_TOOLS']?.startsWith('/app/tools/'))
+        env['TASKRELAY_TOOLS'] = resolve(
+          ROOT,
+          'examples/python-worker',
+          env['TASKRELAY_TOOLS'].slice('/app/tools/'.length),
+        );
+      return env;
+    };
+    expect(config['REDIS_URL']).toBe('redis://rel-taskrelay-redis:6379');
+
+    const gatewayContainer = container('rel-taskrelay-gateway');
+    expect(gatewayContainer.command).toEqual(['node', 'packages/gateway/dist/main.js']);
+    const gatewayEnv = podEnv(gatewayContainer);
+    expect(gatewayEnv['HOST']).toBe('0.0.0.0');
+    // Loopback only here (a pod binds 0.0.0.0; its Host guard is what is checked below).
+    // PORT: a free one here (the container's 3000 is its own).
+    const { PORT: containerPort, ...gatewayRest } = gatewayEnv;
+    expect(containerPort).toBe('3000');
+    const gateway = await startGatewayProcess({ ...gatewayRest, HOST: '127.0.0.1' });
+
+    const nodeWorker = container('rel-taskrelay-worker-demo');
+    expect(nodeWorker.command).toEqual(['node', 'packages/worker/dist/main.js']);
+    const nodeEnv = podEnv(nodeWorker);
+    await startWorkerProcess(nodeEnv);
+    const pyWorker = container('rel-taskrelay-worker-train');
+    expect(pyWorker.command).toEqual(['/opt/venv/bin/python', '-m', 'taskrelay_worker']);
+    const pyEnv = podEnv(pyWorker);
+    await startPythonWorkerProcess(pyEnv);
+
+    const token = tokens.split(':')[1] ?? '';
+    const client = await connectClient(gateway.url, { Authorization: `Bearer ${token}` });
+    try {
+      const names = (await client.listTools()).tools.map((t) => t.name);
+      expect(names).toEqual(expect.arrayContaining([...demoTools.map((t) => t.name), 'train']));
+      const report = await client.callTool({
+        name: 'build_report',
+        arguments: { report: 'helm', items: 2, delayMs: 1 },
+      });
+      expect(report.structuredContent).toEqual({ report: 'helm', items: 2 });
+      const trained = await client.callTool({ name: 'train', arguments: { epochs: 1, samples: 20 } });
+      expect(trained.isError ?? false, JSON.stringify(trained)).toBe(false);
+    } finally {
+      await client.close();
+    }
+
+    // In-cluster callers name the Service in the Host header; anything else is refused (DNS rebinding guard).
+    const statusFor = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolveStatus, reject) => {
+        const req = request(
+          { host: '127.0.0.1', port: gateway.port, path: '/mcp', method: 'GET', headers: { Host: host } },
+          (res) => {
+            let body = '';
+            res.on('data', (d: Buffer) => (body += d.toString()));
+            res.on('end', () => resolveStatus({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    for (const host of ['rel-taskrelay-gateway', 'rel-taskrelay-gateway.tr.svc.cluster.local']) {
+      const answer = await statusFor(host);
+      expect(answer.body, host).not.toMatch(/unknown Host/);
+      expect(answer.status, host).toBe(401); // past the Host guard: it asks for the token
+    }
+    expect((await statusFor('evil.example')).body).toMatch(/unknown Host/);
+
+    // The rendered liveness probes pass in the pods whose worker heartbeats (the image's paths, this checkout's).
+    for (const [c, env] of [
+      [nodeWorker, nodeEnv],
+      [pyWorker, pyEnv],
+    ] as const) {
+      const [command, ...args] = c.livenessProbe.exec.command as string[];
+      const probe = spawnSync(command === '/opt/venv/bin/python' ? PYTHON! : process.execPath, args, {
+        cwd: ROOT,
+        env: { ...process.env, ...env },
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+      expect(probe.status, `${args.join(' ')}: ${probe.stderr}`).toBe(0);
+    }
   });
 });
