@@ -1,10 +1,12 @@
 /**
- * deploy/k8s, offline: every manifest loads into its kubernetes-models (or KEDA) model and passes `validate()` (the
- * API's own OpenAPI schemas, no cluster, nothing downloaded); then the contract: each container runs a built entry
- * point with the environment that process reads (docs/CONFIGURATION.md, config loaders), gateways are probed
- * on /readyz and /healthz, grace periods cover the drains, PodDisruptionBudgets select their pods, and the KEDA
- * trigger watches the BullMQ wait list the demo workers really consume (checked on a real Redis with BullMQ). The
- * worker liveness probe (`dist/alive.js`) is run for real.
+ * deploy/k8s, offline: every manifest (the default kustomization's and the custom-worker overlay's) loads into its
+ * kubernetes-models (or KEDA) model and passes `validate()` (the API's own OpenAPI schemas, no cluster, nothing
+ * downloaded); then the contract: the default runs only the project's images (nothing to build by hand), each
+ * container runs a built entry point with the environment that process reads (docs/CONFIGURATION.md, config loaders),
+ * gateways are probed on /readyz and /healthz, grace periods cover the drains, PodDisruptionBudgets select their pods,
+ * and each KEDA ScaledObject watches the BullMQ lists of the tools its Deployment's workers (Node or Python) really
+ * serve (checked on a real Redis with BullMQ). The worker liveness probes (`dist/alive.js`, Python's
+ * `taskrelay_worker.alive`) are run for real.
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -20,11 +22,13 @@ import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { createKeys, toolQueue } from '@taskrelay/shared';
 import { demoTools } from '@taskrelay/worker';
 import { envProblems, processOf } from './helpers/deploy-contract.js';
-import { ROOT, startWorkerProcess, stopAll } from './helpers/processes.js';
+import { strictSchemaProblems } from './helpers/kubernetes-validate.js';
+import { PYTHON, ROOT, startPythonWorkerProcess, startWorkerProcess, stopAll } from './helpers/processes.js';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const DIR = resolve(ROOT, 'deploy/k8s');
+const OVERLAY = resolve(DIR, 'overlays/custom-worker');
 const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   'v1/ConfigMap': ConfigMap,
   'v1/Service': Service,
@@ -44,13 +48,19 @@ interface Manifest {
   data?: Record<string, string>;
 }
 
-const files = readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
-const manifests: Manifest[] = files.flatMap((file) =>
-  parseAllDocuments(readFileSync(resolve(DIR, file), 'utf8')).map((doc) => ({
+const yamlIn = (dir: string) => readdirSync(dir).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
+const load = (dir: string, file: string): Manifest[] =>
+  parseAllDocuments(readFileSync(resolve(dir, file), 'utf8')).map((doc) => ({
     ...(doc.toJSON() as Omit<Manifest, 'file'>),
     file,
-  })),
-);
+  }));
+const kustomization = (dir: string) =>
+  parseAllDocuments(readFileSync(resolve(dir, 'kustomization.yaml'), 'utf8'))[0]?.toJSON() as { resources: string[] };
+const files = yamlIn(DIR);
+/** The default kustomization's objects. */
+const defaults: Manifest[] = files.flatMap((file) => load(DIR, file));
+/** Those plus the custom-worker overlay's own. */
+const manifests: Manifest[] = [...defaults, ...yamlIn(OVERLAY).flatMap((file) => load(OVERLAY, file))];
 const byKind = (kind: string) => manifests.filter((m) => m.kind === kind);
 const config = byKind('ConfigMap').find((m) => m.metadata.name === 'taskrelay')?.data ?? {};
 const workloads = [...byKind('Deployment'), ...byKind('StatefulSet')];
@@ -65,6 +75,18 @@ function commandOf(container: { command?: string[]; image: string }): string[] {
   return [];
 }
 
+/** The tools a worker serves, from its TASKRELAY_TOOLS: the demo tools, or the Python image's example module. */
+function toolsServed(module: string | undefined): string[] {
+  if (module === undefined) return demoTools.map((t) => t.name);
+  expect(module).toBe('/app/tools/train.py');
+  // packages/worker-python/Dockerfile copies examples/python-worker/train.py there.
+  expect(readFileSync(resolve(ROOT, 'packages/worker-python/Dockerfile'), 'utf8')).toMatch(
+    /^COPY examples\/python-worker\/train\.py \.\/tools\/train\.py$/m,
+  );
+  const source = readFileSync(resolve(ROOT, 'examples/python-worker/train.py'), 'utf8');
+  return [...source.matchAll(/@tool\(\s*name="([^"]+)"/g)].map((m) => m[1] ?? '');
+}
+
 function envOf(container: { env?: Array<{ name: string; value: string }>; envFrom?: unknown[] }) {
   const env: Record<string, string> = container.envFrom ? { ...config } : {};
   for (const { name, value } of container.env ?? []) env[name] = value;
@@ -72,11 +94,18 @@ function envOf(container: { env?: Array<{ name: string; value: string }>; envFro
 }
 
 describe('deploy/k8s manifests', () => {
-  it('are all listed in kustomization.yaml', () => {
-    const kustomization = parseAllDocuments(readFileSync(resolve(DIR, 'kustomization.yaml'), 'utf8'))[0]?.toJSON() as {
-      resources: string[];
-    };
-    expect([...kustomization.resources].sort()).toEqual([...files].sort());
+  it('are all listed in kustomization.yaml; the overlay adds the custom worker to the default', () => {
+    expect([...kustomization(DIR).resources].sort()).toEqual([...files].sort());
+    expect(kustomization(OVERLAY).resources).toEqual(['../..', ...yamlIn(OVERLAY)]);
+  });
+
+  it('the default runs the project images only: nothing built by hand first', () => {
+    const images = defaults
+      .filter((m) => m.kind === 'Deployment' || m.kind === 'StatefulSet')
+      .flatMap((m) => (m.spec.template.spec.containers as Array<{ image: string }>).map((c) => c.image));
+    // The repository's Dockerfile, packages/worker-python/Dockerfile, and Redis.
+    for (const image of images) expect(image).toMatch(/^(taskrelay|taskrelay-python-worker):\d+\.\d+\.\d+$|^redis:/);
+    expect(images.some((i) => i.startsWith('taskrelay-python-worker:'))).toBe(true);
   });
 
   it('each validate against the Kubernetes (and KEDA) API schemas', () => {
@@ -87,6 +116,10 @@ describe('deploy/k8s manifests', () => {
       expect(Model, `${file}: no model for ${doc.apiVersion} ${doc.kind}`).toBeDefined();
       expect(() => new Model!(doc as never).validate(), `${file}: ${doc.kind} ${doc.metadata.name}`).not.toThrow();
     }
+    // Strictly too: a property the API does not know is refused (kubernetes-models lets it through).
+    for (const [dir, names] of [[DIR, files] as const, [OVERLAY, yamlIn(OVERLAY)] as const])
+      for (const file of names)
+        expect(strictSchemaProblems(readFileSync(resolve(dir, file), 'utf8')), file).toEqual([]);
   });
 
   it("run built entry points with the contract's environment, non-root", () => {
@@ -124,7 +157,9 @@ describe('deploy/k8s manifests', () => {
         expect(container.livenessProbe.httpGet.path).toBe('/healthz');
         expect(grace).toBeGreaterThan(Number(env['GATEWAY_SHUTDOWN_GRACE_MS'] ?? 10_000) / 1000);
       } else {
-        expect(container.livenessProbe.exec.command.join(' '), workload.metadata.name).toMatch(/dist\/alive\.js$/);
+        expect(container.livenessProbe.exec.command.join(' '), workload.metadata.name).toMatch(
+          /(dist\/alive\.js|-m taskrelay_worker\.alive)$/,
+        );
         const drainS =
           (Number(env['WORKER_SHUTDOWN_GRACE_MS'] ?? 30_000) + Number(env['WORKER_ABORT_GRACE_MS'] ?? 5_000)) / 1000;
         expect(grace, workload.metadata.name).toBeGreaterThan(drainS);
@@ -153,28 +188,40 @@ describe('worker autoscaling (KEDA)', () => {
     await redis?.stop();
   });
 
-  it('scales the demo worker Deployment from zero on the prioritized, wait and active lists of each tool queue', async () => {
-    const scaled = byKind('ScaledObject')[0];
-    expect(scaled?.spec.scaleTargetRef.name).toBe('taskrelay-worker');
-    const triggers = scaled?.spec.triggers ?? [];
+  it('scales each worker Deployment from zero on the prioritized, wait and active lists of each tool it serves', async () => {
+    const scaledObjects = byKind('ScaledObject');
+    expect(scaledObjects.map((s) => s.spec.scaleTargetRef.name)).toEqual([
+      'taskrelay-worker',
+      'taskrelay-python-worker',
+    ]);
     const keys = createKeys(config['TASKRELAY_PREFIX']);
-    // Work queues per tool (PROTOCOL.md §3.2); fair share (§25): jobs wait in the prioritized set, the wait list holds
-    // only ones put back, the active list the running ones. Three triggers per demo tool, in that order.
-    expect(triggers).toHaveLength(demoTools.length * 3);
-    demoTools.forEach((tool, i) => {
-      const queueKey = `${keys.bullQueueKeyPrefix}${toolQueue('default', tool.name)}`;
-      const [waiting, back, running] = triggers.slice(i * 3, i * 3 + 3);
-      for (const t of [waiting, back, running]) {
-        expect(t?.type).toBe('redis');
-        expect(config['REDIS_URL']).toBe(`redis://${t?.metadata.address}`);
-        // From zero (PROTOCOL.md §24): one waiting job activates the workers; the running ones keep them up.
-        expect(t?.metadata.activationListLength).toBe('0');
-      }
-      expect(waiting?.metadata.listName).toBe(`${queueKey}:prioritized`);
-      expect(back?.metadata.listName).toBe(`${queueKey}:wait`);
-      expect(running?.metadata.listName).toBe(`${queueKey}:active`);
-    });
-    expect(scaled?.spec.minReplicaCount).toBe(0);
+    for (const scaled of scaledObjects) {
+      const target = byKind('Deployment').find((d) => d.metadata.name === scaled.spec.scaleTargetRef.name);
+      const env = envOf(target?.spec.template.spec.containers[0]);
+      const tools = toolsServed(env['TASKRELAY_TOOLS']);
+      const queue = env['TASKRELAY_QUEUE'] ?? 'default';
+      const triggers = scaled.spec.triggers as Array<{ type: string; metadata: Record<string, string> }>;
+      // Work queues per tool (PROTOCOL.md §3.2); fair share (§25): jobs wait in the prioritized set, the wait list
+      // holds only ones put back, the active list the running ones. Three triggers per tool, in that order.
+      expect(triggers, scaled.metadata.name).toHaveLength(tools.length * 3);
+      tools.forEach((tool, i) => {
+        const queueKey = `${keys.bullQueueKeyPrefix}${toolQueue(queue, tool)}`;
+        const [waiting, back, running] = triggers.slice(i * 3, i * 3 + 3);
+        for (const t of [waiting, back, running]) {
+          expect(t?.type).toBe('redis');
+          expect(config['REDIS_URL']).toBe(`redis://${t?.metadata['address']}`);
+          // From zero (PROTOCOL.md §24): one waiting job activates the workers; the running ones keep them up.
+          expect(t?.metadata['activationListLength']).toBe('0');
+        }
+        expect(waiting?.metadata['listName']).toBe(`${queueKey}:prioritized`);
+        expect(back?.metadata['listName']).toBe(`${queueKey}:wait`);
+        expect(running?.metadata['listName']).toBe(`${queueKey}:active`);
+        expect(running?.metadata['listLength']).toBe(env['WORKER_CONCURRENCY']);
+      });
+      expect(scaled.spec.minReplicaCount).toBe(0);
+    }
+    const scaled = scaledObjects[0];
+    const triggers = scaled?.spec.triggers ?? [];
     const [trigger] = triggers;
     const active = triggers[2];
     const pool = toolQueue('default', demoTools[0]?.name ?? '');
@@ -228,4 +275,34 @@ describe('worker autoscaling (KEDA)', () => {
     // Redis away: not this pod's fault.
     expect(alive({ ...env, REDIS_URL: 'redis://127.0.0.1:1' }).status).toBe(0);
   });
+
+  it.skipIf(PYTHON === undefined)(
+    'the Python worker liveness probe does the same (python -m taskrelay_worker.alive)',
+    async () => {
+      const alive = (env: Record<string, string>) =>
+        spawnSync(PYTHON ?? 'python3', ['-m', 'taskrelay_worker.alive'], {
+          cwd: ROOT,
+          env: { ...process.env, ...env },
+          encoding: 'utf8',
+          timeout: 20_000,
+        });
+      const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('alive-py') };
+      const none = alive(env);
+      expect(none.stderr).toMatch(/no live heartbeat from a worker of/);
+      expect(none.status).toBe(1);
+      const worker = await startPythonWorkerProcess({
+        ...env,
+        TASKRELAY_TOOLS: resolve(ROOT, 'examples/python-worker/train.py'),
+      });
+      const up = alive(env);
+      expect(up.status, up.stderr).toBe(0);
+      await worker.kill('SIGTERM');
+      expect(alive(env).status).toBe(1);
+      expect(alive({ ...env, REDIS_URL: 'redis://127.0.0.1:1' }).status).toBe(0);
+      // A bad configuration is one line and exit 1, as the worker's own start.
+      const bad = alive({ ...env, REDIS_URL: 'http://nowhere' });
+      expect(bad.status).toBe(1);
+      expect(bad.stderr.trim().split('\n')).toHaveLength(1);
+    },
+  );
 });

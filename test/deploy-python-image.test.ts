@@ -4,7 +4,7 @@
  * for the image's), and the replayed image's own command serves its example `train` tool to a gateway: epochs as
  * progress, and a cancel that stops the run.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -37,12 +37,14 @@ describe.skipIf(PYTHON === undefined)('a replay of the Python worker’s Dockerf
   let redis: TestRedis;
   let gateway: GatewayProcess;
   let worker: { child: ChildProcess; output: () => string };
+  let workerPrefix: string;
 
   beforeAll(async () => {
     scratch = mkdtempSync(join(tmpdir(), 'taskrelay-python-image-'));
     image = replayDockerfile({ context: ROOT, dockerfile: DOCKERFILE, scratch });
     redis = await startRedis();
-    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('pyimage') };
+    workerPrefix = uniquePrefix('pyimage');
+    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: workerPrefix };
     gateway = await startGatewayProcess(env);
     // The image's own command and environment; its absolute paths are inside the replayed root.
     const [command = '', ...args] = image.cmd;
@@ -109,4 +111,21 @@ describe.skipIf(PYTHON === undefined)('a replay of the Python worker’s Dockerf
       await client.close();
     }
   }, 120_000);
+
+  it('has the liveness probe the Kubernetes manifests and the Helm chart run (python -m taskrelay_worker.alive)', () => {
+    // The same command as deploy/k8s/python-worker.yaml and the chart's Python pools, inside the replayed image.
+    const env = { PATH: '/usr/bin:/bin', ...image.env, REDIS_URL: redis.url };
+    const probe = (prefix: string) =>
+      spawnSync(join(image.root, '/opt/venv/bin/python'), ['-m', 'taskrelay_worker.alive'], {
+        cwd: image.workdir,
+        env: { ...env, TASKRELAY_PREFIX: prefix },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+    const alive = probe(workerPrefix);
+    expect(alive.status, alive.stderr).toBe(0);
+    const none = probe(uniquePrefix('pyimage-none'));
+    expect(none.status).toBe(1);
+    expect(none.stderr).toMatch(/no live heartbeat from a worker of/);
+  });
 });
