@@ -313,6 +313,7 @@ export class JobRunner {
       store: this.o.store,
       running: this.o.running,
       log,
+      outageWindowMs: bullLockMs(this.o.lockDurationMs),
       start: {
         taskId,
         lock,
