@@ -67,10 +67,14 @@ afterAll(async () => {
   await Promise.all([cluster?.stop(), recordRedis?.stop()]);
 });
 
-/** Replaces the worker pool with `count` fresh workers of lock duration `lockMs`. */
+let poolLockMs = 0;
+
+/** `count` workers of lock duration `lockMs`: the pool as it is when it has them, else a fresh one. */
 async function workers(count: number, lockMs: number): Promise<WorkerPool> {
+  if (pool && poolLockMs === lockMs && pool.procs.size >= count) return pool;
   await pool?.stopAll();
   pool = new WorkerPool({ ...workerEnv, WORKER_LOCK_DURATION_MS: String(lockMs) });
+  poolLockMs = lockMs;
   await pool.start(count);
   return pool;
 }
@@ -323,6 +327,7 @@ describe('on a 3-master cluster with a replica each', () => {
   });
 
   it('a master SIGKILLed and its replica promoted under load: runs in flight complete once, errors say retry', async () => {
+    await workers(2, FAILOVER_LOCK_MS);
     for (const s of sessions) s.errors.length = 0;
     const { slot, master } = await prefixMaster();
     const [replica] = await cluster.replicasOf(master);
