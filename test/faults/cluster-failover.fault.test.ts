@@ -209,7 +209,12 @@ function creating(session: Session, until: () => boolean): { done: Promise<strin
         () =>
           session
             .request((c) =>
-              startTask(c, 'chaos_job', { ms: 200, stepMs: 100 }, { meta: { [IDEMPOTENCY_KEY]: key }, timeoutMs: 5_000 }),
+              startTask(
+                c,
+                'chaos_job',
+                { ms: 200, stepMs: 100 },
+                { meta: { [IDEMPOTENCY_KEY]: key }, timeoutMs: 5_000 },
+              ),
             )
             .catch(() => {
               retries += 1;
@@ -301,7 +306,9 @@ describe('on a 3-master cluster with a replica each', () => {
         }
       },
     );
-    console.log(`cluster kill loop: ${kills.workers} worker kills, ${kills.gateways} gateway kill; ${summary(outcomes)}`);
+    console.log(
+      `cluster kill loop: ${kills.workers} worker kills, ${kills.gateways} gateway kill; ${summary(outcomes)}`,
+    );
     await endedOnce(sessions[0] as Session, outcomes);
     expect(outcomes.some((o) => o.runs > 1)).toBe(true);
   });

@@ -30,7 +30,8 @@ describe('writeThroughOutage', () => {
     const value = await writeThroughOutage(
       () => {
         tries += 1;
-        if (tries <= 3) return Promise.reject(tries === 2 ? new ReplyError('CLUSTERDOWN The cluster is down') : redirections());
+        if (tries <= 3)
+          return Promise.reject(tries === 2 ? new ReplyError('CLUSTERDOWN The cluster is down') : redirections());
         return Promise.resolve('written');
       },
       { windowMs: 10_000, log, what: 'result' },
