@@ -16,7 +16,17 @@ import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { connectClient, startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import { resolve } from 'node:path';
+import {
+  PYTHON,
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from '../helpers/processes.js';
 import { FAULT_TOOLS, FaultRecords, TERMINAL, WorkerPool, startTask, testRedis } from '../helpers/faults.js';
 
 const IDEMPOTENCY_KEY = 'dev.taskrelay/idempotency-key';
@@ -39,6 +49,9 @@ let gateway: GatewayProcess;
 let gatewayEnv: Record<string, string>;
 let workerEnv: Record<string, string>;
 let pool: WorkerPool | undefined;
+let base: Record<string, string>;
+/** Processes whose log lines a failed assertion shows besides the gateway's and the pool's (the Python worker). */
+const extraProcs: ManagedProcess[] = [];
 
 beforeAll(async () => {
   [cluster, recordRedis] = await Promise.all([
@@ -48,7 +61,7 @@ beforeAll(async () => {
   r = testRedis(recordRedis.url);
   prefix = `{${uniquePrefix('f-cluster')}}`;
   records = new FaultRecords(r, prefix);
-  const base = { REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: prefix };
+  base = { REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: prefix };
   // The reaper's default interval (5 s): its first look at a new task comes after the failover, not during one.
   gatewayEnv = { ...base };
   workerEnv = {
@@ -248,7 +261,7 @@ function summary(outcomes: Outcome[]): string {
 
 /** The log lines of the gateway and the workers that name a task: what a failed assertion shows. */
 function linesAbout(taskId: string): string {
-  return [gateway, ...(pool ? pool.procs.values() : [])]
+  return [gateway, ...(pool ? pool.procs.values() : []), ...extraProcs]
     .flatMap((p) => p.logs())
     .filter((line) => JSON.stringify(line).includes(taskId))
     .map((line) => `${String(line['level'])} ${String(line['msg'])} ${JSON.stringify(line['err'] ?? '')}`.slice(0, 400))
@@ -351,6 +364,28 @@ describe('on a 3-master cluster with a replica each', () => {
 
   it('a master SIGKILLed and its replica promoted under load: runs in flight complete once, errors say retry', async () => {
     await workers(2, FAILOVER_LOCK_MS);
+    // A Python worker beside them (PROTOCOL.md §29), its runs caught by the same outage; skipped without .venv.
+    let python: ManagedProcess | undefined;
+    if (PYTHON !== undefined) {
+      python = await startPythonWorkerProcess({
+        ...base,
+        TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'),
+      });
+      extraProcs.push(python);
+    } else console.log('cluster master SIGKILL: no .venv/bin/python, so no Python worker in it');
+    const pyTasks = python
+      ? await Promise.all(
+          Array.from({ length: 6 }, (_, i) =>
+            (sessions[2] as Session).request((c) => startTask(c, 'py_slow', { seconds: 4 + i * 0.5 })),
+          ),
+        )
+      : [];
+    const pyRuns = (taskId: string) =>
+      (python?.logs() ?? []).filter((l) => l['taskId'] === taskId && l['msg'] === 'tool started').length;
+    await waitFor(() => pyTasks.every((taskId) => pyRuns(taskId) >= 1), {
+      timeoutMs: 30_000,
+      message: 'the Python tasks did not all start',
+    });
     for (const s of sessions) s.errors.length = 0;
     const { slot, master } = await prefixMaster();
     const [replica] = await cluster.replicasOf(master);
@@ -402,5 +437,23 @@ describe('on a 3-master cluster with a replica each', () => {
     ).toEqual([]);
     expect(opaque(sessions)).toEqual([]);
     expect(lost).toEqual([]);
+    // The Python worker's runs: each completed, its tool started once, nothing lost.
+    for (const taskId of pyTasks) {
+      const task = await waitFor(
+        async () => {
+          const t = await (sessions[2] as Session)
+            .request((c) => c.experimental.tasks.getTask(taskId))
+            .catch(() => undefined);
+          return t && TERMINAL.has(t.status) ? t : undefined;
+        },
+        { timeoutMs: 30_000, message: `Python task ${taskId} did not end` },
+      );
+      expect(task.status, `${taskId}: ${task.statusMessage ?? ''}\n${linesAbout(taskId)}`).toBe('completed');
+      expect(pyRuns(taskId), taskId).toBe(1);
+    }
+    const pyLost = (python?.logs() ?? []).filter((l) => /lost: Redis unreachable/.test(String(l['msg'])));
+    const pyRetried = (python?.logs() ?? []).filter((l) => /written after Redis answered again/.test(String(l['msg'])));
+    if (python) console.log(`  Python worker: ${pyTasks.length} tasks, writes retried through it ${pyRetried.length}`);
+    expect(pyLost).toEqual([]);
   });
 });
