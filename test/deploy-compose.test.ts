@@ -45,6 +45,9 @@ function commandOf(service: Service): string[] {
   return cmd ? (JSON.parse(cmd) as string[]) : [];
 }
 
+/** A Redis Cluster node of the `cluster` profile. */
+const isRedisNode = (name: string) => /^redis-node-\d+$/.test(name);
+
 const seconds = (duration: string | undefined) => {
   const m = /^(\d+)s$/.exec(duration ?? '');
   return m ? Number(m[1]) : 0;
@@ -65,6 +68,8 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
         'mounted',
         '--profile',
         'python',
+        '--profile',
+        'cluster',
         'config',
         '-q',
       ],
@@ -87,7 +92,7 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
     const problems: string[] = [];
     let runs = 0;
     for (const [name, service] of services) {
-      if (name === 'redis') continue;
+      if (name === 'redis' || name === 'redis-cluster-init' || isRedisNode(name)) continue;
       const command = commandOf(service);
       const kind = processOf(command);
       if (!kind) {
@@ -107,6 +112,17 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
         expect(script).toBe(`node_modules/@taskrelay/${kind}/dist/main.js`);
       }
       for (const p of envProblems(kind, service.environment ?? {})) problems.push(`${name}: ${p}`);
+      if (service.profiles?.includes('cluster')) {
+        // The cluster stack: seeds are cluster nodes of this file, and it starts once the cluster is made.
+        const seeds = service.environment?.['REDIS_CLUSTER_NODES']?.split(',') ?? [];
+        if (seeds.length === 0 || !seeds.every((seed) => isRedisNode(seed.split(':')[0] ?? ''))) {
+          problems.push(`${name}: REDIS_CLUSTER_NODES`);
+        }
+        if (service.depends_on?.['redis-cluster-init']?.condition !== 'service_completed_successfully') {
+          problems.push(`${name}: depends_on redis-cluster-init`);
+        }
+        continue;
+      }
       if (!service.environment?.['REDIS_URL']?.startsWith('redis://redis:')) problems.push(`${name}: REDIS_URL`);
       if (service.depends_on?.['redis']?.condition !== 'service_healthy') problems.push(`${name}: depends_on redis`);
       const tools = service.environment?.['TASKRELAY_TOOLS'];
@@ -119,6 +135,30 @@ describe('docker-compose.yml', { timeout: 60_000 }, () => {
     }
     expect(problems).toEqual([]);
     expect(runs).toBeGreaterThanOrEqual(4);
+  });
+
+  it('runs a 3-master cluster with a replica each under the cluster profile, durable and health-checked', () => {
+    const nodes = services.filter(([name]) => isRedisNode(name));
+    expect(nodes).toHaveLength(6);
+    for (const [name, node] of nodes) {
+      expect(node.profiles, name).toEqual(['cluster']);
+      const command = node.command?.join(' ') ?? '';
+      expect(command, name).toMatch(/--cluster-enabled yes/);
+      expect(command, name).toMatch(/--appendonly yes/);
+      expect(command, name).toMatch(/--maxmemory-policy noeviction/);
+      expect(node.healthcheck?.test, name).toEqual(expect.arrayContaining(['redis-cli', 'ping']));
+      expect(Object.keys(compose.volumes), name).toContain(node.volumes?.[0]?.split(':')[0]);
+      expect(node.ports, name).toBeUndefined();
+    }
+    const init = compose.services['redis-cluster-init'];
+    expect(init?.profiles).toEqual(['cluster']);
+    expect(init?.command?.join(' ')).toMatch(/redis-cli --cluster create \$\$addrs --cluster-replicas 1 --cluster-yes/);
+    expect(Object.keys(init?.depends_on ?? {}).sort()).toEqual(nodes.map(([name]) => name).sort());
+    // The stack on it: a gateway on its own loopback port and workers, seeded by the nodes, today's braced prefix.
+    const gateway = compose.services['cluster-gateway'];
+    expect(gateway?.ports).toEqual(['127.0.0.1:${TASKRELAY_CLUSTER_PORT:-3001}:3000']);
+    expect(gateway?.environment?.['TASKRELAY_PREFIX']).toBe('{taskrelay}');
+    expect(processOf(commandOf(compose.services['cluster-worker'] ?? {}))).toBe('worker');
   });
 
   it('health-checks the gateway on /readyz and publishes it on loopback only, on TASKRELAY_PORT (default 3000)', () => {

@@ -1,7 +1,7 @@
 /**
  * A real Redis Cluster for the cluster suites: `redis-server --cluster-enabled yes` on free loopback ports (each with
- * its bus port, +10000, free too), joined by `redis-cli --cluster create --cluster-yes`, no replicas. Ends only the
- * servers it started, by PID.
+ * its bus port, +10000, free too), joined by `redis-cli --cluster create --cluster-yes`, with `replicas` replicas per
+ * master (none unless asked). Ends only the servers it started, by PID; `kill` SIGKILLs one of them (a failover test).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -12,12 +12,25 @@ import { Redis } from 'ioredis';
 import { waitFor } from './wait-for.js';
 
 export interface TestCluster {
-  /** `host:port` of every master, for REDIS_CLUSTER_NODES. */
+  /** `host:port` of every node (masters, then replicas when there are any), for REDIS_CLUSTER_NODES. */
   nodes: string[];
   ports: number[];
   /** A client of one node (not cluster-aware: for CLUSTER and KEYS commands on that node). */
   node(port: number): Redis;
+  /** SIGKILLs one node and waits until it is gone. */
+  kill(port: number): Promise<void>;
+  /** The port of the master serving `slot` now, as node `via` sees it (CLUSTER SHARDS would need Redis 7 clients). */
+  masterOf(slot: number, via?: number): Promise<number>;
+  /** The ports of the replicas of master `port` now, as that master sees them. */
+  replicasOf(port: number): Promise<number[]>;
   stop(): Promise<void>;
+}
+
+export interface ClusterOptions {
+  /** Replicas per master (default 0). */
+  replicas?: number;
+  /** `cluster-node-timeout`: how long a node may not answer before it is failed over (default 5000 ms). */
+  nodeTimeoutMs?: number;
 }
 
 /** A port whose cluster bus port (+10000) is free too. */
@@ -35,14 +48,15 @@ async function clusterPort(taken: Set<number>): Promise<number> {
   throw new Error('no free port pair for a cluster node');
 }
 
-export async function startRedisCluster(masters = 3): Promise<TestCluster> {
+export async function startRedisCluster(masters = 3, options: ClusterOptions = {}): Promise<TestCluster> {
+  const replicas = options.replicas ?? 0;
   if (spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status !== 0) {
     throw new Error('the cluster suites need redis-server and redis-cli on PATH (apt-get install redis-server)');
   }
   const dir = mkdtempSync(join(tmpdir(), 'taskrelay-cluster-'));
   const taken = new Set<number>();
   const ports: number[] = [];
-  for (let i = 0; i < masters; i++) ports.push(await clusterPort(taken));
+  for (let i = 0; i < masters * (1 + replicas); i++) ports.push(await clusterPort(taken));
   const servers: ChildProcess[] = ports.map((port) =>
     spawn(
       'redis-server',
@@ -56,7 +70,7 @@ export async function startRedisCluster(masters = 3): Promise<TestCluster> {
         '--cluster-config-file',
         join(dir, `nodes-${port}.conf`),
         '--cluster-node-timeout',
-        '5000',
+        String(options.nodeTimeoutMs ?? 5000),
         '--dir',
         dir,
         '--save',
@@ -108,7 +122,14 @@ export async function startRedisCluster(masters = 3): Promise<TestCluster> {
     }
     const created = spawnSync(
       'redis-cli',
-      ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'],
+      [
+        '--cluster',
+        'create',
+        ...ports.map((p) => `127.0.0.1:${p}`),
+        '--cluster-replicas',
+        String(replicas),
+        '--cluster-yes',
+      ],
       { encoding: 'utf8', timeout: 30_000 },
     );
     if (created.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${created.stdout}${created.stderr}`);
@@ -118,9 +139,59 @@ export async function startRedisCluster(masters = 3): Promise<TestCluster> {
         message: `cluster node ${port} did not reach cluster_state:ok`,
       });
     }
+    // A replica serves a failover only once it has synced with its master.
+    for (const port of ports) {
+      await waitFor(
+        async () => {
+          const info = await node(port).info('replication');
+          return /role:master/.test(info) || /master_link_status:up/.test(info);
+        },
+        { timeoutMs: 20_000, message: `cluster replica ${port} did not sync with its master` },
+      );
+    }
   } catch (error) {
     await stop();
     throw error;
   }
-  return { nodes: ports.map((p) => `127.0.0.1:${p}`), ports, node, stop };
+  const byPort = new Map(ports.map((port, i) => [port, servers[i] as ChildProcess]));
+  const kill = async (port: number) => {
+    clients.get(port)?.disconnect();
+    clients.delete(port);
+    const server = byPort.get(port);
+    if (!server || server.exitCode !== null || server.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      server.once('exit', () => resolve());
+      server.kill('SIGKILL');
+    });
+  };
+  /** `CLUSTER NODES` of node `via`: one line per node, `<id> <ip:port@bus> <flags> <master id> …`. */
+  const clusterNodes = async (via: number) =>
+    String(await node(via).cluster('NODES'))
+      .trim()
+      .split('\n')
+      .map((line) => line.split(' '))
+      .map(([id = '', address = '', flags = '', master = '', , , , , ...slots]) => ({
+        id,
+        port: Number(address.split('@')[0]?.split(':')[1]),
+        flags: flags.split(','),
+        master,
+        slots,
+      }));
+  const live = () => ports.find((p) => byPort.get(p)?.exitCode === null && byPort.get(p)?.signalCode === null);
+  const masterOf = async (slot: number, via = live() ?? 0) => {
+    for (const entry of await clusterNodes(via)) {
+      if (!entry.flags.includes('master') || entry.flags.includes('fail')) continue;
+      for (const range of entry.slots) {
+        const [from, to = from] = range.split('-').map(Number);
+        if (from !== undefined && to !== undefined && slot >= from && slot <= to) return entry.port;
+      }
+    }
+    throw new Error(`no live master serves slot ${slot}`);
+  };
+  const replicasOf = async (port: number) => {
+    const entries = await clusterNodes(port);
+    const id = entries.find((e) => e.flags.includes('myself'))?.id;
+    return entries.filter((e) => e.master === id && !e.flags.includes('fail')).map((e) => e.port);
+  };
+  return { nodes: ports.map((p) => `127.0.0.1:${p}`), ports, node, kill, masterOf, replicasOf, stop };
 }

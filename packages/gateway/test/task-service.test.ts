@@ -114,12 +114,19 @@ class FakeStore {
     return Promise.resolve(this.tasks.get(taskId));
   }
 
+  /** Plays Redis still away when the next transition is written. */
+  failNextTransition = false;
+
   transition(
     taskId: string,
     to: TaskStatus,
     fields: Partial<TaskRecord> = {},
     options: { dropIdempotency?: boolean } = {},
   ): Promise<TransitionOutcome> {
+    if (this.failNextTransition) {
+      this.failNextTransition = false;
+      return Promise.reject(new Error('Too many Cluster redirections. Last error: Error: Connection is closed.'));
+    }
     const record = this.tasks.get(taskId);
     if (!record) return Promise.resolve({ ok: false, status: undefined });
     if (!canTransition(record.status, to)) return Promise.resolve({ ok: false, status: record.status });
@@ -162,6 +169,12 @@ class FakeDispatcher {
     }
     this.jobs.push(data);
     return Promise.resolve();
+  }
+
+  /** Adds the job unless one with its id was added (BullMQ's job id is the task id). */
+  ensureEnqueued(tool: CatalogTool, data: JobData): Promise<boolean> {
+    if (this.jobs.some((job) => job.taskId === data.taskId)) return Promise.resolve(false);
+    return this.enqueue(tool, data).then(() => true);
   }
 
   cancel(taskId: string, _queue: string, reason: CancelReason): Promise<void> {
@@ -298,6 +311,32 @@ describe('TaskService.start', () => {
     const retry = await service.start(input({ idempotencyKey: 'k' }));
     expect(retry.taskId).not.toBe(stored?.taskId);
     expect(dispatcher.jobs.map((j) => j.taskId)).toEqual([retry.taskId]);
+  });
+});
+
+describe('TaskService.start through a failover (PROTOCOL.md §10.10)', () => {
+  it('adds the job of a keyed task whose first call could not, when the key is replayed, and only once', async () => {
+    // The job could not be added, nor the task failed: Redis (a cluster's slot) was away for both.
+    dispatcher.failNextEnqueue = true;
+    store.failNextTransition = true;
+    await expect(service.start(input({ idempotencyKey: 'k' }))).rejects.toThrow(/ECONNREFUSED/);
+    const [stored] = [...store.tasks.values()];
+    expect(stored?.status).toBe('working');
+    expect(dispatcher.jobs).toEqual([]);
+    // The client retries with its key once the store answers: the same task, and now its job.
+    const retry = await service.start(input({ idempotencyKey: 'k' }));
+    expect(retry.taskId).toBe(stored?.taskId);
+    expect(dispatcher.jobs.map((j) => j.taskId)).toEqual([stored?.taskId]);
+    await service.start(input({ idempotencyKey: 'k' }));
+    expect(dispatcher.jobs).toHaveLength(1);
+  });
+
+  it('adds nothing for the replay of a task that started or ended', async () => {
+    const first = await service.start(input({ idempotencyKey: 'k2' }));
+    dispatcher.jobs.length = 0;
+    store.tasks.set(first.taskId, { ...(store.tasks.get(first.taskId) as TaskRecord), attempt: 1 });
+    await service.start(input({ idempotencyKey: 'k2' }));
+    expect(dispatcher.jobs).toEqual([]);
   });
 });
 

@@ -160,8 +160,18 @@ const UNAVAILABLE_MESSAGES = [
   /^Stream isn't writeable/, // enableOfflineQueue: false
   /^Reached the max retries per request limit/, // MaxRetriesPerRequestError
   /^(LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN) /, // a server that is up but cannot serve yet
+  // A cluster in a failover (PROTOCOL.md §10.7): slots moving (MOVED/ASK past ioredis's redirections), a demoted master
+  // refusing writes, a node dropped from the slot map while a command waited for it.
+  /^Too many Cluster redirections/,
+  /^(MOVED|ASK) \d+ /,
+  /^READONLY /,
+  /^UNBLOCKED /, // a blocked client released by a master's demotion
+  /^Cluster is disconnect(ed|ing)/,
+  /^Node is disconnected/,
+  /^Connection is aborted/,
+  /^Cluster isn't ready/,
   /^Failed to refresh slots cache/, // a cluster none of whose nodes answers
-  /^None of the startup nodes is available/,
+  /^None of (the )?startup nodes is available/,
   /^All sentinels are unreachable/,
 ];
 

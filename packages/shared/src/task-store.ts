@@ -689,27 +689,37 @@ export class RedisTaskStore {
     return [...pairs.values()];
   }
 
-  /** Statuses of many tasks in one round trip (undefined for missing ones). */
+  /**
+   * Statuses of many tasks in one round trip (undefined for missing ones). A read that failed (Redis unreachable
+   * mid-pipeline, a failover) throws: it is no missing task.
+   */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];
     const pipeline = this.redis.pipeline();
     for (const id of taskIds) pipeline.hget(this.keys.task(id), F.status);
     const replies = (await pipeline.exec()) ?? [];
-    return replies.map(([, value]) => asStatus(value));
+    return replies.map(([error, value]) => {
+      if (error) throw error;
+      return asStatus(value);
+    });
   }
 
   /**
    * Why each of many tasks is no longer live, in one round trip: its status, and for a terminal one the cancel reason
-   * or error code (a worker's sweep turns these into the abort reason of a run it still has).
+   * or error code (a worker's sweep turns these into the abort reason of a run it still has). A task whose read
+   * failed (Redis unreachable for its slot, a failover) has no entry (`undefined`), never a missing status
+   * (PROTOCOL.md §10.10): the sweep must not abort a run for a task it could not read.
    */
   async endStates(
     taskIds: readonly string[],
-  ): Promise<Array<{ status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string }>> {
+  ): Promise<Array<{ status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string } | undefined>> {
     if (taskIds.length === 0) return [];
     const pipeline = this.redis.pipeline();
     for (const id of taskIds) pipeline.hmget(this.keys.task(id), F.status, F.cancelReason, F.error);
     const replies = (await pipeline.exec()) ?? [];
-    return replies.map(([, value]) => {
+    return taskIds.map((_, i) => {
+      const [failed, value] = replies[i] ?? [new Error('no reply'), null];
+      if (failed) return undefined;
       const [status, cancelReason, error] = (value as Array<string | null> | null) ?? [];
       const state: { status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string } = {
         status: asStatus(status),

@@ -72,6 +72,28 @@ describe('what counts as Redis being unavailable', () => {
     expect(isRedisUnavailableError(await rejection(client.get('k')))).toBe(true);
   });
 
+  it('recognises what a cluster answers during a failover (PROTOCOL.md §10.10)', () => {
+    const failover = [
+      new Error('Too many Cluster redirections. Last error: Error: Connection is closed.'),
+      new ReplyError('CLUSTERDOWN The cluster is down'),
+      new ReplyError('TRYAGAIN Multiple keys request during rehashing of slot'),
+      new ReplyError('MOVED 3999 127.0.0.1:6381'),
+      new ReplyError('ASK 3999 127.0.0.1:6381'),
+      new ReplyError("READONLY You can't write against a read only replica."),
+      new ReplyError('UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)'),
+      new ReplyError('MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to no'),
+      new Error('Connection is closed.'),
+      new Error('Node is disconnected'),
+      new Error('Cluster is disconnected.'),
+      new Error('Failed to refresh slots cache.'),
+      new Error('None of startup nodes is available'),
+    ];
+    for (const error of failover) expect(isRedisUnavailableError(error), error.message).toBe(true);
+    // An answer that merely mentions one of the words is still Redis's answer.
+    expect(isRedisUnavailableError(new ReplyError('ERR unknown command MOVED'))).toBe(false);
+    expect(isRedisUnavailableError(new ReplyError('NOSCRIPT No matching script'))).toBe(false);
+  });
+
   it('looks through causes and aggregates, and says no to errors Redis answered with', () => {
     const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
     expect(isRedisUnavailableError(new Error('Could not enqueue the job', { cause: refused }))).toBe(true);

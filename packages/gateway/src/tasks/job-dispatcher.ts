@@ -114,6 +114,18 @@ export class JobDispatcher {
   }
 
   /**
+   * Adds the task's job unless it exists (PROTOCOL.md §10.10): the replay of an idempotency key whose first call
+   * stored the task but could not add its job (Redis unavailable, a failover) adds it now, so the retry runs the task
+   * instead of returning one the reaper will fail. True when it added the job.
+   */
+  async ensureEnqueued(tool: CatalogTool, data: JobData, delayMs = 0): Promise<boolean> {
+    const queue = await this.ready(tool.queue);
+    if (await queue.getJob(data.taskId)) return false;
+    await this.enqueue(tool, data, undefined, delayMs);
+    return true;
+  }
+
+  /**
    * The task's job as BullMQ would add it (`Queue.add` with `jobOptions`), for the task's create script to add in
    * the same round trip (PROTOCOL.md §10.1): BullMQ builds the keys and arguments itself, onto a recording client in
    * place of its transaction, and the create puts the fair-share priority into them. Undefined when this BullMQ

@@ -224,6 +224,9 @@ export class TaskService {
     }
     const { record, created, priority } = outcome;
     if (!created) {
+      // A key replayed after its first call failed to add the job (§10.10): the job is added now, or the task would
+      // wait for the reaper to fail it.
+      if (createInput.idempotencyKey !== undefined) await this.addMissingJob(record, input, timeoutMs, level, delayMs);
       span.end();
       const joined = createInput.idempotencyKey === undefined;
       this.log.info(
@@ -382,6 +385,28 @@ export class TaskService {
         { dropIdempotency: true },
       )
       .catch(() => undefined);
+  }
+
+  /**
+   * The replay of an idempotency key whose task never started: its job is added if it does not exist (its first call
+   * stored the task, then Redis went away before the job was added, PROTOCOL.md §10.10), with this call's arguments
+   * (a retry sends the same call). A task that started, ended or was cancelled is left as it is.
+   */
+  private async addMissingJob(
+    record: TaskRecord,
+    input: StartTaskInput,
+    timeoutMs: number,
+    level: number,
+    delayMs: number,
+  ): Promise<void> {
+    if (isTerminal(record.status) || record.attempt !== undefined || record.tool !== input.tool.name) return;
+    const data = this.jobDataOf(input, record.taskId, timeoutMs, level, undefined);
+    if (await this.dispatcher.ensureEnqueued(input.tool, data, delayMs)) {
+      this.log.warn(
+        { taskId: record.taskId, tool: input.tool.name, principal: input.principal },
+        'idempotency key replayed for a task whose job was never added (Redis was unavailable); job added now',
+      );
+    }
   }
 
   /** The job for the create script to add (`JobDispatcher.prepare`); undefined: `enqueue` adds it after the create. */

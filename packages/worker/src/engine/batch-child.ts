@@ -35,6 +35,7 @@ import { runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
 import type { ToolLimits } from './tool-limits.js';
 import { settle, type SettleAction } from './settle.js';
+import { writeThroughOutage } from './end-write.js';
 
 /** Parents whose progress this worker coalesces, at most; the oldest is flushed and forgotten beyond it. */
 const MAX_PARENT_THROTTLES = 1_000;
@@ -103,6 +104,8 @@ export interface ChildRunnerOptions {
    * until a takeover, §26.3 step 4): `BatchParent.releaseFromChild`.
    */
   releaseNext?: (parentId: string, maxOpen: number | undefined, level: number, log: Logger) => Promise<number>;
+  /** How long a child's outcome write that finds Redis unreachable is tried again (PROTOCOL.md §10.10); 0: not at all. */
+  outageWindowMs?: number;
 }
 
 export class ChildRunner {
@@ -309,7 +312,12 @@ export class ChildRunner {
 
   private async record(child: BatchChild, lock: JobLock, outcome: BatchOutcome, log: Logger): Promise<void> {
     const { parentId, index, owner, parentPool } = child;
-    const written = await this.o.batches.recordChild(parentId, index, owner, lock, outcome);
+    // A failover is waited out while the lock may still be this run's, as a task's end is (§10.10).
+    const written = await writeThroughOutage(() => this.o.batches.recordChild(parentId, index, owner, lock, outcome), {
+      windowMs: this.o.outageWindowMs ?? 0,
+      log,
+      what: 'child outcome',
+    });
     if (written.outcome === 'lock_lost') {
       log.warn({ reason: 'LOCK_LOST' }, 'child outcome refused: this worker no longer holds the job');
       throw new DelayedError();

@@ -69,15 +69,22 @@ export class CancelWatch {
     try {
       // A batch child has no task of its own: it lives while its parent does (§26.7).
       const states = await this.o.store.endStates(entries.map(([taskId, entry]) => entry.parentId ?? taskId));
+      let unread = 0;
       entries.forEach(([taskId, entry], i) => {
         const state = states[i];
-        if (state?.status !== undefined && !isTerminal(state.status)) return;
+        // A read that failed (a failover) says nothing about the task: no abort (PROTOCOL.md §10.10).
+        if (state === undefined) {
+          unread += 1;
+          return;
+        }
+        if (state.status !== undefined && !isTerminal(state.status)) return;
         // Only the run the states were read for: a job fetched again since has a controller of its own.
         if (this.o.running.get(taskId) !== entry) return;
         this.o.running.abort(taskId, sweptReason(state), 'task no longer live; aborting tool', {
-          status: state?.status ?? 'missing',
+          status: state.status ?? 'missing',
         });
       });
+      if (unread > 0) this.o.log.warn({ unread }, 'cancel sweep could not read some running tasks; left running');
     } catch (error) {
       this.o.log.warn({ err: error }, 'cancel sweep failed');
     } finally {

@@ -5,6 +5,7 @@
  */
 import { isTerminal, type Logger, type RedisTaskStore, type RunStart, type TaskRecord } from '@taskrelay/shared';
 import type { DeferredStart } from '../context.js';
+import { writeThroughOutage } from './end-write.js';
 import { sweptReason } from './cancel-watch.js';
 import type { RunningJobs } from './running-jobs.js';
 
@@ -17,6 +18,8 @@ export interface FirstRunStartOptions {
   start: RunStart;
   log: Logger;
   deferMs?: number;
+  /** How long a start that finds Redis unreachable (a failover) is tried again (PROTOCOL.md §10.10); 0: not at all. */
+  outageWindowMs?: number;
 }
 
 export class FirstRunStart implements DeferredStart {
@@ -56,15 +59,18 @@ export class FirstRunStart implements DeferredStart {
     const { taskId } = start;
     let started: Awaited<ReturnType<RedisTaskStore['startRun']>>;
     try {
-      started = await this.o.store.startRun(
-        taskId,
-        start.lock,
-        start.attempt,
-        start.deadlineAt,
-        start.sharePrincipal,
-        start.version,
-        start.startedAt,
-      );
+      const startRun = () =>
+        this.o.store.startRun(
+          taskId,
+          start.lock,
+          start.attempt,
+          start.deadlineAt,
+          start.sharePrincipal,
+          start.version,
+          start.startedAt,
+        );
+      // The tool is running already: a failover is waited out while the lock may hold, as a run's end is (§10.10).
+      started = await writeThroughOutage(startRun, { windowMs: this.o.outageWindowMs ?? 0, log, what: 'start' });
     } catch (error) {
       // As at a start before the tool: Redis lost while recording the run is no fault of the tool's. The run ends as
       // one that lost its lock, and its job is handed back (or returns to the queue when the lock expires).

@@ -40,6 +40,7 @@ import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 import { FirstRunStart } from './first-run-start.js';
+import { bullLockMs, writeThroughOutage } from './end-write.js';
 
 /** How long a job may wait in the queue when its data does not say (the gateway's default). */
 const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
@@ -70,6 +71,9 @@ export interface JobRunnerOptions {
   /** Where `ctx.output`, `ctx.artifact` and results by reference are stored (PROTOCOL.md §34). */
   output?: TaskOutputStore;
 }
+
+/** What a terminal write of each status carries, for its log lines (§10.10). */
+const WRITTEN_AS: Partial<Record<TaskStatus, string>> = { completed: 'result', failed: 'failure', cancelled: 'cancel' };
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
 const VERSION_DEFER_MS = 250;
@@ -309,6 +313,7 @@ export class JobRunner {
       store: this.o.store,
       running: this.o.running,
       log,
+      outageWindowMs: bullLockMs(this.o.lockDurationMs),
       start: {
         taskId,
         lock,
@@ -327,13 +332,24 @@ export class JobRunner {
    * A start refused for a lost lock reads as the write's; a task gone reads as `status` undefined.
    */
   private async writeEnd(
-    run: Pick<RunScope, 'taskId' | 'lock' | 'start'>,
+    run: Pick<RunScope, 'taskId' | 'lock' | 'start' | 'log'>,
     to: TaskStatus,
     fields: TransitionFields,
   ): Promise<TransitionOutcome> {
     const start = run.start?.takeForEnd();
-    if (!start) return bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock }));
-    const ended = await bookkeeping(this.o.store.startThenTransition(start, to, fields));
+    // Redis unreachable (a failover) is waited out while the lock may still be this run's (§10.10): the outcome is
+    // kept, not dropped for a re-run once the lock expires.
+    const retry = { windowMs: bullLockMs(this.o.lockDurationMs), log: run.log, what: WRITTEN_AS[to] ?? to };
+    if (!start) {
+      return writeThroughOutage(
+        () => bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock })),
+        retry,
+      );
+    }
+    const ended = await writeThroughOutage(
+      () => bookkeeping(this.o.store.startThenTransition(start, to, fields)),
+      retry,
+    );
     if (ended.start.lockLost) return { ok: false, status: undefined, lockLost: true };
     return ended.written ?? { ok: false, status: undefined };
   }

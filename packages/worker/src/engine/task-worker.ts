@@ -34,6 +34,7 @@ import { ToolVersions } from './tool-versions.js';
 import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
 import { GatedWorker, SlotGate } from './slot-gate.js';
+import { bullLockMs } from './end-write.js';
 
 /**
  * Where a worker is in its life, as Temporal's worker documents its `State`. Each state is entered once, in order;
@@ -147,6 +148,7 @@ export class TaskWorker {
         envelope,
         limits,
         releaseNext: (parentId, maxOpen, level, log) => parent.releaseFromChild(parentId, maxOpen, level, log),
+        outageWindowMs: bullLockMs(options.lockDurationMs),
       }),
     };
     this.runner = new JobRunner({
@@ -222,7 +224,7 @@ export class TaskWorker {
           prefix: this.keys.bullPrefix,
           // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6
           // (§10.5).
-          lockDuration: Math.max(100, Math.round((lockDurationMs * 2) / 3)),
+          lockDuration: bullLockMs(lockDurationMs),
           stalledInterval: Math.max(50, Math.round(lockDurationMs / 6)),
           maxStalledCount: BULLMQ_MAX_STALLED,
           name: this.workerId,
