@@ -136,7 +136,19 @@ export const SCRIPTS = {
   webhookClaim: spec({
     name: 'webhookClaim',
     keys: ['due'],
-    args: ['batch', 'leaseMs', 'holder', 'eventPrefix', 'perPrincipal', 'inFlight', 'scan'],
+    args: [
+      'batch',
+      'leaseMs',
+      'holder',
+      'eventPrefix',
+      'perPrincipal',
+      'inFlight',
+      'scan',
+      'reserve',
+      'blocked',
+      'deferMax',
+      'probes',
+    ],
     codes: [OK],
   }),
   webhookSettle: spec({
