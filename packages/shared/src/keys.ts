@@ -56,6 +56,12 @@ export interface Keys {
   readonly gatewayChannelPrefix: string;
   /** What `gatewayChannel(id)` puts after the id. */
   readonly gatewayChannelSuffix: string;
+  /** Hash `{max, bytes}`: what tool messages waiting for the gateway on its channel may add up to, and do (§22.4). */
+  gatewayBacklog(gatewayId: string): string;
+  /** What `gatewayBacklog(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
+  readonly gatewayBacklogPrefix: string;
+  /** What `gatewayBacklog(id)` puts after the id. */
+  readonly gatewayBacklogSuffix: string;
   /** Channel: cancel wake-ups for workers. */
   readonly cancelChannel: string;
   /** BullMQ `prefix` option. */
@@ -174,6 +180,9 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     gatewayChannelPrefix,
     gatewayChannelSuffix,
     gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,
+    gatewayBacklogPrefix: `${prefix}:gateway:`,
+    gatewayBacklogSuffix: ':backlog',
+    gatewayBacklog: (gatewayId) => `${prefix}:gateway:${gatewayId}:backlog`,
     cancelChannel: `${prefix}:cancel`,
     bullPrefix: prefix,
     queueName,

@@ -82,14 +82,24 @@ export const SCRIPTS = {
   progress: spec({
     name: 'progress',
     keys: ['task', 'lock'],
-    args: ['progress', 'total', 'message', 'now', 'channelPrefix', 'channelSuffix', 'lockToken'],
+    args: [
+      'progress',
+      'total',
+      'message',
+      'now',
+      'channelPrefix',
+      'channelSuffix',
+      'lockToken',
+      'backlogPrefix',
+      'backlogSuffix',
+    ],
     codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, ResultCode.PROGRESS_STALE],
   }),
   log: spec({
     name: 'log',
     keys: ['task', 'lock'],
-    args: ['level', 'data', 'logger', 'channelPrefix', 'channelSuffix', 'lockToken'],
-    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, ResultCode.UNROUTED],
+    args: ['level', 'data', 'logger', 'channelPrefix', 'channelSuffix', 'lockToken', 'backlogPrefix', 'backlogSuffix'],
+    codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, ResultCode.UNROUTED, ResultCode.CHANNEL_FULL],
   }),
   startRun: spec({
     name: 'startRun',
@@ -132,6 +142,12 @@ export const SCRIPTS = {
       'webhookPrefix',
     ],
     codes: [OK, ResultCode.LEASE_HELD],
+  }),
+  backlogAck: spec({
+    name: 'backlogAck',
+    keys: ['backlog'],
+    args: ['read', 'max', 'ttlMs', 'reset'],
+    codes: [OK],
   }),
   webhookClaim: spec({
     name: 'webhookClaim',

@@ -38,6 +38,9 @@ class Keys:
         self.protocol = f"{prefix}:protocol"
         self.gateway_channel_prefix = f"{prefix}:gateway:"
         self.gateway_channel_suffix = ":events"
+        # The gateway's backlog hash (PROTOCOL.md §22.4), as keys.ts names it.
+        self.gateway_backlog_prefix = f"{prefix}:gateway:"
+        self.gateway_backlog_suffix = ":backlog"
         self.cancel_channel = f"{prefix}:cancel"
         #: BullMQ's ``prefix`` option.
         self.bull_prefix = prefix
