@@ -14,6 +14,15 @@ export function limitKeyDigest(value: string): string {
   return createHash('sha256').update(value).digest('base64url').slice(0, 22);
 }
 
+/**
+ * The key value of a limit counted per principal (PROTOCOL.md §3.5): the principal and the value, NUL between (a
+ * principal name holds no NUL, so no principal's key is another's). Both workers build it this way (Python:
+ * `limits.principal_scoped_key`), so Node and Python runs of one tool count in the same limits.
+ */
+export function principalScopedKey(principal: string, value: string): string {
+  return `${principal}\u0000${value}`;
+}
+
 /** One slot limit: a tool, a key value, a size. */
 export interface SlotLimit {
   tool: string;
