@@ -94,4 +94,23 @@ describe('§3.5 keyed limits are per principal', () => {
     expect((await taskResult(alice, hers, 30_000)).isError).toBeFalsy();
     expect((await taskResult(bob, his, 30_000)).isError).toBeFalsy();
   }, 60_000);
+
+  it("a shared limit's line is fair between principals: alice's one run does not wait for all of bob's", async () => {
+    const holder = await startTask(bob, 'per_tenant_shared', { tenant: 'initech', ms: 1_500 });
+    await waitFor(async () => (await startOf('per_tenant_shared', holder)) !== undefined);
+    const line: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const id = await startTask(bob, 'per_tenant_shared', { tenant: 'initech', ms: 300 });
+      await waitFor(waits(bob, id, /^Waiting for a slot/), { message: `bob's waiter ${i} did not wait` });
+      line.push(id);
+    }
+    const hers = await startTask(alice, 'per_tenant_shared', { tenant: 'initech', ms: 0 });
+    await waitFor(waits(alice, hers, /^Waiting for a slot/), { message: "alice's run did not wait" });
+    expect((await taskResult(alice, hers, 30_000)).isError).toBeFalsy();
+    for (const id of line) expect((await taskResult(bob, id, 30_000)).isError).toBeFalsy();
+    // First come, first served would start her after all four of bob's waiters; in turn by principal, after his first.
+    const herStart = (await startOf('per_tenant_shared', hers))!.at;
+    const his = await Promise.all(line.map(async (id) => (await startOf('per_tenant_shared', id))!.at));
+    expect(his.filter((at) => at < herStart).length).toBeLessThanOrEqual(1);
+  }, 90_000);
 });

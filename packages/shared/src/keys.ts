@@ -98,6 +98,8 @@ export interface Keys {
    * `starts`/`hold` of a rate limit (per key, or shared by its `name`). `keyDigest` is the key's value hashed.
    */
   toolLimit(kind: 'slots' | 'rate', scope: string, keyDigest: string): { a: string; b: string };
+  /** Hash: the principal of each waiter of a per-key concurrency limit shared across principals (§3.5). */
+  slotWaitersBy(scope: string, keyDigest: string): string;
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
   /** The keys of one task's output and stored values (PROTOCOL.md §34). */
@@ -194,6 +196,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       const base = `${prefix}:limit:${kind}:${encodeURIComponent(scope)}:${keyDigest}`;
       return kind === 'slots' ? { a: base, b: `${base}:waiting` } : { a: base, b: `${base}:hold` };
     },
+    slotWaitersBy: (scope, keyDigest) => `${prefix}:limit:slots:${encodeURIComponent(scope)}:${keyDigest}:waiting:by`,
     webhooks: {
       event: (eventId) => `${prefix}:webhook:${eventId}`,
       eventPrefix: `${prefix}:webhook:`,

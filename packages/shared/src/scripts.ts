@@ -299,13 +299,13 @@ export const SCRIPTS = {
   }),
   slotTake: spec({
     name: 'slotTake',
-    keys: ['slots', 'waiting'],
-    args: ['holder', 'limit', 'leaseMs', 'waiter', 'mode'],
+    keys: ['slots', 'waiting', 'waitingBy'],
+    args: ['holder', 'limit', 'leaseMs', 'waiter', 'mode', 'principal'],
     codes: [OK, ResultCode.LIMIT_FULL],
   }),
   slotRelease: spec({
     name: 'slotRelease',
-    keys: ['slots', 'waiting'],
+    keys: ['slots', 'waiting', 'waitingBy'],
     args: ['holder', 'limit', 'waiter'],
     codes: [OK],
   }),

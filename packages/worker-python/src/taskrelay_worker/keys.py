@@ -108,3 +108,7 @@ class Keys:
         """A worker-admitted limit's two keys (§3.5): ``slots``/``waiting``, or ``starts``/``hold`` of a rate limit."""
         base = f"{self.prefix}:limit:{kind}:{encode_uri_component(scope)}:{key_digest}"
         return (base, f"{base}:waiting") if kind == "slots" else (base, f"{base}:hold")
+
+    def slot_waiters_by(self, scope: str, key_digest: str) -> str:
+        """Hash: the principal of each waiter of a per-key concurrency limit shared across principals (§3.5)."""
+        return f"{self.prefix}:limit:slots:{encode_uri_component(scope)}:{key_digest}:waiting:by"

@@ -99,10 +99,20 @@ class ToolLimits:
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return None
-        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(scoped_key(slot, args, principal)))
+        digest = limit_key_digest(scoped_key(slot, args, principal))
+        slots, waiting = self.keys.tool_limit("slots", tool.name, digest)
+        waiting_by = self.keys.slot_waiters_by(tool.name, digest)
         waiter = f"{queue_of_bull_name(job.queue.name)} {job_id}"
-        keys = {"slots": slots, "waiting": waiting}
-        take = {"holder": job_id, "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "take"}
+        keys = {"slots": slots, "waiting": waiting, "waitingBy": waiting_by}
+        # A limit shared across principals keeps a line fair between them (§3.5).
+        take = {
+            "holder": job_id,
+            "limit": slot.limit,
+            "leaseMs": self.lease_ms,
+            "waiter": waiter,
+            "mode": "take",
+            "principal": principal if slot.across_principals else "",
+        }
         code, values = await self.store.call("slotTake", keys, take)
         if code != "OK":
             return LimitWait(
@@ -143,6 +153,7 @@ class ToolLimits:
                 if not gone:
                     return
                 await self.store.redis.zrem(waiting, *gone)
+                await self.store.redis.hdel(waiting_by, *gone)
                 _, answered = await self.store.call("slotRelease", keys, {"holder": "", "limit": slot.limit, "waiter": ""})
                 next_waiters = [str(w) for w in answered]
 
@@ -156,11 +167,19 @@ class ToolLimits:
         if slot is None:
             return False
         waiter = f"{queue_of_bull_name(job.queue.name)} {job.id}"
-        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(scoped_key(slot, args, principal)))
+        digest = limit_key_digest(scoped_key(slot, args, principal))
+        slots, waiting = self.keys.tool_limit("slots", tool.name, digest)
         code, _ = await self.store.call(
             "slotTake",
-            {"slots": slots, "waiting": waiting},
-            {"holder": str(job.id), "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "peek"},
+            {"slots": slots, "waiting": waiting, "waitingBy": self.keys.slot_waiters_by(tool.name, digest)},
+            {
+                "holder": str(job.id),
+                "limit": slot.limit,
+                "leaseMs": self.lease_ms,
+                "waiter": waiter,
+                "mode": "peek",
+                "principal": principal if slot.across_principals else "",
+            },
         )
         return code == "OK"
 

@@ -94,7 +94,9 @@ export class ToolLimits {
       }
     }
     if (!slot) return undefined;
-    const limit = { tool: tool.name, key: keyOf(tool, slot, args, principal), limit: slot.limit };
+    const limit: SlotLimit = { tool: tool.name, key: keyOf(tool, slot, args, principal), limit: slot.limit };
+    // A limit shared across principals keeps a line fair between them (§3.5).
+    if (slot.acrossPrincipals) limit.principal = principal;
     const waiter = `${queueOfBullName(job.queueName)} ${jobId}`;
     const taken = await this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs);
     if (!taken.ok) {
