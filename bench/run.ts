@@ -20,6 +20,8 @@
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
  *   pnpm bench --outputs            task output as resources (PROTOCOL §34): gateway and Redis memory for 50
  *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
+ *   pnpm bench --webhooks           webhook fairness (PROTOCOL §27.3): another principal's webhook while 1, 4 and 16
+ *                                   principals' receivers hang (bench/lib/webhooks.ts)
  *   options: --reps N, --window-ms N (compare and A/B modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
@@ -61,6 +63,7 @@ import {
 import { latency, sleep } from './lib/stats.js';
 import { runLoad } from './lib/load.js';
 import { runFair } from './lib/fair.js';
+import { runWebhooks } from './lib/webhooks.js';
 import { runSoak } from './lib/soak.js';
 import { pollingClient } from './lib/polling.js';
 
@@ -78,6 +81,7 @@ const { values: args } = parseArgs({
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
     outputs: { type: 'boolean', default: false },
+    webhooks: { type: 'boolean', default: false },
     auth: { type: 'boolean', default: false },
     minutes: { type: 'string' },
     reps: { type: 'string' },
@@ -921,6 +925,10 @@ async function main(): Promise<number> {
     if (args.outputs) {
       const { redis, admin } = await startInfra();
       return await runOutputs({ redis, admin, log });
+    }
+    if (args.webhooks) {
+      const { redis } = await startInfra();
+      return await runWebhooks({ redis, log });
     }
     if (args['create-path']) {
       const { redis } = await startInfra();

@@ -10,7 +10,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { Redis } from 'ioredis';
-import { createKeys, limitKeyDigest } from '@taskrelay/shared';
+import { createKeys, limitKeyDigest, principalScopedKey } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import {
   ROOT,
@@ -125,7 +125,9 @@ describe('§3.5 the line of waiters', () => {
     await waitFor(waits(next), { message: 'the second waiter did not wait' });
     expect((await taskResult(client, next, 20_000)).isError).toBeFalsy();
     // The cancelled waiter's job is gone, so it could not be woken: the release took it out of the line.
-    const line = createKeys(prefix).toolLimit('slots', 'per_tenant', limitKeyDigest('["umbrella"]')).b;
+    // Counted per principal (§3.5): with authentication off every caller is `anonymous`.
+    const key = principalScopedKey('anonymous', '["umbrella"]');
+    const line = createKeys(prefix).toolLimit('slots', 'per_tenant', limitKeyDigest(key)).b;
     expect(await r.zrange(line, 0, -1)).toEqual([]);
     expect((await events('per_tenant')).some((e) => e.taskId === stale && e.e === 'start')).toBe(false);
   }, 60_000);

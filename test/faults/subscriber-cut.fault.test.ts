@@ -5,12 +5,19 @@
  *   task on that gateway lost its live notifications during each reconnect. A progress message is now at most
  *   MAX_PROGRESS_MESSAGE_BYTES (4 KiB), cut with a marker. The limit is lowered here (1 MB hard, 256 KB soft) so that a
  *   flood a test can afford shows the same cut.
+ * - Nor a flood of log messages (`ctx.notify` allows 64 KiB each, and none replaces another): 10 tasks × 1,000 × 60 KB
+ *   cut it 4 times in a probe (issue 48 F4). What waits for the gateway on its channel is now bounded below Redis's
+ *   limit (§22.4): a message that does not fit is not published, and the caller is told how many were dropped.
  * - When Redis cuts it anyway (`CLIENT KILL TYPE pubsub`), the gateway reconnects, re-reads what it routes, and the
  *   tasks' progress and results reach their callers again.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import { CallToolResultSchema, type Progress } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolResultSchema,
+  LoggingMessageNotificationSchema,
+  type Progress,
+} from '@modelcontextprotocol/sdk/types.js';
 import { ROOT, connectClient, readMetric, type GatewayProcess } from '../helpers/processes.js';
 import { testRedis } from '../helpers/faults.js';
 import { waitFor } from '../helpers/wait-for.js';
@@ -69,6 +76,41 @@ describe('the gateway’s subscriber', () => {
       }
       expect(await subscriberReconnects()).toBe(0);
       expect(gateway.logs().some((l) => l['msg'] === 'subscriber reconnected; task routes reconciled')).toBe(false);
+    } finally {
+      process.kill(gateway.pid, 'SIGCONT');
+      await client.close();
+    }
+  });
+
+  it('stays connected through 10 tasks of 60 KB log messages, and the callers are told how many were dropped (F4)', async () => {
+    const client = await connectClient(gateway.url);
+    try {
+      await client.setLoggingLevel('debug');
+      const before = await subscriberReconnects();
+      const logs: Array<{ logger?: string; level: string; data: unknown }> = [];
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params));
+      const calls = Array.from({ length: 10 }, () =>
+        client.callTool(
+          { name: 'log_flood', arguments: { count: 200, bytes: 60_000, stepMs: 1 } },
+          CallToolResultSchema,
+          { timeout: 180_000 },
+        ),
+      );
+      await waitFor(() => logs.length > 0, { message: 'no log message at all' });
+      process.kill(gateway.pid, 'SIGSTOP');
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      process.kill(gateway.pid, 'SIGCONT');
+      const results = await Promise.all(calls);
+      for (const result of results) expect(result.isError).toBeFalsy();
+      expect(await subscriberReconnects()).toBe(before);
+      expect(gateway.logs().some((l) => l['msg'] === 'subscriber reconnected; task routes reconciled')).toBe(false);
+      // What did not fit was dropped, and said so: a warning from logger `taskrelay` with the count.
+      const notices = logs.filter((l) => l.logger === 'taskrelay');
+      expect(notices.length).toBeGreaterThan(0);
+      expect(notices[0]).toMatchObject({ level: 'warning', data: { dropped: expect.any(Number) } });
+      const flood = logs.filter((l) => l.logger === 'log_flood').length;
+      const dropped = notices.reduce((n, l) => n + Number((l.data as { dropped: number }).dropped), 0);
+      expect(flood + dropped).toBeLessThanOrEqual(2_000);
     } finally {
       process.kill(gateway.pid, 'SIGCONT');
       await client.close();

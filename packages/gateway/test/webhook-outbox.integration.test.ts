@@ -9,7 +9,13 @@ import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
-import { PER_PRINCIPAL_SLOTS, WebhookDeliverer } from '../src/tasks/webhooks/deliverer.js';
+import {
+  DELIVERY_SLOTS,
+  PER_PRINCIPAL_SLOTS,
+  RESERVED_SLOTS,
+  SUSPECT_SLOTS,
+  WebhookDeliverer,
+} from '../src/tasks/webhooks/deliverer.js';
 import { WebhookOutbox } from '../src/tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../src/tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../src/tasks/webhooks/url-policy.js';
@@ -61,7 +67,13 @@ async function receiver(): Promise<WebhookReceiver> {
 function deliverer(
   outbox: WebhookOutbox,
   r: WebhookReceiver | WebhookReceiver[],
-  overrides: Partial<{ maxAttempts: number; timeoutMs: number; gatewayId: string }> = {},
+  overrides: Partial<{
+    maxAttempts: number;
+    timeoutMs: number;
+    gatewayId: string;
+    retryBaseMs: number;
+    retryMaxMs: number;
+  }> = {},
 ) {
   const metrics = new GatewayMetrics();
   const d = new WebhookDeliverer(
@@ -171,10 +183,10 @@ describe('§27.3 claims, leases and takeover', () => {
     const { store, outbox } = setup('ob-lease');
     const { taskId } = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
     await store.transition(taskId, 'completed', { result: { content: [] } });
-    const [first] = await outbox.claim('dead-gateway', 10, 200);
+    const [first] = (await outbox.claim('dead-gateway', 10, 200)).events;
     expect(first).toMatchObject({ id: `msg_${taskId}_1`, attempts: 1, lease: 'dead-gateway:1' });
-    expect(await outbox.claim('g2', 10, 200)).toEqual([]);
-    const second = await waitFor(async () => (await outbox.claim('g2', 10, 5_000))[0], { timeoutMs: 5_000 });
+    expect((await outbox.claim('g2', 10, 200)).events).toEqual([]);
+    const second = await waitFor(async () => (await outbox.claim('g2', 10, 5_000)).events[0], { timeoutMs: 5_000 });
     expect(second).toMatchObject({ id: first!.id, attempts: 2, lease: 'g2:2' });
     expect(await outbox.settle(first!, { outcome: 'delivered' })).toBe(false);
     expect(await outbox.settle(second, { outcome: 'delivered' })).toBe(true);
@@ -214,7 +226,7 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
     const { taskId } = await store.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
     await store.transition(taskId, 'completed', { result: { content: [] } });
     // The first gateway claims it and is gone before it settles anything.
-    expect(await outbox.claim('killed-gateway', 16, 300)).toHaveLength(1);
+    expect((await outbox.claim('killed-gateway', 16, 300)).events).toHaveLength(1);
     const { d, metrics } = deliverer(outbox, r, { gatewayId: 'g2' });
     d.start();
     await waitFor(async () => (await outcomes(metrics))['delivered'] === 1, { timeoutMs: 10_000 });
@@ -320,6 +332,75 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(dead.received.length).toBe(PER_PRINCIPAL_SLOTS);
     dead.release(200);
+  });
+
+  // F1 (issue 48): with 4 such principals, each holding PER_PRINCIPAL_SLOTS, dave's webhooks were not delivered in 90 s.
+  it.each([1, 4, 16])(
+    "with %i principals whose receivers hang, another principal's webhook still arrives (F1)",
+    async (abusers) => {
+      const { store, outbox } = setup(`ob-fair-${abusers}`);
+      const hanging: WebhookReceiver[] = [];
+      for (let p = 0; p < abusers; p++) {
+        const r = await receiver();
+        r.answer(() => 'hang');
+        hanging.push(r);
+        for (let i = 0; i < 8; i++) {
+          const t = await store.create({
+            ...base,
+            principal: `abuser${p}`,
+            webhook: { url: `${r.origin}/h`, cap: 100 },
+          });
+          await store.transition(t.taskId, 'completed', { result: { content: [] } });
+        }
+      }
+      const live = await receiver();
+      const d = await store.create({ ...base, principal: 'dave', webhook: { url: `${live.origin}/h`, cap: 100 } });
+      await store.transition(d.taskId, 'completed', { result: { content: [] } });
+      // Up to 12 hanging principals leave a reserved slot free, so their tries may take 30 s (far beyond this test);
+      // 16 fill every slot with first tries, and then dave's is the first event taken when one ends (2 s).
+      const timeoutMs = abusers <= DELIVERY_SLOTS - RESERVED_SLOTS ? 30_000 : 2_000;
+      const { d: deliv, metrics } = deliverer(outbox, [...hanging, live], { timeoutMs });
+      deliv.start();
+      await waitFor(() => live.received.length === 1, { message: "dave's webhook did not arrive" });
+      expect(live.received[0]?.event).toMatchObject({ taskId: d.taskId, status: 'completed' });
+      if (timeoutMs === 30_000) {
+        await waitFor(async () => (await outcomes(metrics))['delivered'] === 1, {
+          message: "dave's event not counted",
+        });
+        expect(await outcomes(metrics)).toEqual({ delivered: 1 });
+      } else {
+        // Dave's went out when the first slots came free. A hanging receiver got a second try only as a probe of its
+        // circuit: one at a time, and at most SUSPECT_SLOTS of them at once.
+        const tries = hanging.map((r) => r.received.length);
+        expect(Math.max(...tries)).toBeLessThanOrEqual(2);
+        expect(tries.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(abusers + SUSPECT_SLOTS);
+      }
+      for (const r of hanging) r.release(200);
+    },
+  );
+
+  it('a receiver that keeps failing is backed off as a whole: its other events are deferred unsent, then it is probed', async () => {
+    const { keys, store, outbox } = setup('ob-backoff');
+    const broken = await receiver();
+    broken.answer(() => 503);
+    for (let i = 0; i < 30; i++) {
+      const t = await store.create({ ...base, webhook: { url: `${broken.origin}/h`, cap: 100 } });
+      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+    }
+    // A 4 s first backoff step: the circuit stays open 2 s after the first failures, the events' own retries 2–4 s.
+    const { d, metrics } = deliverer(outbox, broken, { retryBaseMs: 4_000, retryMaxMs: 60_000 });
+    d.start();
+    // Every event is settled once (tried, or deferred because its receiver had just failed) ...
+    await waitFor(async () => (await outcomes(metrics))['retried'] === 30, { message: 'not every event settled once' });
+    // ... while the receiver got the first round of one principal's tries only, not 30 POSTs.
+    expect(broken.received.length).toBeLessThanOrEqual(PER_PRINCIPAL_SLOTS);
+    const errors = await Promise.all((await due(keys)).map((id) => redis.hget(keys.webhooks.event(id), 'lastError')));
+    expect(errors.filter((e) => e?.startsWith('not sent: the receiver is backed off')).length).toBeGreaterThanOrEqual(
+      30 - PER_PRINCIPAL_SLOTS,
+    );
+    // When the circuit half-opens, it is probed again (one try, with the short deadline of a suspected receiver).
+    const firstRound = broken.received.length;
+    await waitFor(() => broken.received.length > firstRound, { message: 'the receiver was never probed again' });
   });
 
   it('a receiver that sends its headers and stalls the body gets its socket closed at the try deadline (R4)', async () => {

@@ -2,6 +2,7 @@ export * from './audit-log.js';
 export * from './batch-fields.js';
 export * from './batch-store.js';
 export * from './canonical.js';
+export * from './channel-backlog.js';
 export * from './bullmq-layout.js';
 export * from './config.js';
 export * from './coalescer.js';

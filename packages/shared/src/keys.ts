@@ -56,6 +56,12 @@ export interface Keys {
   readonly gatewayChannelPrefix: string;
   /** What `gatewayChannel(id)` puts after the id. */
   readonly gatewayChannelSuffix: string;
+  /** Hash `{max, bytes}`: what tool messages waiting for the gateway on its channel may add up to, and do (§22.4). */
+  gatewayBacklog(gatewayId: string): string;
+  /** What `gatewayBacklog(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
+  readonly gatewayBacklogPrefix: string;
+  /** What `gatewayBacklog(id)` puts after the id. */
+  readonly gatewayBacklogSuffix: string;
   /** Channel: cancel wake-ups for workers. */
   readonly cancelChannel: string;
   /** BullMQ `prefix` option. */
@@ -92,6 +98,8 @@ export interface Keys {
    * `starts`/`hold` of a rate limit (per key, or shared by its `name`). `keyDigest` is the key's value hashed.
    */
   toolLimit(kind: 'slots' | 'rate', scope: string, keyDigest: string): { a: string; b: string };
+  /** Hash: the principal of each waiter of a per-key concurrency limit shared across principals (§3.5). */
+  slotWaitersBy(scope: string, keyDigest: string): string;
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
   /** The keys of one task's output and stored values (PROTOCOL.md §34). */
@@ -174,6 +182,9 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     gatewayChannelPrefix,
     gatewayChannelSuffix,
     gatewayChannel: (gatewayId) => `${gatewayChannelPrefix}${gatewayId}${gatewayChannelSuffix}`,
+    gatewayBacklogPrefix: `${prefix}:gateway:`,
+    gatewayBacklogSuffix: ':backlog',
+    gatewayBacklog: (gatewayId) => `${prefix}:gateway:${gatewayId}:backlog`,
     cancelChannel: `${prefix}:cancel`,
     bullPrefix: prefix,
     queueName,
@@ -185,6 +196,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
       const base = `${prefix}:limit:${kind}:${encodeURIComponent(scope)}:${keyDigest}`;
       return kind === 'slots' ? { a: base, b: `${base}:waiting` } : { a: base, b: `${base}:hold` };
     },
+    slotWaitersBy: (scope, keyDigest) => `${prefix}:limit:slots:${encodeURIComponent(scope)}:${keyDigest}:waiting:by`,
     webhooks: {
       event: (eventId) => `${prefix}:webhook:${eventId}`,
       eventPrefix: `${prefix}:webhook:`,

@@ -44,6 +44,8 @@ export enum ResultCode {
   WAITPOINT_USED = -17,
   /** The waitpoint timed out before it was called. */
   WAITPOINT_EXPIRED = -18,
+  /** The gateway's channel backlog is full (PROTOCOL.md §22.4): the message was not published. */
+  CHANNEL_FULL = -19,
 }
 
 /** The codes as a Lua table (`R.OK`, `R.LOCK_LOST`, ...), for the generated include. */

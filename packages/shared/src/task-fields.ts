@@ -24,6 +24,8 @@ export const TASK_FIELDS = {
   progress: 'progress',
   total: 'total',
   progressMessage: 'progressMessage',
+  /** Log messages not published since the last one that was: the gateway's backlog was full (PROTOCOL.md §22.4). */
+  logsDropped: 'logsDropped',
   result: 'result',
   error: 'error',
   cancelReason: 'cancelReason',

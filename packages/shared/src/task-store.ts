@@ -190,7 +190,8 @@ export type TransitionOutcome =
 export type ProgressOutcome = 'accepted' | 'stale' | 'missing' | 'terminal' | 'lock_lost';
 
 /** How `recordLog` ended: `unrouted` when no gateway holds the caller's session (nobody to tell). */
-export type LogOutcome = 'published' | 'unrouted' | 'missing' | 'terminal' | 'lock_lost';
+/** `dropped`: not published, the gateway's backlog was full (PROTOCOL.md §22.4). */
+export type LogOutcome = 'published' | 'unrouted' | 'dropped' | 'missing' | 'terminal' | 'lock_lost';
 
 /** One tool log message (PROTOCOL.md §15): MCP's `notifications/message` params. */
 export interface LogMessage {
@@ -875,6 +876,8 @@ export class RedisTaskStore {
         channelPrefix: this.keys.gatewayChannelPrefix,
         channelSuffix: this.keys.gatewayChannelSuffix,
         lockToken: lock?.token ?? '',
+        backlogPrefix: this.keys.gatewayBacklogPrefix,
+        backlogSuffix: this.keys.gatewayBacklogSuffix,
       },
     });
     return writeOutcome<'accepted' | 'stale'>(reply.code, 'accepted', { [ResultCode.PROGRESS_STALE]: 'stale' });
@@ -895,9 +898,14 @@ export class RedisTaskStore {
         channelPrefix: this.keys.gatewayChannelPrefix,
         channelSuffix: this.keys.gatewayChannelSuffix,
         lockToken: lock?.token ?? '',
+        backlogPrefix: this.keys.gatewayBacklogPrefix,
+        backlogSuffix: this.keys.gatewayBacklogSuffix,
       },
     });
-    return writeOutcome<'published' | 'unrouted'>(reply.code, 'published', { [ResultCode.UNROUTED]: 'unrouted' });
+    return writeOutcome<'published' | 'unrouted' | 'dropped'>(reply.code, 'published', {
+      [ResultCode.UNROUTED]: 'unrouted',
+      [ResultCode.CHANNEL_FULL]: 'dropped',
+    });
   }
 
   /**

@@ -14,11 +14,22 @@ export function limitKeyDigest(value: string): string {
   return createHash('sha256').update(value).digest('base64url').slice(0, 22);
 }
 
+/**
+ * The key value of a limit counted per principal (PROTOCOL.md §3.5): the principal and the value, NUL between (a
+ * principal name holds no NUL, so no principal's key is another's). Both workers build it this way (Python:
+ * `limits.principal_scoped_key`), so Node and Python runs of one tool count in the same limits.
+ */
+export function principalScopedKey(principal: string, value: string): string {
+  return `${principal}\u0000${value}`;
+}
+
 /** One slot limit: a tool, a key value, a size. */
 export interface SlotLimit {
   tool: string;
   key: string;
   limit: number;
+  /** On a limit shared across principals, the run's principal: its line is fair between principals (§3.5). */
+  principal?: string;
 }
 
 /** One rate limit: its scope (the tool, or the shared name), a key value, `max` starts per `perMs`. */
@@ -44,7 +55,12 @@ export class ToolLimitStore {
   /** Takes waiters out of the line: their jobs are gone (a task cancelled or ended while it waited). */
   async dropWaiters(l: SlotLimit, waiters: readonly string[]): Promise<void> {
     if (waiters.length === 0) return;
-    await this.redis.zrem(this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key)).b, ...waiters);
+    const digest = limitKeyDigest(l.key);
+    await this.redis
+      .multi()
+      .zrem(this.keys.toolLimit('slots', l.tool, digest).b, ...waiters)
+      .hdel(this.keys.slotWaitersBy(l.tool, digest), ...waiters)
+      .exec();
   }
 
   /**
@@ -60,19 +76,21 @@ export class ToolLimitStore {
     leaseMs: number,
     mode: 'take' | 'renew' | 'peek' = 'take',
   ): Promise<Admission> {
-    const k = this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key));
+    const digest = limitKeyDigest(l.key);
+    const k = this.keys.toolLimit('slots', l.tool, digest);
     const reply = await this.scripts.call(SCRIPTS.slotTake, {
-      keys: { slots: k.a, waiting: k.b },
-      args: { holder, limit: l.limit, leaseMs, waiter, mode },
+      keys: { slots: k.a, waiting: k.b, waitingBy: this.keys.slotWaitersBy(l.tool, digest) },
+      args: { holder, limit: l.limit, leaseMs, waiter, mode, principal: l.principal ?? '' },
     });
     return reply.code === ResultCode.OK ? { ok: true } : { ok: false, waitMs: Number(reply.values[0] ?? 0) };
   }
 
   /** Gives `holder`'s slot back; resolves with the waiters (`<queue> <jobId>`) that now have room, oldest first. */
   async releaseSlot(l: SlotLimit, holder: string, waiter: string): Promise<string[]> {
-    const k = this.keys.toolLimit('slots', l.tool, limitKeyDigest(l.key));
+    const digest = limitKeyDigest(l.key);
+    const k = this.keys.toolLimit('slots', l.tool, digest);
     const reply = await this.scripts.call(SCRIPTS.slotRelease, {
-      keys: { slots: k.a, waiting: k.b },
+      keys: { slots: k.a, waiting: k.b, waitingBy: this.keys.slotWaitersBy(l.tool, digest) },
       args: { holder, limit: l.limit, waiter },
     });
     return reply.values.map(String);

@@ -59,11 +59,33 @@ export const DeadLetterSchema = z.object({
 });
 export type DeadLetter = z.infer<typeof DeadLetterSchema>;
 
-/** How one claim shares the slots: at most `perPrincipal` tries of one principal in flight on this gateway. */
+/**
+ * How one claim shares the slots (PROTOCOL.md §27.3): one event of each principal with nothing in flight first, then
+ * more of the others, up to `perPrincipal` each, while more than `reserve` free slots stay free; nothing to a blocked
+ * receiver.
+ */
 export interface ClaimFairness {
   perPrincipal: number;
   /** Tries in flight on this gateway now, by principal. */
   inFlight: ReadonlyMap<string, number>;
+  /** Free slots kept for principals with no try in flight (default 0). */
+  reserve?: number;
+  /**
+   * Receivers (`scheme://authority`, lower case) not tried as usual: with a time (ms), their circuit is open and up to
+   * `deferMax` of their due events are returned as `deferred`, to be settled as failed tries due again then; with 0
+   * their events stay due, untouched; with -1 (half open) one event is taken as a probe, up to `probes` in all.
+   */
+  blocked?: Readonly<Record<string, number>>;
+  /** Deferred events per claim, at most (default 0). */
+  deferMax?: number;
+  /** Half-open receivers probed per claim, at most (default 0). */
+  probes?: number;
+}
+
+/** What one claim leased: events to try now, and events of receivers whose circuit is open, to settle unsent. */
+export interface Claimed {
+  events: OutboxEvent[];
+  deferred: OutboxEvent[];
 }
 
 export class WebhookOutbox {
@@ -77,30 +99,38 @@ export class WebhookOutbox {
   }
 
   /**
-   * Leases up to `batch` due events to `holder` for `leaseMs`, skipping those of principals that already have
-   * `fairness.perPrincipal` tries in flight here. An event whose hash cannot be read as one (written by hand, or by
-   * another version) is settled dead at once rather than retried for ever.
+   * Leases up to `batch` due events to `holder` for `leaseMs`, shared as `fairness` says. An event whose hash cannot be
+   * read as one (written by hand, or by another version) is settled dead at once rather than retried for ever.
    */
   async claim(
     holder: string,
     batch: number,
     leaseMs: number,
     fairness: ClaimFairness = { perPrincipal: batch, inFlight: new Map() },
-  ): Promise<OutboxEvent[]> {
-    if (batch <= 0) return [];
+  ): Promise<Claimed> {
+    const deferMax = fairness.deferMax ?? 0;
+    if (batch <= 0 && deferMax <= 0) return { events: [], deferred: [] };
     const reply = await this.scripts.call(SCRIPTS.webhookClaim, {
       keys: { due: this.keys.due },
       args: {
-        batch,
+        batch: Math.max(0, batch),
         leaseMs,
         holder,
         eventPrefix: this.keys.eventPrefix,
         perPrincipal: fairness.perPrincipal,
         inFlight: JSON.stringify(Object.fromEntries(fairness.inFlight)),
         scan: CLAIM_SCAN,
+        reserve: fairness.reserve ?? 0,
+        blocked: JSON.stringify(fairness.blocked ?? {}),
+        deferMax,
+        probes: fairness.probes ?? 0,
       },
     });
-    const rows = (Array.isArray(reply.values[0]) ? reply.values[0] : []) as string[][];
+    return { events: await this.readRows(reply.values[0]), deferred: await this.readRows(reply.values[1]) };
+  }
+
+  private async readRows(value: unknown): Promise<OutboxEvent[]> {
+    const rows = (Array.isArray(value) ? value : []) as string[][];
     const events: OutboxEvent[] = [];
     for (const flat of rows) {
       const h: Record<string, string> = {};

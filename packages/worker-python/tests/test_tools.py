@@ -119,3 +119,35 @@ def test_limits_per_key_and_shared_by_name_are_the_worker_s_own():
     assert limit_key_digest('["acme",null]') == "Bcy2JyxMKQSNw3BgtWBBsJ"
     plain = define_tool(name="plain", description="d", run=run, concurrency={"limit": 3}, rate_limit={"max": 1, "per_ms": 10})
     assert plain.concurrency == 3 and plain.rate_limit == (1, 10) and plain.admitted_slot is None
+
+
+def test_keyed_limits_count_per_principal_unless_shared_across_principals():
+    """PROTOCOL.md §3.5 (issue 48 F2): a keyed limit's key is the principal's, as the Node side builds it, unless the
+    tool says ``across_principals``; a named limit without a key is everyone's."""
+    from taskrelay_worker.limits import limit_key_digest, principal_scoped_key, scoped_key
+
+    schema = {"type": "object", "properties": {"tenant": {"type": "string"}}}
+    mine = define_tool(
+        name="mine", description="d", run=run, input_schema=schema,
+        concurrency={"limit": 1, "key": ["tenant"]}, rate_limit={"max": 1, "per_ms": 10, "key": ["tenant"]},
+    )
+    shared = define_tool(
+        name="shared", description="d", run=run, input_schema=schema,
+        concurrency={"limit": 1, "key": ["tenant"], "across_principals": True},
+        rate_limit={"max": 1, "per_ms": 10, "key": ["tenant"], "across_principals": True},
+    )
+    upstream = define_tool(name="upstream", description="d", run=run, rate_limit={"max": 1, "per_ms": 10, "name": "up"})
+    args = {"tenant": "acme"}
+    assert mine.admitted_slot is not None and mine.admitted_rate is not None
+    assert scoped_key(mine.admitted_slot, args, "alice") == 'alice\u0000["acme"]'
+    assert scoped_key(mine.admitted_slot, args, "bob") != scoped_key(mine.admitted_slot, args, "alice")
+    assert scoped_key(mine.admitted_rate, args, "bob") == principal_scoped_key("bob", '["acme"]')
+    assert shared.admitted_slot is not None and shared.admitted_rate is not None
+    assert scoped_key(shared.admitted_slot, args, "alice") == scoped_key(shared.admitted_slot, args, "bob") == '["acme"]'
+    assert scoped_key(shared.admitted_rate, args, "alice") == '["acme"]'
+    assert upstream.admitted_rate is not None and scoped_key(upstream.admitted_rate, {}, "alice") == ""
+    # The Node side's digest of alice's acme key: limitKeyDigest(principalScopedKey('alice', '["acme"]')).
+    assert limit_key_digest(principal_scoped_key("alice", '["acme"]')) == "Q3gMPoo7p3CHY5z59k1YUY"
+    with pytest.raises(ValueError, match="across_principals must be true or false"):
+        define_tool(name="bad", description="d", run=run, input_schema=schema,
+                    concurrency={"limit": 1, "key": ["tenant"], "across_principals": "yes"})

@@ -89,9 +89,12 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    * `{ limit: 3 }`, or per value of a key of the arguments, `{ limit: 3, key: ['tenant'] }` (argument names) or
    * `{ limit: 3, key: (args) => String(args.tenant) }` (PROTOCOL.md §3.5). A run waiting for a slot holds no worker
    * slot; its task's `statusMessage` says so (PROTOCOL.md §3.3). A crashed holder's slot comes back within the lock
-   * duration. Default: none (only `WORKER_CONCURRENCY`).
+   * duration. Default: none (only `WORKER_CONCURRENCY`). A keyed limit counts each principal's runs apart (alice's
+   * runs on tenant `acme` never wait for bob's); `acrossPrincipals: true` makes one limit per key value for every
+   * principal (an upstream's per-tenant quota), whose waiting runs then take free slots in turn by principal.
+   * Default `false`.
    */
-  concurrency?: number | { limit: number; key?: LimitKey };
+  concurrency?: number | { limit: number; key?: LimitKey; acrossPrincipals?: boolean };
   /**
    * Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): a call whose values of the `key` arguments (all
    * of them by default) match an unfinished call of this tool by the same principal, in the same mode (task or plain),
@@ -110,9 +113,10 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    * At most `max` starts of the tool in any window of `perMs` across the fleet, batch children included
    * (PROTOCOL.md §3.3). `key`: per value of a key of the arguments, as `concurrency.key`. `name`: one budget shared
    * by every tool whose `rateLimit.name` is the same (the upstream they all call), and a `RetryAfterError` of one
-   * holds it for all (§3.5). Default: none.
+   * holds it for all (§3.5). A keyed rate limit counts each principal's starts apart unless `acrossPrincipals: true`
+   * (as `concurrency`); a named one without a key is one budget for everyone. Default: none.
    */
-  rateLimit?: { max: number; perMs: number; key?: LimitKey; name?: string };
+  rateLimit?: { max: number; perMs: number; key?: LimitKey; name?: string; acrossPrincipals?: boolean };
   /**
    * The tool's version (PROTOCOL.md §12.11): 1 to 64 of A-Z a-z 0-9 _ - . Every run records it on its task, and a
    * resume prefers a worker of the version the task last ran. Default: derived from the name, the published schemas
@@ -244,13 +248,21 @@ const LimitKeySchema = z.union([
 
 /** The limits a worker admits runs by itself (§3.5); each key function answers the limit's key for the arguments. */
 export interface AdmittedLimits {
-  slot?: { limit: number; keyOf: (args: Record<string, unknown>) => string; keyName: string };
+  slot?: {
+    limit: number;
+    keyOf: (args: Record<string, unknown>) => string;
+    keyName: string;
+    /** One limit per key value for every principal (else per principal and key value). */
+    acrossPrincipals: boolean;
+  };
   rate?: {
     max: number;
     perMs: number;
     scope: string;
     keyOf: (args: Record<string, unknown>) => string;
     keyName: string;
+    /** One budget per key value for every principal; always so for a named limit without a key. */
+    acrossPrincipals: boolean;
   };
 }
 
@@ -300,7 +312,11 @@ const ToolOptionsSchema = z.object({
   concurrency: z
     .union([
       z.number().int().min(1).max(100_000),
-      z.strictObject({ limit: z.number().int().min(1).max(100_000), key: LimitKeySchema.optional() }),
+      z.strictObject({
+        limit: z.number().int().min(1).max(100_000),
+        key: LimitKeySchema.optional(),
+        acrossPrincipals: z.boolean().optional(),
+      }),
     ])
     .optional(),
   rateLimit: z
@@ -312,6 +328,7 @@ const ToolOptionsSchema = z.object({
         .string()
         .regex(/^[A-Za-z0-9_.-]{1,128}$/, { message: 'must be 1 to 128 of A-Z a-z 0-9 _ - .' })
         .optional(),
+      acrossPrincipals: z.boolean().optional(),
     })
     .optional(),
   inputTimeoutMs: z.number().int().positive().default(86_400_000),
@@ -356,7 +373,8 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
         };
   const concurrency = typeof checked.concurrency === 'object' ? checked.concurrency.limit : checked.concurrency;
   const concurrencyKey = typeof checked.concurrency === 'object' ? checked.concurrency.key : undefined;
-  const admitted = admittedLimits(checked.name, concurrency, concurrencyKey, rateLimit);
+  const across = typeof checked.concurrency === 'object' && checked.concurrency.acrossPrincipals === true;
+  const admitted = admittedLimits(checked.name, concurrency, concurrencyKey, across, rateLimit);
   const { descriptor, version } = toolDescriptor(
     checked,
     // The function's text, not the function: `run` is a method of the options object.
@@ -490,6 +508,7 @@ function admittedLimits(
   name: string,
   concurrency: number | undefined,
   concurrencyKey: LimitKey | undefined,
+  concurrencyAcross: boolean,
   rateLimit: CheckedOptions['rateLimit'],
 ): AdmittedLimits {
   const admitted: AdmittedLimits = {};
@@ -498,6 +517,7 @@ function admittedLimits(
       limit: concurrency,
       keyOf: keyFunction(concurrencyKey),
       keyName: keyNames(concurrencyKey)?.join(', ') ?? '',
+      acrossPrincipals: concurrencyAcross,
     };
   }
   if (rateLimit !== undefined && (rateLimit.key !== undefined || rateLimit.name !== undefined)) {
@@ -507,6 +527,7 @@ function admittedLimits(
       scope: rateLimit.name === undefined ? `tool:${name}` : `name:${rateLimit.name}`,
       keyOf: keyFunction(rateLimit.key),
       keyName: keyNames(rateLimit.key)?.join(', ') ?? '',
+      acrossPrincipals: rateLimit.key === undefined || rateLimit.acrossPrincipals === true,
     };
   }
   return admitted;

@@ -45,6 +45,7 @@ import { Reaper } from '../tasks/reaper.js';
 import { TaskReplay } from '../tasks/replay.js';
 import { readSchedulesFile } from '../tasks/schedules/schedule-file.js';
 import { Schedules } from '../tasks/schedules/schedules.js';
+import { ChannelBacklog } from '../tasks/channel-backlog.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WaitpointCallbacks } from '../tasks/waitpoints.js';
@@ -349,9 +350,13 @@ async function startTaskLayer(w: {
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());
   const publish = (channel: string, message: string) => redis.publish(channel, message);
+  // Before the subscriber: the budget is in place, and the count at 0, when the first tool message is published.
+  const backlog = new ChannelBacklog(redis, keys, gatewayId, log);
+  await backlog.start();
   const router = new TaskRouter(subscriber, publish, store, keys, log, metrics, {
     gatewayId,
     progressIntervalMs: options.progressIntervalMs,
+    backlog,
   });
   undo.push(() => router.close());
   await router.start();

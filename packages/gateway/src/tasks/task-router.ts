@@ -25,6 +25,7 @@ import {
   terminalRecord,
   type RedisClient,
 } from '@taskrelay/shared';
+import type { ChannelBacklog } from './channel-backlog.js';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 
@@ -94,6 +95,8 @@ export interface TaskRouterOptions {
   progressIntervalMs: number;
   /** Safety net when a status event is missed: waiters re-read the hash this often. Default 2000 ms. */
   fallbackPollMs?: number;
+  /** Told of each tool message read, and of a new subscriber (PROTOCOL.md §22.4). None: nothing is bounded. */
+  backlog?: Pick<ChannelBacklog, 'counted' | 'resubscribed' | 'close'>;
 }
 
 export interface WaitOptions {
@@ -149,7 +152,10 @@ export class TaskRouter {
     this.subscriber.on('message', (channel: string, raw: string) => this.onMessage(channel, raw));
     this.subscriber.on('ready', () => {
       // ioredis resubscribes by itself; anything published while we were away is read back from the hashes.
-      if (this.connectedOnce) void this.reconcile();
+      if (this.connectedOnce) {
+        this.options.backlog?.resubscribed();
+        void this.reconcile();
+      }
       this.connectedOnce = true;
     });
     await this.subscriber.subscribe(this.keys.gatewayChannel(this.options.gatewayId));
@@ -416,6 +422,7 @@ export class TaskRouter {
   close(): void {
     this.ended.clear();
     for (const taskId of [...this.routes.keys()]) this.retire(taskId, { flush: false });
+    this.options.backlog?.close();
     this.subscriber.disconnect();
   }
 
@@ -434,6 +441,8 @@ export class TaskRouter {
       this.onAck(event);
       return;
     }
+    // A tool message: taken off the backlog the scripts counted it in (§22.4), whatever becomes of it here.
+    this.options.backlog?.counted(channel, raw);
     if (event.type === 'log') {
       this.onLog(event);
       return;

@@ -12,9 +12,11 @@
     ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
     ARGV[6] channelSuffix     gateway channel: what comes after it
     ARGV[7] lockToken         the worker's lock token; '' = no lock check
+    ARGV[8] backlogPrefix     gateway backlog hash: what comes before the gateway id (§22.4)
+    ARGV[9] backlogSuffix     gateway backlog hash: what comes after it
 
   Output:
-    {R.OK}               recorded and published
+    {R.OK}               recorded, and published unless the gateway's backlog is full (§22.4: the hash has it)
     {R.PROGRESS_STALE}   not above the last value
     {R.TASK_MISSING}
     {R.TASK_TERMINAL}
@@ -24,6 +26,7 @@
 --- @include "taskFields"
 --- @include "transitions"
 --- @include "checkLock"
+--- @include "channelBacklog"
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId)
 if not h[1] then return {R.TASK_MISSING} end
@@ -45,6 +48,8 @@ if ARGV[3] ~= '' then
   event.message = message
 end
 if h[3] and h[3] ~= '' then
-  redis.call('PUBLISH', ARGV[5] .. h[3] .. ARGV[6], cjson.encode(event))
+  local channel = ARGV[5] .. h[3] .. ARGV[6]
+  local payload = cjson.encode(event)
+  if backlog_admit(h[3], channel, {payload}, ARGV[8], ARGV[9]) then redis.call('PUBLISH', channel, payload) end
 end
 return {R.OK}

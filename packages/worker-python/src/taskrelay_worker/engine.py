@@ -173,6 +173,8 @@ class RunEntry:
     aborted_at: float | None = None
     #: Gives back the run's slot of a per-key limit (§3.5); called as the run ends, however it ends.
     release: Any = None
+    #: Whose keyed limits the run counts in (§3.5): the task's principal, or a batch child's owner.
+    principal: str = ""
 
 
 class GatedWorker(bullmq.Worker):
@@ -537,6 +539,7 @@ class TaskrelayWorker:
             return None
         if principal != task.principal:
             log.bind(principal=task.principal)
+        entry.principal = task.principal
 
         tool_name, arguments = data.get("tool"), data.get("arguments")
         if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
@@ -571,7 +574,7 @@ class TaskrelayWorker:
             if held == "gone":
                 log.info("task ended meanwhile; no limit wait")
                 return None
-            return await self._delay_for_limit(job, token, tool, arguments, wait, log)
+            return await self._delay_for_limit(job, token, tool, arguments, wait, entry.principal, log)
 
         timeout_ms = min((t for t in (timeout_hint, tool.timeout_ms) if t is not None), default=None)
         # The tool's log lines are also kept with its task (§30.4); the engine's own lines are not.
@@ -674,7 +677,7 @@ class TaskrelayWorker:
                 log.info("task ended meanwhile; no back-off")
                 return None
             log.info("upstream asked to retry later; the run ends, holding no slot", retryAfterMs=until - _now_ms())
-            await self._hold(tool, arguments, int(error.retry_after * 1000), log)
+            await self._hold(tool, arguments, entry.principal, int(error.retry_after * 1000), log)
             return await self._suspend_job(job, token, task_id, Suspension("time", until), log)
         assert error is not None
         attempts = int(job.opts.get("attempts") or 1)
@@ -703,6 +706,7 @@ class TaskrelayWorker:
         lock = JobLock(entry.queue, token)
         start, owner, parent_pool = await self.store.start_child(parent_id, index, lock)
         owner = owner if start == "run" else (data.get("principal") or "")
+        entry.principal = owner
         try:
             await self._redis.zrem(self.keys.fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - the fair share prunes what it misses
@@ -755,7 +759,7 @@ class TaskrelayWorker:
             return await record(failed("INVALID_ARGUMENTS", str(error)))
         wait = await self._admit(tool, arguments, job, entry)
         if wait is not None:
-            return await self._delay_for_limit(job, token, tool, arguments, wait, log)
+            return await self._delay_for_limit(job, token, tool, arguments, wait, entry.principal, log)
         timeout_ms = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else tool.timeout_ms
         ctx = ToolContext(
             task_id=str(job.id),
@@ -795,7 +799,7 @@ class TaskrelayWorker:
             except NonRetryableError as bad:
                 return await record({**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
         if isinstance(error, RetryAfterError):
-            await self._hold(tool, arguments, int(error.retry_after * 1000), log)
+            await self._hold(tool, arguments, entry.principal, int(error.retry_after * 1000), log)
             try:
                 await job.moveToDelayed(_now_ms() + int(error.retry_after * 1000), token)
                 log.info("batch child backs off; it runs again after the wait", retryAfterMs=int(error.retry_after * 1000))
@@ -828,7 +832,7 @@ class TaskrelayWorker:
         return await self.limits.admit(tool, arguments, job, entry, promote)
 
     async def _delay_for_limit(
-        self, job: Any, token: str, tool: ToolDefinition, arguments: dict, wait: LimitWait, log: Logger
+        self, job: Any, token: str, tool: ToolDefinition, arguments: dict, wait: LimitWait, principal: str, log: Logger
     ) -> Any:
         """The refused run's job waits in the delayed set (no attempt used, no slot held); a slot waiter that slipped
         past its releaser's promotion promotes itself (§3.5 step 3)."""
@@ -839,19 +843,19 @@ class TaskrelayWorker:
             raise DelayedError() from None
         if wait.limit == "slot" and self.limits is not None:
             try:
-                if await self.limits.room_now(tool, arguments, job):
+                if await self.limits.room_now(tool, arguments, job, principal):
                     await job.promote()
             except Exception as error:  # noqa: BLE001 - the delay's end brings it back
                 log.debug("could not re-check the slot after waiting", err=error)
         log.info("run waits for its tool's limit, holding no slot", limit=wait.limit, waitMs=wait.wait_ms)
         raise DelayedError()
 
-    async def _hold(self, tool: ToolDefinition, arguments: dict, ms: int, log: Logger) -> None:
+    async def _hold(self, tool: ToolDefinition, arguments: dict, principal: str, ms: int, log: Logger) -> None:
         """A back-off of a tool with its own rate limit holds it for every tool that shares it (§3.4, §3.5)."""
         if self.limits is None or tool.admitted_rate is None:
             return
         try:
-            await self.limits.hold(tool, arguments, ms)
+            await self.limits.hold(tool, arguments, principal, ms)
         except Exception as error:  # noqa: BLE001
             log.warn("could not hold the shared rate limit", err=error)
 

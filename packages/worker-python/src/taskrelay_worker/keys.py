@@ -38,6 +38,9 @@ class Keys:
         self.protocol = f"{prefix}:protocol"
         self.gateway_channel_prefix = f"{prefix}:gateway:"
         self.gateway_channel_suffix = ":events"
+        # The gateway's backlog hash (PROTOCOL.md §22.4), as keys.ts names it.
+        self.gateway_backlog_prefix = f"{prefix}:gateway:"
+        self.gateway_backlog_suffix = ":backlog"
         self.cancel_channel = f"{prefix}:cancel"
         #: BullMQ's ``prefix`` option.
         self.bull_prefix = prefix
@@ -105,3 +108,7 @@ class Keys:
         """A worker-admitted limit's two keys (§3.5): ``slots``/``waiting``, or ``starts``/``hold`` of a rate limit."""
         base = f"{self.prefix}:limit:{kind}:{encode_uri_component(scope)}:{key_digest}"
         return (base, f"{base}:waiting") if kind == "slots" else (base, f"{base}:hold")
+
+    def slot_waiters_by(self, scope: str, key_digest: str) -> str:
+        """Hash: the principal of each waiter of a per-key concurrency limit shared across principals (§3.5)."""
+        return f"{self.prefix}:limit:slots:{encode_uri_component(scope)}:{key_digest}:waiting:by"

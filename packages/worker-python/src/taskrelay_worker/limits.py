@@ -29,6 +29,18 @@ def key_function(names: list[str] | None) -> Callable[[dict[str, Any]], str]:
     return lambda args: json.dumps([args.get(n) for n in names], separators=(",", ":"), ensure_ascii=False)
 
 
+def principal_scoped_key(principal: str, value: str) -> str:
+    """The key value of a limit counted per principal (§3.5), as the Node side's ``principalScopedKey``: the principal
+    and the value, NUL between."""
+    return f"{principal}\u0000{value}"
+
+
+def scoped_key(limit: "SlotLimit | RateLimit", args: dict[str, Any], principal: str) -> str:
+    """A limit's key value for ``args``: per principal unless the tool shares it across principals."""
+    value = key_function(limit.key)(args)
+    return value if limit.across_principals else principal_scoped_key(principal, value)
+
+
 #: How many times a release skips waiters that cannot be woken before it leaves the rest to their delays.
 WAKE_ROUNDS = 3
 
@@ -37,6 +49,8 @@ WAKE_ROUNDS = 3
 class SlotLimit:
     limit: int
     key: list[str]
+    #: One limit per key value for every principal (else per principal and key value).
+    across_principals: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,8 @@ class RateLimit:
     per_ms: int
     scope: str
     key: list[str] | None
+    #: One budget per key value for every principal; always so for a named limit without a key.
+    across_principals: bool = False
 
 
 @dataclass
@@ -65,9 +81,10 @@ class ToolLimits:
         """None when the run may start (its slot, if any, held until ``entry.release``); else why and how long it
         waits."""
         job_id = str(job.id)
+        principal = str(getattr(entry, "principal", "") or "")
         rate: RateLimit | None = tool.admitted_rate
         if rate is not None:
-            starts, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(key_function(rate.key)(args)))
+            starts, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(scoped_key(rate, args, principal)))
             code, values = await self.store.call(
                 "rateTake",
                 {"starts": starts, "hold": hold},
@@ -82,10 +99,20 @@ class ToolLimits:
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return None
-        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
+        digest = limit_key_digest(scoped_key(slot, args, principal))
+        slots, waiting = self.keys.tool_limit("slots", tool.name, digest)
+        waiting_by = self.keys.slot_waiters_by(tool.name, digest)
         waiter = f"{queue_of_bull_name(job.queue.name)} {job_id}"
-        keys = {"slots": slots, "waiting": waiting}
-        take = {"holder": job_id, "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "take"}
+        keys = {"slots": slots, "waiting": waiting, "waitingBy": waiting_by}
+        # A limit shared across principals keeps a line fair between them (§3.5).
+        take = {
+            "holder": job_id,
+            "limit": slot.limit,
+            "leaseMs": self.lease_ms,
+            "waiter": waiter,
+            "mode": "take",
+            "principal": principal if slot.across_principals else "",
+        }
         code, values = await self.store.call("slotTake", keys, take)
         if code != "OK":
             return LimitWait(
@@ -126,31 +153,40 @@ class ToolLimits:
                 if not gone:
                     return
                 await self.store.redis.zrem(waiting, *gone)
+                await self.store.redis.hdel(waiting_by, *gone)
                 _, answered = await self.store.call("slotRelease", keys, {"holder": "", "limit": slot.limit, "waiter": ""})
                 next_waiters = [str(w) for w in answered]
 
         entry.release = release
         return None
 
-    async def room_now(self, tool: Any, args: dict[str, Any], job: Any) -> bool:
+    async def room_now(self, tool: Any, args: dict[str, Any], job: Any, principal: str) -> bool:
         """After a slot waiter's delayed move: is there room already (its releaser's promotion found it active)? Without
         room the waiter is put back in line if that releaser dropped it, so the next release wakes it (§3.5 step 3)."""
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return False
         waiter = f"{queue_of_bull_name(job.queue.name)} {job.id}"
-        slots, waiting = self.keys.tool_limit("slots", tool.name, limit_key_digest(key_function(slot.key)(args)))
+        digest = limit_key_digest(scoped_key(slot, args, principal))
+        slots, waiting = self.keys.tool_limit("slots", tool.name, digest)
         code, _ = await self.store.call(
             "slotTake",
-            {"slots": slots, "waiting": waiting},
-            {"holder": str(job.id), "limit": slot.limit, "leaseMs": self.lease_ms, "waiter": waiter, "mode": "peek"},
+            {"slots": slots, "waiting": waiting, "waitingBy": self.keys.slot_waiters_by(tool.name, digest)},
+            {
+                "holder": str(job.id),
+                "limit": slot.limit,
+                "leaseMs": self.lease_ms,
+                "waiter": waiter,
+                "mode": "peek",
+                "principal": principal if slot.across_principals else "",
+            },
         )
         return code == "OK"
 
-    async def hold(self, tool: Any, args: dict[str, Any], ms: int) -> None:
+    async def hold(self, tool: Any, args: dict[str, Any], principal: str, ms: int) -> None:
         """A back-off (§3.4) of a tool with its own rate limit holds it for every tool that shares it."""
         rate: RateLimit | None = tool.admitted_rate
         if rate is None:
             return
-        _, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(key_function(rate.key)(args)))
+        _, hold = self.keys.tool_limit("rate", rate.scope, limit_key_digest(scoped_key(rate, args, principal)))
         await self.store.call("rateHold", {"hold": hold}, {"ms": max(1, int(ms))})

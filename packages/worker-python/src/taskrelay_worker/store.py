@@ -241,6 +241,8 @@ class TaskStore:
                 "channelPrefix": self.keys.gateway_channel_prefix,
                 "channelSuffix": self.keys.gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
+                "backlogPrefix": self.keys.gateway_backlog_prefix,
+                "backlogSuffix": self.keys.gateway_backlog_suffix,
             },
         )
         return {"OK": "accepted", "PROGRESS_STALE": "stale", "TASK_TERMINAL": "terminal", "LOCK_LOST": "lock_lost"}.get(
@@ -248,7 +250,8 @@ class TaskStore:
         )
 
     async def record_log(self, task_id: str, level: str, data: Any, logger: str | None, lock: JobLock | None) -> str:
-        """'published', 'unrouted', 'terminal', 'missing' or 'lock_lost' (§15)."""
+        """'published', 'unrouted', 'dropped' (the gateway's backlog is full, §22.4), 'terminal', 'missing' or
+        'lock_lost' (§15)."""
         code, _ = await self.call(
             "log",
             {"task": self.keys.task(task_id), "lock": self._lock_key(task_id, lock)},
@@ -259,11 +262,17 @@ class TaskStore:
                 "channelPrefix": self.keys.gateway_channel_prefix,
                 "channelSuffix": self.keys.gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
+                "backlogPrefix": self.keys.gateway_backlog_prefix,
+                "backlogSuffix": self.keys.gateway_backlog_suffix,
             },
         )
-        return {"OK": "published", "UNROUTED": "unrouted", "TASK_TERMINAL": "terminal", "LOCK_LOST": "lock_lost"}.get(
-            code, "missing"
-        )
+        return {
+            "OK": "published",
+            "UNROUTED": "unrouted",
+            "CHANNEL_FULL": "dropped",
+            "TASK_TERMINAL": "terminal",
+            "LOCK_LOST": "lock_lost",
+        }.get(code, "missing")
 
     async def open_waitpoint(
         self, task_id: str, lock: JobLock, name: str, token: str, timeout_ms: int

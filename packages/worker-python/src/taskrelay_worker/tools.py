@@ -99,6 +99,12 @@ class ToolDefinition:
             raise NonRetryableError(f"Invalid arguments for tool {self.name}: {issues}") from None
 
 
+def _flag(tool: str, what: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"tool {tool}: {what} must be true or false (got {value!r})")
+    return value
+
+
 def _positive(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         bound = f"{low}..{high}" if high is not None else f">= {low}"
@@ -141,7 +147,8 @@ def define_tool(
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
     text copy, a string as text. ``concurrency`` is ``n``, or ``{"limit": n, "key": [argument names]}`` (per key,
     PROTOCOL.md §3.5). ``rate_limit`` is ``{"max": n, "per_ms": ms}``, with an optional ``"key"`` (argument names)
-    and ``"name"`` (a budget shared by every tool of that name, in Node workers too). ``version`` names the build of the
+    and ``"name"`` (a budget shared by every tool of that name, in Node workers too). A keyed limit counts each
+    principal's runs apart unless it has ``"across_principals": True`` (one limit per key value for everyone). ``version`` names the build of the
     tool (default: derived from its name, schemas and source) and ``on_version_change`` (``resume``, ``restart`` or
     ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11)."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -159,11 +166,15 @@ def define_tool(
     _positive(f"tool {name}: input_timeout_ms", input_timeout_ms)
     slot: SlotLimit | None = None
     if isinstance(concurrency, dict):
-        if set(concurrency) - {"limit", "key"} or "limit" not in concurrency:
-            raise ValueError(f"tool {name}: concurrency must be n or {{'limit': n, 'key': [argument names]}}")
+        if set(concurrency) - {"limit", "key", "across_principals"} or "limit" not in concurrency:
+            raise ValueError(
+                f"tool {name}: concurrency must be n or {{'limit': n, 'key': [argument names]}}, "
+                "with 'across_principals' optional"
+            )
         _positive(f"tool {name}: concurrency.limit", concurrency["limit"])
+        across = _flag(name, "concurrency.across_principals", concurrency.get("across_principals", False))
         if "key" in concurrency:
-            slot = SlotLimit(concurrency["limit"], _key_names(name, "concurrency.key", concurrency["key"]))
+            slot = SlotLimit(concurrency["limit"], _key_names(name, "concurrency.key", concurrency["key"]), across)
         concurrency = concurrency["limit"] if slot is None else None
     elif concurrency is not None:
         _positive(f"tool {name}: concurrency", concurrency)
@@ -175,9 +186,11 @@ def define_tool(
             "per_ms",
             "key",
             "name",
+            "across_principals",
         }:
             raise ValueError(
-                f"tool {name}: rate_limit must be {{'max': n, 'per_ms': ms}}, with 'key' and 'name' optional, and nothing else"
+                f"tool {name}: rate_limit must be {{'max': n, 'per_ms': ms}}, with 'key', 'name' and "
+                "'across_principals' optional, and nothing else"
             )
         _positive(f"tool {name}: rate_limit.max", rate_limit["max"])
         _positive(f"tool {name}: rate_limit.per_ms", rate_limit["per_ms"])
@@ -187,7 +200,8 @@ def define_tool(
         if "key" in rate_limit or shared is not None:
             key = _key_names(name, "rate_limit.key", rate_limit["key"]) if "key" in rate_limit else None
             scope = f"name:{shared}" if shared is not None else f"tool:{name}"
-            rate = RateLimit(rate_limit["max"], rate_limit["per_ms"], scope, key)
+            across = _flag(name, "rate_limit.across_principals", rate_limit.get("across_principals", False))
+            rate = RateLimit(rate_limit["max"], rate_limit["per_ms"], scope, key, key is None or across)
         else:
             limit = (rate_limit["max"], rate_limit["per_ms"])
     if priority is not None:

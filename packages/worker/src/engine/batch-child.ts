@@ -75,6 +75,8 @@ interface ChildEnd {
   record: (outcome: BatchOutcome) => Promise<void>;
   log: Logger;
   ctx: TaskContext;
+  /** The batch's principal: whose keyed limits the child counts in (§3.5). */
+  principal: string;
 }
 
 /** True for a batch child's job (its data names the child's index). */
@@ -141,6 +143,7 @@ export class ChildRunner {
     const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
     const child = await this.startChild(job, jobId, data, lock, log);
     if (!child) return;
+    entry.principal = child.owner;
     const record = (outcome: BatchOutcome) => this.record(child, lock, outcome, log);
 
     const checked = this.checkChild(job, data);
@@ -193,7 +196,19 @@ export class ChildRunner {
       attemptsMade: job.attemptsMade,
       attempts: job.opts.attempts ?? 1,
     });
-    return this.carryOut(action, { job, token, parentId: child.parentId, tool, args, timeoutMs, record, log, ctx });
+    const principal = child.owner;
+    return this.carryOut(action, {
+      job,
+      token,
+      parentId: child.parentId,
+      tool,
+      args,
+      timeoutMs,
+      record,
+      log,
+      ctx,
+      principal,
+    });
   }
 
   /**
@@ -296,7 +311,7 @@ export class ChildRunner {
       case 'back_off':
         // The upstream said when to come back (§3.4): the child waits in the delayed set, no attempt used, no slot.
         // Every tool sharing its own rate limit waits as long (§3.5).
-        await this.o.limits?.hold(tool, end.args, action.ms).catch(() => undefined);
+        await this.o.limits?.hold(tool, end.args, end.principal, action.ms).catch(() => undefined);
         try {
           await job.moveToDelayed(Date.now() + action.ms, end.token);
           log.info({ retryAfterMs: action.ms }, 'batch child backs off; it runs again after the wait');

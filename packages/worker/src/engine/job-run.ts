@@ -108,6 +108,8 @@ interface RunEnd extends RunScope {
   retry: { attemptsMade: number; attempts: number };
   queueTimeoutMs: number;
   timeout: RunTimeout;
+  /** Whose keyed limits the run counts in (§3.5). */
+  principal: string;
 }
 
 export class JobRunner {
@@ -233,7 +235,17 @@ export class JobRunner {
       suspended: ctx.suspension !== undefined,
       ...retry,
     });
-    return this.carryOut(action, { ...run, ctx, tool, args: input, outcome, retry, queueTimeoutMs, timeout });
+    return this.carryOut(action, {
+      ...run,
+      ctx,
+      tool,
+      args: input,
+      outcome,
+      retry,
+      queueTimeoutMs,
+      timeout,
+      principal,
+    });
   }
 
   /**
@@ -522,7 +534,7 @@ export class JobRunner {
     log.info({ retryAfterMs: action.ms, until }, 'upstream asked to retry later; the run ends, holding no slot');
     this.o.metrics.backOffs.inc({ tool: tool.name });
     // The upstream said so to every tool that shares the tool's own rate limit (§3.5).
-    await this.o.limits?.hold(tool, end.args, action.ms).catch((error: unknown) => {
+    await this.o.limits?.hold(tool, end.args, end.principal, action.ms).catch((error: unknown) => {
       log.warn({ err: error }, 'could not hold the shared rate limit');
     });
     return this.suspendJob(end.job, end.token, end.taskId, { kind: 'time', until }, log);

@@ -6,7 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
-import { TaskrelayError, queueOfBullName, type Logger, type SlotLimit, type ToolLimitStore } from '@taskrelay/shared';
+import {
+  TaskrelayError,
+  principalScopedKey,
+  queueOfBullName,
+  type Logger,
+  type SlotLimit,
+  type ToolLimitStore,
+} from '@taskrelay/shared';
 import type { ToolDefinition } from '../define-tool.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
@@ -26,13 +33,21 @@ export interface LimitWait {
  * A limit key for `args`. A key function that throws is the tool's definition at fault (no retry would change it):
  * one error, with one message, for a task's run and a batch child's alike.
  */
-function keyOf(tool: ToolDefinition, keyFn: (args: Record<string, unknown>) => string, args: Record<string, unknown>) {
+function keyOf(
+  tool: ToolDefinition,
+  limit: { keyOf: (args: Record<string, unknown>) => string; acrossPrincipals: boolean },
+  args: Record<string, unknown>,
+  principal: string,
+) {
+  let value: string;
   try {
-    return keyFn(args);
+    value = limit.keyOf(args);
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
     throw new TaskrelayError('INTERNAL', `The limit key of tool ${tool.name} failed: ${why}`);
   }
+  // Per principal unless the tool says otherwise (§3.5): bob's runs on tenant `acme` never hold alice's `acme`.
+  return limit.acrossPrincipals ? value : principalScopedKey(principal, value);
 }
 
 /** How many times a release skips waiters that cannot be woken before it leaves the rest to their delays. */
@@ -63,8 +78,9 @@ export class ToolLimits {
   ): Promise<LimitWait | undefined> {
     const { rate, slot } = tool.admitted;
     const jobId = job.id ?? '';
+    const principal = entry.principal ?? '';
     if (rate) {
-      const key = keyOf(tool, rate.keyOf, args);
+      const key = keyOf(tool, rate, args, principal);
       const taken = await this.o.store.takeStart({ ...rate, key }, `${jobId}:${randomUUID()}`);
       if (!taken.ok) {
         this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'rate' });
@@ -78,7 +94,9 @@ export class ToolLimits {
       }
     }
     if (!slot) return undefined;
-    const limit = { tool: tool.name, key: keyOf(tool, slot.keyOf, args), limit: slot.limit };
+    const limit: SlotLimit = { tool: tool.name, key: keyOf(tool, slot, args, principal), limit: slot.limit };
+    // A limit shared across principals keeps a line fair between them (§3.5).
+    if (slot.acrossPrincipals) limit.principal = principal;
     const waiter = `${queueOfBullName(job.queueName)} ${jobId}`;
     const taken = await this.o.store.takeSlot(limit, jobId, waiter, this.o.leaseMs);
     if (!taken.ok) {
@@ -131,10 +149,10 @@ export class ToolLimits {
   }
 
   /** A back-off (§3.4) of a tool with its own rate limit holds that limit for every tool that shares it. */
-  async hold(tool: ToolDefinition, args: Record<string, unknown>, ms: number): Promise<void> {
+  async hold(tool: ToolDefinition, args: Record<string, unknown>, principal: string, ms: number): Promise<void> {
     const { rate } = tool.admitted;
     if (!rate) return;
-    await this.o.store.hold({ scope: rate.scope, key: keyOf(tool, rate.keyOf, args) }, ms);
+    await this.o.store.hold({ scope: rate.scope, key: keyOf(tool, rate, args, principal) }, ms);
   }
 
   /**

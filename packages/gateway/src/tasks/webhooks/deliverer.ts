@@ -11,6 +11,7 @@ import type { Logger, WebhookConfig } from '@taskrelay/shared';
 import type { GatewayMetrics } from '../../metrics/gateway-metrics.js';
 import type { OutboxEvent, Settlement, WebhookOutbox } from './outbox.js';
 import type { SignedHeaders, WebhookSigner } from './signer.js';
+import { ReceiverHealth, receiverOf } from './receiver-health.js';
 import { WebhookLookupError, WebhookRefusedError, type ResolvedTarget, type WebhookPolicy } from './url-policy.js';
 
 /** Most of a receiver's answer body that is read (the rest is cut off): the status is all that counts. */
@@ -20,12 +21,22 @@ export const MAX_EVENT_MESSAGE_CHARS = 1_024;
 /** Tries one gateway makes at once. */
 export const DELIVERY_SLOTS = 16;
 /**
- * Tries one principal may have in flight on one gateway: a quarter of the slots. A principal whose receivers are dead
- * or slow holds at most these (each for at most the try's timeout), and every other principal's events find a free slot
- * at the next poll; before, one principal's 300 events to a receiver that never answered held all 16 slots and another
- * principal's webhooks arrived after 178 s.
+ * Tries one principal may have in flight on one gateway: a quarter of the slots. Before any cap, one principal's 300
+ * events to a receiver that never answered held all 16 slots and another principal's webhooks arrived after 178 s.
  */
 export const PER_PRINCIPAL_SLOTS = 4;
+/**
+ * Free slots only a principal with no try in flight may take (PROTOCOL.md §27.3). The per-principal cap alone let
+ * 4 principals with hanging receivers hold all 16 slots: another principal's webhooks were not delivered within 90 s.
+ */
+export const RESERVED_SLOTS = 4;
+/**
+ * Tries to suspected receivers (one whose last try failed) in flight at once, at most: however many receivers fail,
+ * their probes (one per receiver, SUSPECT_TIMEOUT_MS each) leave the other slots to receivers that answer.
+ */
+export const SUSPECT_SLOTS = 4;
+/** Events of backed-off receivers one claim defers, at most (each is one settle). */
+const DEFER_PER_CLAIM = 256;
 
 /** The event body: the same bytes on every try of one event (PROTOCOL.md §27.4). No result: the client reads it. */
 export function eventBody(event: Pick<OutboxEvent, 'taskId' | 'status' | 'statusMessage' | 'timestamp'>): string {
@@ -192,6 +203,8 @@ export class WebhookDeliverer {
   private readonly stop$ = new AbortController();
   /** A try's lease outlives its longest try (the timeout) with room for one more round trip. */
   private readonly leaseMs: number;
+  /** Each receiver's circuit (PROTOCOL.md §27.3): a receiver that keeps failing is backed off as a whole. */
+  private readonly health: ReceiverHealth;
 
   constructor(
     private readonly outbox: WebhookOutbox,
@@ -202,6 +215,9 @@ export class WebhookDeliverer {
     private readonly options: WebhookDelivererOptions,
   ) {
     this.leaseMs = 2 * options.timeoutMs + 1_000;
+    // The circuit stays open for the least an event's own backoff could be (half the step, no jitter): a receiver's
+    // only event, retried on its own schedule, never finds its circuit still open.
+    this.health = new ReceiverHealth(options, (failures) => retryDelayMs(failures, options, () => 0));
   }
 
   start(): void {
@@ -242,23 +258,32 @@ export class WebhookDeliverer {
     this.timer.unref();
   }
 
-  /** Claims as many due events as there are free slots; true when it got a full batch (more may be due). */
+  /**
+   * Claims as many due events as there are free slots, fairly (PROTOCOL.md §27.3), and settles at once the due events
+   * of receivers whose circuit is open; true when either came back full (more may be due).
+   */
   private async claimAndStart(): Promise<boolean> {
     const free = DELIVERY_SLOTS - this.inFlight.size;
-    if (free <= 0 || this.state !== 'running') return false;
-    let events: OutboxEvent[];
+    if (this.state !== 'running') return false;
+    let claimed: { events: OutboxEvent[]; deferred: OutboxEvent[] };
     try {
-      events = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs, {
+      claimed = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs, {
         perPrincipal: PER_PRINCIPAL_SLOTS,
         inFlight: this.inFlightBy,
+        reserve: RESERVED_SLOTS,
+        blocked: this.health.blocked(),
+        deferMax: DEFER_PER_CLAIM,
+        probes: Math.max(0, SUSPECT_SLOTS - this.health.suspectInFlight()),
       });
     } catch (error) {
       this.log.warn({ err: error }, 'webhook outbox claim failed; trying again next poll');
       return false;
     }
-    for (const event of events) {
+    for (const event of claimed.events) {
+      const receiver = receiverOf(event.url);
+      this.health.started(receiver);
       this.inFlightBy.set(event.principal, (this.inFlightBy.get(event.principal) ?? 0) + 1);
-      const run = this.deliver(event).finally(() => {
+      const run = this.deliver(event, receiver).finally(() => {
         this.inFlight.delete(run);
         const left = (this.inFlightBy.get(event.principal) ?? 1) - 1;
         if (left > 0) this.inFlightBy.set(event.principal, left);
@@ -266,15 +291,38 @@ export class WebhookDeliverer {
       });
       this.inFlight.add(run);
     }
-    return events.length === free;
+    await Promise.all(claimed.deferred.map((event) => this.defer(event)));
+    return (free > 0 && claimed.events.length === free) || claimed.deferred.length === DEFER_PER_CLAIM;
   }
 
-  private async deliver(event: OutboxEvent): Promise<void> {
-    const log = this.log.child({ webhookId: event.id, taskId: event.taskId, attempt: event.attempts });
-    const settlement = await this.tryOnce(event);
+  /**
+   * An event of a receiver whose circuit is open: a failed try that was not sent, due again when the circuit closes
+   * at the earliest (its own backoff when that is later), so a receiver that stays down dead-letters its events on the
+   * same schedule as if each had been sent.
+   */
+  private async defer(event: OutboxEvent): Promise<void> {
+    const receiver = receiverOf(event.url);
+    const until = this.health.blocked()[receiver] ?? 0;
+    const message = `not sent: the receiver is backed off after failed tries (the last: ${this.health.lastError(receiver)})`;
+    const settlement = settlementOf({ kind: 'error', message }, event.attempts, this.options);
+    const final: Settlement =
+      settlement.outcome === 'retry'
+        ? { ...settlement, delayMs: Math.max(settlement.delayMs, until - Date.now()) }
+        : settlement;
+    await this.record(event, final);
+  }
+
+  private async deliver(event: OutboxEvent, receiver: string): Promise<void> {
+    const { settlement, failure } = await this.tryOnce(event, this.health.timeoutFor(receiver));
     const stopped = this.stop$.signal.aborted && settlement.outcome === 'retry';
+    // A try stopped by the drain says nothing of the receiver; any other failure to retry is one the circuit counts.
+    this.health.ended(receiver, stopped ? undefined : failure);
     // A try cut short by the drain is handed back at once rather than after its lease.
-    const final: Settlement = stopped ? { ...settlement, delayMs: 0 } : settlement;
+    await this.record(event, stopped ? { ...settlement, delayMs: 0 } : settlement);
+  }
+
+  private async record(event: OutboxEvent, final: Settlement): Promise<void> {
+    const log = this.log.child({ webhookId: event.id, taskId: event.taskId, attempt: event.attempts });
     let settled: boolean;
     try {
       settled = await this.outbox.settle(event, final);
@@ -294,22 +342,34 @@ export class WebhookDeliverer {
     else log.debug({ outcome: final.outcome }, 'webhook settled');
   }
 
-  private async tryOnce(event: OutboxEvent): Promise<Settlement> {
+  /** One try and what it decided; `failure` says why when the receiver failed in a way that is retried. */
+  private async tryOnce(event: OutboxEvent, timeoutMs: number): Promise<{ settlement: Settlement; failure?: string }> {
     let target: ResolvedTarget;
     try {
       // The allow-list and DNS may have changed since the task was created: checked again on every try.
       target = await this.policy.check(event.url);
     } catch (error) {
-      if (error instanceof WebhookRefusedError) return { outcome: 'dead', reason: error.message };
+      if (error instanceof WebhookRefusedError) return { settlement: { outcome: 'dead', reason: error.message } };
       const message = error instanceof WebhookLookupError ? error.message : String(error);
-      return settlementOf({ kind: 'error', message }, event.attempts, this.options);
+      return { settlement: settlementOf({ kind: 'error', message }, event.attempts, this.options), failure: message };
     }
     const body = eventBody(event);
     const result = await postOnce(target, this.signer.sign(event.id, body), body, {
-      timeoutMs: this.options.timeoutMs,
+      timeoutMs,
       signal: this.stop$.signal,
       userAgent: this.options.userAgent,
     });
-    return settlementOf(result, event.attempts, this.options);
+    const settlement = settlementOf(result, event.attempts, this.options);
+    return { settlement, ...(isFailure(result) && { failure: describe(result) }) };
   }
+}
+
+/** An answer or error that §27.5 retries: what a receiver's circuit counts against it. */
+function isFailure(result: TryResult): boolean {
+  if (result.kind === 'error') return true;
+  return result.status === 408 || result.status === 425 || result.status === 429 || result.status >= 500;
+}
+
+function describe(result: TryResult): string {
+  return result.kind === 'error' ? result.message : `the receiver answered ${result.status}`;
 }

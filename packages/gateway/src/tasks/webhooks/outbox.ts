@@ -8,6 +8,7 @@ export {
   OutboxEventSchema,
   DeadLetterSchema,
   type ClaimFairness,
+  type Claimed,
   type DeadLetter,
   type OutboxEvent,
   type Settlement,

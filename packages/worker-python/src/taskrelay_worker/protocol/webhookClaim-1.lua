@@ -1,26 +1,35 @@
 --[[
-  Leases due webhook events to one gateway (PROTOCOL.md §27.3), fairly between principals: it walks the due events in
-  order (at most `scan` of them) and takes each whose principal has fewer than `perPrincipal` tries in flight on this
-  gateway (those it holds already, plus those taken here), until it has `batch`. So one principal's backlog of events
-  to a dead receiver holds at most `perPrincipal` of a gateway's delivery slots, and another principal's events behind
-  it are taken at the next poll. Each event taken counts a try, is leased to `holder` (token `<holder>:<try>`) and is
-  hidden until the lease ends. Redis server time, as the append uses.
+  Leases due webhook events to one gateway (PROTOCOL.md §27.3), fairly between principals and receivers. It walks the
+  due events in order (at most `scan` of them), in two passes:
+    1. one event of each principal with no try in flight on this gateway, oldest first (round robin: the principal
+       that waited longest goes first, whoever holds the other slots);
+    2. more events of principals below `perPrincipal` tries in flight, but only while more than `reserve` of the
+       `batch` free slots stay free: those are kept for principals with nothing in flight.
+  An event whose receiver is in `blocked` is not sent as usual: with a time there (the receiver's circuit is open),
+  up to `deferMax` of them are leased too and returned apart, for the gateway to settle as a failed try that waits
+  until then; with 0 (a probe of it is in flight) it is left due, untouched; with -1 (the circuit is half open) one
+  event of that receiver is taken as its probe, at most `probes` in all, and the rest left due. Each event taken counts a try, is leased to
+  `holder` (token `<holder>:<try>`) and is hidden until the lease ends. Redis server time, as the append uses.
 
   Input:
     KEYS[1] due               the outbox's due set (score: when due, ms)
 
-    ARGV[1] batch             events to take at most
+    ARGV[1] batch             events to take at most (the free slots)
     ARGV[2] leaseMs           how long a try holds its event
     ARGV[3] holder            the claiming gateway's id
     ARGV[4] eventPrefix       what an event key puts before the event id
     ARGV[5] perPrincipal      tries one principal may have in flight on this gateway
     ARGV[6] inFlight          JSON {principal: tries in flight on this gateway}
     ARGV[7] scan              due events looked at, at most
+    ARGV[8] reserve           free slots pass 2 leaves to principals with nothing in flight
+    ARGV[9] blocked           JSON {receiver: ms until its circuit closes, or 0}
+    ARGV[10] deferMax         blocked events leased for deferral, at most
+    ARGV[11] probes           half-open receivers probed by this claim, at most
 
   Output:
-    {R.OK, rows}              rows: one flat HGETALL list per event taken
+    {R.OK, rows, deferred}    flat HGETALL lists: the events to try, and the events to defer
 ]]
-local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15, WAITPOINT_UNKNOWN = -16, WAITPOINT_USED = -17, WAITPOINT_EXPIRED = -18}
+local R = {OK = 1, TASK_MISSING = -1, LOCK_LOST = -2, TRANSITION_REFUSED = -3, TASK_TERMINAL = -4, PROGRESS_STALE = -5, UNROUTED = -6, INPUT_NOT_PENDING = -7, TASK_EXISTS = -8, IDEMPOTENT_REPLAY = -9, LEASE_HELD = -10, OUTCOME_RECORDED = -11, BATCH_EXISTS = -12, OPEN_CAP = -13, VERSION_OTHER = -14, LIMIT_FULL = -15, WAITPOINT_UNKNOWN = -16, WAITPOINT_USED = -17, WAITPOINT_EXPIRED = -18, CHANNEL_FULL = -19}
 
 local W = {id = 'id', taskId = 'taskId', principal = 'principal', url = 'url', status = 'status', statusMessage = 'statusMessage', timestamp = 'timestamp', attempts = 'attempts', lease = 'lease', createdAt = 'createdAt', lastError = 'lastError'}
 local WEBHOOK_DEAD_LETTERS_KEPT = 1000
@@ -28,22 +37,71 @@ local WEBHOOK_DEAD_LETTERS_KEPT = 1000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local batch = tonumber(ARGV[1])
+local leaseMs = tonumber(ARGV[2])
 local cap = tonumber(ARGV[5])
 local held = cjson.decode(ARGV[6])
+local reserve = tonumber(ARGV[8])
+local blocked = cjson.decode(ARGV[9])
+local deferMax = tonumber(ARGV[10])
+local probes = tonumber(ARGV[11])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
-local out = {}
-for _, id in ipairs(due) do
-  if #out >= batch then break end
+
+local out, deferred, later = {}, {}, {}
+
+-- The receiver of a URL as the gateway names it (receiver-health.ts `receiverOf`): lower-cased scheme://authority.
+local function receiverOf(url)
+  return string.lower(string.match(url, '^[%a][%w+.-]*://[^/?#]*') or url)
+end
+
+local function lease(id)
   local key = ARGV[4] .. id
-  local principal = redis.call('HGET', key, W.principal)
+  local try = redis.call('HINCRBY', key, W.attempts, 1)
+  redis.call('HSET', key, W.lease, ARGV[3] .. ':' .. try)
+  redis.call('ZADD', KEYS[1], now + leaseMs, id)
+  return redis.call('HGETALL', key)
+end
+
+-- 'take', 'skip' or 'defer' for an event of `receiver`; a probe taken closes its receiver to this claim's others.
+local function gate(receiver)
+  local until_ = tonumber(blocked[receiver])
+  if until_ == nil then return 'take' end
+  if until_ > 0 then return 'defer' end
+  if until_ == -1 and probes > 0 then return 'probe' end
+  return 'skip'
+end
+
+local function take(id, principal, receiver, g)
+  held[principal] = (tonumber(held[principal]) or 0) + 1
+  if g == 'probe' then
+    blocked[receiver] = 0
+    probes = probes - 1
+  end
+  out[#out + 1] = lease(id)
+end
+
+for _, id in ipairs(due) do
+  if #out >= batch and #deferred >= deferMax then break end
+  local fields = redis.call('HMGET', ARGV[4] .. id, W.principal, W.url)
+  local principal, url = fields[1], fields[2]
   if not principal then
     redis.call('ZREM', KEYS[1], id)
-  elseif (tonumber(held[principal]) or 0) < cap then
-    held[principal] = (tonumber(held[principal]) or 0) + 1
-    local try = redis.call('HINCRBY', key, W.attempts, 1)
-    redis.call('HSET', key, W.lease, ARGV[3] .. ':' .. try)
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), id)
-    out[#out + 1] = redis.call('HGETALL', key)
+  else
+    local receiver = receiverOf(url or '')
+    local g = gate(receiver)
+    if g == 'defer' then
+      if #deferred < deferMax then deferred[#deferred + 1] = lease(id) end
+    elseif g ~= 'skip' then
+      if (tonumber(held[principal]) or 0) == 0 and #out < batch then
+        take(id, principal, receiver, g)
+      else
+        later[#later + 1] = {id, principal, receiver}
+      end
+    end
   end
 end
-return {R.OK, out}
+for _, e in ipairs(later) do
+  if batch - #out <= reserve then break end
+  local g = gate(e[3])
+  if (g == 'take' or g == 'probe') and (tonumber(held[e[2]]) or 0) < cap then take(e[1], e[2], e[3], g) end
+end
+return {R.OK, out, deferred}
