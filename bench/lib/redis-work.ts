@@ -23,7 +23,7 @@ const IN_FLIGHT = 16;
 const PROGRESS_TASKS = 16;
 const PROGRESS_UPDATES = 10;
 const CANCEL_TASKS = 16;
-const IDLE_MS = 3_000;
+const IDLE_MS = 10_000;
 
 type Counts = Map<string, number>;
 
