@@ -269,7 +269,10 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     expect(commands.filter((c) => c === 'hget' || c === 'hmget').slice(0, 1)).toEqual(['hmget']);
     expect(commands.filter((c) => c === 'hget')).toEqual(['hget']); // the retention policy's, in finish()
     const other = await store.create({ ...base, gatewayId: 'g1' });
-    await store.transition(other.taskId, 'failed', { statusMessage: 'broke', error: { code: 'X', message: 'x' } });
+    await store.transition(other.taskId, 'failed', {
+      statusMessage: 'broke',
+      error: { code: 'INTERNAL', message: 'x' },
+    });
     await waitFor(() => seen.filter((e) => e.status !== undefined).length === 2);
     expect(seen.filter((e) => e.status !== undefined).map((e) => [e.status, e.statusMessage])).toEqual([
       ['completed', 'halfway'],
