@@ -17,6 +17,11 @@
  *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32, and the 2026-07-28
  *                                   client (v2 Client + ext-tasks) on taskrelay (bench/lib/sdk-cycle.ts); --fastmcp
  *                                   adds FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench)
+ *   pnpm bench --redis-work [--trace] [--python]
+ *                                   Redis commands (by name, scripts' own included) and CPU per task cycle, plain
+ *                                   call, progress update and cancel, beside the raw BullMQ floor's, on a Redis of its
+ *                                   own (bench/lib/redis-work.ts); --trace prints one cycle through MONITOR. The full
+ *                                   run ends with the same section.
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
  *   pnpm bench --outputs            task output as resources (PROTOCOL §34): gateway and Redis memory for 50
  *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
@@ -35,6 +40,7 @@ import { runCreatePath } from './lib/create-path.js';
 import { runOutputs } from './lib/outputs.js';
 import { runSdkCycle } from './lib/sdk-cycle.js';
 import { runBatch } from './lib/batch.js';
+import { renderRedisWork, runRedisWork } from './lib/redis-work.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../test/helpers/redis.js';
 import { PYTHON, stopAll, type GatewayProcess } from '../test/helpers/processes.js';
 import { modernClients, openSessions, type McpSession, type ModernClient } from './lib/mcp-http.js';
@@ -80,6 +86,9 @@ const { values: args } = parseArgs({
     fastmcp: { type: 'boolean', default: false },
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
+    'redis-work': { type: 'boolean', default: false },
+    trace: { type: 'boolean', default: false },
+    python: { type: 'boolean', default: false },
     outputs: { type: 'boolean', default: false },
     webhooks: { type: 'boolean', default: false },
     auth: { type: 'boolean', default: false },
@@ -880,6 +889,13 @@ async function compare(): Promise<number> {
     for (const e of results.errors) out.push(`  rep ${e.rep} ${e.scenario}: ${e.message}`);
   }
   console.log(out.join('\n'));
+  // The Redis work per operation (issue 46): on a Redis of its own, once the interleaved rows are done.
+  const redisWork = await runRedisWork({ log, cleanup }).catch((error: unknown) => {
+    const message = error instanceof Error ? error.message : String(error);
+    results.errors.push({ scenario: 'redis-work', rep: 0, message });
+    return undefined;
+  });
+  if (redisWork) console.log(`\n${renderRedisWork(redisWork)}`);
   const file = await writeResults(
     {
       mode,
@@ -899,6 +915,7 @@ async function compare(): Promise<number> {
         cancelRounds: { n1: CANCEL_ROUNDS_1, n32: CANCEL_ROUNDS_32 },
       },
       rows,
+      ...(redisWork ? { redisWork } : {}),
       metrics: Object.fromEntries([...results.values.keys()].sort().map((k) => [k, results.get(k) ?? null])),
       errors: results.errors,
     },
@@ -929,6 +946,18 @@ async function main(): Promise<number> {
     if (args.webhooks) {
       const { redis } = await startInfra();
       return await runWebhooks({ redis, log });
+    }
+    if (args['redis-work']) {
+      const report = await runRedisWork({
+        log,
+        cleanup,
+        python: args.python === true,
+        withTrace: args.trace === true,
+      });
+      console.log(renderRedisWork(report));
+      const file = await writeResults({ mode: 'redis-work', machine: machine(''), redisWork: report }, new Date());
+      console.log(`\nresults: ${file}`);
+      return 0;
     }
     if (args['create-path']) {
       const { redis } = await startInfra();

@@ -261,6 +261,21 @@ export class BullFloor {
     };
   }
 
+  /** `count` jobs, `concurrency` at a time (a count, not a window: bench/lib/redis-work.ts). */
+  async runCount(count: number, concurrency: number, cpu: CpuRoles): Promise<Record<string, number>> {
+    const meter = new CpuMeter(cpu).start();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next++ < count) {
+          const ok = await Promise.race([this.job(), sleep(10_000).then(() => false)]);
+          if (!ok) throw new Error('a BullMQ job did not complete within 10 s');
+        }
+      }),
+    );
+    return { ops: count, ...meter.perOp(count) };
+  }
+
   async close(): Promise<void> {
     await this.events.close().catch(() => undefined);
     await this.queue.close().catch(() => undefined);

@@ -14,6 +14,8 @@ export interface MonitoredCommand {
   args: string[];
   /** Run by a Lua script (`[0 lua]`) rather than sent by a client. */
   fromLua: boolean;
+  /** Who ran it: the client's `address:port`, or `lua`. */
+  source: string;
 }
 
 export interface RedisMonitor {
@@ -63,5 +65,5 @@ function parseLine(line: string): MonitoredCommand | undefined {
     (m[1] ?? '').replace(/\\(.)/g, '$1'),
   );
   const [name = '', ...rest] = args;
-  return { name: name.toLowerCase(), args: rest, fromLua: source[1] === 'lua' };
+  return { name: name.toLowerCase(), args: rest, fromLua: source[1] === 'lua', source: source[1] ?? '' };
 }

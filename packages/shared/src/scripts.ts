@@ -531,32 +531,6 @@ export function createWithJobLua(addLua: string): string {
   ].join('\n');
 }
 
-/**
- * Two scripts as one (`ScriptRunner.callChained`): each body runs as a function of its own keys and arguments, as its
- * file is, and the second only when the first answered OK. Answers `{firstReply}` or `{{OK}, secondReply}`.
- */
-export function chainedLua(first: ScriptSpec, firstLua: string, then: ScriptSpec, thenLua: string): string {
-  const [k1, a1] = [first.keys.length, first.args.length];
-  const [k2, a2] = [then.keys.length, then.args.length];
-  return [
-    'local function taskrelay_first(KEYS, ARGV)',
-    firstLua,
-    'end',
-    'local function taskrelay_then(KEYS, ARGV)',
-    thenLua,
-    'end',
-    'local k1, a1, k2, a2 = {}, {}, {}, {}',
-    `for i = 1, ${k1} do k1[i] = KEYS[i] end`,
-    `for i = 1, ${k2} do k2[i] = KEYS[${k1} + i] end`,
-    `for i = 1, ${a1} do a1[i] = ARGV[i] end`,
-    `for i = 1, ${a2} do a2[i] = ARGV[${a1} + i] end`,
-    'local reply = taskrelay_first(k1, a1)',
-    `if reply[1] ~= ${ResultCode.OK} then return {reply} end`,
-    `return {{${ResultCode.OK}}, taskrelay_then(k2, a2)}`,
-    '',
-  ].join('\n');
-}
-
 function positionalOf<S extends ScriptSpec>(
   s: S,
   input: ScriptInput<S>,
@@ -585,35 +559,6 @@ export class ScriptRunner {
   }
 
   private readonly composed = new Map<string, string>();
-
-  /**
-   * `first`, then `then` only when `first` answered OK, in one EVALSHA (PROTOCOL.md §21.2.1): one round trip for two
-   * steps that are each whole scripts, their files unchanged. `then` is undefined when `first` refused; `first`'s OK
-   * values are not sent back (a start's record is not needed once the run has ended).
-   */
-  async callChained<A extends ScriptSpec, B extends ScriptSpec>(
-    first: A,
-    firstInput: ScriptInput<A>,
-    then: B,
-    thenInput: ScriptInput<B>,
-  ): Promise<{ first: ScriptReply; then: ScriptReply | undefined }> {
-    const name = `taskrelay_chain_${first.name}_${then.name}`;
-    const commands = this.client as unknown as Record<string, ((...a: unknown[]) => Promise<unknown>) | undefined>;
-    if (!commands[name]) {
-      const scripts = loadScripts();
-      this.client.defineCommand(name, {
-        numberOfKeys: first.keys.length + then.keys.length,
-        lua: chainedLua(first, scripts.get(first) ?? '', then, scripts.get(then) ?? ''),
-      });
-    }
-    const command = commands[name];
-    if (!command) throw scriptError(first, `chained with ${then.name} is not registered on this client`);
-    const a = positionalOf(first, firstInput);
-    const b = positionalOf(then, thenInput);
-    const raw = (await command.apply(this.client, [...a.keys, ...b.keys, ...a.args, ...b.args])) as unknown[];
-    const firstReply = decodeReply(first.name, first.codes, raw[0]);
-    return { first: firstReply, then: raw[1] ? decodeReply(then.name, then.codes, raw[1]) : undefined };
-  }
 
   /** `create` followed by `job`'s add script in the same EVALSHA (`createWithJobLua`). */
   async callCreateWithJob(input: ScriptInput<typeof SCRIPTS.create>, job: JobAddScript): Promise<ScriptReply> {

@@ -786,30 +786,6 @@ export class RedisTaskStore {
   }
 
   /**
-   * A first run's start and its end in one round trip (PROTOCOL.md §21.2.1): `startRun` as `startRun` would record it,
-   * then, unless the start was refused (`lockLost`, or the task is missing), the run's terminal `transition` under the
-   * same lock. `written` is undefined when the start was refused.
-   */
-  async startThenTransition(
-    start: RunStart,
-    to: TaskStatus,
-    fields: TransitionFields,
-    now = new Date(),
-  ): Promise<{ start: StartOutcome; written: TransitionOutcome | undefined }> {
-    const reply = await this.scripts.callChained(
-      SCRIPTS.startRun,
-      this.startRunInput(start),
-      SCRIPTS.transition,
-      this.transitionInput(start.taskId, to, fields, { lock: start.lock }, now),
-    );
-    if (reply.first.code === ResultCode.LOCK_LOST) return { start: { lockLost: true }, written: undefined };
-    if (reply.first.code !== ResultCode.OK || reply.then === undefined) {
-      return { start: { lockLost: false, record: undefined }, written: undefined };
-    }
-    return { start: { lockLost: false, record: undefined }, written: transitionOutcome(reply.then, to) };
-  }
-
-  /**
    * A run starts (PROTOCOL.md §10.2); with `sharePrincipal`, its job leaves that principal's waiting share of the
    * pool in the same step unless the lock is another run's (§25). With `version` (§12.11) the run records the tool
    * version it runs; `deferIfOther` makes it not start a task recorded under another version (`versionOther`), and

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { monitorRedis } from '../../../test/helpers/monitor.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { createKeys } from '../src/keys.js';
 import { RedisTaskStore } from '../src/task-store.js';
@@ -197,5 +198,86 @@ describe('tasks/list storage', () => {
     expect(second.tasks.map((t) => t.taskId)).toEqual(ids.slice(0, 2).reverse());
     expect(second.nextCursor).toBeUndefined();
     await expect(store.list('alice', 'garbage')).rejects.toThrow(/Invalid cursor/);
+  });
+});
+
+describe('issue 46: the commands a run’s own scripts cost, and what they still write', () => {
+  /** The commands a script ran inside Redis (`[0 lua]` lines of MONITOR), counted by name, while `fn` ran. */
+  async function scriptCommands(fn: () => Promise<unknown>): Promise<string[]> {
+    const monitor = await monitorRedis(server.url);
+    try {
+      await monitor.ready((marker) => redis.echo(marker));
+      const from = monitor.commands.length;
+      await fn();
+      const marker = `issue46-${Math.random()}`;
+      await redis.echo(marker);
+      await waitFor(() => monitor.commands.some((c) => c.args.includes(marker)));
+      return monitor.commands
+        .slice(from)
+        .filter((c) => c.fromLua)
+        .map((c) => c.name);
+    } finally {
+      monitor.close();
+    }
+  }
+
+  it('a start reads and writes the task once each; a later start keeps startedAt and ends a back-off', async () => {
+    const { store, keys } = setup('start-cost');
+    const { taskId } = await store.create(base);
+    const lock = { queue: 'default~build_report', token: 'tok' };
+    await redis.set(keys.bullJobLock(lock.queue, taskId), 'tok');
+    const first = await scriptCommands(() =>
+      store.startRun(taskId, lock, 1, Date.now() + 60_000, 'alice', { toolVersion: 'v1' }, new Date(1_000)),
+    );
+    // HMGET, GET (the lock), HSET, ZREM (the fair share), HGETALL (the record it answers).
+    expect(first).toEqual(['hmget', 'get', 'hset', 'zrem', 'hgetall']);
+    const started = await store.get(taskId);
+    expect(started).toMatchObject({ attempt: 1, toolVersion: 'v1' });
+    expect(await redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
+    await store.suspend(taskId, lock, { deadlineAt: Date.now() + 60_000, statusMessage: 'Backing off until later' });
+    await redis.hset(keys.task(taskId), 'backOff', '1');
+    await store.startRun(taskId, lock, 2, Date.now() + 60_000, undefined, {}, new Date(2_000));
+    const again = await store.get(taskId);
+    expect(again).toMatchObject({ attempt: 2, toolVersion: 'v1' });
+    expect(await redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
+    expect(again?.statusMessage).toBeUndefined();
+    expect(await redis.hexists(keys.task(taskId), 'backOff')).toBe(0);
+  });
+
+  it('a progress update writes its fields in one HSET, and one without a total drops the old one', async () => {
+    const { store } = setup('progress-cost');
+    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
+    const commands = await scriptCommands(() =>
+      store.recordProgress(taskId, { progress: 1, total: 4, message: 'one' }),
+    );
+    expect(commands).toEqual(['hmget', 'hset', 'publish']);
+    expect(await store.recordProgress(taskId, { progress: 2 })).toBe('accepted');
+    const record = await store.get(taskId);
+    expect(record).toMatchObject({ progress: 2, statusMessage: 'one' });
+    expect(record?.total).toBeUndefined();
+  });
+
+  it('a transition reads the task’s status, id and message once; its event carries the message it wrote or had', async () => {
+    const { store, keys } = setup('transition-cost');
+    const sub = new Redis(server.url);
+    const seen: Array<{ status?: string; statusMessage?: string }> = [];
+    await sub.subscribe(keys.gatewayChannel('g1'));
+    sub.on('message', (_c, m) => seen.push(JSON.parse(m) as { status?: string; statusMessage?: string }));
+    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
+    await store.recordProgress(taskId, { progress: 1, message: 'halfway' });
+    const commands = await scriptCommands(() => store.transition(taskId, 'completed', { result: { content: [] } }));
+    expect(commands.filter((c) => c === 'hget' || c === 'hmget').slice(0, 1)).toEqual(['hmget']);
+    expect(commands.filter((c) => c === 'hget')).toEqual(['hget']); // the retention policy's, in finish()
+    const other = await store.create({ ...base, gatewayId: 'g1' });
+    await store.transition(other.taskId, 'failed', {
+      statusMessage: 'broke',
+      error: { code: 'INTERNAL', message: 'x' },
+    });
+    await waitFor(() => seen.filter((e) => e.status !== undefined).length === 2);
+    expect(seen.filter((e) => e.status !== undefined).map((e) => [e.status, e.statusMessage])).toEqual([
+      ['completed', 'halfway'],
+      ['failed', 'broke'],
+    ]);
+    sub.disconnect();
   });
 });

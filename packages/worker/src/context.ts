@@ -387,20 +387,21 @@ export interface TaskContextOptions {
   /** The run's output side (§34); without it `ctx.output` and `ctx.artifact` throw. */
   output?: RunOutput;
   /**
-   * A first run's deferred start (PROTOCOL.md §21.2.1): sent before the first member that writes durably or reads the
-   * record, which then becomes `record`. Without it, `record` is the task as the run started.
+   * A first run's start, sent as the run began and not awaited (PROTOCOL.md §21.2.1): every member that writes
+   * durably or reads the record awaits its answer, which then becomes `record`. Without it, `record` is the task as
+   * the run started.
    */
-  start?: DeferredStart;
+  start?: PendingStart;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
   onProgressCoalesced?: () => void;
   onProgressWritten?: () => void;
 }
 
-/** A first run's start, sent once when first needed (PROTOCOL.md §21.2.1). */
-export interface DeferredStart {
+/** A first run's start, on its way (PROTOCOL.md §21.2.1). */
+export interface PendingStart {
   /**
-   * Sends the start unless it was sent (every call shares the one round trip). The task as it started, or undefined
-   * when the run must not go on: the run's signal has then aborted with the reason. Never rejects.
+   * The start's answer (every call shares the one round trip): the task as it started, or undefined when the run must
+   * not go on (the run's signal has then aborted with the reason). Never rejects.
    */
   ensure(): Promise<TaskRecord | undefined>;
 }
@@ -429,7 +430,7 @@ export class TaskContext implements ToolContext {
   private readonly queueTimeoutMs: number;
   private clientCapabilities: readonly string[] | undefined;
   private record: TaskRecord | undefined;
-  private deferredStart: DeferredStart | undefined;
+  private pendingStart: PendingStart | undefined;
   private readonly fanOutHost: FanOutHost | undefined;
   private stateValue: unknown;
   private steps: Record<string, unknown>;
@@ -481,7 +482,7 @@ export class TaskContext implements ToolContext {
     this.queueTimeoutMs = options.queueTimeoutMs ?? 3_600_000;
     this.clientCapabilities = options.record?.clientCapabilities;
     this.record = options.record;
-    this.deferredStart = options.start;
+    this.pendingStart = options.start;
     this.fanOutHost = options.batch;
     this.waitpointHost = options.waitpoints;
     this.runOutput = options.output;
@@ -517,17 +518,17 @@ export class TaskContext implements ToolContext {
   };
 
   /**
-   * A first run records its start before anything that writes durably or reads the task (PROTOCOL.md §21.2.1): a
+   * A first run awaits its start's answer before anything that writes durably or reads the task (§21.2.1): a
    * task that never ran has no state or questions, but its client's capabilities, its TTL and a redrive's step
    * results are only in Redis, and a task cancelled before the start must not see a step run. Then the run goes on
    * only if its signal has not aborted. No-op once started, and for every other run.
    */
   private async started(): Promise<void> {
-    const start = this.deferredStart;
+    const start = this.pendingStart;
     if (!start) return;
     const record = await start.ensure();
-    if (this.deferredStart === start) {
-      this.deferredStart = undefined;
+    if (this.pendingStart === start) {
+      this.pendingStart = undefined;
       if (record) {
         this.record = record;
         this.clientCapabilities = record.clientCapabilities;
@@ -806,7 +807,7 @@ export class TaskContext implements ToolContext {
     options: AskOptions | undefined,
   ): Promise<unknown> {
     // The client's capabilities are read with the start (§21.2.1); asks of one turn keep their order.
-    if (this.deferredStart) {
+    if (this.pendingStart) {
       return this.started().then(() => this.ask(method, capability, params, answerSchema, options));
     }
     if (this.suspension) return Promise.reject(new SuspendedError());

@@ -1,10 +1,11 @@
 /**
- * A first run's start rides with its end (PROTOCOL.md §21.2.1), against a real Redis: the round trips a short tool
- * pays, when a longer one records its start, and what a task ended before the start still keeps from the tool.
+ * A first run's start is pipelined (PROTOCOL.md §21.2.1), against a real Redis: the start goes first, the tool and
+ * the end do not wait for its answer, a longer run records its start as it begins, and what a task ended before the
+ * start still keeps from the tool.
  */
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { toolQueue, type CancelRequest } from '@taskrelay/shared';
+import { RedisTaskStore, toolQueue, type CancelRequest } from '@taskrelay/shared';
 import { monitorRedis, type RedisMonitor } from '../../../test/helpers/monitor.js';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -90,6 +91,7 @@ beforeEach(() => {
 });
 
 afterEach(async () => {
+  vi.restoreAllMocks();
   hold.open();
   for (const m of monitors.splice(0)) m.close();
   await h.close();
@@ -100,50 +102,74 @@ function field(taskId: string, name: string): Promise<string | null> {
   return h.redis.hget(h.keys.task(taskId), name);
 }
 
-/** The script calls (EVALSHA) that name the task's hash, from now on: the task store's round trips for it. */
-async function taskScriptCalls(taskId: string): Promise<{ readonly length: number }> {
+/** The script calls (EVALSHA) that name the task's hash, from now on, in the server's order: the store's writes. */
+async function taskScriptCalls(taskId: string): Promise<{ readonly scripts: string[] }> {
   const taskKey = h.keys.task(taskId);
   const monitor = await monitorRedis(redis.url);
   monitors.push(monitor);
   await monitor.ready((marker) => h.redis.echo(marker));
   const from = monitor.commands.length;
+  // The start's arguments name the job's id twice (lock and share); the transition's name its status.
   return {
-    get length() {
-      return monitor.commands.slice(from).filter((c) => c.name === 'evalsha' && c.args.includes(taskKey)).length;
+    get scripts() {
+      return monitor.commands
+        .slice(from)
+        .filter((c) => c.name === 'evalsha' && c.args.includes(taskKey))
+        .map((c) => (c.args.includes('completed') ? 'end' : 'start'));
     },
   };
 }
 
-describe('§21.2.1 a first run starts with its end', () => {
-  it('a short tool records its start and its result in one script; a run that starts first pays two', async () => {
+/**
+ * Holds every start's answer from the worker until `release()`: the start runs in Redis as sent, only the run does
+ * not learn its outcome. A run that waited for its start before its tool or its end would stop there.
+ */
+function holdStartAnswers(): { release: () => void; held: () => number } {
+  const gateOpen = gate();
+  let held = 0;
+  const original = RedisTaskStore.prototype.startRun;
+  vi.spyOn(RedisTaskStore.prototype, 'startRun').mockImplementation(async function (this: RedisTaskStore, ...args) {
+    const answer = await original.apply(this, args);
+    held++;
+    await gateOpen.promise;
+    return answer;
+  });
+  return { release: () => gateOpen.open(), held: () => held };
+}
+
+describe('§21.2.1 a first run’s start is pipelined', () => {
+  it('a short first run sends its start, then its end, and neither its tool nor its end waits for the start', async () => {
     await h.start([noop]);
-    // Each script's first call loads it (EVALSHA refused, then EVAL): one run of each kind first.
+    // Each script's first call loads it (EVALSHA refused, then EVAL): one run first.
     await h.waitForStatus(await h.enqueue('noop', {}), 'completed');
-    await h.waitForStatus(await h.enqueue('noop', {}, { noPrincipal: true }), 'completed');
-    const deferred = await h.enqueue('noop', {}, { jobless: true });
-    const eager = await h.enqueue('noop', {}, { jobless: true });
+    const taskId = await h.enqueue('noop', {}, { jobless: true });
     const share = h.keys.fairShare(toolQueue('default', 'noop'), 'test');
-    await h.redis.zadd(share, 1, deferred);
+    await h.redis.zadd(share, 1, taskId);
 
-    const deferredCalls = await taskScriptCalls(deferred);
-    await h.addJob(deferred, 'noop', {});
-    const done = await h.waitForStatus(deferred, 'completed');
-    const eagerCalls = await taskScriptCalls(eager);
-    await h.addJob(eager, 'noop', {}, { noPrincipal: true });
-    await h.waitForStatus(eager, 'completed');
-
-    expect(deferredCalls.length).toBe(1);
-    expect(eagerCalls.length).toBe(2);
-    // The start was recorded all the same: when the run began, its attempt, and the job out of its principal's share.
-    const startedAt = await field(deferred, 'startedAt');
+    const calls = await taskScriptCalls(taskId);
+    const answers = holdStartAnswers();
+    await h.addJob(taskId, 'noop', {});
+    // The result is written while the run has not yet read its start's answer: the end did not wait for it.
+    await waitFor(async () => (await field(taskId, 'status')) === 'completed', {
+      message: 'the end waited for the start’s answer',
+    });
+    expect(answers.held()).toBe(1);
+    // And the job stays with its run until that answer is read: BullMQ's next move must not overtake the start.
+    expect(await h.jobState(taskId)).toBe('active');
+    answers.release();
+    const done = await h.waitForStatus(taskId, 'completed');
+    await waitFor(async () => (await h.jobState(taskId)) === 'unknown', { message: 'job not ended' });
+    expect(calls.scripts).toEqual(['start', 'end']);
+    // The start was recorded: when the run began, its attempt, and the job out of its principal's share.
+    const startedAt = await field(taskId, 'startedAt');
     expect(startedAt).not.toBeNull();
     expect(Date.parse(startedAt ?? '')).toBeLessThanOrEqual(Date.parse(done.lastUpdatedAt));
     expect(done.attempt).toBe(1);
-    expect(await h.redis.zscore(share, deferred)).toBeNull();
+    expect(await h.redis.zscore(share, taskId)).toBeNull();
     expect(done.result).toEqual({ content: [{ type: 'text', text: 'ok' }] });
   });
 
-  it('a longer first run records its start while it runs', async () => {
+  it('a longer first run records its start as it begins', async () => {
     await h.start([held]);
     const taskId = await h.enqueue('held', {});
     const startedAt = await waitFor(() => field(taskId, 'startedAt'));
@@ -185,6 +211,7 @@ describe('§21.2.1 a first run starts with its end', () => {
     const taskId = await h.enqueue('sleeper', {}, { jobless: true });
     const share = h.keys.fairShare(toolQueue('default', 'sleeper'), 'test');
     await h.redis.zadd(share, 1, taskId);
+    const answers = holdStartAnswers();
     await h.addJob(taskId, 'sleeper', {});
     await waitFor(() => h.logs.find('tool started', taskId));
     // A drain ends the plain call as the gateway does (§11): cancelled first, then the workers told.
@@ -193,6 +220,12 @@ describe('§21.2.1 a first run starts with its end', () => {
     await h.redis.publish(h.keys.cancelChannel, JSON.stringify(request));
     await waitFor(() => aborted.get(taskId));
     expect(aborted.get(taskId)).toBe('GATEWAY_SHUTDOWN');
+    // The run writes no end, but its job stays with it until the start's answer is read.
+    await waitFor(() => h.logs.find('tool stopped: the gateway holding its call shut down', taskId));
+    expect(answers.held()).toBe(1);
+    expect(await h.jobState(taskId)).toBe('active');
+    answers.release();
+    await waitFor(async () => (await h.jobState(taskId)) === 'unknown', { message: 'job not ended' });
     await waitFor(async () => (await h.redis.zscore(share, taskId)) === null, { message: 'share entry not left' });
   });
 

@@ -112,6 +112,7 @@ class ToolContext:
         queue_timeout_ms: int,
         on_lock_lost: Callable[[], None],
         waitpoints: WaitpointOpener | None = None,
+        start: Awaitable[TaskRecord | None] | None = None,
     ) -> None:
         self.task_id = task_id
         self._waitpoints = waitpoints
@@ -125,6 +126,8 @@ class ToolContext:
         self._interval = progress_interval_ms / 1000
         self._input_timeout_ms = input_timeout_ms
         self._queue_timeout_ms = queue_timeout_ms
+        #: A first run's start, on its way (§21.2.1): members that read the record or write durably await it.
+        self._start = start
         self._caps = record.client_capabilities
         self._steps: dict[str, Any] = dict(record.steps)
         self._stored_steps = set(self._steps)
@@ -155,6 +158,23 @@ class ToolContext:
         self.suspension: Suspension | None = None
         self._output: Any = None
 
+    async def _started(self) -> None:
+        """A first run awaits its start's answer before anything that writes durably or reads the task (§21.2.1): a
+        task that never ran has no state or questions, but its client's capabilities and a redrive's step results are
+        only in Redis, and a task ended before the start must not see a step run. No-op once started."""
+        start = self._start
+        if start is None:
+            return
+        record = await start
+        if self._start is start:
+            self._start = None
+            if record is not None:
+                self._caps = record.client_capabilities
+                # A redrive's task starts with the original's step results (§30.3).
+                self._steps = dict(record.steps)
+                self._stored_steps = set(self._steps)
+        self.throw_if_cancelled()
+
     # Output (PROTOCOL.md §34) ------------------------------------------------------------------------------------
 
     def attach_output(self, run_output: Any) -> None:
@@ -174,6 +194,7 @@ class ToolContext:
         also appended to the result's content (PROTOCOL.md §34.4)."""
         if self._output is None:
             raise TypeError("ctx.artifact needs a worker (no output store here)")
+        await self._started()
         return await self._output.artifact(name, data, mime_type)
 
     async def finish_result(self, result: dict[str, Any], inline_at_most: int | None = None) -> dict[str, Any]:
@@ -301,6 +322,7 @@ class ToolContext:
             raise ValueError(f"ctx.tag: a task carries at most {MAX_TAGS} tags")
         if not tags:
             return
+        await self._started()
         outcome = await self._store.add_tags(self.task_id, self._lock, list(tags))
         if outcome == "full":
             raise ValueError(f"ctx.tag: a task carries at most {MAX_TAGS} tags")
@@ -317,6 +339,7 @@ class ToolContext:
             if not isinstance(version, str) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", version):
                 raise TypeError("ctx.step: version must be 1 to 64 of A-Z a-z 0-9 _ - .")
             name = f"{name}@{version}"
+        await self._started()
         self._steps_asked.add(name)
         if name in self._steps:
             return self._steps[name]
@@ -342,6 +365,7 @@ class ToolContext:
         meanwhile. Always raises ``SuspendedError``: let it propagate."""
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
             raise ValueError(f"ctx.suspend needs a non-negative number of seconds (got {seconds!r})")
+        await self._started()
         self._check_running()
         until = int(time.time() * 1000 + seconds * 1000)
         outcome, _ = await self._store.suspend(self.task_id, self._lock, until + self._queue_timeout_ms)
@@ -354,6 +378,7 @@ class ToolContext:
         """A URL another system calls to resume this tool (PROTOCOL.md §32), the same for ``name`` on every run of the
         task: hand ``wp.url`` out (inside a ``ctx.step``), then ``await wp.wait()``. Default timeout 24 h."""
         timeout = check_waitpoint_args(name, timeout_ms)
+        await self._started()
         self._check_running()
         if self._waitpoints is None:
             raise TaskrelayError("INTERNAL", "ctx.waitpoint is not available in this context")
@@ -416,6 +441,7 @@ class ToolContext:
         return dict(self._answered)
 
     async def _ask(self, method: str, capability: str, params: dict[str, Any], key: str | None) -> Any:
+        await self._started()
         if self.suspension is not None:
             raise SuspendedError()
         if key is not None:
@@ -508,6 +534,7 @@ class ToolContext:
             self._ended_elsewhere()
 
     async def _write_durable(self, field_name: str, value: Any) -> None:
+        await self._started()
         self._settle_write(await self._store.set_state(self.task_id, self._lock, field_name, value))
 
     def _settle_write(self, outcome: str) -> None:

@@ -30,7 +30,7 @@ from .log_keeper import TaskLogKeeper
 from .waitpoints import WaitpointOpener
 from .protocol import BULLMQ_PAIR, GENERATION
 from .output import OutputLimits, RunOutput, StoredBytesLimitError
-from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskStore
+from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskRecord, TaskStore
 from .tools import ToolDefinition, to_tool_result
 
 #: setTimeout's ceiling in the Node worker: a longer timeout counts as none.
@@ -519,6 +519,20 @@ class TaskrelayWorker:
         queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
         deadline_at = _now_ms() + min(timeout_hint or MAX_TIMER_MS, MAX_TIMER_MS) + self.config.lock_duration_ms + queue_timeout_ms
         principal = data.get("principal") if isinstance(data.get("principal"), str) else None
+        first = self._first_run(job, task_id, data, principal, queue_timeout_ms)
+        if first is not None and principal is not None:
+            # Sent before anything else of the run is written, and not awaited before its tool (§21.2.1).
+            started = self.store.start_pipelined(task_id, lock, attempt, deadline_at, principal, first.version or "")
+            start = asyncio.ensure_future(self._read_start(started, task_id, log))
+            # What a task that never ran holds: no state, steps or questions, and the job's principal.
+            record = TaskRecord(task_id=task_id, status="working", principal=principal, tool=first.name, fields={})
+            entry.principal = principal
+            try:
+                return await self._run_started(job, token, task_id, data, attempt, entry, log, lock, record, start)
+            finally:
+                # The job leaves this run only once its start is answered: bullmq's next move of the job goes on
+                # another connection and must not overtake it.
+                await start
         # The run records the tool version it runs, and does not start a task another version ran (§12.11).
         versioned = self.tools.get(data.get("tool")) if isinstance(data.get("tool"), str) else None
         lock_lost, task, other = await self.store.start_run(
@@ -540,7 +554,66 @@ class TaskrelayWorker:
         if principal != task.principal:
             log.bind(principal=task.principal)
         entry.principal = task.principal
+        return await self._run_started(job, token, task_id, data, attempt, entry, log, lock, task, None)
 
+    def _first_run(
+        self, job: Any, task_id: str, data: dict, principal: str | None, queue_timeout_ms: int
+    ) -> ToolDefinition | None:
+        """The tool of a first run, whose start is pipelined (§21.2.1), or None when this run awaits its start before
+        its tool as every other does: bullmq's first fetch of the job, data naming its principal and a tool served here
+        without per-key or shared limits, and the job younger than half its queue timeout."""
+        if int(getattr(job, "attemptsStarted", 0) or 0) != 1 or principal is None or data.get("taskId") != task_id:
+            return None
+        tool = self.tools.get(data.get("tool")) if isinstance(data.get("tool"), str) else None
+        if tool is None or tool.admitted_slot is not None or tool.admitted_rate is not None:
+            return None
+        delay = int((getattr(job, "opts", None) or {}).get("delay") or 0)
+        if _now_ms() - int(getattr(job, "timestamp", 0) or 0) - delay > queue_timeout_ms / 2:
+            return None
+        return tool
+
+    async def _read_start(self, started: asyncio.Future, task_id: str, log: Logger) -> TaskRecord | None:
+        """A first run's start answered: the task as it started, or None when the run must stop, its signal aborted
+        at once (one round trip after the run began). Never raises."""
+        try:
+            lock_lost, task, _ = await started
+        except Exception as error:  # noqa: BLE001 - as at a start before the tool: the job is handed back
+            log.warn("Redis unreachable while recording the start; the run stops", err=error)
+            self._abort(task_id, "LOCK_LOST")
+            return None
+        if lock_lost:
+            self._abort(task_id, "LOCK_LOST")
+            return None
+        if task is None or task.status in TERMINAL:
+            # Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
+            reason = "LOCK_LOST"
+            if task is not None and task.status == "cancelled":
+                reason = task.cancel_reason or "CLIENT_CANCELLED"
+            elif task is not None and task.status == "failed" and '"TIMEOUT"' in task.fields.get("error", ""):
+                reason = "TIMEOUT"
+            status = task.status if task is not None else "missing"
+            log.info("task ended before its run recorded its start; aborting tool", status=status)
+            self._abort(task_id, reason)
+            return None
+        return task
+
+    async def _run_started(
+        self,
+        job: Any,
+        token: str,
+        task_id: str,
+        data: dict,
+        attempt: int,
+        entry: RunEntry,
+        log: Logger,
+        lock: JobLock,
+        task: TaskRecord,
+        start: asyncio.Future | None,
+    ) -> Any:
+        assert self.store is not None
+        timeout_hint = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else None
+        queue_timeout_ms = data.get("queueTimeoutMs") if isinstance(data.get("queueTimeoutMs"), int) else None
+        queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
         tool_name, arguments = data.get("tool"), data.get("arguments")
         if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
             message = "Invalid job data: it needs taskId (the job id), tool and an arguments object"
@@ -593,6 +666,7 @@ class TaskrelayWorker:
             queue_timeout_ms=queue_timeout_ms,
             on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
             waitpoints=self.waitpoints,
+            start=start,
         )
         ctx.attach_output(RunOutput(self.store, self._output_limits, task_id, task.principal, lock, task_id, log))
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"

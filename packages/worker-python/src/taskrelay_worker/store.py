@@ -3,6 +3,7 @@ lock-checked with the job's token, exactly as the Node worker's ``RedisTaskStore
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import dataclass, field
@@ -121,10 +122,37 @@ class TaskStore:
         self.redis = redis
         self.keys = keys
         self._scripts = {name: redis.register_script(spec.source) for name, spec in SCRIPTS.items()}
+        #: First runs' starts not answered yet, by task id (§21.2.1): every other script naming the task waits for it.
+        self._starting: dict[str, asyncio.Future] = {}
+
+    def start_pipelined(
+        self, task_id: str, lock: JobLock, attempt: int, deadline_at: int, share_principal: str, tool_version: str
+    ) -> asyncio.Future:
+        """A first run's start (PROTOCOL.md §21.2.1), sent now and not awaited: the future of ``start_run``'s answer.
+        Until it is answered, every script this store runs for the task waits for it, so Redis runs the start before
+        any other write of the run (redis-py's pool keeps no order between two coroutines' commands)."""
+        started = asyncio.ensure_future(
+            self.start_run(task_id, lock, attempt, deadline_at, share_principal, tool_version, False)
+        )
+        self._starting[task_id] = started
+
+        def answered(_: asyncio.Future) -> None:
+            if self._starting.get(task_id) is started:
+                del self._starting[task_id]
+
+        started.add_done_callback(answered)
+        return started
+
+    async def _after_start(self, keys: dict[str, str]) -> None:
+        for task_id, started in list(self._starting.items()):
+            if any(task_id in key for key in keys.values()):
+                await asyncio.wait([started])
 
     async def call(self, name: str, keys: dict[str, str], args: dict[str, Any]) -> tuple[str, list[Any]]:
         """Runs script ``name`` with named keys and arguments; answers its code's name and the values after it."""
         spec: ScriptSpec = SCRIPTS[name]
+        if self._starting and name != "startRun":
+            await self._after_start(keys)
         positional_keys = [keys.get(k, "") for k in spec.keys]
         positional_args = [args.get(a, "") for a in spec.args]
         raw = await self._scripts[name](keys=positional_keys, args=positional_args)

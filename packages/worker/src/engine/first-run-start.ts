@@ -1,98 +1,92 @@
 /**
- * A first run's deferred start (PROTOCOL.md §21.2.1). A job's first fetch runs the tool before `startRun` is sent; the
- * start then goes at the earliest of: the run's end (in the same script as its terminal transition, one round trip),
- * the first context member that needs it (`DeferredStart.ensure`), or `START_DEFER_MS` after the run began.
+ * A first run's start, pipelined (PROTOCOL.md §21.2.1). `startRun` is sent as the run begins, before its job checks
+ * and its tool, and is not awaited: the tool begins at once. Every later write of the run goes on the same command
+ * connection, so Redis runs the start first; the members that read the record or write durably await its answer
+ * (`PendingStart.ensure`), and the end is sent at once and then read with it. A start that finds its task already
+ * ended aborts the run when its answer arrives, one round trip after the run began.
  */
 import { isTerminal, type Logger, type RedisTaskStore, type RunStart, type TaskRecord } from '@taskrelay/shared';
-import type { DeferredStart } from '../context.js';
+import type { PendingStart } from '../context.js';
 import { writeThroughOutage } from './end-write.js';
 import { sweptReason } from './cancel-watch.js';
 import type { RunningJobs } from './running-jobs.js';
-
-/** How long a first run may go before its start is recorded: `startedAt`, the deadline and the fair-share leave. */
-export const START_DEFER_MS = 100;
 
 export interface FirstRunStartOptions {
   store: Pick<RedisTaskStore, 'startRun'>;
   running: Pick<RunningJobs, 'abort' | 'loseLock'>;
   start: RunStart;
   log: Logger;
-  deferMs?: number;
   /** How long a start that finds Redis unreachable (a failover) is tried again (PROTOCOL.md §10.10); 0: not at all. */
   outageWindowMs?: number;
 }
 
-export class FirstRunStart implements DeferredStart {
-  private sent: Promise<TaskRecord | undefined> | undefined;
-  private readonly timer: NodeJS.Timeout;
+/** What the start answered, as the run's end reads it. */
+export type StartAnswer = { ok: true; record: TaskRecord } | { ok: false; lockLost: boolean };
 
+export class FirstRunStart implements PendingStart {
+  private readonly answer: Promise<StartAnswer>;
+  private readonly record: Promise<TaskRecord | undefined>;
+  /** Set once the run's end is sent: from then on the start's answer aborts nothing, the end's answer decides. */
+  private ended = false;
+
+  /** Sends the start: call it before anything else of the run is written. */
   constructor(private readonly o: FirstRunStartOptions) {
-    this.timer = setTimeout(() => void this.ensure(), o.deferMs ?? START_DEFER_MS);
-    this.timer.unref();
+    const { start } = o;
+    const startRun = () =>
+      o.store.startRun(
+        start.taskId,
+        start.lock,
+        start.attempt,
+        start.deadlineAt,
+        start.sharePrincipal,
+        start.version,
+        start.startedAt,
+      );
+    // The first try goes out at once, unawaited (the pipelined start); only a try that found Redis unreachable is
+    // repeated, while the lock may hold, as a run's end is (§10.10): the tool is running already.
+    this.answer = writeThroughOutage(startRun, { windowMs: o.outageWindowMs ?? 0, log: o.log, what: 'start' })
+      .then(
+        (started): StartAnswer => {
+          if (started.lockLost) return this.refused(true, 'start refused');
+          const task = started.record;
+          if (task && !isTerminal(task.status)) return { ok: true, record: task };
+          if (!this.ended) {
+            // Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
+            const reason = sweptReason(
+              task && { status: task.status, cancelReason: task.cancelReason, errorCode: task.error?.code },
+            );
+            o.running.abort(start.taskId, reason, 'task ended before its run recorded its start; aborting tool', {
+              status: task?.status ?? 'missing',
+            });
+          }
+          return { ok: false, lockLost: false };
+        },
+        (error: unknown): StartAnswer => {
+          // As at a start before the tool: Redis lost while recording the run is no fault of the tool's. The run ends
+          // as one that lost its lock, and its job is handed back (or returns to the queue when the lock expires).
+          o.log.warn({ err: error }, 'Redis unreachable while recording the start; the run stops');
+          return this.refused(true, 'start not recorded');
+        },
+      );
+    this.record = this.answer.then((a) => (a.ok ? a.record : undefined));
   }
 
+  private refused(lockLost: boolean, why: string): StartAnswer {
+    if (!this.ended) this.o.running.loseLock(this.o.start.taskId, why);
+    return { ok: false, lockLost };
+  }
+
+  /** The task as the run started, or undefined when the run must not go on (its signal has aborted). Never rejects. */
   ensure(): Promise<TaskRecord | undefined> {
-    this.sent ??= this.send();
-    return this.sent;
+    return this.record;
   }
 
   /**
-   * The run's end is about to be written: the start to send with it, in one script, or undefined when the start was
-   * sent already (the end then goes alone, after it on the same connection).
+   * The run's end is being sent (after the start, on the same connection): the start's answer, to read with the
+   * end's. From now on that answer aborts nothing.
    */
-  takeForEnd(): RunStart | undefined {
-    if (this.sent) return undefined;
-    clearTimeout(this.timer);
-    this.sent = Promise.resolve(undefined);
-    return this.o.start;
-  }
-
-  /** The run is over: no start is sent any more (a hand-back's next run starts as any later run does). */
-  close(): void {
-    clearTimeout(this.timer);
-    this.sent ??= Promise.resolve(undefined);
-  }
-
-  private async send(): Promise<TaskRecord | undefined> {
-    clearTimeout(this.timer);
-    const { start, running, log } = this.o;
-    const { taskId } = start;
-    let started: Awaited<ReturnType<RedisTaskStore['startRun']>>;
-    try {
-      const startRun = () =>
-        this.o.store.startRun(
-          taskId,
-          start.lock,
-          start.attempt,
-          start.deadlineAt,
-          start.sharePrincipal,
-          start.version,
-          start.startedAt,
-        );
-      // The tool is running already: a failover is waited out while the lock may hold, as a run's end is (§10.10).
-      started = await writeThroughOutage(startRun, { windowMs: this.o.outageWindowMs ?? 0, log, what: 'start' });
-    } catch (error) {
-      // As at a start before the tool: Redis lost while recording the run is no fault of the tool's. The run ends as
-      // one that lost its lock, and its job is handed back (or returns to the queue when the lock expires).
-      log.warn({ err: error }, 'Redis unreachable while recording the deferred start; the run stops');
-      running.loseLock(taskId, 'deferred start not recorded');
-      return undefined;
-    }
-    if (started.lockLost) {
-      running.loseLock(taskId, 'deferred start refused');
-      return undefined;
-    }
-    const task = started.record;
-    if (!task || isTerminal(task.status)) {
-      // Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
-      const reason = sweptReason(
-        task && { status: task.status, cancelReason: task.cancelReason, errorCode: task.error?.code },
-      );
-      running.abort(taskId, reason, 'task ended before its run recorded its start; aborting tool', {
-        status: task?.status ?? 'missing',
-      });
-      return undefined;
-    }
-    return task;
+  beforeEnd(): Promise<StartAnswer> {
+    this.ended = true;
+    return this.answer;
   }
 }

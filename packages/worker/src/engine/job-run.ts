@@ -85,7 +85,7 @@ interface RunScope {
   taskId: string;
   lock: JobLock;
   log: Logger;
-  /** A first run's start not sent yet (PROTOCOL.md §21.2.1): it goes with the run's first write or its end. */
+  /** A first run's start, sent as the run began and not awaited before its tool (PROTOCOL.md §21.2.1). */
   start?: FirstRunStart;
 }
 
@@ -154,11 +154,14 @@ export class JobRunner {
     const run: RunScope = { job, token, taskId, lock, log };
     const parsed = JobDataSchema.safeParse(job.data);
     const queueTimeoutMs = (parsed.success ? parsed.data.queueTimeoutMs : undefined) ?? DEFAULT_QUEUE_TIMEOUT_MS;
-    run.start = this.deferStart(run, parsed, queueTimeoutMs);
+    // Before anything else of the run is written (§21.2.1).
+    run.start = this.pipelineStart(run, parsed, queueTimeoutMs);
     try {
       return await this.runStarted(run, parsed, queueTimeoutMs, entry);
     } finally {
-      run.start?.close();
+      // The job leaves this processor only once its start is answered: BullMQ's next move of the job goes on another
+      // connection, and must not overtake the start. Never rejects.
+      await run.start?.ensure();
     }
   }
 
@@ -169,8 +172,8 @@ export class JobRunner {
     entry: RunningJob,
   ): Promise<void> {
     const { job, taskId, lock, log } = run;
-    // A first run whose start is deferred (§21.2.1) knows what a task that never ran holds: no state, steps or
-    // questions, and the job's principal; the context reads the rest with the start when it needs it.
+    // A first run, whose start is on its way (§21.2.1), knows what a task that never ran holds: no state, steps or
+    // questions, and the job's principal; the context reads the rest from the start's answer when it needs it.
     const task = run.start ? undefined : await this.recordStart(run, parsed, queueTimeoutMs);
     if (!run.start && !task) return;
     const principal = task?.principal ?? (parsed.success ? parsed.data.principal : undefined) ?? '';
@@ -307,11 +310,12 @@ export class JobRunner {
   }
 
   /**
-   * A first run's start, deferred (PROTOCOL.md §21.2.1), or undefined when this run starts before its tool as every
-   * other does: BullMQ's first fetch of the job, data naming its principal and a tool served here without per-key or
-   * shared limits, and the job younger than half its queue timeout, so the reaper's creation deadline is far off.
+   * A first run's start, sent now and not awaited (PROTOCOL.md §21.2.1), or undefined when this run awaits its start
+   * before its tool as every other does: BullMQ's first fetch of the job, data naming its principal and a tool served
+   * here without per-key or shared limits, and the job younger than half its queue timeout, so the reaper's creation
+   * deadline is far off.
    */
-  private deferStart(run: RunScope, parsed: ParsedJobData, queueTimeoutMs: number): FirstRunStart | undefined {
+  private pipelineStart(run: RunScope, parsed: ParsedJobData, queueTimeoutMs: number): FirstRunStart | undefined {
     const { job, taskId, lock, log } = run;
     if (job.attemptsStarted !== 1 || !parsed.success) return undefined;
     const { principal, tool: toolName } = parsed.data;
@@ -332,7 +336,7 @@ export class JobRunner {
         attempt: attemptOf(job),
         deadlineAt: this.runDeadline(parsed, queueTimeoutMs),
         sharePrincipal: principal,
-        // A task that never ran records no version: this run's is recorded, nothing to defer to.
+        // A task that never ran records no version: this run's is recorded, no other to defer to (§12.11).
         version: { toolVersion: tool.version ?? '' },
         startedAt: new Date(now),
       },
@@ -340,30 +344,27 @@ export class JobRunner {
   }
 
   /**
-   * A terminal write of this run: with its start when the start is still deferred (one script, §21.2.1), else alone.
-   * A start refused for a lost lock reads as the write's; a task gone reads as `status` undefined.
+   * A terminal write of this run, sent at once: a first run's start went before it on the same connection, so Redis
+   * runs it after the start (§21.2.1), and its answer is read with the start's. A start refused for a lost lock reads
+   * as the write's; a task gone reads as `status` undefined.
    */
   private async writeEnd(
     run: Pick<RunScope, 'taskId' | 'lock' | 'start' | 'log'>,
     to: TaskStatus,
     fields: TransitionFields,
   ): Promise<TransitionOutcome> {
-    const start = run.start?.takeForEnd();
+    const start = run.start?.beforeEnd();
     // Redis unreachable (a failover) is waited out while the lock may still be this run's (§10.10): the outcome is
     // kept, not dropped for a re-run once the lock expires.
     const retry = { windowMs: bullLockMs(this.o.lockDurationMs), log: run.log, what: WRITTEN_AS[to] ?? to };
-    if (!start) {
-      return writeThroughOutage(
-        () => bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock })),
-        retry,
-      );
-    }
-    const ended = await writeThroughOutage(
-      () => bookkeeping(this.o.store.startThenTransition(start, to, fields)),
+    const written = writeThroughOutage(
+      () => bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock })),
       retry,
     );
-    if (ended.start.lockLost) return { ok: false, status: undefined, lockLost: true };
-    return ended.written ?? { ok: false, status: undefined };
+    if (!start) return written;
+    const [started, outcome] = await Promise.all([start, written]);
+    if (!started.ok && started.lockLost) return { ok: false, status: undefined, lockLost: true };
+    return outcome;
   }
 
   /**
@@ -468,8 +469,8 @@ export class JobRunner {
       case 'ended_by_gateway':
         ctx.close();
         log.info({ reason: 'GATEWAY_SHUTDOWN' }, 'tool stopped: the gateway holding its call shut down');
-        // The job ends here: a first run's start still leaves its principal's waiting share (§21.2.1, §25).
-        await end.start?.ensure();
+        // The job ends here; a first run's start, awaited as the run ends, took it out of its principal's waiting share
+        // (§21.2.1, §25).
         return;
       case 'suspend': {
         const suspension = ctx.suspension as Suspension;

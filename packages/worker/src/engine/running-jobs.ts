@@ -38,7 +38,7 @@ export class RunningJobs {
   /**
    * Registered before anything is read, so a cancel arriving during the start check is not lost. A cancel that came
    * for this task before it was registered (its job fetched as the gateway cancelled it, PROTOCOL.md §21.2.1) aborts
-   * the new entry at once, so a first run whose start is deferred does not run the tool.
+   * the new entry at once, so a first run, whose start it does not wait for, does not run the tool.
    */
   add(taskId: string): RunningJob {
     const entry: RunningJob = { controller: new AbortController(), graceTimer: undefined, lockRenewedAt: Date.now() };

@@ -62,25 +62,31 @@ local function backlog_admit(gatewayId, channel, payloads, backlogPrefix, backlo
   return true
 end
 
-local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId)
+local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId, F.total)
 if not h[1] then return {R.TASK_MISSING} end
 if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[7]) then return {R.LOCK_LOST} end
 local progress = tonumber(ARGV[1])
 if h[2] and tonumber(h[2]) >= progress then return {R.PROGRESS_STALE} end
 local event = {type = 'progress', taskId = h[4], progress = progress}
-redis.call('HSET', KEYS[1], F.progress, ARGV[1], F.lastUpdatedAt, ARGV[4])
+-- One HSET for every field the update writes (a Redis command per call counts, issue 46).
+local fields = {F.progress, ARGV[1], F.lastUpdatedAt, ARGV[4]}
 if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], F.total, ARGV[2])
+  fields[#fields + 1] = F.total
+  fields[#fields + 1] = ARGV[2]
   event.total = tonumber(ARGV[2])
-else
+elseif h[5] then
   redis.call('HDEL', KEYS[1], F.total)
 end
 if ARGV[3] ~= '' then
   local message = cjson.decode(ARGV[3])
-  redis.call('HSET', KEYS[1], F.progressMessage, message, F.statusMessage, message)
+  fields[#fields + 1] = F.progressMessage
+  fields[#fields + 1] = message
+  fields[#fields + 1] = F.statusMessage
+  fields[#fields + 1] = message
   event.message = message
 end
+redis.call('HSET', KEYS[1], unpack(fields))
 if h[3] and h[3] ~= '' then
   local channel = ARGV[5] .. h[3] .. ARGV[6]
   local payload = cjson.encode(event)

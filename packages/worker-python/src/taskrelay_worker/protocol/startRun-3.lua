@@ -47,14 +47,16 @@ local function leave_share()
   if KEYS[3] ~= KEYS[1] then redis.call('ZREM', KEYS[3], ARGV[5]) end
 end
 
-local status = redis.call('HGET', KEYS[1], F.status)
+-- One read of the fields the start looks at, one write of those it sets (a Redis command per call counts, issue 46).
+local h = redis.call('HMGET', KEYS[1], F.status, F.toolVersion, F.backOff, F.startedAt)
+local status = h[1]
 if not status then
   leave_share()
   return {R.TASK_MISSING}
 end
 if not TERMINAL[status] then
   if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
-  local recorded = redis.call('HGET', KEYS[1], F.toolVersion)
+  local recorded = h[2]
   if ARGV[7] == '1' and recorded and ARGV[6] ~= '' and recorded ~= ARGV[6] then
     leave_share()
     return {R.VERSION_OTHER, recorded}
@@ -74,13 +76,23 @@ if not TERMINAL[status] then
     end
     redis.call('HSET', KEYS[1], F.inputFloor, floor)
   end
-  if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], F.toolVersion, ARGV[6]) end
+  local fields = {F.attempt, ARGV[4]}
+  if ARGV[6] ~= '' then
+    fields[#fields + 1] = F.toolVersion
+    fields[#fields + 1] = ARGV[6]
+  end
   -- A run replaying while its input request is still pending keeps the input deadline (§12.2).
-  if status ~= 'input_required' then redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[2]) end
-  redis.call('HSET', KEYS[1], F.attempt, ARGV[4])
+  if status ~= 'input_required' then
+    fields[#fields + 1] = F.deadlineAt
+    fields[#fields + 1] = ARGV[2]
+  end
+  if not h[4] then
+    fields[#fields + 1] = F.startedAt
+    fields[#fields + 1] = ARGV[3]
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
   -- A back-off is over once a run starts (§3.4): its message goes with it.
-  if redis.call('HDEL', KEYS[1], F.backOff) == 1 then redis.call('HDEL', KEYS[1], F.statusMessage) end
-  if redis.call('HEXISTS', KEYS[1], F.startedAt) == 0 then redis.call('HSET', KEYS[1], F.startedAt, ARGV[3]) end
+  if h[3] then redis.call('HDEL', KEYS[1], F.backOff, F.statusMessage) end
 end
 leave_share()
 return {R.OK, redis.call('HGETALL', KEYS[1])}

@@ -186,7 +186,9 @@ local function outbox_append(taskKey, status, message, timestamp, dueKey, pendin
   redis.call('HINCRBY', pendingKey, principal, 1)
 end
 
-local current = redis.call('HGET', KEYS[1], F.status)
+-- One read of the task's own fields (a Redis command per call counts, issue 46).
+local h = redis.call('HMGET', KEYS[1], F.status, F.taskId, F.statusMessage)
+local current = h[1]
 if not current then return {R.TASK_MISSING} end
 if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
 local extra = cjson.decode(ARGV[3])
@@ -201,9 +203,11 @@ if ARGV[8] ~= '' then
 end
 local code = move_status(KEYS[1], current, ARGV[1], ARGV[2], fields)
 if code ~= R.OK then return {code, current} end
-local taskId = redis.call('HGET', KEYS[1], F.taskId)
+local taskId = h[2]
 local event = {type = 'status', taskId = taskId, status = ARGV[1], lastUpdatedAt = ARGV[2]}
-local message = redis.call('HGET', KEYS[1], F.statusMessage)
+-- The message as the write left it: the one it wrote, else the one the task had.
+local message = extra.statusMessage
+if message == nil then message = h[3] end
 if message and message ~= '' then event.statusMessage = message end
 if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
