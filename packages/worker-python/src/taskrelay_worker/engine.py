@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 
 import bullmq
 from bullmq.custom_errors import DelayedError, UnrecoverableError
+from bullmq.lock_manager import LockManager
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
@@ -119,6 +120,21 @@ class RunEntry:
     release: Any = None
 
 
+class DrainingLocks(LockManager):
+    """bullmq's lock manager, kept renewing until the worker's last running job is done (issue 48 P1). bullmq 3.4.4's
+    fetch loop ends as soon as ``close()`` cancels its pending fetch, and closes the lock manager as it ends, while the
+    jobs in flight still run: their locks lapsed halfway through the drain's grace, and the hand-back that followed
+    found no lock (``moveJobFromActiveToWait`` answered -2), stranding the task until another worker's stall check.
+    ``close()``'s own teardown waits for the running jobs before it closes the manager, as Node's does; only the loop's
+    early close is held back here. A forced close does not wait."""
+
+    async def close(self) -> None:
+        # bullmq untracks a job when its processJob ends and signals nothing: a short poll is the one hook there is.
+        while self.tracked_jobs and not self.closed and not getattr(self.worker, "forceClosing", False):
+            await asyncio.sleep(0.05)
+        await super().close()
+
+
 class GatedWorker(bullmq.Worker):
     """A BullMQ Worker that takes a job only with a slot of the process (§3.2): ``WORKER_CONCURRENCY`` bounds the
     whole process, whatever number of tool queues it consumes. BullMQ (Python, like Node OSS) has no worker of several
@@ -131,6 +147,13 @@ class GatedWorker(bullmq.Worker):
         #: The token of the run of a job id now running in this process, if any (TaskrelayWorker.running).
         self._current_token = current_token or (lambda job_id: None)
         super().__init__(name, processor, opts)
+        self.lockManager = DrainingLocks(
+            self,
+            lock_renew_time=self.opts["lockRenewTime"],
+            lock_duration=self.opts["lockDuration"],
+            worker_id=self.id,
+            worker_name=self.workerName,
+        )
 
     async def moveToActive(self, token: str):  # noqa: N802 - BullMQ's name
         if self._gate.locked():
@@ -141,6 +164,11 @@ class GatedWorker(bullmq.Worker):
             except Exception:  # noqa: BLE001 - a lost wake-up costs one block timeout, nothing more
                 pass
         await self._gate.acquire()
+        if self.closing:
+            # A fetch that waited for a slot through the start of a drain: its job would have no fetch loop left to
+            # run it, and would sit active until its lock lapsed.
+            self._gate.release()
+            return None
         try:
             job = await super().moveToActive(token)
         except BaseException:

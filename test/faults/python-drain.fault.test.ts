@@ -1,0 +1,109 @@
+/**
+ * Issue 48 P1, PROTOCOL.md §5.7 and §29: a Python worker sent SIGTERM with several long jobs in flight keeps their
+ * locks renewed through its whole grace (which is several lock durations long here), then hands each job back, as the
+ * Node worker does (test/faults/worker-drain.fault.test.ts). Before, bullmq's fetch loop ended at once on close and
+ * stopped renewing: the locks lapsed mid-grace (`LOCK_LOST`), the hand-back answered -2, and the tasks sat `working`
+ * with no worker until another worker's stall check.
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait-for.js';
+import {
+  PYTHON,
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  stopAll,
+  type ManagedProcess,
+} from '../helpers/processes.js';
+import { getTask, startTask } from '../helpers/tasks.js';
+
+if (PYTHON === undefined) console.log('python-drain fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
+
+/** Four lock durations: the locks must be renewed through it. */
+const LOCK_MS = 1_500;
+const GRACE_MS = 6_000;
+const IN_FLIGHT = 4;
+const PUT_BACK = 'job put back, at the front of its queue, for another worker';
+
+describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', () => {
+  let redis: TestRedis;
+  let client: Client;
+  let draining: ManagedProcess;
+  let env: Record<string, string>;
+  const tasks: string[] = [];
+  let exitCode: number | null;
+  let drainMs: number;
+  const seenBeforeResume: Array<{ status: string; statusMessage?: string | undefined }> = [];
+
+  beforeAll(async () => {
+    redis = await startRedis({ owned: true });
+    const prefix = uniquePrefix('f-pydrain');
+    env = {
+      REDIS_URL: redis.url,
+      TASKRELAY_PREFIX: prefix,
+      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'),
+      WORKER_LOCK_DURATION_MS: String(LOCK_MS),
+      WORKER_SHUTDOWN_GRACE_MS: String(GRACE_MS),
+      // Free slots beside the jobs in flight: bullmq then has a fetch pending, which its close ends at once.
+      WORKER_CONCURRENCY: String(2 * IN_FLIGHT),
+      WORKER_HEARTBEAT_MS: '500',
+    };
+    const gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
+    draining = await startPythonWorkerProcess(env);
+    client = await connectClient(gateway.url);
+    for (let i = 0; i < IN_FLIGHT; i += 1) tasks.push(await startTask(client, 'py_count', { n: 1_000, delay_ms: 100 }));
+    await waitFor(
+      () =>
+        tasks.every((id) =>
+          draining.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'),
+        ),
+      { timeoutMs: 20_000, message: 'the tasks did not all start on the worker' },
+    );
+    // Some progress first ("step n of 1000"), so that stale progress would show.
+    for (const id of tasks) await waitFor(async () => (await getTask(client, id)).statusMessage !== undefined);
+    const signalledAt = Date.now();
+    void draining.kill('SIGTERM');
+    exitCode = await draining.exited;
+    drainMs = Date.now() - signalledAt;
+    for (const id of tasks) {
+      const task = await getTask(client, id);
+      seenBeforeResume.push({ status: task.status, statusMessage: task.statusMessage });
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    await client?.close().catch(() => undefined);
+    await stopAll();
+    await redis?.stop();
+  });
+
+  it('keeps every job lock through the grace: no run ends with LOCK_LOST', () => {
+    const lost = draining.logs().filter((l) => l['reason'] === 'LOCK_LOST' || l['msg'] === 'BullMQ worker error');
+    expect(lost, JSON.stringify(lost.slice(0, 3))).toEqual([]);
+    expect(drainMs).toBeGreaterThanOrEqual(GRACE_MS);
+  });
+
+  it('hands every job back after the grace, and exits 0', () => {
+    for (const id of tasks) {
+      const lines = draining.logs().filter((l) => l['taskId'] === id && typeof l['msg'] === 'string');
+      expect(
+        lines.map((l) => l['msg']),
+        id,
+      ).toContain(PUT_BACK);
+    }
+    expect(exitCode).toBe(0);
+  });
+
+  it('another worker then takes every handed-back job', async () => {
+    const next = await startPythonWorkerProcess({ ...env, WORKER_LOCK_DURATION_MS: '60000' });
+    await waitFor(
+      () => tasks.every((id) => next.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started')),
+      { timeoutMs: 15_000, message: 'the handed-back jobs were not taken by the next worker' },
+    );
+    for (const id of tasks) await client.experimental.tasks.cancelTask(id);
+  }, 60_000);
+});
