@@ -40,6 +40,8 @@ DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
 #: Stalls are counted per tool (``max_stalls``, §10.6), never by BullMQ.
 BULLMQ_MAX_STALLED = 1_000_000_000
 PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000
+#: The key of the data a job gets when its stored data is not JSON: ``{UNREADABLE_JOB_DATA: reason}`` (issue 48 F5).
+UNREADABLE_JOB_DATA = "taskrelay.unreadableJobData"
 #: How long a job left to a worker of its task's tool version waits before any worker may take it again (§12.11).
 VERSION_DEFER_MS = 250
 
@@ -177,6 +179,19 @@ class GatedWorker(bullmq.Worker):
         if job is None:
             self._gate.release()
         return job
+
+    async def nextJobFromJobData(self, job_data: Any = None, job_id: Any = None, *args: Any, **kwargs: Any):  # noqa: N802
+        # bullmq parses the stored data here, outside any processor: data that is not JSON left the job active and
+        # unprocessed, taken again at each stall check and never failed (issue 48 F5). It reaches the processor as
+        # data naming why, and the run fails its task with that reason (the Node worker's createJob does the same).
+        if job_data:
+            raw = job_data.get("data", "{}")
+            try:
+                json.loads(raw)
+            except (TypeError, ValueError) as error:
+                reason = f"its stored data is not valid JSON ({error})"
+                job_data = {**job_data, "data": json.dumps({UNREADABLE_JOB_DATA: reason})}
+        return await super().nextJobFromJobData(job_data, job_id, *args, **kwargs)
 
     async def processJob(self, job: Any, token: str):  # noqa: N802
         try:
@@ -512,7 +527,12 @@ class TaskrelayWorker:
 
         tool_name, arguments = data.get("tool"), data.get("arguments")
         if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
-            message = "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+            unreadable = data.get(UNREADABLE_JOB_DATA)
+            message = (
+                f"Invalid job data: {unreadable}"
+                if isinstance(unreadable, str)
+                else "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+            )
             await self._fail_task(task_id, lock, message, {"code": "INTERNAL", "message": message}, log)
             raise UnrecoverableError(message)
         tool = self.tools.get(tool_name)

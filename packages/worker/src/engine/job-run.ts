@@ -40,6 +40,7 @@ import type { ToolVersions } from './tool-versions.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 import { FirstRunStart } from './first-run-start.js';
+import { UNREADABLE_JOB_DATA } from './slot-gate.js';
 
 /** How long a job may wait in the queue when its data does not say (the gateway's default). */
 const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
@@ -348,9 +349,10 @@ export class JobRunner {
   ): Promise<{ data: JobData; tool: ToolDefinition; input: Record<string, unknown> }> {
     const { job, taskId } = run;
     if (!parsed.success || parsed.data.taskId !== taskId) {
+      const unreadable = (job.data as Record<string, unknown> | null | undefined)?.[UNREADABLE_JOB_DATA];
       const message = parsed.success
         ? `Invalid job data: taskId ${parsed.data.taskId} does not match job id ${taskId}`
-        : `Invalid job data: ${describeIssues(parsed.error)}`;
+        : `Invalid job data: ${typeof unreadable === 'string' ? unreadable : describeIssues(parsed.error)}`;
       return this.failJob(run, 'INTERNAL', message);
     }
     const { tool: toolName, arguments: args } = parsed.data;
