@@ -28,11 +28,17 @@ const LOCK_MS = 1_500;
 const GRACE_MS = 6_000;
 const IN_FLIGHT = 4;
 const PUT_BACK = 'job put back, at the front of its queue, for another worker';
+const HANDED_BACK = 'Waiting to be resumed: its worker stopped and put its run back in the queue';
 
 describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', () => {
   let redis: TestRedis;
   let client: Client;
   let draining: ManagedProcess;
+  /** A live worker of the same tool, busy with `blocker` (one slot) while the other drains. */
+  let busy: ManagedProcess;
+  let blocker: string;
+  /** The handed-back task the live worker took, and then died running. */
+  let resumed: string | undefined;
   let env: Record<string, string>;
   const tasks: string[] = [];
   let exitCode: number | null;
@@ -48,19 +54,18 @@ describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', ()
       TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'),
       WORKER_LOCK_DURATION_MS: String(LOCK_MS),
       WORKER_SHUTDOWN_GRACE_MS: String(GRACE_MS),
-      // Free slots beside the jobs in flight: bullmq then has a fetch pending, which its close ends at once.
-      WORKER_CONCURRENCY: String(2 * IN_FLIGHT),
       WORKER_HEARTBEAT_MS: '500',
     };
     const gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
-    draining = await startPythonWorkerProcess(env);
     client = await connectClient(gateway.url);
+    busy = await startPythonWorkerProcess({ ...env, WORKER_CONCURRENCY: '1' });
+    blocker = await startTask(client, 'py_count', { n: 1_000, delay_ms: 100 });
+    await waitFor(() => busy.logs().some((l) => l['taskId'] === blocker && l['msg'] === 'tool started'));
+    // Free slots beside the jobs in flight: bullmq then has a fetch pending, which its close ends at once.
+    draining = await startPythonWorkerProcess({ ...env, WORKER_CONCURRENCY: String(2 * IN_FLIGHT) });
     for (let i = 0; i < IN_FLIGHT; i += 1) tasks.push(await startTask(client, 'py_count', { n: 1_000, delay_ms: 100 }));
     await waitFor(
-      () =>
-        tasks.every((id) =>
-          draining.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'),
-        ),
+      () => tasks.every((id) => draining.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started')),
       { timeoutMs: 20_000, message: 'the tasks did not all start on the worker' },
     );
     // Some progress first ("step n of 1000"), so that stale progress would show.
@@ -98,12 +103,37 @@ describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', ()
     expect(exitCode).toBe(0);
   });
 
-  it('another worker then takes every handed-back job', async () => {
-    const next = await startPythonWorkerProcess({ ...env, WORKER_LOCK_DURATION_MS: '60000' });
-    await waitFor(
-      () => tasks.every((id) => next.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started')),
-      { timeoutMs: 15_000, message: 'the handed-back jobs were not taken by the next worker' },
+  it('a handed-back task says it waits to be resumed, not its last run’s progress (issue 48 P2)', () => {
+    for (const seen of seenBeforeResume) {
+      expect(seen).toEqual({ status: 'working', statusMessage: HANDED_BACK });
+    }
+  });
+
+  it('the next run of a handed-back task clears that message as it starts', async () => {
+    await client.experimental.tasks.cancelTask(blocker);
+    // The live worker has one slot: it takes one of the handed-back jobs (they share the front of the queue).
+    const taken = await waitFor(
+      () => tasks.find((id) => busy.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started')),
+      { timeoutMs: 15_000, message: 'no handed-back job was taken by the live worker' },
     );
-    for (const id of tasks) await client.experimental.tasks.cancelTask(id);
-  }, 60_000);
+    resumed = taken;
+    await waitFor(async () => (await getTask(client, taken)).statusMessage?.startsWith('step') === true);
+  });
+
+  it('a task whose run died with the last worker of its tool says so, not its stale progress (issue 48 P2)', async () => {
+    const first = resumed ?? '';
+    await busy.kill('SIGKILL');
+    // The worker's catalog entry lapses within 3 heartbeats; then the gateway knows no worker serves the tool.
+    await waitFor(
+      async () =>
+        /^Waiting to be resumed: no live worker serves tool py_count/.test(
+          (await getTask(client, first)).statusMessage ?? '',
+        ),
+      {
+        timeoutMs: 15_000,
+        message: 'the task kept showing its stale progress',
+      },
+    );
+    expect((await getTask(client, first)).status).toBe('working');
+  });
 });

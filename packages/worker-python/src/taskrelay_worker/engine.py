@@ -40,6 +40,8 @@ DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
 #: Stalls are counted per tool (``max_stalls``, §10.6), never by BullMQ.
 BULLMQ_MAX_STALLED = 1_000_000_000
 PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000
+#: What a task whose run went back says until its next run starts (§5.7); the Node worker says the same.
+HANDED_BACK_MESSAGE = "Waiting to be resumed: its worker stopped and put its run back in the queue"
 #: The key of the data a job gets when its stored data is not JSON: ``{UNREADABLE_JOB_DATA: reason}`` (issue 48 F5).
 UNREADABLE_JOB_DATA = "taskrelay.unreadableJobData"
 #: How long a job left to a worker of its task's tool version waits before any worker may take it again (§12.11).
@@ -633,6 +635,13 @@ class TaskrelayWorker:
             return await self._suspend_job(job, token, task_id, ctx.suspension, log)
         if reason == "WORKER_SHUTDOWN" and not ok:
             ctx.close()
+            # Until its next run starts (whose start clears it), the task says it waits, not its last progress (§5.7).
+            try:
+                await self.store.suspend(
+                    task_id, lock, _now_ms() + queue_timeout_ms, status_message=HANDED_BACK_MESSAGE
+                )
+            except Exception as error:  # noqa: BLE001 - a failed write costs only the message
+                log.debug("could not say that the task waits to be resumed", err=error)
             return await self.hand_back(job, token, log, "WORKER_SHUTDOWN")
         if ok:
             try:

@@ -72,6 +72,9 @@ export interface JobRunnerOptions {
   output?: TaskOutputStore;
 }
 
+/** What a task whose run went back says until its next run starts (§5.7); the Python worker says the same. */
+export const HANDED_BACK_MESSAGE = 'Waiting to be resumed: its worker stopped and put its run back in the queue';
+
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
 const VERSION_DEFER_MS = 250;
 
@@ -424,6 +427,8 @@ export class JobRunner {
             { reason: action.reason, returned: end.outcome.ok },
             'run ended after losing the job lock; nothing recorded',
           );
+        } else {
+          await this.sayHandedBack(end);
         }
         return this.handBack(end.job, end.token, log, action.reason);
       case 'timed_out':
@@ -714,6 +719,17 @@ export class JobRunner {
     } catch (error) {
       log.warn({ err: error }, 'onCancelled failed');
     }
+  }
+
+  /**
+   * A task whose run goes back for another worker says so until its next run starts (whose start clears it), instead
+   * of its last run's progress message (issue 48 P2, PROTOCOL.md §5.7). Under the lock, before the job leaves it; a
+   * failed write costs only the message.
+   */
+  private async sayHandedBack(end: RunEnd): Promise<void> {
+    await this.o.store
+      .suspend(end.taskId, end.lock, { deadlineAt: Date.now() + end.queueTimeoutMs, statusMessage: HANDED_BACK_MESSAGE })
+      .catch((error: unknown) => end.log.debug({ err: error }, 'could not say that the task waits to be resumed'));
   }
 
   private handBack(
