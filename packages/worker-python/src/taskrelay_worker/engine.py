@@ -122,6 +122,9 @@ class RunEntry:
     aborted_at: float | None = None
     #: Gives back the run's slot of a per-key limit (§3.5); called as the run ends, however it ends.
     release: Any = None
+    #: The tool has returned and the run writes its own end: the cancel sweep leaves it alone, or it would take the
+    #: terminal status the run itself just wrote for another's (``LOCK_LOST``, issue 48 F6).
+    settling: bool = False
 
 
 class DrainingLocks(LockManager):
@@ -447,11 +450,13 @@ class TaskrelayWorker:
         """Aborts runs whose task ended elsewhere (§7.5) or whose job lock is another's (§10.4)."""
         assert self._redis is not None
         for task_id, entry in list(self.running.items()):
-            if entry.signal.aborted:
+            if entry.signal.aborted or entry.settling:
                 continue
             # A batch child has no task of its own: its parent's end ends it (§26.7).
             status, reason = await self._redis.hmget(self.keys.task(entry.parent_id or task_id), "status", "cancelReason")
             lock = await self._redis.get(self.keys.bull_job_lock(entry.queue, task_id))
+            if entry.settling or self.running.get(task_id) is not entry:
+                continue  # it began writing its own end (or ended) during the reads
             if entry.parent_id is not None:
                 if status is None or status in TERMINAL:
                     self._abort(task_id, "CLIENT_CANCELLED")
@@ -604,6 +609,7 @@ class TaskrelayWorker:
         timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
         log.info("tool started", timeoutMs=timeout_ms)
         ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
+        entry.settling = True
         await keeper.flush()
         reason = entry.signal.reason
 

@@ -226,6 +226,8 @@ export class JobRunner {
     // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
     await keeper.flush();
 
+    // The tool is done: from here the run writes its own end, which the cancel sweep must not take for another's.
+    entry.settling = true;
     const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
     const action = settle({
       outcome,
