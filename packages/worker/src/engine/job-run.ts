@@ -730,7 +730,10 @@ export class JobRunner {
    */
   private async sayHandedBack(end: RunEnd): Promise<void> {
     await this.o.store
-      .suspend(end.taskId, end.lock, { deadlineAt: Date.now() + end.queueTimeoutMs, statusMessage: HANDED_BACK_MESSAGE })
+      .suspend(end.taskId, end.lock, {
+        deadlineAt: Date.now() + end.queueTimeoutMs,
+        statusMessage: HANDED_BACK_MESSAGE,
+      })
       .catch((error: unknown) => end.log.debug({ err: error }, 'could not say that the task waits to be resumed'));
   }
 
