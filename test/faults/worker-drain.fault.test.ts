@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
+import { createKeys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
 import {
@@ -42,6 +43,8 @@ let shortTask: string;
 let longTask: string;
 const seenWhileDraining: { tools?: string[]; toolsError?: unknown; call?: string; callError?: unknown } = {};
 let exitCode: number | null | 'still running';
+/** The long task's stored status message between the drain and the next run. */
+let handedBackMessage: string | null;
 
 beforeAll(async () => {
   redis = await startRedis({ owned: true });
@@ -87,6 +90,7 @@ beforeAll(async () => {
     draining.exited,
     new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
   ]);
+  handedBackMessage = await r.hget(createKeys(prefix).task(longTask), 'statusMessage');
   replacement = await startWorkerProcess(env);
   await Promise.all(
     [shortTask, longTask, seenWhileDraining.call]
@@ -119,6 +123,11 @@ describe('a worker sent SIGTERM', () => {
     const task = await watcher.client.experimental.tasks.getTask(longTask);
     expect(task.status, task.statusMessage).toBe('completed');
     expect((await taskResult(watcher.client, longTask)).structuredContent).toMatchObject({ pid: replacement.pid });
+  });
+
+  it('a handed-back task says it waits to be resumed until its next run starts (issue 48 P2)', async () => {
+    expect(handedBackMessage).toBe('Waiting to be resumed: its worker stopped and put its run back in the queue');
+    expect((await watcher.client.experimental.tasks.getTask(longTask)).statusMessage).toBeUndefined();
   });
 
   it('exits with code 0 once its jobs are finished or handed back', () => {

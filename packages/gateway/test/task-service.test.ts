@@ -248,7 +248,11 @@ beforeEach(() => {
   router = new FakeRouter();
   catalogTool = TOOL;
   metrics = new GatewayMetrics();
-  const catalog = { unservedReason: () => Promise.resolve(undefined), find: () => Promise.resolve(catalogTool) };
+  const catalog = {
+    unservedReason: () => Promise.resolve(undefined),
+    orphanedReason: () => Promise.resolve(undefined),
+    find: () => Promise.resolve(catalogTool),
+  };
   // The fakes implement only what TaskService calls; the casts say so once, here.
   service = new TaskService(
     store as unknown as RedisTaskStore,

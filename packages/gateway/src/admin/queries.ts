@@ -125,7 +125,7 @@ export class AdminQueries {
     private readonly connection: RedisClient,
     private readonly keys: Keys,
     private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts'>,
-    private readonly catalog: Pick<ToolCatalog, 'unservedReason'>,
+    private readonly catalog: Pick<ToolCatalog, 'unservedReason' | 'orphanedReason'>,
   ) {}
 
   /** Live workers, newest heartbeat first. */

@@ -119,14 +119,22 @@ export async function retirePool(
 /**
  * A task as every read shows it: one no worker has started whose queue no live worker consumes, or that its tool's
  * controls hold back (paused, at its limit), says why in its `statusMessage` (PROTOCOL.md §3.2, §3.3), where it would
- * otherwise wait silently until the queue timeout. The stored record is unchanged; the same record comes back when
+ * otherwise wait silently until the queue timeout; one that has run, whose queue no live worker consumes now, says its
+ * run is gone instead of its stale progress. The stored record is unchanged; the same record comes back when
  * there is nothing to say. `tasks/get`, `subscriptions/listen` and the operator's pages all read tasks through this.
  */
 export async function withWaitingReason(
   record: TaskRecord,
-  catalog: Pick<ToolCatalog, 'unservedReason'>,
+  catalog: Pick<ToolCatalog, 'unservedReason' | 'orphanedReason'>,
 ): Promise<TaskRecord> {
-  if (record.status !== 'working' || record.attempt !== undefined || record.statusMessage !== undefined) return record;
+  if (record.status !== 'working') return record;
+  if (record.attempt !== undefined) {
+    // A task that ran, whose queue no live worker consumes now (its worker died or was stopped): its last run's
+    // progress message is stale, so it says what it waits for instead (issue 48 P2).
+    const orphaned = await catalog.orphanedReason(record.tool, record.queue).catch(() => undefined);
+    return orphaned === undefined ? record : { ...record, statusMessage: orphaned };
+  }
+  if (record.statusMessage !== undefined) return record;
   const reason = await catalog.unservedReason(record.tool, record.queue).catch(() => undefined);
   return reason === undefined ? record : { ...record, statusMessage: reason };
 }
@@ -199,6 +207,16 @@ export class ToolCatalog {
     return snapshot.tools.get(tool)?.live
       ? `Waiting: no live worker consumes queue ${queue}, where this task was queued (tool ${tool} is served under another TASKRELAY_QUEUE now)`
       : `Waiting: no live worker serves tool ${tool}; the task runs once one starts`;
+  }
+
+  /**
+   * Why a task that has run waits, when no live worker consumes its queue: its run is gone (PROTOCOL.md §5.7). Not the
+   * tool's controls: a run in flight goes on whatever they say.
+   */
+  async orphanedReason(tool: string, queue: string): Promise<string | undefined> {
+    const snapshot = await this.load();
+    if (snapshot.queues.has(queue)) return undefined;
+    return `Waiting to be resumed: no live worker serves tool ${tool}; its last run's progress is stale, and the task runs again once a worker starts`;
   }
 
   /**

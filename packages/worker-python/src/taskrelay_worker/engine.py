@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 
 import bullmq
 from bullmq.custom_errors import DelayedError, UnrecoverableError
+from bullmq.lock_manager import LockManager
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
@@ -39,6 +40,10 @@ DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000
 #: Stalls are counted per tool (``max_stalls``, §10.6), never by BullMQ.
 BULLMQ_MAX_STALLED = 1_000_000_000
 PRUNE_DEAD_WORKERS_AFTER_MS = 3_600_000
+#: What a task whose run went back says until its next run starts (§5.7); the Node worker says the same.
+HANDED_BACK_MESSAGE = "Waiting to be resumed: its worker stopped and put its run back in the queue"
+#: The key of the data a job gets when its stored data is not JSON: ``{UNREADABLE_JOB_DATA: reason}`` (issue 48 F5).
+UNREADABLE_JOB_DATA = "taskrelay.unreadableJobData"
 #: How long a job left to a worker of its task's tool version waits before any worker may take it again (§12.11).
 VERSION_DEFER_MS = 250
 
@@ -175,6 +180,24 @@ class RunEntry:
     release: Any = None
     #: Whose keyed limits the run counts in (§3.5): the task's principal, or a batch child's owner.
     principal: str = ""
+    #: The tool has returned and the run writes its own end: the cancel sweep leaves it alone, or it would take the
+    #: terminal status the run itself just wrote for another's (``LOCK_LOST``, issue 48 F6).
+    settling: bool = False
+
+
+class DrainingLocks(LockManager):
+    """bullmq's lock manager, kept renewing until the worker's last running job is done (issue 48 P1). bullmq 3.4.4's
+    fetch loop ends as soon as ``close()`` cancels its pending fetch, and closes the lock manager as it ends, while the
+    jobs in flight still run: their locks lapsed halfway through the drain's grace, and the hand-back that followed
+    found no lock (``moveJobFromActiveToWait`` answered -2), stranding the task until another worker's stall check.
+    ``close()``'s own teardown waits for the running jobs before it closes the manager, as Node's does; only the loop's
+    early close is held back here. A forced close does not wait."""
+
+    async def close(self) -> None:
+        # bullmq untracks a job when its processJob ends and signals nothing: a short poll is the one hook there is.
+        while self.tracked_jobs and not self.closed and not getattr(self.worker, "forceClosing", False):
+            await asyncio.sleep(0.05)
+        await super().close()
 
 
 class GatedWorker(bullmq.Worker):
@@ -189,6 +212,13 @@ class GatedWorker(bullmq.Worker):
         #: The token of the run of a job id now running in this process, if any (TaskrelayWorker.running).
         self._current_token = current_token or (lambda job_id: None)
         super().__init__(name, processor, opts)
+        self.lockManager = DrainingLocks(
+            self,
+            lock_renew_time=self.opts["lockRenewTime"],
+            lock_duration=self.opts["lockDuration"],
+            worker_id=self.id,
+            worker_name=self.workerName,
+        )
 
     async def moveToActive(self, token: str):  # noqa: N802 - BullMQ's name
         if self._gate.locked():
@@ -199,6 +229,11 @@ class GatedWorker(bullmq.Worker):
             except Exception:  # noqa: BLE001 - a lost wake-up costs one block timeout, nothing more
                 pass
         await self._gate.acquire()
+        if self.closing:
+            # A fetch that waited for a slot through the start of a drain: its job would have no fetch loop left to
+            # run it, and would sit active until its lock lapsed.
+            self._gate.release()
+            return None
         try:
             job = await super().moveToActive(token)
         except BaseException:
@@ -207,6 +242,19 @@ class GatedWorker(bullmq.Worker):
         if job is None:
             self._gate.release()
         return job
+
+    async def nextJobFromJobData(self, job_data: Any = None, job_id: Any = None, *args: Any, **kwargs: Any):  # noqa: N802
+        # bullmq parses the stored data here, outside any processor: data that is not JSON left the job active and
+        # unprocessed, taken again at each stall check and never failed (issue 48 F5). It reaches the processor as
+        # data naming why, and the run fails its task with that reason (the Node worker's createJob does the same).
+        if job_data:
+            raw = job_data.get("data", "{}")
+            try:
+                json.loads(raw)
+            except (TypeError, ValueError) as error:
+                reason = f"its stored data is not valid JSON ({error})"
+                job_data = {**job_data, "data": json.dumps({UNREADABLE_JOB_DATA: reason})}
+        return await super().nextJobFromJobData(job_data, job_id, *args, **kwargs)
 
     async def processJob(self, job: Any, token: str):  # noqa: N802
         try:
@@ -460,11 +508,13 @@ class TaskrelayWorker:
         """Aborts runs whose task ended elsewhere (§7.5) or whose job lock is another's (§10.4)."""
         assert self._redis is not None
         for task_id, entry in list(self.running.items()):
-            if entry.signal.aborted:
+            if entry.signal.aborted or entry.settling:
                 continue
             # A batch child has no task of its own: its parent's end ends it (§26.7).
             status, reason = await self._redis.hmget(self.keys.task(entry.parent_id or task_id), "status", "cancelReason")
             lock = await self._redis.get(self.keys.bull_job_lock(entry.queue, task_id))
+            if entry.settling or self.running.get(task_id) is not entry:
+                continue  # it began writing its own end (or ended) during the reads
             if entry.parent_id is not None:
                 if status is None or status in TERMINAL:
                     self._abort(task_id, "CLIENT_CANCELLED")
@@ -616,7 +666,12 @@ class TaskrelayWorker:
         queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
         tool_name, arguments = data.get("tool"), data.get("arguments")
         if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
-            message = "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+            unreadable = data.get(UNREADABLE_JOB_DATA)
+            message = (
+                f"Invalid job data: {unreadable}"
+                if isinstance(unreadable, str)
+                else "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+            )
             await self._fail_task(task_id, lock, message, {"code": "INTERNAL", "message": message}, log)
             raise UnrecoverableError(message)
         tool = self.tools.get(tool_name)
@@ -687,6 +742,7 @@ class TaskrelayWorker:
         timer = None if timeout_ms is None else loop.call_later(min(timeout_ms, MAX_TIMER_MS) / 1000, on_timeout)
         log.info("tool started", timeoutMs=timeout_ms)
         ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
+        entry.settling = True
         await keeper.flush()
         reason = entry.signal.reason
 
@@ -718,6 +774,13 @@ class TaskrelayWorker:
             return await self._suspend_job(job, token, task_id, ctx.suspension, log)
         if reason == "WORKER_SHUTDOWN" and not ok:
             ctx.close()
+            # Until its next run starts (whose start clears it), the task says it waits, not its last progress (§5.7).
+            try:
+                await self.store.suspend(
+                    task_id, lock, _now_ms() + queue_timeout_ms, status_message=HANDED_BACK_MESSAGE
+                )
+            except Exception as error:  # noqa: BLE001 - a failed write costs only the message
+                log.debug("could not say that the task waits to be resumed", err=error)
             return await self.hand_back(job, token, log, "WORKER_SHUTDOWN")
         if ok:
             try:

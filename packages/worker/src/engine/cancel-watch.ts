@@ -63,7 +63,7 @@ export class CancelWatch {
   /** Aborts every running tool whose task is no longer live in Redis: the durable half of §7. */
   async sweep(): Promise<void> {
     if (this.sweeping) return;
-    const entries = this.o.running.live();
+    const entries = this.o.running.unsettled();
     if (entries.length === 0) return;
     this.sweeping = true;
     try {
@@ -79,7 +79,8 @@ export class CancelWatch {
         }
         if (state.status !== undefined && !isTerminal(state.status)) return;
         // Only the run the states were read for: a job fetched again since has a controller of its own.
-        if (this.o.running.get(taskId) !== entry) return;
+        // A run that began writing its own end during the read may have written the status read here (issue 48 F6).
+        if (this.o.running.get(taskId) !== entry || entry.settling !== undefined) return;
         this.o.running.abort(taskId, sweptReason(state), 'task no longer live; aborting tool', {
           status: state.status ?? 'missing',
         });

@@ -41,6 +41,7 @@ import type { RunningJob, RunningJobs } from './running-jobs.js';
 import { failOrRetry, settle, type RunOutcome, type SettleAction } from './settle.js';
 import { FirstRunStart } from './first-run-start.js';
 import { bullLockMs, writeThroughOutage } from './end-write.js';
+import { UNREADABLE_JOB_DATA } from './slot-gate.js';
 
 /** How long a job may wait in the queue when its data does not say (the gateway's default). */
 const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
@@ -74,6 +75,8 @@ export interface JobRunnerOptions {
 
 /** What a terminal write of each status carries, for its log lines (§10.10). */
 const WRITTEN_AS: Partial<Record<TaskStatus, string>> = { completed: 'result', failed: 'failure', cancelled: 'cancel' };
+/** What a task whose run went back says until its next run starts (§5.7); the Python worker says the same. */
+export const HANDED_BACK_MESSAGE = 'Waiting to be resumed: its worker stopped and put its run back in the queue';
 
 /** How long a job left to a worker of its task's tool version waits before any worker may take it again. */
 const VERSION_DEFER_MS = 250;
@@ -231,6 +234,8 @@ export class JobRunner {
     // Its last lines are kept before its end is written, so a reader of the ended task sees them all.
     await keeper.flush();
 
+    // The tool is done: from here the run writes its own end, which the cancel sweep must not take for another's.
+    entry.settling = true;
     const retry = { attemptsMade: job.attemptsMade, attempts: job.opts.attempts ?? 1 };
     const action = settle({
       outcome,
@@ -377,9 +382,10 @@ export class JobRunner {
   ): Promise<{ data: JobData; tool: ToolDefinition; input: Record<string, unknown> }> {
     const { job, taskId } = run;
     if (!parsed.success || parsed.data.taskId !== taskId) {
+      const unreadable = (job.data as Record<string, unknown> | null | undefined)?.[UNREADABLE_JOB_DATA];
       const message = parsed.success
         ? `Invalid job data: taskId ${parsed.data.taskId} does not match job id ${taskId}`
-        : `Invalid job data: ${describeIssues(parsed.error)}`;
+        : `Invalid job data: ${typeof unreadable === 'string' ? unreadable : describeIssues(parsed.error)}`;
       return this.failJob(run, 'INTERNAL', message);
     }
     const { tool: toolName, arguments: args } = parsed.data;
@@ -451,6 +457,8 @@ export class JobRunner {
             { reason: action.reason, returned: end.outcome.ok },
             'run ended after losing the job lock; nothing recorded',
           );
+        } else {
+          await this.sayHandedBack(end);
         }
         return this.handBack(end.job, end.token, log, action.reason);
       case 'timed_out':
@@ -741,6 +749,20 @@ export class JobRunner {
     } catch (error) {
       log.warn({ err: error }, 'onCancelled failed');
     }
+  }
+
+  /**
+   * A task whose run goes back for another worker says so until its next run starts (whose start clears it), instead
+   * of its last run's progress message (issue 48 P2, PROTOCOL.md §5.7). Under the lock, before the job leaves it; a
+   * failed write costs only the message.
+   */
+  private async sayHandedBack(end: RunEnd): Promise<void> {
+    await this.o.store
+      .suspend(end.taskId, end.lock, {
+        deadlineAt: Date.now() + end.queueTimeoutMs,
+        statusMessage: HANDED_BACK_MESSAGE,
+      })
+      .catch((error: unknown) => end.log.debug({ err: error }, 'could not say that the task waits to be resumed'));
   }
 
   private handBack(

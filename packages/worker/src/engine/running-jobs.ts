@@ -16,6 +16,12 @@ export interface RunningJob {
   abortedAt?: number;
   /** For a batch child (PROTOCOL.md §26): its parent task, whose cancel aborts it. */
   parentId?: string;
+  /**
+   * The tool has returned and the run is writing its own end (issue 48 F6): the cancel sweep leaves it alone, or it
+   * would read the terminal status the run itself just wrote and take it for another's (`LOCK_LOST`). The end's
+   * writes are lock- and status-checked themselves.
+   */
+  settling?: true;
   /** Gives back what the run holds of its tool's limits (PROTOCOL.md §3.5); the envelope calls it as the run ends. */
   release?: () => Promise<void>;
 }
@@ -76,6 +82,11 @@ export class RunningJobs {
   /** The running jobs whose signal has not aborted yet. */
   live(): Array<[taskId: string, entry: RunningJob]> {
     return [...this.jobs].filter(([, entry]) => !entry.controller.signal.aborted);
+  }
+
+  /** The running jobs whose tool may still be stopped: not aborted, not writing their own end (the sweep's). */
+  unsettled(): Array<[taskId: string, entry: RunningJob]> {
+    return this.live().filter(([, entry]) => entry.settling === undefined);
   }
 
   ids(): string[] {

@@ -14,7 +14,15 @@
  * - A failed or delayed job (suspend, hand-back, retry) fetches nothing with its move: its slot is freed, and the next
  *   job comes through `moveToActive` like any other.
  */
-import { Worker, type Job, type WorkerOptions, type Processor } from 'bullmq';
+import { Worker, type Job, type JobJson, type WorkerOptions, type Processor } from 'bullmq';
+
+/**
+ * The key of the data a job gets when its stored data is not JSON (issue 48 F5): `{ [UNREADABLE_JOB_DATA]: reason }`.
+ * BullMQ parses the data while it takes the job, outside any processor: the parse error left the job active and
+ * unprocessed, taken again at each stall check and never failed. With this data it reaches the processor, which fails
+ * its task with the reason.
+ */
+export const UNREADABLE_JOB_DATA = 'taskrelay.unreadableJobData';
 
 /** A job that holds one of the gate's slots (set on the Job object BullMQ hands to the processor). */
 const HOLDS_SLOT = Symbol('taskrelay.holdsSlot');
@@ -115,6 +123,16 @@ export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<D
       }
     }
     return job;
+  }
+
+  protected override createJob(data: JobJson, jobId: string): Job<DataType, ResultType> {
+    try {
+      return super.createJob(data, jobId);
+    } catch (error) {
+      if (!(error instanceof SyntaxError)) throw error;
+      const reason = `its stored data is not valid JSON (${error.message})`;
+      return super.createJob({ ...data, data: JSON.stringify({ [UNREADABLE_JOB_DATA]: reason }) }, jobId);
+    }
   }
 
   override async processJob(

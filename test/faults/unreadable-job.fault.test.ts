@@ -1,0 +1,98 @@
+/**
+ * Issue 48 F5, PROTOCOL.md §5: a job whose stored data cannot be read (not JSON, or JSON that is not a job's data)
+ * fails its task with an error that says so, on a Node worker and on a Python worker alike. Before, data that was not
+ * JSON failed inside BullMQ's fetch, outside any processor: the job sat active, was taken again at each stall check,
+ * and its task stayed `working` until its deadline. Provoking it needs write access to Redis, as an operator's script
+ * or another producer has.
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Redis } from 'ioredis';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import {
+  FIXTURE_TOOLS,
+  PYTHON,
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  startWorkerProcess,
+  stopAll,
+} from '../helpers/processes.js';
+import { getTask, startTask } from '../helpers/tasks.js';
+import { testRedis, waitForTerminal } from '../helpers/faults.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+/** How far ahead the jobs start: time to rewrite their data while they wait in the delayed set. */
+const START_IN_MS = 4_000;
+
+let redis: TestRedis;
+let r: Redis;
+let prefix: string;
+let client: Client;
+
+beforeAll(async () => {
+  redis = await startRedis({ owned: true });
+  r = testRedis(redis.url);
+  prefix = uniquePrefix('f-unreadable');
+  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, WORKER_LOCK_DURATION_MS: '3000' };
+  const gateway = await startGatewayProcess(env);
+  await Promise.all([
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS }),
+    PYTHON === undefined
+      ? undefined
+      : startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }),
+  ]);
+  client = await connectClient(gateway.url);
+}, 60_000);
+
+afterAll(async () => {
+  await client?.close().catch(() => undefined);
+  r?.disconnect();
+  await stopAll();
+  await redis?.stop();
+});
+
+/** Starts a delayed task of `tool`, and rewrites its waiting job's stored data to `data`. */
+async function taskWithJobData(tool: string, args: Record<string, unknown>, data: string): Promise<string> {
+  const taskId = await startTask(client, tool, args, {
+    meta: { 'dev.taskrelay/start-at': new Date(Date.now() + START_IN_MS).toISOString() },
+  });
+  // BullMQ's job hash: `<prefix>:q-<pool>~<tool>:<id>`.
+  const [jobKey, ...others] = await r.keys(`${prefix}:q-*~${tool}:${taskId}`);
+  expect(jobKey, 'the waiting job').toBeDefined();
+  expect(others).toEqual([]);
+  expect(await r.hexists(jobKey ?? '', 'data')).toBe(1);
+  await r.hset(jobKey ?? '', 'data', data);
+  return taskId;
+}
+
+const workers = [
+  { language: 'Node', tool: 'echo', args: { text: 'x' } },
+  ...(PYTHON === undefined ? [] : [{ language: 'Python', tool: 'py_count', args: { n: 1 } }]),
+];
+
+describe.each(workers)('a $language worker given a job it cannot read', ({ tool, args }) => {
+  it('fails the task of a job whose data is not JSON, saying so', async () => {
+    const taskId = await taskWithJobData(tool, args, '{"taskId": "cut off');
+    const task = await waitForTerminal(client, taskId, START_IN_MS + 15_000);
+    expect(task.status).toBe('failed');
+    expect(task.statusMessage).toMatch(/^Invalid job data: its stored data is not valid JSON \(.+\)$/);
+  });
+
+  it('fails the task of a job whose JSON is not a job’s data, saying so', async () => {
+    const taskId = await taskWithJobData(tool, args, '{"tool": 42}');
+    const task = await waitForTerminal(client, taskId, START_IN_MS + 15_000);
+    expect(task.status).toBe('failed');
+    expect(task.statusMessage).toMatch(/^Invalid job data: /);
+  });
+
+  it('still runs the next job of the tool', async () => {
+    const taskId = await startTask(client, tool, args);
+    await waitFor(async () => (await getTask(client, taskId)).status === 'completed', {
+      timeoutMs: 15_000,
+      message: 'a readable job did not complete',
+    });
+  });
+});
