@@ -231,7 +231,10 @@ describe('the dashboard login over HTTP', () => {
     expect(((await without.json()) as { error: string }).error).toMatch(/CSRF token/);
     expect((await replay({ 'x-csrf-token': 'not-the-token' })).status).toBe(403);
     // A DELETE too (a schedule's removal), and a logout.
-    const del = await fetch(`${admin(gateway)}/api/schedules/anything`, { method: 'DELETE', headers: { cookie: cookie! } });
+    const del = await fetch(`${admin(gateway)}/api/schedules/anything`, {
+      method: 'DELETE',
+      headers: { cookie: cookie! },
+    });
     expect(del.status).toBe(403);
     expect(await r.hget(`${prefix}:task:${taskId}`, 'replayedBy')).toBeNull();
     const made = await replay({ 'x-csrf-token': await csrfOf(gateway, cookie!) });
@@ -295,9 +298,9 @@ describe('the dashboard login over HTTP', () => {
       });
       expect(schedule.status).toBe(415);
       expect(await r.hget(`${prefix}:task:${taskId}`, 'replayedBy')).toBeNull();
-      const paused = (await (
-        await fetch(`${admin(g)}/api/tools`, { headers: auth })
-      ).json()) as { tools: Array<{ name: string; paused: boolean }> };
+      const paused = (await (await fetch(`${admin(g)}/api/tools`, { headers: auth })).json()) as {
+        tools: Array<{ name: string; paused: boolean }>;
+      };
       expect(paused.tools.find((t) => t.name === 'nightly_report')?.paused).toBe(false);
     }
     await anonymous.close();
