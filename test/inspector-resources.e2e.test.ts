@@ -115,6 +115,8 @@ describe("the README's word on the pinned Inspector (issue 49 item 5)", () => {
     expect(refused).toContain('requires task-based execution');
     const readme = readFileSync(resolve(ROOT, 'README.md'), 'utf8').replace(/\s+/g, ' ');
     expect(readme).toContain(`inspector@${INSPECTOR_VERSION}`);
-    expect(readme).toContain('its CLI mode answers `requires task-based execution`');
+    expect(readme).toContain(
+      'required"` tool (`wait_for_approval`, `batch_report`) it answers `requires task-based execution`',
+    );
   });
 });
