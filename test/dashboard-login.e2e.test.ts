@@ -340,7 +340,13 @@ describe('the dashboard login in Chromium', () => {
       expect(await r.hget(`${prefix}:task:${taskId}`, 'replayedBy')).toBe(replayId);
       expect((await getTask(alice, taskId))._meta).toMatchObject({ 'dev.taskrelay/replayed-by': replayId });
 
+      // bull-board opens with the session too (its pages and its API).
+      await page.goto(`${admin(gateway)}/queues`);
+      await page.getByText('default~nightly_report').first().waitFor({ timeout: 15_000 });
+
       // Log out: the form, then the login page; the session is gone on the server too.
+      await page.goto(`${admin(gateway)}/tasks`);
+      await page.locator('#workers').waitFor({ timeout: 15_000 });
       await page.click('#log-out');
       await page.waitForURL('**/admin/login');
       expect((await context.cookies()).some((c) => c.name === 'taskrelay_admin')).toBe(false);
