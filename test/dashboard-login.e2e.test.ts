@@ -45,6 +45,8 @@ let browser: Browser;
 let jwksServer: Server;
 let issuer: string;
 let signingKey: { privateKey: CryptoKey; kid: string };
+/** What every authenticated gateway of the deployment gets. */
+let authEnv: Record<string, string>;
 
 const admin = (g: GatewayProcess) => g.url.replace(/\/mcp$/, '/admin');
 
@@ -104,7 +106,7 @@ beforeAll(async () => {
   prefix = uniquePrefix('login');
   const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
   const port = await getPort({ host: '127.0.0.1' });
-  const authEnv = {
+  authEnv = {
     ...env,
     TASKRELAY_AUTH_TOKENS: 'ops:0pstoken,alice:alicetoken',
     TASKRELAY_OAUTH_ISSUER: issuer,
@@ -215,6 +217,22 @@ describe('the dashboard login over HTTP', () => {
       timeoutMs: 15_000,
       message: 'the 3 s session did not end',
     });
+  });
+
+  it('a session does not outlive its operator: a gateway whose TASKRELAY_OPERATORS no longer lists ops refuses it (403)', async () => {
+    const { cookie } = await login(gateway, '0pstoken');
+    const demoted = await startGatewayProcess({
+      ...authEnv,
+      TASKRELAY_OAUTH_AUDIENCE: gateway.url,
+      TASKRELAY_OPERATORS: 'olga',
+    });
+    try {
+      const res = await fetch(`${admin(demoted)}/api/overview`, { headers: { cookie: cookie! } });
+      expect(res.status).toBe(403);
+      expect((await fetch(`${admin(gateway)}/api/overview`, { headers: { cookie: cookie! } })).status).toBe(200);
+    } finally {
+      await demoted.kill('SIGTERM');
+    }
   });
 
   it("a write made with the session needs the page's CSRF token; with it, the replay is made", async () => {
