@@ -44,6 +44,7 @@ const needRedis: TestProjectInlineConfiguration[] = [
         'test/docs-config.test.ts',
         'test/docs-layers.test.ts',
         'test/dashboard.e2e.test.ts',
+        'test/dashboard-login.e2e.test.ts',
         'test/cli-tty.e2e.test.ts',
       ],
       globalSetup: SHARED_REDIS,
@@ -51,7 +52,14 @@ const needRedis: TestProjectInlineConfiguration[] = [
   },
   { extends: true, test: { name: 'fault', include: ['test/faults/*.fault.test.ts'] } },
   // Chromium drives the dashboard (playwright-core over the system chromium).
-  { extends: true, test: { name: 'browser', include: ['test/dashboard.e2e.test.ts'], globalSetup: SHARED_REDIS } },
+  {
+    extends: true,
+    test: {
+      name: 'browser',
+      include: ['test/dashboard.e2e.test.ts', 'test/dashboard-login.e2e.test.ts'],
+      globalSetup: SHARED_REDIS,
+    },
+  },
   // The CLI on a real terminal: a tmux pane on a private tmux server.
   { extends: true, test: { name: 'terminal', include: ['test/cli-tty.e2e.test.ts'], globalSetup: SHARED_REDIS } },
 ];

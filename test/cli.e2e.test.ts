@@ -225,6 +225,26 @@ describe('taskrelay CLI off a TTY', () => {
     expect(wrongToken.stderr).toMatch(/refused the token \(HTTP 401\)/);
   });
 
+  it('says a rate limit (HTTP 429) in one readable line, not as the raw JSON body', async () => {
+    // A principal of its own: the limit's counter is per principal across the deployment (the file's other gateways
+    // count alice's calls in it too).
+    const limited = await stack.addGateway({ TASKRELAY_AUTH_TOKENS: 'carol:c4rol', TASKRELAY_RATE_LIMIT_CALLS: '1' });
+    const call = () =>
+      runCli(
+        ['--url', limited.url, '--token', 'c4rol', 'call', 'build_report', 'report=r', 'items=1', 'delayMs=0'],
+        {},
+      );
+    expect((await call()).code).toBe(0);
+    const refused = await call();
+    expect(refused.code).toBe(1);
+    // The call's outcome line, as for any failed call: the gateway's message, not its JSON body.
+    expect(refused.stdout.trim().split('\n')).toHaveLength(1);
+    expect(refused.stdout).not.toMatch(/[{}]|jsonrpc/);
+    expect(refused.stdout.trim()).toMatch(
+      /^failed: the gateway is limiting this principal \(HTTP 429\): Too many requests: rate limit for this principal reached; retry after \d+ s$/,
+    );
+  });
+
   it('cancels a running task call on Ctrl-C (tasks/cancel) and exits 130', async () => {
     const run = startCli(['--json', 'call', 'build_report', 'report=int', 'items=1000', 'delayMs=50', '--task'], env);
     await waitFor(() => run.lines().some((l) => l['type'] === 'progress'), {

@@ -5,7 +5,7 @@
  * outside the repository on first use (`$HOME/.cache/taskrelay-inspector`, `$HOME/.cache/taskrelay-conformance`).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -49,7 +49,16 @@ beforeAll(async () => {
 
 /** One Inspector CLI call as alice; its JSON output. */
 async function inspector(...args: string[]): Promise<Record<string, any>> {
-  const { stdout } = await run(
+  const { stdout } = await inspectorRun(...args).catch(
+    (error: { stdout?: string; stderr?: string; message: string }) => {
+      throw new Error(`inspector ${args.join(' ')} failed: ${error.stderr ?? ''}${error.stdout ?? ''}`);
+    },
+  );
+  return JSON.parse(stdout) as Record<string, any>;
+}
+
+function inspectorRun(...args: string[]) {
+  return run(
     NODE22,
     [
       INSPECTOR_CLI,
@@ -62,10 +71,7 @@ async function inspector(...args: string[]): Promise<Record<string, any>> {
       ...args,
     ],
     { timeout: 60_000 },
-  ).catch((error: { stdout?: string; stderr?: string; message: string }) => {
-    throw new Error(`inspector ${args.join(' ')} failed: ${error.stderr ?? ''}${error.stdout ?? ''}`);
-  });
-  return JSON.parse(stdout) as Record<string, any>;
+  );
 }
 
 describe('§34 the MCP Inspector CLI lists and reads task output', () => {
@@ -85,5 +91,32 @@ describe('§34 the MCP Inspector CLI lists and reads task output', () => {
     const csv = (result.content.find((c) => c.type === 'resource_link') as { uri: string }).uri;
     const read = await inspector('--method', 'resources/read', '--uri', csv);
     expect(read['contents'][0]).toMatchObject({ uri: csv, mimeType: 'text/csv', text: 'a,b\n1,2\n' });
+  });
+});
+
+describe("the README's word on the pinned Inspector (issue 49 item 5)", () => {
+  it('calls an optional-task tool as a plain call, and refuses a required-task tool with "requires task-based execution", as the README says', async () => {
+    const plain = await inspector(
+      '--method',
+      'tools/call',
+      '--tool-name',
+      'tick_output',
+      '--tool-arg',
+      'count=1',
+      '--tool-arg',
+      'intervalMs=1',
+    );
+    expect(plain, JSON.stringify(plain)).toMatchObject({ content: [{ type: 'text', text: '1 ticks' }] });
+    expect(plain['isError']).toBeFalsy();
+    const refused = await inspectorRun('--method', 'tools/call', '--tool-name', 'big_batch').then(
+      (out) => `${out.stdout}${out.stderr}`,
+      (error: { stdout?: string; stderr?: string }) => `${error.stdout ?? ''}${error.stderr ?? ''}`,
+    );
+    expect(refused).toContain('requires task-based execution');
+    const readme = readFileSync(resolve(ROOT, 'README.md'), 'utf8').replace(/\s+/g, ' ');
+    expect(readme).toContain(`inspector@${INSPECTOR_VERSION}`);
+    expect(readme).toContain(
+      'required"` tool (`wait_for_approval`, `batch_report`) it answers `requires task-based execution`',
+    );
   });
 });

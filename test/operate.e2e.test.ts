@@ -106,8 +106,8 @@ describe('§30 operating ended work', () => {
     const result = await taskResult(alice, newId);
     expect(result.structuredContent).toEqual({ report: 'q1', rows: 3 });
     expect(Number(await r.get(`${prefix}:operate:fetches`))).toBe(fetchesBefore);
-    expect((await getTask(alice, newId))._meta).toMatchObject({ 'dev.taskrelay/replayOf': a1 });
-    expect((await getTask(alice, a1))._meta).toMatchObject({ 'dev.taskrelay/replayedBy': newId });
+    expect((await getTask(alice, newId))._meta).toMatchObject({ 'dev.taskrelay/replay-of': a1 });
+    expect((await getTask(alice, a1))._meta).toMatchObject({ 'dev.taskrelay/replayed-by': newId });
     // An unfinished or unknown task is not replayed.
     expect((await api('/admin/api/tasks/nope/replay', 'ops', { method: 'POST', body: '{}' })).status).toBe(404);
     // A browser on another origin cannot replay.

@@ -201,6 +201,7 @@ describe('§33.2 schedules', () => {
   });
 
   it('an every schedule fires once at once, then every interval', async () => {
+    const before = Date.now();
     const created = await post('/api/schedules', 'alice', {
       id: 'at-once',
       tool: 'tick',
@@ -208,6 +209,10 @@ describe('§33.2 schedules', () => {
       every: 60_000,
     });
     expect(created.status).toBe(201);
+    // What `schedule add` prints as "next" is the firing made at once, not the one an interval later (issue 49).
+    const next = Date.parse(created.body['schedule']['next']);
+    expect(next).toBeGreaterThanOrEqual(before - 1_000);
+    expect(next).toBeLessThan(before + 30_000);
     await waitFor(async () => (await starts('at-once')).length === 1, { timeoutMs: 10_000 });
     expect(await schedule('at-once')).toMatchObject({ runs: 1, skipped: 0 });
     expect(Date.parse((await schedule('at-once'))['next'])).toBeGreaterThan(Date.now() + 50_000);

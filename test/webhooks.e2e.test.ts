@@ -316,7 +316,11 @@ describe('§27 completion webhooks', () => {
     const api = (path: string, token: string, method = 'GET') =>
       fetch(gateway.url.replace(/\/mcp$/, `/admin/api/webhooks${path}`), {
         method,
-        headers: { authorization: `Bearer ${token}` },
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(method === 'POST' ? { 'content-type': 'application/json' } : {}),
+        },
+        ...(method === 'POST' ? { body: '{}' } : {}),
       });
     const letter = await waitFor(
       async () => {

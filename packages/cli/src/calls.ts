@@ -11,6 +11,7 @@ import {
   type Task,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { CallView, Outcome, Progress } from './output.js';
+import { httpRefusal } from './errors.js';
 
 /** `tasks/result` and plain calls block for as long as the tool runs: far past the SDK's 60 s default. */
 const LONG_WAIT_MS = 7 * 24 * 3600_000;
@@ -189,5 +190,5 @@ function finish(view: CallView, outcome: Outcome): Outcome {
 }
 
 function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+  return httpRefusal(error) ?? (error instanceof Error ? error.message : String(error));
 }

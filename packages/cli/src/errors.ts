@@ -43,6 +43,8 @@ export function explainFailure(error: unknown, target: { url: string; token: str
     return `${target.url} is not an MCP endpoint (HTTP ${status})${hint}`;
   }
   if (status !== undefined && /<(!doctype|html)/i.test(message)) return `${target.url} answered HTTP ${status}`;
+  const refusal = httpRefusal(error, ` at ${target.url}`);
+  if (refusal !== undefined) return refusal;
   const network = networkCodeOf(error);
   if (network !== undefined || message === 'fetch failed') {
     const cause = (error as { cause?: unknown }).cause;
@@ -86,6 +88,35 @@ function networkCodeOf(error: unknown): string | undefined {
     else current = (current as { cause?: unknown }).cause;
   }
   return undefined;
+}
+
+/**
+ * A refusal the gateway answers before MCP (a rate limit, a cap, a full memory budget) comes as a JSON-RPC error body,
+ * which the SDK's error carries as it came: its message in one line, not the JSON. Undefined for any other error.
+ */
+export function httpRefusal(error: unknown, where = ''): string | undefined {
+  const status = httpStatusOf(error);
+  if (status === undefined) return undefined;
+  const said = bodyMessage(error instanceof Error ? error.message : String(error));
+  if (status === 429)
+    return `the gateway${where} is limiting this principal (HTTP 429): ${said ?? 'too many requests'}`;
+  return said === undefined ? undefined : `the gateway${where} answered HTTP ${status}: ${said}`;
+}
+
+/** The message of a JSON error body (`{"error":{"message"}}` JSON-RPC, or `{"error":"…"}`) inside an SDK error's text. */
+function bodyMessage(text: string): string | undefined {
+  const start = text.indexOf('{');
+  if (start < 0) return undefined;
+  let body: unknown;
+  try {
+    body = JSON.parse(text.slice(start));
+  } catch {
+    return undefined;
+  }
+  const error = (body as { error?: unknown } | null)?.error;
+  if (typeof error === 'string') return error;
+  const nested = (error as { message?: unknown } | null | undefined)?.message;
+  return typeof nested === 'string' ? nested : undefined;
 }
 
 function mcpEndpointHint(url: string): string {

@@ -81,19 +81,21 @@ export async function gatewayApi<T>(
   const url = options.url.replace(/\/mcp\/?$/, path);
   const headers: Record<string, string> = {};
   if (options.token !== undefined) headers['Authorization'] = `Bearer ${options.token}`;
-  if (init.body !== undefined) headers['Content-Type'] = 'application/json';
+  // The gateway takes an operator POST only as JSON (no cross-site form can send that): `{}` when there is nothing.
+  const body = init.body ?? (init.method === 'POST' ? {} : undefined);
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(url, {
     method: init.method ?? 'GET',
     headers,
-    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
-  const body = (await res.json().catch(() => ({}))) as T & { error?: string };
+  const answer = (await res.json().catch(() => ({}))) as T & { error?: string };
   if (res.status === 401 || res.status === 403) {
     const why = init.needs ?? 'this needs a token the gateway accepts';
     throw new Error(`the gateway at ${options.url} refused this (HTTP ${res.status}): ${why}; pass --token`);
   }
-  if (!res.ok) throw new Error(body.error ?? `the gateway answered HTTP ${res.status}`);
-  return body;
+  if (!res.ok) throw new Error(answer.error ?? `the gateway answered HTTP ${res.status}`);
+  return answer;
 }
 
 function taskRow(t: TaskSummary): string {

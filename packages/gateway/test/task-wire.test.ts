@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { TaskRecord } from '@taskrelay/shared';
 import { declaresTasksExtension, renderCreateTaskExt, renderDetailedTask } from '../src/wire/task-wire-ext.js';
-import { outcomeOf, renderResult, renderTask } from '../src/wire/task-wire.js';
+import { outcomeOf, renderResult, renderTask, replayLinks } from '../src/wire/task-wire.js';
 
 function record(fields: Partial<TaskRecord>): TaskRecord {
   return {
@@ -64,6 +64,16 @@ describe('§13 the 2025-11-25 rendering', () => {
     })();
     expect(error).toBeInstanceOf(McpError);
     expect(error).toMatchObject({ code: -32602, message: 'bad range', data: { field: 'n' } });
+  });
+});
+
+describe('§30.3 replay links', () => {
+  it('are kebab-case _meta keys like every other taskrelay key (replay-of, replayed-by), read from the stored fields', () => {
+    expect(replayLinks(record({ replayOf: 'old', replayedBy: 'newer' }))).toEqual({
+      'dev.taskrelay/replay-of': 'old',
+      'dev.taskrelay/replayed-by': 'newer',
+    });
+    expect(replayLinks(record({}))).toBeUndefined();
   });
 });
 

@@ -1,7 +1,7 @@
 /**
- * What operators did (PROTOCOL.md §30.5): every action of the admin API (replay, cancel, pause, resume, resend) is
- * one entry, newest first, at most `AUDIT_KEPT`, in Redis so that every gateway's dashboard shows the same list; each
- * is also a log line of the gateway that carried it out.
+ * What operators did (PROTOCOL.md §30.5): every action of the admin API (replay, cancel, pause, resume, resend) and
+ * every dashboard login and logout is one entry, newest first, at most `AUDIT_KEPT`, in Redis so that every gateway's
+ * dashboard shows the same list; each is also a log line of the gateway that carried it out.
  */
 import type { Keys } from './keys.js';
 import type { RedisClient } from './redis.js';
@@ -24,7 +24,9 @@ export interface AuditEntry {
     | 'schedule-set'
     | 'schedule-pause'
     | 'schedule-resume'
-    | 'schedule-remove';
+    | 'schedule-remove'
+    | 'login'
+    | 'logout';
   /** What it acted on: a task id, a tool name, a webhook event id, or a filter. */
   target: string;
   /** What came of it, in a few words. */

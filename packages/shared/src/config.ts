@@ -289,6 +289,11 @@ export const gatewayEnvSchema = z.object({
     .default(65_536)
     .describe('the largest JSON body a waitpoint URL takes; a bigger one gets 413'),
   TASKRELAY_MEMORY_BUDGET_BYTES: int(1_048_576, 1024 * 1024 * 1024 * 1024).default(536_870_912),
+  TASKRELAY_ADMIN_SESSION_TTL_MS: int(1_000, 30 * 86_400_000)
+    .default(28_800_000)
+    .describe(
+      'how long a dashboard login (`POST /admin/login`) lasts; a session signed in with an OAuth access token ends when that token expires, if sooner ([OPERATIONS.md](OPERATIONS.md#the-dashboard-in-a-browser))',
+    ),
   TASKRELAY_OAUTH_ISSUER: httpUrl.optional(),
   TASKRELAY_OAUTH_AUDIENCE: httpUrl.optional(),
   TASKRELAY_OAUTH_JWKS_URL: httpUrl.optional(),
@@ -457,6 +462,11 @@ export interface GatewayConfig extends CommonConfig {
    * seen idle sessions, then new sessions get 503. Default 512 MiB.
    */
   memoryBudgetBytes: number;
+  /**
+   * How long a dashboard login lasts (docs/OPERATIONS.md); one made with an OAuth access token ends when the token
+   * expires, if sooner. Default 28800000 (8 h).
+   */
+  adminSessionTtlMs: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
   oauth: OAuthConfig | undefined;
   /** Completion webhooks (PROTOCOL.md §27). */
@@ -625,6 +635,7 @@ const GATEWAY_ENV_NAMES = {
   publicUrl: 'TASKRELAY_PUBLIC_URL',
   waitpointMaxBytes: 'TASKRELAY_WAITPOINT_MAX_BYTES',
   memoryBudgetBytes: 'TASKRELAY_MEMORY_BUDGET_BYTES',
+  adminSessionTtlMs: 'TASKRELAY_ADMIN_SESSION_TTL_MS',
 } as const satisfies Partial<Record<keyof GatewayConfig, keyof typeof gatewayEnvSchema.shape>>;
 
 const WEBHOOK_ENV_NAMES = {

@@ -24,6 +24,11 @@ export interface Keys {
   readonly taskIndex: string;
   /** List: operators' actions (JSON, newest first, bounded), shown on the dashboard (PROTOCOL.md §30.5). */
   readonly audit: string;
+  /**
+   * String: one dashboard login (JSON, expiring with it), under the SHA-256 of its cookie, so what Redis holds does
+   * not open the dashboard (docs/OPERATIONS.md).
+   */
+  adminSession(cookieDigest: string): string;
   /** Hash: the deployment's retention policy, ending status → how long a task stays after it (PROTOCOL.md §30.1). */
   readonly retention: string;
   /** String: the lease that lets one gateway at a time run the reaper. */
@@ -168,6 +173,7 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     taskIndex: `${prefix}:index:tasks`,
     retention: `${prefix}:config:retention`,
     audit: `${prefix}:audit`,
+    adminSession: (cookieDigest) => `${prefix}:admin-session:${cookieDigest}`,
     reaperLease: `${prefix}:reaper:lease`,
     requestStateKey: `${prefix}:request-state-key`,
     waitpointKey: `${prefix}:waitpoint-key`,

@@ -8,11 +8,12 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
 import type { AuditLog, Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
-import { TASKS_PAGE } from './tasks-page.js';
+import { tasksPage } from './tasks-page.js';
 import { pendingQuestions, type AdminQueries } from './queries.js';
 import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
-import { createTaskApi, crossOriginRefused } from './task-api.js';
+import type { SessionRequest } from '../http/auth/admin-sessions.js';
+import { createTaskApi } from './task-api.js';
 import { createWebhookApi } from './webhook-api.js';
 
 /**
@@ -32,8 +33,9 @@ const BOARD_CSP = [
   "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
+/** `form-action 'self'`: the Log out button is a form POST to `/admin/logout`. */
 const TASKS_PAGE_CSP =
-  "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+  "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 /**
  * A pool on bull-board under its own name (`default.<digest>`, as on the dashboard, in the logs and in
  * `pools-main.js`), not BullMQ's queue name `q-<pool>`: bull-board keys, lists and links its queues by `getName()`,
@@ -98,9 +100,11 @@ export function createAdminRouter(options: AdminRouterOptions): Router {
     res.json(detail);
   });
 
-  const page = (_req: Request, res: Response) => {
+  const page = (req: SessionRequest, res: Response) => {
     res.setHeader('Content-Security-Policy', TASKS_PAGE_CSP);
-    res.type('html').send(TASKS_PAGE);
+    // It carries a session's CSRF token: never kept by a cache.
+    res.setHeader('Cache-Control', 'no-store');
+    res.type('html').send(tasksPage(req.adminSession?.csrf));
   };
   router.get('/tasks', page);
   router.get('/tasks/:id', page);
@@ -208,8 +212,6 @@ function mountToolSwitch(router: Router, options: AdminRouterOptions): void {
   });
   for (const action of ['pause', 'resume'] as const) {
     router.post(`/api/tools/:name/${action}`, async (req: Request, res: Response) => {
-      // No cross-site form may flip the switch: a browser's POST from another origin names it.
-      if (crossOriginRefused(req, res, action)) return;
       const name = String(req.params['name']);
       const tool = await queries.setPaused(name, action === 'pause');
       if (!tool) {

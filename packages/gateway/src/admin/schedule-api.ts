@@ -12,15 +12,15 @@
  *   POST   /{id}/resume         {schedule}
  *   DELETE /{id}                {removed: id}
  *
- * Bodies and queries are checked with zod (an unknown field is refused, naming it); writes refuse a cross-origin
- * browser request, and each is logged with who made it and recorded in the operators' audit.
+ * Bodies and queries are checked with zod (an unknown field is refused, naming it); writes pass the operator routes'
+ * guard first (http/auth/admin-writes.ts: same origin, JSON or the dashboard's CSRF token), and each is logged with who made it and recorded in the operators' audit.
  */
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { z } from 'zod';
 import { TaskrelayError, type AuditLog, type Logger } from '@taskrelay/shared';
 import { scheduleSpecSchema, specProblem } from '../tasks/schedules/schedule-model.js';
 import type { ScheduleScope, Schedules } from '../tasks/schedules/schedules.js';
-import { bodyRefused, crossOriginRefused } from './task-api.js';
+import { bodyRefused } from './task-api.js';
 
 const listQuery = z.object({ principal: z.string().min(1).max(500).optional() }).strict();
 
@@ -91,7 +91,6 @@ export function createScheduleApi(o: ScheduleApiOptions): Router {
     answer(async (req) => ({ body: { schedule: await o.schedules.get(String(req.params['id']), o.scope(req)) } })),
   );
   router.post('/', express.json({ limit: '300kb' }), (req, res, next) => {
-    if (crossOriginRefused(req, res, 'schedule')) return;
     answer(async () => {
       const { principal: asked, ...rest } = (req.body ?? {}) as Record<string, unknown>;
       const own = o.scope(req).principal;
@@ -111,7 +110,6 @@ export function createScheduleApi(o: ScheduleApiOptions): Router {
   });
   for (const action of ['pause', 'resume'] as const) {
     router.post(`/:id/${action}`, (req, res, next) => {
-      if (crossOriginRefused(req, res, action)) return;
       answer(async () => {
         const id = String(req.params['id']);
         const schedule = await o.schedules.setPaused(id, o.scope(req), action === 'pause');
@@ -121,7 +119,6 @@ export function createScheduleApi(o: ScheduleApiOptions): Router {
     });
   }
   router.delete('/:id', (req, res, next) => {
-    if (crossOriginRefused(req, res, 'remove')) return;
     answer(async () => {
       const id = String(req.params['id']);
       await o.schedules.remove(id, o.scope(req));

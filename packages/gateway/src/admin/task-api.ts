@@ -9,7 +9,7 @@
  *   GET  /api/tasks/{id}/logs?…                                                         anyone: their own task's
  *
  * Every query and body is checked with zod; an unknown parameter is refused with 400 naming it (a typo must not widen
- * a search or a bulk replay). The POSTs refuse a cross-origin browser request (the dashboard calls them).
+ * a search or a bulk replay). Who may POST, and with what, is the operator routes' guard's (http/auth/admin-writes.ts).
  */
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import { z } from 'zod';
@@ -131,21 +131,6 @@ function answerError(res: Response, next: NextFunction, error: unknown): void {
   next(error);
 }
 
-/** True (and answered 403) when a browser sends this POST from another origin: no cross-site form may act. */
-export function crossOriginRefused(req: Request, res: Response, action: string): boolean {
-  const origin = req.get('origin');
-  if (origin === undefined) return false;
-  let host: string | undefined;
-  try {
-    host = new URL(origin).host;
-  } catch {
-    host = undefined;
-  }
-  if (host === req.get('host')) return false;
-  res.status(403).json({ error: `cross-origin ${action} refused (Origin ${origin})` });
-  return true;
-}
-
 /**
  * `GET …/tasks`: one page of the search. `scope` says whose tasks the caller may see: every principal's (an
  * operator, or anyone with authentication off), or only its own (the filter's principal is forced to it).
@@ -222,7 +207,6 @@ export function createTaskApi(o: {
     logsHandler(o.store, () => ({})),
   );
   router.post('/replay', body, (req, res, next) => {
-    if (crossOriginRefused(req, res, 'replay')) return;
     const parsed = replayManyBody.safeParse(req.body ?? {});
     if (!parsed.success) {
       res.status(400).json({ error: problem(parsed.error) });
@@ -251,7 +235,6 @@ export function createTaskApi(o: {
     );
   });
   router.post('/:id/cancel', (req, res, next) => {
-    if (crossOriginRefused(req, res, 'cancel')) return;
     const taskId = String(req.params['id']);
     const by = o.by(req);
     const run = async () => {
@@ -266,7 +249,6 @@ export function createTaskApi(o: {
     );
   });
   router.post('/:id/replay', body, (req, res, next) => {
-    if (crossOriginRefused(req, res, 'replay')) return;
     const parsed = replayOneBody.safeParse(req.body ?? {});
     if (!parsed.success) {
       res.status(400).json({ error: problem(parsed.error) });

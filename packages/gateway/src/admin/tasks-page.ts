@@ -2,16 +2,27 @@
  * The live tasks page: one self-contained HTML document (no build step, no external assets) that polls
  * `/admin/api/overview` every second, or `/admin/api/tasks/<id>` (and its logs) on a task's detail. Text goes in
  * through `textContent` only, so nothing a tool or a client wrote can become markup. Operators act from it (find and
- * replay, cancel, pause and resume, resend a dead webhook: PROTOCOL.md §30.5) with same-origin POSTs to the admin
- * API, which refuses any other origin; the page holds no credential of its own (the request's, added by the proxy
- * in front, or none on loopback).
+ * replay, cancel, pause and resume, resend a dead webhook: PROTOCOL.md §30.5) with same-origin JSON POSTs to the admin
+ * API. Opened with a dashboard login (docs/OPERATIONS.md), the page carries its session's CSRF token, which every POST
+ * sends back, and a Log out button; the session cookie itself is `HttpOnly`, out of the script's reach.
  */
-export const TASKS_PAGE = `<!doctype html>
+const CSRF_SLOT = '<meta name="taskrelay-csrf" content="">';
+
+/** The page, carrying the CSRF token of the session it is served to (none: bearer or loopback access). */
+export function tasksPage(csrf: string | undefined): string {
+  // The token is base64url: nothing in it needs escaping in an attribute.
+  return csrf === undefined
+    ? TASKS_PAGE
+    : TASKS_PAGE.replace(CSRF_SLOT, `<meta name="taskrelay-csrf" content="${csrf}">`);
+}
+
+const TASKS_PAGE = `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>taskrelay · tasks</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
+${CSRF_SLOT}
 <style>
   :root { --bg:#0f1419; --panel:#182028; --line:#263240; --text:#d8dee6; --dim:#8a97a6; --accent:#4aa3ff;
           --ok:#3fb950; --bad:#f85149; --warn:#d29922; --info:#a371f7; }
@@ -56,6 +67,8 @@ export const TASKS_PAGE = `<!doctype html>
   form.find { display:flex; flex-wrap:wrap; gap:8px; align-items:center; padding:8px 12px; }
   form.find input, form.find select { background:var(--bg); color:var(--text); border:1px solid var(--line); border-radius:4px; padding:3px 6px; font:inherit; font-size:12px; }
   #find-status { color:var(--dim); font-size:12px; padding:0 12px 8px; }
+  #logout { margin:0; }
+  td.fields { color:var(--dim); }
 </style>
 </head>
 <body>
@@ -88,6 +101,8 @@ export const TASKS_PAGE = `<!doctype html>
   document.getElementById('nav-metrics').href = base.replace(/\\/admin$/, '') + '/metrics';
   const detailId = (location.pathname.match(/\\/tasks\\/([^/]+)$/) || [])[1];
   const main = document.getElementById('main');
+  // A dashboard login's CSRF token (docs/OPERATIONS.md): sent with every action; its Log out ends the session.
+  const csrf = document.querySelector('meta[name=taskrelay-csrf]').content;
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -122,7 +137,9 @@ export const TASKS_PAGE = `<!doctype html>
   const errorBox = document.getElementById('error');
   /** An operator's action: a same-origin POST (the gateway refuses other origins); its answer, or the error shown. */
   async function act(path, body) {
-    const res = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body || {}) });
+    const headers = { 'content-type': 'application/json' };
+    if (csrf) headers['x-csrf-token'] = csrf;
+    const res = await fetch(base + path, { method: 'POST', headers, body: JSON.stringify(body || {}) });
     const answer = await res.json().catch(() => ({}));
     if (!res.ok) {
       errorBox.hidden = false;
@@ -216,6 +233,13 @@ export const TASKS_PAGE = `<!doctype html>
     }
   }
 
+  /** A log line's own fields (what ctx.log was given beside its message), as key=value; strings bare, the rest JSON. */
+  const LINE_KEYS = ['id', 'time', 'level', 'attempt', 'msg'];
+  function logFields(line) {
+    return Object.entries(line).filter(([k]) => !LINE_KEYS.includes(k))
+      .map(([k, v]) => k + '=' + (typeof v === 'string' ? v : JSON.stringify(v))).join('  ');
+  }
+
   function renderDetail(d) {
     const t = d.task;
     const rows = [['task', t.taskId], ['tool', t.tool + ' (queue ' + t.queue + ')'], ['status', badge(t.status)], ['progress', progressBar(t)],
@@ -243,7 +267,8 @@ export const TASKS_PAGE = `<!doctype html>
     if (t.result) sections.push(el('section', {}, el('h2', { text: 'Result' }), el('pre', { class: 'mono', text: JSON.stringify(t.result, null, 2) })));
     if (d.logs) {
       sections.push(el('section', { id: 'logs' }, el('h2', { text: 'Logs (ctx.log, newest 1,000 kept)' }),
-        table(['time', 'level', 'run', 'message'], d.logs.map((l) => [el('td', { class: 'mono', text: l.time }), l.level || '', l.attempt ?? '', l.msg || '']),
+        table(['time', 'level', 'run', 'message', 'fields'], d.logs.map((l) => [el('td', { class: 'mono', text: l.time }), l.level || '', l.attempt ?? '', l.msg || '',
+          el('td', { class: 'mono fields', text: logFields(l) })]),
           'The tool logged nothing for this task.')));
     }
     main.replaceChildren(...sections);
@@ -301,6 +326,11 @@ export const TASKS_PAGE = `<!doctype html>
     }
   }
   if (!detailId) document.getElementById('find').hidden = false;
+  if (csrf) {
+    const logout = el('form', { id: 'logout', method: 'post', action: base + '/logout' },
+      el('input', { type: 'hidden', name: 'csrf', value: csrf }), el('button', { type: 'submit', id: 'log-out', text: 'Log out' }));
+    document.querySelector('header').append(logout);
+  }
   poll();
   setInterval(poll, 1000);
 })();

@@ -191,6 +191,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     log,
     metrics,
     redis,
+    keys,
     auth,
     limits,
     service: tasks.service,

@@ -7,6 +7,7 @@ import {
   JSON_RPC,
   type AuditLog,
   type GatewayConfig,
+  type Keys,
   type Logger,
   type RedisClient,
   type RedisTaskStore,
@@ -25,6 +26,9 @@ import {
 import type { RequestLimits } from '../http/limits.js';
 import type { AdminQueries } from '../admin/queries.js';
 import { createAdminRouter } from '../admin/router.js';
+import { createLoginRouter } from '../admin/login.js';
+import { AdminSessions, sessionOrBearer } from '../http/auth/admin-sessions.js';
+import { adminWriteGuard } from '../http/auth/admin-writes.js';
 import { createScheduleApi } from '../admin/schedule-api.js';
 import { logsHandler, searchHandler } from '../admin/task-api.js';
 import type { Schedules } from '../tasks/schedules/schedules.js';
@@ -50,8 +54,9 @@ export interface HttpAppDeps {
   version: string;
   log: Logger;
   metrics: GatewayMetrics;
-  /** The command connection: `/readyz` pings it. */
+  /** The command connection: `/readyz` pings it; dashboard sessions live on it. */
   redis: RedisClient;
+  keys: Keys;
   auth: Authenticator;
   limits: RequestLimits;
   service: TaskService;
@@ -292,12 +297,23 @@ function mountOperatorRoutes(
 ): void {
   const { options, log, metrics, auth, service } = deps;
   const requireAuth = auth.requireAuth;
-  const operatorOnly = [originGuard(options.allowedOrigins), requireAuth, auth.requireOperator];
+  // The dashboard's login (docs/OPERATIONS.md): a session cookie stands for a bearer header on the operator routes,
+  // and every write there passes one guard (same origin; JSON, or the session's CSRF token).
+  const operatorSessions = new AdminSessions(deps.redis, deps.keys, options.adminSessionTtlMs);
+  const operatorAuth = auth.enabled
+    ? sessionOrBearer({ sessions: operatorSessions, requireAuth, loginPath: '/admin/login', log })
+    : requireAuth;
+  const operatorOnly = [originGuard(options.allowedOrigins), operatorAuth, auth.requireOperator, adminWriteGuard];
+  const operators = new Set(options.operators ?? []);
+  app.use(
+    '/admin',
+    originGuard(options.allowedOrigins),
+    createLoginRouter({ auth, sessions: operatorSessions, operators, audit: deps.audit, log }),
+  );
   app.get('/metrics', ...operatorOnly, async (_req, res) => {
     res.setHeader('Content-Type', metrics.registry.contentType);
     res.send(await metrics.registry.metrics());
   });
-  const operators = new Set(options.operators ?? []);
   const isOperator = (req: AuthedRequest) => !auth.enabled || operators.has(principalOf(req));
   const ownScope = (req: AuthedRequest) => (isOperator(req) ? {} : { principal: principalOf(req) });
   // Schedules (PROTOCOL.md §33.2): an operator's routes for every principal's, and everyone's for their own.
@@ -308,7 +324,7 @@ function mountOperatorRoutes(
     ...operatorOnly,
     scheduleApi(() => ({})),
   );
-  app.use('/api/schedules', originGuard(options.allowedOrigins), requireAuth, scheduleApi(ownScope));
+  app.use('/api/schedules', originGuard(options.allowedOrigins), requireAuth, adminWriteGuard, scheduleApi(ownScope));
   app.use(
     '/admin',
     ...operatorOnly,

@@ -65,8 +65,8 @@ function storedResult(record: TaskRecord): CallToolResult {
 }
 
 /** `_meta` keys of a replay's links (PROTOCOL.md §30.3): the task it replays, and the newest task replaying it. */
-export const REPLAY_OF_META_KEY = 'dev.taskrelay/replayOf';
-export const REPLAYED_BY_META_KEY = 'dev.taskrelay/replayedBy';
+export const REPLAY_OF_META_KEY = 'dev.taskrelay/replay-of';
+export const REPLAYED_BY_META_KEY = 'dev.taskrelay/replayed-by';
 
 /** A task's replay links as `_meta` entries of its `tasks/get` result (both eras); undefined when it has none. */
 export function replayLinks(record: TaskRecord): Record<string, string> | undefined {

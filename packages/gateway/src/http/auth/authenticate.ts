@@ -7,6 +7,8 @@ import { Router, type RequestHandler } from 'express';
 import { requireBearerAuth } from '@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js';
 import { metadataHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/metadata.js';
 import { getOAuthProtectedResourceMetadataUrl } from '@modelcontextprotocol/sdk/server/auth/router.js';
+import { InsufficientScopeError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { GatewayConfig, Logger } from '@taskrelay/shared';
 import { TokenVerifier } from './token-verifier.js';
 
@@ -26,6 +28,12 @@ export interface Authenticator {
   readonly requireOperator: RequestHandler;
   /** Serves `/.well-known/oauth-protected-resource[/<path>]` when OAuth is on; an empty router otherwise. */
   readonly metadataRouter: Router;
+  /**
+   * Checks a token as `requireAuth` checks a bearer header (a static token, or an OAuth access token with the required
+   * scopes): the dashboard's login form (docs/OPERATIONS.md). Throws the SDK's `InvalidTokenError`,
+   * `InsufficientScopeError` or `ServerError`; undefined when authentication is off.
+   */
+  readonly verify: ((token: string) => Promise<AuthInfo>) | undefined;
 }
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
@@ -36,7 +44,9 @@ export function createAuthenticator(
 ): Authenticator {
   const metadataRouter = Router();
   const enabled = config.authTokens !== undefined || config.oauth !== undefined;
-  if (!enabled) return { enabled, requireAuth: passThrough, requireOperator: passThrough, metadataRouter };
+  if (!enabled) {
+    return { enabled, requireAuth: passThrough, requireOperator: passThrough, metadataRouter, verify: undefined };
+  }
   const verifier = new TokenVerifier({ staticTokens: config.authTokens, oauth: config.oauth, log });
   const { oauth } = config;
   let resourceMetadataUrl: string | undefined;
@@ -59,7 +69,15 @@ export function createAuthenticator(
     requiredScopes: oauth?.requiredScopes ?? [],
     ...(resourceMetadataUrl === undefined ? {} : { resourceMetadataUrl }),
   });
-  return { enabled, requireAuth, requireOperator: operatorsOnly(config.operators ?? []), metadataRouter };
+  const requiredScopes = oauth?.requiredScopes ?? [];
+  const verify = async (token: string): Promise<AuthInfo> => {
+    const info = await verifier.verifyAccessToken(token);
+    if (!requiredScopes.every((scope) => info.scopes.includes(scope))) {
+      throw new InsufficientScopeError(`Token lacks a required scope (${requiredScopes.join(' ')})`);
+    }
+    return info;
+  };
+  return { enabled, requireAuth, requireOperator: operatorsOnly(config.operators ?? []), metadataRouter, verify };
 }
 
 /** 403 for every authenticated principal not in `operators` (the pages show every principal's tasks). */

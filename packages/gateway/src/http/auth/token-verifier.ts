@@ -110,6 +110,8 @@ export class TokenVerifier implements OAuthTokenVerifier {
       token,
       clientId: oauthPrincipal(oauth.issuer, sub),
       scopes: scopesOf(payload),
+      // A dashboard login made with it ends when it does (docs/OPERATIONS.md).
+      extra: { via: 'oauth' },
       // The SDK middleware compares this with the clock as it is: give it the same skew jose allowed.
       expiresAt: (payload.exp ?? 0) + Math.round(oauth.clockSkewMs / 1000),
     };

@@ -145,15 +145,16 @@ export class Schedules {
       .zadd(this.keys.scheduleIndex, 'NX', now.getTime(), spec.id)
       .exec();
     const paused = (await this.redis.hget(key, S.paused)) === '1';
+    let first: number | undefined;
     try {
-      if (!paused) await this.setScheduler(spec);
+      if (!paused) first = await this.setScheduler(spec);
     } catch (error) {
       // A new schedule whose timing could not be set is not left behind half made.
       if (owner === null) await this.redis.multi().del(key).zrem(this.keys.scheduleIndex, spec.id).exec();
       throw error;
     }
     this.log.info({ scheduleId: spec.id, principal, source, tool: spec.tool }, 'schedule set');
-    return this.get(spec.id, { principal });
+    return withFirstFiring(await this.get(spec.id, { principal }), first);
   }
 
   /** The schedules the scope may see, oldest first. */
@@ -176,10 +177,11 @@ export class Schedules {
     // The mark first: a firing handled meanwhile sees it (paused: nothing; resumed: an `every` schedule's firing at
     // once is not dropped as paused).
     await this.redis.hset(this.keys.schedule(id), S.paused, paused ? '1' : '0');
+    let first: number | undefined;
     if (paused) await this.queue.removeJobScheduler(id);
-    else await this.setScheduler(view);
+    else first = await this.setScheduler(view);
     this.log.info({ scheduleId: id, principal: view.principal }, paused ? 'schedule paused' : 'schedule resumed');
-    return this.get(id, scope);
+    return withFirstFiring(await this.get(id, scope), first);
   }
 
   /** Removes it: it fires no more; the tasks it created stay. */
@@ -190,11 +192,14 @@ export class Schedules {
     this.log.info({ scheduleId: id, principal: view.principal }, 'schedule removed');
   }
 
-  /** BullMQ's job scheduler for the schedule: one delayed job for its next firing (the pattern was checked, §33.2). */
-  private async setScheduler(spec: ScheduleSpec): Promise<void> {
+  /**
+   * BullMQ's job scheduler for the schedule: one delayed job for its next firing (the pattern was checked, §33.2).
+   * Returns when that job is due (ms): an `every` schedule's first firing is now.
+   */
+  private async setScheduler(spec: ScheduleSpec): Promise<number | undefined> {
     const repeat =
       spec.every !== undefined ? { every: spec.every } : { pattern: spec.cron ?? '', tz: spec.tz ?? 'UTC' };
-    await this.queue.upsertJobScheduler(spec.id, repeat, {
+    const job = await this.queue.upsertJobScheduler(spec.id, repeat, {
       name: 'fire',
       data: { scheduleId: spec.id },
       opts: {
@@ -204,6 +209,7 @@ export class Schedules {
         backoff: { type: 'fixed', delay: FIRING_RETRY_MS },
       },
     });
+    return job === undefined ? undefined : job.timestamp + (job.delay ?? 0);
   }
 
   private async checkWebhook(url: string, principal: string): Promise<void> {
@@ -368,4 +374,14 @@ function refused(message: string): TaskrelayError {
 
 function notFound(id: string): TaskrelayError {
   return new TaskrelayError('SCHEDULE_NOT_FOUND', `schedule ${id} not found`);
+}
+
+/**
+ * The view just after its timing was set shows the firing that was just made due as its `next`: by the time the view
+ * is read, the firings worker may have taken an `every` schedule's first firing (due at once), and BullMQ's scheduler
+ * then names the second one, which is not what comes next from where the caller stands.
+ */
+function withFirstFiring(view: ScheduleView, first: number | undefined): ScheduleView {
+  if (first === undefined || view.paused) return view;
+  return { ...view, next: new Date(first).toISOString() };
 }
