@@ -18,6 +18,7 @@ import {
   announcePublicUrl,
   isLoopbackHost,
   createKeys,
+  keyLayoutOf,
   createLogger,
   createRedis,
   requireRedisUrl,
@@ -144,7 +145,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     state = next;
   };
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
-  const keys = createKeys(options.prefix);
+  const keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
   const connections = await openConnections(requireRedisUrl(options), undo, log);
   const { redis, metrics } = connections;
   const auth = createAuthenticator(options, log);

@@ -92,7 +92,7 @@ export class TaskWorker {
     );
     this.queues = new Map(options.tools.map((tool) => [tool.name, toolQueue(options.queue, tool.name)]));
     this.gate = new SlotGate(options.concurrency);
-    this.keys = createKeys(options.prefix);
+    this.keys = createKeys(options.prefix, options.keyLayout);
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     this.running = new RunningJobs(this.log);
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
