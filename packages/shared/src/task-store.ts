@@ -459,7 +459,11 @@ export class RedisTaskStore {
 
   async createTask(input: CreateTaskInput, now = new Date(), prepared?: PreparedCreate): Promise<CreateOutcome> {
     const usable = prepared !== undefined && prepared.taskId === input.taskId && prepared.now === now;
-    const taskId = usable ? prepared.taskId : (input.taskId ?? newTaskId());
+    // In the sharded layout a task created without an id goes to its tool's first shard (PROTOCOL.md §1.1).
+    const taskId = usable
+      ? prepared.taskId
+      : (input.taskId ??
+        newTaskId(this.placement === undefined ? undefined : (await this.placement.codes(input.queue))[0]));
     const { fields, idemKey } = usable ? prepared : this.fieldsOf(input, taskId, now);
     const taskKey = this.keys.forTask(taskId).task(taskId);
     const script = {

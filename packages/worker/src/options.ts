@@ -6,8 +6,7 @@ import {
   ConfigError,
   clusterPrefixProblem,
   createLogger,
-  keyLayoutOf,
-  type KeyLayout,
+  type KeyLayoutSetting,
   isRedisTarget,
   workerSettingsShape,
   DEFAULT_OUTPUT_LIMITS,
@@ -103,8 +102,8 @@ export interface CloseOptions {
 export interface ResolvedWorkerOptions {
   redisUrl: string;
   prefix: string;
-  /** The layout `keyLayout` means here (`keyLayoutOf`). */
-  keyLayout: KeyLayout;
+  /** `keyLayoutOf(redisUrl, prefix, keyLayout)` is the layout it means. */
+  keyLayout: KeyLayoutSetting;
   tools: ToolDefinition[];
   queue: string;
   concurrency: number;
@@ -200,7 +199,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
   return {
     redisUrl: o.redisUrl ?? o.connection ?? '',
     prefix: o.prefix,
-    keyLayout: keyLayoutOf(o.redisUrl ?? o.connection, o.prefix, o.keyLayout),
+    keyLayout: o.keyLayout,
     tools: o.tools,
     queue: o.queue,
     concurrency: o.concurrency,

@@ -6,6 +6,7 @@
  */
 import { Queue, type Job } from 'bullmq';
 import {
+  pipelineByShard,
   BatchStore,
   type RedisClient,
   WorkerCatalogSchema,
@@ -358,9 +359,9 @@ export class AdminQueries {
   /** The batches among these tasks, with their children's counts (queued = open − running). */
   async batches(taskIds: readonly string[]): Promise<BatchView[]> {
     if (taskIds.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.exists(this.keys.batch(id).hash);
-    const exists = (await pipeline.exec()) ?? [];
+    const exists = await pipelineByShard(this.redis, this.keys, taskIds, (pipeline, id) =>
+      pipeline.exists(this.keys.forTask(id).batch(id).hash),
+    );
     const ids = taskIds.filter((_id, i) => exists[i]?.[1] === 1);
     const store = new BatchStore(this.redis, this.keys);
     const views = await Promise.all(
