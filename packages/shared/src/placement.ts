@@ -4,7 +4,7 @@
  * what it read. A new shard gets a code that hashes into the slots of the master holding the fewest placed shards, so
  * a handful of tools spreads over the masters (hash tags alone put three tools on three masters one time in five).
  */
-import { randomInt } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import calculateSlot from 'cluster-key-slot';
 import { Cluster, type ChainableCommander } from 'ioredis';
 import { isShardCode, type Keys } from './keys.js';
@@ -129,7 +129,7 @@ export class ShardPlacement {
       if (code) this.known.set(f, code);
     });
     if (fields.every((f) => this.known.has(f))) return fields.map((f) => this.known.get(f) ?? '');
-    const token = String(randomInt(0, 2 ** 48));
+    const token = randomBytes(8).toString('hex');
     while ((await this.redis.set(this.keys.placementLease, token, 'PX', LEASE_MS, 'NX')) !== 'OK') {
       await new Promise((resolve) => setTimeout(resolve, LEASE_RETRY_MS));
     }

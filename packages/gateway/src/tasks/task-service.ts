@@ -119,6 +119,9 @@ export type InputAnswerOutcome = 'stored' | 'invalid' | 'refused';
 export type CancelTrigger = 'tasks/cancel' | 'notifications/cancelled' | 'stream-closed' | 'gateway-shutdown';
 
 export class TaskService {
+  /** Per tool queue, the shard its next unkeyed call goes to, in the sharded layout (`shardOf`). */
+  private readonly shardTurns = new Map<string, number>();
+
   constructor(
     private readonly store: RedisTaskStore,
     private readonly catalog: ToolCatalog,
@@ -322,8 +325,9 @@ export class TaskService {
   /**
    * The shard a call's task goes to in the sharded layout (PROTOCOL.md §1.1), undefined in the single layout: the
    * tool's one shard, or one of its `shards`. A call with an idempotency or dedupe key goes to the shard its key
-   * names, so a replay or a repeat finds the first task (those keys are kept per shard); the others at random, so
-   * each principal's calls spread evenly and fair share holds on every shard (docs/SCALING.md).
+   * names, so a replay or a repeat finds the first task (those keys are kept per shard); the others in turn (each
+   * gateway keeps its own turn per tool), so the calls spread evenly and fair share holds on every shard
+   * (docs/SCALING.md).
    */
   private async shardOf(
     tool: CatalogTool,
@@ -335,10 +339,13 @@ export class TaskService {
     const codes = await placement.codes(tool.queue, tool.shards ?? 1);
     if (codes.length <= 1) return codes[0];
     const key = createInput.idempotencyKey ?? createInput.dedupe?.digest;
-    const at =
-      key === undefined
-        ? randomInt(codes.length)
-        : createHash('sha256').update(`${principal}\n${key}`).digest().readUInt32BE(0) % codes.length;
+    let at: number;
+    if (key === undefined) {
+      at = this.shardTurns.get(tool.queue) ?? randomInt(codes.length);
+      this.shardTurns.set(tool.queue, (at + 1) % codes.length);
+    } else {
+      at = createHash('sha256').update(`${principal}\n${key}`).digest().readUInt32BE(0) % codes.length;
+    }
     return codes[at];
   }
 
