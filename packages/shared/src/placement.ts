@@ -122,6 +122,15 @@ export class ShardPlacement {
     return [...new Set(this.known.values())].sort();
   }
 
+  /**
+   * A new shard starts with the deployment's retention policy (PROTOCOL.md §30.1), copied from home: the scripts that
+   * end its tasks read the shard's own copy, and the gateways write every placed shard's as they start.
+   */
+  private async seed(code: string): Promise<void> {
+    const policy = await this.redis.hgetall(this.keys.retention);
+    if (Object.keys(policy).length > 0) await this.redis.hset(this.keys.forShard(code).retention, policy);
+  }
+
   private async place(fields: string[]): Promise<string[]> {
     const read = await this.redis.hmget(this.keys.placement, ...fields);
     fields.forEach((f, i) => {
@@ -140,7 +149,9 @@ export class ShardPlacement {
         const registry = await this.redis.hgetall(this.keys.placement);
         const existing = registry[field];
         const code = existing ?? chooseCode(Object.values(registry), masters);
-        if (existing === undefined) await this.redis.hsetnx(this.keys.placement, field, code);
+        if (existing === undefined && (await this.redis.hsetnx(this.keys.placement, field, code)) === 1) {
+          await this.seed(code);
+        }
         this.known.set(field, (await this.redis.hget(this.keys.placement, field)) ?? code);
       }
     } finally {
