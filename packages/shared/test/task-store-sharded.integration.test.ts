@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/keys.js';
 import { RedisTaskStore, newTaskId } from '../src/task-store.js';
+import { WebhookOutbox } from '../src/webhook-outbox.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -108,5 +109,32 @@ describe('the sharded layout on one Redis', () => {
     for (const id of ids) expect((await store.get(id))?.status).toBe('failed');
     expect(await store.liveIds(10)).toEqual([]);
     expect(await store.statuses(ids)).toEqual(['failed', 'failed', 'failed']);
+  });
+
+  it('delivers the webhook events of every shard: claim, settle, counts and dead letters span the shards', async () => {
+    const { keys, store } = setup('outbox');
+    const codes = (await store.placement?.codes('default~hot', 3)) ?? [];
+    const outbox = new WebhookOutbox(redis, keys.webhooks, {
+      every: async () => ((await store.placement?.all()) ?? []).map((code) => keys.forShard(code).webhooks),
+      ofEvent: (eventId) => keys.forTask(eventId.replace(/^msg_/, '')).webhooks,
+    });
+    const ids: string[] = [];
+    for (const code of codes) {
+      const { taskId } = await store.create({ ...base, taskId: newTaskId(code), webhook: { url: 'http://h/x', cap: 10 } });
+      await store.transition(taskId, 'completed', { result: { content: [] } });
+      ids.push(taskId);
+    }
+    expect(await outbox.pendingFor('alice')).toBe(3);
+    expect(await outbox.counts()).toEqual({ pending: 3, dead: 0 });
+    const claimed = await outbox.claim('g1', 10, 30_000);
+    expect(claimed.map((e) => e.taskId).sort()).toEqual([...ids].sort());
+    const [first, second, third] = claimed;
+    expect(await outbox.settle(first!, { outcome: 'delivered' })).toBe(true);
+    expect(await outbox.settle(second!, { outcome: 'dead', reason: 'no' })).toBe(true);
+    expect(await outbox.settle(third!, { outcome: 'dead', reason: 'no' })).toBe(true);
+    expect(await outbox.counts()).toEqual({ pending: 0, dead: 2 });
+    expect((await outbox.deadLetters(10)).map((d) => d.id).sort()).toEqual([second!.id, third!.id].sort());
+    expect(await outbox.resend(undefined)).toHaveLength(2);
+    expect(await outbox.counts()).toEqual({ pending: 2, dead: 0 });
   });
 });

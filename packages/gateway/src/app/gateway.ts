@@ -19,6 +19,7 @@ import {
   isLoopbackHost,
   createKeys,
   keyLayoutOf,
+  ShardPlacement,
   createLogger,
   createRedis,
   requireRedisUrl,
@@ -527,7 +528,16 @@ function startWebhooks(
     secretSet: options.webhooks.secret !== undefined,
     allowedHosts: options.webhooks.allowedHosts,
   });
-  const outbox = new WebhookOutbox(redis, keys.webhooks);
+  // The sharded layout keeps an outbox per shard (PROTOCOL.md §1.1): every placed shard's, found from the event id.
+  const placement = keys.layout === 'sharded' ? new ShardPlacement(redis, keys) : undefined;
+  const outbox = new WebhookOutbox(
+    redis,
+    keys.webhooks,
+    placement && {
+      every: async () => (await placement.all()).map((code) => keys.forShard(code).webhooks),
+      ofEvent: (eventId) => keys.forTask(eventId.replace(/^msg_/, '')).webhooks,
+    },
+  );
   metrics.watchWebhooks(() => outbox.counts());
   const intake = new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal);
   let stopDeliverer: () => Promise<void> = () => Promise.resolve();
