@@ -114,6 +114,14 @@ export class BatchParent {
     const { taskId, lock, record, log } = run;
     let shape = await store.shape(taskId);
     if (!shape) {
+      // A batch's children queue on the parent's shard (its scripts touch the batch's keys with their locks), where
+      // the child tool's workers do not consume: not yet in the sharded layout (PROTOCOL.md §1.1, docs/SCALING.md).
+      if (this.o.keys.layout === 'sharded') {
+        throw new TaskrelayError(
+          'INVALID_ARGUMENTS',
+          'ctx.fanOut: batches are not available in the sharded key layout yet (docs/SCALING.md)',
+        );
+      }
       const child = await this.childTool(options.tool);
       const created = await store.create(
         taskId,
