@@ -167,7 +167,8 @@ describe('the task operations through another gateway', () => {
     const registry = await placement();
     const ids: string[] = [];
     for (const tool of ['alpha', 'beta', 'gamma', 'hot']) ids.push(await startTask(a, tool, { n: 7 }));
-    for (const [i, tool] of ['alpha', 'beta', 'gamma'].entries()) expect(ids[i]?.slice(0, 4)).toBe(codeOf(registry, tool));
+    for (const [i, tool] of ['alpha', 'beta', 'gamma'].entries())
+      expect(ids[i]?.slice(0, 4)).toBe(codeOf(registry, tool));
     expect([0, 1, 2].map((i) => codeOf(registry, 'hot', i))).toContain(ids[3]?.slice(0, 4));
     for (const id of ids) {
       const result = await taskResult(b, id);
@@ -193,8 +194,7 @@ describe('the task operations through another gateway', () => {
     const [a, b] = clients as [Client, Client];
     const taskId = await startTask(a, 'slow', {});
     await waitFor(
-      async () =>
-        (await redis.hget(createKeys(prefix, 'sharded').forTask(taskId).task(taskId), 'attempt')) === '1',
+      async () => (await redis.hget(createKeys(prefix, 'sharded').forTask(taskId).task(taskId), 'attempt')) === '1',
       { message: 'the slow task never started' },
     );
     const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);

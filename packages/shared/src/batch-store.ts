@@ -240,7 +240,9 @@ export class BatchStore {
 
   /** The indices released and not recorded yet (at most a window of them). */
   async openIndices(parentId: string): Promise<number[]> {
-    return (await this.redis.smembers(this.keys.forTask(parentId).batch(parentId).open)).map(Number).sort((a, b) => a - b);
+    return (await this.redis.smembers(this.keys.forTask(parentId).batch(parentId).open))
+      .map(Number)
+      .sort((a, b) => a - b);
   }
 
   /** How many children run on some worker now. */

@@ -123,8 +123,8 @@ const commonShape = {
     .optional(),
   TASKRELAY_PREFIX: prefix.default('taskrelay'),
   TASKRELAY_KEY_LAYOUT: workerSettingsShape.keyLayout.describe(
-      'How keys are laid out ([PROTOCOL.md §1.1](PROTOCOL.md#11-redis-cluster-sentinel-tls-two-key-layouts)): `auto` is `sharded` on a Redis Cluster with an unbraced `TASKRELAY_PREFIX` (tools on shards of their own) and `single` otherwise (one hash slot, as before); `sharded` forces the sharded layout on one server too (a test and migration aid); the same on every gateway and worker.',
-    ),
+    'How keys are laid out ([PROTOCOL.md §1.1](PROTOCOL.md#11-redis-cluster-sentinel-tls-two-key-layouts)): `auto` is `sharded` on a Redis Cluster with an unbraced `TASKRELAY_PREFIX` (tools on shards of their own) and `single` otherwise (one hash slot, as before); `sharded` forces the sharded layout on one server too (a test and migration aid); the same on every gateway and worker.',
+  ),
   LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
   TASKRELAY_WAITPOINT_SECRET: z

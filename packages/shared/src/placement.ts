@@ -64,7 +64,8 @@ export function chooseCode(
   for (let i = 0; i < MAX_DRAWS; i++) {
     const code = draw();
     if (used.has(code)) continue;
-    if (target === undefined || masters === undefined || masterOfSlot(masters, slotOfCode(code)) === target) return code;
+    if (target === undefined || masters === undefined || masterOfSlot(masters, slotOfCode(code)) === target)
+      return code;
   }
   throw new Error('no shard code found for the chosen master');
 }

@@ -155,7 +155,9 @@ export class TaskOutputStore {
   }
 
   private lockKey(taskId: string, lock: OutputLock | undefined): string {
-    return lock ? this.keys.forTask(taskId).bullJobLock(lock.queue, lock.jobId) : this.keys.forTask(taskId).task(taskId);
+    return lock
+      ? this.keys.forTask(taskId).bullJobLock(lock.queue, lock.jobId)
+      : this.keys.forTask(taskId).task(taskId);
   }
 
   /** Appends to or replaces the task's output (PROTOCOL.md §34.2). */
@@ -166,7 +168,11 @@ export class TaskOutputStore {
     lock: OutputLock | undefined,
   ): Promise<OutputWriteOutcome> {
     const reply = await this.scripts.call(SCRIPTS.outputWrite, {
-      keys: { task: this.keys.forTask(taskId).task(taskId), lock: this.lockKey(taskId, lock), output: this.keys.forTask(taskId).output(taskId).text },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.lockKey(taskId, lock),
+        output: this.keys.forTask(taskId).output(taskId).text,
+      },
       args: {
         lockToken: lock?.token ?? '',
         mode,

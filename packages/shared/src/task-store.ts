@@ -565,7 +565,8 @@ export class RedisTaskStore {
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {
-    if (this.largeReads === undefined) return parseRecord(await this.redis.hgetall(this.keys.forTask(taskId).task(taskId)));
+    if (this.largeReads === undefined)
+      return parseRecord(await this.redis.hgetall(this.keys.forTask(taskId).task(taskId)));
     const reply = await this.scripts.call(SCRIPTS.read, {
       keys: { task: this.keys.forTask(taskId).task(taskId) },
       args: { inlineMax: this.largeReads.inlineMaxBytes },
@@ -581,7 +582,9 @@ export class RedisTaskStore {
   ): Promise<Record<string, string>> {
     const large = this.largeReads;
     if (large === undefined || Number(resultBytes ?? 0) <= large.inlineMaxBytes || h[F.status] === undefined) return h;
-    const result = await large.read(h[F.principal] ?? '', (client) => client.hget(this.keys.forTask(taskId).task(taskId), F.result));
+    const result = await large.read(h[F.principal] ?? '', (client) =>
+      client.hget(this.keys.forTask(taskId).task(taskId), F.result),
+    );
     if (result !== null) h[F.result] = result;
     return h;
   }
@@ -1020,7 +1023,10 @@ export class RedisTaskStore {
       );
     }
     const reply = await this.scripts.call(SCRIPTS.setState, {
-      keys: { task: this.keys.forTask(taskId).task(taskId), lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, field: field === 'state' ? F.state : F.steps, json },
     });
     if (reply.code === ResultCode.OK) return 'written';
@@ -1072,7 +1078,10 @@ export class RedisTaskStore {
     timeoutMs: number,
   ): Promise<{ ok: true; record: WaitpointRecord } | { ok: false; reason: 'gone' | 'lock_lost' }> {
     const reply = await this.scripts.call(SCRIPTS.waitpointOpen, {
-      keys: { task: this.keys.forTask(taskId).task(taskId), lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, field: `${TASK_FIELD_PREFIXES.waitpoint}${name}`, token, timeoutMs },
     });
     if (reply.code === ResultCode.LOCK_LOST) return { ok: false, reason: 'lock_lost' };
@@ -1084,7 +1093,10 @@ export class RedisTaskStore {
 
   /** Waitpoint `name` of a task as stored, if any. */
   async readWaitpoint(taskId: string, name: string): Promise<WaitpointRecord | undefined> {
-    const raw = await this.redis.hget(this.keys.forTask(taskId).task(taskId), `${TASK_FIELD_PREFIXES.waitpoint}${name}`);
+    const raw = await this.redis.hget(
+      this.keys.forTask(taskId).task(taskId),
+      `${TASK_FIELD_PREFIXES.waitpoint}${name}`,
+    );
     return raw === null ? undefined : parseMessage(WaitpointRecordSchema, raw);
   }
 
@@ -1128,7 +1140,10 @@ export class RedisTaskStore {
     tags: readonly string[],
   ): Promise<'written' | 'full' | 'gone' | 'lock_lost'> {
     const reply = await this.scripts.call(SCRIPTS.tag, {
-      keys: { task: this.keys.forTask(taskId).task(taskId), lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, tags: tags.join(','), max: MAX_TAGS },
     });
     if (reply.code === ResultCode.OK) return 'written';

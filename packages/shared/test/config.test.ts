@@ -104,7 +104,11 @@ describe('Redis Cluster, Sentinel and TLS configuration', () => {
     const forced = loadWorkerConfig({ REDIS_URL: 'redis://127.0.0.1:6379', TASKRELAY_KEY_LAYOUT: 'sharded' });
     expect(keyLayoutOf(forced.redisUrl, forced.prefix, forced.keyLayout)).toBe('sharded');
     expect(() =>
-      loadWorkerConfig({ REDIS_URL: 'redis://127.0.0.1:6379', TASKRELAY_KEY_LAYOUT: 'sharded', TASKRELAY_PREFIX: '{a}' }),
+      loadWorkerConfig({
+        REDIS_URL: 'redis://127.0.0.1:6379',
+        TASKRELAY_KEY_LAYOUT: 'sharded',
+        TASKRELAY_PREFIX: '{a}',
+      }),
     ).toThrow(/^Invalid configuration: TASKRELAY_PREFIX must have no braces with the sharded key layout[^\n]*$/);
     expect(() => loadGatewayConfig({ TASKRELAY_KEY_LAYOUT: 'split' })).toThrow(
       /^Invalid configuration: TASKRELAY_KEY_LAYOUT must be one of auto, single, sharded \(got "split"\)$/,

@@ -59,7 +59,8 @@ describe('the sharded layout on one Redis', () => {
     const created = await store.create({ ...base, taskId: newTaskId(code), idempotencyKey: 'k' });
     expect(created.taskId).toMatch(new RegExp(`^${code}[0-9a-f]{32}$`));
     const written = await redis.keys(`${prefix}:*`);
-    for (const key of written.filter((k) => !k.includes('{home}'))) expect(key.startsWith(`${prefix}:{${code}}:`)).toBe(true);
+    for (const key of written.filter((k) => !k.includes('{home}')))
+      expect(key.startsWith(`${prefix}:{${code}}:`)).toBe(true);
     expect(written.some((k) => k === `${prefix}:{${code}}:task:${created.taskId}`)).toBe(true);
     expect(written.some((k) => k === `${prefix}:{${code}}:live`)).toBe(true);
     // A create without an id goes to the tool's first shard.
@@ -78,9 +79,7 @@ describe('the sharded layout on one Redis', () => {
       await store.create({ ...base, taskId }, at);
       made.push({ id: taskId, at: at.getTime() });
     }
-    const expected = [...made]
-      .sort((a, b) => b.at - a.at || (a.id < b.id ? 1 : -1))
-      .map((t) => t.id);
+    const expected = [...made].sort((a, b) => b.at - a.at || (a.id < b.id ? 1 : -1)).map((t) => t.id);
     const seen: string[] = [];
     let cursor: string | undefined;
     let pages = 0;
@@ -120,7 +119,11 @@ describe('the sharded layout on one Redis', () => {
     });
     const ids: string[] = [];
     for (const code of codes) {
-      const { taskId } = await store.create({ ...base, taskId: newTaskId(code), webhook: { url: 'http://h/x', cap: 10 } });
+      const { taskId } = await store.create({
+        ...base,
+        taskId: newTaskId(code),
+        webhook: { url: 'http://h/x', cap: 10 },
+      });
       await store.transition(taskId, 'completed', { result: { content: [] } });
       ids.push(taskId);
     }
