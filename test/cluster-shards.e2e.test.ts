@@ -44,7 +44,7 @@ beforeAll(async () => {
   // Two workers start at once: the placement lease keeps their placements apart.
   await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
   // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
-  const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token' };
+  const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token', TASKRELAY_OPERATORS: 'alice' };
   gateways = await Promise.all([startGatewayProcess(auth), startGatewayProcess(auth)]);
   clients = await Promise.all(gateways.map((g) => connectClient(g.url, { authorization: 'Bearer alice-token' })));
   redis = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
@@ -200,6 +200,27 @@ describe('the task operations through another gateway', () => {
     const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     expect(cancelled.status).toBe('cancelled');
     expect((await getTask(a, taskId)).status).toBe('cancelled');
+  }, 60_000);
+
+  it('shows each shard of a tool in the admin queue depths, and pauses a tool on every shard', async () => {
+    const admin = (path: string, method = 'GET') =>
+      fetch(`${gateways[1]!.url.replace(/\/mcp$/, '')}/admin/api/${path}`, {
+        method,
+        headers: { authorization: 'Bearer alice-token' },
+      }).then(async (res) => ({ status: res.status, body: (await res.json()) as Record<string, any> }));
+    const registry = await placement();
+    const overview = await admin('overview');
+    const rows = (overview.body['queues'] as Array<{ queue: string; workers: number }>).map((q) => q.queue);
+    for (const i of [0, 1, 2]) expect(rows).toContain(`default~hot@${codeOf(registry, 'hot', i)}`);
+    expect((await admin('tools/hot/pause', 'POST')).status).toBe(200);
+    const [a] = clients as [Client, Client];
+    const ids = [await startTask(a, 'hot', { n: 1 }), await startTask(a, 'hot', { n: 2 })];
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    for (const id of ids) expect((await getTask(a, id)).status).toBe('working');
+    const tools = (await admin('tools')).body['tools'] as Array<{ name: string; paused: boolean; waiting: number }>;
+    expect(tools.find((t) => t.name === 'hot')).toMatchObject({ waiting: 2 });
+    expect((await admin('tools/hot/resume', 'POST')).status).toBe(200);
+    for (const id of ids) expect((await taskResult(a, id)).structuredContent).toMatchObject({ tool: 'hot' });
   }, 60_000);
 
   it('answers an id that names no shard as not found', async () => {

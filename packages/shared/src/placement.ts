@@ -132,6 +132,16 @@ export class ShardPlacement {
     if (Object.keys(policy).length > 0) await this.redis.hset(this.keys.forShard(code).retention, policy);
   }
 
+  /** The codes of a tool queue's placed shards, in shard order (what the admin views show per shard). */
+  async placed(queue: string): Promise<string[]> {
+    await this.all();
+    const mine: Array<[number, string]> = [];
+    for (const [field, code] of this.known) {
+      if (field.startsWith(`${queue}#`)) mine.push([Number(field.slice(queue.length + 1)), code]);
+    }
+    return mine.sort((a, b) => a[0] - b[0]).map(([, code]) => code);
+  }
+
   private async place(fields: string[]): Promise<string[]> {
     const read = await this.redis.hmget(this.keys.placement, ...fields);
     fields.forEach((f, i) => {
