@@ -3,7 +3,13 @@
  * on one Redis (or a 3-master Redis Cluster), measuring calls per second, latency, and Redis CPU per call (from
  * `INFO cpu`), which says how many calls per second one Redis core can carry, i.e. where Redis becomes the limit.
  *
- *   pnpm build && npx tsx bench/scaling.ts [--seconds 5] [--callers 32] [--cluster]
+ *   pnpm build && npx tsx bench/scaling.ts [--seconds 5] [--callers 32] [--cluster [--sharded [--tools three|hot]]]
+ *     [--shapes 1x1,2x2]
+ *
+ * `--sharded`: the sharded key layout (PROTOCOL.md §1.1: an unbraced prefix on the cluster), calling three tools in
+ * turn (`--tools three`, each a shard of its own) or one tool with `shards: 3` (`--tools hot`), from
+ * test/fixtures/shard-tools.mjs. Each node's share of the Redis commands (`INFO commandstats`) and of the Redis CPU
+ * is reported, with commands and CPU per call.
  *
  * Loopback only; everything started is stopped by PID. No thresholds: it prints a table.
  */
@@ -21,16 +27,21 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '5' },
     callers: { type: 'string', default: '32' },
     cluster: { type: 'boolean', default: false },
+    sharded: { type: 'boolean', default: false },
+    tools: { type: 'string', default: 'three' },
+    shapes: { type: 'string', default: '1x1,1x2,2x2,2x4' },
   },
 });
+if (values.sharded && !values.cluster) throw new Error('--sharded needs --cluster');
+if (values.tools !== 'three' && values.tools !== 'hot') throw new Error('--tools must be three or hot');
+const SHARD_TOOLS = new URL('../test/fixtures/shard-tools.mjs', import.meta.url).pathname;
 const SECONDS = Number(values.seconds);
 const CALLERS = Number(values.callers);
-const SHAPES: Array<[gateways: number, workers: number]> = [
-  [1, 1],
-  [1, 2],
-  [2, 2],
-  [2, 4],
-];
+const SHAPES = values.shapes.split(',').map((shape) => {
+  const [g, w] = shape.split('x').map(Number);
+  if (!g || !w) throw new Error(`--shapes: ${shape} is not <gateways>x<workers>`);
+  return [g, w] as [gateways: number, workers: number];
+});
 
 /** Redis CPU seconds (user + sys) of each node. */
 async function redisCpu(nodes: Redis[]): Promise<number[]> {
@@ -46,14 +57,34 @@ async function redisCpu(nodes: Redis[]): Promise<number[]> {
   );
 }
 
+/** Commands each node ran so far (`INFO commandstats`, every command's calls summed). */
+async function redisCommands(nodes: Redis[]): Promise<number[]> {
+  return Promise.all(
+    nodes.map(async (node) => {
+      let calls = 0;
+      for (const match of (await node.info('commandstats')).matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) {
+        calls += Number(match[1]);
+      }
+      return calls;
+    }),
+  );
+}
+
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 }
 
 async function measure(clients: Client[], nodes: Redis[]) {
+  let turn = 0;
+  const three = ['alpha', 'beta', 'gamma'];
   const call = (c: Client) =>
     c.request(
-      { method: 'tools/call', params: { name: 'build_report', arguments: { report: 's', items: 1, delayMs: 0 } } },
+      values.sharded
+        ? {
+            method: 'tools/call',
+            params: { name: values.tools === 'hot' ? 'hot' : (three[turn++ % 3] ?? 'alpha'), arguments: { n: 1 } },
+          }
+        : { method: 'tools/call', params: { name: 'build_report', arguments: { report: 's', items: 1, delayMs: 0 } } },
       CallToolResultSchema,
     );
   const loop = async (i: number, until: number, latencies: number[] | undefined) => {
@@ -69,10 +100,13 @@ async function measure(clients: Client[], nodes: Redis[]) {
   await Promise.all(Array.from({ length: CALLERS }, (_, i) => loop(i, Date.now() + 1_000, undefined)));
   const latencies: number[] = [];
   const cpuBefore = await redisCpu(nodes);
+  const commandsBefore = await redisCommands(nodes);
   const started = performance.now();
   await Promise.all(Array.from({ length: CALLERS }, (_, i) => loop(i, Date.now() + SECONDS * 1_000, latencies)));
   const elapsedS = (performance.now() - started) / 1_000;
   const perNode = (await redisCpu(nodes)).map((after, i) => after - (cpuBefore[i] ?? 0));
+  const commandsPerNode = (await redisCommands(nodes)).map((after, i) => after - (commandsBefore[i] ?? 0));
+  const commands = commandsPerNode.reduce((a, b) => a + b, 0);
   const cpuS = perNode.reduce((a, b) => a + b, 0);
   latencies.sort((a, b) => a - b);
   const perSecond = latencies.length / elapsedS;
@@ -85,6 +119,10 @@ async function measure(clients: Client[], nodes: Redis[]) {
     redisCpuUsPerCall: Math.round(redisCpuMsPerCall * 1_000),
     /** The busiest node's share of the Redis CPU (a cluster: the master of the prefix's slot). */
     busiestNodePercent: Math.round((Math.max(...perNode) / cpuS) * 100),
+    /** Each node's share of the Redis commands, in node order. */
+    commandSharePercent: commandsPerNode.map((n) => Math.round((n / commands) * 100)).join('/'),
+    cpuSharePercent: perNode.map((n) => Math.round((n / cpuS) * 100)).join('/'),
+    commandsPerCall: Math.round(commands / latencies.length),
     /** Calls per second one fully used Redis core could carry at this cost per call. */
     redisCeilingCallsPerSecond: Math.round(1_000 / redisCpuMsPerCall),
   };
@@ -108,8 +146,13 @@ async function main(): Promise<void> {
   }
   try {
     for (const [g, w] of SHAPES) {
-      const prefix = values.cluster ? `{${uniquePrefix('scale')}}` : uniquePrefix('scale');
-      const env = { ...base, TASKRELAY_PREFIX: prefix, WORKER_CONCURRENCY: '16' };
+      const prefix = values.cluster && !values.sharded ? `{${uniquePrefix('scale')}}` : uniquePrefix('scale');
+      const env = {
+        ...base,
+        TASKRELAY_PREFIX: prefix,
+        WORKER_CONCURRENCY: '16',
+        ...(values.sharded ? { TASKRELAY_TOOLS: SHARD_TOOLS } : {}),
+      };
       const gateways = await Promise.all(Array.from({ length: g }, () => startGatewayProcess(env)));
       const workers = await Promise.all(Array.from({ length: w }, () => startWorkerProcess(env)));
       const clients = await Promise.all(gateways.map((gw) => connectClient(gw.url)));
@@ -123,7 +166,7 @@ async function main(): Promise<void> {
     await stopRedis();
   }
   console.log(
-    `${values.cluster ? '3-master Redis Cluster, one {prefix}' : 'one Redis'}; ${CALLERS} callers; ${SECONDS} s`,
+    `${values.cluster ? (values.sharded ? `3-master Redis Cluster, sharded layout, ${values.tools === 'hot' ? 'one tool with shards: 3' : '3 tools'}` : '3-master Redis Cluster, one {prefix}') : 'one Redis'}; ${CALLERS} callers; ${SECONDS} s`,
   );
   console.table(rows);
 }

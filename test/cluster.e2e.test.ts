@@ -66,9 +66,13 @@ async function waitForStatus(taskId: string, status: string, c: Client = client,
 }
 
 describe('configuration on a cluster', () => {
-  it('refuses to start a gateway or a worker whose prefix is not wrapped in {}, in one line', async () => {
+  it('refuses to start a gateway or a worker of the single layout whose prefix is not wrapped in {}, in one line', async () => {
     for (const main of [GATEWAY_MAIN, WORKER_MAIN]) {
-      const proc = spawnNode(main, { REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: 'plain' });
+      const proc = spawnNode(main, {
+        REDIS_CLUSTER_NODES: cluster.nodes.join(','),
+        TASKRELAY_PREFIX: 'plain',
+        TASKRELAY_KEY_LAYOUT: 'single',
+      });
       expect(await proc.exited).toBe(1);
       expect(proc.output()).toMatch(/^[^\n]*TASKRELAY_PREFIX must be wrapped in \{\}[^\n]*\n$/);
     }

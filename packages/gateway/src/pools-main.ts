@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import {
   RedisTaskStore,
   createKeys,
+  keyLayoutOf,
   createRedis,
   loadGatewayConfig,
   oneLine,
@@ -30,7 +31,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const config = loadGatewayConfig();
-  const keys = createKeys(config.prefix);
+  const keys = createKeys(config.prefix, keyLayoutOf(config.redisUrl, config.prefix, config.keyLayout));
   const redis = createRedis(requireRedisUrl(config), { maxRetriesPerRequest: 1 });
   try {
     const inUse = await new RedisTaskStore(redis, keys).liveToolVersions(VERSION_SCAN_LIMIT);

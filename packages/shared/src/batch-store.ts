@@ -6,6 +6,7 @@
 import { BATCH_FIELDS as B } from './batch-fields.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import { parseBatchChildId, type Keys } from './keys.js';
+import { pipelineByShard } from './placement.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './script-results.js';
 import { SCRIPTS, ScriptRunner } from './scripts.js';
@@ -104,7 +105,7 @@ export class BatchStore {
     items: readonly string[],
     ttlMs: number,
   ): Promise<'created' | 'exists' | 'gone' | 'lock_lost'> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     const fields: Record<string, string> = {
       [B.childTool]: shape.childTool,
       [B.childPool]: shape.childPool,
@@ -123,8 +124,8 @@ export class BatchStore {
       keys: {
         batch: k.hash,
         items: k.items,
-        lock: this.keys.bullJobLock(lock.queue, parentId),
-        task: this.keys.task(parentId),
+        lock: this.keys.forTask(parentId).bullJobLock(lock.queue, parentId),
+        task: this.keys.forTask(parentId).task(parentId),
       },
       args: { lockToken: lock.token, fields: JSON.stringify(fields), items: items.join('\n'), ttlMs },
     });
@@ -142,7 +143,7 @@ export class BatchStore {
 
   /** The batch's counters and wake condition, or undefined when there is no batch. */
   async peek(parentId: string): Promise<BatchCounts | undefined> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     const reply = await this.scripts.call(SCRIPTS.batchPeek, { keys: { batch: k.hash, open: k.open }, args: {} });
     if (reply.code !== ResultCode.OK) return undefined;
     const [size, completed, failed, released, open, window, stopped, wake] = reply.values.map(Number);
@@ -161,7 +162,7 @@ export class BatchStore {
   /** The batch's shape fields (pools, tool, owner), as the parent and the dashboard need them. */
   async shape(parentId: string): Promise<BatchShape | undefined> {
     const [childTool, childPool, parentPool, concurrency, failFast, owner] = await this.redis.hmget(
-      this.keys.batch(parentId).hash,
+      this.keys.forTask(parentId).batch(parentId).hash,
       B.childTool,
       B.childPool,
       B.parentPool,
@@ -183,7 +184,7 @@ export class BatchStore {
   /** Items `from .. to − 1` (JSON texts). */
   async items(parentId: string, from: number, to: number): Promise<string[]> {
     if (to <= from) return [];
-    return this.redis.lrange(this.keys.batch(parentId).items, from, to - 1);
+    return this.redis.lrange(this.keys.forTask(parentId).batch(parentId).items, from, to - 1);
   }
 
   /**
@@ -212,13 +213,13 @@ export class BatchStore {
     concurrency: number,
     cap: number,
   ): Promise<number[]> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     const reply = await this.scripts.call(SCRIPTS.batchRelease, {
       keys: {
         batch: k.hash,
         open: k.open,
-        share: this.keys.fairShare(r.childPool, r.owner),
-        principalOpen: this.keys.principalOpenTasks(r.owner),
+        share: this.keys.forTask(parentId).fairShare(r.childPool, r.owner),
+        principalOpen: this.keys.forTask(parentId).principalOpenTasks(r.owner),
       },
       args: {
         parentId,
@@ -230,7 +231,7 @@ export class BatchStore {
         openWorkTtlMs: r.openWorkTtlMs,
         shareTtlMs: r.shareTtlMs,
         maxPriority: MAX_FAIR_PRIORITY,
-        queueKey: `${this.keys.bullQueueKeyPrefix}${r.childPool}`,
+        queueKey: `${this.keys.forTask(parentId).bullQueueKeyPrefix}${r.childPool}`,
         priorityBase: r.priorityBase ?? 0,
       },
     });
@@ -239,22 +240,24 @@ export class BatchStore {
 
   /** The indices released and not recorded yet (at most a window of them). */
   async openIndices(parentId: string): Promise<number[]> {
-    return (await this.redis.smembers(this.keys.batch(parentId).open)).map(Number).sort((a, b) => a - b);
+    return (await this.redis.smembers(this.keys.forTask(parentId).batch(parentId).open))
+      .map(Number)
+      .sort((a, b) => a - b);
   }
 
   /** How many children run on some worker now. */
   async runningCount(parentId: string): Promise<number> {
-    return this.redis.scard(this.keys.batch(parentId).running);
+    return this.redis.scard(this.keys.forTask(parentId).batch(parentId).running);
   }
 
   /** Fail-fast tripped: no child starts any more (§26.5). */
   async stop(parentId: string): Promise<void> {
-    await this.redis.hset(this.keys.batch(parentId).hash, B.stopped, '1');
+    await this.redis.hset(this.keys.forTask(parentId).batch(parentId).hash, B.stopped, '1');
   }
 
   /** The batch ended with its parent: its keys live `ttlMs` more (the parent's ttl); the items are no longer needed. */
   async expire(parentId: string, ttlMs: number): Promise<void> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     await this.redis
       .multi()
       .del(k.items)
@@ -267,14 +270,14 @@ export class BatchStore {
 
   /** A child run starts (§26.3): run it, or not (parent ended, batch stopped, outcome recorded, lock lost). */
   async startChild(parentId: string, index: number, lock: JobLock): Promise<StartChildOutcome> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     const reply = await this.scripts.call(SCRIPTS.batchStart, {
       keys: {
-        task: this.keys.task(parentId),
+        task: this.keys.forTask(parentId).task(parentId),
         batch: k.hash,
         outcomes: k.outcomes,
         running: k.running,
-        lock: this.keys.bullJobLock(lock.queue, `${parentId}.${index}`),
+        lock: this.keys.forTask(parentId).bullJobLock(lock.queue, `${parentId}.${index}`),
       },
       args: { lockToken: lock.token, index },
     });
@@ -302,7 +305,7 @@ export class BatchStore {
     lock: JobLock,
     outcome: BatchOutcome,
   ): Promise<RecordChildOutcome> {
-    const k = this.keys.batch(parentId);
+    const k = this.keys.forTask(parentId).batch(parentId);
     const childId = `${parentId}.${index}`;
     let json = JSON.stringify(outcome);
     if (json.length > MAX_STORED_CHILD_RESULT_CHARS && outcome.result !== undefined) {
@@ -315,8 +318,8 @@ export class BatchStore {
         outcomes: k.outcomes,
         open: k.open,
         running: k.running,
-        lock: this.keys.bullJobLock(lock.queue, childId),
-        principalOpen: this.keys.principalOpenTasks(owner),
+        lock: this.keys.forTask(parentId).bullJobLock(lock.queue, childId),
+        principalOpen: this.keys.forTask(parentId).principalOpenTasks(owner),
       },
       args: {
         lockToken: lock.token,
@@ -351,7 +354,7 @@ export class BatchStore {
   async outcomes(parentId: string, from: number, count: number): Promise<Array<BatchOutcome | undefined>> {
     if (count <= 0) return [];
     const fields = Array.from({ length: count }, (_v, i) => String(from + i));
-    const values = await this.redis.hmget(this.keys.batch(parentId).outcomes, ...fields);
+    const values = await this.redis.hmget(this.keys.forTask(parentId).batch(parentId).outcomes, ...fields);
     return values.map((value) => (value === null ? undefined : (JSON.parse(value) as BatchOutcome)));
   }
 
@@ -361,17 +364,15 @@ export class BatchStore {
    */
   async endedWork(ids: readonly string[]): Promise<boolean[]> {
     if (ids.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) {
+    const replies = await pipelineByShard(this.redis, this.keys, ids, (pipeline, id) => {
       const child = parseBatchChildId(id);
       if (child) {
-        pipeline.hget(this.keys.task(child.parentId), F.status);
-        pipeline.hexists(this.keys.batch(child.parentId).outcomes, String(child.index));
+        pipeline.hget(this.keys.forTask(id).task(child.parentId), F.status);
+        pipeline.hexists(this.keys.forTask(id).batch(child.parentId).outcomes, String(child.index));
       } else {
-        pipeline.hget(this.keys.task(id), F.status);
+        pipeline.hget(this.keys.forTask(id).task(id), F.status);
       }
-    }
-    const replies = (await pipeline.exec()) ?? [];
+    });
     const ended: boolean[] = [];
     let r = 0;
     for (const id of ids) {

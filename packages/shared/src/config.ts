@@ -5,7 +5,14 @@
  */
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
-import { clusterPrefixProblem, clusterTarget, sentinelTarget, type RedisNode } from './redis.js';
+import {
+  KEY_LAYOUT_SETTINGS,
+  clusterPrefixProblem,
+  clusterTarget,
+  sentinelTarget,
+  type KeyLayoutSetting,
+  type RedisNode,
+} from './redis.js';
 import type { OutputLimits } from './task-output.js';
 import type { BlobStoreConfig } from './blob-objects.js';
 
@@ -92,6 +99,9 @@ const queueName = z
  */
 export const workerSettingsShape = {
   prefix: prefix.default('taskrelay'),
+  keyLayout: z
+    .enum(KEY_LAYOUT_SETTINGS, { message: `must be one of ${KEY_LAYOUT_SETTINGS.join(', ')}` })
+    .default('auto'),
   queue: queueName.default('default'),
   concurrency: wholeNumber(1, 10_000).default(8),
   lockDurationMs: wholeNumber(1_000, 3_600_000).default(30_000),
@@ -112,6 +122,9 @@ const commonShape = {
     .regex(/^[A-Za-z0-9_.-]+$/, { message: 'must be letters, digits, _ . or -' })
     .optional(),
   TASKRELAY_PREFIX: prefix.default('taskrelay'),
+  TASKRELAY_KEY_LAYOUT: workerSettingsShape.keyLayout.describe(
+    'How keys are laid out ([PROTOCOL.md §1.1](PROTOCOL.md#11-redis-cluster-sentinel-tls-two-key-layouts)): `auto` is `sharded` on a Redis Cluster with an unbraced `TASKRELAY_PREFIX` (tools on shards of their own) and `single` otherwise (one hash slot, as before); `sharded` forces the sharded layout on one server too (a test and migration aid); the same on every gateway and worker.',
+  ),
   LOG_LEVEL: z.enum(LOG_LEVELS, { message: `must be one of ${LOG_LEVELS.join(', ')}` }).default('info'),
   TASKRELAY_PROGRESS_INTERVAL_MS: int(0, 60_000).default(50),
   TASKRELAY_WAITPOINT_SECRET: z
@@ -364,6 +377,8 @@ export interface CommonConfig {
   redisUrl: string | undefined;
   /** Prefix of every Redis key and channel. Default `taskrelay`. */
   prefix: string;
+  /** `TASKRELAY_KEY_LAYOUT` (PROTOCOL.md §1.1); `keyLayoutOf` says which layout it means. Default `auto`. */
+  keyLayout: KeyLayoutSetting;
   /** pino level. Default `info`. */
   logLevel: (typeof LOG_LEVELS)[number];
   /** Per-task progress throttle interval. Default 50 ms (about 20 updates per second). */
@@ -562,11 +577,12 @@ function common(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof worker
     }
     redisTarget = sentinelTarget(parsed.REDIS_SENTINELS, parsed.REDIS_SENTINEL_NAME);
   }
-  const problem = clusterPrefixProblem(redisTarget, parsed.TASKRELAY_PREFIX);
+  const problem = clusterPrefixProblem(redisTarget, parsed.TASKRELAY_PREFIX, parsed.TASKRELAY_KEY_LAYOUT);
   if (problem) throw new ConfigError(`Invalid configuration: TASKRELAY_PREFIX ${problem}`);
   return {
     redisUrl: redisTarget,
     prefix: parsed.TASKRELAY_PREFIX,
+    keyLayout: parsed.TASKRELAY_KEY_LAYOUT,
     logLevel: parsed.LOG_LEVEL,
     progressIntervalMs: parsed.TASKRELAY_PROGRESS_INTERVAL_MS,
     waitpointSecret: parsed.TASKRELAY_WAITPOINT_SECRET,
@@ -594,6 +610,7 @@ function blobStoreOf(parsed: z.infer<typeof gatewayEnvSchema> | z.infer<typeof w
  */
 const GATEWAY_ENV_NAMES = {
   prefix: 'TASKRELAY_PREFIX',
+  keyLayout: 'TASKRELAY_KEY_LAYOUT',
   logLevel: 'LOG_LEVEL',
   progressIntervalMs: 'TASKRELAY_PROGRESS_INTERVAL_MS',
   host: 'HOST',
@@ -693,7 +710,7 @@ function checkGatewayConfig(config: GatewayConfig, naming: Naming): GatewayConfi
       `Invalid ${what}: ${name('host')} ${config.host} is not a loopback address and no authentication is configured; set ${name('authTokens')} or ${name('oauth')}, or ${name('allowUnauthenticated')}=true to serve anyone who can reach it`,
     );
   }
-  const problem = clusterPrefixProblem(config.redisUrl, config.prefix);
+  const problem = clusterPrefixProblem(config.redisUrl, config.prefix, config.keyLayout);
   if (problem) throw new ConfigError(`Invalid ${what}: ${name('prefix')} ${problem}`);
   return config;
 }
@@ -842,7 +859,7 @@ export function requireRedisUrl(config: CommonConfig): string {
   if (!config.redisUrl) {
     throw new ConfigError('Invalid configuration: REDIS_URL is required (for example redis://127.0.0.1:6379)');
   }
-  const problem = clusterPrefixProblem(config.redisUrl, config.prefix);
+  const problem = clusterPrefixProblem(config.redisUrl, config.prefix, config.keyLayout);
   if (problem) throw new ConfigError(`Invalid configuration: TASKRELAY_PREFIX ${problem}`);
   return config.redisUrl;
 }

@@ -49,7 +49,7 @@ export class FairShare {
    */
   async enter(queue: string, principal: string, jobId: string, ttlMs: number, base = 0): Promise<number> {
     const reply = await this.scripts.call(SCRIPTS.fairEnter, {
-      keys: { share: this.keys.fairShare(queue, principal) },
+      keys: { share: this.keys.forTask(jobId).fairShare(queue, principal) },
       args: { jobId, ttlMs, maxPriority: MAX_FAIR_PRIORITY, priorityBase: base },
     });
     return Number(reply.values[0]);
@@ -57,6 +57,6 @@ export class FairShare {
 
   /** The job left the waiting part of the share: started by a worker, removed by a cancel, or never added. */
   async leave(queue: string, principal: string, jobId: string): Promise<void> {
-    await this.redis.zrem(this.keys.fairShare(queue, principal), jobId);
+    await this.redis.zrem(this.keys.forTask(jobId).fairShare(queue, principal), jobId);
   }
 }

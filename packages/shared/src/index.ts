@@ -9,6 +9,7 @@ export * from './coalescer.js';
 export * from './errors.js';
 export * from './fair-share.js';
 export * from './keys.js';
+export * from './placement.js';
 export * from './logger.js';
 export * from './messages.js';
 export * from './metrics.js';

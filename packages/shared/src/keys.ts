@@ -8,6 +8,21 @@ import { bullJobLockKey, bullQueueKey } from './bullmq-layout.js';
  */
 export interface Keys {
   readonly prefix: string;
+  /** Which layout these keys are of (PROTOCOL.md §1.1). */
+  readonly layout: KeyLayout;
+  /**
+   * The keys of the shard a task id names (PROTOCOL.md §1.1): in the sharded layout every key of the task, and the
+   * per-shard keys its scripts touch with it, are under the id's `{code}`; in the single layout this object itself.
+   */
+  forTask(taskId: string): Keys;
+  /** The keys of one tool shard by its code; in the single layout this object itself. */
+  forShard(code: string): Keys;
+  /** The shard code a task id carries, or undefined (the single layout, or an id naming no shard). */
+  shardOf(taskId: string): string | undefined;
+  /** Hash: `<queue>~<tool>#<i>` → the code of that tool's shard `i`, written once (home key, PROTOCOL.md §1.1). */
+  readonly placement: string;
+  /** String: the short lease one process holds while it places a shard. */
+  readonly placementLease: string;
   /** Hash holding one task record. */
   task(taskId: string): string;
   /** What `task(id)` puts before the id (the reaper script appends ids to it). */
@@ -153,7 +168,91 @@ export interface WebhookKeys {
   readonly dead: string;
 }
 
-export function createKeys(prefix = 'taskrelay'): Keys {
+/**
+ * The two key layouts (PROTOCOL.md §1.1): `single` puts every key under the prefix as it is (one slot when it is
+ * braced); `sharded` puts the deployment-wide keys under `<prefix>:{home}` and each tool shard's under
+ * `<prefix>:{<code>}`.
+ */
+export type KeyLayout = 'single' | 'sharded';
+
+/** The hash tag of the sharded layout's deployment-wide keys: not 4 hex digits, so no shard code. */
+export const HOME_TAG = 'home';
+/** A shard code: 4 hex digits, which a sharded task id starts with. */
+const SHARD_CODE = /^[0-9a-f]{4}$/;
+export const SHARD_CODE_LENGTH = 4;
+
+export function isShardCode(code: string): boolean {
+  return SHARD_CODE.test(code);
+}
+
+/** The shard code a task id (or a batch child's `<parent>.<index>`) of the sharded layout starts with, if any. */
+export function shardOfTaskId(taskId: string): string | undefined {
+  const code = taskId.slice(0, SHARD_CODE_LENGTH);
+  return taskId.length > SHARD_CODE_LENGTH && SHARD_CODE.test(code) ? code : undefined;
+}
+
+/** The keys that stay deployment-wide in the sharded layout: what no task script touches (PROTOCOL.md §1.1). */
+const HOME_ONLY = [
+  'audit',
+  'requestStateKey',
+  'waitpointKey',
+  'publicUrl',
+  'workers',
+  'workerCatalog',
+  'pools',
+  'protocol',
+  'gatewayChannel',
+  'gatewayChannelPrefix',
+  'gatewayChannelSuffix',
+  'cancelChannel',
+  'resourcesChannel',
+  'rateLimitPrefix',
+  'toolLimit',
+  'schedule',
+  'scheduleIndex',
+  'firingsQueue',
+  'placement',
+  'placementLease',
+] as const satisfies ReadonlyArray<keyof Keys>;
+
+export function createKeys(prefix = 'taskrelay', layout: KeyLayout = 'single'): Keys {
+  if (layout === 'single') {
+    const keys: Keys = {
+      ...layoutKeys(prefix),
+      layout,
+      forTask: () => keys,
+      forShard: () => keys,
+      shardOf: () => undefined,
+    };
+    return keys;
+  }
+  const home = layoutKeys(`${prefix}:{${HOME_TAG}}`);
+  const homeOnly = Object.fromEntries(HOME_ONLY.map((name) => [name, home[name]])) as Pick<
+    Keys,
+    (typeof HOME_ONLY)[number]
+  >;
+  const shards = new Map<string, Keys>();
+  const shardOf = (taskId: string) => shardOfTaskId(taskId);
+  const forShard = (code: string): Keys => {
+    let keys = shards.get(code);
+    if (keys === undefined) {
+      keys = { ...layoutKeys(`${prefix}:{${code}}`), ...homeOnly, layout, forTask, forShard, shardOf };
+      shards.set(code, keys);
+    }
+    return keys;
+  };
+  // An id naming no shard gets the home keys: its task is simply not found there.
+  const forTask = (taskId: string): Keys => {
+    const code = shardOfTaskId(taskId);
+    return code === undefined ? base : forShard(code);
+  };
+  const base: Keys = { ...home, prefix, layout, forTask, forShard, shardOf };
+  return base;
+}
+
+type LayoutKeys = Omit<Keys, 'layout' | 'forTask' | 'forShard' | 'shardOf'>;
+
+function layoutKeys(prefix: string): LayoutKeys {
   const gatewayChannelPrefix = `${prefix}:gateway:`;
   const gatewayChannelSuffix = ':events';
   const taskKeyPrefix = `${prefix}:task:`;
@@ -230,6 +329,8 @@ export function createKeys(prefix = 'taskrelay'): Keys {
     }),
     principalBlobBytes: (principal) => `${prefix}:principal:${encodeURIComponent(principal)}:blob-bytes`,
     resourcesChannel: `${prefix}:resources`,
+    placement: `${prefix}:placement`,
+    placementLease: `${prefix}:placement:lease`,
   };
 }
 

@@ -117,6 +117,9 @@ export const BackoffSchema = z.object({
 export type Backoff = z.infer<typeof BackoffSchema>;
 
 /** §3: one tool as a worker advertises it. */
+/** The most shards one tool may have (`shards` on `defineTool`). */
+export const MAX_TOOL_SHARDS = 64;
+
 export const ToolDescriptorSchema = z.object({
   name: z.string(),
   title: z.string().optional(),
@@ -160,6 +163,11 @@ export const ToolDescriptorSchema = z.object({
    * through its input rounds and becomes a task once the answers resume it.
    */
   inputFirst: z.boolean().optional(),
+  /**
+   * How many queues (tool shards) the tool's calls spread over, each on its own hash tag in the sharded key layout
+   * (PROTOCOL.md §1.1); absent: 1. The single layout has one queue per tool whatever this says.
+   */
+  shards: z.number().int().min(1).max(MAX_TOOL_SHARDS).optional(),
 });
 export type ToolDescriptor = z.infer<typeof ToolDescriptorSchema>;
 

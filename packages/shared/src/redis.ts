@@ -48,14 +48,42 @@ export function isClusterPrefix(prefix: string): boolean {
   return /^\{[^{}]+\}/.test(prefix);
 }
 
+/** `TASKRELAY_KEY_LAYOUT` (PROTOCOL.md §1.1): `auto` picks the layout from the target and the prefix. */
+export const KEY_LAYOUT_SETTINGS = ['auto', 'single', 'sharded'] as const;
+export type KeyLayoutSetting = (typeof KEY_LAYOUT_SETTINGS)[number];
+
 /**
- * The one rule for a prefix on a Redis Cluster: the Lua scripts and BullMQ touch several keys at once, which must all
- * hash to one slot, so the prefix must start with a `{hash tag}`. Returns what is wrong, as a phrase to follow the
- * setting's name, or undefined when `prefix` suits `target` (any prefix suits a single server or a Sentinel master).
+ * The key layout a deployment uses (PROTOCOL.md §1.1): `sharded` on a Redis Cluster with an unbraced prefix, or when
+ * forced; `single` otherwise (a braced prefix keeps today's one-slot layout).
  */
-export function clusterPrefixProblem(target: string | undefined, prefix: string): string | undefined {
+export function keyLayoutOf(
+  target: string | undefined,
+  prefix: string,
+  setting: KeyLayoutSetting = 'auto',
+): 'single' | 'sharded' {
+  if (setting !== 'auto') return setting;
+  return target?.startsWith(CLUSTER_SCHEME) && !/[{}]/.test(prefix) ? 'sharded' : 'single';
+}
+
+/**
+ * The rules for a prefix (PROTOCOL.md §1.1). The single layout on a Redis Cluster needs the prefix to start with a
+ * `{hash tag}`: its Lua scripts and BullMQ touch several keys at once, which must all hash to one slot. The sharded
+ * layout puts tags of its own after the prefix, so its prefix has no braces. Returns what is wrong, as a phrase to
+ * follow the setting's name, or undefined when `prefix` suits `target` and `setting`.
+ */
+export function clusterPrefixProblem(
+  target: string | undefined,
+  prefix: string,
+  setting: KeyLayoutSetting = 'auto',
+): string | undefined {
+  const bare = prefix.replace(/[{}]/g, '') || 'taskrelay';
+  if (keyLayoutOf(target, prefix, setting) === 'sharded') {
+    return /[{}]/.test(prefix)
+      ? `must have no braces with the sharded key layout (TASKRELAY_KEY_LAYOUT=sharded), e.g. ${bare} (got ${JSON.stringify(prefix)})`
+      : undefined;
+  }
   if (!target?.startsWith(CLUSTER_SCHEME) || isClusterPrefix(prefix)) return undefined;
-  return `must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {${prefix.replace(/[{}]/g, '') || 'taskrelay'}} (got ${JSON.stringify(prefix)})`;
+  return `must be wrapped in {} on a Redis Cluster with the single key layout (one hash slot for every key), e.g. {${bare}}, or be unbraced with TASKRELAY_KEY_LAYOUT=auto (got ${JSON.stringify(prefix)})`;
 }
 
 function parseNodes(list: string, what: string): RedisNode[] {

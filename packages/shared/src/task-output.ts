@@ -155,7 +155,9 @@ export class TaskOutputStore {
   }
 
   private lockKey(taskId: string, lock: OutputLock | undefined): string {
-    return lock ? this.keys.bullJobLock(lock.queue, lock.jobId) : this.keys.task(taskId);
+    return lock
+      ? this.keys.forTask(taskId).bullJobLock(lock.queue, lock.jobId)
+      : this.keys.forTask(taskId).task(taskId);
   }
 
   /** Appends to or replaces the task's output (PROTOCOL.md §34.2). */
@@ -166,7 +168,11 @@ export class TaskOutputStore {
     lock: OutputLock | undefined,
   ): Promise<OutputWriteOutcome> {
     const reply = await this.scripts.call(SCRIPTS.outputWrite, {
-      keys: { task: this.keys.task(taskId), lock: this.lockKey(taskId, lock), output: this.keys.output(taskId).text },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.lockKey(taskId, lock),
+        output: this.keys.forTask(taskId).output(taskId).text,
+      },
       args: {
         lockToken: lock?.token ?? '',
         mode,
@@ -197,14 +203,14 @@ export class TaskOutputStore {
     externalBytes?: number;
   }): Promise<OutputWriteOutcome> {
     const { taskId } = input;
-    const keys = this.keys.output(taskId);
+    const keys = this.keys.forTask(taskId).output(taskId);
     const reply = await this.scripts.call(SCRIPTS.blobPut, {
       keys: {
-        task: this.keys.task(taskId),
+        task: this.keys.forTask(taskId).task(taskId),
         lock: this.lockKey(taskId, input.lock),
         blobs: keys.blobs,
         blob: keys.blob(input.blobId),
-        principalBytes: this.keys.principalBlobBytes(input.principal),
+        principalBytes: this.keys.forTask(taskId).principalBlobBytes(input.principal),
       },
       args: {
         lockToken: input.lock?.token ?? '',
@@ -258,18 +264,18 @@ export class TaskOutputStore {
 
   /** The principal a task belongs to, or undefined when the task is gone. */
   async ownerOf(taskId: string): Promise<string | undefined> {
-    const principal = await this.redis.hget(this.keys.task(taskId), TASK_FIELDS.principal);
+    const principal = await this.redis.hget(this.keys.forTask(taskId).task(taskId), TASK_FIELDS.principal);
     return principal ?? undefined;
   }
 
   /** The task's output so far ('' before the first write). */
   async readOutput(taskId: string): Promise<string> {
-    return (await this.redis.get(this.keys.output(taskId).text)) ?? '';
+    return (await this.redis.get(this.keys.forTask(taskId).output(taskId).text)) ?? '';
   }
 
   /** A stored value's description and size, or undefined when it is not there (expired, never stored). */
   async blobInfo(taskId: string, blobId: string): Promise<(BlobMeta & { size: number }) | undefined> {
-    const keys = this.keys.output(taskId);
+    const keys = this.keys.forTask(taskId).output(taskId);
     const [raw, size] = await Promise.all([this.redis.hget(keys.blobs, blobId), this.redis.strlen(keys.blob(blobId))]);
     if (raw === null) return undefined;
     let meta: unknown;
@@ -288,6 +294,6 @@ export class TaskOutputStore {
       if (!this.objects) throw new TaskrelayError('INTERNAL', 'a value in the object store, and no object store here');
       return this.objects.getRange(meta.object, start, end);
     }
-    return this.redis.getrangeBuffer(this.keys.output(taskId).blob(blobId), start, end - 1);
+    return this.redis.getrangeBuffer(this.keys.forTask(taskId).output(taskId).blob(blobId), start, end - 1);
   }
 }

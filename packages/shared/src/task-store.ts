@@ -2,6 +2,7 @@ import { randomFillSync } from 'node:crypto';
 import { TaskrelayError, type SerializedError } from './errors.js';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
+import { ShardPlacement, pipelineByShard } from './placement.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
 import { parseMessage, type StatusEvent } from './messages.js';
 import { ResultCode, type ScriptReply } from './script-results.js';
@@ -273,7 +274,9 @@ let idPoolOffset = ID_POOL.length;
  * security considerations). One `randomBytes(16)` per id was 2% of the gateway's CPU on the SDK-client task cycle
  * (`pnpm bench:profile --client sdk`): the bytes now come from a pool refilled by one call per 256 ids.
  */
-export function newTaskId(): string {
+export function newTaskId(shard?: string): string {
+  // The sharded layout's ids start with their shard's code (PROTOCOL.md §1.1), the 128 random bits after it.
+  if (shard !== undefined) return `${shard}${newTaskId()}`;
   if (idPoolOffset === ID_POOL.length) {
     randomFillSync(ID_POOL);
     idPoolOffset = 0;
@@ -366,6 +369,8 @@ export class RedisTaskStore {
   private readonly indexTtlMs: number;
 
   private readonly largeReads: (LargeReads & { inlineMaxBytes: number }) | undefined;
+  /** The placement registry, in the sharded layout (PROTOCOL.md §1.1): what a reader of every shard reads. */
+  readonly placement: ShardPlacement | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -382,6 +387,13 @@ export class RedisTaskStore {
     this.reaperIntervalMs = options.reaperIntervalMs ?? 5_000;
     this.indexCap = options.indexCap ?? 10_000;
     this.indexTtlMs = options.indexTtlMs ?? 30 * 86_400_000;
+    this.placement = keys.layout === 'sharded' ? new ShardPlacement(redis, keys) : undefined;
+  }
+
+  /** The keys of every shard tasks may be on: this layout's one set, or every placed shard's (PROTOCOL.md §1.1). */
+  async everyShard(): Promise<Keys[]> {
+    if (this.placement === undefined) return [this.keys];
+    return (await this.placement.all()).map((code) => this.keys.forShard(code));
   }
 
   async create(input: CreateTaskInput, now = new Date()): Promise<TaskRecord> {
@@ -409,10 +421,10 @@ export class RedisTaskStore {
     const iso = now.toISOString();
     const idemKey =
       input.idempotencyKey !== undefined
-        ? this.keys.idempotency(input.principal, input.idempotencyKey)
+        ? this.keys.forTask(taskId).idempotency(input.principal, input.idempotencyKey)
         : input.dedupe === undefined
           ? undefined
-          : this.keys.dedupe(input.principal, input.mode, input.tool, input.dedupe.digest);
+          : this.keys.forTask(taskId).dedupe(input.principal, input.mode, input.tool, input.dedupe.digest);
     const fields: Record<string, string> = {
       [F.taskId]: taskId,
       [F.status]: 'working',
@@ -448,19 +460,23 @@ export class RedisTaskStore {
 
   async createTask(input: CreateTaskInput, now = new Date(), prepared?: PreparedCreate): Promise<CreateOutcome> {
     const usable = prepared !== undefined && prepared.taskId === input.taskId && prepared.now === now;
-    const taskId = usable ? prepared.taskId : (input.taskId ?? newTaskId());
+    // In the sharded layout a task created without an id goes to its tool's first shard (PROTOCOL.md §1.1).
+    const taskId = usable
+      ? prepared.taskId
+      : (input.taskId ??
+        newTaskId(this.placement === undefined ? undefined : (await this.placement.codes(input.queue))[0]));
     const { fields, idemKey } = usable ? prepared : this.fieldsOf(input, taskId, now);
-    const taskKey = this.keys.task(taskId);
+    const taskKey = this.keys.forTask(taskId).task(taskId);
     const script = {
       keys: {
         task: taskKey,
-        principalIndex: this.keys.principalTasks(input.principal),
-        live: this.keys.live,
+        principalIndex: this.keys.forTask(taskId).principalTasks(input.principal),
+        live: this.keys.forTask(taskId).live,
         idempotency: idemKey ?? taskKey,
-        share: input.fairShare ? this.keys.fairShare(input.queue, input.principal) : taskKey,
-        openTasks: input.openTasks ? this.keys.principalOpenTasks(input.principal) : taskKey,
-        taskIndex: this.keys.taskIndex,
-        arguments: this.keys.taskArguments(taskId),
+        share: input.fairShare ? this.keys.forTask(taskId).fairShare(input.queue, input.principal) : taskKey,
+        openTasks: input.openTasks ? this.keys.forTask(taskId).principalOpenTasks(input.principal) : taskKey,
+        taskIndex: this.keys.forTask(taskId).taskIndex,
+        arguments: this.keys.forTask(taskId).taskArguments(taskId),
       },
       args: {
         fields: JSON.stringify(fields),
@@ -471,7 +487,7 @@ export class RedisTaskStore {
         indexCap: this.indexCap,
         indexTtlMs: this.indexTtlMs,
         hasIdempotency: idemKey === undefined ? '0' : input.idempotencyKey === undefined ? '2' : '1',
-        taskKeyPrefix: this.keys.taskKeyPrefix,
+        taskKeyPrefix: this.keys.forTask(taskId).taskKeyPrefix,
         shareTtlMs: input.fairShare ? input.fairShare.ttlMs : '',
         maxPriority: MAX_FAIR_PRIORITY,
         openMax: input.openTasks ? input.openTasks.max : '',
@@ -538,16 +554,22 @@ export class RedisTaskStore {
     const statuses = ['completed', 'failed', 'cancelled'] as const;
     const set = statuses.filter((s) => policy[s] !== undefined);
     const unset = statuses.filter((s) => policy[s] === undefined);
-    const tx = this.redis.multi();
-    if (set.length > 0) tx.hset(this.keys.retention, Object.fromEntries(set.map((s) => [s, String(policy[s])])));
-    if (unset.length > 0) tx.hdel(this.keys.retention, ...unset);
-    await tx.exec();
+    // The sharded layout keeps a copy on every shard, beside the scripts that read it (PROTOCOL.md §1.1); a shard
+    // placed later gets it from the next gateway start.
+    const copies = this.placement === undefined ? [this.keys] : [this.keys, ...(await this.everyShard())];
+    for (const keys of copies) {
+      const tx = this.redis.multi();
+      if (set.length > 0) tx.hset(keys.retention, Object.fromEntries(set.map((s) => [s, String(policy[s])])));
+      if (unset.length > 0) tx.hdel(keys.retention, ...unset);
+      await tx.exec();
+    }
   }
 
   async get(taskId: string): Promise<TaskRecord | undefined> {
-    if (this.largeReads === undefined) return parseRecord(await this.redis.hgetall(this.keys.task(taskId)));
+    if (this.largeReads === undefined)
+      return parseRecord(await this.redis.hgetall(this.keys.forTask(taskId).task(taskId)));
     const reply = await this.scripts.call(SCRIPTS.read, {
-      keys: { task: this.keys.task(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId) },
       args: { inlineMax: this.largeReads.inlineMaxBytes },
     });
     return parseRecord(await this.withLargeResult(taskId, flatToHash(reply.values[0]), reply.values[1]));
@@ -561,7 +583,9 @@ export class RedisTaskStore {
   ): Promise<Record<string, string>> {
     const large = this.largeReads;
     if (large === undefined || Number(resultBytes ?? 0) <= large.inlineMaxBytes || h[F.status] === undefined) return h;
-    const result = await large.read(h[F.principal] ?? '', (client) => client.hget(this.keys.task(taskId), F.result));
+    const result = await large.read(h[F.principal] ?? '', (client) =>
+      client.hget(this.keys.forTask(taskId).task(taskId), F.result),
+    );
     if (result !== null) h[F.result] = result;
     return h;
   }
@@ -572,7 +596,7 @@ export class RedisTaskStore {
    */
   async watch(taskId: string, gatewayId: string): Promise<TaskRecord | undefined> {
     const reply = await this.scripts.call(SCRIPTS.watch, {
-      keys: { task: this.keys.task(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId) },
       // Without large reads (a worker's store) every result comes inline, as before.
       args: { gatewayId, inlineMax: this.largeReads?.inlineMaxBytes ?? Number.MAX_SAFE_INTEGER },
     });
@@ -587,9 +611,9 @@ export class RedisTaskStore {
   async becomeTask(record: Pick<TaskRecord, 'taskId' | 'principal' | 'createdAt'>, ttl: number): Promise<boolean> {
     const reply = await this.scripts.call(SCRIPTS.becomeTask, {
       keys: {
-        task: this.keys.task(record.taskId),
-        principalIndex: this.keys.principalTasks(record.principal),
-        taskIndex: this.keys.taskIndex,
+        task: this.keys.forTask(record.taskId).task(record.taskId),
+        principalIndex: this.keys.forTask(record.taskId).principalTasks(record.principal),
+        taskIndex: this.keys.forTask(record.taskId).taskIndex,
       },
       args: {
         ttl: String(ttl),
@@ -609,7 +633,7 @@ export class RedisTaskStore {
    */
   async routeCall(taskId: string, gatewayId: string, progressToken: ProgressToken | undefined): Promise<boolean> {
     const reply = await this.scripts.call(SCRIPTS.routeCall, {
-      keys: { task: this.keys.task(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId) },
       args: { gatewayId, progressToken: progressToken === undefined ? '' : JSON.stringify(progressToken) },
     });
     return reply.code === ResultCode.OK;
@@ -617,7 +641,20 @@ export class RedisTaskStore {
 
   /** The live set (tasks not terminal yet), oldest first, at most `limit` ids. */
   async liveIds(limit: number): Promise<string[]> {
-    return limit <= 0 ? [] : this.redis.zrange(this.keys.live, 0, limit - 1);
+    if (limit <= 0) return [];
+    if (this.placement === undefined) return this.redis.zrange(this.keys.live, 0, limit - 1);
+    // Sharded: each shard's oldest, merged, at most `limit` in all (PROTOCOL.md §1.1).
+    const pages = await Promise.all(
+      (await this.everyShard()).map((keys) => this.redis.zrange(keys.live, 0, limit - 1, 'WITHSCORES')),
+    );
+    const entries: Array<{ id: string; score: number }> = [];
+    for (const rows of pages) {
+      for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
+    }
+    return entries
+      .sort((a, b) => a.score - b.score)
+      .slice(0, limit)
+      .map((e) => e.id);
   }
 
   /**
@@ -643,9 +680,10 @@ export class RedisTaskStore {
 
   /** Some fields of each task hash, in one round trip: each as a hash of the fields present (empty when missing). */
   private async readFields(reads: ReadonlyArray<{ id: string; fields: readonly string[] }>) {
-    const pipeline = this.redis.pipeline();
-    for (const { id, fields } of reads) pipeline.hmget(this.keys.task(id), ...fields);
-    const replies = (await pipeline.exec()) ?? [];
+    const ids = reads.map((r) => r.id);
+    const replies = await pipelineByShard(this.redis, this.keys, ids, (pipeline, id, i) =>
+      pipeline.hmget(this.keys.forTask(id).task(id), ...(reads[i]?.fields ?? [])),
+    );
     return reads.map(({ fields }, at) => {
       const h: Record<string, string> = {};
       ((replies[at]?.[1] as Array<string | null> | null) ?? []).forEach((v, i) => {
@@ -660,9 +698,10 @@ export class RedisTaskStore {
     const ids = await this.liveIds(limit);
     const counts = new Map<string, { tool: string; status: string; count: number }>();
     if (ids.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.keys.task(id), F.tool, F.status);
-    for (const [, value] of (await pipeline.exec()) ?? []) {
+    const replies = await pipelineByShard(this.redis, this.keys, ids, (pipeline, id) =>
+      pipeline.hmget(this.keys.forTask(id).task(id), F.tool, F.status),
+    );
+    for (const [, value] of replies) {
       const [tool, status] = (value ?? []) as Array<string | null>;
       if (!tool || !status) continue;
       const key = `${tool}\u0000${status}`;
@@ -680,10 +719,11 @@ export class RedisTaskStore {
   async liveToolVersions(limit: number): Promise<Array<{ tool: string; version: string }>> {
     const ids = await this.liveIds(limit);
     if (ids.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hmget(this.keys.task(id), F.tool, F.toolVersion);
+    const replies = await pipelineByShard(this.redis, this.keys, ids, (pipeline, id) =>
+      pipeline.hmget(this.keys.forTask(id).task(id), F.tool, F.toolVersion),
+    );
     const pairs = new Map<string, { tool: string; version: string }>();
-    for (const [, value] of (await pipeline.exec()) ?? []) {
+    for (const [, value] of replies) {
       const [tool, version] = (value ?? []) as Array<string | null>;
       if (tool && version) pairs.set(`${tool}\u0000${version}`, { tool, version });
     }
@@ -696,9 +736,9 @@ export class RedisTaskStore {
    */
   async statuses(taskIds: readonly string[]): Promise<Array<TaskStatus | undefined>> {
     if (taskIds.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hget(this.keys.task(id), F.status);
-    const replies = (await pipeline.exec()) ?? [];
+    const replies = await pipelineByShard(this.redis, this.keys, taskIds, (pipeline, id) =>
+      pipeline.hget(this.keys.forTask(id).task(id), F.status),
+    );
     return replies.map(([error, value]) => {
       if (error) throw error;
       return asStatus(value);
@@ -715,9 +755,9 @@ export class RedisTaskStore {
     taskIds: readonly string[],
   ): Promise<Array<{ status: TaskStatus | undefined; cancelReason?: CancelReason; errorCode?: string } | undefined>> {
     if (taskIds.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.hmget(this.keys.task(id), F.status, F.cancelReason, F.error);
-    const replies = (await pipeline.exec()) ?? [];
+    const replies = await pipelineByShard(this.redis, this.keys, taskIds, (pipeline, id) =>
+      pipeline.hmget(this.keys.forTask(id).task(id), F.status, F.cancelReason, F.error),
+    );
     return taskIds.map((_, i) => {
       const [failed, value] = replies[i] ?? [new Error('no reply'), null];
       if (failed) return undefined;
@@ -756,31 +796,31 @@ export class RedisTaskStore {
     if (fields.result !== undefined) extra[F.result] = JSON.stringify(fields.result);
     if (fields.error !== undefined) extra[F.error] = JSON.stringify(fields.error);
     if (fields.cancelReason !== undefined) extra[F.cancelReason] = fields.cancelReason;
-    const taskKey = this.keys.task(taskId);
+    const taskKey = this.keys.forTask(taskId).task(taskId);
     const outcomeChars = (extra[F.result]?.length ?? 0) + (extra[F.error]?.length ?? 0);
     return {
       keys: {
         task: taskKey,
-        live: this.keys.live,
-        lock: options.lock ? this.keys.bullJobLock(options.lock.queue, taskId) : taskKey,
-        webhookDue: this.keys.webhooks.due,
-        webhookPending: this.keys.webhooks.pending,
-        webhookDead: this.keys.webhooks.dead,
-        retention: this.keys.retention,
+        live: this.keys.forTask(taskId).live,
+        lock: options.lock ? this.keys.forTask(taskId).bullJobLock(options.lock.queue, taskId) : taskKey,
+        webhookDue: this.keys.forTask(taskId).webhooks.due,
+        webhookPending: this.keys.forTask(taskId).webhooks.pending,
+        webhookDead: this.keys.forTask(taskId).webhooks.dead,
+        retention: this.keys.forTask(taskId).retention,
       },
       args: {
         to,
         now: now.toISOString(),
         fields: JSON.stringify(extra),
         lockToken: options.lock?.token ?? '',
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
+        channelPrefix: this.keys.forTask(taskId).gatewayChannelPrefix,
+        channelSuffix: this.keys.forTask(taskId).gatewayChannelSuffix,
         ackTo: options.ackTo ?? '',
         deadlineAt: options.deadlineAt === undefined ? '' : String(options.deadlineAt),
         dropIdempotency: options.dropIdempotency === true ? '1' : '0',
         // A terminal event carries the outcome when it is small (§6.7): the routing gateway then needs no read.
         eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
-        webhookPrefix: this.keys.webhooks.eventPrefix,
+        webhookPrefix: this.keys.forTask(taskId).webhooks.eventPrefix,
       },
     };
   }
@@ -814,12 +854,12 @@ export class RedisTaskStore {
 
   private startRunInput(start: RunStart): ScriptInput<typeof SCRIPTS.startRun> {
     const { taskId, lock, sharePrincipal, version = {} } = start;
-    const taskKey = this.keys.task(taskId);
+    const taskKey = this.keys.forTask(taskId).task(taskId);
     return {
       keys: {
         task: taskKey,
-        lock: this.keys.bullJobLock(lock.queue, taskId),
-        share: sharePrincipal === undefined ? taskKey : this.keys.fairShare(lock.queue, sharePrincipal),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+        share: sharePrincipal === undefined ? taskKey : this.keys.forTask(taskId).fairShare(lock.queue, sharePrincipal),
       },
       args: {
         lockToken: lock.token,
@@ -841,19 +881,19 @@ export class RedisTaskStore {
     lock?: JobLock,
     now = new Date(),
   ): Promise<ProgressOutcome> {
-    const taskKey = this.keys.task(taskId);
+    const taskKey = this.keys.forTask(taskId).task(taskId);
     const reply = await this.scripts.call(SCRIPTS.progress, {
-      keys: { task: taskKey, lock: lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey },
+      keys: { task: taskKey, lock: lock ? this.keys.forTask(taskId).bullJobLock(lock.queue, taskId) : taskKey },
       args: {
         progress: update.progress,
         total: update.total === undefined ? '' : String(update.total),
         message: update.message === undefined ? '' : JSON.stringify(update.message),
         now: now.toISOString(),
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
+        channelPrefix: this.keys.forTask(taskId).gatewayChannelPrefix,
+        channelSuffix: this.keys.forTask(taskId).gatewayChannelSuffix,
         lockToken: lock?.token ?? '',
-        backlogPrefix: this.keys.gatewayBacklogPrefix,
-        backlogSuffix: this.keys.gatewayBacklogSuffix,
+        backlogPrefix: this.keys.forTask(taskId).gatewayBacklogPrefix,
+        backlogSuffix: this.keys.forTask(taskId).gatewayBacklogSuffix,
       },
     });
     return writeOutcome<'accepted' | 'stale'>(reply.code, 'accepted', { [ResultCode.PROGRESS_STALE]: 'stale' });
@@ -864,18 +904,18 @@ export class RedisTaskStore {
    * Refused once the task is terminal, and for a run that no longer holds `lock`.
    */
   async recordLog(taskId: string, message: LogMessage, lock?: JobLock): Promise<LogOutcome> {
-    const taskKey = this.keys.task(taskId);
+    const taskKey = this.keys.forTask(taskId).task(taskId);
     const reply = await this.scripts.call(SCRIPTS.log, {
-      keys: { task: taskKey, lock: lock ? this.keys.bullJobLock(lock.queue, taskId) : taskKey },
+      keys: { task: taskKey, lock: lock ? this.keys.forTask(taskId).bullJobLock(lock.queue, taskId) : taskKey },
       args: {
         level: message.level,
         data: JSON.stringify(message.data ?? null),
         logger: message.logger === undefined ? '' : JSON.stringify(message.logger),
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
+        channelPrefix: this.keys.forTask(taskId).gatewayChannelPrefix,
+        channelSuffix: this.keys.forTask(taskId).gatewayChannelSuffix,
         lockToken: lock?.token ?? '',
-        backlogPrefix: this.keys.gatewayBacklogPrefix,
-        backlogSuffix: this.keys.gatewayBacklogSuffix,
+        backlogPrefix: this.keys.forTask(taskId).gatewayBacklogPrefix,
+        backlogSuffix: this.keys.forTask(taskId).gatewayBacklogSuffix,
       },
     });
     return writeOutcome<'published' | 'unrouted' | 'dropped'>(reply.code, 'published', {
@@ -892,11 +932,11 @@ export class RedisTaskStore {
     const requests = input.requests ?? [];
     const reply = await this.scripts.call(SCRIPTS.suspend, {
       keys: {
-        task: this.keys.task(taskId),
-        lock: this.keys.bullJobLock(lock.queue, taskId),
-        webhookDue: this.keys.webhooks.due,
-        webhookPending: this.keys.webhooks.pending,
-        webhookDead: this.keys.webhooks.dead,
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+        webhookDue: this.keys.forTask(taskId).webhooks.due,
+        webhookPending: this.keys.forTask(taskId).webhooks.pending,
+        webhookDead: this.keys.forTask(taskId).webhooks.dead,
       },
       args: {
         lockToken: lock.token,
@@ -916,9 +956,9 @@ export class RedisTaskStore {
               ),
         now: now.toISOString(),
         deadlineAt: input.deadlineAt,
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
-        webhookPrefix: this.keys.webhooks.eventPrefix,
+        channelPrefix: this.keys.forTask(taskId).gatewayChannelPrefix,
+        channelSuffix: this.keys.forTask(taskId).gatewayChannelSuffix,
+        webhookPrefix: this.keys.forTask(taskId).webhooks.eventPrefix,
         statusMessage: input.statusMessage ?? '',
       },
     });
@@ -944,14 +984,14 @@ export class RedisTaskStore {
     now = new Date(),
   ): Promise<AnswerOutcome> {
     const reply = await this.scripts.call(SCRIPTS.answer, {
-      keys: { task: this.keys.task(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId) },
       args: {
         n: String(n),
         answer: JSON.stringify(answer ?? null),
         now: now.toISOString(),
         deadlineAt,
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
+        channelPrefix: this.keys.forTask(taskId).gatewayChannelPrefix,
+        channelSuffix: this.keys.forTask(taskId).gatewayChannelSuffix,
       },
     });
     const [value, resumed] = reply.values as [string | undefined, number | undefined];
@@ -977,7 +1017,10 @@ export class RedisTaskStore {
       );
     }
     const reply = await this.scripts.call(SCRIPTS.setState, {
-      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, field: field === 'state' ? F.state : F.steps, json },
     });
     if (reply.code === ResultCode.OK) return 'written';
@@ -991,7 +1034,7 @@ export class RedisTaskStore {
   async keepLogs(taskId: string, lines: readonly string[]): Promise<void> {
     if (lines.length === 0) return;
     await this.scripts.call(SCRIPTS.logKeep, {
-      keys: { task: this.keys.task(taskId), logs: this.keys.taskLogs(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId), logs: this.keys.forTask(taskId).taskLogs(taskId) },
       args: { maxLen: MAX_KEPT_LOG_LINES, lines: JSON.stringify(lines) },
     });
   }
@@ -999,7 +1042,7 @@ export class RedisTaskStore {
   /** Up to `limit` kept log lines of a task after the line `after` (oldest first), each with its stream id. */
   async readLogs(taskId: string, after: string | undefined, limit: number): Promise<KeptLogLine[]> {
     const start = after === undefined ? '-' : `(${after}`;
-    const entries = await this.redis.xrange(this.keys.taskLogs(taskId), start, '+', 'COUNT', limit);
+    const entries = await this.redis.xrange(this.keys.forTask(taskId).taskLogs(taskId), start, '+', 'COUNT', limit);
     return entries.map(([id, fields]) => {
       const text = fields[fields.indexOf('line') + 1] ?? '{}';
       let line: Record<string, unknown>;
@@ -1014,7 +1057,7 @@ export class RedisTaskStore {
 
   /** A task-mode task's arguments as its call sent them (JSON, PROTOCOL.md §30.2), while the task is kept. */
   async getArguments(taskId: string): Promise<string | undefined> {
-    return (await this.redis.get(this.keys.taskArguments(taskId))) ?? undefined;
+    return (await this.redis.get(this.keys.forTask(taskId).taskArguments(taskId))) ?? undefined;
   }
 
   /**
@@ -1029,7 +1072,10 @@ export class RedisTaskStore {
     timeoutMs: number,
   ): Promise<{ ok: true; record: WaitpointRecord } | { ok: false; reason: 'gone' | 'lock_lost' }> {
     const reply = await this.scripts.call(SCRIPTS.waitpointOpen, {
-      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, field: `${TASK_FIELD_PREFIXES.waitpoint}${name}`, token, timeoutMs },
     });
     if (reply.code === ResultCode.LOCK_LOST) return { ok: false, reason: 'lock_lost' };
@@ -1041,7 +1087,10 @@ export class RedisTaskStore {
 
   /** Waitpoint `name` of a task as stored, if any. */
   async readWaitpoint(taskId: string, name: string): Promise<WaitpointRecord | undefined> {
-    const raw = await this.redis.hget(this.keys.task(taskId), `${TASK_FIELD_PREFIXES.waitpoint}${name}`);
+    const raw = await this.redis.hget(
+      this.keys.forTask(taskId).task(taskId),
+      `${TASK_FIELD_PREFIXES.waitpoint}${name}`,
+    );
     return raw === null ? undefined : parseMessage(WaitpointRecordSchema, raw);
   }
 
@@ -1056,7 +1105,7 @@ export class RedisTaskStore {
     value: string,
   ): Promise<{ ok: true; queue: string } | { ok: false; reason: 'gone' | 'ended' | 'unknown' | 'used' | 'expired' }> {
     const reply = await this.scripts.call(SCRIPTS.waitpointResolve, {
-      keys: { task: this.keys.task(taskId) },
+      keys: { task: this.keys.forTask(taskId).task(taskId) },
       args: { field: `${TASK_FIELD_PREFIXES.waitpoint}${name}`, token, value },
     });
     switch (reply.code) {
@@ -1085,7 +1134,10 @@ export class RedisTaskStore {
     tags: readonly string[],
   ): Promise<'written' | 'full' | 'gone' | 'lock_lost'> {
     const reply = await this.scripts.call(SCRIPTS.tag, {
-      keys: { task: this.keys.task(taskId), lock: this.keys.bullJobLock(lock.queue, taskId) },
+      keys: {
+        task: this.keys.forTask(taskId).task(taskId),
+        lock: this.keys.forTask(taskId).bullJobLock(lock.queue, taskId),
+      },
       args: { lockToken: lock.token, tags: tags.join(','), max: MAX_TAGS },
     });
     if (reply.code === ResultCode.OK) return 'written';
@@ -1102,27 +1154,45 @@ export class RedisTaskStore {
     options: { batch?: number; leaseMs?: number } = {},
     now = new Date(),
   ): Promise<ReapOutcome> {
+    if (this.placement === undefined) return this.reapShard(this.keys, holder, options, now);
+    // Sharded: each shard has its live set and its lease (PROTOCOL.md §1.1); one pass looks at every shard.
+    const outcome: ReapOutcome = { ran: false, looked: 0, reaped: [] };
+    for (const keys of await this.everyShard()) {
+      const one = await this.reapShard(keys, holder, options, now);
+      outcome.ran ||= one.ran;
+      outcome.looked += one.looked;
+      outcome.reaped.push(...one.reaped);
+    }
+    return outcome;
+  }
+
+  private async reapShard(
+    keys: Keys,
+    holder: string,
+    options: { batch?: number; leaseMs?: number },
+    now: Date,
+  ): Promise<ReapOutcome> {
     const reply = await this.scripts.call(SCRIPTS.reap, {
       keys: {
-        live: this.keys.live,
-        lease: this.keys.reaperLease,
-        webhookDue: this.keys.webhooks.due,
-        webhookPending: this.keys.webhooks.pending,
-        webhookDead: this.keys.webhooks.dead,
-        retention: this.keys.retention,
+        live: keys.live,
+        lease: keys.reaperLease,
+        webhookDue: keys.webhooks.due,
+        webhookPending: keys.webhooks.pending,
+        webhookDead: keys.webhooks.dead,
+        retention: keys.retention,
       },
       args: {
         nowMs: now.getTime(),
         now: now.toISOString(),
         batch: options.batch ?? 500,
         lookAgainMs: this.reaperIntervalMs,
-        taskKeyPrefix: this.keys.taskKeyPrefix,
-        queueKeyPrefix: this.keys.bullQueueKeyPrefix,
-        channelPrefix: this.keys.gatewayChannelPrefix,
-        channelSuffix: this.keys.gatewayChannelSuffix,
+        taskKeyPrefix: keys.taskKeyPrefix,
+        queueKeyPrefix: keys.bullQueueKeyPrefix,
+        channelPrefix: keys.gatewayChannelPrefix,
+        channelSuffix: keys.gatewayChannelSuffix,
         holder,
         leaseMs: Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2),
-        webhookPrefix: this.keys.webhooks.eventPrefix,
+        webhookPrefix: keys.webhooks.eventPrefix,
       },
     });
     if (reply.code === ResultCode.LEASE_HELD) return { ran: false, looked: 0, reaped: [] };
@@ -1134,17 +1204,29 @@ export class RedisTaskStore {
     return { ran: true, looked, reaped };
   }
 
-  /** One principal's task-mode tasks, newest first, after an opaque cursor: no duplicates or gaps between pages. */
+  /**
+   * One principal's task-mode tasks, newest first, after an opaque cursor: no duplicates or gaps between pages. In the
+   * sharded layout each shard's index gives its first page after the cursor and the pages merge in the same order
+   * (score, then id, both descending), so the merged page is the one a single index would give (PROTOCOL.md §1.1).
+   */
   async list(principal: string, cursor: string | undefined, limit = 50): Promise<TaskPage> {
     const after = cursor === undefined ? undefined : decodeCursor(cursor);
-    const indexKey = this.keys.principalTasks(principal);
-    const reply = await this.scripts.call(SCRIPTS.list, {
-      keys: { index: indexKey },
-      args: { cursorScore: after === undefined ? '' : String(after.s), cursorId: after?.id ?? '', limit },
-    });
-    const rows = (reply.values[0] as string[] | undefined) ?? [];
-    const entries: Array<{ id: string; score: number }> = [];
-    for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
+    const pages = await Promise.all(
+      (await this.everyShard()).map(async (keys) => {
+        const indexKey = keys.principalTasks(principal);
+        const reply = await this.scripts.call(SCRIPTS.list, {
+          keys: { index: indexKey },
+          args: { cursorScore: after === undefined ? '' : String(after.s), cursorId: after?.id ?? '', limit },
+        });
+        const rows = (reply.values[0] as string[] | undefined) ?? [];
+        const found: Array<{ id: string; score: number; indexKey: string }> = [];
+        for (let i = 0; i + 1 < rows.length; i += 2) {
+          found.push({ id: rows[i] ?? '', score: Number(rows[i + 1]), indexKey });
+        }
+        return found;
+      }),
+    );
+    const entries = pages.length === 1 ? (pages[0] ?? []) : pages.flat().sort(newestFirst);
     const pageEntries = entries.slice(0, limit);
     let replies: Array<[unknown, unknown]>;
     if (this.largeReads !== undefined) {
@@ -1152,26 +1234,28 @@ export class RedisTaskStore {
       replies = await Promise.all(
         pageEntries.map(async ({ id }) => {
           const reply = await this.scripts.call(SCRIPTS.read, {
-            keys: { task: this.keys.task(id) },
+            keys: { task: this.keys.forTask(id).task(id) },
             args: { inlineMax: -1 },
           });
           return [null, flatToHash(reply.values[0])] as [unknown, unknown];
         }),
       );
     } else {
-      const pipeline = this.redis.pipeline();
-      for (const { id } of pageEntries) pipeline.hgetall(this.keys.task(id));
-      replies = pageEntries.length > 0 ? ((await pipeline.exec()) ?? []) : [];
+      const ids = pageEntries.map((e) => e.id);
+      replies = await pipelineByShard(this.redis, this.keys, ids, (pipeline, id) =>
+        pipeline.hgetall(this.keys.forTask(id).task(id)),
+      );
     }
     const tasks: TaskRecord[] = [];
-    const expired: string[] = [];
+    const expired = new Map<string, string[]>();
     replies.forEach(([, value], i) => {
       const record = parseRecord(value as Record<string, string>);
+      const entry = pageEntries[i];
       if (record) tasks.push(record);
-      else expired.push(pageEntries[i]?.id ?? '');
+      else if (entry) expired.set(entry.indexKey, [...(expired.get(entry.indexKey) ?? []), entry.id]);
     });
     // Expired hashes leave their index entries behind; tidy them lazily.
-    if (expired.length > 0) await this.redis.zrem(indexKey, ...expired);
+    for (const [indexKey, ids] of expired) await this.redis.zrem(indexKey, ...ids);
     const page: TaskPage = { tasks };
     const last = pageEntries.at(-1);
     if (entries.length > limit && last) page.nextCursor = encodeCursor({ s: last.score, id: last.id });
@@ -1184,6 +1268,11 @@ interface Cursor {
   s: number;
   /** Its task id: ties on the score are ordered by id. */
   id: string;
+}
+
+/** The index's order: newest first, ties by id descending (what `list-1.lua` pages by). */
+function newestFirst(a: { id: string; score: number }, b: { id: string; score: number }): number {
+  return b.score - a.score || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
 }
 
 function encodeCursor(cursor: Cursor): string {

@@ -88,14 +88,26 @@ export interface Claimed {
   deferred: OutboxEvent[];
 }
 
+/**
+ * Where the outbox is in the sharded key layout (PROTOCOL.md §1.1): one per shard, beside the task scripts that append
+ * to it. An event id (`msg_<taskId>_<n>`) names its task, so its shard.
+ */
+export interface OutboxShards {
+  every(): Promise<WebhookKeys[]>;
+  ofEvent(eventId: string): WebhookKeys;
+}
+
 export class WebhookOutbox {
   private readonly scripts: ScriptRunner;
+  private readonly shards: OutboxShards;
 
   constructor(
     private readonly redis: RedisClient,
-    private readonly keys: WebhookKeys,
+    keys: WebhookKeys,
+    shards?: OutboxShards,
   ) {
     this.scripts = new ScriptRunner(redis);
+    this.shards = shards ?? { every: () => Promise.resolve([keys]), ofEvent: () => keys };
   }
 
   /**
@@ -110,13 +122,38 @@ export class WebhookOutbox {
   ): Promise<Claimed> {
     const deferMax = fairness.deferMax ?? 0;
     if (batch <= 0 && deferMax <= 0) return { events: [], deferred: [] };
+    const claimed: Claimed = { events: [], deferred: [] };
+    // Sharded: each shard in turn while slots (or deferrals) are left, from a different first shard each time.
+    const every = await this.shards.every();
+    const first = every.length > 1 ? Math.floor(Math.random() * every.length) : 0;
+    for (let i = 0; i < every.length; i++) {
+      const left = batch - claimed.events.length;
+      const deferLeft = deferMax - claimed.deferred.length;
+      if (left <= 0 && deferLeft <= 0) break;
+      const keys = every[(first + i) % every.length];
+      if (!keys) continue;
+      const got = await this.claimFrom(keys, holder, left, leaseMs, { ...fairness, deferMax: Math.max(0, deferLeft) });
+      claimed.events.push(...got.events);
+      claimed.deferred.push(...got.deferred);
+    }
+    return claimed;
+  }
+
+  private async claimFrom(
+    keys: WebhookKeys,
+    holder: string,
+    batch: number,
+    leaseMs: number,
+    fairness: ClaimFairness,
+  ): Promise<Claimed> {
+    const deferMax = fairness.deferMax ?? 0;
     const reply = await this.scripts.call(SCRIPTS.webhookClaim, {
-      keys: { due: this.keys.due },
+      keys: { due: keys.due },
       args: {
         batch: Math.max(0, batch),
         leaseMs,
         holder,
-        eventPrefix: this.keys.eventPrefix,
+        eventPrefix: keys.eventPrefix,
         perPrincipal: fairness.perPrincipal,
         inFlight: JSON.stringify(Object.fromEntries(fairness.inFlight)),
         scan: CLAIM_SCAN,
@@ -146,10 +183,11 @@ export class WebhookOutbox {
 
   /** Records a try's outcome; false when the lease ran out and another try holds the event now. */
   async settle(event: Pick<OutboxEvent, 'id' | 'lease'>, settlement: Settlement): Promise<boolean> {
+    const keys = this.shards.ofEvent(event.id);
     const reply = await this.scripts.call(SCRIPTS.webhookSettle, {
-      keys: { due: this.keys.due, pending: this.keys.pending, dead: this.keys.dead },
+      keys: { due: keys.due, pending: keys.pending, dead: keys.dead },
       args: {
-        eventPrefix: this.keys.eventPrefix,
+        eventPrefix: keys.eventPrefix,
         id: event.id,
         lease: event.lease,
         outcome: settlement.outcome,
@@ -162,13 +200,21 @@ export class WebhookOutbox {
 
   /** Events of `principal` not settled yet (the creation-time cap). */
   async pendingFor(principal: string): Promise<number> {
-    return Number((await this.redis.hget(this.keys.pending, principal)) ?? 0);
+    const every = await this.shards.every();
+    const held = await Promise.all(every.map((keys) => this.redis.hget(keys.pending, principal)));
+    return held.reduce((sum, n) => sum + Number(n ?? 0), 0);
   }
 
   /** Fleet-wide: events waiting (due or in a try) and dead letters held. */
   async counts(): Promise<{ pending: number; dead: number }> {
-    const [pending, dead] = await Promise.all([this.redis.zcard(this.keys.due), this.redis.llen(this.keys.dead)]);
-    return { pending, dead };
+    const every = await this.shards.every();
+    const counted = await Promise.all(
+      every.map((keys) => Promise.all([this.redis.zcard(keys.due), this.redis.llen(keys.dead)])),
+    );
+    return counted.reduce((sum, [pending, dead]) => ({ pending: sum.pending + pending, dead: sum.dead + dead }), {
+      pending: 0,
+      dead: 0,
+    });
   }
 
   /**
@@ -177,17 +223,24 @@ export class WebhookOutbox {
    * Resolves with the ids due again.
    */
   async resend(id: string | undefined, max = WEBHOOK_DEAD_LETTERS_KEPT): Promise<string[]> {
-    const reply = await this.scripts.call(SCRIPTS.webhookResend, {
-      keys: { due: this.keys.due, pending: this.keys.pending, dead: this.keys.dead },
-      args: { eventPrefix: this.keys.eventPrefix, id: id ?? '', max },
-    });
-    return reply.values.map(String);
+    const every = id === undefined ? await this.shards.every() : [this.shards.ofEvent(id)];
+    const resent: string[] = [];
+    for (const keys of every) {
+      if (resent.length >= max) break;
+      const reply = await this.scripts.call(SCRIPTS.webhookResend, {
+        keys: { due: keys.due, pending: keys.pending, dead: keys.dead },
+        args: { eventPrefix: keys.eventPrefix, id: id ?? '', max: max - resent.length },
+      });
+      resent.push(...reply.values.map(String));
+    }
+    return resent;
   }
 
   /** The newest `limit` dead letters. */
   async deadLetters(limit = 50): Promise<DeadLetter[]> {
-    const raws = await this.redis.lrange(this.keys.dead, 0, Math.max(0, limit - 1));
-    return raws.flatMap((raw) => {
+    const every = await this.shards.every();
+    const lists = await Promise.all(every.map((keys) => this.redis.lrange(keys.dead, 0, Math.max(0, limit - 1))));
+    const letters = lists.flat().flatMap((raw) => {
       try {
         const parsed = DeadLetterSchema.safeParse(JSON.parse(raw));
         return parsed.success ? [parsed.data] : [];
@@ -195,5 +248,7 @@ export class WebhookOutbox {
         return [];
       }
     });
+    // One list per shard in the sharded layout: the newest of all of them (one list keeps its own order).
+    return every.length === 1 ? letters : letters.sort((a, b) => b.deadAt - a.deadAt).slice(0, limit);
   }
 }

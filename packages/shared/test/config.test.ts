@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../src/errors.js';
 import { loadGatewayConfig, loadWorkerConfig, requireRedisUrl } from '../src/config.js';
-import { parseRedisTarget } from '../src/redis.js';
+import { keyLayoutOf, parseRedisTarget } from '../src/redis.js';
 
 describe('configuration', () => {
   it('applies the contract defaults', () => {
@@ -75,9 +75,9 @@ describe('Redis Cluster, Sentinel and TLS configuration', () => {
     });
   });
 
-  it('refuses a cluster without a {prefix}, or with a bad node list, in one line', () => {
-    expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000' })).toThrow(
-      /^Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\} on a Redis Cluster \(one hash slot for every key\), e\.g\. \{taskrelay\} \(got "taskrelay"\)$/,
+  it('refuses a cluster of the single layout without a {prefix}, or with a bad node list, in one line', () => {
+    expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000', TASKRELAY_KEY_LAYOUT: 'single' })).toThrow(
+      /^Invalid configuration: TASKRELAY_PREFIX must be wrapped in \{\} on a Redis Cluster with the single key layout \(one hash slot for every key\), e\.g\. \{taskrelay\}, or be unbraced with TASKRELAY_KEY_LAYOUT=auto \(got "taskrelay"\)$/,
     );
     expect(() => loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000', TASKRELAY_PREFIX: 'a{b}' })).toThrow(
       /must be wrapped in \{\}/,
@@ -89,8 +89,29 @@ describe('Redis Cluster, Sentinel and TLS configuration', () => {
       /REDIS_CLUSTER_NODES must be a comma list/,
     );
     // The API path too: a cluster target with a bare prefix never reaches Redis.
-    expect(() => requireRedisUrl({ ...loadWorkerConfig({}), redisUrl: 'redis+cluster://h:1' })).toThrow(
-      /TASKRELAY_PREFIX must be wrapped in \{\}/,
+    expect(() =>
+      requireRedisUrl({ ...loadWorkerConfig({ TASKRELAY_KEY_LAYOUT: 'single' }), redisUrl: 'redis+cluster://h:1' }),
+    ).toThrow(/TASKRELAY_PREFIX must be wrapped in \{\}/);
+  });
+
+  it('picks the key layout (PROTOCOL.md §1.1): sharded on a cluster with an unbraced prefix, or when forced', () => {
+    const cluster = loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000' });
+    expect(keyLayoutOf(cluster.redisUrl, cluster.prefix, cluster.keyLayout)).toBe('sharded');
+    const braced = loadGatewayConfig({ REDIS_CLUSTER_NODES: '127.0.0.1:7000', TASKRELAY_PREFIX: '{tr}' });
+    expect(keyLayoutOf(braced.redisUrl, braced.prefix, braced.keyLayout)).toBe('single');
+    const one = loadWorkerConfig({ REDIS_URL: 'redis://127.0.0.1:6379' });
+    expect(keyLayoutOf(one.redisUrl, one.prefix, one.keyLayout)).toBe('single');
+    const forced = loadWorkerConfig({ REDIS_URL: 'redis://127.0.0.1:6379', TASKRELAY_KEY_LAYOUT: 'sharded' });
+    expect(keyLayoutOf(forced.redisUrl, forced.prefix, forced.keyLayout)).toBe('sharded');
+    expect(() =>
+      loadWorkerConfig({
+        REDIS_URL: 'redis://127.0.0.1:6379',
+        TASKRELAY_KEY_LAYOUT: 'sharded',
+        TASKRELAY_PREFIX: '{a}',
+      }),
+    ).toThrow(/^Invalid configuration: TASKRELAY_PREFIX must have no braces with the sharded key layout[^\n]*$/);
+    expect(() => loadGatewayConfig({ TASKRELAY_KEY_LAYOUT: 'split' })).toThrow(
+      /^Invalid configuration: TASKRELAY_KEY_LAYOUT must be one of auto, single, sharded \(got "split"\)$/,
     );
   });
 

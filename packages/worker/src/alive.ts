@@ -10,6 +10,7 @@ import { hostname } from 'node:os';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   createKeys,
+  keyLayoutOf,
   createRedis,
   isRedisUnavailableError,
   loadWorkerConfig,
@@ -21,7 +22,7 @@ const PROBE_TIMEOUT_MS = 3_000;
 
 async function probe(): Promise<number> {
   const config = loadWorkerConfig();
-  const keys = createKeys(config.prefix);
+  const keys = createKeys(config.prefix, keyLayoutOf(config.redisUrl, config.prefix, config.keyLayout));
   const redis = createRedis(requireRedisUrl(config), { ...FAIL_FAST_REDIS_OPTIONS, retryStrategy: () => null });
   redis.on('error', () => undefined);
   try {

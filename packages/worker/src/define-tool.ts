@@ -3,6 +3,7 @@ import { isAbsolute } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import {
+  MAX_TOOL_SHARDS,
   BackoffSchema,
   NonRetryableError,
   TaskSupportSchema,
@@ -55,6 +56,13 @@ export interface ToolOptions<I extends ToolInputSchema, O extends z.ZodType | un
    * becomes a task once its answers resume the run. Needs `taskSupport` `optional` or `required`. Default `false`.
    */
   inputFirst?: boolean;
+  /**
+   * How many queues the tool's calls spread over (PROTOCOL.md §1.1): in the sharded key layout each is a shard of its
+   * own, placed on its own Redis Cluster master when there are enough, so one hot tool is not bound to one Redis core.
+   * A call goes to one of them; every worker of the tool consumes all of them. What holds exactly across shards and
+   * what within a bound: docs/SCALING.md. The single layout has one queue whatever this says. Default `1`.
+   */
+  shards?: number;
   /**
    * Arguments a 2026-07-28 client must mirror into HTTP headers (SEP-2243, PROTOCOL.md §16.2), so proxies can route
    * on them: `{ region: 'Region' }` publishes `"x-mcp-header": "Region"` on the `region` property and makes the
@@ -201,6 +209,8 @@ export interface ToolDefinition<
   readonly outputSchema: O | undefined;
   readonly taskSupport: TaskSupport;
   readonly inputFirst: boolean;
+  /** How many queues (tool shards) its calls spread over (PROTOCOL.md §1.1). */
+  readonly shards: number;
   readonly timeoutMs: number | undefined;
   readonly attempts: number;
   readonly backoff: Backoff;
@@ -285,6 +295,12 @@ const ToolOptionsSchema = z.object({
   description: z.string().min(1, { message: 'must not be empty' }),
   taskSupport: TaskSupportSchema.default('optional'),
   inputFirst: z.boolean().default(false),
+  shards: z
+    .number()
+    .int()
+    .min(1, { message: 'must be at least 1' })
+    .max(MAX_TOOL_SHARDS, { message: `must be at most ${MAX_TOOL_SHARDS}` })
+    .default(1),
   /** RFC 9110 token names (SEP-2243), by argument name. */
   mcpHeaders: z
     .record(z.string(), z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { message: 'must be an HTTP token' }))
@@ -391,6 +407,7 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     outputSchema: options.outputSchema,
     taskSupport: checked.taskSupport,
     inputFirst: checked.inputFirst,
+    shards: checked.shards,
     timeoutMs: checked.timeoutMs,
     attempts: checked.attempts,
     backoff: checked.backoff,
@@ -562,6 +579,7 @@ function toolDescriptor(
   };
   if (checked.title !== undefined) descriptor.title = checked.title;
   if (checked.inputFirst) descriptor.inputFirst = true;
+  if (checked.shards > 1) descriptor.shards = checked.shards;
   if (checked.mcpHeaders !== undefined) annotateHeaders(name, descriptor.inputSchema, checked.mcpHeaders);
   if (code.outputSchema !== undefined) {
     descriptor.outputSchema = toolJsonSchema(code.outputSchema, 'output', `defineTool(${name}): outputSchema`);

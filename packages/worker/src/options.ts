@@ -6,6 +6,7 @@ import {
   ConfigError,
   clusterPrefixProblem,
   createLogger,
+  type KeyLayoutSetting,
   isRedisTarget,
   workerSettingsShape,
   DEFAULT_OUTPUT_LIMITS,
@@ -28,6 +29,11 @@ export interface WorkerOptions {
   connection?: string;
   /** Prefix of every Redis key, channel and BullMQ queue; must match the gateway's. Default `'taskrelay'`. */
   prefix?: string;
+  /**
+   * The key layout (PROTOCOL.md §1.1), the same as the gateways': `'auto'` is `'sharded'` on a Redis Cluster with an
+   * unbraced `prefix`, else `'single'`; `'sharded'` forces it on one server too. Default `'auto'`.
+   */
+  keyLayout?: 'auto' | 'single' | 'sharded';
   /** The tools this worker serves (from `defineTool`). At least one; names must be unique. */
   tools: readonly ToolDefinition[];
   /**
@@ -96,6 +102,8 @@ export interface CloseOptions {
 export interface ResolvedWorkerOptions {
   redisUrl: string;
   prefix: string;
+  /** `keyLayoutOf(redisUrl, prefix, keyLayout)` is the layout it means. */
+  keyLayout: KeyLayoutSetting;
   tools: ToolDefinition[];
   queue: string;
   concurrency: number;
@@ -170,7 +178,7 @@ const WorkerOptionsSchema = z
     path: ['redisUrl'],
   })
   .superRefine((o, ctx) => {
-    const problem = clusterPrefixProblem(o.redisUrl ?? o.connection, o.prefix);
+    const problem = clusterPrefixProblem(o.redisUrl ?? o.connection, o.prefix, o.keyLayout);
     if (problem) ctx.addIssue({ code: 'custom', message: problem, path: ['prefix'] });
   });
 
@@ -191,6 +199,7 @@ export function resolveWorkerOptions(options: WorkerOptions): ResolvedWorkerOpti
   return {
     redisUrl: o.redisUrl ?? o.connection ?? '',
     prefix: o.prefix,
+    keyLayout: o.keyLayout,
     tools: o.tools,
     queue: o.queue,
     concurrency: o.concurrency,

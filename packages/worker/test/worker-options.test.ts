@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, loadWorkerConfig, workerSettingsShape } from '@taskrelay/shared';
+import { ConfigError, keyLayoutOf, loadWorkerConfig, workerSettingsShape } from '@taskrelay/shared';
 import { defineTool } from '../src/define-tool.js';
 import { resolveWorkerOptions, startWorker } from '../src/worker.js';
 import { LogCapture } from './harness.js';
@@ -36,9 +36,12 @@ describe('worker options', () => {
     expect(resolveWorkerOptions({ redisUrl: cluster, prefix: '{tr}', tools: [tool('a')], logger }).redisUrl).toBe(
       cluster,
     );
-    expect(() => resolveWorkerOptions({ redisUrl: cluster, tools: [tool('a')], logger })).toThrow(
+    expect(() => resolveWorkerOptions({ redisUrl: cluster, keyLayout: 'single', tools: [tool('a')], logger })).toThrow(
       /^Invalid worker options: prefix must be wrapped in \{\} on a Redis Cluster/,
     );
+    // An unbraced prefix on a cluster is the sharded layout (PROTOCOL.md §1.1).
+    const sharded = resolveWorkerOptions({ redisUrl: cluster, tools: [tool('a')], logger });
+    expect(keyLayoutOf(sharded.redisUrl, sharded.prefix, sharded.keyLayout)).toBe('sharded');
     const sentinel = 'redis+sentinel://127.0.0.1:26379/mymaster';
     expect(resolveWorkerOptions({ redisUrl: sentinel, tools: [tool('a')], logger }).redisUrl).toBe(sentinel);
     expect(() => resolveWorkerOptions({ redisUrl: 'http://h:1', tools: [tool('a')], logger })).toThrow(

@@ -6,6 +6,8 @@
  */
 import { Queue, type Job } from 'bullmq';
 import {
+  isShardCode,
+  pipelineByShard,
   BatchStore,
   type RedisClient,
   WorkerCatalogSchema,
@@ -124,7 +126,7 @@ export class AdminQueries {
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
-    private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts'>,
+    private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts' | 'placement'>,
     private readonly catalog: Pick<ToolCatalog, 'unservedReason' | 'orphanedReason'>,
   ) {}
 
@@ -202,7 +204,18 @@ export class AdminQueries {
     const queues = names.flatMap((name) => [...(byName.get(name)?.queues ?? [])]);
     const [controls, counts] = await Promise.all([
       readToolControls(this.redis, this.keys, queues),
-      Promise.all(queues.map((q) => this.queue(q).getJobCounts('waiting', 'prioritized'))),
+      Promise.all(
+        queues.map(async (q) => {
+          // Every shard's of the queue in the sharded layout (PROTOCOL.md §1.1), summed: the tool's depth.
+          const shards = await Promise.all(
+            (await this.shown(q)).map((s) => this.queue(s).getJobCounts('waiting', 'prioritized')),
+          );
+          const sum: Record<string, number> = {};
+          for (const counts of shards)
+            for (const [state, n] of Object.entries(counts)) sum[state] = (sum[state] ?? 0) + n;
+          return sum;
+        }),
+      ),
     ]);
     const at = new Map(queues.map((q, i) => [q, { controls: controls[i], counts: counts[i] }]));
     return names.map((name) => {
@@ -236,18 +249,34 @@ export class AdminQueries {
   async setPaused(name: string, paused: boolean): Promise<ToolView | undefined> {
     const tool = (await this.tools()).find((t) => t.name === name);
     if (!tool) return undefined;
-    await Promise.all(tool.queues.map((q) => (paused ? this.queue(q).pause() : this.queue(q).resume())));
+    const shown = (await Promise.all(tool.queues.map((q) => this.shown(q)))).flat();
+    await Promise.all(shown.map((q) => (paused ? this.queue(q).pause() : this.queue(q).resume())));
     return (await this.tools()).find((t) => t.name === name);
   }
 
-  /** BullMQ's `Queue` for a pool, made once (bull-board shows these). */
+  /**
+   * BullMQ's `Queue` for a pool, made once (bull-board shows these); `<queue>@<code>` names one shard of it in the
+   * sharded layout (PROTOCOL.md §1.1), under that shard's BullMQ prefix.
+   */
   queue(name: string): Queue {
     let queue = this.queues.get(name);
     if (!queue) {
-      queue = new Queue(this.keys.queueName(name), { connection: this.connection, prefix: this.keys.bullPrefix });
+      const at = name.lastIndexOf('@');
+      const code = at > 0 ? name.slice(at + 1) : '';
+      const keys = isShardCode(code) ? this.keys.forShard(code) : this.keys;
+      const bullName = isShardCode(code) ? name.slice(0, at) : name;
+      queue = new Queue(keys.queueName(bullName), { connection: this.connection, prefix: keys.bullPrefix });
       this.queues.set(name, queue);
     }
     return queue;
+  }
+
+  /** The names `queue` takes for a tool queue: itself, or in the sharded layout one `<queue>@<code>` per shard. */
+  private async shown(queue: string): Promise<string[]> {
+    const placement = this.store.placement;
+    if (placement === undefined) return [queue];
+    const codes = await placement.placed(queue);
+    return codes.length > 0 ? codes.map((code) => `${queue}@${code}`) : [queue];
   }
 
   /**
@@ -267,10 +296,14 @@ export class AdminQueries {
     }
     const remembered = pools.flatMap((pool) => pool.tools.map((tool) => toolQueue(pool.queueName, tool.name)));
     const names = [...new Set([...consumers.keys(), ...remembered])].sort();
+    // One row per shard in the sharded layout, `<queue>@<code>`, each consumed by every worker of the tool.
+    const rows = (
+      await Promise.all(names.map(async (queue) => (await this.shown(queue)).map((s) => [queue, s])))
+    ).flat();
     const views = await Promise.all(
-      names.map(async (queue) => ({
-        queue,
-        counts: (await this.queue(queue).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
+      rows.map(async ([queue = '', shown = '']) => ({
+        queue: shown,
+        counts: (await this.queue(shown).getJobCounts(...QUEUE_STATES)) as Record<QueueState, number>,
         workers: consumers.get(queue) ?? 0,
       })),
     );
@@ -299,7 +332,8 @@ export class AdminQueries {
     const stored = await this.store.get(taskId);
     if (!stored) return undefined;
     const task = await withWaitingReason(stored, this.catalog);
-    const job: Job | undefined = await this.queue(task.queue)
+    const code = this.keys.shardOf(taskId);
+    const job: Job | undefined = await this.queue(code === undefined ? task.queue : `${task.queue}@${code}`)
       .getJob(taskId)
       .catch(() => undefined);
     const timeline: TimelineEntry[] = [
@@ -358,9 +392,9 @@ export class AdminQueries {
   /** The batches among these tasks, with their children's counts (queued = open − running). */
   async batches(taskIds: readonly string[]): Promise<BatchView[]> {
     if (taskIds.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    for (const id of taskIds) pipeline.exists(this.keys.batch(id).hash);
-    const exists = (await pipeline.exec()) ?? [];
+    const exists = await pipelineByShard(this.redis, this.keys, taskIds, (pipeline, id) =>
+      pipeline.exists(this.keys.forTask(id).batch(id).hash),
+    );
     const ids = taskIds.filter((_id, i) => exists[i]?.[1] === 1);
     const store = new BatchStore(this.redis, this.keys);
     const views = await Promise.all(

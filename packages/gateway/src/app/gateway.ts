@@ -18,6 +18,8 @@ import {
   announcePublicUrl,
   isLoopbackHost,
   createKeys,
+  keyLayoutOf,
+  ShardPlacement,
   createLogger,
   createRedis,
   requireRedisUrl,
@@ -145,7 +147,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
     state = next;
   };
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
-  const keys = createKeys(options.prefix);
+  const keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
   const connections = await openConnections(requireRedisUrl(options), undo, log);
   const { redis, metrics } = connections;
   const auth = createAuthenticator(options, log);
@@ -532,7 +534,16 @@ function startWebhooks(
     secretSet: options.webhooks.secret !== undefined,
     allowedHosts: options.webhooks.allowedHosts,
   });
-  const outbox = new WebhookOutbox(redis, keys.webhooks);
+  // The sharded layout keeps an outbox per shard (PROTOCOL.md §1.1): every placed shard's, found from the event id.
+  const placement = keys.layout === 'sharded' ? new ShardPlacement(redis, keys) : undefined;
+  const outbox = new WebhookOutbox(
+    redis,
+    keys.webhooks,
+    placement && {
+      every: async () => (await placement.all()).map((code) => keys.forShard(code).webhooks),
+      ofEvent: (eventId) => keys.forTask(eventId.replace(/^msg_/, '')).webhooks,
+    },
+  );
   metrics.watchWebhooks(() => outbox.counts());
   const intake = new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal);
   let stopDeliverer: () => Promise<void> = () => Promise.resolve();

@@ -89,7 +89,7 @@ export class JobDispatcher {
    * principals with shorter backlogs, never behind a whole backlog of another's.
    */
   async enqueue(tool: CatalogTool, data: JobData, entered?: { priority: number }, delayMs = 0): Promise<void> {
-    const queue = await this.ready(tool.queue);
+    const queue = await this.ready(tool.queue, data.taskId);
     const principal = data.principal ?? '';
     // `entered`: the task's creation already entered the job in its share (one round trip fewer, §25).
     const priority =
@@ -119,7 +119,7 @@ export class JobDispatcher {
    * instead of returning one the reaper will fail. True when it added the job.
    */
   async ensureEnqueued(tool: CatalogTool, data: JobData, delayMs = 0): Promise<boolean> {
-    const queue = await this.ready(tool.queue);
+    const queue = await this.ready(tool.queue, data.taskId);
     if (await queue.getJob(data.taskId)) return false;
     await this.enqueue(tool, data, undefined, delayMs);
     return true;
@@ -134,7 +134,7 @@ export class JobDispatcher {
   async prepare(tool: CatalogTool, data: JobData): Promise<JobAddScript | undefined> {
     if (this.addLua === undefined) this.addLua = bullmqAddPrioritizedLua() ?? null;
     if (this.addLua === null) return undefined;
-    const queue = await this.ready(tool.queue);
+    const queue = await this.ready(tool.queue, data.taskId);
     const backend = queue.getBackend() as unknown as Partial<AddToTransaction>;
     if (typeof backend.addJobToTransaction !== 'function') {
       this.addLua = null;
@@ -178,7 +178,7 @@ export class JobDispatcher {
     const message: CancelRequest = { taskId, reason };
     await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
     try {
-      const queue = await this.ready(queueName);
+      const queue = await this.ready(queueName, taskId);
       // A delayed job of a task that ran (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task
       // cancelled and lets the tool stop what it started outside (`onCancelled`). A waiting one, or the delayed job of
       // a start not reached yet (§33.1: nothing ran, so nothing outside to stop), is removed, unless a worker holds its
@@ -201,7 +201,7 @@ export class JobDispatcher {
    */
   async promote(taskId: string, queueName: string): Promise<void> {
     try {
-      const job = await (await this.ready(queueName)).getJob(taskId);
+      const job = await (await this.ready(queueName, taskId)).getJob(taskId);
       await job?.promote();
     } catch (error) {
       this.log.debug({ taskId, err: error }, 'job not promoted (not delayed)');
@@ -213,9 +213,12 @@ export class JobDispatcher {
     this.queues.clear();
   }
 
-  /** The queue, once BullMQ has set it up; a queue first used while Redis is away fails fast instead of waiting. */
-  private async ready(name: string): Promise<Queue> {
-    const queue = this.queue(name);
+  /**
+   * The queue of a task's job, once BullMQ has set it up; a queue first used while Redis is away fails fast instead
+   * of waiting. In the sharded layout the task's id names the shard whose BullMQ prefix the queue is under (§1.1).
+   */
+  private async ready(name: string, taskId: string): Promise<Queue> {
+    const queue = this.queue(name, this.keys.forTask(taskId));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<never>((_resolve, reject) => {
       timer = setTimeout(
@@ -231,16 +234,17 @@ export class JobDispatcher {
     return queue;
   }
 
-  private queue(name: string): Queue {
-    let queue = this.queues.get(name);
+  private queue(name: string, keys: Keys): Queue {
+    const id = keys.bullPrefix === this.keys.bullPrefix ? name : `${keys.bullPrefix}\n${name}`;
+    let queue = this.queues.get(id);
     if (!queue) {
-      queue = new Queue(this.keys.queueName(name), {
+      queue = new Queue(keys.queueName(name), {
         connection: this.connection,
-        prefix: this.keys.bullPrefix,
+        prefix: keys.bullPrefix,
         streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
       });
       queue.on('error', (error) => this.log.warn({ err: error, queue: name }, 'queue error'));
-      this.queues.set(name, queue);
+      this.queues.set(id, queue);
     }
     return queue;
   }

@@ -23,8 +23,8 @@ export class OpenTaskLimit {
   ) {}
 
   /** Drops ended work and stale reservations from the principal's set; resolves with how many members remain. */
-  async prune(principal: string): Promise<number> {
-    const key = this.keys.principalOpenTasks(principal);
+  async prune(principal: string, taskId?: string): Promise<number> {
+    const key = (taskId === undefined ? this.keys : this.keys.forTask(taskId)).principalOpenTasks(principal);
     const now = Date.now();
     const flat = await this.redis.zrange(key, 0, -1, 'WITHSCORES');
     const ids: string[] = [];

@@ -2,6 +2,7 @@
  * What the gateway does with tools and tasks, independent of the wire rendering: start a task for a call, read it,
  * wait for it, list and cancel it — always for one principal, never by session.
  */
+import { createHash, randomInt } from 'node:crypto';
 import {
   TaskrelayError,
   inputKeyOf,
@@ -61,7 +62,7 @@ export interface OpenTaskCap {
   /** How long the principal's set outlives its newest member. */
   readonly ttlMs: number;
   /** Removes ended work (and stale reservations) from the principal's set; resolves with how many members remain. */
-  prune(principal: string): Promise<number>;
+  prune(principal: string, taskId?: string): Promise<number>;
   /** The error for a principal with `open` unfinished tasks and calls, at the cap. */
   refusal(open: number): Error;
 }
@@ -118,6 +119,9 @@ export type InputAnswerOutcome = 'stored' | 'invalid' | 'refused';
 export type CancelTrigger = 'tasks/cancel' | 'notifications/cancelled' | 'stream-closed' | 'gateway-shutdown';
 
 export class TaskService {
+  /** Per tool queue, the shard its next unkeyed call goes to, in the sharded layout (`shardOf`). */
+  private readonly shardTurns = new Map<string, number>();
+
   constructor(
     private readonly store: RedisTaskStore,
     private readonly catalog: ToolCatalog,
@@ -313,12 +317,39 @@ export class TaskService {
     }
     const webhook = await this.acceptWebhook(input.webhook, input.mode, input.principal);
     if (webhook) createInput.webhook = webhook;
-    const taskId = newTaskId();
+    const taskId = newTaskId(await this.shardOf(tool, input.principal, createInput));
     createInput.taskId = taskId;
     // Tasks and plain calls alike count toward the principal's open-work cap, checked by the create (PROTOCOL.md §25).
     const cap = this.config.openTasks;
     if (cap?.max) createInput.openTasks = { max: cap.max, ttlMs: cap.ttlMs };
     return { createInput, taskId };
+  }
+
+  /**
+   * The shard a call's task goes to in the sharded layout (PROTOCOL.md §1.1), undefined in the single layout: the
+   * tool's one shard, or one of its `shards`. A call with an idempotency or dedupe key goes to the shard its key
+   * names, so a replay or a repeat finds the first task (those keys are kept per shard); the others in turn (each
+   * gateway keeps its own turn per tool), so the calls spread evenly and fair share holds on every shard
+   * (docs/SCALING.md).
+   */
+  private async shardOf(
+    tool: CatalogTool,
+    principal: string,
+    createInput: Pick<Parameters<RedisTaskStore['createTask']>[0], 'idempotencyKey' | 'dedupe'>,
+  ): Promise<string | undefined> {
+    const placement = this.store.placement;
+    if (placement === undefined) return undefined;
+    const codes = await placement.codes(tool.queue, tool.shards ?? 1);
+    if (codes.length <= 1) return codes[0];
+    const key = createInput.idempotencyKey ?? createInput.dedupe?.digest;
+    let at: number;
+    if (key === undefined) {
+      at = this.shardTurns.get(tool.queue) ?? randomInt(codes.length);
+      this.shardTurns.set(tool.queue, (at + 1) % codes.length);
+    } else {
+      at = createHash('sha256').update(`${principal}\n${key}`).digest().readUInt32BE(0) % codes.length;
+    }
+    return codes[at];
   }
 
   /** The job's data (PROTOCOL.md §4): what a worker needs to run the call, and to log and trace it. */
@@ -356,7 +387,8 @@ export class TaskService {
     const cap = this.config.openTasks;
     return this.store.createTask(createInput, now, prepared).catch(async (error: unknown) => {
       if (!(error instanceof OpenCapReached) || !cap) throw error;
-      if ((await cap.prune(principal)) >= cap.max) throw cap.refusal(error.open);
+      // The cap is kept per shard in the sharded layout: the set of the shard the task goes to (PROTOCOL.md §1.1).
+      if ((await cap.prune(principal, createInput.taskId)) >= cap.max) throw cap.refusal(error.open);
       return this.store.createTask(createInput, now, prepared).catch((again: unknown) => {
         throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
       });

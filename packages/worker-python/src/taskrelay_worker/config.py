@@ -127,6 +127,16 @@ def load_config(env: Mapping[str, str]) -> Config:
     prefix = env.get("TASKRELAY_PREFIX", "taskrelay").strip() or "taskrelay"
     if re.search(r"\s", prefix):
         raise ConfigError("Invalid configuration: TASKRELAY_PREFIX must not contain spaces")
+    layout = env.get("TASKRELAY_KEY_LAYOUT", "auto").strip() or "auto"
+    if layout not in ("auto", "single", "sharded"):
+        raise ConfigError(f"Invalid configuration: TASKRELAY_KEY_LAYOUT must be one of auto, single, sharded (got {layout!r})")
+    # The sharded key layout (PROTOCOL.md §1.1) is the Node worker's alone so far: this worker refuses it at start,
+    # rather than write keys where the gateways never look.
+    if layout == "sharded" or (layout == "auto" and target.cluster_nodes and not re.search(r"[{}]", prefix)):
+        raise ConfigError(
+            "Invalid configuration: the Python worker does not speak the sharded key layout yet (TASKRELAY_KEY_LAYOUT="
+            f"{layout}, TASKRELAY_PREFIX {prefix!r}); on a Redis Cluster wrap TASKRELAY_PREFIX in {{}} for the single layout"
+        )
     if target.cluster_nodes and not re.fullmatch(r"\{[^{}]+\}.*", prefix):
         bare = prefix.replace("{", "").replace("}", "") or "taskrelay"
         raise ConfigError(

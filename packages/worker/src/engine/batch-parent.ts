@@ -114,6 +114,14 @@ export class BatchParent {
     const { taskId, lock, record, log } = run;
     let shape = await store.shape(taskId);
     if (!shape) {
+      // A batch's children queue on the parent's shard (its scripts touch the batch's keys with their locks), where
+      // the child tool's workers do not consume: not yet in the sharded layout (PROTOCOL.md §1.1, docs/SCALING.md).
+      if (this.o.keys.layout === 'sharded') {
+        throw new TaskrelayError(
+          'INVALID_ARGUMENTS',
+          'ctx.fanOut: batches are not available in the sharded key layout yet (docs/SCALING.md)',
+        );
+      }
       const child = await this.childTool(options.tool);
       const created = await store.create(
         taskId,
@@ -189,7 +197,7 @@ export class BatchParent {
     // The window is the concurrency less what the open-work cap leaves beside the principal's other open work, at
     // least 1 (the batch always moves on), sized by the release script itself (§26.6).
     const cap = maxOpen ?? DEFAULT_BATCH_OPEN_CAP;
-    await this.pruneOpenWork(this.o.keys.principalOpenTasks(shape.owner), open, cap);
+    await this.pruneOpenWork(this.o.keys.forTask(taskId).principalOpenTasks(shape.owner), open, cap);
     const { window, from, priorities } = await store.release(taskId, {
       ...this.placement(shape, base),
       concurrency: shape.concurrency,
@@ -219,11 +227,11 @@ export class BatchParent {
     const [shape, counts, status] = await Promise.all([
       store.shape(taskId),
       store.peek(taskId),
-      redis.hget(keys.task(taskId), TASK_FIELDS.status),
+      redis.hget(keys.forTask(taskId).task(taskId), TASK_FIELDS.status),
     ]);
     if (!shape || !counts || counts.stopped || status === null || isTerminal(status as TaskStatus)) return 0;
     if (counts.released >= counts.size || (shape.failFast && counts.failed > 0)) return 0;
-    const state = await queues.get(shape.parentPool).getJobState(taskId);
+    const state = await queues.get(shape.parentPool, keys.forTask(taskId)).getJobState(taskId);
     if (state === 'completed' || state === 'failed' || state === 'unknown') return 0;
     if (state === 'delayed') await queues.promote(shape.parentPool, taskId);
     const released = await this.releaseNext(taskId, shape, counts.open, maxOpen, priorityBase(level), log);
@@ -284,7 +292,8 @@ export class BatchParent {
       },
       opts: jobOptions(batchChildId(taskId, index), priority, tool),
     }));
-    await queues.get(shape.childPool).addBulk(jobs);
+    // On the parent's shard, with the batch's keys (PROTOCOL.md §1.1).
+    await queues.get(shape.childPool, this.o.keys.forTask(taskId)).addBulk(jobs);
     return jobs.length;
   }
 
@@ -298,13 +307,13 @@ export class BatchParent {
     if (!shape) return;
     await store.stop(taskId);
     const indices = await store.openIndices(taskId);
-    const queue = queues.get(shape.childPool);
+    const queue = queues.get(shape.childPool, keys.forTask(taskId));
     const pipeline = redis.pipeline();
     for (const index of indices) {
       const id = batchChildId(taskId, index);
       await queue.remove(id).catch(() => 0);
-      pipeline.zrem(keys.fairShare(shape.childPool, shape.owner), id);
-      pipeline.zrem(keys.principalOpenTasks(shape.owner), id);
+      pipeline.zrem(keys.forTask(id).fairShare(shape.childPool, shape.owner), id);
+      pipeline.zrem(keys.forTask(id).principalOpenTasks(shape.owner), id);
       const cancel: CancelRequest = { taskId: id, reason: 'CLIENT_CANCELLED' };
       pipeline.publish(keys.cancelChannel, JSON.stringify(cancel));
     }

@@ -18,16 +18,18 @@ export class BatchQueues {
     private readonly log: Logger,
   ) {}
 
-  get(pool: string): Queue {
-    let queue = this.queues.get(pool);
+  /** The queue of a pool, under the BullMQ prefix of `keys` (a shard's in the sharded layout, PROTOCOL.md §1.1). */
+  get(pool: string, keys: Keys = this.keys): Queue {
+    const id = keys.bullPrefix === this.keys.bullPrefix ? pool : `${keys.bullPrefix}\n${pool}`;
+    let queue = this.queues.get(id);
     if (!queue) {
-      queue = new Queue(this.keys.queueName(pool), {
+      queue = new Queue(keys.queueName(pool), {
         connection: this.connection,
-        prefix: this.keys.bullPrefix,
+        prefix: keys.bullPrefix,
         streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
       });
       queue.on('error', (error) => this.log.warn({ err: error, queue: pool }, 'batch queue error'));
-      this.queues.set(pool, queue);
+      this.queues.set(id, queue);
     }
     return queue;
   }
@@ -35,7 +37,7 @@ export class BatchQueues {
   /** Moves a delayed job to the queue now; a job that is not delayed (running, gone) is left alone. */
   async promote(pool: string, jobId: string): Promise<boolean> {
     try {
-      const job = await this.get(pool).getJob(jobId);
+      const job = await this.get(pool, this.keys.forTask(jobId)).getJob(jobId);
       if (!job) return false;
       await job.promote();
       return true;

@@ -36,11 +36,11 @@ export interface RunEnvelopeOptions {
   metrics: WorkerMetrics;
   abortGraceMs: number;
   /**
-   * Wakes the idle workers of a BullMQ queue (by its BullMQ name; BullMQ's marker): BullMQ's own move of an active job
-   * back to its priority level sets none, so without it an idle worker would see the handed-back job only at its next
-   * block timeout (5 s).
+   * Wakes the idle workers of a BullMQ queue (by its qualified name, `<BullMQ prefix>:<BullMQ name>`; BullMQ's marker):
+   * BullMQ's own move of an active job back to its priority level sets none, so without it an idle worker would see
+   * the handed-back job only at its next block timeout (5 s).
    */
-  wakeWorkers: (bullQueueName: string) => Promise<void>;
+  wakeWorkers: (queueQualifiedName: string) => Promise<void>;
 }
 
 /** What a run's body gets: its entry in `RunningJobs` (its controller, its lock watch). */
@@ -123,7 +123,7 @@ export class RunEnvelope {
       throw new DelayedError();
     }
     await this.o
-      .wakeWorkers(job.queueName)
+      .wakeWorkers(job.queueQualifiedName)
       .catch((error: unknown) => log.debug({ err: error }, 'could not wake idle workers'));
     throw new WaitingError();
   }

@@ -17,6 +17,7 @@ import {
   toolQueue,
   DEFAULT_PRIORITY,
   bullQueueKey,
+  keyLayoutOf,
   type CancelReason,
   type Keys,
   type Logger,
@@ -93,7 +94,7 @@ export class TaskWorker {
     );
     this.queues = new Map(options.tools.map((tool) => [tool.name, toolQueue(options.queue, tool.name)]));
     this.gate = new SlotGate(options.concurrency);
-    this.keys = createKeys(options.prefix);
+    this.keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     this.running = new RunningJobs(this.log);
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
@@ -110,7 +111,7 @@ export class TaskWorker {
       running: this.running,
       metrics: options.metrics,
       abortGraceMs: options.abortGraceMs,
-      wakeWorkers: (bullQueueName) => this.wakeWorkers(bullQueueName),
+      wakeWorkers: (queueQualifiedName) => this.wakeWorkers(queueQualifiedName),
     });
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
     // Per-key and shared limits (§3.5): only tools that declare one ask; the rest never reach Redis for it.
@@ -214,14 +215,15 @@ export class TaskWorker {
       await this.cancelWatch.start();
       const { lockDurationMs } = this.options;
       await this.applyToolLimits();
-      // One BullMQ Worker per tool queue (§3.2): every worker of a tool takes its jobs; the gate bounds the process.
-      for (const queue of new Set(this.queues.values())) {
-        const worker = new GatedWorker<unknown, void>(this.keys.queueName(queue), this.runner.process, {
+      // One BullMQ Worker per tool queue (§3.2) and, in the sharded layout, per shard of it (§1.1): every worker of a
+      // tool takes the jobs of all its shards; the gate bounds the process.
+      for (const { queue, keys } of await this.toolShards()) {
+        const worker = new GatedWorker<unknown, void>(keys.queueName(queue), this.runner.process, {
           gate: this.gate,
           level: Math.min(...this.options.tools.filter((t) => this.queues.get(t.name) === queue).map(levelOf)),
-          wakeOthers: () => this.wakeWorkers(this.keys.queueName(queue)),
+          wakeOthers: () => this.wakeWorkers(bullQueueKey(keys.bullPrefix, keys.queueName(queue))),
           connection: this.bullConnection,
-          prefix: this.keys.bullPrefix,
+          prefix: keys.bullPrefix,
           // Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within 5L/6
           // (§10.5).
           lockDuration: bullLockMs(lockDurationMs),
@@ -337,21 +339,50 @@ export class TaskWorker {
    * `setGlobalRateLimit` (PROTOCOL.md §3.3), and takes away a limit the tool no longer sets: the newest worker to start
    * sets them, so a deploy that changes a limit changes it for the fleet.
    */
-  private async applyToolLimits(): Promise<void> {
+  /**
+   * The BullMQ queues this worker consumes: one per tool queue in the single layout; in the sharded layout one per
+   * shard of each (`shards` on the tool), each under its shard's BullMQ prefix, placed here if no process did yet.
+   */
+  private async toolShards(): Promise<Array<{ queue: string; keys: Keys; shards: number }>> {
+    const out: Array<{ queue: string; keys: Keys; shards: number }> = [];
+    const seen = new Set<string>();
     for (const tool of this.options.tools) {
-      const queue = this.batchQueues.get(this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name));
+      const queue = this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name);
+      if (seen.has(queue)) continue;
+      seen.add(queue);
+      const placement = this.store.placement;
+      if (placement === undefined) {
+        out.push({ queue, keys: this.keys, shards: 1 });
+        continue;
+      }
+      const codes = await placement.codes(queue, tool.shards);
+      for (const code of codes) out.push({ queue, keys: this.keys.forShard(code), shards: codes.length });
+    }
+    return out;
+  }
+
+  private async applyToolLimits(): Promise<void> {
+    const shards = await this.toolShards();
+    for (const tool of this.options.tools) {
+      const toolQueueName = this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name);
       // BullMQ's queue-wide limits; a per-key or shared one is the worker's (§3.5), and the queue then gets none.
+      // Across N shards each gets its part, rounded up: at most limit + N - 1 in all (docs/SCALING.md).
       const { concurrency, rateLimit } = tool;
-      await (concurrency === undefined ? queue.removeGlobalConcurrency() : queue.setGlobalConcurrency(concurrency));
-      await (rateLimit === undefined
-        ? queue.removeGlobalRateLimit()
-        : queue.setGlobalRateLimit(rateLimit.max, rateLimit.perMs));
+      for (const { queue: name, keys, shards: n } of shards.filter((s) => s.queue === toolQueueName)) {
+        const queue = this.batchQueues.get(name, keys);
+        await (concurrency === undefined
+          ? queue.removeGlobalConcurrency()
+          : queue.setGlobalConcurrency(Math.ceil(concurrency / n)));
+        await (rateLimit === undefined
+          ? queue.removeGlobalRateLimit()
+          : queue.setGlobalRateLimit(Math.ceil(rateLimit.max / n), rateLimit.perMs));
+      }
     }
   }
 
   /** Sets BullMQ's "a job is waiting" marker of a queue (its key layout, not ours; "0" is its "a job is waiting"). */
-  private async wakeWorkers(bullQueueName: string): Promise<void> {
-    await this.redis.zadd(`${bullQueueKey(this.keys.bullPrefix, bullQueueName)}:marker`, 0, '0');
+  private async wakeWorkers(queueQualifiedName: string): Promise<void> {
+    await this.redis.zadd(`${queueQualifiedName}:marker`, 0, '0');
   }
 
   private connect(role: string): RedisClient {

@@ -42,7 +42,7 @@ export class ToolVersions {
   /** True while the task's deferral window, opened by its first deferral (now, if none yet), is not over. */
   async withinWindow(taskId: string): Promise<boolean> {
     const { redis, keys, windowMs } = this.o;
-    const key = keys.versionWait(taskId);
+    const key = keys.forTask(taskId).versionWait(taskId);
     const now = Date.now();
     await redis.set(key, String(now), 'PX', windowMs * 2, 'NX');
     const first = Number(await redis.get(key));

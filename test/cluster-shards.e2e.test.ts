@@ -1,0 +1,231 @@
+/**
+ * Issue 45 on a real 3-master Redis Cluster: with REDIS_CLUSTER_NODES and an unbraced prefix the built gateways and
+ * workers use the sharded key layout (PROTOCOL.md §1.1). The placement gives three tools three masters and a tool with
+ * `shards: 3` three masters; calls through one gateway fleet spread the Redis work (each master's `INFO commandstats`:
+ * command counts, not timings); task ids carry their shard, so the ordinary task operations work from another
+ * gateway; `tasks/list` merges every shard's index, its cursor included.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import {
+  CallToolResultSchema,
+  CancelTaskResultSchema,
+  ListTasksResultSchema,
+  type CallToolResult,
+} from '@modelcontextprotocol/sdk/types.js';
+import { Cluster } from 'ioredis';
+import { HOME_TAG, createKeys, masterOfSlot, slotOfCode, type MasterSlots } from '@taskrelay/shared';
+import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
+import { uniquePrefix } from './helpers/redis.js';
+import { waitFor } from './helpers/wait-for.js';
+import {
+  ROOT,
+  connectClient,
+  startGatewayProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+} from './helpers/processes.js';
+import { getTask, startTask, taskResult } from './helpers/tasks.js';
+
+const TOOLS = `${ROOT}/test/fixtures/shard-tools.mjs`;
+
+let cluster: TestCluster;
+let prefix: string;
+let gateways: GatewayProcess[];
+let clients: Client[];
+let redis: Cluster;
+
+beforeAll(async () => {
+  cluster = await startRedisCluster(3);
+  prefix = uniquePrefix('shards');
+  // One seed node: the clients discover the other masters. No braces: the sharded layout.
+  const env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix, TASKRELAY_TOOLS: TOOLS };
+  // Two workers start at once: the placement lease keeps their placements apart.
+  await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
+  // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
+  const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token', TASKRELAY_OPERATORS: 'alice' };
+  gateways = await Promise.all([startGatewayProcess(auth), startGatewayProcess(auth)]);
+  clients = await Promise.all(gateways.map((g) => connectClient(g.url, { authorization: 'Bearer alice-token' })));
+  redis = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
+  await waitFor(async () => (await clients[1]?.listTools())?.tools.some((t) => t.name === 'hot') === true, {
+    message: 'the tools never reached the second gateway',
+  });
+}, 120_000);
+
+afterAll(async () => {
+  for (const c of clients ?? []) await c.close();
+  redis?.disconnect();
+  await stopAll();
+  await cluster?.stop();
+});
+
+/** Each master's slot ranges, by its port. */
+async function masters(): Promise<MasterSlots> {
+  const reply = (await cluster.node(cluster.ports[0] ?? 0).cluster('SLOTS')) as unknown as Array<
+    [number, number, [string, number]]
+  >;
+  const out: MasterSlots = new Map();
+  for (const [from, to, [, port]] of reply) out.set(String(port), [...(out.get(String(port)) ?? []), [from, to]]);
+  return out;
+}
+
+/** The placement registry: `<queue>~<tool>#<i>` → code. */
+async function placement(): Promise<Record<string, string>> {
+  return redis.hgetall(createKeys(prefix, 'sharded').placement);
+}
+
+function codeOf(registry: Record<string, string>, tool: string, index = 0): string {
+  const entry = Object.entries(registry).find(([field]) => field.endsWith(`~${tool}#${index}`));
+  if (!entry) throw new Error(`${tool}#${index} is not placed: ${JSON.stringify(registry)}`);
+  return entry[1];
+}
+
+/** Commands each master ran since its last reset, from `INFO commandstats`. */
+async function commandsPerMaster(): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  for (const port of cluster.ports) {
+    const info = await cluster.node(port).info('commandstats');
+    let calls = 0;
+    for (const match of info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) calls += Number(match[1]);
+    out.set(port, calls);
+  }
+  return out;
+}
+
+async function resetStats(): Promise<void> {
+  for (const port of cluster.ports) await cluster.node(port).config('RESETSTAT');
+}
+
+/** `count` plain calls of each tool, `inFlight` at once per client, alternating the two gateways. */
+async function callMany(tools: string[], count: number, inFlight = 8): Promise<void> {
+  const calls = tools.flatMap((tool) => Array.from({ length: count }, (_, n) => ({ tool, n })));
+  let next = 0;
+  const lane = async (client: Client) => {
+    while (next < calls.length) {
+      const call = calls[next++];
+      if (!call) return;
+      const result = (await client.request(
+        { method: 'tools/call', params: { name: call.tool, arguments: { n: call.n } } },
+        CallToolResultSchema,
+      )) as CallToolResult;
+      expect(result.structuredContent).toEqual({ tool: call.tool, n: call.n });
+    }
+  };
+  await Promise.all(clients.flatMap((client) => Array.from({ length: inFlight / 2 }, () => lane(client))));
+}
+
+function busiestShare(counts: Map<number, number>): { share: number; counts: number[] } {
+  const values = [...counts.values()];
+  const total = values.reduce((a, b) => a + b, 0);
+  return { share: Math.max(...values) / total, counts: values };
+}
+
+describe('placement on a 3-master cluster', () => {
+  it('gives three tools three masters, and the three shards of a hot tool three masters', async () => {
+    const registry = await placement();
+    const slots = await masters();
+    const masterOf = (code: string) => masterOfSlot(slots, slotOfCode(code));
+    const three = ['alpha', 'beta', 'gamma'].map((tool) => masterOf(codeOf(registry, tool)));
+    expect(new Set(three).size).toBe(3);
+    const hot = [0, 1, 2].map((i) => masterOf(codeOf(registry, 'hot', i)));
+    expect(new Set(hot).size).toBe(3);
+    // Every key written so far starts with the prefix, under the home tag or a placed shard's.
+    const codes = new Set(Object.values(registry));
+    for (const port of cluster.ports) {
+      for (const key of await cluster.node(port).keys('*')) {
+        const tag = /^([^{]*)\{([^}]*)\}/.exec(key);
+        expect(tag?.[1], key).toBe(`${prefix}:`);
+        expect(tag?.[2] === HOME_TAG || codes.has(tag?.[2] ?? ''), key).toBe(true);
+      }
+    }
+  });
+});
+
+describe('the work spreads over the masters', () => {
+  it('three tools: the busiest master carries at most 40 % of the Redis commands', async () => {
+    await callMany(['alpha'], 4);
+    await resetStats();
+    await callMany(['alpha', 'beta', 'gamma'], 60);
+    const { share, counts } = busiestShare(await commandsPerMaster());
+    console.log(`3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %`);
+    expect(share).toBeLessThanOrEqual(0.4);
+  }, 120_000);
+
+  it('one hot tool with shards: 3: the busiest master carries at most 45 %', async () => {
+    await resetStats();
+    await callMany(['hot'], 180);
+    const { share, counts } = busiestShare(await commandsPerMaster());
+    console.log(`hot tool, 3 shards: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %`);
+    expect(share).toBeLessThanOrEqual(0.45);
+  }, 120_000);
+});
+
+describe('the task operations through another gateway', () => {
+  it('finds a task by its id alone: get, result and list from the other gateway', async () => {
+    const [a, b] = clients as [Client, Client];
+    const registry = await placement();
+    const ids: string[] = [];
+    for (const tool of ['alpha', 'beta', 'gamma', 'hot']) ids.push(await startTask(a, tool, { n: 7 }));
+    for (const [i, tool] of ['alpha', 'beta', 'gamma'].entries())
+      expect(ids[i]?.slice(0, 4)).toBe(codeOf(registry, tool));
+    expect([0, 1, 2].map((i) => codeOf(registry, 'hot', i))).toContain(ids[3]?.slice(0, 4));
+    for (const id of ids) {
+      const result = await taskResult(b, id);
+      expect(result.structuredContent).toMatchObject({ n: 7 });
+      expect((await getTask(b, id)).status).toBe('completed');
+    }
+    // tasks/list merges the shards' indexes, newest first, page by page with no duplicate and no gap.
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await b.request(
+        { method: 'tasks/list', params: cursor === undefined ? {} : { cursor } },
+        ListTasksResultSchema,
+      );
+      seen.push(...page.tasks.map((t) => t.taskId));
+      cursor = page.nextCursor;
+    } while (cursor !== undefined);
+    expect(new Set(seen).size).toBe(seen.length);
+    for (const id of ids) expect(seen).toContain(id);
+  }, 60_000);
+
+  it('cancels a running task from the other gateway, and its worker stops the tool', async () => {
+    const [a, b] = clients as [Client, Client];
+    const taskId = await startTask(a, 'slow', {});
+    await waitFor(
+      async () => (await redis.hget(createKeys(prefix, 'sharded').forTask(taskId).task(taskId), 'attempt')) === '1',
+      { message: 'the slow task never started' },
+    );
+    const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
+    expect(cancelled.status).toBe('cancelled');
+    expect((await getTask(a, taskId)).status).toBe('cancelled');
+  }, 60_000);
+
+  it('shows each shard of a tool in the admin queue depths, and pauses a tool on every shard', async () => {
+    const admin = (path: string, method = 'GET') =>
+      fetch(`${gateways[1]!.url.replace(/\/mcp$/, '')}/admin/api/${path}`, {
+        method,
+        headers: { authorization: 'Bearer alice-token' },
+      }).then(async (res) => ({ status: res.status, body: (await res.json()) as Record<string, any> }));
+    const registry = await placement();
+    const overview = await admin('overview');
+    const rows = (overview.body['queues'] as Array<{ queue: string; workers: number }>).map((q) => q.queue);
+    for (const i of [0, 1, 2]) expect(rows).toContain(`default~hot@${codeOf(registry, 'hot', i)}`);
+    expect((await admin('tools/hot/pause', 'POST')).status).toBe(200);
+    const [a] = clients as [Client, Client];
+    const ids = [await startTask(a, 'hot', { n: 1 }), await startTask(a, 'hot', { n: 2 })];
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    for (const id of ids) expect((await getTask(a, id)).status).toBe('working');
+    const tools = (await admin('tools')).body['tools'] as Array<{ name: string; paused: boolean; waiting: number }>;
+    expect(tools.find((t) => t.name === 'hot')).toMatchObject({ waiting: 2 });
+    expect((await admin('tools/hot/resume', 'POST')).status).toBe(200);
+    for (const id of ids) expect((await taskResult(a, id)).structuredContent).toMatchObject({ tool: 'hot' });
+  }, 60_000);
+
+  it('answers an id that names no shard as not found', async () => {
+    const [, b] = clients as [Client, Client];
+    await expect(getTask(b, 'not-a-task')).rejects.toThrow(/not found/i);
+    await expect(getTask(b, `ffff${'0'.repeat(32)}`)).rejects.toThrow(/not found/i);
+  });
+});
