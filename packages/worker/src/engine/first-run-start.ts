@@ -44,30 +44,29 @@ export class FirstRunStart implements PendingStart {
       );
     // The first try goes out at once, unawaited (the pipelined start); only a try that found Redis unreachable is
     // repeated, while the lock may hold, as a run's end is (§10.10): the tool is running already.
-    this.answer = writeThroughOutage(startRun, { windowMs: o.outageWindowMs ?? 0, log: o.log, what: 'start' })
-      .then(
-        (started): StartAnswer => {
-          if (started.lockLost) return this.refused(true, 'start refused');
-          const task = started.record;
-          if (task && !isTerminal(task.status)) return { ok: true, record: task };
-          if (!this.ended) {
-            // Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
-            const reason = sweptReason(
-              task && { status: task.status, cancelReason: task.cancelReason, errorCode: task.error?.code },
-            );
-            o.running.abort(start.taskId, reason, 'task ended before its run recorded its start; aborting tool', {
-              status: task?.status ?? 'missing',
-            });
-          }
-          return { ok: false, lockLost: false };
-        },
-        (error: unknown): StartAnswer => {
-          // As at a start before the tool: Redis lost while recording the run is no fault of the tool's. The run ends
-          // as one that lost its lock, and its job is handed back (or returns to the queue when the lock expires).
-          o.log.warn({ err: error }, 'Redis unreachable while recording the start; the run stops');
-          return this.refused(true, 'start not recorded');
-        },
-      );
+    this.answer = writeThroughOutage(startRun, { windowMs: o.outageWindowMs ?? 0, log: o.log, what: 'start' }).then(
+      (started): StartAnswer => {
+        if (started.lockLost) return this.refused(true, 'start refused');
+        const task = started.record;
+        if (task && !isTerminal(task.status)) return { ok: true, record: task };
+        if (!this.ended) {
+          // Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
+          const reason = sweptReason(
+            task && { status: task.status, cancelReason: task.cancelReason, errorCode: task.error?.code },
+          );
+          o.running.abort(start.taskId, reason, 'task ended before its run recorded its start; aborting tool', {
+            status: task?.status ?? 'missing',
+          });
+        }
+        return { ok: false, lockLost: false };
+      },
+      (error: unknown): StartAnswer => {
+        // As at a start before the tool: Redis lost while recording the run is no fault of the tool's. The run ends
+        // as one that lost its lock, and its job is handed back (or returns to the queue when the lock expires).
+        o.log.warn({ err: error }, 'Redis unreachable while recording the start; the run stops');
+        return this.refused(true, 'start not recorded');
+      },
+    );
     this.record = this.answer.then((a) => (a.ok ? a.record : undefined));
   }
 
