@@ -206,7 +206,10 @@ describe('the task operations through another gateway', () => {
     const admin = (path: string, method = 'GET') =>
       fetch(`${gateways[1]!.url.replace(/\/mcp$/, '')}/admin/api/${path}`, {
         method,
-        headers: { authorization: 'Bearer alice-token' },
+        // Operator writes carry JSON (a write without it is refused 415: the CSRF rule).
+        ...(method === 'GET'
+          ? { headers: { authorization: 'Bearer alice-token' } }
+          : { headers: { authorization: 'Bearer alice-token', 'content-type': 'application/json' }, body: '{}' }),
       }).then(async (res) => ({ status: res.status, body: (await res.json()) as Record<string, any> }));
     const registry = await placement();
     const overview = await admin('overview');

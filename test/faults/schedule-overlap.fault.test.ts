@@ -82,7 +82,7 @@ describe('schedules with overlap through a gateway kill', () => {
       { timeoutMs: 60_000, message: 'the schedules stopped firing after the gateway kill' },
     );
     for (const overlap of ['queue', 'skip'])
-      await api(`/admin/api/schedules/kill-${overlap}/pause`, { method: 'POST' });
+      await api(`/admin/api/schedules/kill-${overlap}/pause`, { method: 'POST', body: '{}' });
     // A firing taken just before the pause may still start its run.
     await new Promise((r) => setTimeout(r, 1_500));
     await waitFor(async () => (await tasksOf('kill-queue')).every((t) => t['status'] !== 'working'), {
