@@ -15,7 +15,7 @@ import { JSON_RPC, type GatewayConfig, type Logger } from '@taskrelay/shared';
 import { jsonRpcError } from '../http/http-guards.js';
 import { writeStreamedRead } from '../http/resource-body.js';
 import { sanitizeOutgoing } from '../http/safe-errors.js';
-import { toMcpError } from '../wire/errors.js';
+import { toWireErrorObject } from '../wire/errors.js';
 import type { StreamBuffers } from '../http/stream-buffers.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { McpMethods } from '../protocol/methods.js';
@@ -200,12 +200,10 @@ function streamedRead(
       else answer({ jsonrpc: '2.0', id: request.id, result: read.result });
     } catch (error) {
       if (res.headersSent) return;
-      const { code, message, data } = toMcpError(error);
-      const text = message.replace(/^MCP error -?\d+: /, '');
       answer({
         jsonrpc: '2.0',
         id: request.id,
-        error: data === undefined ? { code, message: text } : { code, message: text, data },
+        error: toWireErrorObject(error),
       });
     }
   })();

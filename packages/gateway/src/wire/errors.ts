@@ -67,6 +67,16 @@ export class WireError extends McpError {
   }
 }
 
+/**
+ * An error as a JSON-RPC error object for the wire: McpError prefixes its message with `MCP error <code>: `, and the
+ * wire carries the message alone (the client's McpError adds the prefix again). The one place that strips it.
+ */
+export function toWireErrorObject(error: unknown): RpcErrorObject {
+  const mcp = toMcpError(error);
+  const message = mcp.message.replace(/^MCP error -?\d+: /, '');
+  return mcp.data === undefined ? { code: mcp.code, message } : { code: mcp.code, message, data: mcp.data };
+}
+
 /** A JSON-RPC error object, as a task's failure renders it. */
 export interface RpcErrorObject {
   code: number;

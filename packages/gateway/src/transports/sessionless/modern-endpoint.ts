@@ -10,7 +10,7 @@ import type { Request, Response } from 'express';
 import { z } from 'zod';
 import { McpError, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { JSON_RPC, type Logger, type ProgressToken } from '@taskrelay/shared';
-import { WireError, toMcpError } from '../../wire/errors.js';
+import { WireError, toWireErrorObject } from '../../wire/errors.js';
 import { sanitizeOutgoing } from '../../http/safe-errors.js';
 import { writeStreamedRead } from '../../http/resource-body.js';
 import { SseWriter, type SseWriterOptions } from '../../http/sse-writer.js';
@@ -386,10 +386,7 @@ function taskIdOf(rpc: Rpc): string {
 }
 
 function errorObject(error: unknown): { code: number; message: string; data?: unknown } {
-  const mcp = toMcpError(error);
-  // McpError prefixes its message with "MCP error <code>: "; the wire carries the message alone.
-  const message = mcp.message.replace(/^MCP error -?\d+: /, '');
-  return mcp.data === undefined ? { code: mcp.code, message } : { code: mcp.code, message, data: mcp.data };
+  return toWireErrorObject(error);
 }
 
 function acceptsEventStream(req: Request): boolean {
