@@ -1,8 +1,9 @@
 // Emits the task store's Lua scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2): the same sources
 // the Node processes load (scripts.ts `loadScripts`), written as files beside a manifest of their keys, arguments and
 // result codes, the hash field names and the scripts generation. The Python worker runs these files and never a copy
-// kept by hand; `.ci/run` fails when the committed files differ from what this writes.
-// Run by scripts/build.mjs after tsc (it reads the compiled shared package).
+// kept by hand. The files are not committed: scripts/build.mjs runs this after tsc (it reads the compiled shared
+// package), so an editable install (`pip install -e`) finds them, and the wheel's build hook
+// (packages/worker-python/hatch_build.py) runs it too, so a wheel always carries the scripts of its checkout.
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 
 const python = new URL('../worker-python/', import.meta.url);
@@ -15,7 +16,7 @@ const { ResultCode } = await import(new URL('script-results.js', shared).href);
 const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
 const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
 
-const out = new URL('src/taskrelay_worker/protocol/', python);
+const out = new URL('src/taskrelay_worker/_generated/', python);
 
 const nodeBullmq = JSON.parse(readFileSync(new URL('../worker/package.json', import.meta.url), 'utf8')).dependencies
   .bullmq;
