@@ -24,12 +24,21 @@ const pythonBullmq = /"bullmq==([^"]+)"/.exec(readFileSync(new URL('pyproject.to
 if (!pythonBullmq) throw new Error('packages/worker-python/pyproject.toml pins no bullmq==<version>');
 
 const codes = Object.fromEntries(Object.entries(ResultCode).filter(([, value]) => typeof value === 'number'));
+/**
+ * Writes `text` unless the file already holds it: the wheel's build hook runs this while tests may be starting Python
+ * workers that read these files, so an unchanged file is never rewritten (nor briefly missing).
+ */
+function writeIfChanged(file, text) {
+  const url = new URL(file, out);
+  if (existsSync(url) && readFileSync(url, 'utf8') === text) return;
+  writeFileSync(url, text);
+}
+
 const scripts = {};
 mkdirSync(out, { recursive: true });
-for (const file of readdirSync(out)) if (file.endsWith('.lua')) rmSync(new URL(file, out));
 for (const [spec, source] of loadScripts()) {
   const file = `${spec.name}-${spec.keys.length}.lua`;
-  writeFileSync(new URL(file, out), source);
+  writeIfChanged(file, source);
   scripts[spec.name] = {
     file,
     keys: [...spec.keys],
@@ -47,4 +56,7 @@ const manifest = {
   cancelReasons: CancelReasonSchema.options,
   scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
 };
-writeFileSync(new URL('manifest.json', out), `${JSON.stringify(manifest, null, 2)}\n`);
+writeIfChanged('manifest.json', `${JSON.stringify(manifest, null, 2)}\n`);
+// A script renamed or removed leaves its old file: remove what the manifest no longer names.
+const named = new Set(Object.values(scripts).map((script) => script.file));
+for (const file of readdirSync(out)) if (file.endsWith('.lua') && !named.has(file)) rmSync(new URL(file, out));
