@@ -87,7 +87,10 @@ describe.skipIf(PYTHON === undefined)('the packed packages, installed outside th
     const out = join(scratch, 'packed');
     // --no-build: vitest's bootstrap built, and other suites may be reading dist/ now.
     const packStart = Date.now();
-    const packing = spawnSync(process.execPath, ['scripts/pack.mjs', '--no-build', '--out', out], { cwd: ROOT, encoding: 'utf8' });
+    const packing = spawnSync(process.execPath, ['scripts/pack.mjs', '--no-build', '--out', out], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
     if (packing.status !== 0) throw new Error(`scripts/pack.mjs failed:\n${packing.stderr}`);
     const packMs = Date.now() - packStart;
     packed = readdirSync(out).map((f) => join(out, f));
@@ -115,7 +118,13 @@ describe.skipIf(PYTHON === undefined)('the packed packages, installed outside th
       run('npm', ['install', '-g', ...npmFlags, '--prefix', prefix, tarballs.find((f) => f.includes('-cli-')) ?? ''], {
         cwd: scratch,
       }),
-      run('sh', ['-c', '"$0" -m venv "$1" && "$1/bin/pip" install --quiet --disable-pip-version-check "$2"', HOST_PYTHON, venv, wheel]),
+      run('sh', [
+        '-c',
+        '"$0" -m venv "$1" && "$1/bin/pip" install --quiet --disable-pip-version-check "$2"',
+        HOST_PYTHON,
+        venv,
+        wheel,
+      ]),
     ]);
     image = replayDockerfile({ context: custom, scratch: join(scratch, 'image'), npmCache: NPM_CACHE });
     const replayed = Date.now() - t0;

@@ -46,8 +46,11 @@ describe('§30.4 the log keeper', () => {
     expect(log.isLevelEnabled('info')).toBe(true);
   });
 
-  it('keeps a field named like one of the line\'s own keys as `<name>_` (a field `attempt` was dropped before)', () => {
-    const line = JSON.parse(keptLine('info', [{ attempt: 7, msg: 'mine', n: 1 }, 'step'], 2)) as Record<string, unknown>;
+  it("keeps a field named like one of the line's own keys as `<name>_` (a field `attempt` was dropped before)", () => {
+    const line = JSON.parse(keptLine('info', [{ attempt: 7, msg: 'mine', n: 1 }, 'step'], 2)) as Record<
+      string,
+      unknown
+    >;
     expect(line).toMatchObject({ attempt: 2, attempt_: 7, msg: 'step', msg_: 'mine', n: 1 });
   });
 
