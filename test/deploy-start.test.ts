@@ -76,7 +76,7 @@ describe.skipIf(PYTHON === undefined)('npm start’s lines for a Python worker',
   it('pasted as printed, serve the example tool through the stack’s gateway, on its private Redis', async () => {
     const port = await getPort({ host: '127.0.0.1' });
     // No REDIS_URL: the stack starts its own Redis on a free port, as a newcomer's `npm start` does.
-    const env = { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_FORMAT: 'json' };
+    const env: NodeJS.ProcessEnv = { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_FORMAT: 'json' };
     delete env['REDIS_URL'];
     delete env['TASKRELAY_PREFIX'];
     const stack = spawnLogged(process.execPath, [resolve(ROOT, 'scripts/start-stack.mjs')], env);
