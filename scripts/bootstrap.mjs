@@ -248,8 +248,10 @@ function ensurePython() {
 }
 
 await ensureTools();
-// `pnpm bench --python`'s rows need the same .venv.
-if (process.argv.includes('--tests') || process.argv.includes('--python')) ensurePython();
 if (!existsSync(join(root, 'node_modules', '.modules.yaml'))) install();
 const stale = stalePackages();
 if (stale.length > 0) rebuild(stale);
+// After the build: the Python package's generated scripts come from it (its build hook, hatch_build.py, would
+// otherwise build the packages itself, and fails on a fresh clone before the install). `pnpm bench --python`'s rows
+// need the same .venv.
+if (process.argv.includes('--tests') || process.argv.includes('--python')) ensurePython();

@@ -21,12 +21,12 @@ export const PACKAGES = ['shared', 'worker', 'gateway', 'cli'];
  */
 export const STEPS = [
   { script: 'packages/shared/copy-commands.mjs', pkg: 'shared', output: 'dist/commands' },
-  // The same scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2); committed, so pip installs from a
-  // checkout without Node, and `.ci/run` fails when they differ from what this step writes.
+  // The same scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2): not committed (git-ignored); the
+  // editable install reads them from here, and the wheel's build hook (hatch_build.py) runs this step itself.
   {
     script: 'packages/shared/emit-python-lua.mjs',
     pkg: 'shared',
-    output: '../worker-python/src/taskrelay_worker/protocol/manifest.json',
+    output: '../worker-python/src/taskrelay_worker/_generated/manifest.json',
   },
 ];
 

@@ -263,14 +263,31 @@ function banner(mcpUrl, redisUrl, privateRedis) {
     '',
     '  Try it:',
     `    node examples/call-build-report.mjs ${mcpUrl}`,
-    `    node packages/cli/dist/main.js --url ${mcpUrl} call build_report report=q3 items=20 --task`,
+    `    npx taskrelay --url ${mcpUrl} call build_report report=q3 items=20 --task`,
     `    npx @modelcontextprotocol/inspector@${INSPECTOR_VERSION}   (Node 22.7.5+; UI: transport "Streamable HTTP", URL ${mcpUrl})` +
       auth,
+    '',
+    ...pythonWorkerLines(redisUrl),
     '',
     '  Ctrl-C stops everything.',
     '',
   ];
   process.stdout.write(lines.join('\n') + '\n');
+}
+
+/**
+ * What to paste into another shell, in this folder, to add a Python worker to this stack (docs/PYTHON.md): the Redis
+ * it must use (a private one is on a random port) and the prefix, serving the example tool. The venv line only while
+ * there is no `.venv` with the worker yet (npm test's bootstrap makes one).
+ */
+function pythonWorkerLines(redisUrl) {
+  const venv = join(root, '.venv', 'bin', 'taskrelay-worker');
+  const prefix = process.env['TASKRELAY_PREFIX'] ? ` TASKRELAY_PREFIX=${process.env['TASKRELAY_PREFIX']}` : '';
+  return [
+    '  A Python worker on this stack (paste into another shell, in this folder):',
+    ...(existsSync(venv) ? [] : ['    python3 -m venv .venv && .venv/bin/pip install -e packages/worker-python']),
+    `    REDIS_URL=${redisUrl}${prefix} TASKRELAY_TOOLS=examples/python-worker/train.py .venv/bin/taskrelay-worker`,
+  ];
 }
 
 function redactUrl(url) {

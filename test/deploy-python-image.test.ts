@@ -23,7 +23,9 @@ const DOCKERFILE = 'packages/worker-python/Dockerfile';
 describe('the Python worker’s Dockerfile', () => {
   const text = readFileSync(resolve(ROOT, DOCKERFILE), 'utf8');
   it('builds in stages, installs the wheel only, and runs as a non-root user', () => {
-    expect(text.match(/^FROM /gm)).toHaveLength(2);
+    // scripts (the Node build writes the generated scripts; they are not committed), build (the wheel), runtime.
+    expect(text.match(/^FROM /gm)).toHaveLength(3);
+    expect(text).toMatch(/^COPY --from=scripts \S+\/_generated /m);
     const runtime = text.slice(text.lastIndexOf('\nFROM '));
     expect(runtime).toMatch(/^COPY --from=build \/wheels/m);
     expect(runtime).not.toMatch(/COPY packages\/worker-python\/src/);

@@ -116,6 +116,20 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     expect(failed).toMatchObject({ isError: true, content: [{ type: 'text', text: 'bad input upstream' }] });
   });
 
+  it('§25.2 a Python tool’s dedupe joins a repeat of an unfinished call, as a Node tool’s does', async () => {
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name)).toContain('py_deduped');
+    const first = await startTask(client, 'py_deduped', { report: 'q3', ms: 1500 });
+    // `ms` is not in the key: the same report joins the unfinished call; another report starts anew.
+    expect(await startTask(client, 'py_deduped', { report: 'q3', ms: 0 })).toBe(first);
+    const other = await startTask(client, 'py_deduped', { report: 'q4', ms: 0 });
+    expect(other).not.toBe(first);
+    expect((await taskResult(client, first)).structuredContent).toEqual({ report: 'q3' });
+    expect((await taskResult(client, other)).structuredContent).toEqual({ report: 'q4' });
+    // Once it ended, the same call starts anew.
+    expect(await startTask(client, 'py_deduped', { report: 'q3', ms: 0 })).not.toBe(first);
+  });
+
   it('§30.4 keeps a Python tool’s ctx.log lines with its task, each with its attempt, a long one cut', async () => {
     const taskId = await startTask(client, 'py_count', { n: 2, delay_ms: 1 });
     await taskResult(client, taskId);

@@ -1,8 +1,9 @@
 // Emits the task store's Lua scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2): the same sources
 // the Node processes load (scripts.ts `loadScripts`), written as files beside a manifest of their keys, arguments and
 // result codes, the hash field names and the scripts generation. The Python worker runs these files and never a copy
-// kept by hand; `.ci/run` fails when the committed files differ from what this writes.
-// Run by scripts/build.mjs after tsc (it reads the compiled shared package).
+// kept by hand. The files are not committed: scripts/build.mjs runs this after tsc (it reads the compiled shared
+// package), so an editable install (`pip install -e`) finds them, and the wheel's build hook
+// (packages/worker-python/hatch_build.py) runs it too, so a wheel always carries the scripts of its checkout.
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 
 const python = new URL('../worker-python/', import.meta.url);
@@ -15,7 +16,7 @@ const { ResultCode } = await import(new URL('script-results.js', shared).href);
 const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
 const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
 
-const out = new URL('src/taskrelay_worker/protocol/', python);
+const out = new URL('src/taskrelay_worker/_generated/', python);
 
 const nodeBullmq = JSON.parse(readFileSync(new URL('../worker/package.json', import.meta.url), 'utf8')).dependencies
   .bullmq;
@@ -23,12 +24,21 @@ const pythonBullmq = /"bullmq==([^"]+)"/.exec(readFileSync(new URL('pyproject.to
 if (!pythonBullmq) throw new Error('packages/worker-python/pyproject.toml pins no bullmq==<version>');
 
 const codes = Object.fromEntries(Object.entries(ResultCode).filter(([, value]) => typeof value === 'number'));
+/**
+ * Writes `text` unless the file already holds it: the wheel's build hook runs this while tests may be starting Python
+ * workers that read these files, so an unchanged file is never rewritten (nor briefly missing).
+ */
+function writeIfChanged(file, text) {
+  const url = new URL(file, out);
+  if (existsSync(url) && readFileSync(url, 'utf8') === text) return;
+  writeFileSync(url, text);
+}
+
 const scripts = {};
 mkdirSync(out, { recursive: true });
-for (const file of readdirSync(out)) if (file.endsWith('.lua')) rmSync(new URL(file, out));
 for (const [spec, source] of loadScripts()) {
   const file = `${spec.name}-${spec.keys.length}.lua`;
-  writeFileSync(new URL(file, out), source);
+  writeIfChanged(file, source);
   scripts[spec.name] = {
     file,
     keys: [...spec.keys],
@@ -46,4 +56,7 @@ const manifest = {
   cancelReasons: CancelReasonSchema.options,
   scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
 };
-writeFileSync(new URL('manifest.json', out), `${JSON.stringify(manifest, null, 2)}\n`);
+writeIfChanged('manifest.json', `${JSON.stringify(manifest, null, 2)}\n`);
+// A script renamed or removed leaves its old file: remove what the manifest no longer names.
+const named = new Set(Object.values(scripts).map((script) => script.file));
+for (const file of readdirSync(out)) if (file.endsWith('.lua') && !named.has(file)) rmSync(new URL(file, out));

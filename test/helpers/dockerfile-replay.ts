@@ -14,7 +14,7 @@
  * fails the test instead of passing untested.
  */
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import dockerignore from '@balena/dockerignore';
 import { DockerfileParser, type Arg, type Copy, type Env, type From, type Instruction } from 'dockerfile-ast';
@@ -137,6 +137,11 @@ export interface ReplayOptions {
   dockerfile?: string;
   /** Build args (`--build-arg`), overriding the Dockerfile's defaults. */
   buildArgs?: Record<string, string>;
+  /**
+   * npm's cache for the `RUN`s (default: a fresh one in `scratch`); the host's makes an `npm install` warm. Only for
+   * a Dockerfile that never runs `npm cache clean` (it would empty that cache).
+   */
+  npmCache?: string;
   /** Called with each step as it starts, for the test's log. */
   onStep?: (stage: string, step: Step) => void;
 }
@@ -213,8 +218,12 @@ export function replayDockerfile(options: ReplayOptions): ReplayedImage {
           if (step.from !== undefined && !source) throw new Error(`COPY --from=${step.from}: no such stage before`);
           const destDir = step.dest.endsWith('/') || step.sources.length > 1;
           const dest = inRoot(resolve(state.workdir, step.dest));
-          for (const src of step.sources) {
-            const from = source ? join(source.root, src) : join(context, src);
+          const base = source ? source.root : context;
+          // A `*` in a source's last segment matches as Docker's does; a COPY none of whose sources matches fails.
+          const sources = step.sources.flatMap((src) => (src.includes('*') ? expandGlob(base, src) : [src]));
+          if (sources.length === 0) throw new Error(`COPY ${step.sources.join(' ')}: no source file matches`);
+          for (const src of sources) {
+            const from = join(base, src);
             if (!existsSync(from)) throw new Error(`COPY ${src}: not found in ${source ? step.from : 'the context'}`);
             const target = destDir && !statSync(from).isDirectory() ? join(dest, basename(src)) : dest;
             mkdirSync(dirname(target), { recursive: true });
@@ -244,7 +253,7 @@ export function replayDockerfile(options: ReplayOptions): ReplayedImage {
               HOME: home,
               ...(npmGlobalConfig ? { npm_config_globalconfig: npmGlobalConfig } : {}),
               npm_config_prefix: join(root, 'usr/local'),
-              npm_config_cache: join(options.scratch, 'npm-cache'),
+              npm_config_cache: options.npmCache ?? join(options.scratch, 'npm-cache'),
               npm_config_update_notifier: 'false',
               pnpm_config_store_dir: store.replace(/\/v\d+$/, ''),
               ...state.args,
@@ -266,6 +275,20 @@ export function replayDockerfile(options: ReplayOptions): ReplayedImage {
   }
   if (!last) throw new Error('Dockerfile: no FROM');
   return { root: last.root, workdir: inRoot(last.root, last.workdir), env: last.env, cmd: last.cmd };
+}
+
+/** The entries of `base` that `pattern` (a `*` wildcard in its last segment only) names, relative to `base`. */
+function expandGlob(base: string, pattern: string): string[] {
+  const dir = dirname(pattern);
+  if (dir.includes('*')) throw new Error(`COPY ${pattern}: the replay matches a wildcard in the last segment only`);
+  const escaped = basename(pattern).replace(/[.+?^${}()|[\]\\]/g, '\\$&');
+  const matcher = new RegExp(`^${escaped.replace(/\*/g, '.*')}$`);
+  const within = join(base, dir);
+  if (!existsSync(within)) return [];
+  return readdirSync(within)
+    .filter((name) => matcher.test(name))
+    .sort()
+    .map((name) => (dir === '.' ? name : `${dir}/${name}`));
 }
 
 function inRoot(root: string, path: string): string {

@@ -151,3 +151,28 @@ def test_keyed_limits_count_per_principal_unless_shared_across_principals():
     with pytest.raises(ValueError, match="across_principals must be true or false"):
         define_tool(name="bad", description="d", run=run, input_schema=schema,
                     concurrency={"limit": 1, "key": ["tenant"], "across_principals": "yes"})
+
+
+def test_dedupe_is_carried_in_the_catalog_as_node_carries_it():
+    schema = {"type": "object", "properties": {"report": {"type": "string"}, "ms": {"type": "integer"}}}
+    keyed = define_tool(name="k", description="d", run=run, input_schema=schema, dedupe={"key": ["report"], "ttl_ms": 5000})
+    assert keyed.descriptor()["dedupe"] == {"key": ["report"], "ttlMs": 5000}
+    every = define_tool(name="e", description="d", run=run, input_schema=schema, dedupe=True)
+    assert every.descriptor()["dedupe"] == {"ttlMs": 3_600_000}
+    assert "dedupe" not in define_tool(name="n", description="d", run=run, input_schema=schema).descriptor()
+
+
+@pytest.mark.parametrize(
+    "dedupe, message",
+    [
+        ({"key": ["nope"]}, "dedupe.key names nope, which input_schema does not"),
+        ({"key": []}, "dedupe.key must be a non-empty list"),
+        ({"ttl_ms": 0}, "dedupe.ttl_ms must be a whole number"),
+        ({"ttlMs": 5}, "dedupe must be True or"),
+        ("yes", "dedupe must be True or"),
+    ],
+)
+def test_a_bad_dedupe_is_refused_when_the_module_loads(dedupe, message):
+    schema = {"type": "object", "properties": {"report": {"type": "string"}}}
+    with pytest.raises(ValueError, match=message):
+        define_tool(name="t", description="d", run=run, input_schema=schema, dedupe=dedupe)

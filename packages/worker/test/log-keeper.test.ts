@@ -46,6 +46,14 @@ describe('§30.4 the log keeper', () => {
     expect(log.isLevelEnabled('info')).toBe(true);
   });
 
+  it("keeps a field named like one of the line's own keys as `<name>_` (a field `attempt` was dropped before)", () => {
+    const line = JSON.parse(keptLine('info', [{ attempt: 7, msg: 'mine', n: 1 }, 'step'], 2)) as Record<
+      string,
+      unknown
+    >;
+    expect(line).toMatchObject({ attempt: 2, attempt_: 7, msg: 'step', msg_: 'mine', n: 1 });
+  });
+
   it('cuts a line over the byte bound and says so', () => {
     const line = JSON.parse(keptLine('info', ['x'.repeat(10_000)], 1)) as { msg: string };
     expect(Buffer.byteLength(JSON.stringify(line))).toBeLessThanOrEqual(MAX_KEPT_LOG_LINE_BYTES);

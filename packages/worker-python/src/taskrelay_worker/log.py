@@ -56,12 +56,16 @@ class Logger:
     def enabled(self, level: str) -> bool:
         return LEVELS[level] >= self._threshold
 
-    def _write(self, level: str, msg: str, fields: dict[str, Any]) -> None:
+    def _write(self, level: str, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
         if not self.enabled(level):
             return
+        msg, fields = _message(args, fields)
         line: dict[str, Any] = {"level": LEVELS[level], "time": int(time.time() * 1000), **self._bindings}
         for key, value in fields.items():
-            line[key] = _error_fields(value) if isinstance(value, BaseException) else value
+            # A field never replaces the line's own (level, time, msg, pid, hostname, the logger's bindings such as
+            # taskId, tool and attempt): it is written as `<name>_` beside it (PEP 8's trailing underscore).
+            name = f"{key}_" if key in line or key == "msg" else key
+            line[name] = _error_fields(value) if isinstance(value, BaseException) else value
         line["msg"] = msg
         stream = self._stream or sys.stdout
         stream.write(json.dumps(line, default=str, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -69,17 +73,47 @@ class Logger:
         if self._sink is not None:
             self._sink(level, msg, fields)
 
-    def trace(self, msg: str, **fields: Any) -> None:
-        self._write("trace", msg, fields)
+    # Each level takes a message and fields, as ``log.info("resized", width=640)``; also, as a Python developer or a
+    # pino user would write it: ``log.info("resized %d images", n)`` (%-style arguments, as the logging module) and
+    # ``log.info("resized", {"width": 640})`` or ``log.info({"width": 640}, "resized")`` (a dict of fields).
 
-    def debug(self, msg: str, **fields: Any) -> None:
-        self._write("debug", msg, fields)
+    def trace(self, *args: Any, **fields: Any) -> None:
+        self._write("trace", args, fields)
 
-    def info(self, msg: str, **fields: Any) -> None:
-        self._write("info", msg, fields)
+    def debug(self, *args: Any, **fields: Any) -> None:
+        self._write("debug", args, fields)
 
-    def warn(self, msg: str, **fields: Any) -> None:
-        self._write("warn", msg, fields)
+    def info(self, *args: Any, **fields: Any) -> None:
+        self._write("info", args, fields)
 
-    def error(self, msg: str, **fields: Any) -> None:
-        self._write("error", msg, fields)
+    def warn(self, *args: Any, **fields: Any) -> None:
+        self._write("warn", args, fields)
+
+    #: ``warning`` as the logging module spells it.
+    warning = warn
+
+    def error(self, *args: Any, **fields: Any) -> None:
+        self._write("error", args, fields)
+
+
+def _message(args: tuple[Any, ...], fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The message and fields of one call: ``(msg, *format_args)``, ``(msg, {fields})`` or ``({fields}, msg, ...)``."""
+    if args and isinstance(args[0], dict):
+        fields = {**args[0], **fields}
+        args = args[1:]
+    elif len(args) == 2 and isinstance(args[1], dict):
+        fields = {**args[1], **fields}
+        args = args[:1]
+    if not args:
+        return "", fields
+    head, rest = args[0], args[1:]
+    if isinstance(head, BaseException) and "err" not in fields:
+        fields = {"err": head, **fields}
+        return (str(rest[0]) if rest else str(head)), fields
+    if not rest:
+        return str(head), fields
+    try:
+        return str(head) % rest, fields
+    except (TypeError, ValueError):
+        # As the logging module would print it, without raising from a log call.
+        return " ".join(str(a) for a in args), fields

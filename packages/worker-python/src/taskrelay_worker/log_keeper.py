@@ -22,7 +22,11 @@ def kept_line(level: str, msg: str, fields: dict[str, Any], attempt: int, now: d
     """One line as kept: its own fields, then its level, message, time and attempt; cut when over the byte bound."""
     at = (now or datetime.now(timezone.utc)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     base = {"level": level, "msg": msg, "time": at, "attempt": attempt}
-    own = {k: (_error_fields(v)["message"] if isinstance(v, BaseException) else v) for k, v in fields.items()}
+    # A field named like one of the line's own keys is kept as `<name>_`, as on stdout (log.py), never dropped.
+    own = {
+        (f"{k}_" if k in base else k): (_error_fields(v)["message"] if isinstance(v, BaseException) else v)
+        for k, v in fields.items()
+    }
     try:
         text = json.dumps({**own, **base}, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError):

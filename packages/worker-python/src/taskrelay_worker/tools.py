@@ -45,6 +45,8 @@ class ToolDefinition:
     #: The tool's version (PROTOCOL.md §12.11): explicit, or derived from its name, schemas and source.
     version: str = ""
     on_version_change: str = "resume"
+    #: Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): the argument names (None: all) and how long.
+    dedupe: tuple[list[str] | None, int] | None = None
 
     def descriptor(self) -> dict[str, Any]:
         """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
@@ -78,6 +80,9 @@ class ToolDefinition:
                 out["rateLimit"]["name"] = rate.scope[5:]
         if self.priority is not None:
             out["priority"] = self.priority
+        if self.dedupe is not None:
+            key, ttl_ms = self.dedupe
+            out["dedupe"] = {"ttlMs": ttl_ms} if key is None else {"key": key, "ttlMs": ttl_ms}
         out["version"] = self.version
         if self.on_version_change != "resume":
             out["onVersionChange"] = self.on_version_change
@@ -142,6 +147,7 @@ def define_tool(
     priority: int | None = None,
     version: str | None = None,
     on_version_change: str = "resume",
+    dedupe: bool | dict[str, Any] | None = None,
 ) -> ToolDefinition:
     """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
@@ -150,7 +156,10 @@ def define_tool(
     and ``"name"`` (a budget shared by every tool of that name, in Node workers too). A keyed limit counts each
     principal's runs apart unless it has ``"across_principals": True`` (one limit per key value for everyone). ``version`` names the build of the
     tool (default: derived from its name, schemas and source) and ``on_version_change`` (``resume``, ``restart`` or
-    ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11)."""
+    ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11). ``dedupe`` (``True``, or
+    ``{"key": [argument names], "ttl_ms": ms}``, both optional) makes a call that repeats an unfinished call of this
+    tool by the same principal, in the same mode, join it instead of starting another, for at most ``ttl_ms`` after
+    the first (default 1 h; PROTOCOL.md §25.2): the gateway decides, from the catalog, as for a Node tool."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"tool name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {name!r})")
     if not isinstance(description, str) or not description.strip():
@@ -210,9 +219,14 @@ def define_tool(
         raise ValueError(f"tool {name}: version must be 1 to 64 of A-Z a-z 0-9 _ - . (got {version!r})")
     if on_version_change not in _ON_VERSION_CHANGE:
         raise ValueError(f"tool {name}: on_version_change must be one of {', '.join(_ON_VERSION_CHANGE)}")
+    deduped = _dedupe_of(name, dedupe)
     schema, model = _schema_of(name, input_schema)
     properties = set((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else set()
-    for what, names in (("concurrency.key", slot.key if slot else None), ("rate_limit.key", rate.key if rate else None)):
+    for what, names in (
+        ("concurrency.key", slot.key if slot else None),
+        ("rate_limit.key", rate.key if rate else None),
+        ("dedupe.key", deduped[0] if deduped else None),
+    ):
         unknown = [n for n in names or [] if n not in properties]
         if unknown:
             raise ValueError(f"tool {name}: {what} names {', '.join(unknown)}, which input_schema does not")
@@ -236,7 +250,26 @@ def define_tool(
         priority=priority,
         version=version or _derived_version(name, schema, output_schema, run),
         on_version_change=on_version_change,
+        dedupe=deduped,
     )
+
+
+#: Node's bounds for ``dedupe.ttlMs`` (define-tool.ts) and its default.
+_DEDUPE_MAX_TTL_MS = 30 * 86_400_000
+_DEDUPE_TTL_MS = 3_600_000
+
+
+def _dedupe_of(tool: str, dedupe: Any) -> tuple[list[str] | None, int] | None:
+    if dedupe is None or dedupe is False:
+        return None
+    if dedupe is True:
+        return None, _DEDUPE_TTL_MS
+    if not isinstance(dedupe, dict) or set(dedupe) - {"key", "ttl_ms"}:
+        raise ValueError(f"tool {tool}: dedupe must be True or {{'key': [argument names], 'ttl_ms': ms}}, nothing else")
+    key = _key_names(tool, "dedupe.key", dedupe["key"]) if "key" in dedupe else None
+    ttl_ms = dedupe.get("ttl_ms", _DEDUPE_TTL_MS)
+    _positive(f"tool {tool}: dedupe.ttl_ms", ttl_ms, high=_DEDUPE_MAX_TTL_MS)
+    return key, ttl_ms
 
 
 def _key_names(tool: str, what: str, key: Any) -> list[str]:

@@ -28,9 +28,11 @@ export function keptLine(level: string, args: unknown[], attempt: number, now = 
     msg = format(first, ...rest);
   }
   const base = { level, msg, time: now.toISOString(), attempt };
+  // A field named like one of the line's own keys is kept as `<name>_`, never dropped (the Python worker does the same).
+  const own = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k in base ? `${k}_` : k, v]));
   let text: string;
   try {
-    text = JSON.stringify({ ...fields, ...base });
+    text = JSON.stringify({ ...own, ...base });
   } catch {
     text = JSON.stringify(base);
   }
