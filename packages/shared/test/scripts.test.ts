@@ -69,7 +69,7 @@ describe('§2 every status write goes through the transition table', () => {
 
   it('allows in Lua exactly the moves the task model allows', () => {
     const code = (from: string | undefined, to: string) =>
-      runLua(`${moveStatus.replace(/^[\s\S]*?\]\]/, '').split('local current')[0]}
+      runLua(`${moveStatus.replace(/^[\s\S]*?\]\]/, '').split(/\nlocal (?:h|current) = /)[0]}
         return check_source(${from === undefined ? 'false' : JSON.stringify(from)}, ${JSON.stringify(to)})`);
     for (const from of TASK_STATUSES) {
       for (const to of TASK_STATUSES) {

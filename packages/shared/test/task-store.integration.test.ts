@@ -250,7 +250,8 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     const commands = await scriptCommands(() =>
       store.recordProgress(taskId, { progress: 1, total: 4, message: 'one' }),
     );
-    expect(commands).toEqual(['hmget', 'hset', 'publish']);
+    // The task's fields, the write, then the gateway's backlog budget (§22.4) before the publish.
+    expect(commands).toEqual(['hmget', 'hset', 'hmget', 'publish']);
     expect(await store.recordProgress(taskId, { progress: 2 })).toBe('accepted');
     const record = await store.get(taskId);
     expect(record).toMatchObject({ progress: 2, statusMessage: 'one' });

@@ -8,7 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { DelayedError, Worker, type Job } from 'bullmq';
 import { z } from 'zod';
-import { ToolLimitStore, createKeys, createLogger, limitKeyDigest, toolQueue } from '@taskrelay/shared';
+import {
+  ToolLimitStore,
+  createKeys,
+  createLogger,
+  limitKeyDigest,
+  principalScopedKey,
+  toolQueue,
+} from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { defineTool } from '../src/define-tool.js';
 import { BatchQueues } from '../src/engine/batch-queues.js';
@@ -47,7 +54,8 @@ async function setUp() {
   const pool = toolQueue('default', 'lim');
   const queue = queues.get(pool);
   const worker = new Worker(queue.name, null, { connection: redis, prefix: keys.bullPrefix, autorun: false });
-  const key = tool.admitted.slot!.keyOf(args);
+  // Per principal (§3.5): these runs name none, so their key is the empty principal's.
+  const key = principalScopedKey('', tool.admitted.slot!.keyOf(args));
   const line = () => redis.zrange(keys.toolLimit('slots', 'lim', limitKeyDigest(key)).b, 0, -1);
   const entry = () => ({}) as RunningJob;
   /** A run fetched by this worker: its job is active, under `token`. */
