@@ -41,7 +41,15 @@ beforeAll(async () => {
   gateway = stack.gateway;
   r = testRedis(stack.redis.url);
   await r.config('SET', 'client-output-buffer-limit', 'pubsub 1mb 256kb 10');
-});
+  // The gateway read Redis's limit as it started; it follows the change at its next backlog heartbeat (§22.4).
+  await waitFor(
+    async () => {
+      const [key] = await r.keys(`${stack.prefix}:gateway:*:backlog`);
+      return key !== undefined && Number(await r.hget(key, 'max')) <= 128 * 1024;
+    },
+    { timeoutMs: 30_000, message: 'the gateway never took up the lowered pub/sub limit' },
+  );
+}, 60_000);
 
 afterAll(async () => {
   r?.disconnect();
@@ -91,7 +99,9 @@ describe('the gateway’s subscriber', () => {
       client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params));
       const calls = Array.from({ length: 10 }, () =>
         client.callTool(
-          { name: 'log_flood', arguments: { count: 200, bytes: 60_000, stepMs: 1 } },
+          // 20 ms apart: the tasks still log after the 2 s stop, so a message that fits carries the count of those dropped
+          // (at 1 ms they had all ended by then, and nothing was left to carry it). 30 MB/s: a cut without the budget.
+          { name: 'log_flood', arguments: { count: 200, bytes: 60_000, stepMs: 20 } },
           CallToolResultSchema,
           { timeout: 180_000 },
         ),

@@ -67,6 +67,10 @@ describe('§22.4 a gateway channel’s backlog', () => {
     await waitFor(() => got.length === 2);
     const bytes = Number(await redis.hget(keys.gatewayBacklog('g1'), 'bytes'));
     expect(bytes).toBe(got.reduce((n, m) => n + backlogCost(channel, m), 0));
+    // A heartbeat with nothing read keeps the count and the hash, and takes a changed budget.
+    expect(await backlog.ack('g1', 0, { max: 84_000, ttlMs: 60_000 })).toBe(bytes);
+    expect(await redis.hget(keys.gatewayBacklog('g1'), 'max')).toBe('84000');
+    await backlog.ack('g1', 0, { max: 83_000, ttlMs: 60_000 });
     // The gateway reads them: room again. The next message comes after a warning with the count.
     expect(await backlog.ack('g1', bytes, { max: 83_000, ttlMs: 60_000 })).toBe(0);
     expect(await store.recordLog(taskId, { level: 'info', data: 'after' })).toBe('published');

@@ -203,7 +203,8 @@ describe('tasks/list storage', () => {
 
 describe('issue 46: the commands a run’s own scripts cost, and what they still write', () => {
   /** The commands a script ran inside Redis (`[0 lua]` lines of MONITOR), counted by name, while `fn` ran. */
-  async function scriptCommands(fn: () => Promise<unknown>): Promise<string[]> {
+  /** The script-run commands `fn` caused on keys under `prefix`: the run's Redis is shared with other files' tests. */
+  async function scriptCommands(prefix: string, fn: () => Promise<unknown>): Promise<string[]> {
     const monitor = await monitorRedis(server.url);
     try {
       await monitor.ready((marker) => redis.echo(marker));
@@ -214,7 +215,7 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
       await waitFor(() => monitor.commands.some((c) => c.args.includes(marker)));
       return monitor.commands
         .slice(from)
-        .filter((c) => c.fromLua)
+        .filter((c) => c.fromLua && c.args.some((a) => a.includes(prefix)))
         .map((c) => c.name);
     } finally {
       monitor.close();
@@ -226,7 +227,7 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     const { taskId } = await store.create(base);
     const lock = { queue: 'default~build_report', token: 'tok' };
     await redis.set(keys.bullJobLock(lock.queue, taskId), 'tok');
-    const first = await scriptCommands(() =>
+    const first = await scriptCommands(keys.prefix, () =>
       store.startRun(taskId, lock, 1, Date.now() + 60_000, 'alice', { toolVersion: 'v1' }, new Date(1_000)),
     );
     // HMGET, GET (the lock), HSET, ZREM (the fair share), HGETALL (the record it answers).
@@ -245,9 +246,9 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
   });
 
   it('a progress update writes its fields in one HSET, and one without a total drops the old one', async () => {
-    const { store } = setup('progress-cost');
+    const { store, keys } = setup('progress-cost');
     const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
-    const commands = await scriptCommands(() =>
+    const commands = await scriptCommands(keys.prefix, () =>
       store.recordProgress(taskId, { progress: 1, total: 4, message: 'one' }),
     );
     // The task's fields, the write, then the gateway's backlog budget (§22.4) before the publish.
@@ -266,7 +267,9 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     sub.on('message', (_c, m) => seen.push(JSON.parse(m) as { status?: string; statusMessage?: string }));
     const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
     await store.recordProgress(taskId, { progress: 1, message: 'halfway' });
-    const commands = await scriptCommands(() => store.transition(taskId, 'completed', { result: { content: [] } }));
+    const commands = await scriptCommands(keys.prefix, () =>
+      store.transition(taskId, 'completed', { result: { content: [] } }),
+    );
     expect(commands.filter((c) => c === 'hget' || c === 'hmget').slice(0, 1)).toEqual(['hmget']);
     expect(commands.filter((c) => c === 'hget')).toEqual(['hget']); // the retention policy's, in finish()
     const other = await store.create({ ...base, gatewayId: 'g1' });

@@ -36,6 +36,15 @@ export class ChannelBacklog {
 
   /** Reads Redis's limit (CONFIG may be refused: the default budget then) and starts the count at 0. */
   async start(): Promise<void> {
+    this.max = await this.readBudget();
+    await this.store.ack(this.gatewayId, 0, { max: this.max, ttlMs: TTL_MS, reset: true });
+    this.log.debug({ maxBytes: this.max }, 'channel backlog budget set');
+    this.heartbeat = setInterval(() => void this.refresh(), HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  /** The budget below Redis's pub/sub output limit as Redis has it now (an operator may lower it at run time). */
+  private async readBudget(): Promise<number> {
     let config: string | undefined;
     try {
       const reply = await this.redis.call('CONFIG', 'GET', 'client-output-buffer-limit');
@@ -43,11 +52,18 @@ export class ChannelBacklog {
     } catch (error) {
       this.log.debug({ err: error }, 'CONFIG GET client-output-buffer-limit refused; the default backlog budget holds');
     }
-    this.max = backlogBudget(config);
-    await this.store.ack(this.gatewayId, 0, { max: this.max, ttlMs: TTL_MS, reset: true });
-    this.log.debug({ maxBytes: this.max }, 'channel backlog budget set');
-    this.heartbeat = setInterval(() => this.flush(), HEARTBEAT_MS);
-    this.heartbeat.unref();
+    return backlogBudget(config);
+  }
+
+  /** Each heartbeat: the limit read again (a `CONFIG SET` since start is followed), then the hash kept alive. */
+  private async refresh(): Promise<void> {
+    if (this.max === 0) return;
+    const max = await this.readBudget();
+    if (this.max !== 0 && max !== this.max) {
+      this.log.info({ maxBytes: max, was: this.max }, 'channel backlog budget follows a changed pub/sub limit');
+      this.max = max;
+    }
+    this.flush();
   }
 
   /** A tool message (progress, log) was read from the channel. */

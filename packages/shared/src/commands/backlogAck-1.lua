@@ -20,12 +20,16 @@ local bytes
 if ARGV[4] == '1' then
   bytes = 0
   redis.call('HSET', KEYS[1], 'bytes', 0)
-else
+elseif tonumber(ARGV[1]) > 0 then
+  -- Only a positive read: `-0` reaches Redis as "-0", which HINCRBY refuses (a heartbeat with nothing read failed so,
+  -- and its hash expired a minute after the gateway last read a message).
   bytes = redis.call('HINCRBY', KEYS[1], 'bytes', -tonumber(ARGV[1]))
   if bytes < 0 then
     bytes = 0
     redis.call('HSET', KEYS[1], 'bytes', 0)
   end
+else
+  bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes')) or 0
 end
 redis.call('HSET', KEYS[1], 'max', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
