@@ -1,9 +1,9 @@
 /**
  * The V8 heap's garbage within the memory budget's reserve (PROTOCOL.md §22.2, issue 48 F3). The budget counts what
  * the gateway holds for clients; under a flood V8 also lets its old space fill with the garbage of every message
- * (parsed, serialised, framed, copied for the socket) up to four or five times what is live before it collects, and
- * the process's RSS follows the heap: 250 unread streams against a 128 MiB budget held 58 MB live in a 340 MB heap.
- * This checks the heap once a second and, when what is in use passes the heap the gateway had at start plus the
+ * (parsed, serialised, framed, copied for the socket) up to four to six times what is live before it collects, and
+ * the process's RSS follows the heap: 250 unread streams against a 128 MiB budget held 58 MB live in up to 370 MB of
+ * heap. This checks the heap once a second and, when what is in use passes the heap the gateway had at start plus the
  * budget, runs a full collection (at most one per `minGapMs`): the garbage then never holds more than the budget
  * reserves for it, whatever V8's growth heuristics would allow.
  *
