@@ -4,12 +4,18 @@
  */
 import { loadGatewayConfig, createLogger, oneLine, startTracing } from '@taskrelay/shared';
 import { startGateway } from './app/gateway.js';
+import { startHeapGuard } from './app/heap-guard.js';
 
 async function main(): Promise<void> {
   const config = loadGatewayConfig();
   const logger = createLogger('gateway', { level: config.logLevel });
   const tracing = await startTracing('taskrelay-gateway');
   const gateway = await startGateway({ ...config, logger });
+  // Only the gateway process bounds its heap's garbage (§22.2): in-process gateways (tests) share their host's heap.
+  startHeapGuard({
+    budgetBytes: config.memoryBudgetBytes,
+    onCollect: (before, after) => logger.debug({ before, after }, 'heap past the memory budget: collected'),
+  });
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
