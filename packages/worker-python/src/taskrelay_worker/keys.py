@@ -1,4 +1,4 @@
-"""Redis key and channel names (PROTOCOL.md §1), as ``packages/shared/src/keys.ts`` builds them."""
+"""Redis key and channel names (PROTOCOL.md §1), as ``packages/shared/src/protocol/keys.ts`` builds them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The task store's Lua scripts and vocabulary, as the build emitted them (PROTOCOL.md §29.2).
 
-``_generated/`` (made at build, never committed: the Node build and the wheel's build hook write it) holds every script of ``packages/shared/src/commands`` with its includes resolved, and ``manifest.json``:
+``_generated/`` (made at build, never committed: the Node build and the wheel's build hook write it) holds every script of ``packages/shared/src/protocol/commands`` with its includes resolved, and ``manifest.json``:
 each script's keys, arguments and result codes, the hash field names, the cancel reasons, the scripts generation and
 the bullmq pair. Nothing here restates the protocol by hand: a script renamed, a key or argument added, or a field
 renamed in the TypeScript source reaches this package through the build.
