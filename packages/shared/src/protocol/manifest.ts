@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { ERROR_CODES, JSON_RPC } from './errors.js';
 import { HOME_TAG, SHARD_CODE_LENGTH, batchChildId, createKeys, placementField, toolQueue, type Keys } from './keys.js';
 import {
+  MAX_TOOL_SHARDS,
   AckEventSchema,
   CancelRequestSchema,
   JobDataSchema,
@@ -171,13 +172,17 @@ export const MESSAGE_SCHEMAS = {
 } as const;
 
 export function messageSchemas(): Record<string, unknown> {
-  // `unrepresentable: 'any'`: a `z.custom` (the job's `arguments`, checked only to be an object) becomes `{}`.
-  return Object.fromEntries(
+  const out: Record<string, Record<string, unknown>> = Object.fromEntries(
     Object.entries(MESSAGE_SCHEMAS).map(([name, schema]) => [
       name,
-      z.toJSONSchema(schema, { unrepresentable: 'any', io: 'input' }),
+      // `unrepresentable: 'any'`: a `z.custom` becomes `{}`; `io: 'input'`: what a sender may write.
+      z.toJSONSchema(schema, { unrepresentable: 'any', io: 'input' }) as Record<string, unknown>,
     ]),
   );
+  // The job's `arguments` is a `z.custom` checked only to be an object (not null, not an array): say so in the schema.
+  const jobData = out.jobData?.properties as Record<string, unknown> | undefined;
+  if (jobData) jobData.arguments = { type: 'object' };
+  return out;
 }
 
 /** Everything of the manifest but the scripts, the generation and the bullmq pair (the emitter adds those). */
@@ -192,6 +197,7 @@ export function protocolManifest() {
     taskStatuses: [...TASK_STATUSES],
     cancelReasons: [...CANCEL_REASONS],
     logLevels: [...LOG_LEVELS],
+    limits: { maxToolShards: MAX_TOOL_SHARDS },
     messages: messageSchemas(),
   };
 }
