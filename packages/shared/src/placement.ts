@@ -17,7 +17,6 @@ const LEASE_RETRY_MS = 25;
 /** Most tries to draw a code in a master's slots (each hits with probability ~1/masters). */
 const MAX_DRAWS = 10_000;
 
-
 /** Slot ranges of each master, by master id: from `CLUSTER SLOTS`. */
 export type MasterSlots = Map<string, Array<[number, number]>>;
 
