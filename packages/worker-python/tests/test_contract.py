@@ -200,3 +200,50 @@ def test_messages_are_checked_against_the_emitted_shapes() -> None:
     assert message_problem("jobData", job) is None
     assert "arguments" in (message_problem("jobData", {**job, "arguments": []}) or "")
     assert message_problem("jobData", {"taskId": "t", "arguments": {}}) is not None
+
+
+def test_a_tool_descriptor_fits_the_catalog_shape_the_gateway_reads() -> None:
+    """What the worker publishes for each tool (§3.1) against the manifest's ``workerCatalog`` shape, options included."""
+    from taskrelay_worker import define_tool
+
+    async def run(args, ctx):  # pragma: no cover - never run
+        return None
+
+    tools = [
+        define_tool(name="plain", description="d", run=run),
+        define_tool(
+            name="full",
+            description="d",
+            run=run,
+            input_schema={"type": "object", "properties": {"tenant": {"type": "string"}}},
+            timeout_ms=1_000,
+            attempts=3,
+            concurrency={"limit": 2, "key": ["tenant"]},
+            priority=1,
+            dedupe=True,
+            shards=4,
+        ),
+    ]
+    catalog = {
+        "workerId": "w",
+        "queue": "default.abc",
+        "queueName": "default",
+        "tools": [t.descriptor() for t in tools],
+        "heartbeatAt": 1,
+    }
+    problem = message_problem("workerCatalog", catalog)
+    assert problem is None, problem
+    assert tools[1].descriptor()["shards"] == 4 and "shards" not in tools[0].descriptor()
+    too_many = {**catalog, "tools": [{**tools[1].descriptor(), "shards": MANIFEST["limits"]["maxToolShards"] + 1}]}
+    assert message_problem("workerCatalog", too_many) is not None
+
+
+def test_define_tool_refuses_shards_out_of_bounds() -> None:
+    from taskrelay_worker import define_tool
+
+    async def run(args, ctx):  # pragma: no cover - never run
+        return None
+
+    for shards in (0, MANIFEST["limits"]["maxToolShards"] + 1, True, 1.5):
+        with pytest.raises(ValueError, match="shards"):
+            define_tool(name="t", description="d", run=run, shards=shards)
