@@ -204,7 +204,7 @@ export default defineConfig(
         { devDependencies: false, optionalDependencies: false, peerDependencies: true },
       ],
 
-      // JSON-RPC error numbers are named once (`JSON_RPC` in shared/src/errors.ts); a domain error's number comes from
+      // JSON-RPC error numbers are named once (`JSON_RPC` in shared/src/protocol/errors.ts); a domain error's number comes from
       // the wire's code table (gateway/src/wire/errors.ts).
       'no-restricted-syntax': [
         'error',
@@ -226,7 +226,7 @@ export default defineConfig(
 
   {
     name: 'taskrelay/json-rpc-numbers',
-    files: ['packages/shared/src/errors.ts'],
+    files: ['packages/shared/src/protocol/errors.ts'],
     rules: { 'no-restricted-syntax': 'off' },
   },
 
@@ -305,6 +305,25 @@ export default defineConfig(
             {
               group: ['@taskrelay/gateway', '@taskrelay/worker', '@taskrelay/gateway/*', '@taskrelay/worker/*'],
               message: '@taskrelay/shared depends on neither the gateway nor the worker.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  // The cross-language contract (issue 47, PROTOCOL.md §29.2) stands alone: what the manifest carries comes from this
+  // folder only, so a key or shape cannot hide in a runtime module the emitter never reads.
+  {
+    name: 'taskrelay/shared-protocol',
+    files: ['packages/shared/src/protocol/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['../*', '@taskrelay/*'],
+              message: 'packages/shared/src/protocol/ imports only from itself (and libraries such as zod).',
             },
           ],
         },

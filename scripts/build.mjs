@@ -20,7 +20,7 @@ export const PACKAGES = ['shared', 'worker', 'gateway', 'cli'];
  * there (a package missing one of these outputs is out of date, whatever its timestamps say).
  */
 export const STEPS = [
-  { script: 'packages/shared/copy-commands.mjs', pkg: 'shared', output: 'dist/commands' },
+  { script: 'packages/shared/copy-commands.mjs', pkg: 'shared', output: 'dist/protocol/commands' },
   // The same scripts, includes resolved, for the Python worker (PROTOCOL.md §29.2): not committed (git-ignored); the
   // editable install reads them from here, and the wheel's build hook (hatch_build.py) runs this step itself.
   {

@@ -241,7 +241,7 @@ async function main() {
 
   // A changed .lua file reaches dist/ like a changed .ts file, and only once.
   // Whatever its key count is now (`create-<n>.lua`): the name changes when the script gains a key.
-  const commands = 'packages/shared/src/commands';
+  const commands = 'packages/shared/src/protocol/commands';
   const createFile = readdirSync(join(dir, commands)).find((f) => /^create-\d+\.lua$/.test(f));
   if (!createFile) fail(`no create-<n>.lua in ${commands}`);
   const lua = `${commands}/${createFile}`;

@@ -1,19 +1,21 @@
 /**
  * Issue 33 item 1, PROTOCOL.md §1.1 and §29: a Python worker on a real 3-master Redis Cluster (REDIS_CLUSTER_NODES and
  * a `{prefix}`, as the Node processes take them) serves its tools behind the gateway: progress, a cancel and a
- * question, every key in the prefix's one slot. Without braces it refuses to start, in one line.
+ * question, every key in the prefix's one slot. Without braces it runs the sharded layout (issue 45): a `shards=2`
+ * tool placed on two masters, its calls on both.
  */
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { createKeys } from '@taskrelay/shared';
 import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
 import { uniquePrefix } from './helpers/redis.js';
 import {
   PYTHON,
   ROOT,
-  spawnProcess,
+  connectClient,
   startGatewayProcess,
   startPythonWorkerProcess,
   stopAll,
@@ -24,6 +26,7 @@ import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_tools.py');
+const PY_SHARDED = resolve(ROOT, 'test/fixtures/python_sharded.py');
 
 if (PYTHON === undefined) console.log('python-cluster suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
@@ -62,16 +65,32 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a Redis Cluster', () =
     await cluster?.stop();
   });
 
-  it('refuses a prefix without braces (the sharded layout, which it does not speak yet), in one line', async () => {
-    const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
-      REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '',
-      TASKRELAY_PREFIX: 'plain',
-      TASKRELAY_TOOLS: PY_TOOLS,
-    });
-    expect(await refused.exited).toBe(1);
-    expect(refused.output().trim()).toMatch(
-      /^taskrelay-worker: Invalid configuration: the Python worker does not speak the sharded key layout yet[^\n]*$/,
-    );
+  it('runs the sharded layout with an unbraced prefix: a shards=2 tool on two masters (issue 45)', async () => {
+    // A fleet of its own beside the braced one: no braces, so `auto` is the sharded layout (PROTOCOL.md §1.1).
+    const plain = uniquePrefix('pyshards');
+    const shardedEnv = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: plain };
+    await startPythonWorkerProcess({ ...shardedEnv, TASKRELAY_TOOLS: PY_SHARDED });
+    const shardedGateway = await startGatewayProcess(shardedEnv);
+    const sharded = await connectClient(shardedGateway.url);
+    try {
+      const node = cluster.node(cluster.ports[0] ?? 0);
+      const home = createKeys(plain, 'sharded').placement;
+      const registry = await cluster
+        .node(await cluster.masterOf(Number(await node.cluster('KEYSLOT', home))))
+        .hgetall(home);
+      const codes = [registry['default~py_spread#0'] ?? '', registry['default~py_spread#1'] ?? ''];
+      // The placement put the tool's two shards on two masters, as Node's rule does.
+      const masters = await Promise.all(
+        codes.map(async (code) => cluster.masterOf(Number(await node.cluster('KEYSLOT', code)))),
+      );
+      expect(new Set(masters).size).toBe(2);
+      const ids = await Promise.all([1, 2, 3, 4].map((n) => startTask(sharded, 'py_spread', { n })));
+      const results = await Promise.all(ids.map((id) => taskResult(sharded, id)));
+      expect(results.map((r) => r.structuredContent)).toEqual([1, 2, 3, 4].map((n) => ({ n, attempt: 1 })));
+      expect([...new Set(ids.map((id) => id.slice(0, 4)))].sort()).toEqual([...codes].sort());
+    } finally {
+      await sharded.close();
+    }
   });
 
   it('runs a call with progress, a cancel and a question', async () => {

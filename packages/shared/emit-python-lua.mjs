@@ -10,11 +10,8 @@ const python = new URL('../worker-python/', import.meta.url);
 // A build without the Python package (the Node image copies only the Node packages) has nothing to emit.
 if (!existsSync(new URL('pyproject.toml', python))) process.exit(0);
 
-const shared = new URL('./dist/', import.meta.url);
-const { loadScripts, scriptsGeneration } = await import(new URL('scripts.js', shared).href);
-const { ResultCode } = await import(new URL('script-results.js', shared).href);
-const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
-const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
+const shared = new URL('./dist/protocol/', import.meta.url);
+const { loadScripts, scriptsGeneration, protocolManifest, ResultCode } = await import(new URL('index.js', shared).href);
 
 const out = new URL('src/taskrelay_worker/_generated/', python);
 
@@ -23,7 +20,6 @@ const nodeBullmq = JSON.parse(readFileSync(new URL('../worker/package.json', imp
 const pythonBullmq = /"bullmq==([^"]+)"/.exec(readFileSync(new URL('pyproject.toml', python), 'utf8'))?.[1];
 if (!pythonBullmq) throw new Error('packages/worker-python/pyproject.toml pins no bullmq==<version>');
 
-const codes = Object.fromEntries(Object.entries(ResultCode).filter(([, value]) => typeof value === 'number'));
 /**
  * Writes `text` unless the file already holds it: the wheel's build hook runs this while tests may be starting Python
  * workers that read these files, so an unchanged file is never rewritten (nor briefly missing).
@@ -47,13 +43,11 @@ for (const [spec, source] of loadScripts()) {
   };
 }
 const manifest = {
-  generated: 'by packages/shared/emit-python-lua.mjs (the build) from packages/shared/src/commands: do not edit',
+  generated: 'by packages/shared/emit-python-lua.mjs (the build) from packages/shared/src/protocol: do not edit',
   generation: scriptsGeneration(),
   bullmq: { node: nodeBullmq, python: pythonBullmq },
-  resultCodes: codes,
-  fields: TASK_FIELDS,
-  fieldPrefixes: TASK_FIELD_PREFIXES,
-  cancelReasons: CancelReasonSchema.options,
+  // Keys of both layouts, result and error codes, task fields, statuses, cancel reasons, message shapes (§29.2).
+  ...protocolManifest(),
   scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
 };
 writeIfChanged('manifest.json', `${JSON.stringify(manifest, null, 2)}\n`);

@@ -49,7 +49,7 @@ class ProtocolFilesHook(BuildHookInterface):
                 "taskrelay-worker: building from a checkout needs Node 20+ on PATH (the build hook runs "
                 "packages/shared/emit-python-lua.mjs); install Node, then `pnpm install`"
             )
-        if not (repository / "packages/shared/dist/scripts.js").is_file():
+        if not (repository / "packages/shared/dist/protocol/scripts.js").is_file():
             self._run([node, "scripts/build.mjs"], repository)
         self._run([node, str(emitter.relative_to(repository))], repository)
 

@@ -3,7 +3,7 @@
  * every dashboard login and logout is one entry, newest first, at most `AUDIT_KEPT`, in Redis so that every gateway's
  * dashboard shows the same list; each is also a log line of the gateway that carried it out.
  */
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 
 /** Entries kept; older ones are dropped. */

@@ -3,16 +3,16 @@
  * list, outcome hash, open and running sets); this store is the one reader and writer of it, for the worker (the
  * parent's `ctx.fanOut`, each child's start and record) and for the gateway (dashboard counts, the open-work cap).
  */
-import { BATCH_FIELDS as B } from './batch-fields.js';
+import { BATCH_FIELDS as B } from './protocol/batch-fields.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
-import { parseBatchChildId, type Keys } from './keys.js';
+import { parseBatchChildId, type Keys } from './protocol/keys.js';
 import { pipelineByShard } from './placement.js';
 import type { RedisClient } from './redis.js';
-import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
-import { TASK_FIELDS as F } from './task-fields.js';
-import { isTerminal, type TaskStatus, type ToolResult } from './task-model.js';
-import type { SerializedError } from './errors.js';
+import { ResultCode } from './protocol/script-results.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { TASK_FIELDS as F } from './protocol/task-fields.js';
+import { isTerminal, type TaskStatus, type ToolResult } from './protocol/task-model.js';
+import type { SerializedError } from './protocol/errors.js';
 import type { JobLock } from './task-store.js';
 
 /** How one child ended, as recorded (once) in the outcome hash. */

@@ -5,9 +5,9 @@
  * that limit in a hash of its own; the progress and log scripts publish a tool message only while what its gateway
  * has not read yet, plus the message, fits (`channelBacklog` include), and the gateway takes off what it reads.
  */
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
 
 /** The budget when Redis's limit cannot be read (or allows more): 4 MiB, half the default soft limit. */
 export const DEFAULT_BACKLOG_BYTES = 4 * 1024 * 1024;

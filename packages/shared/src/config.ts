@@ -4,7 +4,7 @@
  * resolved objects (units in names).
  */
 import { z } from 'zod';
-import { ConfigError } from './errors.js';
+import { ConfigError } from './protocol/errors.js';
 import {
   KEY_LAYOUT_SETTINGS,
   clusterPrefixProblem,

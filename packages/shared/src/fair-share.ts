@@ -6,8 +6,8 @@
  * gateway's CPU per plain call (`pnpm bench:profile --kind plain`).
  */
 import type { RedisClient } from './redis.js';
-import type { Keys } from './keys.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
+import type { Keys } from './protocol/keys.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
 
 /**
  * Priority levels above fair share (PROTOCOL.md §25.1): 1 runs first, 5 last, 3 by default. Each level is a band of

@@ -7,7 +7,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import calculateSlot from 'cluster-key-slot';
 import { Cluster, type ChainableCommander } from 'ioredis';
-import { isShardCode, type Keys } from './keys.js';
+import { isShardCode, placementField, type Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 
 /** How long one process may hold the placement lease; placing takes a few round trips. */
@@ -16,11 +16,6 @@ const LEASE_MS = 2_000;
 const LEASE_RETRY_MS = 25;
 /** Most tries to draw a code in a master's slots (each hits with probability ~1/masters). */
 const MAX_DRAWS = 10_000;
-
-/** The registry field of one shard of a tool queue. */
-export function placementField(queue: string, index: number): string {
-  return `${queue}#${index}`;
-}
 
 /** Slot ranges of each master, by master id: from `CLUSTER SLOTS`. */
 export type MasterSlots = Map<string, Array<[number, number]>>;

@@ -1,5 +1,5 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ConfigError, TaskrelayError } from './errors.js';
+import { ConfigError, TaskrelayError } from './protocol/errors.js';
 
 export { Cluster, Redis } from 'ioredis';
 

@@ -5,12 +5,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
-import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
-import { TASK_FIELDS } from './task-fields.js';
-import { NonRetryableError, TaskrelayError } from './errors.js';
+import { ResultCode } from './protocol/script-results.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { TASK_FIELDS } from './protocol/task-fields.js';
+import { NonRetryableError, TaskrelayError } from './protocol/errors.js';
 import type { BlobObjects } from './blob-objects.js';
 
 /** The URI scheme and path of every task resource. */

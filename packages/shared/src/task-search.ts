@@ -4,11 +4,11 @@
  * secondary index that fits (RediSearch is a module most deployments lack), so a page reads the index in batches and
  * filters each batch's fields, read in one pipeline; a cursor carries on where a page stopped.
  */
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
-import { TASK_FIELDS as F } from './task-fields.js';
-import { TASK_STATUSES, isTerminal, type TaskStatus } from './task-model.js';
-import { TaskrelayError } from './errors.js';
+import { TASK_FIELDS as F } from './protocol/task-fields.js';
+import { TASK_STATUSES, isTerminal, type TaskStatus } from './protocol/task-model.js';
+import { TaskrelayError } from './protocol/errors.js';
 
 /** What a search selects; every filter given must match. */
 export interface TaskFilter {

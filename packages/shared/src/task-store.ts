@@ -1,18 +1,18 @@
 import { randomFillSync } from 'node:crypto';
-import { TaskrelayError, type SerializedError } from './errors.js';
+import { TaskrelayError, type SerializedError } from './protocol/errors.js';
 import type { RedisClient } from './redis.js';
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import { ShardPlacement, pipelineByShard } from './placement.js';
 import { MAX_FAIR_PRIORITY } from './fair-share.js';
-import { parseMessage, type StatusEvent } from './messages.js';
-import { ResultCode, type ScriptReply } from './script-results.js';
-import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript, type ScriptInput } from './scripts.js';
+import { parseMessage, type StatusEvent } from './protocol/messages.js';
+import { ResultCode, type ScriptReply } from './protocol/script-results.js';
+import { SCRIPTS, ScriptRunner, scriptsGeneration, type JobAddScript, type ScriptInput } from './protocol/scripts.js';
 
 /** How long a scripts generation stays known in `P:protocol` after its last announcement (§29.2). */
 const GENERATION_KEPT_MS = 30 * 86_400_000;
 
-export type { JobAddScript } from './scripts.js';
-import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './task-fields.js';
+export type { JobAddScript } from './protocol/scripts.js';
+import { TASK_FIELDS as F, TASK_FIELD_PREFIXES } from './protocol/task-fields.js';
 import { WaitpointRecordSchema, type WaitpointRecord } from './waitpoints.js';
 import {
   MAX_TAGS,
@@ -26,7 +26,7 @@ import {
   type TaskRecord,
   type TaskStatus,
   type ToolResult,
-} from './task-model.js';
+} from './protocol/task-model.js';
 
 export interface CreateTaskInput {
   /** Defaults to a fresh 128-bit random id. */

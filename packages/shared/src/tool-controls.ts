@@ -3,8 +3,13 @@
  * a rate limit; with the runs active now. Read in one round trip for many queues, from BullMQ's own meta hash (written
  * only through BullMQ's `Queue` methods), for the gateway's catalog, its admin pages and its metrics.
  */
-import { BULLMQ_ACTIVE_SUFFIX, BULLMQ_META_FIELDS, BULLMQ_META_SUFFIX, bullQueueKey } from './bullmq-layout.js';
-import type { Keys } from './keys.js';
+import {
+  BULLMQ_ACTIVE_SUFFIX,
+  BULLMQ_META_FIELDS,
+  BULLMQ_META_SUFFIX,
+  bullQueueKey,
+} from './protocol/bullmq-layout.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 
 export interface ToolControls {

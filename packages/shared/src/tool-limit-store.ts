@@ -4,10 +4,10 @@
  * step is one script in Redis' clock. BullMQ's own per-queue limits (§3.3) cover the unkeyed, unshared forms.
  */
 import { createHash } from 'node:crypto';
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
-import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
+import { ResultCode } from './protocol/script-results.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
 
 /** A limit's key value, hashed: any value makes a bounded Redis key. */
 export function limitKeyDigest(value: string): string {

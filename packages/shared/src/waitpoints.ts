@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { CompactEncrypt, compactDecrypt } from 'jose';
 import { z } from 'zod';
-import type { Keys } from './keys.js';
+import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 
 /** A waitpoint's name: short, printable, safe in a hash field. */

@@ -5,12 +5,12 @@
  * as the append does, so gateways whose clocks disagree still agree on what is due.
  */
 import { z } from 'zod';
-import type { WebhookKeys } from './keys.js';
+import type { WebhookKeys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
-import { ResultCode } from './script-results.js';
-import { SCRIPTS, ScriptRunner } from './scripts.js';
-import { TASK_STATUSES } from './task-model.js';
-import { WEBHOOK_DEAD_LETTERS_KEPT } from './webhook-limits.js';
+import { ResultCode } from './protocol/script-results.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { TASK_STATUSES } from './protocol/task-model.js';
+import { WEBHOOK_DEAD_LETTERS_KEPT } from './protocol/webhook-limits.js';
 
 export { WEBHOOK_DEAD_LETTERS_KEPT };
 

@@ -8,8 +8,8 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { BatchStore } from '../src/batch-store.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
-import { createKeys } from '../src/keys.js';
-import { TASK_FIELDS as F } from '../src/task-fields.js';
+import { createKeys } from '../src/protocol/keys.js';
+import { TASK_FIELDS as F } from '../src/protocol/task-fields.js';
 
 let server: TestRedis;
 let redis: Redis;

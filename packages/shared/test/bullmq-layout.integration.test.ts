@@ -8,8 +8,8 @@ import { Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { BULLMQ_FAILED_REASON_FIELD, bullFailedKey, bullJobKey, bullQueueKey } from '../src/bullmq-layout.js';
-import { createKeys } from '../src/keys.js';
+import { BULLMQ_FAILED_REASON_FIELD, bullFailedKey, bullJobKey, bullQueueKey } from '../src/protocol/bullmq-layout.js';
+import { createKeys } from '../src/protocol/keys.js';
 
 let server: TestRedis;
 let redis: Redis;

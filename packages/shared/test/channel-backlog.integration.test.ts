@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { ChannelBacklogStore, backlogBudget, backlogCost } from '../src/channel-backlog.js';
-import { createKeys } from '../src/keys.js';
+import { createKeys } from '../src/protocol/keys.js';
 import { RedisTaskStore } from '../src/task-store.js';
 
 let server: TestRedis;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError } from '../src/protocol/errors.js';
 import { loadGatewayConfig, loadWorkerConfig, requireRedisUrl } from '../src/config.js';
 import { keyLayoutOf, parseRedisTarget } from '../src/redis.js';
 

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { NonRetryableError, TaskrelayError, deserializeError, oneLine, serializeError } from '../src/errors.js';
+import {
+  NonRetryableError,
+  TaskrelayError,
+  deserializeError,
+  oneLine,
+  serializeError,
+} from '../src/protocol/errors.js';
 
 describe('errors across Redis', () => {
   it('round-trips code, message and data', () => {

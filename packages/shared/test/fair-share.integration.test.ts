@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { createKeys } from '../src/keys.js';
+import { createKeys } from '../src/protocol/keys.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
 import { RedisTaskStore } from '../src/task-store.js';
 

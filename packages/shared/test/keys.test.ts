@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createKeys, toolPool } from '../src/keys.js';
+import { createKeys, toolPool } from '../src/protocol/keys.js';
 
 describe('key naming', () => {
   it('puts every key and channel under the prefix', () => {

@@ -2,7 +2,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import getPort from 'get-port';
 import { ReplyError } from 'ioredis';
-import { TaskrelayError } from '../src/errors.js';
+import { TaskrelayError } from '../src/protocol/errors.js';
 import { Cluster } from 'ioredis';
 import {
   FAIL_FAST_REDIS_OPTIONS,

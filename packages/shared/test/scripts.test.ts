@@ -6,10 +6,17 @@
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error fengari ships no types
 import { lauxlib, lua, lualib, to_luastring } from 'fengari';
-import { ResultCode, decodeReply, resultCodesLua } from '../src/script-results.js';
-import { SCRIPTS, checkScript, loadScripts, resolveScript, transitionsLua, type ScriptSpec } from '../src/scripts.js';
-import { TASK_FIELDS, TASK_FIELD_PREFIXES } from '../src/task-fields.js';
-import { TASK_STATUSES, canTransition } from '../src/task-model.js';
+import { ResultCode, decodeReply, resultCodesLua } from '../src/protocol/script-results.js';
+import {
+  SCRIPTS,
+  checkScript,
+  loadScripts,
+  resolveScript,
+  transitionsLua,
+  type ScriptSpec,
+} from '../src/protocol/scripts.js';
+import { TASK_FIELDS, TASK_FIELD_PREFIXES } from '../src/protocol/task-fields.js';
+import { TASK_STATUSES, canTransition } from '../src/protocol/task-model.js';
 
 /** Runs Lua source and returns the number it leaves on the stack. */
 function runLua(source: string): number {

@@ -8,7 +8,7 @@ import {
   isTerminal,
   suggestedPollInterval,
   type TaskRecord,
-} from '../src/task-model.js';
+} from '../src/protocol/task-model.js';
 
 describe('task state machine', () => {
   it('marks exactly completed, failed and cancelled as terminal', () => {

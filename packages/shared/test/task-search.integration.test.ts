@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { createKeys } from '../src/keys.js';
+import { createKeys } from '../src/protocol/keys.js';
 import { RedisTaskStore } from '../src/task-store.js';
 import { SEARCH_SCAN_BUDGET, TaskSearch } from '../src/task-search.js';
 

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { createKeys, type Keys } from '../src/keys.js';
+import { createKeys, type Keys } from '../src/protocol/keys.js';
 import { RedisTaskStore } from '../src/task-store.js';
 
 let server: TestRedis;

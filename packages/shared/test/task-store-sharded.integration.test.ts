@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
-import { createKeys } from '../src/keys.js';
+import { createKeys } from '../src/protocol/keys.js';
 import { RedisTaskStore, newTaskId } from '../src/task-store.js';
 import { WebhookOutbox } from '../src/webhook-outbox.js';
 

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { monitorRedis } from '../../../test/helpers/monitor.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import { createKeys } from '../src/keys.js';
+import { createKeys } from '../src/protocol/keys.js';
 import { RedisTaskStore } from '../src/task-store.js';
 
 let server: TestRedis;

@@ -21,9 +21,8 @@ def test_defaults_are_the_node_workers():
         ({**BASE, "WORKER_LOCK_DURATION_MS": "abc"}, "Invalid configuration: WORKER_LOCK_DURATION_MS must be a whole number (got 'abc')"),
         ({**BASE, "TASKRELAY_QUEUE": "a b"}, "Invalid configuration: TASKRELAY_QUEUE must be letters, digits, _ . or -"),
         ({**BASE, "LOG_LEVEL": "loud"}, "Invalid configuration: LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent (got 'loud')"),
-        ({**BASE, "REDIS_CLUSTER_NODES": "a:1", "TASKRELAY_KEY_LAYOUT": "single"}, "Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} on a Redis Cluster (one hash slot for every key), e.g. {taskrelay} (got 'taskrelay')"),
-        ({**BASE, "REDIS_CLUSTER_NODES": "a:1"}, "Invalid configuration: the Python worker does not speak the sharded key layout yet (TASKRELAY_KEY_LAYOUT=auto, TASKRELAY_PREFIX 'taskrelay'); on a Redis Cluster wrap TASKRELAY_PREFIX in {} for the single layout"),
-        ({**BASE, "TASKRELAY_KEY_LAYOUT": "sharded"}, "Invalid configuration: the Python worker does not speak the sharded key layout yet (TASKRELAY_KEY_LAYOUT=sharded, TASKRELAY_PREFIX 'taskrelay'); on a Redis Cluster wrap TASKRELAY_PREFIX in {} for the single layout"),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:1", "TASKRELAY_KEY_LAYOUT": "single"}, "Invalid configuration: TASKRELAY_PREFIX must be wrapped in {} on a Redis Cluster with the single key layout (one hash slot for every key), e.g. {taskrelay}, or be unbraced with TASKRELAY_KEY_LAYOUT=auto (got 'taskrelay')"),
+        ({**BASE, "TASKRELAY_KEY_LAYOUT": "sharded", "TASKRELAY_PREFIX": "{tr}"}, "Invalid configuration: TASKRELAY_PREFIX must have no braces with the sharded key layout (TASKRELAY_KEY_LAYOUT=sharded), e.g. tr (got '{tr}')"),
         ({**BASE, "TASKRELAY_KEY_LAYOUT": "split"}, "Invalid configuration: TASKRELAY_KEY_LAYOUT must be one of auto, single, sharded (got 'split')"),
         ({**BASE, "REDIS_CLUSTER_NODES": "a:b"}, "Invalid configuration: REDIS_CLUSTER_NODES must be a comma list of host:port (bad entry 'a:b')"),
         ({**BASE, "REDIS_SENTINELS": "s:26379"}, "Invalid configuration: REDIS_SENTINEL_NAME (the master name) is required with REDIS_SENTINELS"),
@@ -59,3 +58,17 @@ def test_an_s3_blob_store_is_refused_not_ignored():
     assert load_config({**base, "TASKRELAY_BLOB_STORE": "redis"}).redis_url
     with pytest.raises(ConfigError, match="TASKRELAY_BLOB_STORE=s3 is not supported by the Python worker yet"):
         load_config({**base, "TASKRELAY_BLOB_STORE": "s3"})
+
+
+@pytest.mark.parametrize(
+    ("env", "layout"),
+    [
+        ({**BASE}, "single"),
+        ({**BASE, "TASKRELAY_KEY_LAYOUT": "sharded"}, "sharded"),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:1"}, "sharded"),
+        ({**BASE, "REDIS_CLUSTER_NODES": "a:1", "TASKRELAY_PREFIX": "{tr}"}, "single"),
+    ],
+)
+def test_the_key_layout_resolves_as_the_node_processes_resolve_it(env, layout):
+    """redis.ts `keyLayoutOf` (PROTOCOL.md §1.1): `auto` is sharded on a Cluster with an unbraced prefix."""
+    assert load_config(env).key_layout == layout

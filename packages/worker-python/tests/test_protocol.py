@@ -7,7 +7,7 @@ from taskrelay_worker.protocol import BULLMQ_PAIR, CODES, FIELDS, GENERATION, MA
 
 
 def test_generation_is_the_digest_of_the_emitted_scripts():
-    # scriptsGeneration() in packages/shared/src/scripts.ts: by name, in code point order, name-keys then source.
+    # scriptsGeneration() in packages/shared/src/protocol/scripts.ts: by name, in code point order, name-keys then source.
     digest = hashlib.sha256()
     for name in sorted(SCRIPTS):
         spec = SCRIPTS[name]

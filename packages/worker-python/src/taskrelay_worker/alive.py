@@ -23,7 +23,7 @@ PROBE_TIMEOUT_S = 3.0
 async def probe() -> int:
     # The probe serves no tools: a placeholder keeps load_config's TASKRELAY_TOOLS check from refusing it.
     config = load_config({"TASKRELAY_TOOLS": "-", **os.environ})
-    keys = Keys(config.prefix)
+    keys = Keys(config.prefix, config.key_layout)
     client = make_client(config.redis)
     try:
         live = await asyncio.wait_for(client.zrangebyscore(keys.workers, int(time.time() * 1000), "+inf"), PROBE_TIMEOUT_S)

@@ -47,6 +47,8 @@ class Config:
     progress_interval_ms: int
     log_level: str
     redis: RedisTarget = RedisTarget()
+    #: ``TASKRELAY_KEY_LAYOUT`` resolved (PROTOCOL.md §1.1): ``single`` or ``sharded``.
+    key_layout: str = "single"
     #: ``TASKRELAY_WAITPOINT_SECRET``: seals waitpoint tokens (§32.2); None: the key kept in Redis.
     waitpoint_secret: str | None = None
     #: Bounds of task output, results by reference and artifacts (PROTOCOL.md §34), as the Node worker reads them.
@@ -130,18 +132,22 @@ def load_config(env: Mapping[str, str]) -> Config:
     layout = env.get("TASKRELAY_KEY_LAYOUT", "auto").strip() or "auto"
     if layout not in ("auto", "single", "sharded"):
         raise ConfigError(f"Invalid configuration: TASKRELAY_KEY_LAYOUT must be one of auto, single, sharded (got {layout!r})")
-    # The sharded key layout (PROTOCOL.md §1.1) is the Node worker's alone so far: this worker refuses it at start,
-    # rather than write keys where the gateways never look.
-    if layout == "sharded" or (layout == "auto" and target.cluster_nodes and not re.search(r"[{}]", prefix)):
+    # As redis.ts `keyLayoutOf` and `clusterPrefixProblem` (PROTOCOL.md §1.1): `auto` is sharded on a Cluster with an
+    # unbraced prefix; the sharded layout puts hash tags of its own after the prefix, the single one on a Cluster needs
+    # the prefix to start with one.
+    if layout == "auto":
+        layout = "sharded" if target.cluster_nodes and not re.search(r"[{}]", prefix) else "single"
+    bare = prefix.replace("{", "").replace("}", "") or "taskrelay"
+    if layout == "sharded" and re.search(r"[{}]", prefix):
         raise ConfigError(
-            "Invalid configuration: the Python worker does not speak the sharded key layout yet (TASKRELAY_KEY_LAYOUT="
-            f"{layout}, TASKRELAY_PREFIX {prefix!r}); on a Redis Cluster wrap TASKRELAY_PREFIX in {{}} for the single layout"
+            "Invalid configuration: TASKRELAY_PREFIX must have no braces with the sharded key layout "
+            f"(TASKRELAY_KEY_LAYOUT=sharded), e.g. {bare} (got {prefix!r})"
         )
-    if target.cluster_nodes and not re.fullmatch(r"\{[^{}]+\}.*", prefix):
-        bare = prefix.replace("{", "").replace("}", "") or "taskrelay"
+    if layout == "single" and target.cluster_nodes and not re.fullmatch(r"\{[^{}]+\}.*", prefix):
         raise ConfigError(
-            f"Invalid configuration: TASKRELAY_PREFIX must be wrapped in {{}} on a Redis Cluster (one hash slot for every "
-            f"key), e.g. {{{bare}}} (got {prefix!r})"
+            f"Invalid configuration: TASKRELAY_PREFIX must be wrapped in {{}} on a Redis Cluster with the single key "
+            f"layout (one hash slot for every key), e.g. {{{bare}}}, or be unbraced with TASKRELAY_KEY_LAYOUT=auto "
+            f"(got {prefix!r})"
         )
     queue = env.get("TASKRELAY_QUEUE", "default").strip() or "default"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", queue):
@@ -169,6 +175,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         redis_url=redis_url or target.describe(),
         redis=target,
         prefix=prefix,
+        key_layout=layout,
         queue=queue,
         tools=tools,
         concurrency=_int(env, "WORKER_CONCURRENCY"),

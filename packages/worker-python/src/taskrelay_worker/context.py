@@ -16,6 +16,7 @@ from .errors import SuspendedError, TaskCancelledError, TaskrelayError
 from .log import Logger
 from .store import JobLock, TaskRecord, TaskStore
 from .waitpoints import Waitpoint, WaitpointOpener, as_datetime, check_waitpoint_args, waitpoint_message
+from .protocol import CANCEL, ERROR
 
 #: The rules of a tag (PROTOCOL.md §30.2), as the Node worker's ``TAG_PATTERN`` and ``MAX_TAGS``.
 _TAG = re.compile(r"[A-Za-z0-9_.:/=@+-]{1,64}")
@@ -214,7 +215,7 @@ class ToolContext:
 
     def throw_if_cancelled(self) -> None:
         if self._signal.aborted:
-            raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+            raise TaskCancelledError(self._signal.reason or CANCEL.CLIENT_CANCELLED)
 
     async def sleep(self, seconds: float) -> None:
         """Waits ``seconds``; raises ``TaskCancelledError`` as soon as the run is cancelled."""
@@ -381,11 +382,11 @@ class ToolContext:
         await self._started()
         self._check_running()
         if self._waitpoints is None:
-            raise TaskrelayError("INTERNAL", "ctx.waitpoint is not available in this context")
+            raise TaskrelayError(ERROR.INTERNAL, "ctx.waitpoint is not available in this context")
         outcome, record, url = await self._waitpoints.open(self.task_id, self._lock, name, timeout)
         if record is None:
             self._settle_suspend(outcome)
-            raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+            raise TaskCancelledError(self._signal.reason or CANCEL.CLIENT_CANCELLED)
         return Waitpoint(name, url, as_datetime(record["timeoutAt"]), lambda: self._wait_on(name, record))
 
     async def _wait_on(self, name: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -417,7 +418,7 @@ class ToolContext:
             "elicitation/create", "elicitation", {"message": message, "requestedSchema": requested_schema}, key
         )
         if not isinstance(answer, dict) or answer.get("action") not in ("accept", "decline", "cancel"):
-            raise TaskrelayError("INTERNAL", "The stored answer to elicitation/create is malformed")
+            raise TaskrelayError(ERROR.INTERNAL, "The stored answer to elicitation/create is malformed")
         return answer
 
     async def sample(
@@ -433,7 +434,7 @@ class ToolContext:
             "sampling/createMessage", "sampling", {"messages": messages, "maxTokens": max_tokens, **params}, key
         )
         if not isinstance(answer, dict) or "model" not in answer:
-            raise TaskrelayError("INTERNAL", "The stored answer to sampling/createMessage is malformed")
+            raise TaskrelayError(ERROR.INTERNAL, "The stored answer to sampling/createMessage is malformed")
         return answer
 
     @property
@@ -457,7 +458,7 @@ class ToolContext:
         self.throw_if_cancelled()
         if self._caps is not None and capability not in self._caps:
             raise TaskrelayError(
-                "CAPABILITY_MISSING",
+                ERROR.CAPABILITY_MISSING,
                 f"The client of this task did not declare the {capability} capability, so it cannot be asked ({method})",
                 {"capability": capability},
             )
@@ -529,7 +530,7 @@ class ToolContext:
     def _settle_suspend(self, outcome: str) -> None:
         if outcome == "lock_lost":
             self._on_lock_lost()
-            raise TaskCancelledError("LOCK_LOST")
+            raise TaskCancelledError(ERROR.LOCK_LOST)
         if outcome == "gone":
             self._ended_elsewhere()
 
@@ -541,15 +542,15 @@ class ToolContext:
         """Turns a refused lock-checked write into the error the handler sees."""
         if outcome == "lock_lost":
             self._on_lock_lost()
-            raise TaskCancelledError("LOCK_LOST")
+            raise TaskCancelledError(ERROR.LOCK_LOST)
         if outcome == "gone":
             self._ended_elsewhere()
 
     def _ended_elsewhere(self) -> None:
         """A write found the task ended (cancelled, or failed by the reaper) before the cancel message arrived: the
         run is cancelled now, so the worker ends it as a cancel and not as the tool's failure."""
-        self._signal.abort(self._signal.reason or "CLIENT_CANCELLED")
-        raise TaskCancelledError(self._signal.reason or "CLIENT_CANCELLED")
+        self._signal.abort(self._signal.reason or CANCEL.CLIENT_CANCELLED)
+        raise TaskCancelledError(self._signal.reason or CANCEL.CLIENT_CANCELLED)
 
     def _check_running(self) -> None:
         if self.suspension is not None:

@@ -25,11 +25,12 @@ from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
+from .placement import ShardPlacement, ToolShard, tool_shards
 from .limits import LimitWait, ToolLimits
 from .log import Logger
 from .log_keeper import TaskLogKeeper
 from .waitpoints import WaitpointOpener
-from .protocol import BULLMQ_PAIR, GENERATION
+from .protocol import BULLMQ_PAIR, GENERATION, message_problem
 from .output import OutputLimits, RunOutput, StoredBytesLimitError
 from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskRecord, TaskStore
 from .tools import ToolDefinition, to_tool_result
@@ -275,7 +276,7 @@ class TaskrelayWorker:
         self.tools = {t.name: t for t in tools}
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.log = log.child(workerId=self.worker_id)
-        self.keys = Keys(config.prefix)
+        self.keys = Keys(config.prefix, config.key_layout)
         self.pool = tool_pool(config.queue, [(t.name, t.version) for t in tools])
         self.queues = {name: tool_queue(config.queue, name) for name in self.tools}
         self.running: dict[str, RunEntry] = {}
@@ -290,7 +291,9 @@ class TaskrelayWorker:
         self.limits: ToolLimits | None = None
         self.waitpoints: WaitpointOpener | None = None
         #: Queues of batch parents this worker's children woke (§26.4), one per queue, closed with the worker.
-        self._parent_queues: dict[str, bullmq.Queue] = {}
+        self._parent_queues: dict[tuple[str, str], bullmq.Queue] = {}
+        #: The BullMQ queues consumed: one per tool, or one per shard of each in the sharded layout (§1.1).
+        self._shards: list[ToolShard] = []
 
     # Start ---------------------------------------------------------------------------------------------------------
 
@@ -335,16 +338,21 @@ class TaskrelayWorker:
             )
         if not known:
             self.log.warn("no gateway has announced its scripts generation yet; starting on this build's", generation=GENERATION)
+        placement = ShardPlacement(self._redis, self.keys) if self.keys.layout == "sharded" else None
+        self._shards = await tool_shards(
+            placement, self.keys, {name: (queue, self.tools[name].shards) for name, queue in self.queues.items()}
+        )
         await self._apply_tool_limits()
         gate = asyncio.Semaphore(cfg.concurrency)
         lock_ms = cfg.lock_duration_ms
-        for name, queue in self.queues.items():
+        for shard in self._shards:
+            name, queue = shard.tool, shard.queue
             worker = GatedWorker(
-                self.keys.queue_name(queue),
+                shard.keys.queue_name(queue),
                 self.process,
                 {
                     "connection": bull_options(cfg.redis),
-                    "prefix": self.keys.bull_prefix,
+                    "prefix": shard.keys.bull_prefix,
                     "concurrency": cfg.concurrency,
                     # Lock 2L/3, renewed every L/3, stalled check every L/6: a dead worker's job is re-queued within
                     # 5L/6 (§10.5), as the Node worker does.
@@ -361,7 +369,7 @@ class TaskrelayWorker:
             worker.on("error", lambda error, *_: self.log.warn("BullMQ worker error", err=error))
             worker.on("lockRenewalFailed", self._on_lock_renewal_failed)
             self._bull.append(worker)
-            self.log.debug("consuming tool queue", tool=name, queue=queue)
+            self.log.debug("consuming tool queue", tool=name, queue=queue, shard=shard.keys.code)
         self._background.append(asyncio.ensure_future(self._cancel_listener()))
         self._background.append(asyncio.ensure_future(self._cancel_sweep()))
         await self._publish_catalog()
@@ -379,18 +387,20 @@ class TaskrelayWorker:
 
     async def _apply_tool_limits(self) -> None:
         """BullMQ's global concurrency and rate limit of each tool's queue (§3.3): the newest worker to start decides."""
-        for name, tool in self.tools.items():
+        # Across N shards each gets its part, rounded up, as the Node worker splits them (docs/SCALING.md).
+        for shard in self._shards:
+            tool = self.tools[shard.tool]
             queue = bullmq.Queue(
-                self.keys.queue_name(self.queues[name]),
-                {"connection": bull_options(self.config.redis), "prefix": self.keys.bull_prefix},
+                shard.keys.queue_name(shard.queue),
+                {"connection": bull_options(self.config.redis), "prefix": shard.keys.bull_prefix},
             )
             try:
                 if tool.concurrency is not None:
-                    await queue.setGlobalConcurrency(tool.concurrency)
+                    await queue.setGlobalConcurrency(shard.split(tool.concurrency))
                 else:
                     await queue.removeGlobalConcurrency()
                 if tool.rate_limit is not None:
-                    await queue.setGlobalRateLimit(tool.rate_limit[0], tool.rate_limit[1])
+                    await queue.setGlobalRateLimit(shard.split(tool.rate_limit[0]), tool.rate_limit[1])
                 else:
                     await queue.removeGlobalRateLimit()
             finally:
@@ -480,11 +490,11 @@ class TaskrelayWorker:
                         continue
                     try:
                         request = json.loads(message["data"])
-                        task_id, reason = request["taskId"], request["reason"]
-                    except (ValueError, KeyError, TypeError):
+                    except (ValueError, TypeError):
                         continue
-                    if isinstance(task_id, str) and isinstance(reason, str) and task_id in self.running:
-                        self._abort(task_id, reason)
+                    # The manifest's `cancelRequest` shape (messages.ts `CancelRequestSchema`).
+                    if message_problem("cancelRequest", request) is None and request["taskId"] in self.running:
+                        self._abort(request["taskId"], request["reason"])
             except asyncio.CancelledError:
                 await pubsub.aclose()
                 raise
@@ -597,7 +607,7 @@ class TaskrelayWorker:
             log.warn("job lock already lost at start; tool not run")
             raise DelayedError()
         if task is not None and task.principal != principal:
-            await self._redis.zrem(self.keys.fair_share(lock.queue, task.principal), task_id)  # type: ignore[union-attr]
+            await self._redis.zrem(self.keys.for_task(task_id).fair_share(lock.queue, task.principal), task_id)  # type: ignore[union-attr]
         if task is None or task.status in TERMINAL:
             log.info("task is missing or already terminal; tool not run", status=task.status if task else "missing")
             return None
@@ -665,12 +675,14 @@ class TaskrelayWorker:
         queue_timeout_ms = data.get("queueTimeoutMs") if isinstance(data.get("queueTimeoutMs"), int) else None
         queue_timeout_ms = queue_timeout_ms or DEFAULT_QUEUE_TIMEOUT_MS
         tool_name, arguments = data.get("tool"), data.get("arguments")
-        if data.get("taskId") != task_id or not isinstance(tool_name, str) or not isinstance(arguments, dict):
+        # The manifest's `jobData` shape (messages.ts `JobDataSchema`), and the job's own id as its taskId.
+        problem = message_problem("jobData", data)
+        if data.get("taskId") != task_id or problem is not None:
             unreadable = data.get(UNREADABLE_JOB_DATA)
             message = (
                 f"Invalid job data: {unreadable}"
                 if isinstance(unreadable, str)
-                else "Invalid job data: it needs taskId (the job id), tool and an arguments object"
+                else f"Invalid job data: {problem or 'its taskId is not the job id'}"
             )
             await self._fail_task(task_id, lock, message, {"code": "INTERNAL", "message": message}, log)
             raise UnrecoverableError(message)
@@ -845,7 +857,7 @@ class TaskrelayWorker:
         owner = owner if start == "run" else (data.get("principal") or "")
         entry.principal = owner
         try:
-            await self._redis.zrem(self.keys.fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
+            await self._redis.zrem(self.keys.for_task(str(job.id)).fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - the fair share prunes what it misses
             pass
         if start == "lock_lost":
@@ -961,7 +973,7 @@ class TaskrelayWorker:
             if await self._promote(pool, job_id, self.log):
                 return "woken"
             try:
-                state = await self._queue_of(pool).getJobState(job_id)
+                state = await self._queue_of(pool, job_id).getJobState(job_id)
             except Exception:  # noqa: BLE001 - unreadable counts as gone: the line must move on
                 return "gone"
             return "gone" if state in ("unknown", "completed", "failed") else "there"
@@ -996,18 +1008,20 @@ class TaskrelayWorker:
         except Exception as error:  # noqa: BLE001
             log.warn("could not hold the shared rate limit", err=error)
 
-    def _queue_of(self, pool: str) -> Any:
-        """A queue this worker wakes jobs in (batch parents, limit waiters), one per pool, closed with the worker."""
-        queue = self._parent_queues.get(pool)
+    def _queue_of(self, pool: str, job_id: str) -> Any:
+        """A queue this worker wakes jobs in (batch parents, limit waiters), one per pool and shard of the job, closed
+        with the worker."""
+        keys = self.keys.for_task(job_id)
+        queue = self._parent_queues.get((pool, keys.bull_prefix))
         if queue is None:
-            queue = bullmq.Queue(self.keys.queue_name(pool), {"connection": bull_options(self.config.redis), "prefix": self.keys.bull_prefix})
-            self._parent_queues[pool] = queue
+            queue = bullmq.Queue(keys.queue_name(pool), {"connection": bull_options(self.config.redis), "prefix": keys.bull_prefix})
+            self._parent_queues[(pool, keys.bull_prefix)] = queue
         return queue
 
     async def _promote(self, pool: str, job_id: str, log: Logger) -> bool:
         """Wakes a batch parent's delayed job in its queue (§26.4)."""
         try:
-            await self._queue_of(pool).backend.promote(job_id)
+            await self._queue_of(pool, job_id).backend.promote(job_id)
             log.debug("job promoted", jobId=job_id)
             return True
         except Exception as error:  # noqa: BLE001 - not delayed (still running, or woken already): its poll finds it
@@ -1084,7 +1098,7 @@ class TaskrelayWorker:
 
     async def _within_window(self, task_id: str) -> bool:
         assert self._redis is not None
-        key = f"{self.keys.prefix}:version-wait:{task_id}"
+        key = self.keys.version_wait(task_id)
         now = _now_ms()
         window = self.config.lock_duration_ms
         await self._redis.set(key, str(now), px=window * 2, nx=True)

@@ -1,6 +1,7 @@
 """The errors a tool raises or meets, with the Node worker's codes (``TaskrelayError`` codes in packages/shared)."""
 
 from __future__ import annotations
+from .protocol import ERROR
 
 
 class TaskrelayError(Exception):
@@ -16,7 +17,7 @@ class NonRetryableError(TaskrelayError):
     """Fails the task at once, whatever attempts are left: no retry can mend it (bad input upstream, a 4xx)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("NON_RETRYABLE", message)
+        super().__init__(ERROR.NON_RETRYABLE, message)
 
 
 class RetryAfterError(Exception):
@@ -54,4 +55,4 @@ def serialize_error(error: BaseException) -> dict:
         if error.data is not None:
             out["data"] = error.data
         return out
-    return {"code": "TOOL_FAILED", "message": str(error) or type(error).__name__}
+    return {"code": ERROR.TOOL_FAILED, "message": str(error) or type(error).__name__}

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from .keys import Keys, queue_of_bull_name
 from .log import Logger
+from .protocol import RESULT
 
 
 def limit_key_digest(value: str) -> str:
@@ -90,7 +91,7 @@ class ToolLimits:
                 {"starts": starts, "hold": hold},
                 {"start": f"{job_id}:{secrets.token_hex(8)}", "max": rate.max, "perMs": rate.per_ms},
             )
-            if code != "OK":
+            if code != RESULT.OK:
                 scope = rate.scope[5:] if rate.scope.startswith("name:") else tool.name
                 per = f" per {', '.join(rate.key)}" if rate.key else ""
                 return LimitWait(
@@ -114,7 +115,7 @@ class ToolLimits:
             "principal": principal if slot.across_principals else "",
         }
         code, values = await self.store.call("slotTake", keys, take)
-        if code != "OK":
+        if code != RESULT.OK:
             return LimitWait(
                 "slot",
                 min(int(values[0]), self.lease_ms),
@@ -181,7 +182,7 @@ class ToolLimits:
                 "principal": principal if slot.across_principals else "",
             },
         )
-        return code == "OK"
+        return code == RESULT.OK
 
     async def hold(self, tool: Any, args: dict[str, Any], principal: str, ms: int) -> None:
         """A back-off (§3.4) of a tool with its own rate limit holds it for every tool that shares it."""

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterable
 from urllib.parse import quote
 
 from .store import JobLock, TaskStore
+from .protocol import RESULT
 
 _PUT_CHUNK_BYTES = 4 * 1024 * 1024
 _MIME = re.compile(r"^[\w.+-]+/[\w.+-]+(\s*;.*)?$")
@@ -88,7 +89,7 @@ class RunOutput:
                     "taskId": self._task_id,
                 },
             )
-        if code != "OK":
+        if code != RESULT.OK:
             self._log.debug("output write dropped", outcome=code)
 
     async def artifact(self, name: str, data: bytes | str | AsyncIterable[bytes | str], mime_type: str) -> dict[str, Any]:
@@ -149,7 +150,7 @@ class RunOutput:
                     "lock": self._lock_key(),
                     "blobs": keys.output_blobs(self._task_id),
                     "blob": keys.output_blob(self._task_id, blob_id),
-                    "principalBytes": keys.principal_blob_bytes(self._principal),
+                    "principalBytes": keys.for_task(self._task_id).principal_blob_bytes(self._principal),
                 },
                 {
                     "lockToken": self._lock.token if self._lock else "",
@@ -164,14 +165,14 @@ class RunOutput:
                     "taskId": self._task_id,
                 },
             )
-            if code == "LIMIT_FULL":
+            if code == RESULT.LIMIT_FULL:
                 bound = values[0].decode() if isinstance(values[0], bytes) else str(values[0])
                 limit = self._limits.max_task_bytes if bound == "task" else self._limits.max_principal_bytes
                 raise StoredBytesLimitError(
                     f"A {bound} may store at most {limit} bytes of results and artifacts "
                     f"(TASKRELAY_MAX_ARTIFACT_BYTES_PER_{bound.upper()})"
                 )
-            if code != "OK":
+            if code != RESULT.OK:
                 raise RuntimeError(f"cannot store {meta['name']}: {code.lower()}")
             first = False
             size += len(piece)

@@ -12,8 +12,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .keys import Keys
-from .protocol import CODE_NAMES, CODES, FIELD_PREFIXES, FIELDS, SCRIPTS, ScriptSpec
+from .keys import Keys, batch_child_id
+from .protocol import CODES, CODE_NAMES, FIELDS, FIELD_PREFIXES, RESULT, SCRIPTS, ScriptSpec
 
 #: The largest ``ctx.state`` / step value, as JSON (the Node worker's MAX_STATE_BYTES).
 MAX_STATE_BYTES = 65_536
@@ -187,7 +187,7 @@ class TaskStore:
             {
                 "task": task_key,
                 "lock": self.keys.bull_job_lock(lock.queue, task_id),
-                "share": task_key if share_principal is None else self.keys.fair_share(lock.queue, share_principal),
+                "share": task_key if share_principal is None else self.keys.for_task(task_id).fair_share(lock.queue, share_principal),
             },
             {
                 "lockToken": lock.token,
@@ -200,11 +200,11 @@ class TaskStore:
                 "reset": "1" if reset else "0",
             },
         )
-        if code == "LOCK_LOST":
+        if code == RESULT.LOCK_LOST:
             return True, None, None
-        if code == "TASK_MISSING":
+        if code == RESULT.TASK_MISSING:
             return False, None, None
-        if code == "VERSION_OTHER":
+        if code == RESULT.VERSION_OTHER:
             return False, None, str(values[0]) if values else ""
         return False, parse_record(_from_flat(values[0] if values else [])), None
 
@@ -227,12 +227,12 @@ class TaskStore:
             "transition",
             {
                 "task": task_key,
-                "live": self.keys.live,
+                "live": self.keys.for_task(task_id).live,
                 "lock": self._lock_key(task_id, lock),
-                "webhookDue": self.keys.webhook_due,
-                "webhookPending": self.keys.webhook_pending,
-                "webhookDead": self.keys.webhook_dead,
-                "retention": self.keys.retention,
+                "webhookDue": self.keys.for_task(task_id).webhook_due,
+                "webhookPending": self.keys.for_task(task_id).webhook_pending,
+                "webhookDead": self.keys.for_task(task_id).webhook_dead,
+                "retention": self.keys.for_task(task_id).retention,
             },
             {
                 "to": to,
@@ -246,13 +246,13 @@ class TaskStore:
                 "dropIdempotency": "0",
                 # §6.7: a small outcome rides on the terminal event (MAX_EVENT_OUTCOME_CHARS, 64 Ki characters).
                 "eventOutcome": "1" if to in TERMINAL and outcome_chars <= 65_536 else "0",
-                "webhookPrefix": self.keys.webhook_event_prefix,
+                "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
             },
         )
         status = values[0] if values and isinstance(values[0], str) else None
-        if code == "OK":
+        if code == RESULT.OK:
             return True, to, False
-        return False, status, code == "LOCK_LOST"
+        return False, status, code == RESULT.LOCK_LOST
 
     async def record_progress(
         self, task_id: str, progress: float, total: float | None, message: str | None, lock: JobLock | None
@@ -273,7 +273,7 @@ class TaskStore:
                 "backlogSuffix": self.keys.gateway_backlog_suffix,
             },
         )
-        return {"OK": "accepted", "PROGRESS_STALE": "stale", "TASK_TERMINAL": "terminal", "LOCK_LOST": "lock_lost"}.get(
+        return {RESULT.OK: "accepted", RESULT.PROGRESS_STALE: "stale", RESULT.TASK_TERMINAL: "terminal", RESULT.LOCK_LOST: "lock_lost"}.get(
             code, "missing"
         )
 
@@ -295,11 +295,11 @@ class TaskStore:
             },
         )
         return {
-            "OK": "published",
-            "UNROUTED": "unrouted",
-            "CHANNEL_FULL": "dropped",
-            "TASK_TERMINAL": "terminal",
-            "LOCK_LOST": "lock_lost",
+            RESULT.OK: "published",
+            RESULT.UNROUTED: "unrouted",
+            RESULT.CHANNEL_FULL: "dropped",
+            RESULT.TASK_TERMINAL: "terminal",
+            RESULT.LOCK_LOST: "lock_lost",
         }.get(code, "missing")
 
     async def open_waitpoint(
@@ -312,9 +312,9 @@ class TaskStore:
             {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
             {"lockToken": lock.token, "field": f"{FIELD_PREFIXES['waitpoint']}{name}", "token": token, "timeoutMs": timeout_ms},
         )
-        if code == "LOCK_LOST":
+        if code == RESULT.LOCK_LOST:
             return "lock_lost", None
-        if code != "OK":
+        if code != RESULT.OK:
             return "gone", None
         return "ok", json.loads(values[0])
 
@@ -349,9 +349,9 @@ class TaskStore:
             {
                 "task": self.keys.task(task_id),
                 "lock": self.keys.bull_job_lock(lock.queue, task_id),
-                "webhookDue": self.keys.webhook_due,
-                "webhookPending": self.keys.webhook_pending,
-                "webhookDead": self.keys.webhook_dead,
+                "webhookDue": self.keys.for_task(task_id).webhook_due,
+                "webhookPending": self.keys.for_task(task_id).webhook_pending,
+                "webhookDead": self.keys.for_task(task_id).webhook_dead,
             },
             {
                 "lockToken": lock.token,
@@ -360,14 +360,14 @@ class TaskStore:
                 "deadlineAt": str(deadline_at),
                 "channelPrefix": self.keys.gateway_channel_prefix,
                 "channelSuffix": self.keys.gateway_channel_suffix,
-                "webhookPrefix": self.keys.webhook_event_prefix,
+                "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
                 "statusMessage": status_message or "",
             },
         )
-        if code == "OK":
+        if code == RESULT.OK:
             flat = values[0] if values and isinstance(values[0], list) else []
             return "suspended", {str(flat[i]): _parse_json(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-        return ("lock_lost", {}) if code == "LOCK_LOST" else ("gone", {})
+        return ("lock_lost", {}) if code == RESULT.LOCK_LOST else ("gone", {})
 
     async def set_state(self, task_id: str, lock: JobLock, field_name: str, value: Any) -> str:
         """'written', 'gone' or 'lock_lost' (§12.1); ``field_name`` is 'state' or 'steps'."""
@@ -380,9 +380,9 @@ class TaskStore:
             {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
             {"lockToken": lock.token, "field": FIELDS[field_name], "json": text},
         )
-        if code == "OK":
+        if code == RESULT.OK:
             return "written"
-        return "lock_lost" if code == "LOCK_LOST" else "gone"
+        return "lock_lost" if code == RESULT.LOCK_LOST else "gone"
 
     async def add_tags(self, task_id: str, lock: JobLock, tags: list[str]) -> str:
         """'written', 'full' (more than 10 together: nothing written), 'gone' or 'lock_lost' (§30.2)."""
@@ -391,50 +391,48 @@ class TaskStore:
             {"task": self.keys.task(task_id), "lock": self.keys.bull_job_lock(lock.queue, task_id)},
             {"lockToken": lock.token, "tags": ",".join(tags), "max": 10},
         )
-        if code == "OK":
+        if code == RESULT.OK:
             return "written"
-        if code == "LIMIT_FULL":
+        if code == RESULT.LIMIT_FULL:
             return "full"
-        return "lock_lost" if code == "LOCK_LOST" else "gone"
+        return "lock_lost" if code == RESULT.LOCK_LOST else "gone"
 
     async def start_child(self, parent_id: str, index: int, lock: JobLock) -> tuple[str, str, str]:
         """A batch child's run starts (§26.3): ('run', owner, parent pool), 'parent_ended', 'recorded',
         'lock_lost' or 'missing'."""
-        batch = f"{self.keys.prefix}:batch:{parent_id}"
         code, values = await self.call(
             "batchStart",
             {
                 "task": self.keys.task(parent_id),
-                "batch": batch,
-                "outcomes": f"{batch}:outcomes",
-                "running": f"{batch}:running",
-                "lock": self.keys.bull_job_lock(lock.queue, f"{parent_id}.{index}"),
+                "batch": self.keys.batch(parent_id),
+                "outcomes": self.keys.batch(parent_id, "outcomes"),
+                "running": self.keys.batch(parent_id, "running"),
+                "lock": self.keys.bull_job_lock(lock.queue, batch_child_id(parent_id, index)),
             },
             {"lockToken": lock.token, "index": str(index)},
         )
-        if code == "OK":
+        if code == RESULT.OK:
             owner = values[0] if values and isinstance(values[0], str) else ""
             pool = values[1] if len(values) > 1 and isinstance(values[1], str) else ""
             return "run", owner, pool
-        outcome = {"TASK_TERMINAL": "parent_ended", "OUTCOME_RECORDED": "recorded", "LOCK_LOST": "lock_lost"}
+        outcome = {RESULT.TASK_TERMINAL: "parent_ended", RESULT.OUTCOME_RECORDED: "recorded", RESULT.LOCK_LOST: "lock_lost"}
         return outcome.get(code, "missing"), "", ""
 
     async def record_child(self, parent_id: str, index: int, owner: str, lock: JobLock, outcome: dict[str, Any]) -> dict[str, Any]:
         """Records a child's outcome exactly once, under its job lock (§26.3)."""
-        batch = f"{self.keys.prefix}:batch:{parent_id}"
-        child_id = f"{parent_id}.{index}"
+        child_id = batch_child_id(parent_id, index)
         text = _json(outcome)
         if len(text) > MAX_STORED_CHILD_RESULT_CHARS and "result" in outcome:
             text = _json({**{k: v for k, v in outcome.items() if k != "result"}, "resultOmitted": True})
         code, values = await self.call(
             "batchRecord",
             {
-                "batch": batch,
-                "outcomes": f"{batch}:outcomes",
-                "open": f"{batch}:open",
-                "running": f"{batch}:running",
+                "batch": self.keys.batch(parent_id),
+                "outcomes": self.keys.batch(parent_id, "outcomes"),
+                "open": self.keys.batch(parent_id, "open"),
+                "running": self.keys.batch(parent_id, "running"),
                 "lock": self.keys.bull_job_lock(lock.queue, child_id),
-                "principalOpen": self.keys.principal_open_tasks(owner),
+                "principalOpen": self.keys.for_task(parent_id).principal_open_tasks(owner),
             },
             {
                 "lockToken": lock.token,
@@ -444,10 +442,10 @@ class TaskStore:
                 "outcome": text,
             },
         )
-        if code == "OK":
+        if code == RESULT.OK:
             done, size, failed, wake = (values + [0, 0, 0, "0"])[:4]
             return {"outcome": "recorded", "done": int(done), "size": int(size), "failed": int(failed), "wake": str(wake) == "1"}
-        return {"outcome": {"OUTCOME_RECORDED": "duplicate", "LOCK_LOST": "lock_lost"}.get(code, "missing")}
+        return {"outcome": {RESULT.OUTCOME_RECORDED: "duplicate", RESULT.LOCK_LOST: "lock_lost"}.get(code, "missing")}
 
     async def known_generations(self) -> dict[str, int]:
         """The scripts generations gateways announced (§29.2): generation -> last announced (ms)."""

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from .errors import NonRetryableError
 from .limits import RateLimit, SlotLimit
+from .protocol import MAX_TOOL_SHARDS
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _TASK_SUPPORT = ("forbidden", "optional", "required")
@@ -47,6 +48,8 @@ class ToolDefinition:
     on_version_change: str = "resume"
     #: Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): the argument names (None: all) and how long.
     dedupe: tuple[list[str] | None, int] | None = None
+    #: How many queues (tool shards) its calls spread over in the sharded key layout (PROTOCOL.md §1.1).
+    shards: int = 1
 
     def descriptor(self) -> dict[str, Any]:
         """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
@@ -83,6 +86,8 @@ class ToolDefinition:
         if self.dedupe is not None:
             key, ttl_ms = self.dedupe
             out["dedupe"] = {"ttlMs": ttl_ms} if key is None else {"key": key, "ttlMs": ttl_ms}
+        if self.shards > 1:
+            out["shards"] = self.shards
         out["version"] = self.version
         if self.on_version_change != "resume":
             out["onVersionChange"] = self.on_version_change
@@ -148,6 +153,7 @@ def define_tool(
     version: str | None = None,
     on_version_change: str = "resume",
     dedupe: bool | dict[str, Any] | None = None,
+    shards: int = 1,
 ) -> ToolDefinition:
     """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
@@ -159,7 +165,9 @@ def define_tool(
     ``fail``) what a run does with a task another version ran (PROTOCOL.md §12.11). ``dedupe`` (``True``, or
     ``{"key": [argument names], "ttl_ms": ms}``, both optional) makes a call that repeats an unfinished call of this
     tool by the same principal, in the same mode, join it instead of starting another, for at most ``ttl_ms`` after
-    the first (default 1 h; PROTOCOL.md §25.2): the gateway decides, from the catalog, as for a Node tool."""
+    the first (default 1 h; PROTOCOL.md §25.2): the gateway decides, from the catalog, as for a Node tool. ``shards``
+    (default 1) spreads the tool's calls over that many queues in the sharded key layout (PROTOCOL.md §1.1); every
+    worker of the tool consumes all of them."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"tool name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {name!r})")
     if not isinstance(description, str) or not description.strip():
@@ -219,6 +227,7 @@ def define_tool(
         raise ValueError(f"tool {name}: version must be 1 to 64 of A-Z a-z 0-9 _ - . (got {version!r})")
     if on_version_change not in _ON_VERSION_CHANGE:
         raise ValueError(f"tool {name}: on_version_change must be one of {', '.join(_ON_VERSION_CHANGE)}")
+    _positive(f"tool {name}: shards", shards, high=MAX_TOOL_SHARDS)
     deduped = _dedupe_of(name, dedupe)
     schema, model = _schema_of(name, input_schema)
     properties = set((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else set()
@@ -251,6 +260,7 @@ def define_tool(
         version=version or _derived_version(name, schema, output_schema, run),
         on_version_change=on_version_change,
         dedupe=deduped,
+        shards=shards,
     )
 
 

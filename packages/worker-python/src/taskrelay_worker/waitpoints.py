@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from .errors import TaskrelayError
 from .keys import Keys
 from .store import JobLock, TaskStore
+from .protocol import ERROR
 
 WAITPOINT_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 MIN_TIMEOUT_MS = 1_000
@@ -81,7 +82,7 @@ class WaitpointOpener:
     async def open(self, task_id: str, lock: JobLock, name: str, timeout_ms: int) -> tuple[str, dict[str, Any] | None, str]:
         raw = await self._redis.get(self._keys.public_url)
         if raw is None:
-            raise TaskrelayError("INTERNAL", "ctx.waitpoint: no gateway has announced its public URL yet")
+            raise TaskrelayError(ERROR.INTERNAL, "ctx.waitpoint: no gateway has announced its public URL yet")
         base = raw.decode() if isinstance(raw, bytes) else raw
         if self._tokens is None:
             self._tokens = await WaitpointTokens.create(self._secret, self._redis, self._keys)

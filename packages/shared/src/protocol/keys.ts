@@ -372,6 +372,11 @@ export function parseToolQueue(queue: string): { queueName: string; tool: string
   return { queueName: queue.slice(0, at), tool: queue.slice(at + 1) };
 }
 
+/** The placement registry's field of one shard of a tool queue (PROTOCOL.md §1.1). */
+export function placementField(queue: string, index: number): string {
+  return `${queue}#${index}`;
+}
+
 /** A batch child's job id (PROTOCOL.md §26): `<parent task id>.<index>`. Task ids are hex, so the dot is unambiguous. */
 export function batchChildId(parentId: string, index: number): string {
   return `${parentId}.${index}`;

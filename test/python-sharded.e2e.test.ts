@@ -1,0 +1,116 @@
+/**
+ * Issue 45 for the Python worker (PROTOCOL.md §1.1, §29): with `TASKRELAY_KEY_LAYOUT=sharded` on one Redis (the
+ * layout's test aid) a Python worker places its tools' shards by Node's lease rule, consumes both shards of a
+ * `shards=2` tool, and a Node gateway routes calls to it: results, progress on the gateway's channel and a cancel, each
+ * task under the shard its id names. Its keys come from the manifest's sharded templates (issue 47).
+ */
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { Redis } from 'ioredis';
+import { createKeys } from '@taskrelay/shared';
+import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import {
+  PYTHON,
+  ROOT,
+  connectClient,
+  spawnProcess,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  stopAll,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { startTask, taskResult } from './helpers/tasks.js';
+import { waitFor } from './helpers/wait-for.js';
+
+const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_sharded.py');
+
+if (PYTHON === undefined) console.log('python-sharded suite skipped: no .venv/bin/python (needs Python 3.11+)');
+
+describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout', () => {
+  let server: TestRedis;
+  let redis: Redis;
+  let prefix: string;
+  let worker: ManagedProcess;
+  let client: Client;
+  const progress = new Map<string, number[]>();
+
+  beforeAll(async () => {
+    server = await startRedis();
+    redis = new Redis(server.url);
+    prefix = uniquePrefix('pysharded');
+    const env = { REDIS_URL: server.url, TASKRELAY_PREFIX: prefix, TASKRELAY_KEY_LAYOUT: 'sharded' };
+    // The Python worker starts first, so it is the one that places the shards.
+    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS });
+    const gateway = await startGatewayProcess(env);
+    client = await connectClient(gateway.url);
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      const token = String(n.params.progressToken);
+      progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
+      return Promise.resolve();
+    });
+    await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'py_spread'), {
+      message: 'the Python tools never reached the gateway',
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await client?.close();
+    redis?.disconnect();
+    await stopAll();
+    await server?.stop();
+  });
+
+  it('places every shard of its tools in the registry, as Node would', async () => {
+    const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
+    expect(Object.keys(registry).sort()).toEqual(['default~py_hold#0', 'default~py_spread#0', 'default~py_spread#1']);
+    const codes = Object.values(registry);
+    for (const code of codes) expect(code).toMatch(/^[0-9a-f]{4}$/);
+    expect(new Set(codes).size).toBe(3);
+  });
+
+  it('runs calls on both shards of a shards=2 tool, with progress, each task under its shard', async () => {
+    const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
+    const spread = [registry['default~py_spread#0'], registry['default~py_spread#1']].sort();
+    const ids = await Promise.all(
+      [1, 2, 3, 4].map((n) => startTask(client, 'py_spread', { n }, { progressToken: `p${n}` })),
+    );
+    const results = await Promise.all(ids.map((id) => taskResult(client, id)));
+    expect(results.map((r) => r.structuredContent)).toEqual([1, 2, 3, 4].map((n) => ({ n, attempt: 1 })));
+    // The gateway takes the shards in turn: both were used, and every id names one of the tool's shards.
+    expect([...new Set(ids.map((id) => id.slice(0, 4)))].sort()).toEqual(spread);
+    const keys = createKeys(prefix, 'sharded');
+    for (const id of ids) {
+      expect(await redis.hget(keys.forTask(id).task(id), 'status')).toBe('completed');
+      expect(await redis.exists(createKeys(prefix, 'single').task(id))).toBe(0);
+    }
+    await waitFor(() => [1, 2, 3, 4].every((n) => progress.get(`p${n}`)?.includes(2) === true), {
+      message: 'progress of every call reaches the client',
+    });
+  });
+
+  it('cancels a running Python task on the cancel channel', async () => {
+    const id = await startTask(client, 'py_hold', {});
+    await waitFor(() => worker.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'));
+    expect((await client.experimental.tasks.cancelTask(id)).status).toBe('cancelled');
+    await waitFor(() =>
+      worker
+        .logs()
+        .some((l) => l['taskId'] === id && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED'),
+    );
+  });
+
+  it('refuses a braced prefix with the sharded layout, in one line', async () => {
+    const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+      REDIS_URL: server.url,
+      TASKRELAY_PREFIX: `{${prefix}}`,
+      TASKRELAY_KEY_LAYOUT: 'sharded',
+      TASKRELAY_TOOLS: PY_TOOLS,
+    });
+    expect(await refused.exited).toBe(1);
+    expect(refused.output().trim()).toMatch(
+      /^taskrelay-worker: Invalid configuration: TASKRELAY_PREFIX must have no braces with the sharded key layout[^\n]*$/,
+    );
+  });
+});
