@@ -83,6 +83,8 @@ export default defineConfig({
     hookTimeout: scaled(60_000),
     // Cross-process suites spawn gateways, workers and redis-servers: keep the 2-core machine from thrashing.
     maxWorkers: 2,
+    // After every file's own hooks: SIGKILL whatever process it started and did not stop (test/helpers/leftovers.ts).
+    setupFiles: ['test/helpers/leftovers.ts'],
     fileParallelism: true,
     reporters: ['default'],
   },

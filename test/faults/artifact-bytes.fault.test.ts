@@ -7,7 +7,7 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createKeys } from '@taskrelay/shared';
-import { PYTHON, ROOT, startPythonWorkerProcess } from '../helpers/processes.js';
+import { PYTHON, ROOT, startPythonWorkerProcess, stopAll } from '../helpers/processes.js';
 import { startStack, type TestStack } from '../helpers/stack.js';
 import { startTask, taskResult } from '../helpers/tasks.js';
 
@@ -41,6 +41,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
+  await stopAll();
   await stack?.stop();
 });
 

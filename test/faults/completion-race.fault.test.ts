@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolve } from 'node:path';
-import { PYTHON, ROOT, startPythonWorkerProcess, type ManagedProcess } from '../helpers/processes.js';
+import { PYTHON, ROOT, startPythonWorkerProcess, stopAll, type ManagedProcess } from '../helpers/processes.js';
 import { startStack, type TestStack } from '../helpers/stack.js';
 import { startTask, taskResult } from '../helpers/tasks.js';
 
@@ -34,6 +34,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
+  await stopAll();
   await stack?.stop();
 });
 

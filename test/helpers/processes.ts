@@ -70,6 +70,11 @@ export function spawnProcess(command: string, args: string[], env: Record<string
   return proc;
 }
 
+/** The pids of the processes this helper started that are still running. */
+export function runningProcesses(): number[] {
+  return [...running].map((p) => p.pid);
+}
+
 /** Stops every process this helper started (for afterAll). */
 export async function stopAll(): Promise<void> {
   await Promise.all([...running].map((p) => p.kill('SIGKILL')));
