@@ -64,7 +64,14 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
   const progress: ProgressNotification['params'][] = [];
 
   const addPython = async () => {
-    const worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, PY_BATCH_TRACE_FILE: trace });
+    const worker = await startPythonWorkerProcess({
+      ...env,
+      TASKRELAY_TOOLS: PY_TOOLS,
+      PY_BATCH_TRACE_FILE: trace,
+      WORKER_CONCURRENCY: '3',
+      // A cancel must reach a running child by its message here, not by the sweep (§26.7).
+      WORKER_CANCEL_SWEEP_MS: '60000',
+    });
     pythons.push(worker);
     return worker;
   };
@@ -163,30 +170,47 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     expect(await r.exists(keys.batch(taskId).hash)).toBe(0);
   });
 
-  it('a cancel of the Python parent stops its running children and starts no more', async () => {
+  it('a cancel of the Python parent stops its running children at once, removes its queued ones, and frees its open work', async () => {
     const gate = join(dir, 'never');
-    const items = Array.from({ length: 6 }, (_, n) => ({ n: 100 + n, gate }));
-    const taskId = await startTask(client, 'py_fan_out', { items, tool: 'py_part', concurrency: 2 });
-    await waitFor(async () => (await r.scard(keys.batch(taskId).running)) === 2, {
-      message: 'two children never ran',
+    const items = Array.from({ length: 10 }, (_, n) => ({ n: 100 + n, gate }));
+    const taskId = await startTask(client, 'py_fan_out', { items, tool: 'py_part', concurrency: 10 });
+    // Six slots between the two Python workers: some children run, the rest of the window waits in the queue.
+    await waitFor(async () => (await r.scard(keys.batch(taskId).running)) >= 4, {
+      message: 'four children never ran',
       timeoutMs: scaled(15_000),
     });
+    const owner = (await r.hget(keys.batch(taskId).hash, 'owner')) ?? '';
     const cancelled = await client.experimental.tasks.cancelTask(taskId);
     expect(cancelled.status).toBe('cancelled');
-    // Both running children stop with their batch (the cancel message, or the sweep reading the parent).
+    const logs = () =>
+      alive()
+        .flatMap((p) => p.logs())
+        .filter((l) => l['parentId'] === taskId);
+    // Every running child stops on a cancel message, the parent's or its last run's for each child (the sweep is a
+    // minute away in this suite).
     await waitFor(
-      () =>
-        alive()
-          .flatMap((p) => p.logs())
-          .filter((l) => l['parentId'] === taskId && l['msg'] === 'batch child stopped with its batch').length === 2,
+      () => {
+        const started = logs().filter((l) => l['msg'] === 'batch child started').length;
+        return (
+          started > 0 && logs().filter((l) => l['msg'] === 'batch child stopped with its batch').length === started
+        );
+      },
       { message: 'the running children were not stopped', timeoutMs: scaled(10_000) },
     );
-    // None recorded, none started beyond the first window, none left queued.
+    // The parent's last run (promoted by the cancel) stops the batch: none recorded, no child left queued or counted
+    // in its principal's open work.
+    const open = async () =>
+      (await r.zrange(keys.principalOpenTasks(owner), 0, -1)).filter((id) => id.startsWith(`${taskId}.`));
+    await waitFor(async () => (await open()).length === 0, {
+      message: 'the children stayed in their principal’s open work',
+      timeoutMs: scaled(5_000),
+    });
+    expect(await r.hget(keys.batch(taskId).hash, 'stopped')).toBe('1');
     expect(await r.hlen(keys.batch(taskId).outcomes)).toBe(0);
-    const starts = traced().filter((l) => / start 10\d$/.test(l));
-    expect(starts).toHaveLength(2);
-    const waiting = await r.zcard(`${keys.bullQueueKeyPrefix}default~py_part:prioritized`);
-    expect(waiting).toBe(0);
+    expect(await r.zcard(`${keys.bullQueueKeyPrefix}default~py_part:prioritized`)).toBe(0);
+    expect(traced().filter((l) => / start 1\d\d$/.test(l)).length).toBe(
+      logs().filter((l) => l['msg'] === 'batch child started').length,
+    );
   });
 
   it('a SIGKILL of a Python worker mid-batch still ends the batch with each child recorded once', async () => {
