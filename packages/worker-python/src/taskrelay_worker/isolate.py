@@ -86,8 +86,7 @@ class IsolatedRun:
         self.notes: set[asyncio.Task] = set()
 
     async def run(self, args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        self.end = loop.create_future()
+        self.end = asyncio.get_running_loop().create_future()
         if hasattr(args, "model_dump") and callable(args.model_dump):
             args = args.model_dump(mode="json")
         self.proc = await asyncio.create_subprocess_exec(
@@ -129,9 +128,17 @@ class IsolatedRun:
             aborted.cancel()
             for task in list(self.calls):
                 task.cancel()
-            if self.proc.returncode is None and self.kill_timer is None:
-                # Ended: a child that does not exit by itself within its grace is killed.
-                self.kill_timer = loop.call_later(self.isolation.kill_grace_ms / 1000, self._kill_now)
+        # The child exits by itself once its end is written; one that does not within its grace is killed. Waited for,
+        # so no child outlives its run (a few ms for one that ends as it should).
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout=self.isolation.kill_grace_ms / 1000)
+        except asyncio.TimeoutError:
+            self._kill_now()
+            await self.proc.wait()
+        except asyncio.CancelledError:
+            self._kill_now()
+            raise
+        await asyncio.gather(*self.readers, return_exceptions=True)
         if settled.ok:
             return settled.value
         assert settled.error is not None
