@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 from .errors import SuspendedError, TaskCancelledError, TaskrelayError
 from .fan_out import MAX_PAGE, FanOutHost, FanOutRun, batch_message, check_fan_out_args, redis_unavailable
 from .log import Logger
+from .protocol import FIELDS
 from .store import JobLock, TaskRecord, TaskStore
 from .waitpoints import Waitpoint, WaitpointOpener, as_datetime, check_waitpoint_args, waitpoint_message
 
@@ -471,7 +472,7 @@ class ToolContext:
         if self._batch_host is None:
             raise TaskrelayError("INTERNAL", "ctx.fan_out is not available in this context")
         record = self._record
-        ttl = record.fields.get("ttl") if record is not None else None
+        ttl = record.fields.get(FIELDS["ttl"]) if record is not None else None
         run = FanOutRun(
             task_id=self.task_id,
             lock=self._lock,
