@@ -236,6 +236,22 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     expect(await r.hget(keys.batch(taskId).hash, 'completed')).toBe('16');
   });
 
+  it('Python children release the next window while their parent’s replay is busy (§26.3 step 4)', async () => {
+    const items = Array.from({ length: 12 }, (_, n) => ({ n: 300 + n, delayMs: 100 }));
+    const taskId = await startTask(client, 'py_fan_out', { items, tool: 'py_part', concurrency: 2, replayMs: 3_000 });
+    const batch = (await taskResult(client, taskId, scaled(60_000))).structuredContent as unknown as BatchResult;
+    expect(batch).toMatchObject({ total: 12, completed: 12, failed: 0 });
+    // Between the first replay's start and its end (3 s holding its slot), more than a window of children started:
+    // the children released the next windows themselves.
+    const lines = traced();
+    const from = lines.indexOf(lines.find((l) => / parent-start 300$/.test(l)) ?? '');
+    const to = lines.indexOf(lines.find((l) => / parent-slept 300$/.test(l)) ?? '');
+    expect(from).toBeGreaterThanOrEqual(0);
+    expect(to).toBeGreaterThan(from);
+    const during = lines.slice(from, to).filter((l) => / start 3\d\d$/.test(l));
+    expect(during.length).toBeGreaterThan(2);
+  });
+
   it('ctx.list_roots asks the client for its roots (roots/list) and returns them', async () => {
     const taskId = await startTask(client, 'py_roots', {});
     const result = await taskResult(client, taskId, 20_000);

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
-from .fan_out import BatchParent
+from .fan_out import BatchParent, priority_level_of
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
 from .limits import LimitWait, ToolLimits
@@ -889,8 +889,15 @@ class TaskrelayWorker:
                 await self.store.record_progress(parent_id, done, size, message, None)  # type: ignore[union-attr]
             except Exception as error:  # noqa: BLE001
                 log.debug("batch progress write failed", err=error)
-            if written["wake"]:
-                await self._promote(parent_pool, parent_id, log)
+            promoted = written["wake"] and await self._promote(parent_pool, parent_id, log)
+            # The parent should run and this record did not promote it (its run is live, queued, or lost with its
+            # worker until a takeover): the child releases the next window itself (§26.3 step 4, fan_out.py).
+            if not promoted and (written["wake"] or written["below"]) and self.batches is not None:
+                try:
+                    level = priority_level_of((job.opts or {}).get("priority") or 0)
+                    await self.batches.release_from_child(parent_id, data.get("maxOpen"), level, log)  # type: ignore[arg-type]
+                except Exception as error:  # noqa: BLE001 - the parent's next run releases it
+                    log.warn("could not release the next window for a parent that is not waiting", err=error, parentId=parent_id)
 
         def failed(code: str, message: str) -> dict:
             return {

@@ -56,6 +56,12 @@ def priority_base(level: Any) -> int:
     return (clamped - 1) * PRIORITY_BAND
 
 
+def priority_level_of(bull_priority: Any) -> int:
+    """The priority level of a BullMQ priority (``priorityLevelOf``): 0, BullMQ's "none", is the default level."""
+    value = int(bull_priority) if isinstance(bull_priority, (int, float)) and not isinstance(bull_priority, bool) else 0
+    return (value - 1) // PRIORITY_BAND + 1 if value > 0 else DEFAULT_PRIORITY
+
+
 def batch_child_id(parent_id: str, index: int) -> str:
     return f"{parent_id}.{index}"
 
@@ -404,6 +410,32 @@ class BatchParent:
             await self._add_children(task_id, shape, [start + i for i in range(len(priorities))], priorities, max_open)
             log.debug("batch children released", **{"from": start, "count": len(priorities), "window": window})
         return len(priorities)
+
+    async def release_from_child(self, task_id: str, max_open: int | None, level: int, log: Logger) -> int:
+        """A child was recorded while its parent should run (§26.4's condition) and the child did not promote it: the
+        parent is queued, its run is live, or its run is lost with its worker until a takeover. The child releases the
+        next window itself, so the batch moves on whatever the parent's run does (§26.3 step 4, ``releaseFromChild``);
+        a parent still delayed is promoted as well. Nothing for a batch that is stopped, done, failed fast or whose
+        parent ended. Answers how many children it released."""
+        shape, counts, status = await self.shape(task_id), await self.peek(task_id), await self.redis.hget(self.keys.task(task_id), "status")
+        if shape is None or counts is None or counts["stopped"] or status is None or status in TERMINAL:
+            return 0
+        if counts["released"] >= counts["size"] or (shape["failFast"] and counts["failed"] > 0):
+            return 0
+        queue = self.queue_of(shape["parentPool"])
+        state = await queue.getJobState(task_id)
+        if state in ("completed", "failed", "unknown"):
+            return 0
+        if state == "delayed":
+            try:
+                await queue.backend.promote(task_id)
+            except Exception:  # noqa: BLE001 - promoted meanwhile: its run goes on from Redis
+                pass
+        cap = max_open if isinstance(max_open, int) and not isinstance(max_open, bool) and max_open > 0 else None
+        released = await self._release_next(task_id, shape, counts["open"], cap, priority_base(level), log)
+        if released > 0:
+            log.info("this child released the batch's next window", released=released, parent=state)
+        return released
 
     async def _prune_open_work(self, key: str, own_open: int, cap: int) -> None:
         """Prunes the principal's open work of ended ids when its raw count says the cap might bind (§26.6)."""
