@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .config import ConfigError, load_config
 from .engine import StartError, TaskrelayWorker
+from .isolate import check_isolated_tools
 from .log import Logger
 from .tools import ToolDefinition, collect_tools
 
@@ -42,6 +43,10 @@ def load_tools(spec: str) -> list[ToolDefinition]:
 async def serve() -> int:
     config = load_config(os.environ)
     tools = load_tools(config.tools)
+    try:
+        check_isolated_tools(tools, load_tools)
+    except ValueError as error:
+        raise ConfigError(f"Invalid configuration: {error}") from None
     log = Logger(config.log_level, {"name": "worker", "language": "python"})
     worker = TaskrelayWorker(config, tools, log)
     await worker.start()

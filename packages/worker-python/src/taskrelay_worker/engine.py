@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
+from .fan_out import BatchParent, priority_level_of
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
 from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
 from .placement import ShardPlacement, ToolShard, tool_shards
@@ -294,6 +295,8 @@ class TaskrelayWorker:
         self._parent_queues: dict[tuple[str, str], bullmq.Queue] = {}
         #: The BullMQ queues consumed: one per tool, or one per shard of each in the sharded layout (§1.1).
         self._shards: list[ToolShard] = []
+        #: The batch engine behind ``ctx.fan_out`` (§26, fan_out.py).
+        self.batches: BatchParent | None = None
 
     # Start ---------------------------------------------------------------------------------------------------------
 
@@ -329,6 +332,7 @@ class TaskrelayWorker:
         )
         self.limits = ToolLimits(self.store, self.keys, cfg.lock_duration_ms, self.log)
         self.waitpoints = WaitpointOpener(self._redis, self.keys, self.store, cfg.waitpoint_secret)
+        self.batches = BatchParent(self.store, self.keys, cfg.queue, self.tools, self._queue_of)
         known = await self.store.known_generations()
         if known and GENERATION not in known:
             await self._close_redis()
@@ -493,8 +497,15 @@ class TaskrelayWorker:
                     except (ValueError, TypeError):
                         continue
                     # The manifest's `cancelRequest` shape (messages.ts `CancelRequestSchema`).
-                    if message_problem("cancelRequest", request) is None and request["taskId"] in self.running:
-                        self._abort(request["taskId"], request["reason"])
+                    if message_problem("cancelRequest", request) is not None:
+                        continue
+                    task_id, reason = request["taskId"], request["reason"]
+                    if task_id in self.running:
+                        self._abort(task_id, reason)
+                    # A cancelled parent's running children stop with it (§26.7), as the Node worker's do.
+                    for child_id, entry in list(self.running.items()):
+                        if entry.parent_id == task_id:
+                            self._abort(child_id, reason)
             except asyncio.CancelledError:
                 await pubsub.aclose()
                 raise
@@ -610,6 +621,8 @@ class TaskrelayWorker:
             await self._redis.zrem(self.keys.for_task(task_id).fair_share(lock.queue, task.principal), task_id)  # type: ignore[union-attr]
         if task is None or task.status in TERMINAL:
             log.info("task is missing or already terminal; tool not run", status=task.status if task else "missing")
+            if task is not None and task.status == "cancelled":
+                await self._stop_batch(task_id, log)
             return None
         if principal != task.principal:
             log.bind(principal=task.principal)
@@ -734,6 +747,7 @@ class TaskrelayWorker:
             on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
             waitpoints=self.waitpoints,
             start=start,
+            batch=None if self.batches is None else self.batches.for_run(data.get("maxOpen"), data.get("priority")),
         )
         ctx.attach_output(RunOutput(self.store, self._output_limits, task_id, task.principal, lock, task_id, log))
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
@@ -773,6 +787,8 @@ class TaskrelayWorker:
             if ok:
                 log.info("tool returned after its task was cancelled; result discarded")
             await self._ensure_cancelled(task_id, lock, log)
+            # A parent cancelled during its run (releasing, say) has no later run to stop its children: this one does.
+            await self._stop_batch(task_id, log)
             return None
         if reason == "GATEWAY_SHUTDOWN":
             ctx.close()
@@ -887,8 +903,15 @@ class TaskrelayWorker:
                 await self.store.record_progress(parent_id, done, size, message, None)  # type: ignore[union-attr]
             except Exception as error:  # noqa: BLE001
                 log.debug("batch progress write failed", err=error)
-            if written["wake"]:
-                await self._promote(parent_pool, parent_id, log)
+            promoted = written["wake"] and await self._promote(parent_pool, parent_id, log)
+            # The parent should run and this record did not promote it (its run is live, queued, or lost with its
+            # worker until a takeover): the child releases the next window itself (§26.3 step 4, fan_out.py).
+            if not promoted and (written["wake"] or written["below"]) and self.batches is not None:
+                try:
+                    level = priority_level_of((job.opts or {}).get("priority") or 0)
+                    await self.batches.release_from_child(parent_id, data.get("maxOpen"), level, log)  # type: ignore[arg-type]
+                except Exception as error:  # noqa: BLE001 - the parent's next run releases it
+                    log.warn("could not release the next window for a parent that is not waiting", err=error, parentId=parent_id)
 
         def failed(code: str, message: str) -> dict:
             return {
@@ -1139,6 +1162,18 @@ class TaskrelayWorker:
             except Exception as error:  # noqa: BLE001 - the waitpoint's timeout brings the job back
                 log.warn("could not re-check the waitpoint after suspending", err=error)
             log.info("run suspended until its waitpoint is called", waitpoint=suspension.waitpoint, until=until)
+        elif suspension.batch and self.batches is not None:
+            try:
+                # Its children may all have finished while it suspended, their promotions refused (it was active).
+                if await self.batches.should_wake(task_id):
+                    await job.promote()
+                    log.info("batch children done while suspending; job promoted")
+                    raise DelayedError()
+            except DelayedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the poll brings the job back
+                log.warn("could not re-check the batch after suspending; the poll brings the job back", err=error)
+            log.debug("run suspended while its batch children run", until=until)
         else:
             log.info("run suspended", until=until)
         raise DelayedError()
@@ -1179,6 +1214,15 @@ class TaskrelayWorker:
             self._lost_while_writing(log, "failure")
         else:
             log.info("task already terminal; failure lost", status=status or "missing", statusMessage=message)
+
+    async def _stop_batch(self, task_id: str, log: Logger) -> None:
+        """A cancelled parent's run removes its queued children and aborts its running ones (§26.7); no batch, no-op."""
+        if self.batches is None:
+            return
+        try:
+            await self.batches.stop_children(task_id)
+        except Exception as error:  # noqa: BLE001 - the children's start check and the sweep stop them anyway
+            log.warn("could not stop the batch children of a cancelled task", err=error)
 
     async def _ensure_cancelled(self, task_id: str, lock: JobLock, log: Logger) -> None:
         assert self.store is not None

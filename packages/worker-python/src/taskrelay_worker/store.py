@@ -443,8 +443,16 @@ class TaskStore:
             },
         )
         if code == RESULT.OK:
-            done, size, failed, wake = (values + [0, 0, 0, "0"])[:4]
-            return {"outcome": "recorded", "done": int(done), "size": int(size), "failed": int(failed), "wake": str(wake) == "1"}
+            done, size, failed, wake, below = (values + [0, 0, 0, "0", "0"])[:5]
+            return {
+                "outcome": "recorded",
+                "done": int(done),
+                "size": int(size),
+                "failed": int(failed),
+                "wake": str(wake) == "1",
+                # The parent should run now (§26.4's condition), whether this record crossed it or an earlier one did.
+                "below": str(below) == "1",
+            }
         return {"outcome": {RESULT.OUTCOME_RECORDED: "duplicate", RESULT.LOCK_LOST: "lock_lost"}.get(code, "missing")}
 
     async def known_generations(self) -> dict[str, int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from .errors import NonRetryableError
+from .isolate import MIN_MEMORY_MB, IsolatedHandler, Isolation
 from .limits import RateLimit, SlotLimit
 from .protocol import MAX_TOOL_SHARDS
 
@@ -50,6 +51,8 @@ class ToolDefinition:
     dedupe: tuple[list[str] | None, int] | None = None
     #: How many queues (tool shards) its calls spread over in the sharded key layout (PROTOCOL.md §1.1).
     shards: int = 1
+    #: Runs in a child process per run (PROTOCOL.md §31, §29.5); ``run`` is then the ``IsolatedHandler``.
+    isolation: Isolation | None = None
 
     def descriptor(self) -> dict[str, Any]:
         """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
@@ -154,6 +157,10 @@ def define_tool(
     on_version_change: str = "resume",
     dedupe: bool | dict[str, Any] | None = None,
     shards: int = 1,
+    isolate: bool | str = False,
+    module: str | None = None,
+    max_memory_mb: int | None = None,
+    kill_grace_ms: int | None = None,
 ) -> ToolDefinition:
     """A tool the worker serves. ``run`` is ``async def run(args, ctx)``; its return value becomes the result: a
     dict shaped like a ``CallToolResult`` (with ``content``) as it is, another dict as ``structuredContent`` plus a
@@ -167,7 +174,11 @@ def define_tool(
     tool by the same principal, in the same mode, join it instead of starting another, for at most ``ttl_ms`` after
     the first (default 1 h; PROTOCOL.md §25.2): the gateway decides, from the catalog, as for a Node tool. ``shards``
     (default 1) spreads the tool's calls over that many queues in the sharded key layout (PROTOCOL.md §1.1); every
-    worker of the tool consumes all of them."""
+    worker of the tool consumes all of them.
+    ``isolate=True`` (or ``"process"``) runs each run in a child process (PROTOCOL.md §31, §29.5): ``max_memory_mb``
+    (at least 64) bounds what the run allocates, ``kill_grace_ms`` (default 5000) is how long an aborted child may take
+    to end before it is killed, and ``module`` (default: the module that defines ``run``) is where the child loads the
+    tool from, as ``TASKRELAY_TOOLS`` names a module."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"tool name must be 1 to 128 of A-Z a-z 0-9 _ - . (got {name!r})")
     if not isinstance(description, str) or not description.strip():
@@ -229,6 +240,7 @@ def define_tool(
         raise ValueError(f"tool {name}: on_version_change must be one of {', '.join(_ON_VERSION_CHANGE)}")
     _positive(f"tool {name}: shards", shards, high=MAX_TOOL_SHARDS)
     deduped = _dedupe_of(name, dedupe)
+    isolation = _isolation_of(name, run, isolate, module, max_memory_mb, kill_grace_ms)
     schema, model = _schema_of(name, input_schema)
     properties = set((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else set()
     for what, names in (
@@ -243,7 +255,7 @@ def define_tool(
         name=name,
         description=description,
         input_schema=schema,
-        run=run,
+        run=run if isolation is None else IsolatedHandler(name, isolation, run),
         model=model,
         title=title,
         output_schema=output_schema,
@@ -261,7 +273,47 @@ def define_tool(
         on_version_change=on_version_change,
         dedupe=deduped,
         shards=shards,
+        isolation=isolation,
     )
+
+
+def _isolation_of(
+    tool: str, run: Handler, isolate: Any, module: Any, max_memory_mb: Any, kill_grace_ms: Any
+) -> Isolation | None:
+    """The isolation options (Node's ``isolate``, ``module``, ``maxMemoryMb``, ``killGraceMs``), checked as Node does."""
+    if isolate is False:
+        stray = [n for n, v in (("module", module), ("max_memory_mb", max_memory_mb), ("kill_grace_ms", kill_grace_ms)) if v is not None]
+        if stray:
+            raise TypeError(f"tool {tool}: {', '.join(stray)} needs isolate=True")
+        return None
+    if isolate == "thread":
+        raise ValueError(f"tool {tool}: isolate='thread' is Node's; a Python tool is isolated in a process (isolate=True)")
+    if isolate is not True and isolate != "process":
+        raise ValueError(f"tool {tool}: isolate must be True or 'process' (got {isolate!r})")
+    if max_memory_mb is not None:
+        _positive(f"tool {tool}: max_memory_mb", max_memory_mb, low=MIN_MEMORY_MB, high=1_048_576)
+    if kill_grace_ms is not None:
+        _positive(f"tool {tool}: kill_grace_ms", kill_grace_ms, low=0, high=600_000)
+    if module is None:
+        module = _module_of(run)
+    if not isinstance(module, str) or not module:
+        raise ValueError(f"tool {tool}: module must name the tools module (a .py path or a module name)")
+    return Isolation(module, max_memory_mb, 5_000 if kill_grace_ms is None else kill_grace_ms)
+
+
+def _module_of(run: Handler) -> str:
+    """Where an isolated run's child loads the tool: the module that defines ``run`` by its name when it was imported
+    by name, else its file (a ``TASKRELAY_TOOLS`` path is loaded under a name of its own)."""
+    import sys
+
+    name = getattr(run, "__module__", None) or ""
+    loaded = sys.modules.get(name)
+    if name and name != "__main__" and not name.startswith("taskrelay_tools_") and loaded is not None:
+        return name
+    path = inspect.getsourcefile(run)
+    if path is None:
+        raise ValueError("cannot tell which module defines the tool: pass module=")
+    return path
 
 
 #: Node's bounds for ``dedupe.ttlMs`` (define-tool.ts) and its default.
