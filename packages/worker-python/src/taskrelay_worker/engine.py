@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
-from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
+from .keys import Keys, parse_batch_child_id, queue_of_bull_name, tool_pool, tool_queue
 from .limits import LimitWait, ToolLimits
 from .log import Logger
 from .log_keeper import TaskLogKeeper
@@ -536,7 +536,7 @@ class TaskrelayWorker:
         entry = RunEntry(signal=RunSignal(), token=token, queue=queue)
         self.running[task_id] = entry
         try:
-            if isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool):
+            if (isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool)) or parse_batch_child_id(task_id):
                 return await self._run_child(job, token, data, attempt, entry, log)
             return await self._run(job, token, task_id, data, attempt, entry, log)
         except (DelayedError, UnrecoverableError):
@@ -836,8 +836,15 @@ class TaskrelayWorker:
             return await self.hand_back(job, token, log)
         parent_id, index, tool_name = data.get("taskId"), data.get("child"), data.get("tool")
         arguments = data.get("arguments")
-        if not isinstance(parent_id, str) or not isinstance(tool_name, str) or not isinstance(arguments, dict):
-            raise UnrecoverableError("Invalid batch child data: it needs taskId, child, tool and an arguments object")
+        unreadable: str | None = None
+        if not isinstance(parent_id, str) or not isinstance(index, int) or not isinstance(tool_name, str) or not isinstance(arguments, dict):
+            # Data that cannot be read (issue 48 F5, §5.8) fails this child, recorded once; its id names it (§26.2).
+            why = data.get(UNREADABLE_JOB_DATA)
+            unreadable = f"Invalid job data: {why if isinstance(why, str) else 'it needs taskId, child, tool and an arguments object'}"
+            ids = parse_batch_child_id(str(job.id))
+            if ids is None:
+                raise UnrecoverableError(unreadable)
+            (parent_id, index), tool_name, arguments = ids, job.name, {}
         entry.parent_id = parent_id
         log.bind(parentId=parent_id, child=index)
         lock = JobLock(entry.queue, token)
@@ -885,6 +892,9 @@ class TaskrelayWorker:
                 "error": {"code": code, "message": message},
             }
 
+        if unreadable is not None:
+            log.warn(unreadable)
+            return await record(failed("INTERNAL", unreadable))
         tool = self.tools.get(tool_name)
         if tool is None:
             return await record(failed("TOOL_NOT_FOUND", f"Tool {tool_name} is not served by this worker (queue {lock.queue})"))
