@@ -38,7 +38,8 @@ let page: Page;
 let nextId = 1;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
   redis = await startRedis({ owned: true });
   env = {
     REDIS_URL: redis.url,
@@ -136,7 +137,8 @@ describe.each(cases)('a run handed back by a $worker worker', ({ skip, start, to
       const reading = (async () => {
         for await (const event of readSse(response)) frames.push(event.data as Json);
       })().catch(() => undefined);
-      const taskFrames = () => frames.filter((f) => f['method'] === 'notifications/tasks').map((f) => f['params'] as Json);
+      const taskFrames = () =>
+        frames.filter((f) => f['method'] === 'notifications/tasks').map((f) => f['params'] as Json);
       await waitFor(() => taskFrames().length >= 1, { message: 'the listen stream sent no first frame' });
 
       await page.goto(gateway.url.replace(/\/mcp$/, '/admin/tasks'));

@@ -83,7 +83,7 @@ interface ChildEnd {
 
 /** True for a batch child's job (its data names the child's index). */
 export function isChildJob(job: Pick<Job, 'id' | 'data'>): boolean {
-  const { data } = job;
+  const data: unknown = job.data;
   if (typeof data === 'object' && data !== null && typeof (data as { child?: unknown }).child === 'number') return true;
   // Data that cannot be read names no child: its job id still does (task ids are hex, so a dot is a child's; §26.2).
   return parseBatchChildId(job.id ?? '') !== undefined;
