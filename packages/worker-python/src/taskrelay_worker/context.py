@@ -113,8 +113,11 @@ class ToolContext:
         on_lock_lost: Callable[[], None],
         waitpoints: WaitpointOpener | None = None,
         start: Awaitable[TaskRecord | None] | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.task_id = task_id
+        #: Told of each progress value written, or coalesced (replaced before its write): the worker's metrics.
+        self._on_progress = on_progress or (lambda what: None)
         self._waitpoints = waitpoints
         self.tool = tool
         self.attempt = attempt
@@ -245,6 +248,8 @@ class ToolContext:
             return
         self._last_progress = done
         text = None if message is None else bounded_text(str(message), MAX_PROGRESS_MESSAGE_BYTES)
+        if self._pending is not None:
+            self._on_progress("coalesced")
         self._pending = (done, total, text)
         wait = self._last_sent + self._interval - time.monotonic()
         if wait <= 0:
@@ -267,6 +272,7 @@ class ToolContext:
         except Exception as error:  # noqa: BLE001 - a failed write is logged, never raised into the tool
             self.log.warn("progress write failed", err=error, progress=done)
             return
+        self._on_progress("written")
         if outcome == "lock_lost":
             self.log.warn("progress refused: this worker no longer holds the job", progress=done)
             self._on_lock_lost()

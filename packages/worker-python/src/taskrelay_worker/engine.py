@@ -28,11 +28,13 @@ from .keys import Keys, parse_batch_child_id, queue_of_bull_name, tool_pool, too
 from .limits import LimitWait, ToolLimits
 from .log import Logger
 from .log_keeper import TaskLogKeeper
+from .metrics import WorkerMetrics
 from .waitpoints import WaitpointOpener
 from .protocol import BULLMQ_PAIR, GENERATION
 from .output import OutputLimits, RunOutput, StoredBytesLimitError
 from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskRecord, TaskStore
 from .tools import ToolDefinition, to_tool_result
+from .tracing import traced
 
 #: setTimeout's ceiling in the Node worker: a longer timeout counts as none.
 MAX_TIMER_MS = 2_147_483_647
@@ -279,6 +281,8 @@ class TaskrelayWorker:
         self.pool = tool_pool(config.queue, [(t.name, t.version) for t in tools])
         self.queues = {name: tool_queue(config.queue, name) for name in self.tools}
         self.running: dict[str, RunEntry] = {}
+        self.metrics = WorkerMetrics()  # Node's names, types and labels (metrics.py); served by __main__
+        self.metrics.watch_slots(lambda: len(self.running), config.concurrency)
         self.closing = False
         self._bull: list[GatedWorker] = []
         self._bull_runs: list[asyncio.Task] = []
@@ -341,7 +345,7 @@ class TaskrelayWorker:
         for name, queue in self.queues.items():
             worker = GatedWorker(
                 self.keys.queue_name(queue),
-                self.process,
+                traced(self.process, self.worker_id),  # each run in its span, as Node's (tracing.py)
                 {
                     "connection": bull_options(cfg.redis),
                     "prefix": self.keys.bull_prefix,
@@ -535,6 +539,7 @@ class TaskrelayWorker:
         queue = queue_of_bull_name(job.queue.name)
         entry = RunEntry(signal=RunSignal(), token=token, queue=queue)
         self.running[task_id] = entry
+        started = self.metrics.run_started(job)
         try:
             if (isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool)) or parse_batch_child_id(task_id):
                 return await self._run_child(job, token, data, attempt, entry, log)
@@ -543,10 +548,12 @@ class TaskrelayWorker:
             raise
         except Exception as error:
             if is_redis_loss(error):
+                self.metrics.redis_errors.labels("commands").inc()
                 log.warn("Redis unreachable while recording the run; handing the job back", err=error)
                 return await self.hand_back(job, token, log, "LOCK_LOST")
             raise
         finally:
+            self.metrics.run_ended(job.name, started, entry.aborted_at, entry.signal.reason)
             if entry.grace is not None:
                 entry.grace.cancel()
             if entry.release is not None:
@@ -722,6 +729,7 @@ class TaskrelayWorker:
             on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
             waitpoints=self.waitpoints,
             start=start,
+            on_progress=self.metrics.progress,
         )
         ctx.attach_output(RunOutput(self.store, self._output_limits, task_id, task.principal, lock, task_id, log))
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
@@ -803,6 +811,7 @@ class TaskrelayWorker:
         await ctx.flush()
         ctx.close()
         if isinstance(error, RetryAfterError):
+            self.metrics.back_offs.labels(tool.name).inc()
             until = _now_ms() + int(error.retry_after * 1000)
             iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until / 1000)) + f".{until % 1000:03d}Z"
             held, _ = await self.store.suspend(
@@ -876,6 +885,7 @@ class TaskrelayWorker:
             if written["outcome"] != "recorded":
                 log.info("child outcome not recorded (already recorded, or the batch is gone)", outcome=written["outcome"])
                 return
+            self.metrics.batch_children.labels(tool_name, outcome["status"]).inc()
             done, size, failed_count = written["done"], written["size"], written["failed"]
             message = f"{done} of {size} children done ({failed_count} failed)"
             try:
@@ -983,6 +993,7 @@ class TaskrelayWorker:
     ) -> Any:
         """The refused run's job waits in the delayed set (no attempt used, no slot held); a slot waiter that slipped
         past its releaser's promotion promotes itself (§3.5 step 3)."""
+        self.metrics.limit_waits.labels(tool.name, wait.limit).inc()
         try:
             await job.moveToDelayed(_now_ms() + wait.wait_ms, token)
         except Exception as moved:  # noqa: BLE001
