@@ -92,13 +92,25 @@ export interface CommonConfig {
    * entry points require one).
    */
   redisUrl: string | undefined;
-  /** Prefix of every Redis key and channel. Default `taskrelay`. */
+  /**
+   * Prefix of every Redis key and channel. Default `taskrelay`.
+   * @default "taskrelay"
+   */
   prefix: string;
-  /** `TASKRELAY_KEY_LAYOUT` (PROTOCOL.md §1.1); `keyLayoutOf` says which layout it means. Default `auto`. */
+  /**
+   * `TASKRELAY_KEY_LAYOUT` (PROTOCOL.md §1.1); `keyLayoutOf` says which layout it means. Default `auto`.
+   * @default "auto"
+   */
   keyLayout: KeyLayoutSetting;
-  /** pino level. Default `info`. */
+  /**
+   * pino level. Default `info`.
+   * @default "info"
+   */
   logLevel: (typeof LOG_LEVELS)[number];
-  /** Per-task progress throttle interval. Default 50 ms (about 20 updates per second). */
+  /**
+   * Per-task progress throttle interval. Default 50 ms (about 20 updates per second).
+   * @default 50
+   */
   progressIntervalMs: number;
   /** `TASKRELAY_WAITPOINT_SECRET`: seals waitpoint tokens (PROTOCOL.md §32.2); undefined: a key kept in Redis. */
   waitpointSecret?: string | undefined;

@@ -10,7 +10,9 @@ import { gatewayEnvSchema } from './gateway-env.js';
 import type { Env } from './values.js';
 
 export interface GatewayConfig extends CommonConfig {
+  /** @default "127.0.0.1" */
   host: string;
+  /** @default 3000 */
   port: number;
   /** token → principal; undefined when authentication is off. */
   authTokens: Map<string, string> | undefined;
@@ -21,85 +23,150 @@ export interface GatewayConfig extends CommonConfig {
   operators: string[] | undefined;
   /** Allowed `Origin` values; undefined means loopback origins only. */
   allowedOrigins: string[] | undefined;
+  /** @default 3600000 */
   defaultTtlMs: number;
+  /** @default 86400000 */
   maxTtlMs: number;
   /** How long a task stays after it ended, per ending status, instead of its ttl (PROTOCOL.md §30.1). */
   retainCompletedMs: number | undefined;
   retainFailedMs: number | undefined;
   retainCancelledMs: number | undefined;
+  /** @default 1000 */
   pollIntervalMs: number;
-  /** Upper bound on any tool's run time; a tool's own `timeoutMs` may only be lower. */
+  /**
+   * Upper bound on any tool's run time; a tool's own `timeoutMs` may only be lower.
+   * @default 86400000
+   */
   maxToolTimeoutMs: number;
-  /** How long SSE events are kept for Last-Event-ID replay. */
+  /**
+   * How long SSE events are kept for Last-Event-ID replay.
+   * @default 3600000
+   */
   eventTtlMs: number;
-  /** A session with no open stream and no request for this long is closed (its tasks live on). */
+  /**
+   * A session with no open stream and no request for this long is closed (its tasks live on).
+   * @default 1800000
+   */
   sessionIdleMs: number;
-  /** How often the reaper looks at live tasks (PROTOCOL.md §10.3). Default 5000 ms. */
+  /**
+   * How often the reaper looks at live tasks (PROTOCOL.md §10.3). Default 5000 ms.
+   * @default 5000
+   */
   reaperIntervalMs: number;
-  /** How long a job may wait for a worker before the reaper fails its task. Default 1 h. */
+  /**
+   * How long a job may wait for a worker before the reaper fails its task. Default 1 h.
+   * @default 3600000
+   */
   queueTimeoutMs: number;
   /**
    * How long a pool's tools stay listed, and their calls accepted and queued, after its last worker has gone (a pool
    * scaled to zero, PROTOCOL.md §24). `0`: a tool goes with its last worker. Default 86400000 (24 h).
+   * @default 86400000
    */
   catalogRetentionMs: number;
-  /** How far ahead a call's start-at may be (PROTOCOL.md §33.1). Default 30 days. */
+  /**
+   * How far ahead a call's start-at may be (PROTOCOL.md §33.1). Default 30 days.
+   * @default 2592000000
+   */
   maxStartDelayMs: number;
   /** A YAML or JSON file of schedules applied at start (PROTOCOL.md §33.2); undefined: none. */
   schedulesFile: string | undefined;
   /**
    * On SIGTERM/SIGINT, how long plain calls in flight may finish before they are ended with `GATEWAY_SHUTDOWN`.
    * Default 10000 ms.
+   * @default 10000
    */
   shutdownGraceMs: number;
   /**
    * Accepted `Host` header values (`host` on any port, or `host:port`); undefined means loopback names and `host`.
    */
   allowedHosts: string[] | undefined;
-  /** Serve without authentication on a non-loopback address (an explicit opt-in; warned about). Default false. */
+  /**
+   * Serve without authentication on a non-loopback address (an explicit opt-in; warned about). Default false.
+   * @default false
+   */
   allowUnauthenticated: boolean;
-  /** Largest request body, after any content decoding; bigger ones get 413. Default 1 MiB. */
+  /**
+   * Largest request body, after any content decoding; bigger ones get 413. Default 1 MiB.
+   * @default 1048576
+   */
   maxBodyBytes: number;
-  /** Deepest nesting of a JSON body, checked on the raw bytes before parsing. Default 64. */
+  /**
+   * Deepest nesting of a JSON body, checked on the raw bytes before parsing. Default 64.
+   * @default 64
+   */
   maxJsonDepth: number;
-  /** Open sessions one principal may hold on one gateway; 0 = no limit. Default 1000. */
+  /**
+   * Open sessions one principal may hold on one gateway; 0 = no limit. Default 1000.
+   * @default 1000
+   */
   maxSessionsPerPrincipal: number;
-  /** Non-terminal tasks one principal may hold (all gateways); 0 = no limit. Default 1000. */
+  /**
+   * Non-terminal tasks one principal may hold (all gateways); 0 = no limit. Default 1000.
+   * @default 1000
+   */
   maxOpenTasks: number;
-  /** `tools/call` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit. */
+  /**
+   * `tools/call` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit.
+   * @default 60000
+   */
   rateLimitCalls: number;
-  /** `tasks/*` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit. */
+  /**
+   * `tasks/*` requests one principal may make per `rateLimitWindowMs` (all gateways); 0 = no limit.
+   * @default 120000
+   */
   rateLimitTaskOps: number;
-  /** The rate limits' window. Default 60000 ms. */
+  /**
+   * The rate limits' window. Default 60000 ms.
+   * @default 60000
+   */
   rateLimitWindowMs: number;
-  /** Largest `tools/call` arguments, as JSON bytes. Default 256 KiB. */
+  /**
+   * Largest `tools/call` arguments, as JSON bytes. Default 256 KiB.
+   * @default 262144
+   */
   maxArgumentBytes: number;
-  /** Largest `_meta.progressToken`, as JSON bytes. Default 256. */
+  /**
+   * Largest `_meta.progressToken`, as JSON bytes. Default 256.
+   * @default 256
+   */
   maxProgressTokenBytes: number;
-  /** Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result. */
+  /**
+   * Largest tool result the gateway delivers, as JSON bytes; a bigger one is answered with an error result.
+   * @default 16777216
+   */
   maxResultBytes: number;
-  /** Large results (over 1 MiB) one principal may have read at once on this gateway (PROTOCOL.md §22.5). Default 2. */
+  /**
+   * Large results (over 1 MiB) one principal may have read at once on this gateway (PROTOCOL.md §22.5). Default 2.
+   * @default 2
+   */
   maxLargeReadsPerPrincipal: number;
   /**
    * Bytes that may wait to go out on one SSE stream while its client does not read; past it progress is coalesced
    * and the stream is closed (the client resumes it). Default 1 MiB.
+   * @default 1048576
    */
   maxStreamBufferBytes: number;
   /** `TASKRELAY_REQUEST_STATE_SECRET`: signs MRTR `requestState` (PROTOCOL.md §17.2); undefined: a key kept in Redis. */
   requestStateSecret?: string | undefined;
   /** `TASKRELAY_PUBLIC_URL`: the base of waitpoint URLs (PROTOCOL.md §32.2); undefined: `http://localhost:<port>`. */
   publicUrl?: string | undefined;
-  /** The largest JSON body a waitpoint URL takes, in bytes. Default 64 KiB. */
+  /**
+   * The largest JSON body a waitpoint URL takes, in bytes. Default 64 KiB.
+   * @default 65536
+   */
   waitpointMaxBytes: number;
   /**
    * What this gateway may hold for its clients (sessions, event stores, task routes, listen streams, SSE send
    * buffers); past it the largest stream buffers of the principal holding the most are closed, then the least recently
    * seen idle sessions, then new sessions get 503. Default 512 MiB.
+   * @default 536870912
    */
   memoryBudgetBytes: number;
   /**
    * How long a dashboard login lasts (docs/OPERATIONS.md); one made with an OAuth access token ends when the token
    * expires, if sooner. Default 28800000 (8 h).
+   * @default 28800000
    */
   adminSessionTtlMs: number;
   /** OAuth 2.1 resource server settings; undefined when OAuth is off. */
@@ -117,17 +184,35 @@ export interface WebhookConfig {
   secret: string | undefined;
   /** `host` (any port) or `host:port` entries webhook URLs may name, lowercased. Default none. */
   allowedHosts: string[];
-  /** Tries of one event before it is dead-lettered. Default 10. */
+  /**
+   * Tries of one event before it is dead-lettered. Default 10.
+   * @default 10
+   */
   maxAttempts: number;
-  /** Wait after the first failed try; doubles after each. Default 2000 ms. */
+  /**
+   * Wait after the first failed try; doubles after each. Default 2000 ms.
+   * @default 2000
+   */
   retryBaseMs: number;
-  /** Longest wait between two tries. Default 600000 ms (10 min). */
+  /**
+   * Longest wait between two tries. Default 600000 ms (10 min).
+   * @default 600000
+   */
   retryMaxMs: number;
-  /** Bound on one try, connection to answer. Default 10000 ms. */
+  /**
+   * Bound on one try, connection to answer. Default 10000 ms.
+   * @default 10000
+   */
   timeoutMs: number;
-  /** Events of one principal that may wait for delivery at once. Default 1000. */
+  /**
+   * Events of one principal that may wait for delivery at once. Default 1000.
+   * @default 1000
+   */
   maxPendingPerPrincipal: number;
-  /** How often each gateway looks for due events. Default 500 ms. */
+  /**
+   * How often each gateway looks for due events. Default 500 ms.
+   * @default 500
+   */
   pollMs: number;
 }
 

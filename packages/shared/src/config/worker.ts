@@ -43,19 +43,31 @@ export const workerEnvSchema = z.object({
 });
 
 export interface WorkerConfig extends CommonConfig {
+  /** @default 8 */
   concurrency: number;
+  /** @default 30000 */
   lockDurationMs: number;
   /** Module whose exports are tool definitions; undefined serves the demo tools. */
   toolsModule: string | undefined;
+  /** @default "default" */
   queue: string;
+  /** @default 5000 */
   heartbeatMs: number;
+  /** @default 5000 */
   abortGraceMs: number;
+  /** @default 2000 */
   cancelSweepMs: number;
-  /** On SIGTERM, how long running jobs may finish before they are aborted and handed back. Default 30000 ms. */
+  /**
+   * On SIGTERM, how long running jobs may finish before they are aborted and handed back. Default 30000 ms.
+   * @default 30000
+   */
   shutdownGraceMs: number;
   /** When set, Prometheus `/metrics` is served on this port (`WORKER_METRICS_PORT`). Default: unset, no listener. */
   metricsPort: number | undefined;
-  /** Address the metrics listener binds (`HOST`, as for the gateway). Default `127.0.0.1`. */
+  /**
+   * Address the metrics listener binds (`HOST`, as for the gateway). Default `127.0.0.1`.
+   * @default "127.0.0.1"
+   */
   metricsHost: string;
   /** Bounds of task output, results by reference and artifacts (PROTOCOL.md §34). */
   output: OutputLimits;
