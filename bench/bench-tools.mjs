@@ -129,6 +129,46 @@ export const benchHold = defineTool({
 });
 
 /**
+ * Keyed limits (PROTOCOL.md §3.5, issue 48 F2; `pnpm bench --limits`): sleep `ms` under one run at a time, or two starts
+ * a second, per `tenant`: per principal (the default), or shared across principals.
+ */
+const tenantInput = z.object({ tenant: z.string(), ms: z.number().int().min(0).max(600_000) });
+const holdFor = async ({ ms }, ctx) => {
+  // When the tool itself starts (a run refused by its limit has recorded its start already, but never gets here).
+  await benchRedis().set(`${prefix}:bench:tool-start:${ctx.taskId}`, String(Date.now()), 'PX', 600_000, 'NX');
+  await ctx.sleep(ms);
+  return 'held';
+};
+export const benchTenantSlot = defineTool({
+  name: 'bench_tenant_slot',
+  description: 'Sleeps ms; one run at once per tenant of each caller.',
+  inputSchema: tenantInput,
+  concurrency: { limit: 1, key: ['tenant'] },
+  run: holdFor,
+});
+export const benchTenantSlotShared = defineTool({
+  name: 'bench_tenant_slot_shared',
+  description: 'Sleeps ms; one run at once per tenant, whoever calls.',
+  inputSchema: tenantInput,
+  concurrency: { limit: 1, key: ['tenant'], acrossPrincipals: true },
+  run: holdFor,
+});
+export const benchTenantRate = defineTool({
+  name: 'bench_tenant_rate',
+  description: 'Sleeps ms; two starts a second per tenant of each caller.',
+  inputSchema: tenantInput,
+  rateLimit: { max: 2, perMs: 1000, key: ['tenant'] },
+  run: holdFor,
+});
+export const benchTenantRateShared = defineTool({
+  name: 'bench_tenant_rate_shared',
+  description: 'Sleeps ms; two starts a second per tenant, whoever calls.',
+  inputSchema: tenantInput,
+  rateLimit: { max: 2, perMs: 1000, key: ['tenant'], acrossPrincipals: true },
+  run: holdFor,
+});
+
+/**
  * Soak and load fixture: sleeps `ms` in `steps` steps (progress after each), then counts its side effect with INCR on
  * `<prefix>:bench:effect:<taskId>`. The benchmark reads and deletes the counter: a value above 1, or a counter that
  * reappears after it was read, is a side effect that happened twice.

@@ -27,6 +27,9 @@
  *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
  *   pnpm bench --webhooks           webhook fairness (PROTOCOL §27.3): another principal's webhook while 1, 4 and 16
  *                                   principals' receivers hang (bench/lib/webhooks.ts)
+ *   pnpm bench --limits             keyed limits (PROTOCOL §3.5, issue 48 F2): alice's wait behind bob's 6 runs on one
+ *                                   tenant, per principal and acrossPrincipals, concurrency and rate keys
+ *                                   (bench/lib/limits.ts)
  *   options: --reps N, --window-ms N (compare and A/B modes)
  *
  * Exit code 0 when every scenario ran, 1 when one failed (it is reported and the others still run).
@@ -69,6 +72,7 @@ import {
 import { latency, sleep } from './lib/stats.js';
 import { runLoad } from './lib/load.js';
 import { runFair } from './lib/fair.js';
+import { runLimits } from './lib/limits.js';
 import { runWebhooks } from './lib/webhooks.js';
 import { runSoak } from './lib/soak.js';
 import { pollingClient } from './lib/polling.js';
@@ -81,6 +85,7 @@ const { values: args } = parseArgs({
     soak: { type: 'boolean', default: false },
     load: { type: 'boolean', default: false },
     fair: { type: 'boolean', default: false },
+    limits: { type: 'boolean', default: false },
     batch: { type: 'boolean', default: false },
     sdk: { type: 'boolean', default: false },
     fastmcp: { type: 'boolean', default: false },
@@ -979,6 +984,10 @@ async function main(): Promise<number> {
     if (args.fair) {
       const { redis } = await startInfra();
       return await runFair({ redis, cleanup, log });
+    }
+    if (args.limits) {
+      const { redis } = await startInfra();
+      return await runLimits({ redis, cleanup, log });
     }
     if (args.sdk) {
       const { redis, admin } = await startInfra();

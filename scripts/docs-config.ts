@@ -77,7 +77,7 @@ export function configRows(doc: string): Row[] {
     const written = known.get(name);
     const meaning = fromSchema.description ?? written?.meaning;
     if (meaning === undefined) {
-      throw new Error(`${name} has no description: give its schema a .describe() (packages/shared/src/config.ts)`);
+      throw new Error(`${name} has no description: give its schema a .describe() (packages/shared/src/config/)`);
     }
     return { name, process, default: fromSchema.default ?? written?.default ?? 'unset', meaning };
   });

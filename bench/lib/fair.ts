@@ -25,7 +25,8 @@ const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/
 
 type Rpc = { result?: any; error?: { code: number; message: string } };
 
-async function session(url: string, principal: string) {
+/** A 2025-11-25 session of `principal` (token `<principal>-token`): its JSON-RPC calls. */
+export async function session(url: string, principal: string) {
   const auth = { authorization: `Bearer ${principal}-token` };
   const init = await fetch(url, {
     method: 'POST',

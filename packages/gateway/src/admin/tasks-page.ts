@@ -6,6 +6,8 @@
  * API. Opened with a dashboard login (docs/OPERATIONS.md), the page carries its session's CSRF token, which every POST
  * sends back, and a Log out button; the session cookie itself is `HttpOnly`, out of the script's reach.
  */
+import { RESUME_WAIT_PREFIX } from '../tasks/catalog.js';
+
 const CSRF_SLOT = '<meta name="taskrelay-csrf" content="">';
 
 /** The page, carrying the CSRF token of the session it is served to (none: bearer or loopback access). */
@@ -53,6 +55,7 @@ ${CSRF_SLOT}
   .bar i { display:block; height:100%; background:var(--accent); }
   .bar.done i { background:var(--ok); }
   .pct { color:var(--dim); font-size:12px; margin-left:6px; }
+  .pct.resume { color:var(--warn); margin-left:0; }
   .tools span { display:inline-block; background:var(--line); border-radius:4px; padding:0 6px; margin:1px 4px 1px 0; font-size:12px; }
   .empty { color:var(--dim); padding:10px 12px; }
   ol.timeline { list-style:none; margin:0; padding:8px 12px; }
@@ -120,9 +123,15 @@ ${CSRF_SLOT}
     return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
   }
   function badge(status) { return el('span', { class: 'badge s-' + status, text: status }); }
+  const RESUME_WAIT = ${JSON.stringify(RESUME_WAIT_PREFIX)};
   function progressBar(t) {
     if (t.progress === undefined || t.progress === null) {
       return el('span', { class: 'pct', text: t.attempt === undefined && t.status === 'working' ? 'queued' : '—' });
+    }
+    // A run handed back or lost with its worker (PROTOCOL.md §3.2, §5.7): its last values move no more, so no bar.
+    if (t.status === 'working' && String(t.statusMessage || '').startsWith(RESUME_WAIT)) {
+      const last = t.total ? t.progress + '/' + t.total : String(t.progress);
+      return el('span', { class: 'pct resume', text: 'waiting to be resumed (last run ' + last + ')' });
     }
     const share = t.total ? Math.min(1, t.progress / t.total) : 0;
     const bar = el('span', { class: 'bar' + (t.status === 'completed' ? ' done' : '') }, el('i', { style: 'width:' + (share * 100).toFixed(1) + '%' }));

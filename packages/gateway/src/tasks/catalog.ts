@@ -117,6 +117,13 @@ export async function retirePool(
 }
 
 /**
+ * How a waiting task's message starts when the run it had is gone: handed back by its worker (the worker's
+ * `HANDED_BACK_MESSAGE`, PROTOCOL.md §5.7) or lost with it (`orphanedReason`). The dashboard shows that state instead of
+ * the last run's progress bar.
+ */
+export const RESUME_WAIT_PREFIX = 'Waiting to be resumed';
+
+/**
  * A task as every read shows it: one no worker has started whose queue no live worker consumes, or that its tool's
  * controls hold back (paused, at its limit), says why in its `statusMessage` (PROTOCOL.md §3.2, §3.3), where it would
  * otherwise wait silently until the queue timeout; one that has run, whose queue no live worker consumes now, says its
@@ -216,7 +223,7 @@ export class ToolCatalog {
   async orphanedReason(tool: string, queue: string): Promise<string | undefined> {
     const snapshot = await this.load();
     if (snapshot.queues.has(queue)) return undefined;
-    return `Waiting to be resumed: no live worker serves tool ${tool}; its last run's progress is stale, and the task runs again once a worker starts`;
+    return `${RESUME_WAIT_PREFIX}: no live worker serves tool ${tool}; its last run's progress is stale, and the task runs again once a worker starts`;
   }
 
   /**

@@ -16,6 +16,8 @@ from .config import ConfigError, load_config
 from .engine import StartError, TaskrelayWorker
 from .isolate import check_isolated_tools
 from .log import Logger
+from .metrics import MetricsServer
+from .tracing import start_tracing
 from .tools import ToolDefinition, collect_tools
 
 
@@ -48,14 +50,28 @@ async def serve() -> int:
     except ValueError as error:
         raise ConfigError(f"Invalid configuration: {error}") from None
     log = Logger(config.log_level, {"name": "worker", "language": "python"})
+    tracing = start_tracing("taskrelay-worker", os.environ)
     worker = TaskrelayWorker(config, tools, log)
     await worker.start()
+    metrics_server = None
+    if config.metrics_port is not None:
+        try:
+            metrics_server = MetricsServer(worker.metrics.registry, config.metrics_host, config.metrics_port)
+        except OSError as error:
+            await worker.close()
+            raise ConfigError(
+                f"Invalid configuration: WORKER_METRICS_PORT {config.metrics_port} cannot be served: {error}"
+            ) from None
+        log.info("metrics served", metricsPort=metrics_server.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await worker.close()
+    if metrics_server is not None:
+        metrics_server.close()
+    tracing.shutdown()
     return 0
 
 

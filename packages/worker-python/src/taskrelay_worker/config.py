@@ -57,6 +57,9 @@ class Config:
     blob_ttl_ms: int = 86_400_000
     max_task_bytes: int = 64 * 1024 * 1024
     max_principal_bytes: int = 1024 * 1024 * 1024
+    #: ``WORKER_METRICS_PORT``: Prometheus ``/metrics`` on this port, on ``HOST``; None: no listener.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def _nodes(name: str, raw: str) -> tuple[tuple[str, int], ...]:
@@ -87,6 +90,7 @@ _INTS: dict[str, tuple[int, int, int]] = {
     "TASKRELAY_BLOB_TTL_MS": (1_000, 365 * 86_400_000, 86_400_000),
     "TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK": (1_024, 1024**4, 64 * 1024 * 1024),
     "TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL": (1_024, 1024**4, 1024**3),
+    "WORKER_METRICS_PORT": (1, 65_535, 0),
 }
 
 
@@ -167,6 +171,9 @@ def load_config(env: Mapping[str, str]) -> Config:
             f"Invalid configuration: TASKRELAY_BLOB_STORE={blob_store} is not supported by the Python worker yet "
             "(it stores values in Redis; leave the variable unset for Python workers: gateways read both)"
         )
+    metrics_port = None
+    if env.get("WORKER_METRICS_PORT", "").strip():
+        metrics_port = _int(env, "WORKER_METRICS_PORT")
     secret = env.get("TASKRELAY_WAITPOINT_SECRET")
     if secret is not None and len(secret) < 32:
         raise ConfigError("Invalid configuration: TASKRELAY_WAITPOINT_SECRET must be at least 32 characters")
@@ -191,4 +198,6 @@ def load_config(env: Mapping[str, str]) -> Config:
         blob_ttl_ms=_int(env, "TASKRELAY_BLOB_TTL_MS"),
         max_task_bytes=_int(env, "TASKRELAY_MAX_ARTIFACT_BYTES_PER_TASK"),
         max_principal_bytes=_int(env, "TASKRELAY_MAX_ARTIFACT_BYTES_PER_PRINCIPAL"),
+        metrics_port=metrics_port,
+        metrics_host=env.get("HOST", "").strip() or "127.0.0.1",
     )

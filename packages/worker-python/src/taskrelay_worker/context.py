@@ -119,10 +119,13 @@ class ToolContext:
         waitpoints: WaitpointOpener | None = None,
         start: Awaitable[TaskRecord | None] | None = None,
         batch: FanOutHost | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.task_id = task_id
         #: The batch engine behind ``fan_out`` (PROTOCOL.md §26, §29.4); without it ``fan_out`` raises.
         self._batch_host = batch
+        #: Told of each progress value written, or coalesced (replaced before its write): the worker's metrics.
+        self._on_progress = on_progress or (lambda what: None)
         self._record = record
         self._waitpoints = waitpoints
         self.tool = tool
@@ -255,6 +258,8 @@ class ToolContext:
             return
         self._last_progress = done
         text = None if message is None else bounded_text(str(message), MAX_PROGRESS_MESSAGE_BYTES)
+        if self._pending is not None:
+            self._on_progress("coalesced")
         self._pending = (done, total, text)
         wait = self._last_sent + self._interval - time.monotonic()
         if wait <= 0:
@@ -277,6 +282,7 @@ class ToolContext:
         except Exception as error:  # noqa: BLE001 - a failed write is logged, never raised into the tool
             self.log.warn("progress write failed", err=error, progress=done)
             return
+        self._on_progress("written")
         if outcome == "lock_lost":
             self.log.warn("progress refused: this worker no longer holds the job", progress=done)
             self._on_lock_lost()

@@ -25,16 +25,18 @@ from .config import Config, ConfigError, RedisTarget
 from .context import RunSignal, Suspension, ToolContext
 from .fan_out import BatchParent, priority_level_of
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError, serialize_error
-from .keys import Keys, queue_of_bull_name, tool_pool, tool_queue
+from .keys import Keys, parse_batch_child_id, queue_of_bull_name, tool_pool, tool_queue
 from .placement import ShardPlacement, ToolShard, tool_shards
 from .limits import LimitWait, ToolLimits
 from .log import Logger
 from .log_keeper import TaskLogKeeper
+from .metrics import WorkerMetrics
 from .waitpoints import WaitpointOpener
 from .protocol import BULLMQ_PAIR, GENERATION, message_problem
 from .output import OutputLimits, RunOutput, StoredBytesLimitError
 from .store import MAX_STORED_CHILD_RESULT_CHARS, TERMINAL, JobLock, TaskRecord, TaskStore
 from .tools import ToolDefinition, to_tool_result
+from .tracing import traced
 
 #: setTimeout's ceiling in the Node worker: a longer timeout counts as none.
 MAX_TIMER_MS = 2_147_483_647
@@ -281,6 +283,8 @@ class TaskrelayWorker:
         self.pool = tool_pool(config.queue, [(t.name, t.version) for t in tools])
         self.queues = {name: tool_queue(config.queue, name) for name in self.tools}
         self.running: dict[str, RunEntry] = {}
+        self.metrics = WorkerMetrics()  # Node's names, types and labels (metrics.py); served by __main__
+        self.metrics.watch_slots(lambda: len(self.running), config.concurrency)
         self.closing = False
         self._bull: list[GatedWorker] = []
         self._bull_runs: list[asyncio.Task] = []
@@ -353,7 +357,7 @@ class TaskrelayWorker:
             name, queue = shard.tool, shard.queue
             worker = GatedWorker(
                 shard.keys.queue_name(queue),
-                self.process,
+                traced(self.process, self.worker_id),  # each run in its span, as Node's (tracing.py)
                 {
                     "connection": bull_options(cfg.redis),
                     "prefix": shard.keys.bull_prefix,
@@ -556,18 +560,21 @@ class TaskrelayWorker:
         queue = queue_of_bull_name(job.queue.name)
         entry = RunEntry(signal=RunSignal(), token=token, queue=queue)
         self.running[task_id] = entry
+        started = self.metrics.run_started(job)
         try:
-            if isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool):
+            if (isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool)) or parse_batch_child_id(task_id):
                 return await self._run_child(job, token, data, attempt, entry, log)
             return await self._run(job, token, task_id, data, attempt, entry, log)
         except (DelayedError, UnrecoverableError):
             raise
         except Exception as error:
             if is_redis_loss(error):
+                self.metrics.redis_errors.labels("commands").inc()
                 log.warn("Redis unreachable while recording the run; handing the job back", err=error)
                 return await self.hand_back(job, token, log, "LOCK_LOST")
             raise
         finally:
+            self.metrics.run_ended(job.name, started, entry.aborted_at, entry.signal.reason)
             if entry.grace is not None:
                 entry.grace.cancel()
             if entry.release is not None:
@@ -748,6 +755,7 @@ class TaskrelayWorker:
             waitpoints=self.waitpoints,
             start=start,
             batch=None if self.batches is None else self.batches.for_run(data.get("maxOpen"), data.get("priority")),
+            on_progress=self.metrics.progress,
         )
         ctx.attach_output(RunOutput(self.store, self._output_limits, task_id, task.principal, lock, task_id, log))
         timeout_message = f"Tool {tool.name} timed out after {timeout_ms or 0} ms"
@@ -831,6 +839,7 @@ class TaskrelayWorker:
         await ctx.flush()
         ctx.close()
         if isinstance(error, RetryAfterError):
+            self.metrics.back_offs.labels(tool.name).inc()
             until = _now_ms() + int(error.retry_after * 1000)
             iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until / 1000)) + f".{until % 1000:03d}Z"
             held, _ = await self.store.suspend(
@@ -864,8 +873,15 @@ class TaskrelayWorker:
             return await self.hand_back(job, token, log)
         parent_id, index, tool_name = data.get("taskId"), data.get("child"), data.get("tool")
         arguments = data.get("arguments")
-        if not isinstance(parent_id, str) or not isinstance(tool_name, str) or not isinstance(arguments, dict):
-            raise UnrecoverableError("Invalid batch child data: it needs taskId, child, tool and an arguments object")
+        unreadable: str | None = None
+        if not isinstance(parent_id, str) or not isinstance(index, int) or not isinstance(tool_name, str) or not isinstance(arguments, dict):
+            # Data that cannot be read (issue 48 F5, §5.8) fails this child, recorded once; its id names it (§26.2).
+            why = data.get(UNREADABLE_JOB_DATA)
+            unreadable = f"Invalid job data: {why if isinstance(why, str) else 'it needs taskId, child, tool and an arguments object'}"
+            ids = parse_batch_child_id(str(job.id))
+            if ids is None:
+                raise UnrecoverableError(unreadable)
+            (parent_id, index), tool_name, arguments = ids, job.name, {}
         entry.parent_id = parent_id
         log.bind(parentId=parent_id, child=index)
         lock = JobLock(entry.queue, token)
@@ -897,6 +913,7 @@ class TaskrelayWorker:
             if written["outcome"] != "recorded":
                 log.info("child outcome not recorded (already recorded, or the batch is gone)", outcome=written["outcome"])
                 return
+            self.metrics.batch_children.labels(tool_name, outcome["status"]).inc()
             done, size, failed_count = written["done"], written["size"], written["failed"]
             message = f"{done} of {size} children done ({failed_count} failed)"
             try:
@@ -920,6 +937,9 @@ class TaskrelayWorker:
                 "error": {"code": code, "message": message},
             }
 
+        if unreadable is not None:
+            log.warn(unreadable)
+            return await record(failed("INTERNAL", unreadable))
         tool = self.tools.get(tool_name)
         if tool is None:
             return await record(failed("TOOL_NOT_FOUND", f"Tool {tool_name} is not served by this worker (queue {lock.queue})"))
@@ -1008,6 +1028,7 @@ class TaskrelayWorker:
     ) -> Any:
         """The refused run's job waits in the delayed set (no attempt used, no slot held); a slot waiter that slipped
         past its releaser's promotion promotes itself (§3.5 step 3)."""
+        self.metrics.limit_waits.labels(tool.name, wait.limit).inc()
         try:
             await job.moveToDelayed(_now_ms() + wait.wait_ms, token)
         except Exception as moved:  # noqa: BLE001

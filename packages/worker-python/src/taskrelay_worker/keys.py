@@ -84,6 +84,15 @@ def queue_of_bull_name(bull_queue_name: str) -> str:
     return bull_queue_name[len(head) :] if bull_queue_name.startswith(head) else bull_queue_name
 
 
+def parse_batch_child_id(job_id: str) -> tuple[str, int] | None:
+    """The parent and index of a batch child's job id ``<parent>.<index>`` (§26.2; Node's ``parseBatchChildId``), or
+    None for any other id: task ids are hex, so a dot is a child's."""
+    parent, dot, index = job_id.rpartition(".")
+    if not parent or not dot or not index.isdigit() or str(int(index)) != index:
+        return None
+    return parent, int(index)
+
+
 class Keys:
     """The keys of one layout. In the sharded layout this object holds the home keys and fills a shard key with the
     code of the task id it is about; ``for_task``/``for_shard`` give the keys of one shard, whose per-shard names

@@ -10,6 +10,7 @@ import {
   Coalescer,
   MAX_STORED_CHILD_RESULT_CHARS,
   isRedisUnavailableError,
+  parseBatchChildId,
   serializeError,
   type BatchOutcome,
   type BatchStore,
@@ -36,6 +37,7 @@ import type { RunningJob } from './running-jobs.js';
 import type { ToolLimits } from './tool-limits.js';
 import { settle, type SettleAction } from './settle.js';
 import { writeThroughOutage } from './end-write.js';
+import { UNREADABLE_JOB_DATA } from './slot-gate.js';
 
 /** Parents whose progress this worker coalesces, at most; the oldest is flushed and forgotten beyond it. */
 const MAX_PARENT_THROTTLES = 1_000;
@@ -80,8 +82,11 @@ interface ChildEnd {
 }
 
 /** True for a batch child's job (its data names the child's index). */
-export function isChildJob(data: unknown): boolean {
-  return typeof data === 'object' && data !== null && typeof (data as { child?: unknown }).child === 'number';
+export function isChildJob(job: Pick<Job, 'id' | 'data'>): boolean {
+  const data: unknown = job.data;
+  if (typeof data === 'object' && data !== null && typeof (data as { child?: unknown }).child === 'number') return true;
+  // Data that cannot be read names no child: its job id still does (task ids are hex, so a dot is a child's; §26.2).
+  return parseBatchChildId(job.id ?? '') !== undefined;
 }
 
 export interface ChildRunnerOptions {
@@ -137,10 +142,10 @@ export class ChildRunner {
   ): Promise<void> {
     if (this.o.isClosing()) return this.o.envelope.handBack(job, token, log);
     const parsed = ChildJobDataSchema.safeParse(job.data);
-    if (!parsed.success) throw new UnrecoverableError(`Invalid batch child data: ${describeIssues(parsed.error)}`);
+    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
+    if (!parsed.success) return this.unreadable(job, jobId, lock, describeIssues(parsed.error), log);
     const data = parsed.data;
     entry.parentId = data.taskId;
-    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
     const child = await this.startChild(job, jobId, data, lock, log);
     if (!child) return;
     entry.principal = child.owner;
@@ -209,6 +214,29 @@ export class ChildRunner {
       ctx,
       principal,
     });
+  }
+
+  /**
+   * A child job whose data cannot be read (not JSON, or not a child's: issue 48 F5, PROTOCOL.md §5.8) fails that child
+   * with `Invalid job data: …`, recorded once like any outcome (`batchRecord`), so its parent's aggregate counts it and
+   * the batch goes on. Its parent and index come from its job id; with neither, the job alone fails.
+   */
+  private async unreadable(
+    job: Job<unknown, void>,
+    jobId: string,
+    lock: JobLock,
+    issues: string,
+    log: Logger,
+  ): Promise<void> {
+    const why = (job.data as Record<string, unknown> | null | undefined)?.[UNREADABLE_JOB_DATA];
+    const message = `Invalid job data: ${typeof why === 'string' ? why : issues}`;
+    const ids = parseBatchChildId(jobId);
+    if (!ids) throw new UnrecoverableError(message);
+    const data: ChildJobData = { taskId: ids.parentId, child: ids.index, tool: job.name, arguments: {} };
+    const child = await this.startChild(job, jobId, data, lock, log);
+    if (!child) return;
+    log.warn({ parentId: child.parentId, child: child.index }, message);
+    return this.record(child, lock, failed('INTERNAL', message), log);
   }
 
   /**

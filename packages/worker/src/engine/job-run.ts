@@ -125,7 +125,7 @@ export class JobRunner {
     signal: AbortSignal | undefined,
   ): Promise<void> => {
     // A batch child has no task of its own (§26.3): its run is the child runner's.
-    if (this.o.batches && isChildJob(job.data)) return this.o.batches.children.process(job, token, signal);
+    if (this.o.batches && isChildJob(job)) return this.o.batches.children.process(job, token, signal);
     const taskId = job.id ?? '';
     const log = this.o.log.child({
       taskId,

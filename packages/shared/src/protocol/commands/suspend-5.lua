@@ -3,7 +3,8 @@
   one not yet answered, adds it to the pending list, moves the task to input_required through the transition table
   (a status event carrying inputRequestId, the newly pending numbers) and sets the input deadline. Requests already
   answered are returned instead. A timed suspension only moves the deadline, and sets the status message when one is
-  given (a back-off, §3.4: the task stays working and says why and until when).
+  given (a back-off, §3.4, or a hand-back, §5.7: the task stays working and says why and until when), publishing it
+  as a status event so that listeners see it at once.
 
   Input:
     KEYS[1] task              the task hash
@@ -43,6 +44,13 @@ if ARGV[2] == '' then
   redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[4])
   if ARGV[8] ~= '' then
     redis.call('HSET', KEYS[1], F.statusMessage, ARGV[8], F.lastUpdatedAt, ARGV[3], F.backOff, '1')
+    -- Said at once to whoever follows the task (a listen stream, the caller's stream: §18), not with its next change.
+    -- Only while working: an input_required event without its request would withdraw the question (§12.9).
+    if status == 'working' then
+      local taskId = redis.call('HGET', KEYS[1], F.taskId)
+      publish_status(KEYS[1], {type = 'status', taskId = taskId, status = status, lastUpdatedAt = ARGV[3],
+        statusMessage = ARGV[8]}, ARGV[5], ARGV[6])
+    end
   end
   return {R.OK, {}}
 end

@@ -1,0 +1,177 @@
+/**
+ * Issue 48 P2, PROTOCOL.md §5.7 and §18: a run handed back by its worker (SIGTERM past the grace) is said at once. A
+ * `subscriptions/listen` stream open on the task gets a frame "Waiting to be resumed…" from the hand-back itself (the
+ * `suspend` script publishes it), not with the task's next change, and the dashboard's row shows the waiting state
+ * instead of the last run's progress bar (e.g. `19/100`), on the Node and on the Python worker. Before, the hand-back
+ * published nothing (the stream showed the message only once the next run changed the task) and the bar kept its
+ * last values.
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait-for.js';
+import {
+  PYTHON,
+  ROOT,
+  startGatewayProcess,
+  startPythonWorkerProcess,
+  startWorkerProcess,
+  stopAll,
+  type GatewayProcess,
+  type ManagedProcess,
+} from '../helpers/processes.js';
+import { readSse } from '../helpers/raw-mcp.js';
+
+const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+const V = '2026-07-28';
+const EXT = 'io.modelcontextprotocol/tasks';
+const WAITING = /^Waiting to be resumed/;
+type Json = Record<string, any>;
+
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let env: Record<string, string>;
+let browser: Browser;
+let page: Page;
+let nextId = 1;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+  redis = await startRedis({ owned: true });
+  env = {
+    REDIS_URL: redis.url,
+    TASKRELAY_PREFIX: uniquePrefix('f-handback'),
+    WORKER_SHUTDOWN_GRACE_MS: '300',
+    WORKER_HEARTBEAT_MS: '500',
+  };
+  gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: env['TASKRELAY_PREFIX']! });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu'] });
+  page = await browser.newPage();
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await stopAll();
+  await redis?.stop();
+});
+
+/** One 2026-07-28 request with the tasks extension declared. */
+function post(method: string, params: Json, signal?: AbortSignal): Promise<Response> {
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id: nextId++,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': V,
+        'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } },
+      },
+    },
+  });
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': V,
+    'mcp-method': method,
+  };
+  if (method === 'tools/call') headers['mcp-name'] = String(params['name']);
+  if (method.startsWith('tasks/')) headers['mcp-name'] = String(params['taskId']);
+  const init: RequestInit = { method: 'POST', headers, body };
+  if (signal) init.signal = signal;
+  return fetch(gateway.url, init);
+}
+
+async function result(method: string, params: Json): Promise<Json> {
+  const body = (await (await post(method, params)).json()) as Json;
+  if (body['error']) throw new Error(`${method}: ${JSON.stringify(body['error'])}`);
+  return body['result'] as Json;
+}
+
+/** The cells of a task's row on the dashboard, as text. */
+async function row(taskId: string): Promise<string[] | undefined> {
+  const cells = await page.locator(`#tasks tr:has(a:text-is("${taskId}")) td`).allInnerTexts();
+  return cells.length > 0 ? cells : undefined;
+}
+
+const cases: Array<{
+  worker: string;
+  skip: boolean;
+  start: () => Promise<ManagedProcess>;
+  tool: string;
+  args: Json;
+}> = [
+  {
+    worker: 'Node',
+    skip: false,
+    start: () => startWorkerProcess(env), // the demo tools
+    tool: 'build_report',
+    args: { report: 'sales', items: 1_000, delayMs: 50 },
+  },
+  {
+    worker: 'Python',
+    skip: PYTHON === undefined,
+    start: () => startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }),
+    tool: 'py_count',
+    args: { n: 1_000, delay_ms: 50 },
+  },
+];
+
+describe.each(cases)('a run handed back by a $worker worker', ({ skip, start, tool, args }) => {
+  it.skipIf(skip)(
+    'is pushed to a listen stream by the hand-back itself, and the dashboard shows it waits instead of a stale bar',
+    async () => {
+      const worker = await start();
+      const taskId = String((await result('tools/call', { name: tool, arguments: args }))['taskId']);
+      await waitFor(async () => (await result('tasks/get', { taskId }))['statusMessage'] !== undefined, {
+        timeoutMs: 20_000,
+        message: 'the task never made progress',
+      });
+
+      const listening = new AbortController();
+      const frames: Json[] = [];
+      const response = await post('subscriptions/listen', { notifications: { taskIds: [taskId] } }, listening.signal);
+      const reading = (async () => {
+        for await (const event of readSse(response)) frames.push(event.data as Json);
+      })().catch(() => undefined);
+      const taskFrames = () =>
+        frames.filter((f) => f['method'] === 'notifications/tasks').map((f) => f['params'] as Json);
+      await waitFor(() => taskFrames().length >= 1, { message: 'the listen stream sent no first frame' });
+
+      await page.goto(gateway.url.replace(/\/mcp$/, '/admin/tasks'));
+      const bar = await waitFor(async () => (await row(taskId))?.[3]?.match(/^\d+\/1000/), {
+        timeoutMs: 10_000,
+        message: 'the dashboard never showed the progress bar',
+      });
+      expect(bar).toBeTruthy();
+
+      void worker.kill('SIGTERM');
+      expect(await worker.exited).toBe(0);
+
+      // No other worker runs: nothing changes the task after the hand-back, so only the hand-back can have pushed this.
+      const pushed = await waitFor(() => taskFrames().find((f) => WAITING.test(String(f['statusMessage'] ?? ''))), {
+        timeoutMs: 5_000,
+        message: `no listen frame said the task waits to be resumed: ${JSON.stringify(taskFrames())}`,
+      });
+      expect(pushed).toMatchObject({ taskId, status: 'working' });
+
+      const cells = await waitFor(
+        async () => {
+          const cells = await row(taskId);
+          return cells?.[3]?.startsWith('waiting to be resumed') ? cells : undefined;
+        },
+        { timeoutMs: 10_000, message: `the dashboard kept the stale bar: ${JSON.stringify(await row(taskId))}` },
+      );
+      expect(cells[3]).toMatch(/^waiting to be resumed \(last run \d+\/1000\)$/);
+      expect(cells[4]).toMatch(WAITING);
+      expect(await page.locator(`#tasks tr:has(a:text-is("${taskId}")) .bar`).count()).toBe(0);
+
+      listening.abort();
+      await reading;
+      await result('tasks/cancel', { taskId });
+    },
+  );
+});
