@@ -10,6 +10,7 @@ export * from './errors.js';
 export * from './fair-share.js';
 export * from './keys.js';
 export * from './placement.js';
+export * from './pubsub.js';
 export * from './logger.js';
 export * from './messages.js';
 export * from './metrics.js';
