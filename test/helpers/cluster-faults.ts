@@ -175,10 +175,24 @@ export function creating(
   return { done, retries: () => retries };
 }
 
-/** Every error a client saw that did not say the store was unavailable and to retry: an opaque one. */
+/**
+ * A request the client gave up on (the SDK's own timeout, -32001): no answer of the gateway's, but a wait longer than
+ * the client's timeout, which a suite prints.
+ */
+function timedOut(e: SeenError): boolean {
+  return / -32001: Request timed out$/.test(e.message);
+}
+
+/** The requests the clients gave up on waiting for. */
+export function timeouts(sessions: Session[]): SeenError[] {
+  return sessions.flatMap((s) => s.errors).filter(timedOut);
+}
+
+/** Every error a gateway answered that did not say the store was unavailable and to retry: an opaque one. */
 export function opaque(sessions: Session[]): SeenError[] {
   return sessions
     .flatMap((s) => s.errors)
+    .filter((e) => !timedOut(e))
     .filter((e) => e.dataCode !== 'REDIS_UNAVAILABLE' || !/Task store unavailable: .*retry shortly$/.test(e.message));
 }
 
