@@ -211,7 +211,7 @@ describe('the task operations through another gateway', () => {
     const subscribers = async (command: 'SHARDNUMSUB' | 'NUMSUB', name: string) => {
       let n = 0;
       for (const port of cluster.ports)
-        n += Number(((await cluster.node(port).pubsub(command, name)) as [string, number])[1]);
+        n += Number(((await cluster.node(port).call('PUBSUB', command, name)) as [string, number])[1]);
       return n;
     };
     expect(await subscribers('SHARDNUMSUB', channel)).toBe(2);
