@@ -70,6 +70,10 @@ async function redisCommands(nodes: Redis[]): Promise<number[]> {
   );
 }
 
+function sum(values: number[]): number {
+  return values.reduce((a, b) => a + b, 0);
+}
+
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 }
@@ -96,8 +100,18 @@ async function measure(clients: Client[], nodes: Redis[]) {
       latencies?.push(performance.now() - start);
     }
   };
-  // Warm-up, then the window.
+  // Warm-up, then an idle window (what the processes cost Redis with no call: heartbeats, pollers, stalled checks),
+  // then the window. The marginal cost of a call is the window's less the idle rate over it: the figure that does not
+  // shrink as the load grows (docs/SCALING.md §6).
   await Promise.all(Array.from({ length: CALLERS }, (_, i) => loop(i, Date.now() + 1_000, undefined)));
+  const idleCpuBefore = await redisCpu(nodes);
+  const idleCommandsBefore = await redisCommands(nodes);
+  const idleStarted = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, SECONDS * 1_000));
+  const idleS = (performance.now() - idleStarted) / 1_000;
+  const idleCpuPerS = sum((await redisCpu(nodes)).map((after, i) => after - (idleCpuBefore[i] ?? 0))) / idleS;
+  const idleCommandsPerS =
+    sum((await redisCommands(nodes)).map((after, i) => after - (idleCommandsBefore[i] ?? 0))) / idleS;
   const latencies: number[] = [];
   const cpuBefore = await redisCpu(nodes);
   const commandsBefore = await redisCommands(nodes);
@@ -123,6 +137,11 @@ async function measure(clients: Client[], nodes: Redis[]) {
     commandSharePercent: commandsPerNode.map((n) => Math.round((n / commands) * 100)).join('/'),
     cpuSharePercent: perNode.map((n) => Math.round((n / cpuS) * 100)).join('/'),
     commandsPerCall: Math.round(commands / latencies.length),
+    /** The idle processes' commands and CPU per second, and a call's own cost once they are taken off. */
+    idleCommandsPerS: Math.round(idleCommandsPerS),
+    idleCpuPercent: Number((idleCpuPerS * 100).toFixed(1)),
+    marginalCommandsPerCall: Number(((commands - idleCommandsPerS * elapsedS) / latencies.length).toFixed(1)),
+    marginalCpuUsPerCall: Math.round(((cpuS - idleCpuPerS * elapsedS) * 1_000_000) / latencies.length),
     /** Calls per second one fully used Redis core could carry at this cost per call. */
     redisCeilingCallsPerSecond: Math.round(1_000 / redisCpuMsPerCall),
   };

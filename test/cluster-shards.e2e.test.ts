@@ -41,8 +41,12 @@ beforeAll(async () => {
   prefix = uniquePrefix('shards');
   // One seed node: the clients discover the other masters. No braces: the sharded layout.
   const env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix, TASKRELAY_TOOLS: TOOLS };
-  // Two workers start at once: the placement lease keeps their placements apart.
-  await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
+  // Two workers start at once: the placement lease keeps their placements apart. A third serves another tool only.
+  await Promise.all([
+    startWorkerProcess(env),
+    startWorkerProcess(env),
+    startWorkerProcess({ ...env, TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-tools-delta.mjs` }),
+  ]);
   // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
   const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token', TASKRELAY_OPERATORS: 'alice' };
   gateways = await Promise.all([startGatewayProcess(auth), startGatewayProcess(auth)]);
@@ -81,13 +85,15 @@ function codeOf(registry: Record<string, string>, tool: string, index = 0): stri
   return entry[1];
 }
 
-/** Commands each master ran since its last reset, from `INFO commandstats`. */
-async function commandsPerMaster(): Promise<Map<number, number>> {
+/** Commands (`only` that one) each master ran since its last reset, from `INFO commandstats`. */
+async function commandsPerMaster(only?: string): Promise<Map<number, number>> {
   const out = new Map<number, number>();
   for (const port of cluster.ports) {
     const info = await cluster.node(port).info('commandstats');
     let calls = 0;
-    for (const match of info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) calls += Number(match[1]);
+    for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+      if (only === undefined || match[1] === only) calls += Number(match[2]);
+    }
     out.set(port, calls);
   }
   return out;
@@ -197,9 +203,28 @@ describe('the task operations through another gateway', () => {
       async () => (await redis.hget(createKeys(prefix, 'sharded').forTask(taskId).task(taskId), 'attempt')) === '1',
       { message: 'the slow task never started' },
     );
+    // Sharded pub/sub (PROTOCOL.md §1.2): the cancel goes out once, by SPUBLISH, on the channel of the task's shard,
+    // which only the two workers of `slow` subscribe to (not delta's worker); nobody listens on a home cancel channel.
+    const keys = createKeys(prefix, 'sharded');
+    const channel = keys.forTask(taskId).cancelChannel;
+    const shardMaster = masterOfSlot(await masters(), slotOfCode(taskId.slice(0, 4)));
+    const subscribers = async (command: 'SHARDNUMSUB' | 'NUMSUB', name: string) => {
+      let n = 0;
+      for (const port of cluster.ports)
+        n += Number(((await cluster.node(port).call('PUBSUB', command, name)) as [string, number])[1]);
+      return n;
+    };
+    expect(await subscribers('SHARDNUMSUB', channel)).toBe(2);
+    expect(await subscribers('NUMSUB', keys.cancelChannel)).toBe(0);
+    expect(await subscribers('SHARDNUMSUB', keys.forShard(codeOf(await placement(), 'delta')).cancelChannel)).toBe(1);
+    await resetStats();
     const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     expect(cancelled.status).toBe('cancelled');
     expect((await getTask(a, taskId)).status).toBe('cancelled');
+    const spublish = await commandsPerMaster('spublish');
+    expect(Object.fromEntries(spublish)).toEqual(
+      Object.fromEntries(cluster.ports.map((port) => [port, String(port) === shardMaster ? 1 : 0])),
+    );
   }, 60_000);
 
   it('shows each shard of a tool in the admin queue depths, and pauses a tool on every shard', async () => {

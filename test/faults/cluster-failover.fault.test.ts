@@ -11,8 +11,6 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
 import { waitFor } from '../helpers/wait-for.js';
@@ -20,7 +18,6 @@ import { resolve } from 'node:path';
 import {
   PYTHON,
   ROOT,
-  connectClient,
   startGatewayProcess,
   startPythonWorkerProcess,
   stopAll,
@@ -28,8 +25,19 @@ import {
   type ManagedProcess,
 } from '../helpers/processes.js';
 import { FAULT_TOOLS, FaultRecords, TERMINAL, WorkerPool, startTask, testRedis } from '../helpers/faults.js';
-
-const IDEMPOTENCY_KEY = 'dev.taskrelay/idempotency-key';
+import {
+  Session,
+  creating,
+  endedOnce as endedOnceOn,
+  errorWindow,
+  linesAbout as linesAboutOn,
+  opaque,
+  summary,
+  underLoad as underLoadOn,
+  workerWrites,
+  type FaultStack,
+  type Outcome,
+} from '../helpers/cluster-faults.js';
 /** A dead master is failed over after this (plus the election, about a second). */
 const NODE_TIMEOUT_MS = 2_000;
 /**
@@ -52,6 +60,22 @@ let pool: WorkerPool | undefined;
 let base: Record<string, string>;
 /** Processes whose log lines a failed assertion shows besides the gateway's and the pool's (the Python worker). */
 const extraProcs: ManagedProcess[] = [];
+const stack: FaultStack = {
+  gatewayUrl: () => gateway.url,
+  get records() {
+    return records;
+  },
+  procs: () => [gateway, ...(pool ? pool.procs.values() : []), ...extraProcs],
+};
+const underLoad = (
+  sessions: Session[],
+  count: number,
+  msOf: (i: number) => number,
+  fault: () => Promise<void>,
+): Promise<Outcome[]> => underLoadOn(stack, sessions, count, msOf, fault);
+const endedOnce = (session: Session, outcomes: Outcome[], createdIds: string[] = []) =>
+  endedOnceOn(stack, session, outcomes, createdIds);
+const linesAbout = (taskId: string) => linesAboutOn(stack, taskId);
 
 beforeAll(async () => {
   [cluster, recordRedis] = await Promise.all([
@@ -93,117 +117,6 @@ async function workers(count: number, lockMs: number): Promise<WorkerPool> {
   return pool;
 }
 
-/** An error a client saw: when, and what it said. */
-interface SeenError {
-  at: number;
-  message: string;
-  dataCode: string | undefined;
-}
-
-/**
- * One client session of the gateway, replaced when the gateway went away (a SIGKILL) or forgot it (its restart).
- * Every JSON-RPC error answered meanwhile is kept, with its time.
- */
-class Session {
-  readonly errors: SeenError[] = [];
-  private current: Promise<Client> | undefined;
-
-  private client(): Promise<Client> {
-    this.current ??= waitFor(() => connectClient(gateway.url).catch(() => undefined), {
-      timeoutMs: 30_000,
-      message: 'could not reconnect to the gateway',
-    });
-    return this.current;
-  }
-
-  async request<T>(send: (client: Client) => Promise<T>): Promise<T> {
-    const client = await this.client();
-    try {
-      return await send(client);
-    } catch (error) {
-      if (error instanceof McpError) {
-        const data = error.data as { code?: unknown } | undefined;
-        this.errors.push({
-          at: Date.now(),
-          message: error.message,
-          dataCode: typeof data?.code === 'string' ? data.code : undefined,
-        });
-      } else if ((await this.current) === client) {
-        // Not an answer: the gateway is gone or does not know the session. A new one, on the next request.
-        this.current = undefined;
-        void client.close().catch(() => undefined);
-      }
-      throw error;
-    }
-  }
-
-  async close(): Promise<void> {
-    const client = await this.current?.catch(() => undefined);
-    await client?.close().catch(() => undefined);
-  }
-}
-
-interface Outcome {
-  taskId: string;
-  status: string;
-  runs: number;
-  effects: number;
-  /** From creation to the last update, less the time the tool sleeps: queueing, takeovers, pauses. */
-  extraMs: number;
-}
-
-/**
- * Submits `count` chaos_job tasks (progress every 200 ms), runs `fault` once every one of them has started, keeps
- * polling all of them by id through it, and returns each task's outcome once all ended (or the bound passed: the
- * assertions then name the stuck ones).
- */
-async function underLoad(
-  sessions: Session[],
-  count: number,
-  msOf: (i: number) => number,
-  fault: () => Promise<void>,
-  boundMs = 60_000,
-): Promise<Outcome[]> {
-  const submitted = await Promise.all(
-    Array.from({ length: count }, async (_, i) => {
-      const session = sessions[i % sessions.length] as Session;
-      const ms = msOf(i);
-      const taskId = await session.request((c) => startTask(c, 'chaos_job', { ms, stepMs: 200 }));
-      return { taskId, session, ms };
-    }),
-  );
-  await waitFor(
-    async () => (await Promise.all(submitted.map((s) => records.counter('runs', s.taskId)))).every((n) => n >= 1),
-    { timeoutMs: 30_000, message: 'the tasks did not all start' },
-  );
-  const ended = new Map<string, { status: string; extraMs: number }>();
-  const poll = async () => {
-    await Promise.all(
-      submitted
-        .filter((s) => !ended.has(s.taskId))
-        .map(async (s) => {
-          const task = await s.session.request((c) => c.experimental.tasks.getTask(s.taskId, { timeout: 5_000 }));
-          if (!TERMINAL.has(task.status)) return;
-          const took = Date.parse(task.lastUpdatedAt) - Date.parse(task.createdAt);
-          ended.set(s.taskId, { status: task.status, extraMs: took - s.ms });
-        }),
-    ).catch(() => undefined);
-    return ended.size === submitted.length;
-  };
-  const polling = waitFor(poll, { timeoutMs: boundMs, intervalMs: 100 }).catch(() => undefined);
-  await fault();
-  await polling;
-  return Promise.all(
-    submitted.map(async (s) => ({
-      taskId: s.taskId,
-      status: ended.get(s.taskId)?.status ?? 'not ended',
-      runs: await records.counter('runs', s.taskId),
-      effects: await records.counter('effects', s.taskId),
-      extraMs: ended.get(s.taskId)?.extraMs ?? Number.NaN,
-    })),
-  );
-}
-
 /** The master serving the prefix's slot now (today's layout: the whole deployment is in that slot). */
 async function prefixMaster(): Promise<{ slot: number; master: number }> {
   const live = cluster.ports[0] as number;
@@ -211,87 +124,8 @@ async function prefixMaster(): Promise<{ slot: number; master: number }> {
   return { slot, master: await cluster.masterOf(slot) };
 }
 
-/** Creates short tasks with an idempotency key, as a client would, retrying each while the store is unavailable. */
-function creating(session: Session, until: () => boolean): { done: Promise<string[]>; retries: () => number } {
-  let retries = 0;
-  const done = (async () => {
-    const ids: string[] = [];
-    for (let i = 0; !until(); i++) {
-      const key = `${uniquePrefix('create')}-${i}`;
-      const taskId = await waitFor(
-        () =>
-          session
-            .request((c) =>
-              startTask(
-                c,
-                'chaos_job',
-                { ms: 200, stepMs: 100 },
-                { meta: { [IDEMPOTENCY_KEY]: key }, timeoutMs: 5_000 },
-              ),
-            )
-            .catch(() => {
-              retries += 1;
-              return undefined;
-            }),
-        { timeoutMs: 30_000, intervalMs: 100, message: 'a create was not answered once the store was back' },
-      );
-      ids.push(taskId);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    return ids;
-  })();
-  return { done, retries: () => retries };
-}
-
-/** Every error a client saw said the store was unavailable and to retry: none was an opaque internal error. */
-function opaque(sessions: Session[]): SeenError[] {
-  return sessions
-    .flatMap((s) => s.errors)
-    .filter((e) => e.dataCode !== 'REDIS_UNAVAILABLE' || !/Task store unavailable: .*retry shortly$/.test(e.message));
-}
-
-function summary(outcomes: Outcome[]): string {
-  const extras = outcomes.map((o) => o.extraMs).filter((n) => Number.isFinite(n));
-  const runs = outcomes.reduce((m, o) => m.set(o.runs, (m.get(o.runs) ?? 0) + 1), new Map<number, number>());
-  return (
-    `runs per task → tasks ${JSON.stringify(Object.fromEntries(runs))}, ` +
-    `extra time per task max ${Math.max(...extras)} ms, median ${extras.sort((a, b) => a - b)[extras.length >> 1]} ms`
-  );
-}
-
-/** The log lines of the gateway and the workers that name a task: what a failed assertion shows. */
-function linesAbout(taskId: string): string {
-  return [gateway, ...(pool ? pool.procs.values() : []), ...extraProcs]
-    .flatMap((p) => p.logs())
-    .filter((line) => JSON.stringify(line).includes(taskId))
-    .map((line) => `${String(line['level'])} ${String(line['msg'])} ${JSON.stringify(line['err'] ?? '')}`.slice(0, 400))
-    .join('\n');
-}
-
-async function endedOnce(session: Session, outcomes: Outcome[], createdIds: string[] = []): Promise<void> {
-  expect(
-    outcomes.filter((o) => o.status !== 'completed'),
-    outcomes
-      .filter((o) => o.status !== 'completed')
-      .map((o) => linesAbout(o.taskId))
-      .join('\n'),
-  ).toEqual([]);
-  expect(outcomes.filter((o) => o.effects !== 1)).toEqual([]);
-  for (const taskId of createdIds) {
-    const task = await waitFor(
-      async () => {
-        const t = await session.request((c) => c.experimental.tasks.getTask(taskId)).catch(() => undefined);
-        return t && TERMINAL.has(t.status) ? t : undefined;
-      },
-      { timeoutMs: 30_000, message: `task ${taskId} created during the fault did not end` },
-    );
-    expect(task.status, `${taskId}: ${task.statusMessage ?? ''}\n${linesAbout(taskId)}`).toBe('completed');
-    expect(await records.counter('effects', taskId), taskId).toBe(1);
-  }
-}
-
 describe('on a 3-master cluster with a replica each', () => {
-  const sessions = Array.from({ length: 4 }, () => new Session());
+  const sessions = Array.from({ length: 4 }, () => new Session(stack));
 
   afterAll(async () => {
     await Promise.all(sessions.map((s) => s.close()));
@@ -413,14 +247,9 @@ describe('on a 3-master cluster with a replica each', () => {
       },
     );
     const createdIds = await creator.done;
-    const errors = sessions.flatMap((s) => s.errors).sort((a, b) => a.at - b.at);
-    const window = errors.length > 0 ? `${(errors.at(-1)?.at ?? 0) - (errors[0]?.at ?? 0)} ms` : 'none';
-    const lost = (pool ? [...pool.procs.values()] : []).flatMap((w) =>
-      w.logs().filter((line) => /lost: Redis unreachable/.test(String(line['msg']))),
-    );
-    const rewritten = (pool ? [...pool.procs.values()] : []).flatMap((w) =>
-      w.logs().filter((line) => /written after Redis answered again/.test(String(line['msg']))),
-    );
+    const { errors, windowMs } = errorWindow(sessions);
+    const window = errors.length > 0 ? `${windowMs} ms` : 'none';
+    const { lost, rewritten } = workerWrites(pool ? [...pool.procs.values()] : []);
     console.log(
       `cluster master SIGKILL: replica ${replica} promoted after ${promotedMs} ms; ${summary(outcomes)}; ` +
         `client errors ${errors.length} over ${window} (from ${errors[0] ? errors[0].at - killedAt : 0} ms after the kill), ` +

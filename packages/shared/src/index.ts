@@ -10,6 +10,7 @@ export * from './protocol/errors.js';
 export * from './fair-share.js';
 export * from './protocol/keys.js';
 export * from './placement.js';
+export * from './pubsub.js';
 export * from './logger.js';
 export * from './protocol/messages.js';
 export * from './metrics.js';

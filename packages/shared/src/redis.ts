@@ -134,9 +134,19 @@ const described = new WeakMap<object, string>();
  * A cluster target gives an ioredis `Cluster` (see `RedisClient`). Per-node options (timeouts, retries, the connection
  * name) go to every node; `retryStrategy` becomes the cluster's.
  */
-export function createRedis(target: string, options: RedisOptions = {}): RedisClient {
+export function createRedis(
+  target: string,
+  options: RedisOptions & {
+    /**
+     * A cluster client's `SSUBSCRIBE`s go to the master of each channel's slot, and follow it through a failover
+     * (ioredis's `shardedSubscribers`; PROTOCOL.md §1.2). Only for a subscriber connection in the sharded layout.
+     */
+    shardedSubscribers?: boolean;
+  } = {},
+): RedisClient {
   const parsed = parseRedisTarget(target);
-  const merged: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, ...options };
+  const { shardedSubscribers, ...rest } = options;
+  const merged: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, ...rest };
   let client: RedisClient;
   if (parsed.kind === 'cluster') {
     const { retryStrategy, lazyConnect, ...redisOptions } = merged;
@@ -144,6 +154,7 @@ export function createRedis(target: string, options: RedisOptions = {}): RedisCl
       redisOptions,
       enableReadyCheck: true,
       lazyConnect: lazyConnect ?? false,
+      ...(shardedSubscribers === true ? { shardedSubscribers: true } : {}),
       ...(retryStrategy ? { clusterRetryStrategy: (times: number) => retryStrategy(times) } : {}),
     });
     client = cluster;

@@ -5,7 +5,9 @@
  * filters each batch's fields, read in one pipeline; a cursor carries on where a page stopped.
  */
 import type { Keys } from './protocol/keys.js';
+import { pipelineByShard } from './placement.js';
 import type { RedisClient } from './redis.js';
+import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
 import { TASK_FIELDS as F } from './protocol/task-fields.js';
 import { TASK_STATUSES, isTerminal, type TaskStatus } from './protocol/task-model.js';
 import { TaskrelayError } from './protocol/errors.js';
@@ -81,6 +83,10 @@ function encodeCursor(c: Cursor): string {
   return Buffer.from(JSON.stringify(c)).toString('base64url');
 }
 
+function encodeMerged(c: MergedCursor): string {
+  return Buffer.from(JSON.stringify(c)).toString('base64url');
+}
+
 function decodeCursor(text: string): Cursor {
   try {
     const c = JSON.parse(Buffer.from(text, 'base64url').toString()) as Partial<Cursor>;
@@ -132,15 +138,49 @@ function matches(t: TaskSummary, f: TaskFilter): boolean {
   return true;
 }
 
+/** The sharded search's cursor: the last entry read, in the merged order (score, then id, both descending). */
+interface MergedCursor {
+  s: number;
+  id: string;
+}
+
+/** Above every task id (hex, and `.` for a batch child): a cursor at this id takes every entry of its score. */
+const ABOVE_EVERY_ID = '~';
+
+function decodeMergedCursor(text: string): MergedCursor {
+  try {
+    const c = JSON.parse(Buffer.from(text, 'base64url').toString()) as Partial<MergedCursor>;
+    if (typeof c.s === 'number' && Number.isFinite(c.s) && typeof c.id === 'string') return { s: c.s, id: c.id };
+  } catch {
+    // below
+  }
+  throw new TaskrelayError('INVALID_ARGUMENTS', 'cursor is not one this search gave');
+}
+
+/** The index's order: newest first, ties by id descending (what `list-1.lua` pages by). */
+function newestFirst(a: { id: string; score: number }, b: { id: string; score: number }): number {
+  return b.score - a.score || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}
+
 export class TaskSearch {
+  private readonly scripts: ScriptRunner;
+
+  /**
+   * @param shards in the sharded layout, every placed shard's keys (`RedisTaskStore.everyShard`): a search reads each
+   *   shard's index and merges them (PROTOCOL.md §30.2). Without it, the one index of `keys`.
+   */
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
-  ) {}
+    private readonly shards?: () => Promise<Keys[]>,
+  ) {
+    this.scripts = new ScriptRunner(redis);
+  }
 
   /** One page of the tasks `filter` selects, newest first (PROTOCOL.md §30.2). */
   async search(filter: TaskFilter, page: { cursor?: string; limit?: number } = {}): Promise<SearchPage> {
     const limit = Math.min(SEARCH_MAX_LIMIT, Math.max(1, page.limit ?? SEARCH_DEFAULT_LIMIT));
+    if (this.keys.layout === 'sharded' && this.shards !== undefined) return this.searchShards(filter, page, limit);
     const index = filter.principal === undefined ? this.keys.taskIndex : this.keys.principalTasks(filter.principal);
     const min = filter.since ?? '-inf';
     let at: Cursor | undefined = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
@@ -172,6 +212,65 @@ export class TaskSearch {
   }
 
   /**
+   * The sharded layout's search (PROTOCOL.md §30.2): every shard's index, merged in one order (score, then id, both
+   * descending), with a cursor that is a position in that order, not in any one index. Each round asks every shard for
+   * its next `count` entries after the cursor (`list-1.lua`, which skips the ties already read); the merged first
+   * `count` of them are the next `count` of the merged index, since no shard gave fewer than `count` unless it had no
+   * more. The scan budget bounds the entries read the same way as on one index.
+   */
+  private async searchShards(filter: TaskFilter, page: { cursor?: string }, limit: number): Promise<SearchPage> {
+    const shards = await (this.shards as () => Promise<Keys[]>)();
+    const indexOf = (keys: Keys) =>
+      filter.principal === undefined ? keys.taskIndex : keys.principalTasks(filter.principal);
+    let at: MergedCursor | undefined =
+      page.cursor !== undefined
+        ? decodeMergedCursor(page.cursor)
+        : filter.until !== undefined
+          ? { s: filter.until, id: ABOVE_EVERY_ID }
+          : undefined;
+    const tasks: TaskSummary[] = [];
+    let scanned = 0;
+    while (scanned < SEARCH_SCAN_BUDGET && tasks.length < limit) {
+      const count = Math.min(BATCH, SEARCH_SCAN_BUDGET - scanned);
+      const pages = await Promise.all(
+        shards.map(async (keys) => {
+          const reply = await this.scripts.call(SCRIPTS.list, {
+            keys: { index: indexOf(keys) },
+            args: { cursorScore: at === undefined ? '' : String(at.s), cursorId: at?.id ?? '', limit: count },
+          });
+          const rows = (reply.values[0] as string[] | undefined) ?? [];
+          const found: Array<{ id: string; score: number }> = [];
+          for (let i = 0; i + 1 < rows.length; i += 2) found.push({ id: rows[i] ?? '', score: Number(rows[i + 1]) });
+          return found;
+        }),
+      );
+      const merged = pages.flat().sort(newestFirst);
+      const since = filter.since ?? Number.NEGATIVE_INFINITY;
+      const entries = merged.slice(0, count).filter((e) => e.score >= since);
+      const more = merged.length > count && entries.length === count;
+      const rows = await pipelineByShard(
+        this.redis,
+        this.keys,
+        entries.map((e) => e.id),
+        (pipeline, id) => pipeline.hmget(this.keys.forTask(id).task(id), ...FIELDS),
+      );
+      for (let i = 0; i < entries.length; i++) {
+        const entry = entries[i]!;
+        scanned += 1;
+        at = { s: entry.score, id: entry.id };
+        const [error, values] = rows[i] ?? [];
+        if (error) throw error;
+        const summary = summaryOf(values as Array<string | null>);
+        if (summary && matches(summary, filter)) tasks.push(summary);
+        if (tasks.length >= limit) break;
+      }
+      // Every shard read to its end (or to `since`), and the page not full: no next page.
+      if (!more && tasks.length < limit) return { tasks, scanned };
+    }
+    return { tasks, scanned, ...(at === undefined ? {} : { nextCursor: encodeMerged(at) }) };
+  }
+
+  /**
    * Every task `filter` selects that has ended, up to `max`, reading pages until the index ends (a bulk replay,
    * §30.3). Answers how many it read too, and whether it stopped at `max`.
    */
@@ -199,13 +298,21 @@ export class TaskSearch {
    * its retention or ttl). An unfinished task's id stays, however old. Resolves with how many it dropped.
    */
   async prune(olderThan: number): Promise<number> {
-    const ids = await this.redis.zrangebyscore(this.keys.taskIndex, '-inf', olderThan, 'LIMIT', 0, PRUNE_BATCH);
+    // Every shard's index in the sharded layout (each index with its shard's tasks: one node per pipeline).
+    const shards = this.keys.layout === 'sharded' && this.shards !== undefined ? await this.shards() : [this.keys];
+    let dropped = 0;
+    for (const keys of shards) dropped += await this.pruneIndex(keys, olderThan);
+    return dropped;
+  }
+
+  private async pruneIndex(keys: Keys, olderThan: number): Promise<number> {
+    const ids = await this.redis.zrangebyscore(keys.taskIndex, '-inf', olderThan, 'LIMIT', 0, PRUNE_BATCH);
     if (ids.length === 0) return 0;
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.exists(this.keys.task(id));
+    for (const id of ids) pipeline.exists(keys.task(id));
     const exists = (await pipeline.exec()) ?? [];
     const gone = ids.filter((_id, i) => exists[i]?.[1] === 0);
-    if (gone.length > 0) await this.redis.zrem(this.keys.taskIndex, ...gone);
+    if (gone.length > 0) await this.redis.zrem(keys.taskIndex, ...gone);
     return gone.length;
   }
 }

@@ -211,13 +211,16 @@ describe('key layouts (PROTOCOL.md §1.1)', () => {
     ]) {
       expect(name.startsWith('p:{beef}:')).toBe(true);
     }
-    // Deployment-wide keys and every channel stay home, whichever shard's keys name them.
+    // Deployment-wide keys and the gateway channels stay home, whichever shard's keys name them.
     for (const keys of [k, t]) {
-      for (const name of [keys.workers, keys.pools, keys.protocol, keys.audit, keys.placement, keys.cancelChannel]) {
+      for (const name of [keys.workers, keys.pools, keys.protocol, keys.audit, keys.placement]) {
         expect(name.startsWith('p:{home}:')).toBe(true);
       }
       expect(keys.gatewayChannel('g')).toBe('p:{home}:gateway:g:events');
     }
+    // The cancel channel is the tool shard's (§1.2): a cancel reaches only the workers of its tool.
+    expect(t.cancelChannel).toBe('p:{beef}:cancel');
+    expect(k.forShard('0a0a').cancelChannel).toBe('p:{0a0a}:cancel');
     // An id that names no shard is looked for at home, where no task is.
     expect(k.forTask('zz')).toBe(k);
     expect(k.shardOf('not-hex-id')).toBeUndefined();

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
-import { RedisTaskStore } from '../src/task-store.js';
+import { RedisTaskStore, newTaskId } from '../src/task-store.js';
 import { SEARCH_SCAN_BUDGET, TaskSearch } from '../src/task-search.js';
 
 let server: TestRedis;
@@ -170,5 +170,76 @@ describe('§30.4 kept log lines', () => {
     expect(await redis.pttl(keys.taskLogs(taskId))).toBeGreaterThan(0);
     await store.keepLogs('gone', [JSON.stringify({ msg: 'x' })]);
     expect(await redis.exists(keys.taskLogs('gone'))).toBe(0);
+  });
+});
+
+describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Redis', () => {
+  function shardedSetup(label: string) {
+    const keys = createKeys(uniquePrefix(label), 'sharded');
+    const store = new RedisTaskStore(redis, keys);
+    return { keys, store, search: new TaskSearch(redis, keys, () => store.everyShard()) };
+  }
+
+  it('finds the tasks of every shard, newest first, page by page with no duplicate and no gap, filters applied', async () => {
+    const { store, search } = shardedSetup('search-shards');
+    const codes = (await store.placement?.codes('default~hot', 3)) ?? [];
+    const made: string[] = [];
+    // 30 tasks over 3 shards, two by two in the same second (ties ordered by id), every third one failed.
+    for (let i = 0; i < 30; i++) {
+      const { taskId } = await store.create({ ...base, tool: 'hot', taskId: newTaskId(codes[i % 3]) }, at(i >> 1));
+      if (i % 3 === 0) await store.transition(taskId, 'failed');
+      made.push(taskId);
+    }
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const page = await search.search({}, { limit: 4, ...(cursor === undefined ? {} : { cursor }) });
+      seen.push(...page.tasks.map((t) => t.taskId));
+      cursor = page.nextCursor;
+      pages += 1;
+    } while (cursor !== undefined && pages < 20);
+    expect(new Set(seen).size).toBe(30);
+    expect(seen).toHaveLength(30);
+    // Newest first: by creation time, ties by id descending.
+    const order = made
+      .map((id, i) => ({ id, s: i >> 1 }))
+      .sort((a, b) => b.s - a.s || (a.id < b.id ? 1 : -1))
+      .map((e) => e.id);
+    expect(seen).toEqual(order);
+    // A filter, and a time window, span the shards too.
+    const failed = await search.search({ status: ['failed'] }, { limit: 50 });
+    expect(failed.tasks.map((t) => t.taskId).sort()).toEqual(made.filter((_, i) => i % 3 === 0).sort());
+    const window = await search.search({ since: at(3).getTime(), until: at(5).getTime() }, { limit: 50 });
+    expect(window.tasks.map((t) => t.taskId).sort()).toEqual(made.slice(6, 12).sort());
+    expect(window.nextCursor).toBeUndefined();
+    // The operator's replay selection reads every shard.
+    expect((await search.ended({}, 100)).tasks).toHaveLength(10);
+  });
+
+  it('reads on past a round of entries that matched nothing, to the oldest match of every shard', async () => {
+    const { store, search } = shardedSetup('search-rounds');
+    const codes = (await store.placement?.codes('default~hot', 3)) ?? [];
+    const old: string[] = [];
+    // 250 tasks: more than one round reads (200); only the three oldest carry the tag.
+    for (let i = 0; i < 250; i++) {
+      const tags = i < 3 ? ['old'] : [];
+      const { taskId } = await store.create({ ...base, tool: 'hot', tags, taskId: newTaskId(codes[i % 3]) }, at(i));
+      if (i < 3) old.push(taskId);
+    }
+    const page = await search.search({ tag: 'old' }, { limit: 50 });
+    expect(page.tasks.map((t) => t.taskId)).toEqual(old.reverse());
+    expect(page.scanned).toBe(250);
+  });
+
+  it('prunes every shard’s index of tasks that are gone', async () => {
+    const { keys, store, search } = shardedSetup('prune-shards');
+    const codes = (await store.placement?.codes('default~hot', 2)) ?? [];
+    const ids: string[] = [];
+    for (const code of codes)
+      ids.push((await store.create({ ...base, tool: 'hot', taskId: newTaskId(code) }, at(1))).taskId);
+    for (const id of ids) await redis.del(keys.forTask(id).task(id));
+    expect(await search.prune(at(2).getTime())).toBe(2);
+    for (const id of ids) expect(await redis.zscore(keys.forTask(id).taskIndex, id)).toBeNull();
   });
 });

@@ -376,7 +376,8 @@ async function startTaskLayer(w: {
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
     ...(w.authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
   });
-  const search = new TaskSearch(redis, keys);
+  // In the sharded layout the operators' search reads every placed shard's index (PROTOCOL.md §30.2).
+  const search = new TaskSearch(redis, keys, () => store.everyShard());
   const reaper = new Reaper(store, log, metrics, {
     holder: gatewayId,
     intervalMs: options.reaperIntervalMs,

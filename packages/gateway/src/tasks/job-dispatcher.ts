@@ -16,6 +16,7 @@ import {
   type Logger,
   DEFAULT_PRIORITY,
   priorityBase,
+  publishOn,
 } from '@taskrelay/shared';
 import type { CatalogTool } from './catalog.js';
 
@@ -176,7 +177,8 @@ export class JobDispatcher {
     started = true,
   ): Promise<void> {
     const message: CancelRequest = { taskId, reason };
-    await this.connection.publish(this.keys.cancelChannel, JSON.stringify(message));
+    // The task's tool shard's channel in the sharded layout: only the workers of its tool hear it (PROTOCOL.md §1.2).
+    await publishOn(this.connection, this.keys, this.keys.forTask(taskId).cancelChannel, JSON.stringify(message));
     try {
       const queue = await this.ready(queueName, taskId);
       // A delayed job of a task that ran (a suspended run, PROTOCOL.md §12.8) is promoted: one last run finds the task

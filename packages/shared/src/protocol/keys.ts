@@ -82,7 +82,10 @@ export interface Keys {
   readonly gatewayBacklogPrefix: string;
   /** What `gatewayBacklog(id)` puts after the id. */
   readonly gatewayBacklogSuffix: string;
-  /** Channel: cancel wake-ups for workers. */
+  /**
+   * Channel: cancel wake-ups for workers. In the sharded layout one per tool shard (`P:{<code>}:cancel`, a sharded
+   * pub/sub channel in the shard's slot), so a cancel reaches only the workers of the task's tool (PROTOCOL.md §1.2).
+   */
   readonly cancelChannel: string;
   /** BullMQ `prefix` option. */
   readonly bullPrefix: string;
@@ -204,7 +207,6 @@ const HOME_ONLY = [
   'gatewayChannel',
   'gatewayChannelPrefix',
   'gatewayChannelSuffix',
-  'cancelChannel',
   'resourcesChannel',
   'rateLimitPrefix',
   'toolLimit',

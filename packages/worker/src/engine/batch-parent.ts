@@ -24,6 +24,7 @@ import {
   type TaskStatus,
   type CancelRequest,
   type Keys,
+  shardedPubSub,
   type RedisClient,
   type ToolDescriptor,
 } from '@taskrelay/shared';
@@ -315,7 +316,9 @@ export class BatchParent {
       pipeline.zrem(keys.forTask(id).fairShare(shape.childPool, shape.owner), id);
       pipeline.zrem(keys.forTask(id).principalOpenTasks(shape.owner), id);
       const cancel: CancelRequest = { taskId: id, reason: 'CLIENT_CANCELLED' };
-      pipeline.publish(keys.cancelChannel, JSON.stringify(cancel));
+      // The child's own shard's channel in the sharded layout (PROTOCOL.md §1.2).
+      if (shardedPubSub(keys)) pipeline.spublish(keys.forTask(id).cancelChannel, JSON.stringify(cancel));
+      else pipeline.publish(keys.cancelChannel, JSON.stringify(cancel));
     }
     await pipeline.exec();
   }

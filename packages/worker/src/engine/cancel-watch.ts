@@ -1,11 +1,14 @@
 /**
  * The cancel watch (PROTOCOL.md §7): cancel messages on the cancel channel abort a running tool at once; a periodic
  * sweep re-reads the status of every running task, so a message missed (a subscriber reconnect, say) still aborts it.
+ * In the sharded layout the worker listens on the cancel channel of each shard of its tools only (§1.2).
  */
 import {
   CancelRequestSchema,
   isTerminal,
+  messageEvent,
   parseMessage,
+  subscribeTo,
   type CancelReason,
   type Keys,
   type Logger,
@@ -27,12 +30,15 @@ export class CancelWatch {
   private timer: NodeJS.Timeout | undefined;
   private sweeping = false;
   private readyBefore = false;
+  private channels: ReadonlySet<string> = new Set();
 
   constructor(private readonly o: CancelWatchOptions) {}
 
-  async start(): Promise<void> {
+  /** Listens on `channels`: the home `cancelChannel` in the single layout, each tool shard's in the sharded one. */
+  async start(channels: readonly string[]): Promise<void> {
     const { subscriber, keys } = this.o;
-    subscriber.on('message', (channel: string, raw: string) => this.onMessage(channel, raw));
+    this.channels = new Set(channels);
+    subscriber.on(messageEvent(keys), (channel: string, raw: string) => this.onMessage(channel, raw));
     subscriber.on('ready', () => {
       // ioredis re-subscribes by itself after a reconnect; what we may have missed meanwhile is read from the hashes.
       if (this.readyBefore) {
@@ -41,7 +47,7 @@ export class CancelWatch {
       }
       this.readyBefore = true;
     });
-    await subscriber.subscribe(keys.cancelChannel);
+    await subscribeTo(subscriber, keys, channels);
     this.timer = setInterval(() => void this.sweep(), this.o.sweepMs).unref();
   }
 
@@ -50,7 +56,7 @@ export class CancelWatch {
   }
 
   private onMessage(channel: string, raw: string): void {
-    if (channel !== this.o.keys.cancelChannel) return;
+    if (!this.channels.has(channel)) return;
     const request = parseMessage(CancelRequestSchema, raw);
     if (!request) {
       this.o.log.warn({ raw: raw.slice(0, 200) }, 'malformed cancel message ignored');

@@ -99,7 +99,8 @@ export class TaskWorker {
     this.running = new RunningJobs(this.log);
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
     this.redis = this.connect('commands');
-    this.subscriber = this.connect('cancel');
+    // Sharded pub/sub in the sharded layout: on a cluster each cancel channel is subscribed on its shard's master.
+    this.subscriber = this.connect('cancel', { shardedSubscribers: this.keys.layout === 'sharded' });
     this.bullConnection = this.connect('bullmq');
     this.store = new RedisTaskStore(this.redis, this.keys);
     const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
@@ -212,12 +213,17 @@ export class TaskWorker {
   private async open(): Promise<void> {
     this.enter('STARTING', ['INITIALIZED']);
     try {
-      await this.cancelWatch.start();
+      const shards = await this.toolShards();
+      // Before any job is taken: a cancel published from now on is heard. In the sharded layout, the cancel channel of
+      // each shard this worker consumes, and no other tool's (§1.2).
+      await this.cancelWatch.start(
+        this.keys.layout === 'sharded' ? shards.map((s) => s.keys.cancelChannel) : [this.keys.cancelChannel],
+      );
       const { lockDurationMs } = this.options;
       await this.applyToolLimits();
       // One BullMQ Worker per tool queue (§3.2) and, in the sharded layout, per shard of it (§1.1): every worker of a
       // tool takes the jobs of all its shards; the gate bounds the process.
-      for (const { queue, keys } of await this.toolShards()) {
+      for (const { queue, keys } of shards) {
         const worker = new GatedWorker<unknown, void>(keys.queueName(queue), this.runner.process, {
           gate: this.gate,
           level: Math.min(...this.options.tools.filter((t) => this.queues.get(t.name) === queue).map(levelOf)),
@@ -385,9 +391,12 @@ export class TaskWorker {
     await this.redis.zadd(`${queueQualifiedName}:marker`, 0, '0');
   }
 
-  private connect(role: string): RedisClient {
+  private connect(role: string, options: { shardedSubscribers?: boolean } = {}): RedisClient {
     // Named so `CLIENT LIST` tells the connections of each worker apart.
-    const client = createRedis(this.options.redisUrl, { connectionName: `taskrelay-worker:${this.workerId}:${role}` });
+    const client = createRedis(this.options.redisUrl, {
+      connectionName: `taskrelay-worker:${this.workerId}:${role}`,
+      ...options,
+    });
     this.options.metrics.watchRedis(client, role, this.log);
     return client;
   }
