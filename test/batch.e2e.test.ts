@@ -24,6 +24,7 @@ import {
   type ManagedProcess,
 } from './helpers/processes.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 /** The children's queue: the child tool's (PROTOCOL.md §3.2). */
@@ -131,7 +132,7 @@ describe('§26 batch_report', () => {
       timeoutMs: 10_000,
       message: 'queued children removed',
     });
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await absenceWindow(1_000);
     const times = workerLines('batch child started').map((l) => Date.parse(String(l['time'])));
     expect(times.every((t) => Number.isFinite(t))).toBe(true);
     const startedAfter = workerLines('batch child started').filter(

@@ -22,6 +22,7 @@ import {
   type GatewayProcess,
 } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/limited-tools.mjs');
 
@@ -105,11 +106,11 @@ describe('§25.2 a repeat of an unfinished call joins it', () => {
   it('gives a repeated plain call the first call’s result; a joiner that gives up cancels nothing', async () => {
     await r.del(`${prefix}:ctl:events`);
     const first = plainCall(alice, 'p1', 800);
-    await new Promise((done) => setTimeout(done, 200));
+    await absenceWindow(200);
     const quitter = new AbortController();
     const giving = plainCall(aliceOnB, 'p1', 0, quitter.signal).catch((error: unknown) => error);
     const joined = plainCall(alice, 'p1', 0);
-    await new Promise((done) => setTimeout(done, 100));
+    await absenceWindow(100);
     quitter.abort();
     const [one, two] = await Promise.all([first, joined]);
     expect(one.structuredContent).toEqual(two.structuredContent);

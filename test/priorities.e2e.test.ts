@@ -20,6 +20,7 @@ import {
 } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/limited-tools.mjs');
 const PRIORITY = 'dev.taskrelay/priority';
@@ -97,7 +98,7 @@ describe('§25.1 priority levels', () => {
     // A third tool holds the slot, so both tools' workers wait for it (the later level's since first).
     const blocker = await block('limited');
     const later = await startTask(client, 'free', { ms: 0 });
-    await new Promise((done) => setTimeout(done, 200));
+    await absenceWindow(200);
     const earlier = await startTask(client, 'urgent', { ms: 0 });
     for (const id of [blocker, later, earlier]) expect((await taskResult(client, id)).isError).toBeFalsy();
     expect((await starts()).filter((id) => id === later || id === earlier)).toEqual([earlier, later]);

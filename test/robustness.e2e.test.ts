@@ -13,6 +13,7 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { scaled } from './helpers/load.js';
 
 let redis: TestRedis;
 let gateway: GatewayProcess;
@@ -91,7 +92,7 @@ describe('sessions', () => {
  */
 async function answerDuringOutage(request: Promise<unknown>): Promise<unknown> {
   let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<'hung'>((resolve) => (timer = setTimeout(() => resolve('hung'), 8_000)));
+  const hung = new Promise<'hung'>((resolve) => (timer = setTimeout(() => resolve('hung'), scaled(8_000))));
   try {
     return await Promise.race([
       request.then(

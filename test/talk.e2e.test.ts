@@ -37,6 +37,7 @@ import {
   type ManagedProcess,
 } from './helpers/processes.js';
 import { startTask } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TALK_TOOLS = `${ROOT}/test/fixtures/talk-tools.mjs`;
 const RELATED = 'io.modelcontextprotocol/related-task';
@@ -150,7 +151,7 @@ describe('§12 input requests (elicitation)', () => {
     const onGet = await waitFor(() => elicitations[0]);
     const waiting = result(client, taskId);
     // The tasks/result stream stands by while the GET stream, open, holds the request.
-    await new Promise((r) => setTimeout(r, 600));
+    await absenceWindow(600);
     expect(elicitations).toHaveLength(1);
     onGet.answer({ action: 'accept', content: { approved: true } });
     expect(approved(await waiting)).toBe(true);

@@ -26,6 +26,7 @@ import {
 import { startTask, taskResult } from './helpers/tasks.js';
 import { mostAtOnce, runEvents } from './helpers/run-events.js';
 import { waitFor } from './helpers/wait-for.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/limited-tools.mjs');
 
@@ -97,7 +98,7 @@ describe('§3.3 a tool concurrency limit', () => {
     expect(new Set((await heldStarts()).map((e) => e.pid))).toEqual(new Set([victim.pid]));
     const survivor = await startWorkerProcess(workerEnv());
     const third = await startTask(client, 'limited', { ms: 100 });
-    await new Promise((done) => setTimeout(done, 500));
+    await absenceWindow(500);
     expect((await events('limited')).some((e) => e.taskId === third)).toBe(false);
     await victim.kill('SIGKILL');
     // Their tasks end; their jobs still count as running until BullMQ's stall check (every lock/6) puts them back,
@@ -169,7 +170,7 @@ describe('§3.3 pause and resume a tool', () => {
     const [first, second] = workers as [ManagedProcess, ManagedProcess];
     await first.kill('SIGTERM');
     workers = [second, await startWorkerProcess(workerEnv())];
-    await new Promise((done) => setTimeout(done, 1_000));
+    await absenceWindow(1_000);
     expect(await events('free')).toEqual([]);
     expect((await statusOf(ids[0]!)).status).toBe('working');
 

@@ -23,6 +23,7 @@ import {
   watchingClient,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
 let redis: TestRedis;
 let r: Redis;
@@ -64,7 +65,7 @@ beforeAll(async () => {
   void draining.kill('SIGTERM');
   exitCode = await Promise.race([
     draining.exited,
-    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
+    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), scaled(20_000)).unref()),
   ]);
   replacement = await startWorkerProcess(env);
   await Promise.all([handedBack, ...queuedAfter].map((id) => waitForTerminal(watcher.client, id, 30_000)));

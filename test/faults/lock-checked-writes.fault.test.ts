@@ -29,6 +29,7 @@ import {
   type FaultEvent,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
 const LOCK_MS = 2_000;
 
@@ -65,7 +66,7 @@ async function stop(proc: ManagedProcess): Promise<void> {
   void proc.kill('SIGTERM');
   const exited = await Promise.race([
     proc.exited.then(() => true),
-    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 15_000).unref()),
+    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), scaled(15_000)).unref()),
   ]);
   if (!exited) await proc.kill('SIGKILL');
 }

@@ -20,6 +20,7 @@ import {
   type ManagedProcess,
 } from '../helpers/processes.js';
 import { startTask, taskResult } from '../helpers/tasks.js';
+import { absenceWindow } from '../helpers/load.js';
 
 if (PYTHON === undefined) console.log('python-worker fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
@@ -64,7 +65,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker through a Redis outage', 
     // The worker logs its completion just after the write that answered the client: wait for the line.
     const completions = () => worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
     await waitFor(() => completions().length > 0);
-    await delay(200);
+    await absenceWindow(200);
     expect(completions()).toHaveLength(1);
     const after = await taskResult(client, await startTask(client, 'py_count', { n: 2, delay_ms: 1 }), 30_000);
     expect(after.structuredContent).toMatchObject({ counted: 2 });

@@ -27,6 +27,7 @@ import {
   type FaultEvent,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
 const GRACE_MS = 5_000;
 
@@ -88,7 +89,7 @@ beforeAll(async () => {
 
   exitCode = await Promise.race([
     draining.exited,
-    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
+    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), scaled(20_000)).unref()),
   ]);
   handedBackMessage = await r.hget(createKeys(prefix).task(longTask), 'statusMessage');
   replacement = await startWorkerProcess(env);

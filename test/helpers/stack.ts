@@ -17,6 +17,7 @@ import {
   FIXTURE_TOOLS,
   connectClient,
   startGatewayProcess,
+  startPythonWorkerProcess,
   startWorkerProcess,
   type GatewayProcess,
   type ManagedProcess,
@@ -34,6 +35,10 @@ export interface StackOptions {
   gateways?: Env[];
   /** One entry per worker, each its own extra environment (TASKRELAY_TOOLS, TASKRELAY_QUEUE…). Default: one demo worker. */
   workers?: Env[];
+  /** One entry per Python worker (`python -m taskrelay_worker`; TASKRELAY_TOOLS names a .py file). Default: none. */
+  pythonWorkers?: Env[];
+  /** Authentication on: principal → bearer token, as every gateway's TASKRELAY_AUTH_TOKENS. Default: off. */
+  tokens?: Record<string, string>;
   /** A Redis of the stack's own (`startRedis` options, e.g. `{ owned: true }` for a fault suite). Default: the run's. */
   redis?: StartRedisOptions;
   /** Readiness bounds of the processes (stretched by the load, test/helpers/load.ts). */
@@ -49,12 +54,17 @@ export interface TestStack {
   /** The first gateway. */
   readonly gateway: GatewayProcess;
   readonly workers: ManagedProcess[];
+  readonly pythonWorkers: ManagedProcess[];
+  /** `{ authorization: 'Bearer …' }` of a principal of `tokens`. */
+  auth(principal: string): Record<string, string>;
   /** A Redis connection to the stack's server, closed with the stack. */
   readonly r: Redis;
   /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
   client(headers?: Record<string, string>, url?: string): Promise<Client>;
+  /** Another gateway (with the stack's tokens), stopped with the stack. */
   addGateway(env?: Env): Promise<GatewayProcess>;
   addWorker(env?: Env): Promise<ManagedProcess>;
+  addPythonWorker(env?: Env): Promise<ManagedProcess>;
   stop(): Promise<void>;
 }
 
@@ -62,18 +72,31 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const redis = await startRedis(options.redis);
   const prefix = uniquePrefix(options.name);
   const env: Env = { ...options.env, REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  const gatewayEnv: Env = options.tokens
+    ? {
+        TASKRELAY_AUTH_TOKENS: Object.entries(options.tokens)
+          .map(([principal, token]) => `${principal}:${token}`)
+          .join(','),
+      }
+    : {};
   const gateways: GatewayProcess[] = [];
   const workers: ManagedProcess[] = [];
+  const pythonWorkers: ManagedProcess[] = [];
   const clients: Client[] = [];
   const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
   const addGateway = async (extra: Env = {}) => {
-    const gateway = await startGatewayProcess({ ...env, ...extra }, options.ready);
+    const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
     gateways.push(gateway);
     return gateway;
   };
   const addWorker = async (extra: Env = {}) => {
     const worker = await startWorkerProcess({ ...env, ...extra }, options.ready);
     workers.push(worker);
+    return worker;
+  };
+  const addPythonWorker = async (extra: Env = {}) => {
+    const worker = await startPythonWorkerProcess({ ...env, ...extra }, options.ready);
+    pythonWorkers.push(worker);
     return worker;
   };
   const stack: TestStack = {
@@ -87,6 +110,12 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       return first;
     },
     workers,
+    pythonWorkers,
+    auth(principal) {
+      const token = options.tokens?.[principal];
+      if (token === undefined) throw new Error(`stack ${options.name} has no token for ${principal}`);
+      return { authorization: `Bearer ${token}` };
+    },
     r,
     async client(headers = {}, url) {
       const client = await connectClient(url ?? stack.gateway.url, headers);
@@ -95,23 +124,34 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
     },
     addGateway,
     addWorker,
+    addPythonWorker,
     async stop() {
       await Promise.allSettled(clients.map((c) => c.close()));
-      await Promise.allSettled([...gateways, ...workers].map((p) => p.kill('SIGKILL')));
+      await Promise.allSettled([...gateways, ...workers, ...pythonWorkers].map((p) => p.kill('SIGKILL')));
       r.disconnect();
       await redis.stop();
     },
   };
   try {
     // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
-    const startGateways = (options.gateways ?? [{}]).map((extra) =>
-      startGatewayProcess({ ...env, ...extra }, options.ready),
-    );
-    gateways.push(...(await settleAll(startGateways)));
-    const startWorkers = (options.workers ?? [{}]).map((extra) =>
-      startWorkerProcess({ ...env, ...extra }, options.ready),
-    );
-    workers.push(...(await settleAll(startWorkers)));
+    // Workers need no gateway to start (they meet it in Redis), so both kinds start together.
+    const [started, startedWorkers, startedPythons] = await Promise.allSettled([
+      settleAll(
+        (options.gateways ?? [{}]).map((extra) =>
+          startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready),
+        ),
+      ),
+      settleAll((options.workers ?? [{}]).map((extra) => startWorkerProcess({ ...env, ...extra }, options.ready))),
+      settleAll(
+        (options.pythonWorkers ?? []).map((extra) => startPythonWorkerProcess({ ...env, ...extra }, options.ready)),
+      ),
+    ]);
+    if (started.status === 'fulfilled') gateways.push(...started.value);
+    if (startedWorkers.status === 'fulfilled') workers.push(...startedWorkers.value);
+    if (startedPythons.status === 'fulfilled') pythonWorkers.push(...startedPythons.value);
+    for (const group of [started, startedWorkers, startedPythons]) {
+      if (group.status === 'rejected') throw group.reason;
+    }
   } catch (error) {
     await stack.stop();
     throw error;
