@@ -33,6 +33,8 @@ export interface StackOptions {
   env?: Env;
   /** One entry per gateway, each its own extra environment. Default: one gateway. */
   gateways?: Env[];
+  /** What every Node worker of the stack gets (its tools, lock, concurrency…), `addWorker`'s included. */
+  workerEnv?: Env;
   /** One entry per worker, each its own extra environment (TASKRELAY_TOOLS, TASKRELAY_QUEUE…). Default: one demo worker. */
   workers?: Env[];
   /** One entry per Python worker (`python -m taskrelay_worker`; TASKRELAY_TOOLS names a .py file). Default: none. */
@@ -41,6 +43,8 @@ export interface StackOptions {
   tokens?: Record<string, string>;
   /** A Redis of the stack's own (`startRedis` options, e.g. `{ owned: true }` for a fault suite). Default: the run's. */
   redis?: StartRedisOptions;
+  /** Connects `mcp`, an SDK client of the first gateway, at start (with these headers when an object). */
+  mcp?: boolean | Record<string, string>;
   /** Readiness bounds of the processes (stretched by the load, test/helpers/load.ts). */
   ready?: StartOptions;
 }
@@ -59,6 +63,8 @@ export interface TestStack {
   auth(principal: string): Record<string, string>;
   /** A Redis connection to the stack's server, closed with the stack. */
   readonly r: Redis;
+  /** The client `mcp: true` connected at start (throws without it). */
+  readonly mcp: Client;
   /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
   client(headers?: Record<string, string>, url?: string): Promise<Client>;
   /** Another gateway (with the stack's tokens), stopped with the stack. */
@@ -83,14 +89,17 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const workers: ManagedProcess[] = [];
   const pythonWorkers: ManagedProcess[] = [];
   const clients: Client[] = [];
-  const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  let mcp: Client | undefined;
+  // An owned Redis is one a fault suite kills: there commands wait for the reconnect (as faults.ts's testRedis).
+  const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
+  if (options.redis?.owned) r.on('error', () => undefined);
   const addGateway = async (extra: Env = {}) => {
     const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
     gateways.push(gateway);
     return gateway;
   };
   const addWorker = async (extra: Env = {}) => {
-    const worker = await startWorkerProcess({ ...env, ...extra }, options.ready);
+    const worker = await startWorkerProcess({ ...env, ...options.workerEnv, ...extra }, options.ready);
     workers.push(worker);
     return worker;
   };
@@ -108,6 +117,10 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       const first = gateways[0];
       if (first === undefined) throw new Error('this stack has no gateway');
       return first;
+    },
+    get mcp() {
+      if (mcp === undefined) throw new Error(`stack ${options.name} connected no client (mcp: true)`);
+      return mcp;
     },
     workers,
     pythonWorkers,
@@ -134,24 +147,30 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   };
   try {
     // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
-    // Workers need no gateway to start (they meet it in Redis), so both kinds start together.
-    const [started, startedWorkers, startedPythons] = await Promise.allSettled([
-      settleAll(
+    // Workers start once every gateway is ready, as the suites moved onto this helper started theirs.
+    gateways.push(
+      ...(await settleAll(
         (options.gateways ?? [{}]).map((extra) =>
           startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready),
         ),
+      )),
+    );
+    const [startedWorkers, startedPythons] = await Promise.allSettled([
+      settleAll(
+        (options.workers ?? [{}]).map((extra) =>
+          startWorkerProcess({ ...env, ...options.workerEnv, ...extra }, options.ready),
+        ),
       ),
-      settleAll((options.workers ?? [{}]).map((extra) => startWorkerProcess({ ...env, ...extra }, options.ready))),
       settleAll(
         (options.pythonWorkers ?? []).map((extra) => startPythonWorkerProcess({ ...env, ...extra }, options.ready)),
       ),
     ]);
-    if (started.status === 'fulfilled') gateways.push(...started.value);
     if (startedWorkers.status === 'fulfilled') workers.push(...startedWorkers.value);
     if (startedPythons.status === 'fulfilled') pythonWorkers.push(...startedPythons.value);
-    for (const group of [started, startedWorkers, startedPythons]) {
+    for (const group of [startedWorkers, startedPythons]) {
       if (group.status === 'rejected') throw group.reason;
     }
+    if (options.mcp) mcp = await stack.client(options.mcp === true ? {} : options.mcp);
   } catch (error) {
     await stack.stop();
     throw error;
