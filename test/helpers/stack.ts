@@ -13,6 +13,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type StartRedisOptions, type TestRedis } from './redis.js';
+import { startRedisCluster, type ClusterOptions, type TestCluster } from './redis-cluster.js';
 import {
   FIXTURE_TOOLS,
   connectClient,
@@ -43,14 +44,24 @@ export interface StackOptions {
   tokens?: Record<string, string>;
   /** A Redis of the stack's own (`startRedis` options, e.g. `{ owned: true }` for a fault suite). Default: the run's. */
   redis?: StartRedisOptions;
+  /**
+   * A Redis Cluster of the stack's own instead (test/helpers/redis-cluster.ts: `masters`, default 3, and its options):
+   * every process gets REDIS_CLUSTER_NODES (one seed node) and the prefix in braces, `{…}`, as the cluster needs.
+   */
+  cluster?: ClusterOptions & { masters?: number };
   /** Connects `mcp`, an SDK client of the first gateway, at start (with these headers when an object). */
   mcp?: boolean | Record<string, string>;
+  /** `useStack`'s start hook's bound, when a stack needs more than vitest's (load-stretched) default. */
+  hookTimeoutMs?: number;
   /** Readiness bounds of the processes (stretched by the load, test/helpers/load.ts). */
   ready?: StartOptions;
 }
 
 export interface TestStack {
+  /** The stack's Redis (throws on a cluster stack: see `cluster`). */
   readonly redis: TestRedis;
+  /** The stack's Redis Cluster (throws without the `cluster` option). */
+  readonly cluster: TestCluster;
   readonly prefix: string;
   /** REDIS_URL, TASKRELAY_PREFIX and the stack's `env`: what another process of this stack needs. */
   readonly env: Env;
@@ -61,7 +72,7 @@ export interface TestStack {
   readonly pythonWorkers: ManagedProcess[];
   /** `{ authorization: 'Bearer …' }` of a principal of `tokens`. */
   auth(principal: string): Record<string, string>;
-  /** A Redis connection to the stack's server, closed with the stack. */
+  /** A Redis connection to the stack's server, closed with the stack (throws on a cluster stack). */
   readonly r: Redis;
   /** The client `mcp: true` connected at start (throws without it). */
   readonly mcp: Client;
@@ -75,9 +86,14 @@ export interface TestStack {
 }
 
 export async function startStack(options: StackOptions): Promise<TestStack> {
-  const redis = await startRedis(options.redis);
-  const prefix = uniquePrefix(options.name);
-  const env: Env = { ...options.env, REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  const cluster = options.cluster ? await startRedisCluster(options.cluster.masters ?? 3, options.cluster) : undefined;
+  const redis = cluster ? undefined : await startRedis(options.redis);
+  const name = uniquePrefix(options.name);
+  const prefix = cluster ? `{${name}}` : name;
+  const env: Env = cluster
+    ? // One seed node: the clients discover the other masters.
+      { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix }
+    : { ...options.env, REDIS_URL: redis?.url, TASKRELAY_PREFIX: prefix };
   const gatewayEnv: Env = options.tokens
     ? {
         TASKRELAY_AUTH_TOKENS: Object.entries(options.tokens)
@@ -91,7 +107,7 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const clients: Client[] = [];
   let mcp: Client | undefined;
   // An owned Redis is one a fault suite kills: there commands wait for the reconnect (as faults.ts's testRedis).
-  const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
+  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
   if (options.redis?.owned) r.on('error', () => undefined);
   const addGateway = async (extra: Env = {}) => {
     const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
@@ -109,7 +125,14 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
     return worker;
   };
   const stack: TestStack = {
-    redis,
+    get redis() {
+      if (redis === undefined) throw new Error(`stack ${options.name} runs on a cluster (read stack.cluster)`);
+      return redis;
+    },
+    get cluster() {
+      if (cluster === undefined) throw new Error(`stack ${options.name} has no cluster (the cluster option)`);
+      return cluster;
+    },
     prefix,
     env,
     gateways,
@@ -124,12 +147,16 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
     },
     workers,
     pythonWorkers,
+    get r() {
+      if (cluster)
+        throw new Error(`stack ${options.name} runs on a cluster: connect an ioredis Cluster to stack.cluster`);
+      return r;
+    },
     auth(principal) {
       const token = options.tokens?.[principal];
       if (token === undefined) throw new Error(`stack ${options.name} has no token for ${principal}`);
       return { authorization: `Bearer ${token}` };
     },
-    r,
     async client(headers = {}, url) {
       const client = await connectClient(url ?? stack.gateway.url, headers);
       clients.push(client);
@@ -142,7 +169,7 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       await Promise.allSettled(clients.map((c) => c.close()));
       await Promise.allSettled([...gateways, ...workers, ...pythonWorkers].map((p) => p.kill('SIGKILL')));
       r.disconnect();
-      await redis.stop();
+      await (cluster ?? redis)?.stop();
     },
   };
   try {
@@ -197,7 +224,7 @@ export function useStack(options: StackOptions): TestStack {
   let started: TestStack | undefined;
   beforeAll(async () => {
     started = await startStack(options);
-  });
+  }, options.hookTimeoutMs);
   afterAll(async () => {
     await started?.stop();
   });
