@@ -32,19 +32,22 @@ const STRICT = process.env['MANIFEST_STRICT'] === '1';
  */
 const STARTUP = { readyTimeoutMs: 45_000 };
 
-const LANGUAGES: ReadonlyArray<{ id: Language; skip: boolean; stack: Pick<StackOptions, 'workers' | 'pythonWorkers'> }> =
-  [
-    {
-      id: 'node',
-      skip: false,
-      stack: { workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest-tools.mjs') }] },
-    },
-    {
-      id: 'python',
-      skip: PYTHON === undefined,
-      stack: { workers: [], pythonWorkers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest_tools.py') }] },
-    },
-  ];
+const LANGUAGES: ReadonlyArray<{
+  id: Language;
+  skip: boolean;
+  stack: Pick<StackOptions, 'workers' | 'pythonWorkers'>;
+}> = [
+  {
+    id: 'node',
+    skip: false,
+    stack: { workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest-tools.mjs') }] },
+  },
+  {
+    id: 'python',
+    skip: PYTHON === undefined,
+    stack: { workers: [], pythonWorkers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/manifest_tools.py') }] },
+  },
+];
 
 if (PYTHON === undefined) {
   console.log('requirements: the Python cell skipped: no .venv/bin/python with taskrelay-worker (needs Python 3.11+)');

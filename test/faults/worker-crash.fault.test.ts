@@ -16,7 +16,6 @@ import {
   startTask,
   overlappingRuns,
   taskResult,
-  testRedis,
   textOf,
   watchingClient,
   type WatchingClient,
