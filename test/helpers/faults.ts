@@ -249,15 +249,17 @@ export interface FaultStack {
 
 /**
  * A fault suite's stack (test/helpers/stack.ts's `useStack`, on a Redis of its own unless `redis` says otherwise),
- * with its records and a watching client of its first gateway, made in a `beforeAll` that runs before the file's own.
+ * with its records and a watching client of its first gateway (`watch`: its headers, or false for none), made in a
+ * `beforeAll` that runs before the file's own.
  */
-export function useFaultStack(options: StackOptions): FaultStack {
-  const stack = useStack({ redis: { owned: true }, ...options });
+export function useFaultStack(options: StackOptions & { watch?: false | Record<string, string> }): FaultStack {
+  const { watch = {}, ...stackOptions } = options;
+  const stack = useStack({ redis: { owned: true }, ...stackOptions });
   let records: FaultRecords | undefined;
   let watcher: WatchingClient | undefined;
   beforeAll(async () => {
     records = new FaultRecords(stack.r, stack.prefix);
-    if (stack.gateways.length > 0) watcher = await watchingClient(stack.gateway.url);
+    if (watch !== false && stack.gateways.length > 0) watcher = await watchingClient(stack.gateway.url, watch);
   });
   afterAll(async () => {
     await watcher?.close();
