@@ -33,13 +33,13 @@ const stack = useStack({
 });
 let r: Redis;
 let prefix: string;
-let open: GatewayProcess;
 let authed: GatewayProcess;
 let client: Client;
 
 beforeAll(() => {
   ({ r, prefix, mcp: client } = stack);
-  [open, authed] = stack.gateways as [GatewayProcess, GatewayProcess];
+  // The second gateway has authentication on (the first, `stack.mcp`'s, is open).
+  [, authed] = stack.gateways as [GatewayProcess, GatewayProcess];
 });
 
 async function starts(): Promise<string[]> {

@@ -14,7 +14,6 @@ import { startTask } from './helpers/tasks.js';
 const CALLS = 60;
 
 describe('§3.2 a job is only taken by a worker that serves its tool', () => {
-  let gateway: GatewayProcess;
   let workers: ManagedProcess[];
   let client: Client;
 
@@ -22,7 +21,7 @@ describe('§3.2 a job is only taken by a worker that serves its tool', () => {
   const stack = useStack({ name: 'route', workers: [{}, { TASKRELAY_TOOLS: FIXTURE_TOOLS }], mcp: true });
 
   beforeAll(() => {
-    ({ gateway, workers, mcp: client } = stack);
+    ({ workers, mcp: client } = stack);
   });
 
   it('runs every call of two workers with different tool sets on the same queue, none misrouted', async () => {
