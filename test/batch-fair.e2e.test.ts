@@ -23,15 +23,15 @@ import {
   connectClient,
   startGatewayProcess,
   startWorkerProcess,
-  stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 /** The open-work cap a batch has when its job carries none (authentication off): the gateway's default cap. */
 const DEFAULT_BATCH_OPEN_CAP = 1_000;
-const TOKENS = 'alice:alice-token,bob:bob-token';
+const TOKENS = { alice: 'alice-token', bob: 'bob-token' };
 /** The pool's slots: one worker of four. */
 const SLOTS = 4;
 /**
@@ -54,25 +54,27 @@ interface Stack {
   trace: string;
 }
 
-async function startStack(name: string, maxOpenTasks: number): Promise<Stack> {
-  const prefix = uniquePrefix(name);
+const stacks: TestStack[] = [];
+
+/** A stack of its own prefix on the run's Redis: a gateway (authentication on, the given open-work cap), a worker. */
+async function startFairStack(name: string, maxOpenTasks: number): Promise<Stack> {
   const trace = join(traceDir, `${name}.trace`);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  const gateway = await startGatewayProcess({
-    ...env,
-    TASKRELAY_AUTH_TOKENS: TOKENS,
-    TASKRELAY_MAX_OPEN_TASKS: String(maxOpenTasks),
-    LOG_LEVEL: 'warn',
+  const stack = await startStack({
+    name,
+    tokens: TOKENS,
+    gateways: [{ TASKRELAY_MAX_OPEN_TASKS: String(maxOpenTasks), LOG_LEVEL: 'warn' }],
+    workers: [
+      {
+        TASKRELAY_TOOLS: BATCH_TOOLS,
+        TASKRELAY_QUEUE: 'batch',
+        WORKER_CONCURRENCY: String(SLOTS),
+        BATCH_TRACE_FILE: trace,
+        LOG_LEVEL: 'info',
+      },
+    ],
   });
-  await startWorkerProcess({
-    ...env,
-    TASKRELAY_TOOLS: BATCH_TOOLS,
-    TASKRELAY_QUEUE: 'batch',
-    WORKER_CONCURRENCY: String(SLOTS),
-    BATCH_TRACE_FILE: trace,
-    LOG_LEVEL: 'info',
-  });
-  return { gateway, prefix, trace };
+  stacks.push(stack);
+  return { gateway: stack.gateway, prefix: stack.prefix, trace };
 }
 
 /** The trace's start lines, in the order the runs wrote them: each is the item's `n`. */
@@ -95,13 +97,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   admin?.disconnect();
-  await stopAll();
+  await Promise.all(stacks.map((s) => s.stop()));
   await redis?.stop();
 });
 
 describe('§26.6 a batch is fair to other principals', () => {
   it("another principal's single task starts within a few of 1,200 queued children", async () => {
-    const { gateway, trace } = await startStack('batch-fair', 1_000);
+    const { gateway, trace } = await startFairStack('batch-fair', 1_000);
     const alice = await client(gateway, 'alice');
     const bob = await client(gateway, 'bob');
     // 1,200 children of 200 ms on 4 slots: a minute of work, a window of 64 queued at a time.
@@ -136,7 +138,7 @@ describe('§26.6 a batch is fair to other principals', () => {
 
   it("a batch's children count toward its principal's open-work cap", async () => {
     const cap = 10;
-    const { gateway, prefix, trace } = await startStack('batch-cap', cap);
+    const { gateway, prefix, trace } = await startFairStack('batch-cap', cap);
     const keys = createKeys(prefix);
     const alice = await client(gateway, 'alice');
     const bob = await client(gateway, 'bob');

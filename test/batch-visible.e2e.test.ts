@@ -5,41 +5,28 @@
  * test/cli-tty.e2e.test.ts (the terminal project, which has tmux).
  */
 import getPort from 'get-port';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { readMetric, type GatewayProcess } from './helpers/processes.js';
 import { runCli } from './helpers/cli.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 
-let redis: TestRedis;
+const metricsPort = await getPort({ host: '127.0.0.1' });
+const stack = useStack({
+  name: 'batch-visible',
+  gateways: [{ LOG_LEVEL: 'warn' }],
+  workers: [{ WORKER_CONCURRENCY: '4', WORKER_METRICS_PORT: String(metricsPort) }],
+  mcp: true,
+});
 let gateway: GatewayProcess;
 let client: Client;
 /** readMetric() wants an `/mcp` URL and reads its sibling `/metrics`. */
-let workerUrl: string;
+const workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('batch-visible') };
-  gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'warn' });
-  const metricsPort = await getPort({ host: '127.0.0.1' });
-  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '4', WORKER_METRICS_PORT: String(metricsPort) });
-  workerUrl = `http://127.0.0.1:${metricsPort}/mcp`;
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ gateway, mcp: client } = stack);
 });
 
 const w = (name: string, labels: Record<string, string> = {}) => readMetric(workerUrl, name, labels);

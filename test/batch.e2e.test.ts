@@ -4,54 +4,41 @@
  * result listing every report, a cancel that stops the children, and (with the fixture parent) fail-fast against
  * collect-all.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
 import {
   CancelTaskResultSchema,
   ProgressNotificationSchema,
   type ProgressNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, toolQueue } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { ROOT, connectClient, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 /** The children's queue: the child tool's (PROTOCOL.md §3.2). */
 const CHILD_QUEUE = toolQueue('default', 'build_report');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'batch',
+  gateways: [{ LOG_LEVEL: 'warn' }],
+  workers: [
+    { WORKER_CONCURRENCY: '6', LOG_LEVEL: 'info' },
+    { WORKER_CONCURRENCY: '6', LOG_LEVEL: 'info' },
+    { TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batch', WORKER_CONCURRENCY: '4' },
+  ],
+});
 let r: Redis;
 let prefix: string;
 let gateway: GatewayProcess;
 let demoWorkers: ManagedProcess[];
 
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('batch');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'warn' });
-  demoWorkers = await Promise.all([
-    startWorkerProcess({ ...env, WORKER_CONCURRENCY: '6', LOG_LEVEL: 'info' }),
-    startWorkerProcess({ ...env, WORKER_CONCURRENCY: '6', LOG_LEVEL: 'info' }),
-  ]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batch', WORKER_CONCURRENCY: '4' });
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, gateway } = stack);
+  demoWorkers = stack.workers.slice(0, 2);
 });
 
 async function recordingClient() {
@@ -131,7 +118,7 @@ describe('§26 batch_report', () => {
       timeoutMs: 10_000,
       message: 'queued children removed',
     });
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await absenceWindow(1_000);
     const times = workerLines('batch child started').map((l) => Date.parse(String(l['time'])));
     expect(times.every((t) => Number.isFinite(t))).toBe(true);
     const startedAfter = workerLines('batch child started').filter(

@@ -15,6 +15,7 @@ import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { ROOT } from './helpers/processes.js';
 import { CLI_MAIN, runCli } from './helpers/cli.js';
+import { absenceWindow } from './helpers/load.js';
 
 const CLI_TOOLS = resolve(ROOT, 'test/fixtures/cli-tools.mjs');
 const socket = `taskrelay-test-${randomBytes(4).toString('hex')}`;
@@ -211,7 +212,7 @@ describe('taskrelay CLI asks a question on a TTY with its bar on screen', () => 
     expect(readFileSync(outFile, 'utf8')).toMatch(/ask_after_progress\s+[█░]{30}\s+1\/3/);
     tmux('send-keys', '-t', 'askbar', 'y');
     // Several redraws at 20 fps: the typed answer stays on the prompt line, and no bar is drawn over it.
-    await new Promise((r) => setTimeout(r, 600));
+    await absenceWindow(600);
     const asking = lines();
     expect(asking.filter((l) => l === 'Ship it?')).toHaveLength(1);
     expect(asking.filter((l) => l.startsWith('Approve?'))).toEqual(['Approve? [y/n]: y']);
@@ -249,7 +250,7 @@ describe('taskrelay CLI asks a question once', () => {
       message: 'the question never showed',
     });
     // Both deliveries have arrived by now (they come together); a second prompt would show under the first.
-    await new Promise((r) => setTimeout(r, 1_000));
+    await absenceWindow(1_000);
     tmux('send-keys', '-t', 'once', 'y', 'Enter');
     await waitFor(() => existsSync(exitFile) && readFileSync(exitFile, 'utf8').trim() !== '', {
       timeoutMs: 20_000,
@@ -296,7 +297,7 @@ describe('taskrelay CLI with more calls than the terminal has rows', () => {
       throw new Error(`${String(error)}; the screen:\n${shown.join('\n')}`);
     });
     // A while later still the same layout, every bar row whole and in order: the redraw reaches every row it drew.
-    await new Promise((r) => setTimeout(r, 1_000));
+    await absenceWindow(1_000);
     const later = rows();
     expect(settled(later), later.join('\n')).toBe(true);
     const bars = later.map((l) => BAR_ROW.exec(l)).filter((m) => m !== null);

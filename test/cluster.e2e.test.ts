@@ -9,8 +9,7 @@ import { CallToolResultSchema, CancelTaskResultSchema, GetTaskResultSchema } fro
 import { Cluster } from 'ioredis';
 import { z } from 'zod';
 import { createKeys } from '@taskrelay/shared';
-import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
-import { uniquePrefix } from './helpers/redis.js';
+import type { TestCluster } from './helpers/redis-cluster.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
   FIXTURE_TOOLS,
@@ -18,38 +17,29 @@ import {
   WORKER_MAIN,
   connectClient,
   spawnNode,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask } from './helpers/tasks.js';
 
+const stack = useStack({ name: 'cluster', cluster: {}, mcp: true });
 let cluster: TestCluster;
 let prefix: string;
-let env: Record<string, string>;
+let env: Record<string, string | undefined>;
 let gateway: GatewayProcess;
 let client: Client;
 let redis: Cluster;
 let demo: ManagedProcess;
 
-beforeAll(async () => {
-  cluster = await startRedisCluster(3);
-  prefix = `{${uniquePrefix('cluster')}}`;
-  // One seed node: the clients discover the other masters.
-  env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess(env);
-  demo = await startWorkerProcess(env);
-  client = await connectClient(gateway.url);
+beforeAll(() => {
+  ({ cluster, prefix, env, gateway, mcp: client } = stack);
+  [demo] = stack.workers as [ManagedProcess];
   redis = new Cluster(cluster.nodes.map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) })));
 });
 
-afterAll(async () => {
-  await client?.close();
+afterAll(() => {
   redis?.disconnect();
-  await stopAll();
-  await cluster?.stop();
 });
 
 const getTask = (taskId: string, c: Client = client) =>
@@ -149,19 +139,19 @@ describe('the task path on a 3-master cluster', () => {
 
   it("hands a killed worker's job to another worker, and a restarted gateway still answers for the task", async () => {
     const fixtures = { ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_LOCK_DURATION_MS: '1000' };
-    const first: ManagedProcess = await startWorkerProcess(fixtures);
+    const first: ManagedProcess = await stack.addWorker(fixtures);
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'sleepy'));
     const taskId = await startTask(client, 'sleepy', { ms: 1_500, stepMs: 100 });
     const key = createKeys(prefix).task(taskId);
     await waitFor(async () => (await redis.hget(key, 'attempt')) === '1');
     await first.kill('SIGKILL');
-    await startWorkerProcess(fixtures);
+    await stack.addWorker(fixtures);
     const done = await waitForStatus(taskId, 'completed');
     expect(done.status).toBe('completed');
     expect(await redis.hget(key, 'attempt')).toBe('2');
 
     await gateway.kill('SIGTERM');
-    gateway = await startGatewayProcess({ ...env, PORT: String(gateway.port) });
+    gateway = await stack.addGateway({ PORT: String(gateway.port) });
     const other = await connectClient(gateway.url);
     try {
       expect((await getTask(taskId, other)).status).toBe('completed');
@@ -170,7 +160,7 @@ describe('the task path on a 3-master cluster', () => {
     } finally {
       await other.close();
     }
-    client = await connectClient(gateway.url);
+    client = await stack.client({}, gateway.url);
   });
 
   it('keeps every key it wrote on one master, in the one slot of its {prefix}', async () => {

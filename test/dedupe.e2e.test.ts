@@ -7,25 +7,24 @@
  * - Other arguments, another principal, or a repeat after the first ended start anew.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  ROOT,
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import type { Redis } from 'ioredis';
+import { useStack } from './helpers/stack.js';
+import { ROOT, readMetric, type GatewayProcess } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/limited-tools.mjs');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'dedupe',
+  redis: { owned: true },
+  tokens: { alice: 'alice-token', bob: 'bob-token', ops: 'ops-token' },
+  env: { TASKRELAY_OPERATORS: 'ops' },
+  gateways: [{}, {}],
+  workers: [{ TASKRELAY_TOOLS: TOOLS }],
+});
 let r: Redis;
 let prefix: string;
 let a: GatewayProcess;
@@ -35,27 +34,11 @@ let aliceOnB: Client;
 let bob: Client;
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = new Redis(redis.url, { maxRetriesPerRequest: null });
-  prefix = uniquePrefix('dedupe');
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token,ops:ops-token',
-    TASKRELAY_OPERATORS: 'ops',
-  };
-  [a, b] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
-  await startWorkerProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_TOOLS: TOOLS });
-  alice = await connectClient(a.url, { Authorization: 'Bearer alice-token' });
-  aliceOnB = await connectClient(b.url, { Authorization: 'Bearer alice-token' });
-  bob = await connectClient(a.url, { Authorization: 'Bearer bob-token' });
-});
-
-afterAll(async () => {
-  for (const c of [alice, aliceOnB, bob]) await c?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+  ({ r, prefix } = stack);
+  [a, b] = stack.gateways as [GatewayProcess, GatewayProcess];
+  alice = await stack.client(stack.auth('alice'));
+  aliceOnB = await stack.client(stack.auth('alice'), b.url);
+  bob = await stack.client(stack.auth('bob'));
 });
 
 /** The runs the tool started, by task id. */
@@ -105,6 +88,7 @@ describe('§25.2 a repeat of an unfinished call joins it', () => {
   it('gives a repeated plain call the first call’s result; a joiner that gives up cancels nothing', async () => {
     await r.del(`${prefix}:ctl:events`);
     const first = plainCall(alice, 'p1', 800);
+    // Not an absence window: the joiners must come while the first call (800 ms) still runs, so never stretched.
     await new Promise((done) => setTimeout(done, 200));
     const quitter = new AbortController();
     const giving = plainCall(aliceOnB, 'p1', 0, quitter.signal).catch((error: unknown) => error);

@@ -6,32 +6,20 @@
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from './helpers/wait-for.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
 const RECIPE = resolve(ROOT, 'examples/ext-tasks/client.mjs');
-let redis: TestRedis;
+const stack = useStack({
+  name: 'ext-recipe',
+  workers: [{}, { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/recipe-tools.mjs'), TASKRELAY_QUEUE: 'recipe' }],
+});
 let gateway: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('ext-recipe') };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess({
-      ...env,
-      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/recipe-tools.mjs'),
-      TASKRELAY_QUEUE: 'recipe',
-    }),
-  ]);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ gateway } = stack);
 });
 
 function startRecipe(args: string[]) {

@@ -4,11 +4,10 @@
  * tasks go on and stay reachable from another gateway; the process exits 0.
  */
 import { request as httpRequest, Agent } from 'node:http';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { RedisTaskStore, createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
   FIXTURE_TOOLS,
@@ -16,38 +15,30 @@ import {
   connectClient,
   readMetric,
   startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
   type GatewayProcess,
   type ManagedProcess,
 } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { RawSession } from './helpers/raw-mcp.js';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'drain',
+  gateways: [],
+  workers: [
+    // No periodic sweep: a worker learns of these cancels only from the gateway's message, which carries its reason.
+    { TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' },
+    { TASKRELAY_TOOLS: `${ROOT}/test/fixtures/gated-tools.mjs`, TASKRELAY_QUEUE: 'gated' },
+  ],
+});
 let r: Redis;
 let prefix: string;
-let env: Record<string, string>;
+let env: Record<string, string | undefined>;
 let worker: ManagedProcess;
 let gatedWorker: ManagedProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('drain');
-  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  // No periodic sweep: a worker learns of these cancels only from the gateway's message, which carries its reason.
-  worker = await startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' });
-  gatedWorker = await startWorkerProcess({
-    ...env,
-    TASKRELAY_TOOLS: `${ROOT}/test/fixtures/gated-tools.mjs`,
-    TASKRELAY_QUEUE: 'gated',
-  });
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, env } = stack);
+  [worker, gatedWorker] = stack.workers as [ManagedProcess, ManagedProcess];
 });
 
 const store = () => new RedisTaskStore(r, createKeys(prefix));

@@ -26,6 +26,7 @@ import {
 } from './helpers/processes.js';
 import { JOB_API_CONFIG, startBatchService, type BatchService, type BatchStats } from './fixtures/job-api-service.js';
 import { startTask } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TOKEN = 'e2e-secret';
 let redis: TestRedis;
@@ -155,7 +156,7 @@ describe('§12.10 job-API tools through gateway and worker', () => {
     await waitFor(() => worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'external job cancelled'));
     const after = await stats();
     // Polls at 100 ms: a run still polling would show in the next 500 ms.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    await absenceWindow(500);
     expect(await stats()).toMatchObject({ cancels: 1, polls: after.polls });
     expect(await status(taskId)).toBe('cancelled');
   });
@@ -173,7 +174,7 @@ describe('§12.10 job-API tools through gateway and worker', () => {
     await waitFor(() => worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'run suspended'));
     await client.experimental.tasks.cancelTask(taskId);
     await until((s) => s.cancels >= 1, 'external cancel never called');
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    await absenceWindow(500);
     expect(await stats()).toMatchObject({ cancels: 1 });
     expect(await status(taskId)).toBe('cancelled');
   });

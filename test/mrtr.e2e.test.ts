@@ -12,33 +12,30 @@ import { Redis } from 'ioredis';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema, type ElicitRequest } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from './helpers/wait-for.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
 const V = '2026-07-28';
 const EXT = 'io.modelcontextprotocol/tasks';
 type Json = Record<string, any>;
 
-let redis: TestRedis;
+// No TASKRELAY_REQUEST_STATE_SECRET: the replicas agree on the key the first one stores in Redis (§17.2).
+const stack = useStack({
+  name: 'mrtr',
+  tokens: { alice: 'alice-t', bob: 'bob-t' },
+  gateways: [{}, {}],
+  workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/conformance/tools.mjs') }],
+});
 let prefix: string;
 let gatewayA: GatewayProcess;
 let gatewayB: GatewayProcess;
 let nextId = 1;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  prefix = uniquePrefix('mrtr');
-  // No TASKRELAY_REQUEST_STATE_SECRET: the replicas agree on the key the first one stores in Redis (§17.2).
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_AUTH_TOKENS: 'alice:alice-t,bob:bob-t' };
-  [gatewayA, gatewayB] = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/conformance/tools.mjs') });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ prefix } = stack);
+  [gatewayA, gatewayB] = stack.gateways as [GatewayProcess, GatewayProcess];
 });
 
 interface CallOptions {
@@ -99,7 +96,7 @@ function taskIdOf(requestState: string): string {
 }
 
 async function taskStatus(taskId: string): Promise<string | null> {
-  const client = new Redis(redis.url);
+  const client = new Redis(stack.redis.url);
   try {
     return await client.hget(`${prefix}:task:${taskId}`, 'status');
   } finally {
@@ -213,7 +210,7 @@ describe('§17 MRTR on 2026-07-28 plain calls', () => {
   it('refuses an expired requestState, even one signed with the deployment key', async () => {
     const r1 = await call('test_input_required_result_request_state');
     const state = String(r1['requestState']);
-    const client = new Redis(redis.url);
+    const client = new Redis(stack.redis.url);
     const key = await client.get(`${prefix}:request-state-key`).finally(() => client.disconnect());
     expect(key).toBeTruthy();
     const payload = JSON.parse(Buffer.from(state.split('.')[0] ?? '', 'base64url').toString('utf8')) as Json;

@@ -6,18 +6,11 @@
  * - A principal may not ask ahead of its tool's level; an operator may.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import type { Redis } from 'ioredis';
+import { useStack } from './helpers/stack.js';
+import { ROOT, connectClient, type GatewayProcess } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -31,35 +24,22 @@ interface ControlEvent {
   at: number;
 }
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'prio',
+  redis: { owned: true },
+  gateways: [{}, { TASKRELAY_AUTH_TOKENS: 'alice:alice-token,ops:ops-token', TASKRELAY_OPERATORS: 'ops' }],
+  workers: [{ TASKRELAY_TOOLS: TOOLS, WORKER_CONCURRENCY: '1' }],
+  mcp: true,
+});
 let r: Redis;
 let prefix: string;
-let open: GatewayProcess;
 let authed: GatewayProcess;
 let client: Client;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = new Redis(redis.url, { maxRetriesPerRequest: null });
-  prefix = uniquePrefix('prio');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [open, authed] = await Promise.all([
-    startGatewayProcess(env),
-    startGatewayProcess({
-      ...env,
-      TASKRELAY_AUTH_TOKENS: 'alice:alice-token,ops:ops-token',
-      TASKRELAY_OPERATORS: 'ops',
-    }),
-  ]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: TOOLS, WORKER_CONCURRENCY: '1' });
-  client = await connectClient(open.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, mcp: client } = stack);
+  // The second gateway has authentication on (the first, `stack.mcp`'s, is open).
+  [, authed] = stack.gateways as [GatewayProcess, GatewayProcess];
 });
 
 async function starts(): Promise<string[]> {
@@ -97,6 +77,7 @@ describe('§25.1 priority levels', () => {
     // A third tool holds the slot, so both tools' workers wait for it (the later level's since first).
     const blocker = await block('limited');
     const later = await startTask(client, 'free', { ms: 0 });
+    // Not an absence window: `earlier` must be queued while the blocker (1.5 s) still holds, so never stretched.
     await new Promise((done) => setTimeout(done, 200));
     const earlier = await startTask(client, 'urgent', { ms: 0 });
     for (const id of [blocker, later, earlier]) expect((await taskResult(client, id)).isError).toBeFalsy();

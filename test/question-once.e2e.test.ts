@@ -13,6 +13,7 @@ import { waitFor } from './helpers/wait-for.js';
 import { readSse, type SseEvent } from './helpers/raw-mcp.js';
 import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const RELATED = 'io.modelcontextprotocol/related-task';
 const RUNS = 20;
@@ -58,7 +59,7 @@ describe('§19 a question reaches an SDK client once', () => {
       expect(res.structuredContent).toEqual({ approved: true });
     }
     // A second delivery could still be on its way when tasks/result answered: give it time to arrive.
-    await new Promise((r) => setTimeout(r, 300));
+    await absenceWindow(300);
     const counts = taskIds.map((id) => asked.get(id) ?? 0);
     // What the gateway said of a task asked twice tells which path sent it again.
     const twice = taskIds.filter((id) => (asked.get(id) ?? 0) > 1);
@@ -218,7 +219,7 @@ describe('§19 a question in flight on one stream of a session', () => {
     });
     const result = client.stream('tasks/result', { taskId });
     // The tasks/result has registered with the router once it is an SSE stream (after its first 100 ms).
-    await new Promise((r) => setTimeout(r, 600));
+    await absenceWindow(600);
     expect(questions(result)).toEqual([]);
     expect(await client.answer(asked?.id, yes)).toBe(202);
     await waitFor(() => responseOf(result), { message: 'tasks/result did not answer' });
@@ -235,7 +236,7 @@ describe('§19 a question in flight on one stream of a session', () => {
     const taskId = await startApproval(client, 'Move me?');
     const [onGet] = await waitFor(() => (questions(get).length > 0 ? questions(get) : undefined));
     const result = client.stream('tasks/result', { taskId });
-    await new Promise((r) => setTimeout(r, 600));
+    await absenceWindow(600);
     expect(questions(result)).toEqual([]);
     get.close();
     const [moved] = await waitFor(() => (questions(result).length > 0 ? questions(result) : undefined), {
@@ -249,7 +250,7 @@ describe('§19 a question in flight on one stream of a session', () => {
     expect(await client.answer(moved?.id, yes)).toBe(202);
     await waitFor(() => responseOf(result), { message: 'tasks/result did not answer' });
     expect(responseOf(result)?.result?.['structuredContent']).toEqual({ approved: true });
-    await new Promise((r) => setTimeout(r, 300));
+    await absenceWindow(300);
     expect(questions(result)).toHaveLength(1);
     expect(questions(resumed)).toEqual([]);
     resumed.close();
@@ -271,7 +272,7 @@ describe('§19 a question in flight on one stream of a session', () => {
     // The connection drops before the client answers; it resumes the stream from its priming event.
     first.close();
     await first.done;
-    await new Promise((r) => setTimeout(r, 200));
+    await absenceWindow(200);
     const resumed = client.get(priming);
     const [replayed] = await waitFor(() => (questions(resumed).length > 0 ? questions(resumed) : undefined), {
       message: 'the resume did not replay the question',

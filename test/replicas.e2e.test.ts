@@ -5,34 +5,23 @@
  * traffic needs stickiness and the other replica answers an unknown session with 404.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { startLoadBalancer, type LoadBalancer } from './helpers/load-balancer.js';
 import { RawSession } from './helpers/raw-mcp.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { FIXTURE_TOOLS, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
-let redis: TestRedis;
+const stack = useStack({ name: 'replicas', gateways: [{}, {}], workers: [{}, { TASKRELAY_TOOLS: FIXTURE_TOOLS }] });
 let gateways: GatewayProcess[];
 let lb: LoadBalancer;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('replicas') };
-  gateways = await Promise.all([startGatewayProcess(env), startGatewayProcess(env)]);
-  await Promise.all([startWorkerProcess(env), startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS })]);
+  gateways = stack.gateways;
   lb = await startLoadBalancer(gateways.map((g) => g.port));
 });
 
 afterAll(async () => {
   await lb?.close();
-  await stopAll();
-  await redis?.stop();
 });
 
 /** One poll as a client behind a non-sticky balancer does it: a session on whichever replica it lands on. */

@@ -1,41 +1,29 @@
 /**
  * The gateway under bad input and a Redis outage: clear errors, nothing hung, nothing lost that was stored.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import type { TestRedis } from './helpers/redis.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { connectClient, readMetric, type GatewayProcess } from './helpers/processes.js';
+import { scaled } from './helpers/load.js';
 
+// Owned: this file stops and restarts it.
+const stack = useStack({
+  name: 'robust',
+  redis: { owned: true },
+  gateways: [{ TASKRELAY_SESSION_IDLE_MS: '1000', TASKRELAY_MAX_TTL_MS: '120000', TASKRELAY_DEFAULT_TTL_MS: '60000' }],
+  workers: [{ WORKER_HEARTBEAT_MS: '200' }],
+});
 let redis: TestRedis;
 let gateway: GatewayProcess;
 const base = () => gateway.url.replace(/\/mcp$/, '');
 
 const metric = (name: string) => readMetric(gateway.url, name);
 
-beforeAll(async () => {
-  // Owned: this file stops and restarts it.
-  redis = await startRedis({ owned: true });
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('robust') };
-  gateway = await startGatewayProcess({
-    ...env,
-    TASKRELAY_SESSION_IDLE_MS: '1000',
-    TASKRELAY_MAX_TTL_MS: '120000',
-    TASKRELAY_DEFAULT_TTL_MS: '60000',
-  });
-  await startWorkerProcess({ ...env, WORKER_HEARTBEAT_MS: '200' });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ redis, gateway } = stack);
 });
 
 describe('task ttl', () => {
@@ -91,7 +79,7 @@ describe('sessions', () => {
  */
 async function answerDuringOutage(request: Promise<unknown>): Promise<unknown> {
   let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<'hung'>((resolve) => (timer = setTimeout(() => resolve('hung'), 8_000)));
+  const hung = new Promise<'hung'>((resolve) => (timer = setTimeout(() => resolve('hung'), scaled(8_000))));
   try {
     return await Promise.race([
       request.then(

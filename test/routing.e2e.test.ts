@@ -3,53 +3,25 @@
  * queue as a user following the README would, each get only calls for tools they serve; a queued task whose pool has
  * no live worker says so in its `statusMessage` and the gateway log, and runs once a worker of its pool is back.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, GetTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { FIXTURE_TOOLS, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask } from './helpers/tasks.js';
 
 const CALLS = 60;
 
-let redis: TestRedis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
-
 describe('§3.2 a job is only taken by a worker that serves its tool', () => {
-  let gateway: GatewayProcess;
   let workers: ManagedProcess[];
   let client: Client;
 
-  beforeAll(async () => {
-    // Both on the default queue (no TASKRELAY_QUEUE): what a user starting a second worker per the README gets.
-    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('route') };
-    gateway = await startGatewayProcess(env);
-    workers = await Promise.all([
-      startWorkerProcess(env),
-      startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS }),
-    ]);
-    client = await connectClient(gateway.url);
-  });
+  // Both on the default queue (no TASKRELAY_QUEUE): what a user starting a second worker per the README gets.
+  const stack = useStack({ name: 'route', workers: [{}, { TASKRELAY_TOOLS: FIXTURE_TOOLS }], mcp: true });
 
-  afterAll(async () => {
-    await client?.close();
+  beforeAll(() => {
+    ({ workers, mcp: client } = stack);
   });
 
   it('runs every call of two workers with different tool sets on the same queue, none misrouted', async () => {
@@ -77,23 +49,19 @@ describe('§3.2 a job is only taken by a worker that serves its tool', () => {
 describe('§3.2 a queued task whose pool has no live worker', () => {
   let gateway: GatewayProcess;
   let client: Client;
-  let env: Record<string, string>;
+  let env: Record<string, string | undefined>;
 
-  beforeAll(async () => {
-    env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('unserved') };
-    gateway = await startGatewayProcess(env);
-    client = await connectClient(gateway.url);
-  });
+  const stack = useStack({ name: 'unserved', workers: [], mcp: true });
 
-  afterAll(async () => {
-    await client?.close();
+  beforeAll(() => {
+    ({ gateway, env, mcp: client } = stack);
   });
 
   const getTask = (taskId: string) => client.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema);
 
   it('says so in its statusMessage and the gateway log, and runs once a worker serving it is back', async () => {
     const workerEnv = { ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '1', WORKER_HEARTBEAT_MS: '200' };
-    const first = await startWorkerProcess(workerEnv);
+    const first = await stack.addWorker(workerEnv);
     // The only slot is busy (jobs are taken in order), so the echo task stays queued; then its only worker dies
     // without a word.
     const busy = await startTask(client, 'sleepy', { ms: 600_000, stepMs: 100 });
@@ -114,7 +82,7 @@ describe('§3.2 a queued task whose pool has no live worker', () => {
       gateway.logs().some((l) => l['level'] === 40 && l['tool'] === 'echo' && /no live worker/.test(String(l['msg']))),
     );
 
-    await startWorkerProcess({ ...workerEnv, WORKER_CONCURRENCY: '2' });
+    await stack.addWorker({ ...workerEnv, WORKER_CONCURRENCY: '2' });
     const done = await waitFor(
       async () => {
         const task = await getTask(queued);

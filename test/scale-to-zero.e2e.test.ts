@@ -6,37 +6,31 @@
  */
 import { spawnSync } from 'node:child_process';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 
-let redis: TestRedis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-});
+const stacks: TestStack[] = [];
 
 afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+  await Promise.all(stacks.map((s) => s.stop()));
 });
 
+/** A gateway and no worker yet, on a prefix of its own: each test starts and stops the workers it needs. */
 async function stack(env: Record<string, string> = {}) {
-  const common = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('zero'), WORKER_HEARTBEAT_MS: '200' };
-  const gateway = await startGatewayProcess({ ...common, ...env });
-  const client = await connectClient(gateway.url);
-  const startWorker = (env: Record<string, string> = {}) => startWorkerProcess({ ...common, ...env });
-  return { common, gateway, client, startWorker };
+  const started = await startStack({
+    name: 'zero',
+    env: { WORKER_HEARTBEAT_MS: '200' },
+    gateways: [env],
+    workers: [],
+    mcp: true,
+  });
+  stacks.push(started);
+  const startWorker = (extra: Record<string, string> = {}) => started.addWorker(extra);
+  return { common: started.env, gateway: started.gateway, client: started.mcp, startWorker };
 }
 
 const listed = async (client: Client) => (await client.listTools()).tools.map((t) => t.name);
@@ -46,7 +40,7 @@ async function stopWorker(worker: { kill: (s?: NodeJS.Signals) => Promise<number
   expect(await worker.kill('SIGTERM')).toBe(0);
 }
 
-function pools(gateway: GatewayProcess, env: Record<string, string>, ...args: string[]) {
+function pools(gateway: GatewayProcess, env: Record<string, string | undefined>, ...args: string[]) {
   return spawnSync(process.execPath, [resolve(ROOT, 'packages/gateway/dist/pools-main.js'), ...args], {
     encoding: 'utf8',
     env: { ...process.env, ...env },

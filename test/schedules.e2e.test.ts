@@ -18,6 +18,7 @@ import { useStack } from './helpers/stack.js';
 import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
+import { absenceWindow } from './helpers/load.js';
 
 const WEBHOOK_SECRET = 'schedules-webhook-secret';
 const stack = useStack({
@@ -107,7 +108,7 @@ describe('§33.1 delayed start', () => {
     // The delayed job is gone as the cancel answers (BullMQ's job hash: `<prefix>:q-<pool>~tick:<id>`).
     const jobKeys = await stack.r.keys(`${stack.prefix}:q-*~tick:${taskId}*`);
     expect(jobKeys).toEqual([]);
-    await new Promise((r) => setTimeout(r, Math.max(0, startAt - Date.now()) + 1_500));
+    await absenceWindow(Math.max(0, startAt - Date.now()) + 1_500);
     expect(await starts('never')).toEqual([]);
     expect((await getTask(alice, taskId)).status).toBe('cancelled');
     // Not even a last run that finds the task cancelled (as a suspended run's promoted job gets): no worker took a job.
@@ -180,9 +181,9 @@ describe('§33.2 schedules', () => {
     const paused = await post('/api/schedules/alice-tick/pause', 'alice', {}, 1);
     expect(paused.body['schedule']).toMatchObject({ paused: true });
     // A firing taken just before the pause may still end; then nothing more.
-    await new Promise((r) => setTimeout(r, 1_500));
+    await absenceWindow(1_500);
     const atPause = (await starts('every-second')).length;
-    await new Promise((r) => setTimeout(r, 3_000));
+    await absenceWindow(3_000);
     expect((await starts('every-second')).length).toBe(atPause);
     const tasks = await tasksOf('alice-tick');
     // One task per firing, whichever gateway took it: as many tasks as runs of the tool and as counted firings.

@@ -7,16 +7,10 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import getPort from 'get-port';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'jose';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import type { GatewayProcess, ManagedProcess } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 
-let redis: TestRedis;
+let stack: TestStack;
 let gateway: GatewayProcess;
 let worker: ManagedProcess;
 let jwksServer: Server;
@@ -73,29 +67,32 @@ beforeAll(async () => {
   keyA = a;
   published = [a.jwk];
   issuer = `http://127.0.0.1:${jwksPort}/`;
-  redis = await startRedis();
   const port = await getPort({ host: '127.0.0.1' });
   audience = `http://127.0.0.1:${port}/mcp`;
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('oauth') };
-  gateway = await startGatewayProcess({
-    ...env,
-    PORT: String(port),
-    TASKRELAY_OAUTH_ISSUER: issuer,
-    TASKRELAY_OAUTH_AUDIENCE: audience,
-    TASKRELAY_OAUTH_JWKS_URL: `http://127.0.0.1:${jwksPort}/jwks`,
-    TASKRELAY_OAUTH_SCOPES: SCOPE,
-    TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: '0',
-    TASKRELAY_AUTH_TOKENS: 'ops:static-ops-token',
-    // An OAuth operator by issuer and subject; the issuer is only known once the JWKS server listens.
-    TASKRELAY_OPERATORS: `ops,${issuer}#operator-1`,
-    LOG_LEVEL: 'debug',
+  stack = await startStack({
+    name: 'oauth',
+    gateways: [
+      {
+        PORT: String(port),
+        TASKRELAY_OAUTH_ISSUER: issuer,
+        TASKRELAY_OAUTH_AUDIENCE: audience,
+        TASKRELAY_OAUTH_JWKS_URL: `http://127.0.0.1:${jwksPort}/jwks`,
+        TASKRELAY_OAUTH_SCOPES: SCOPE,
+        TASKRELAY_OAUTH_JWKS_COOLDOWN_MS: '0',
+        TASKRELAY_AUTH_TOKENS: 'ops:static-ops-token',
+        // An OAuth operator by issuer and subject; the issuer is only known once the JWKS server listens.
+        TASKRELAY_OPERATORS: `ops,${issuer}#operator-1`,
+        LOG_LEVEL: 'debug',
+      },
+    ],
+    workers: [{ LOG_LEVEL: 'debug' }],
   });
-  worker = await startWorkerProcess({ ...env, LOG_LEVEL: 'debug' });
+  ({ gateway } = stack);
+  [worker] = stack.workers as [ManagedProcess];
 });
 
 afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+  await stack?.stop();
   await new Promise((resolve) => jwksServer?.close(resolve));
 });
 

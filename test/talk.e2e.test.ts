@@ -3,7 +3,7 @@
  * or the caller's model (sampling) mid-task and goes on with the answer, through a worker SIGKILLed while it waits;
  * bad and duplicate answers change nothing; tool log messages reach exactly their caller, filtered by its level.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -25,46 +25,32 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { createKeys, RedisTaskStore } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { ROOT, connectClient, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask } from './helpers/tasks.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TALK_TOOLS = `${ROOT}/test/fixtures/talk-tools.mjs`;
 const RELATED = 'io.modelcontextprotocol/related-task';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'talk',
+  env: { WORKER_LOCK_DURATION_MS: '2000' },
+  // debug: the suite reads the gateway's note of a late answer to a withdrawn request.
+  gateways: [{ LOG_LEVEL: 'debug' }],
+  workers: [{}, {}, { TASKRELAY_TOOLS: TALK_TOOLS, TASKRELAY_QUEUE: 'talk' }],
+});
 let r: Redis;
 let store: RedisTaskStore;
 let prefix: string;
-let env: Record<string, string>;
 let gateway: GatewayProcess;
 let stockWorkers: ManagedProcess[];
 
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('talk');
+beforeAll(() => {
+  ({ r, prefix, gateway } = stack);
   store = new RedisTaskStore(r, createKeys(prefix));
-  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, WORKER_LOCK_DURATION_MS: '2000' };
-  // debug: the suite reads the gateway's note of a late answer to a withdrawn request.
-  gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'debug' });
-  stockWorkers = await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: TALK_TOOLS, TASKRELAY_QUEUE: 'talk' });
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+  stockWorkers = stack.workers.slice(0, 2);
 });
 
 interface Asked<Req, Res> {
@@ -150,7 +136,7 @@ describe('§12 input requests (elicitation)', () => {
     const onGet = await waitFor(() => elicitations[0]);
     const waiting = result(client, taskId);
     // The tasks/result stream stands by while the GET stream, open, holds the request.
-    await new Promise((r) => setTimeout(r, 600));
+    await absenceWindow(600);
     expect(elicitations).toHaveLength(1);
     onGet.answer({ action: 'accept', content: { approved: true } });
     expect(approved(await waiting)).toBe(true);
@@ -216,7 +202,7 @@ describe('§12 input requests (elicitation)', () => {
     expect(cancelled.status).toBe('cancelled');
     await waitFor(() => asked.signal.aborted, { message: 'the pending request was not withdrawn' });
     const keys = createKeys(prefix);
-    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const connection = new Redis(stack.redis.url, { maxRetriesPerRequest: null });
     // The task's own pool queue (workers' queues carry a digest of their tool names, PROTOCOL.md §3.2).
     const pool = (await connection.hget(keys.task(taskId), 'queue')) ?? '';
     const queue = new Queue(keys.queueName(pool), { connection, prefix: keys.bullPrefix });
@@ -249,7 +235,7 @@ describe('§12 input requests (elicitation)', () => {
       message: 'the other worker did not complete the task',
     });
     // Keep two stock workers for the tests after this one.
-    stockWorkers = [other!, await startWorkerProcess(env)];
+    stockWorkers = [other!, await stack.addWorker()];
     await client.close();
   });
 

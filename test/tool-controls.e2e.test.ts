@@ -8,57 +8,40 @@
  *   `tools/list`, `taskrelay tools`, `/admin/api/tools` and the metrics, and its calls run on resume.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { runCli } from './helpers/cli.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  ROOT,
-  connectClient,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
+import { ROOT, readMetric, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { mostAtOnce, runEvents } from './helpers/run-events.js';
 import { waitFor } from './helpers/wait-for.js';
+import { absenceWindow } from './helpers/load.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/limited-tools.mjs');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'ctl',
+  redis: { owned: true },
+  workerEnv: {
+    TASKRELAY_TOOLS: TOOLS,
+    WORKER_CONCURRENCY: '4',
+    WORKER_LOCK_DURATION_MS: '2000',
+    WORKER_HEARTBEAT_MS: '500',
+  },
+  workers: [{}, {}],
+  mcp: true,
+});
 let r: Redis;
 let prefix: string;
 let gateway: GatewayProcess;
 let client: Client;
 let workers: ManagedProcess[];
 
-const workerEnv = () => ({
-  REDIS_URL: redis.url,
-  TASKRELAY_PREFIX: prefix,
-  TASKRELAY_TOOLS: TOOLS,
-  WORKER_CONCURRENCY: '4',
-  WORKER_LOCK_DURATION_MS: '2000',
-  WORKER_HEARTBEAT_MS: '500',
-});
-
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = new Redis(redis.url, { maxRetriesPerRequest: null });
-  prefix = uniquePrefix('ctl');
-  gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
-  workers = await Promise.all([startWorkerProcess(workerEnv()), startWorkerProcess(workerEnv())]);
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, gateway, mcp: client } = stack);
+  workers = [...stack.workers];
 });
 
 const events = (tool: string) => runEvents(r, `${prefix}:ctl:events`, tool);
@@ -95,9 +78,9 @@ describe('§3.3 a tool concurrency limit', () => {
     const heldStarts = async () => (await events('limited')).filter((e) => e.e === 'start' && held.includes(e.taskId));
     await waitFor(async () => (await heldStarts()).length === 2);
     expect(new Set((await heldStarts()).map((e) => e.pid))).toEqual(new Set([victim.pid]));
-    const survivor = await startWorkerProcess(workerEnv());
+    const survivor = await stack.addWorker();
     const third = await startTask(client, 'limited', { ms: 100 });
-    await new Promise((done) => setTimeout(done, 500));
+    await absenceWindow(500);
     expect((await events('limited')).some((e) => e.taskId === third)).toBe(false);
     await victim.kill('SIGKILL');
     // Their tasks end; their jobs still count as running until BullMQ's stall check (every lock/6) puts them back,
@@ -106,7 +89,7 @@ describe('§3.3 a tool concurrency limit', () => {
     expect((await taskResult(client, third, 20_000)).isError).toBeFalsy();
     const thirdStart = (await events('limited')).find((e) => e.taskId === third && e.e === 'start');
     expect(thirdStart?.pid).toBe(survivor.pid);
-    workers = [survivor, await startWorkerProcess(workerEnv())];
+    workers = [survivor, await stack.addWorker()];
   }, 60_000);
 });
 
@@ -168,8 +151,8 @@ describe('§3.3 pause and resume a tool', () => {
     // The pause is in Redis: a worker restart keeps it.
     const [first, second] = workers as [ManagedProcess, ManagedProcess];
     await first.kill('SIGTERM');
-    workers = [second, await startWorkerProcess(workerEnv())];
-    await new Promise((done) => setTimeout(done, 1_000));
+    workers = [second, await stack.addWorker()];
+    await absenceWindow(1_000);
     expect(await events('free')).toEqual([]);
     expect((await statusOf(ids[0]!)).status).toBe('working');
 

@@ -7,58 +7,40 @@
  * - A back-off of one tool holds the shared limit for the other.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createKeys, limitKeyDigest, principalScopedKey } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { ROOT, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { mostAtOnce, runEvents } from './helpers/run-events.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/keyed-tools.mjs');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'keyed',
+  redis: { owned: true },
+  workerEnv: {
+    TASKRELAY_TOOLS: TOOLS,
+    // One slot each: two runs at once are on both workers, so the per-key limit is held across the fleet, not by one
+    // worker that happened to win every fetch (with 4 slots each, one worker could take every job; it did in 2 of 16 runs).
+    WORKER_CONCURRENCY: '1',
+    WORKER_LOCK_DURATION_MS: '2000',
+    WORKER_HEARTBEAT_MS: '500',
+  },
+  workers: [{}, {}],
+  mcp: true,
+});
 let r: Redis;
 let prefix: string;
-let gateway: GatewayProcess;
 let client: Client;
 let workers: ManagedProcess[];
 
-const workerEnv = () => ({
-  REDIS_URL: redis.url,
-  TASKRELAY_PREFIX: prefix,
-  TASKRELAY_TOOLS: TOOLS,
-  // One slot each: two runs at once are on both workers, so the per-key limit is held across the fleet, not by one
-  // worker that happened to win every fetch (with 4 slots each, one worker could take every job; it did in 2 of 16 runs).
-  WORKER_CONCURRENCY: '1',
-  WORKER_LOCK_DURATION_MS: '2000',
-  WORKER_HEARTBEAT_MS: '500',
-});
-
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = new Redis(redis.url, { maxRetriesPerRequest: null });
-  prefix = uniquePrefix('keyed');
-  gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
-  workers = await Promise.all([startWorkerProcess(workerEnv()), startWorkerProcess(workerEnv())]);
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, mcp: client } = stack);
+  workers = [...stack.workers];
 });
 
 const events = (tool: string) => runEvents(r, `${prefix}:keyed:events`, tool);
@@ -98,7 +80,7 @@ describe('§3.5 a concurrency limit per key', () => {
     const heldStart = async () => (await events('per_tenant')).find((e) => e.taskId === held && e.e === 'start');
     await waitFor(heldStart);
     expect((await heldStart())?.pid).toBe(victim.pid);
-    const survivor = await startWorkerProcess(workerEnv());
+    const survivor = await stack.addWorker();
     const next = await startTask(client, 'per_tenant', { tenant: 'initech', ms: 0 });
     await waitFor(async () => /^Waiting for a slot/.test((await statusOf(next)).statusMessage ?? ''), {
       message: 'the second initech run did not wait',
@@ -109,7 +91,7 @@ describe('§3.5 a concurrency limit per key', () => {
     expect((await taskResult(client, next, 20_000)).isError).toBeFalsy();
     const nextStart = (await events('per_tenant')).find((e) => e.taskId === next && e.e === 'start');
     expect(nextStart?.pid).toBe(survivor.pid);
-    workers = [survivor, await startWorkerProcess(workerEnv())];
+    workers = [survivor, await stack.addWorker()];
   }, 60_000);
 });
 

@@ -4,47 +4,31 @@
  * through the rate key 4.0 s. A gateway with two principals, one worker of test/fixtures/keyed-tools.mjs, Redis.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { ROOT, connectClient, startGatewayProcess, startWorkerProcess, stopAll } from './helpers/processes.js';
+import type { Redis } from 'ioredis';
+import { ROOT } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { runEvents } from './helpers/run-events.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const TOOLS = resolve(ROOT, 'test/fixtures/keyed-tools.mjs');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'keyed-principal',
+  tokens: { alice: 'alice-token', bob: 'bob-token' },
+  workers: [{ TASKRELAY_TOOLS: TOOLS, WORKER_CONCURRENCY: '4' }],
+});
 let r: Redis;
 let prefix: string;
 let alice: Client;
 let bob: Client;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url, { maxRetriesPerRequest: null });
-  prefix = uniquePrefix('keyed-principal');
-  const gateway = await startGatewayProcess({
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token',
-  });
-  await startWorkerProcess({
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: TOOLS,
-    WORKER_CONCURRENCY: '4',
-  });
-  alice = await connectClient(gateway.url, { authorization: 'Bearer alice-token' });
-  bob = await connectClient(gateway.url, { authorization: 'Bearer bob-token' });
-});
-
-afterAll(async () => {
-  await alice?.close();
-  await bob?.close();
-  r?.disconnect();
-  await stopAll();
+  ({ r, prefix } = stack);
+  alice = await stack.client(stack.auth('alice'));
+  bob = await stack.client(stack.auth('bob'));
 });
 
 const events = (tool: string) => runEvents(r, `${prefix}:keyed:events`, tool);

@@ -5,15 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { connectClient, type GatewayProcess } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { startWebhookReceiver, type ReceivedWebhook, type WebhookReceiver } from './helpers/webhook-receiver.js';
 
 const SECRET = 'whsec_' + Buffer.from('taskrelay e2e webhook key, 32 b.').toString('base64');
@@ -23,7 +17,9 @@ const EXT = 'io.modelcontextprotocol/tasks';
 const META_KEY = 'dev.taskrelay/webhook';
 type Json = Record<string, any>;
 
-let redis: TestRedis;
+let stack: TestStack;
+/** Stacks a test starts for itself, stopped after the file. */
+const stacks: TestStack[] = [];
 let gateway: GatewayProcess;
 let noSecret: GatewayProcess;
 /** Receivers by role; every one is on the allow-list except `stranger`. */
@@ -33,7 +29,6 @@ let prefix: string;
 let nextId = 1;
 
 beforeAll(async () => {
-  redis = await startRedis();
   for (const name of Object.keys({
     alice: 1,
     bob: 1,
@@ -46,35 +41,33 @@ beforeAll(async () => {
   })) {
     r[name as keyof typeof r] = await startWebhookReceiver(SECRET);
   }
-  prefix = uniquePrefix('webhooks');
   const allowed = Object.entries(r)
     .filter(([name]) => name !== 'stranger')
     .map(([, rec]) => `127.0.0.1:${rec.port}`);
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_AUTH_TOKENS: TOKENS,
-    TASKRELAY_OPERATORS: 'ops',
-  };
-  gateway = await startGatewayProcess({
-    ...env,
-    TASKRELAY_WEBHOOK_SECRET: SECRET,
-    // `localhost` by name too, on a port whose loopback address is not itself allowed.
-    TASKRELAY_WEBHOOK_ALLOWED_HOSTS: [...allowed, `localhost:${r.stranger.port}`].join(','),
-    TASKRELAY_WEBHOOK_MAX_ATTEMPTS: '3',
-    TASKRELAY_WEBHOOK_RETRY_BASE_MS: '100',
-    TASKRELAY_WEBHOOK_RETRY_MAX_MS: '200',
-    TASKRELAY_WEBHOOK_TIMEOUT_MS: '2000',
-    TASKRELAY_WEBHOOK_POLL_MS: '50',
+  stack = await startStack({
+    name: 'webhooks',
+    env: { TASKRELAY_AUTH_TOKENS: TOKENS, TASKRELAY_OPERATORS: 'ops' },
+    gateways: [
+      {
+        TASKRELAY_WEBHOOK_SECRET: SECRET,
+        // `localhost` by name too, on a port whose loopback address is not itself allowed.
+        TASKRELAY_WEBHOOK_ALLOWED_HOSTS: [...allowed, `localhost:${r.stranger.port}`].join(','),
+        TASKRELAY_WEBHOOK_MAX_ATTEMPTS: '3',
+        TASKRELAY_WEBHOOK_RETRY_BASE_MS: '100',
+        TASKRELAY_WEBHOOK_RETRY_MAX_MS: '200',
+        TASKRELAY_WEBHOOK_TIMEOUT_MS: '2000',
+        TASKRELAY_WEBHOOK_POLL_MS: '50',
+      },
+      { TASKRELAY_WEBHOOK_ALLOWED_HOSTS: allowed.join(',') },
+    ],
   });
-  noSecret = await startGatewayProcess({ ...env, TASKRELAY_WEBHOOK_ALLOWED_HOSTS: allowed.join(',') });
-  await startWorkerProcess({ ...env });
+  [gateway, noSecret] = stack.gateways as [GatewayProcess, GatewayProcess];
+  ({ prefix } = stack);
 });
 
 afterAll(async () => {
-  await stopAll();
+  await Promise.all([stack, ...stacks].map((s) => s?.stop()));
   await Promise.all(Object.values(r).map((rec) => rec?.close()));
-  await redis?.stop();
 });
 
 /** One 2026-07-28 request with the tasks extension declared, as `principal`. */
@@ -152,7 +145,7 @@ function sample(text: string, series: string): number {
 
 async function taskCount(): Promise<number> {
   const { Redis } = await import('ioredis');
-  const client = new Redis(redis.url);
+  const client = new Redis(stack.redis.url);
   try {
     return (await client.keys(`${prefix}:task:*`)).length;
   } finally {
@@ -420,20 +413,21 @@ describe('§27.3 a gateway killed before it delivers', () => {
   it('leaves the event to another gateway, which delivers it with the same id', async () => {
     const receiver = await startWebhookReceiver(SECRET);
     try {
-      const env = {
-        REDIS_URL: redis.url,
-        TASKRELAY_PREFIX: uniquePrefix('webhooks-kill'),
-        TASKRELAY_AUTH_TOKENS: TOKENS,
-        TASKRELAY_OPERATORS: 'ops',
-        TASKRELAY_WEBHOOK_SECRET: SECRET,
-        TASKRELAY_WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
-        TASKRELAY_WEBHOOK_TIMEOUT_MS: '1000',
-        TASKRELAY_WEBHOOK_RETRY_BASE_MS: '100',
-        TASKRELAY_WEBHOOK_RETRY_MAX_MS: '200',
-        TASKRELAY_WEBHOOK_POLL_MS: '50',
-      };
-      const first = await startGatewayProcess(env);
-      await startWorkerProcess(env);
+      const kill = await startStack({
+        name: 'webhooks-kill',
+        env: {
+          TASKRELAY_AUTH_TOKENS: TOKENS,
+          TASKRELAY_OPERATORS: 'ops',
+          TASKRELAY_WEBHOOK_SECRET: SECRET,
+          TASKRELAY_WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
+          TASKRELAY_WEBHOOK_TIMEOUT_MS: '1000',
+          TASKRELAY_WEBHOOK_RETRY_BASE_MS: '100',
+          TASKRELAY_WEBHOOK_RETRY_MAX_MS: '200',
+          TASKRELAY_WEBHOOK_POLL_MS: '50',
+        },
+      });
+      stacks.push(kill);
+      const first = kill.gateway;
       // The first try is left hanging: the first gateway holds the event's lease when it dies.
       receiver.answer(() => 'hang');
       const taskId = await extTask(
@@ -449,7 +443,7 @@ describe('§27.3 a gateway killed before it delivers', () => {
       });
       await first.kill('SIGKILL');
       receiver.answer(() => 200);
-      const second = await startGatewayProcess(env);
+      const second = await kill.addGateway();
       await waitFor(() => receiver.received.length >= 2, {
         timeoutMs: 15_000,
         message: 'no other gateway took the event over',

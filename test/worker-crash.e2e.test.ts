@@ -3,40 +3,23 @@
  * crash is not the tool's fault, so a job killed twice still completes; a job whose workers keep dying past the tool's
  * `maxStalls` ends `failed` instead of staying `working` forever.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { FIXTURE_TOOLS, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
-let redis: TestRedis;
-let client: Client;
-let env: Record<string, string>;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: uniquePrefix('crash'),
-    TASKRELAY_TOOLS: FIXTURE_TOOLS,
-    WORKER_LOCK_DURATION_MS: '1000',
-  };
-  const gateway = await startGatewayProcess(env);
-  client = await connectClient(gateway.url);
+const stack = useStack({
+  name: 'crash',
+  env: { TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_LOCK_DURATION_MS: '1000' },
+  workers: [],
+  mcp: true,
 });
+let client: Client;
 
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  client = stack.mcp;
 });
 
 const started = (worker: ManagedProcess, taskId: string) =>
@@ -52,11 +35,11 @@ async function startSleepy(ms: number, name = 'sleepy'): Promise<string> {
 
 describe('§5.6 worker crash', () => {
   it('hands the job of a SIGKILLed worker to another worker, which completes the task', async () => {
-    const first = await startWorkerProcess(env);
+    const first = await stack.addWorker();
     const taskId = await startSleepy(1_500);
     await waitFor(() => started(first, taskId));
     await first.kill('SIGKILL');
-    const second = await startWorkerProcess(env);
+    const second = await stack.addWorker();
     await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).not.toBe(true);
@@ -65,14 +48,14 @@ describe('§5.6 worker crash', () => {
   });
 
   it('completes a task whose workers were killed twice: stalls are not attempts', async () => {
-    const first = await startWorkerProcess(env);
+    const first = await stack.addWorker();
     const taskId = await startSleepy(2_000);
     await waitFor(() => started(first, taskId));
     await first.kill('SIGKILL');
-    const second = await startWorkerProcess(env);
+    const second = await stack.addWorker();
     await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
     await second.kill('SIGKILL');
-    const third = await startWorkerProcess(env);
+    const third = await stack.addWorker();
     await waitFor(() => started(third, taskId), { timeoutMs: 15_000, message: 'job not taken over twice' });
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).not.toBe(true);
@@ -83,14 +66,14 @@ describe('§5.6 worker crash', () => {
   });
 
   it('fails the task of a job whose workers keep dying past its maxStalls, so it never stays working', async () => {
-    const first = await startWorkerProcess(env);
+    const first = await stack.addWorker();
     const taskId = await startSleepy(60_000, 'sleepy_fragile');
     await waitFor(() => started(first, taskId));
     await first.kill('SIGKILL');
-    const second = await startWorkerProcess(env);
+    const second = await stack.addWorker();
     await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
     await second.kill('SIGKILL');
-    const third = await startWorkerProcess(env);
+    const third = await stack.addWorker();
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).toBe(true);
     expect(JSON.stringify(result.content)).toMatch(/stopped responding 2 times/);

@@ -3,42 +3,39 @@
  * write) is killed once a good part of the children are recorded and restarted on the same port; the gateway and the
  * workers reconnect by themselves. The batch then ends with every child recorded once: none lost, none counted twice.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import type { TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
-import { startTask, taskResult, testRedis, watchingClient } from '../helpers/faults.js';
+import { ROOT, type GatewayProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
+import { startTask, taskResult, watchingClient } from '../helpers/faults.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const CHILDREN = 10_000;
 /** Recorded children when Redis is killed: well under way, far from done. */
 const KILL_AT = 2_500;
 
+const stack = useStack({
+  name: 'f-batch-redis',
+  redis: { owned: true, appendOnly: true },
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500', LOG_LEVEL: 'warn' }],
+  workers: [
+    // The parent's pool, and two workers of the demo tools running the build_report children.
+    { TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batch', WORKER_CONCURRENCY: '2' },
+    { WORKER_CONCURRENCY: '32', WORKER_LOCK_DURATION_MS: '3000' },
+    { WORKER_CONCURRENCY: '32', WORKER_LOCK_DURATION_MS: '3000' },
+  ],
+  hookTimeoutMs: 180_000,
+});
 let redis: TestRedis;
 let r: Redis;
 let prefix: string;
 let gateway: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true, appendOnly: true });
-  r = testRedis(redis.url);
-  prefix = uniquePrefix('f-batch-redis');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500', LOG_LEVEL: 'warn' });
-  await Promise.all([
-    // The parent's pool, and two workers of the demo tools running the build_report children.
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batch', WORKER_CONCURRENCY: '2' }),
-    startWorkerProcess({ ...env, WORKER_CONCURRENCY: '32', WORKER_LOCK_DURATION_MS: '3000' }),
-    startWorkerProcess({ ...env, WORKER_CONCURRENCY: '32', WORKER_LOCK_DURATION_MS: '3000' }),
-  ]);
-}, 180_000);
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ redis, r, prefix, gateway } = stack);
 });
 
 describe('§26.8 a batch through a Redis SIGKILL', () => {

@@ -4,51 +4,32 @@
  * (`tasks/get`, `tasks/result`); a gateway sent SIGTERM drains its requests in flight
  * (`GATEWAY_SHUTDOWN_GRACE_MS`) before it exits 0.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type ManagedProcess } from '../helpers/processes.js';
+import type { ManagedProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
+  useFaultStack,
   startTask,
   rejectionOf,
   taskResult,
-  testRedis,
   watchingClient,
 } from '../helpers/faults.js';
 
-let redis: TestRedis;
-let r: Redis;
+const fault = useFaultStack({
+  name: 'f-gw',
+  env: { TASKRELAY_REAPER_INTERVAL_MS: '500', GATEWAY_SHUTDOWN_GRACE_MS: '8000' },
+  gateways: [],
+  workers: [{ TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_LOCK_DURATION_MS: '2000' }],
+});
 let records: FaultRecords;
 let worker: ManagedProcess;
-let gatewayEnv: Record<string, string>;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-gw');
-  records = new FaultRecords(r, prefix);
-  gatewayEnv = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_REAPER_INTERVAL_MS: '500',
-    GATEWAY_SHUTDOWN_GRACE_MS: '8000',
-  };
-  worker = await startWorkerProcess({
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: FAULT_TOOLS,
-    WORKER_LOCK_DURATION_MS: '2000',
-  });
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ records } = fault);
+  [worker] = fault.stack.workers as [ManagedProcess];
 });
 
 /** Every task ran exactly once, on the one worker, and completed with that run's result, read through `url`. */
@@ -66,7 +47,7 @@ async function expectServedById(url: string, taskIds: string[]) {
 
 describe('a gateway that goes away', () => {
   it('leaves the tasks of a SIGKILLed gateway running, and its restart on the same address serves them by id', async () => {
-    const first = await startGatewayProcess(gatewayEnv);
+    const first = await fault.stack.addGateway();
     const watcher = await watchingClient(first.url);
     const taskIds: string[] = [];
     for (let i = 0; i < 3; i++) taskIds.push(await startTask(watcher.client, 'steady', { ms: 2_500 }));
@@ -76,19 +57,19 @@ describe('a gateway that goes away', () => {
     await first.kill('SIGKILL');
     await orphanedWaiter;
     await watcher.close().catch(() => undefined);
-    const restarted = await startGatewayProcess({ ...gatewayEnv, PORT: String(first.port) });
+    const restarted = await fault.stack.addGateway({ PORT: String(first.port) });
     await expectServedById(restarted.url, taskIds);
     await restarted.kill();
   });
 
   it('loses no task in a rolling restart: after SIGTERM, the replacement serves the old gateway’s tasks by id', async () => {
-    const old = await startGatewayProcess(gatewayEnv);
+    const old = await fault.stack.addGateway();
     const watcher = await watchingClient(old.url);
     const taskIds: string[] = [];
     for (let i = 0; i < 3; i++) taskIds.push(await startTask(watcher.client, 'steady', { ms: 2_500 }));
     for (const taskId of taskIds) await records.waitForStart(taskId);
 
-    const replacement = await startGatewayProcess(gatewayEnv);
+    const replacement = await fault.stack.addGateway();
     const exited = old.kill('SIGTERM');
     await watcher.close().catch(() => undefined);
     await expectServedById(replacement.url, taskIds);
@@ -97,7 +78,7 @@ describe('a gateway that goes away', () => {
   });
 
   it('answers a plain call in flight within GATEWAY_SHUTDOWN_GRACE_MS after SIGTERM, then exits 0', async () => {
-    const gateway = await startGatewayProcess(gatewayEnv);
+    const gateway = await fault.stack.addGateway();
     const watcher = await watchingClient(gateway.url);
     const before = new Set(await records.taskIds());
     const call = watcher.client.callTool({ name: 'steady', arguments: { ms: 2_000 } }, CallToolResultSchema, {

@@ -10,22 +10,31 @@
  * The same holds for a batch child (PROTOCOL.md §26): both runs share one hand-back (engine/run-envelope.ts). A child
  * used to go back with a 0 ms delayed move, behind every job of its fair-share priority queued meanwhile.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type ManagedProcess } from '../helpers/processes.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { ManagedProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
   startTask,
-  testRedis,
   waitForTerminal,
-  watchingClient,
+  useFaultStack,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
-let redis: TestRedis;
-let r: Redis;
+/** One slot, a short lock and grace: a SIGTERM hands its run back within a second. */
+const WORKER = {
+  TASKRELAY_TOOLS: FAULT_TOOLS,
+  WORKER_CONCURRENCY: '1',
+  WORKER_LOCK_DURATION_MS: '2000',
+  WORKER_SHUTDOWN_GRACE_MS: '300',
+  WORKER_HEARTBEAT_MS: '500',
+};
+
+const fault = useFaultStack({
+  name: 'f-handback',
+  workerEnv: WORKER,
+});
 let records: FaultRecords;
 let watcher: WatchingClient;
 let draining: ManagedProcess;
@@ -35,25 +44,8 @@ let queuedAfter: string[];
 let exitCode: number | null | 'still running';
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-handback');
-  records = new FaultRecords(r, prefix);
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: FAULT_TOOLS,
-    WORKER_CONCURRENCY: '1',
-    WORKER_LOCK_DURATION_MS: '2000',
-    WORKER_SHUTDOWN_GRACE_MS: '300',
-    WORKER_HEARTBEAT_MS: '500',
-  };
-  let gateway;
-  [gateway, draining] = await Promise.all([
-    startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix }),
-    startWorkerProcess(env),
-  ]);
-  watcher = await watchingClient(gateway.url);
+  ({ records, watcher } = fault);
+  [draining] = fault.stack.workers as [ManagedProcess];
 
   // Far longer than the grace on its first run; short when it runs again.
   handedBack = await startTask(watcher.client, 'steady_once', { ms: 300, firstRunMs: 60_000 });
@@ -64,17 +56,10 @@ beforeAll(async () => {
   void draining.kill('SIGTERM');
   exitCode = await Promise.race([
     draining.exited,
-    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
+    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), scaled(20_000)).unref()),
   ]);
-  replacement = await startWorkerProcess(env);
+  replacement = await fault.stack.addWorker();
   await Promise.all([handedBack, ...queuedAfter].map((id) => waitForTerminal(watcher.client, id, 30_000)));
-});
-
-afterAll(async () => {
-  await watcher?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
 });
 
 describe('a job handed back at SIGTERM', () => {
@@ -111,25 +96,15 @@ describe('a batch child handed back at SIGTERM', () => {
   let first: ManagedProcess;
   let second: ManagedProcess;
   let client: WatchingClient;
+  const batch = useFaultStack({
+    name: 'f-handback-batch',
+    workerEnv: WORKER,
+  });
 
   beforeAll(async () => {
-    const prefix = uniquePrefix('f-handback-batch');
-    const batchRecords = new FaultRecords(r, prefix);
-    const env = {
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: prefix,
-      TASKRELAY_TOOLS: FAULT_TOOLS,
-      WORKER_CONCURRENCY: '1',
-      WORKER_LOCK_DURATION_MS: '2000',
-      WORKER_SHUTDOWN_GRACE_MS: '300',
-      WORKER_HEARTBEAT_MS: '500',
-    };
-    let gateway;
-    [gateway, first] = await Promise.all([
-      startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix }),
-      startWorkerProcess(env),
-    ]);
-    client = await watchingClient(gateway.url);
+    const batchRecords = batch.records;
+    client = batch.watcher;
+    [first] = batch.stack.workers as [ManagedProcess];
     // One child, far longer than the grace on its first run. The parent suspends while it runs (no slot held).
     const parent = await startTask(client.client, 'fan_steady', { items: [{ ms: 300, firstRunMs: 60_000 }] });
     childId = `${parent}.0`;
@@ -141,13 +116,9 @@ describe('a batch child handed back at SIGTERM', () => {
     for (let i = 0; i < 3; i++) after.push(await startTask(client.client, 'steady_once', { ms: 300 }));
     void first.kill('SIGTERM');
     await first.exited;
-    second = await startWorkerProcess(env);
+    second = await batch.stack.addWorker();
     await Promise.all([parent, ...after].map((id) => waitForTerminal(client.client, id, 30_000)));
     records = batchRecords;
-  });
-
-  afterAll(async () => {
-    await client?.close();
   });
 
   it('runs again before the jobs queued after it', async () => {

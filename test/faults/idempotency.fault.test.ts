@@ -4,38 +4,34 @@
  * arrive at the same time, as a client retrying after a timeout would send them. Keys are per principal.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import type { GatewayProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
+  useFaultStack,
   startTask,
   taskResult,
-  testRedis,
   watchingClient,
   type WatchingClient,
 } from '../helpers/faults.js';
 
 const KEY = 'dev.taskrelay/idempotency-key';
 
-let redis: TestRedis;
-let r: Redis;
+const fault = useFaultStack({
+  name: 'f-idem',
+  // Authentication on: the suite's watchers are alice's and bob's own.
+  watch: false,
+  gateways: [{ TASKRELAY_AUTH_TOKENS: 'alice:token-a,bob:token-b' }],
+  workers: [{ TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_CONCURRENCY: '16' }],
+});
 let records: FaultRecords;
 let gateway: GatewayProcess;
 let alice: WatchingClient;
 let bob: WatchingClient;
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-idem');
-  records = new FaultRecords(r, prefix);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [gateway] = await Promise.all([
-    startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'alice:token-a,bob:token-b' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_CONCURRENCY: '16' }),
-  ]);
+  ({ records } = fault);
+  ({ gateway } = fault.stack);
   [alice, bob] = await Promise.all([
     watchingClient(gateway.url, { Authorization: 'Bearer token-a' }),
     watchingClient(gateway.url, { Authorization: 'Bearer token-b' }),
@@ -44,9 +40,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all([alice?.close(), bob?.close()]);
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
 });
 
 const call = (who: WatchingClient, key: string) =>

@@ -5,59 +5,43 @@
  * Redis through a TCP proxy the test controls; the gateway, the second worker and the tools' records go direct.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import type { TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from '../helpers/processes.js';
+import type { GatewayProcess, ManagedProcess } from '../helpers/processes.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
+  useFaultStack,
   TERMINAL,
   startTask,
   overlappingRuns,
   taskResult,
-  testRedis,
   waitForTerminal,
   watchingClient,
   type FaultEvent,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
 const LOCK_MS = 2_000;
 
-let redis: TestRedis;
-let r: Redis;
-let prefix: string;
-let gateway: GatewayProcess;
-let records: FaultRecords;
-let env: Record<string, string>;
-
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  prefix = uniquePrefix('f-lock');
-  records = new FaultRecords(r, prefix);
-  env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
+const faultStack = useFaultStack({
+  name: 'f-lock',
+  workerEnv: {
     TASKRELAY_TOOLS: FAULT_TOOLS,
     WORKER_LOCK_DURATION_MS: String(LOCK_MS),
     WORKER_SHUTDOWN_GRACE_MS: '1000',
-  };
-  gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
+  },
+  workers: [],
 });
+let redis: TestRedis;
+let gateway: GatewayProcess;
+let records: FaultRecords;
 
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ records } = faultStack);
+  ({ redis, gateway } = faultStack.stack);
 });
 
 /** SIGTERM, and SIGKILL if it is not gone in time: after a clean exit, everything it sent has been processed. */
@@ -65,7 +49,7 @@ async function stop(proc: ManagedProcess): Promise<void> {
   void proc.kill('SIGTERM');
   const exited = await Promise.race([
     proc.exited.then(() => true),
-    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 15_000).unref()),
+    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), scaled(15_000)).unref()),
   ]);
   if (!exited) await proc.kill('SIGKILL');
 }
@@ -84,11 +68,11 @@ describe.each([
 
   beforeAll(async () => {
     proxy = await startTcpProxy({ port: redis.port });
-    const cutOff = await startWorkerProcess({ ...env, REDIS_URL: proxy.url, FAULT_RECORD_REDIS_URL: redis.url });
+    const cutOff = await faultStack.stack.addWorker({ REDIS_URL: proxy.url, FAULT_RECORD_REDIS_URL: redis.url });
     watcher = await watchingClient(gateway.url);
     taskId = await startTask(watcher.client, 'steady', { ms: 8_000, stepMs: 100 }, { progressToken: token });
     first = await records.waitForStart(taskId, { pid: cutOff.pid });
-    const other = await startWorkerProcess(env);
+    const other = await faultStack.stack.addWorker();
     await records.waitForSteps(taskId, first.run, 3);
 
     if (fault === 'pause') proxy.pause();

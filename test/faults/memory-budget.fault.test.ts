@@ -4,36 +4,27 @@
  * refused with 503 and Retry-After; /readyz reports the pressure; the gateway stays up and serves the sessions it kept.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../helpers/redis.js';
 import { RawSession } from '../helpers/raw-mcp.js';
-import {
-  ROOT,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from '../helpers/processes.js';
+import { ROOT, readMetric, type GatewayProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
 
 const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
 /** Three sessions' full event stores (1 MiB each, counted at twice their bytes: §22.2) do not fit; two do. */
 const BUDGET_BYTES = 6 * 1024 * 1024;
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'f-budget',
+  env: { TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+  gateways: [{ TASKRELAY_MEMORY_BUDGET_BYTES: String(BUDGET_BYTES) }],
+  workers: [{ TASKRELAY_TOOLS: ABUSE_TOOLS }],
+});
 let gateway: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('f-budget'), TASKRELAY_PROGRESS_INTERVAL_MS: '0' };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_MEMORY_BUDGET_BYTES: String(BUDGET_BYTES) });
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ gateway } = stack);
 });
 
 interface Readiness {
@@ -101,8 +92,8 @@ describe('§22.2 the gateway memory budget', () => {
   });
 
   it('refuses a new session with 503 when the sessions alone fill the budget and none is idle', async () => {
-    const small = await startGatewayProcess({
-      REDIS_URL: redis.url,
+    // A gateway of its own prefix, stopped with the stack if the test fails before it does.
+    const small = await stack.addGateway({
       TASKRELAY_PREFIX: uniquePrefix('f-budget-small'),
       TASKRELAY_MEMORY_BUDGET_BYTES: String(1024 * 1024),
     });

@@ -6,19 +6,11 @@
  * with no worker until another worker's stall check.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  PYTHON,
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from '../helpers/processes.js';
+import { PYTHON, ROOT, type ManagedProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { getTask, startTask } from '../helpers/tasks.js';
 
 if (PYTHON === undefined) console.log('python-drain fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
@@ -31,7 +23,7 @@ const PUT_BACK = 'job put back, at the front of its queue, for another worker';
 const HANDED_BACK = 'Waiting to be resumed: its worker stopped and put its run back in the queue';
 
 describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', () => {
-  let redis: TestRedis;
+  const stack = useStack({ name: 'f-pydrain', redis: { owned: true }, workers: [], mcp: true });
   let client: Client;
   let draining: ManagedProcess;
   /** A live worker of the same tool, busy with `blocker` (one slot) while the other drains. */
@@ -39,30 +31,24 @@ describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', ()
   let blocker: string;
   /** The handed-back task the live worker took, and then died running. */
   let resumed: string | undefined;
-  let env: Record<string, string>;
   const tasks: string[] = [];
   let exitCode: number | null;
   let drainMs: number;
   const seenBeforeResume: Array<{ status: string; statusMessage?: string | undefined }> = [];
 
   beforeAll(async () => {
-    redis = await startRedis({ owned: true });
-    const prefix = uniquePrefix('f-pydrain');
-    env = {
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: prefix,
+    client = stack.mcp;
+    const env = {
       TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'),
       WORKER_LOCK_DURATION_MS: String(LOCK_MS),
       WORKER_SHUTDOWN_GRACE_MS: String(GRACE_MS),
       WORKER_HEARTBEAT_MS: '500',
     };
-    const gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
-    client = await connectClient(gateway.url);
-    busy = await startPythonWorkerProcess({ ...env, WORKER_CONCURRENCY: '1' });
+    busy = await stack.addPythonWorker({ ...env, WORKER_CONCURRENCY: '1' });
     blocker = await startTask(client, 'py_count', { n: 1_000, delay_ms: 100 });
     await waitFor(() => busy.logs().some((l) => l['taskId'] === blocker && l['msg'] === 'tool started'));
     // Free slots beside the jobs in flight: bullmq then has a fetch pending, which its close ends at once.
-    draining = await startPythonWorkerProcess({ ...env, WORKER_CONCURRENCY: String(2 * IN_FLIGHT) });
+    draining = await stack.addPythonWorker({ ...env, WORKER_CONCURRENCY: String(2 * IN_FLIGHT) });
     for (let i = 0; i < IN_FLIGHT; i += 1) tasks.push(await startTask(client, 'py_count', { n: 1_000, delay_ms: 100 }));
     await waitFor(
       () => tasks.every((id) => draining.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started')),
@@ -79,12 +65,6 @@ describe.skipIf(PYTHON === undefined)('a Python worker sent SIGTERM at load', ()
       seenBeforeResume.push({ status: task.status, statusMessage: task.statusMessage });
     }
   }, 120_000);
-
-  afterAll(async () => {
-    await client?.close().catch(() => undefined);
-    await stopAll();
-    await redis?.stop();
-  });
 
   it('keeps every job lock through the grace: no run ends with LOCK_LOST', () => {
     const lost = draining.logs().filter((l) => l['reason'] === 'LOCK_LOST' || l['msg'] === 'BullMQ worker error');

@@ -5,46 +5,36 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import type { TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  PYTHON,
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from '../helpers/processes.js';
+import { PYTHON, ROOT, type GatewayProcess, type ManagedProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { startTask, taskResult } from '../helpers/tasks.js';
+import { absenceWindow } from '../helpers/load.js';
 
 if (PYTHON === undefined) console.log('python-worker fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
 describe.skipIf(PYTHON === undefined)('a Python worker through a Redis outage', () => {
+  const stack = useStack({
+    name: 'f-py',
+    redis: { owned: true, appendOnly: true },
+    gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+    workers: [],
+    pythonWorkers: [
+      { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'), WORKER_LOCK_DURATION_MS: '2000' },
+    ],
+    mcp: true,
+  });
   let redis: TestRedis;
   let gateway: GatewayProcess;
   let worker: ManagedProcess;
   let client: Client;
 
-  beforeAll(async () => {
-    redis = await startRedis({ owned: true, appendOnly: true });
-    const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('f-py') };
-    gateway = await startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' });
-    worker = await startPythonWorkerProcess({
-      ...env,
-      TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py'),
-      WORKER_LOCK_DURATION_MS: '2000',
-    });
-    client = await connectClient(gateway.url);
-  });
-
-  afterAll(async () => {
-    await client?.close().catch(() => undefined);
-    await stopAll();
-    await redis?.stop();
+  beforeAll(() => {
+    ({ redis, gateway, mcp: client } = stack);
+    [worker] = stack.pythonWorkers as [ManagedProcess];
   });
 
   it('keeps running, reconnects, finishes the task it held once, and takes new work', async () => {
@@ -64,7 +54,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker through a Redis outage', 
     // The worker logs its completion just after the write that answered the client: wait for the line.
     const completions = () => worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'task completed');
     await waitFor(() => completions().length > 0);
-    await delay(200);
+    await absenceWindow(200);
     expect(completions()).toHaveLength(1);
     const after = await taskResult(client, await startTask(client, 'py_count', { n: 2, delay_ms: 1 }), 30_000);
     expect(after.structuredContent).toMatchObject({ counted: 2 });

@@ -4,27 +4,30 @@
  * unavailable" and /readyz is 503; afterwards everything reconnects by itself, and every task stored before the
  * outage — queued, running or already terminal — is there and ends as it should.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import type { TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import type { GatewayProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
   startTask,
   isMcpError,
   rejectionOf,
   taskResult,
-  testRedis,
   waitForTerminal,
-  watchingClient,
+  useFaultStack,
   type WatchingClient,
 } from '../helpers/faults.js';
 
+const fault = useFaultStack({
+  name: 'f-aof',
+  redis: { owned: true, appendOnly: true },
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+  workers: [{ TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_CONCURRENCY: '2', WORKER_LOCK_DURATION_MS: '2000' }],
+});
 let redis: TestRedis;
-let r: Redis;
 let gateway: GatewayProcess;
 let records: FaultRecords;
 let watcher: WatchingClient;
@@ -36,21 +39,8 @@ let doneResult: CallToolResult;
 const duringOutage: { call?: unknown; get?: unknown; readyz?: number } = {};
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true, appendOnly: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-aof');
-  records = new FaultRecords(r, prefix);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [gateway] = await Promise.all([
-    startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' }),
-    startWorkerProcess({
-      ...env,
-      TASKRELAY_TOOLS: FAULT_TOOLS,
-      WORKER_CONCURRENCY: '2',
-      WORKER_LOCK_DURATION_MS: '2000',
-    }),
-  ]);
-  watcher = await watchingClient(gateway.url);
+  ({ records, watcher } = fault);
+  ({ redis, gateway } = fault.stack);
 
   // One task already terminal, two running (the worker's two slots), two queued behind them.
   tasks.done = await startTask(watcher.client, 'steady', { ms: 100 });
@@ -70,13 +60,6 @@ beforeAll(async () => {
 
   await redis.restart();
   await waitFor(async () => (await readyz()) === 200, { timeoutMs: 15_000, message: 'readyz stayed 503' });
-});
-
-afterAll(async () => {
-  await watcher?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
 });
 
 describe('a Redis restart (AOF, same port and data dir)', () => {

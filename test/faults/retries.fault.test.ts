@@ -2,47 +2,21 @@
  * Fault suite, PROTOCOL.md §10.7: per-tool `attempts` and `backoff`; `NonRetryableError`, cancel and timeout never
  * retry; the final failure carries the last error. Each retry is a run of its own (`ctx.attempt`).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll } from '../helpers/processes.js';
-import {
-  FAULT_TOOLS,
-  FaultRecords,
-  startTask,
-  taskResult,
-  testRedis,
-  textOf,
-  watchingClient,
-  type WatchingClient,
-} from '../helpers/faults.js';
+import { FAULT_TOOLS, type FaultRecords, startTask, taskResult, textOf, useFaultStack } from '../helpers/faults.js';
 
-let redis: TestRedis;
-let r: Redis;
+const fault = useFaultStack({
+  name: 'f-retry',
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+  workers: [{ TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_LOCK_DURATION_MS: '2000' }],
+});
 let records: FaultRecords;
-let watcher: WatchingClient;
 let client: Client;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-retry');
-  records = new FaultRecords(r, prefix);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  const [gateway] = await Promise.all([
-    startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_LOCK_DURATION_MS: '2000' }),
-  ]);
-  watcher = await watchingClient(gateway.url);
-  client = watcher.client;
-});
-
-afterAll(async () => {
-  await watcher?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ records } = fault);
+  client = fault.watcher.client;
 });
 
 async function runToFailure(tool: string) {

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/processes.js';
 import { startStack, type TestStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
+import { absenceWindow } from '../helpers/load.js';
 
 /** Each run lasts this long; the schedules fire every second, so every firing meets a run that is on. */
 const RUN_MS = 2_500;
@@ -84,7 +85,7 @@ describe('schedules with overlap through a gateway kill', () => {
     for (const overlap of ['queue', 'skip'])
       await api(`/admin/api/schedules/kill-${overlap}/pause`, { method: 'POST', body: '{}' });
     // A firing taken just before the pause may still start its run.
-    await new Promise((r) => setTimeout(r, 1_500));
+    await absenceWindow(1_500);
     await waitFor(async () => (await tasksOf('kill-queue')).every((t) => t['status'] !== 'working'), {
       timeoutMs: 30_000,
     });

@@ -7,46 +7,36 @@
 import { connect, type Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { RawSession } from '../helpers/raw-mcp.js';
-import {
-  ROOT,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from '../helpers/processes.js';
+import { ROOT, readMetric, type GatewayProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
 
 const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
 const BUDGET_BYTES = 24 * 1024 * 1024;
 const SESSIONS = 8;
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'f-streams',
+  env: { TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+  gateways: [
+    {
+      TASKRELAY_MEMORY_BUDGET_BYTES: String(BUDGET_BYTES),
+      // No stream reaches its own bound here: what stops the growth is the budget.
+      TASKRELAY_MAX_STREAM_BUFFER_BYTES: String(64 * 1024 * 1024),
+    },
+  ],
+  workers: [{ TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: String(SESSIONS) }],
+});
 let gateway: GatewayProcess;
 const sockets: Socket[] = [];
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: uniquePrefix('f-streams'),
-    TASKRELAY_PROGRESS_INTERVAL_MS: '0',
-  };
-  gateway = await startGatewayProcess({
-    ...env,
-    TASKRELAY_MEMORY_BUDGET_BYTES: String(BUDGET_BYTES),
-    // No stream reaches its own bound here: what stops the growth is the budget.
-    TASKRELAY_MAX_STREAM_BUFFER_BYTES: String(64 * 1024 * 1024),
-  });
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: String(SESSIONS) });
+beforeAll(() => {
+  ({ gateway } = stack);
 });
 
-afterAll(async () => {
+afterAll(() => {
   for (const socket of sockets) socket.destroy();
-  await stopAll();
-  await redis?.stop();
 });
 
 interface Memory {

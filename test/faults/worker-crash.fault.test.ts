@@ -5,9 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { useStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
+import type { GatewayProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
   FaultRecords,
@@ -16,33 +16,31 @@ import {
   startTask,
   overlappingRuns,
   taskResult,
-  testRedis,
   textOf,
   watchingClient,
   type WatchingClient,
 } from '../helpers/faults.js';
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'f-crash',
+  redis: { owned: true },
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+  workers: [],
+});
 let r: Redis;
 let gateway: GatewayProcess;
 let records: FaultRecords;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-crash');
-  records = new FaultRecords(r, prefix);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' });
-  pool = new WorkerPool({ ...env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_LOCK_DURATION_MS: '2000' });
+  ({ r, gateway } = stack);
+  records = new FaultRecords(r, stack.prefix);
+  pool = new WorkerPool({ ...stack.env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_LOCK_DURATION_MS: '2000' });
   await pool.start(2);
 });
 
 afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+  await pool?.stopAll();
 });
 
 /**

@@ -3,36 +3,36 @@
  * a worker sent SIGTERM lets running jobs finish within its grace, aborts longer ones with `WORKER_SHUTDOWN` and hands
  * them back without using an attempt, keeps its tools listed while it drains, and exits 0.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from '../helpers/processes.js';
+import type { ManagedProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
-  FaultRecords,
+  type FaultRecords,
   startTask,
   rejectionOf,
   taskResult,
-  testRedis,
   waitForTerminal,
-  watchingClient,
+  useFaultStack,
   type FaultEvent,
   type WatchingClient,
 } from '../helpers/faults.js';
+import { scaled } from '../helpers/load.js';
 
 const GRACE_MS = 5_000;
 
-let redis: TestRedis;
+const fault = useFaultStack({
+  name: 'f-drain',
+  workerEnv: {
+    TASKRELAY_TOOLS: FAULT_TOOLS,
+    WORKER_LOCK_DURATION_MS: '2000',
+    WORKER_SHUTDOWN_GRACE_MS: String(GRACE_MS),
+    WORKER_HEARTBEAT_MS: '500',
+  },
+});
 let r: Redis;
-let gateway: GatewayProcess;
 let records: FaultRecords;
 let watcher: WatchingClient;
 let draining: ManagedProcess;
@@ -47,23 +47,9 @@ let exitCode: number | null | 'still running';
 let handedBackMessage: string | null;
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-drain');
-  records = new FaultRecords(r, prefix);
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: FAULT_TOOLS,
-    WORKER_LOCK_DURATION_MS: '2000',
-    WORKER_SHUTDOWN_GRACE_MS: String(GRACE_MS),
-    WORKER_HEARTBEAT_MS: '500',
-  };
-  [gateway, draining] = await Promise.all([
-    startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix }),
-    startWorkerProcess(env),
-  ]);
-  watcher = await watchingClient(gateway.url);
+  ({ records, watcher } = fault);
+  ({ r } = fault.stack);
+  [draining] = fault.stack.workers as [ManagedProcess];
 
   longTask = await startTask(watcher.client, 'steady_once', { ms: 500, firstRunMs: 7_000 });
   await records.waitForStart(longTask, { pid: draining.pid });
@@ -88,22 +74,15 @@ beforeAll(async () => {
 
   exitCode = await Promise.race([
     draining.exited,
-    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref()),
+    new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), scaled(20_000)).unref()),
   ]);
-  handedBackMessage = await r.hget(createKeys(prefix).task(longTask), 'statusMessage');
-  replacement = await startWorkerProcess(env);
+  handedBackMessage = await r.hget(createKeys(fault.stack.prefix).task(longTask), 'statusMessage');
+  replacement = await fault.stack.addWorker();
   await Promise.all(
     [shortTask, longTask, seenWhileDraining.call]
       .filter((id): id is string => id !== undefined)
       .map((id) => waitForTerminal(watcher.client, id, 30_000)),
   );
-});
-
-afterAll(async () => {
-  await watcher?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
 });
 
 const runEnd = (events: FaultEvent[], pid: number) => events.find((e) => e.e === 'end' && e.pid === pid);

@@ -2,6 +2,7 @@
  * Shared pieces of the fault suite (test/faults): the fault tools' records, a client that keeps what a user would see
  * (progress, status notifications), and task calls with a bounded wait.
  */
+import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
@@ -15,6 +16,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { resolve } from 'node:path';
 import { ROOT, connectClient, startWorkerProcess, type ManagedProcess } from './processes.js';
+import { useStack, type StackOptions, type TestStack } from './stack.js';
 import { waitFor } from './wait-for.js';
 
 export const FAULT_TOOLS = resolve(ROOT, 'test/fixtures/fault-tools.mjs');
@@ -210,7 +212,7 @@ export function testRedis(url: string): Redis {
 /** Worker processes of one test file, by pid, so a test can kill exactly the one running a task. */
 export class WorkerPool {
   readonly procs = new Map<number, ManagedProcess>();
-  constructor(private readonly env: Record<string, string>) {}
+  constructor(private readonly env: Record<string, string | undefined>) {}
 
   async start(count = 1, env: Record<string, string> = {}): Promise<ManagedProcess[]> {
     const started = await Promise.all(Array.from({ length: count }, () => startWorkerProcess({ ...this.env, ...env })));
@@ -235,4 +237,44 @@ export class WorkerPool {
   async stopAll(): Promise<void> {
     await Promise.all([...this.procs.values()].map((p) => p.kill('SIGKILL')));
   }
+}
+
+export interface FaultStack {
+  readonly stack: TestStack;
+  /** The fault tools' records under the stack's prefix. */
+  readonly records: FaultRecords;
+  /** A watching client of the stack's first gateway. */
+  readonly watcher: WatchingClient;
+}
+
+/**
+ * A fault suite's stack (test/helpers/stack.ts's `useStack`, on a Redis of its own unless `redis` says otherwise),
+ * with its records and a watching client of its first gateway (`watch`: its headers, or false for none), made in a
+ * `beforeAll` that runs before the file's own.
+ */
+export function useFaultStack(options: StackOptions & { watch?: false | Record<string, string> }): FaultStack {
+  const { watch = {}, ...stackOptions } = options;
+  const stack = useStack({ redis: { owned: true }, ...stackOptions });
+  let records: FaultRecords | undefined;
+  let watcher: WatchingClient | undefined;
+  beforeAll(async () => {
+    records = new FaultRecords(stack.r, stack.prefix);
+    if (watch !== false && stack.gateways.length > 0) watcher = await watchingClient(stack.gateway.url, watch);
+  });
+  afterAll(async () => {
+    await watcher?.close();
+  });
+  const started = <T>(value: T | undefined, what: string): T => {
+    if (value === undefined) throw new Error(`fault stack ${options.name} has no ${what} (read it inside a test)`);
+    return value;
+  };
+  return {
+    stack,
+    get records() {
+      return started(records, 'records');
+    },
+    get watcher() {
+      return started(watcher, 'watching client');
+    },
+  };
 }

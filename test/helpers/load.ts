@@ -18,3 +18,12 @@ export function loadFactor(): number {
 export function scaled(ms: number): number {
   return Math.round(ms * loadFactor());
 }
+
+/**
+ * An absence window: waits `ms` stretched by the load, for a test that then checks that something did not happen
+ * (a second delivery, a firing while paused, a read while idle). On a loaded machine the event it looks for comes
+ * late too, and a window of the quiet machine's length would close before it and pass a test that should fail.
+ */
+export function absenceWindow(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, scaled(ms)));
+}

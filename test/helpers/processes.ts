@@ -9,7 +9,7 @@ import { resolve } from 'node:path';
 import getPort from 'get-port';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { waitFor } from './wait-for.js';
+import { StopWaiting, waitFor } from './wait-for.js';
 
 export const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
 export const GATEWAY_MAIN = resolve(ROOT, 'packages/gateway/dist/main.js');
@@ -99,12 +99,27 @@ export async function startGatewayProcess(
   env: Record<string, string | undefined>,
   options: StartOptions = {},
 ): Promise<GatewayProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startGatewayOnce(env, options);
+    } catch (error) {
+      // The free port get-port found can be taken by another process before the gateway binds it (other suites
+      // start processes too): then another free port, twice at most. A port the caller chose is its own business.
+      if (env['PORT'] || attempt >= 3 || !/EADDRINUSE/.test(String(error))) throw error;
+    }
+  }
+}
+
+async function startGatewayOnce(
+  env: Record<string, string | undefined>,
+  options: StartOptions,
+): Promise<GatewayProcess> {
   const port = env['PORT'] ? Number(env['PORT']) : await getPort({ host: '127.0.0.1' });
   const proc = spawnNode(GATEWAY_MAIN, { HOST: '127.0.0.1', PORT: String(port), ...env });
   const base = `http://127.0.0.1:${port}`;
   await waitFor(
     async () => {
-      if (proc.child.exitCode !== null) throw new Error(`gateway exited: ${proc.output()}`);
+      if (proc.child.exitCode !== null) throw new StopWaiting(`gateway exited: ${proc.output()}`);
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
       return res?.status === 200;
     },
@@ -125,7 +140,7 @@ export async function startWorkerProcess(
   const proc = spawnNode(WORKER_MAIN, env);
   await waitFor(
     () => {
-      if (proc.child.exitCode !== null) throw new Error(`worker exited: ${proc.output()}`);
+      if (proc.child.exitCode !== null) throw new StopWaiting(`worker exited: ${proc.output()}`);
       return proc.logs().some((l) => l['msg'] === 'worker ready');
     },
     { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'worker did not become ready' },
@@ -155,7 +170,7 @@ export async function startPythonWorkerProcess(
   const proc = spawnProcess(PYTHON, ['-m', 'taskrelay_worker'], env);
   await waitFor(
     () => {
-      if (proc.child.exitCode !== null) throw new Error(`python worker exited: ${proc.output()}`);
+      if (proc.child.exitCode !== null) throw new StopWaiting(`python worker exited: ${proc.output()}`);
       return proc.logs().some((l) => l['msg'] === 'worker ready');
     },
     { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'python worker did not become ready' },

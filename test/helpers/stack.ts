@@ -13,10 +13,12 @@ import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { startRedis, uniquePrefix, type StartRedisOptions, type TestRedis } from './redis.js';
+import { startRedisCluster, type ClusterOptions, type TestCluster } from './redis-cluster.js';
 import {
   FIXTURE_TOOLS,
   connectClient,
   startGatewayProcess,
+  startPythonWorkerProcess,
   startWorkerProcess,
   type GatewayProcess,
   type ManagedProcess,
@@ -32,16 +34,34 @@ export interface StackOptions {
   env?: Env;
   /** One entry per gateway, each its own extra environment. Default: one gateway. */
   gateways?: Env[];
+  /** What every Node worker of the stack gets (its tools, lock, concurrency…), `addWorker`'s included. */
+  workerEnv?: Env;
   /** One entry per worker, each its own extra environment (TASKRELAY_TOOLS, TASKRELAY_QUEUE…). Default: one demo worker. */
   workers?: Env[];
+  /** One entry per Python worker (`python -m taskrelay_worker`; TASKRELAY_TOOLS names a .py file). Default: none. */
+  pythonWorkers?: Env[];
+  /** Authentication on: principal → bearer token, as every gateway's TASKRELAY_AUTH_TOKENS. Default: off. */
+  tokens?: Record<string, string>;
   /** A Redis of the stack's own (`startRedis` options, e.g. `{ owned: true }` for a fault suite). Default: the run's. */
   redis?: StartRedisOptions;
+  /**
+   * A Redis Cluster of the stack's own instead (test/helpers/redis-cluster.ts: `masters`, default 3, and its options):
+   * every process gets REDIS_CLUSTER_NODES (one seed node) and the prefix in braces, `{…}`, as the cluster needs.
+   */
+  cluster?: ClusterOptions & { masters?: number };
+  /** Connects `mcp`, an SDK client of the first gateway, at start (with these headers when an object). */
+  mcp?: boolean | Record<string, string>;
+  /** `useStack`'s start hook's bound, when a stack needs more than vitest's (load-stretched) default. */
+  hookTimeoutMs?: number;
   /** Readiness bounds of the processes (stretched by the load, test/helpers/load.ts). */
   ready?: StartOptions;
 }
 
 export interface TestStack {
+  /** The stack's Redis (throws on a cluster stack: see `cluster`). */
   readonly redis: TestRedis;
+  /** The stack's Redis Cluster (throws without the `cluster` option). */
+  readonly cluster: TestCluster;
   readonly prefix: string;
   /** REDIS_URL, TASKRELAY_PREFIX and the stack's `env`: what another process of this stack needs. */
   readonly env: Env;
@@ -49,35 +69,70 @@ export interface TestStack {
   /** The first gateway. */
   readonly gateway: GatewayProcess;
   readonly workers: ManagedProcess[];
-  /** A Redis connection to the stack's server, closed with the stack. */
+  readonly pythonWorkers: ManagedProcess[];
+  /** `{ authorization: 'Bearer …' }` of a principal of `tokens`. */
+  auth(principal: string): Record<string, string>;
+  /** A Redis connection to the stack's server, closed with the stack (throws on a cluster stack). */
   readonly r: Redis;
+  /** The client `mcp: true` connected at start (throws without it). */
+  readonly mcp: Client;
   /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
   client(headers?: Record<string, string>, url?: string): Promise<Client>;
+  /** Another gateway (with the stack's tokens), stopped with the stack. */
   addGateway(env?: Env): Promise<GatewayProcess>;
   addWorker(env?: Env): Promise<ManagedProcess>;
+  addPythonWorker(env?: Env): Promise<ManagedProcess>;
   stop(): Promise<void>;
 }
 
 export async function startStack(options: StackOptions): Promise<TestStack> {
-  const redis = await startRedis(options.redis);
-  const prefix = uniquePrefix(options.name);
-  const env: Env = { ...options.env, REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
+  const cluster = options.cluster ? await startRedisCluster(options.cluster.masters ?? 3, options.cluster) : undefined;
+  const redis = cluster ? undefined : await startRedis(options.redis);
+  const name = uniquePrefix(options.name);
+  const prefix = cluster ? `{${name}}` : name;
+  const env: Env = cluster
+    ? // One seed node: the clients discover the other masters.
+      { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix }
+    : { ...options.env, REDIS_URL: redis?.url, TASKRELAY_PREFIX: prefix };
+  const gatewayEnv: Env = options.tokens
+    ? {
+        TASKRELAY_AUTH_TOKENS: Object.entries(options.tokens)
+          .map(([principal, token]) => `${principal}:${token}`)
+          .join(','),
+      }
+    : {};
   const gateways: GatewayProcess[] = [];
   const workers: ManagedProcess[] = [];
+  const pythonWorkers: ManagedProcess[] = [];
   const clients: Client[] = [];
-  const r = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  let mcp: Client | undefined;
+  // An owned Redis is one a fault suite kills: there commands wait for the reconnect (as faults.ts's testRedis).
+  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
+  if (options.redis?.owned) r.on('error', () => undefined);
   const addGateway = async (extra: Env = {}) => {
-    const gateway = await startGatewayProcess({ ...env, ...extra }, options.ready);
+    const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
     gateways.push(gateway);
     return gateway;
   };
   const addWorker = async (extra: Env = {}) => {
-    const worker = await startWorkerProcess({ ...env, ...extra }, options.ready);
+    const worker = await startWorkerProcess({ ...env, ...options.workerEnv, ...extra }, options.ready);
     workers.push(worker);
     return worker;
   };
+  const addPythonWorker = async (extra: Env = {}) => {
+    const worker = await startPythonWorkerProcess({ ...env, ...extra }, options.ready);
+    pythonWorkers.push(worker);
+    return worker;
+  };
   const stack: TestStack = {
-    redis,
+    get redis() {
+      if (redis === undefined) throw new Error(`stack ${options.name} runs on a cluster (read stack.cluster)`);
+      return redis;
+    },
+    get cluster() {
+      if (cluster === undefined) throw new Error(`stack ${options.name} has no cluster (the cluster option)`);
+      return cluster;
+    },
     prefix,
     env,
     gateways,
@@ -86,8 +141,22 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       if (first === undefined) throw new Error('this stack has no gateway');
       return first;
     },
+    get mcp() {
+      if (mcp === undefined) throw new Error(`stack ${options.name} connected no client (mcp: true)`);
+      return mcp;
+    },
     workers,
-    r,
+    pythonWorkers,
+    get r() {
+      if (cluster)
+        throw new Error(`stack ${options.name} runs on a cluster: connect an ioredis Cluster to stack.cluster`);
+      return r;
+    },
+    auth(principal) {
+      const token = options.tokens?.[principal];
+      if (token === undefined) throw new Error(`stack ${options.name} has no token for ${principal}`);
+      return { authorization: `Bearer ${token}` };
+    },
     async client(headers = {}, url) {
       const client = await connectClient(url ?? stack.gateway.url, headers);
       clients.push(client);
@@ -95,23 +164,40 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
     },
     addGateway,
     addWorker,
+    addPythonWorker,
     async stop() {
       await Promise.allSettled(clients.map((c) => c.close()));
-      await Promise.allSettled([...gateways, ...workers].map((p) => p.kill('SIGKILL')));
+      await Promise.allSettled([...gateways, ...workers, ...pythonWorkers].map((p) => p.kill('SIGKILL')));
       r.disconnect();
-      await redis.stop();
+      await (cluster ?? redis)?.stop();
     },
   };
   try {
     // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
-    const startGateways = (options.gateways ?? [{}]).map((extra) =>
-      startGatewayProcess({ ...env, ...extra }, options.ready),
+    // Workers start once every gateway is ready, as the suites moved onto this helper started theirs.
+    gateways.push(
+      ...(await settleAll(
+        (options.gateways ?? [{}]).map((extra) =>
+          startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready),
+        ),
+      )),
     );
-    gateways.push(...(await settleAll(startGateways)));
-    const startWorkers = (options.workers ?? [{}]).map((extra) =>
-      startWorkerProcess({ ...env, ...extra }, options.ready),
-    );
-    workers.push(...(await settleAll(startWorkers)));
+    const [startedWorkers, startedPythons] = await Promise.allSettled([
+      settleAll(
+        (options.workers ?? [{}]).map((extra) =>
+          startWorkerProcess({ ...env, ...options.workerEnv, ...extra }, options.ready),
+        ),
+      ),
+      settleAll(
+        (options.pythonWorkers ?? []).map((extra) => startPythonWorkerProcess({ ...env, ...extra }, options.ready)),
+      ),
+    ]);
+    if (startedWorkers.status === 'fulfilled') workers.push(...startedWorkers.value);
+    if (startedPythons.status === 'fulfilled') pythonWorkers.push(...startedPythons.value);
+    for (const group of [startedWorkers, startedPythons]) {
+      if (group.status === 'rejected') throw group.reason;
+    }
+    if (options.mcp) mcp = await stack.client(options.mcp === true ? {} : options.mcp);
   } catch (error) {
     await stack.stop();
     throw error;
@@ -138,7 +224,7 @@ export function useStack(options: StackOptions): TestStack {
   let started: TestStack | undefined;
   beforeAll(async () => {
     started = await startStack(options);
-  });
+  }, options.hookTimeoutMs);
   afterAll(async () => {
     await started?.stop();
   });

@@ -1,5 +1,8 @@
 import { loadFactor } from './load.js';
 
+/** Thrown by a condition to end the wait at once: what it waits for can no longer happen (its process exited). */
+export class StopWaiting extends Error {}
+
 /**
  * Polls `condition` until it returns a truthy value or `timeoutMs` passes, stretched by the machine's load
  * (`loadFactor`, read again at each poll, so a load that rises during the wait extends it). Never a bare sleep.
@@ -17,6 +20,7 @@ export async function waitFor<T>(
       const value = await condition();
       if (value) return value as NonNullable<T>;
     } catch (error) {
+      if (error instanceof StopWaiting) throw error;
       lastError = error;
     }
     const waited = Date.now() - started;

@@ -12,9 +12,15 @@
  * differs and the assertion it fails with; the runner runs it as `it.fails` there, and only that failure counts (any
  * other error turns it red). Once fixed it turns red too: then delete the entry. `MANIFEST_STRICT=1` runs every
  * known failure as an ordinary test.
+ *
+ * Every row runs against both workers, the worker's language being a cell of the matrix: a Node worker serving
+ * test/fixtures/manifest-tools.mjs and a Python worker serving test/fixtures/manifest_tools.py (the same tools).
+ * What the Python worker does not do yet (PROTOCOL.md §29.3) is a `WORKER_GAPS` entry, and a row that needs it names
+ * the gap in `gaps` with the failure it gives: it runs as `it.fails` on that language while the gap is open. Once the
+ * worker has it, set the gap's `open` to false (every row bound to it then runs as an ordinary test), and delete it.
  */
-import { setTimeout as delay } from 'node:timers/promises';
 import { expect } from 'vitest';
+import { absenceWindow } from '../helpers/load.js';
 import { waitFor } from '../helpers/wait-for.js';
 import {
   RELATED_TASK,
@@ -27,10 +33,32 @@ import {
   type Json,
 } from './drivers.js';
 
+export type Language = 'node' | 'python';
+
 export interface RequirementContext {
   /** The gateway's TASKRELAY_MAX_RESULT_BYTES. */
   maxResultBytes: number;
+  /** The language of the worker serving the tools. */
+  language: Language;
+  /** The pids of the workers serving the tools. */
+  workerPids: readonly number[];
 }
+
+export interface WorkerGap {
+  language: Language;
+  /** What the worker lacks, and where that is written. */
+  reason: string;
+  /** True while the worker lacks it: rows bound to it run as expected failures on that language. */
+  open: boolean;
+}
+
+/** PROTOCOL.md §29.3, "Not the same yet", as far as an MCP client can see it. */
+export const WORKER_GAPS = {
+  'python-fan-out': { language: 'python', reason: 'python: no fan-out (ctx.fanOut, §29.3)', open: true },
+  'python-isolate': { language: 'python', reason: 'python: no isolated runs (§29.3, §31)', open: true },
+} as const satisfies Record<string, WorkerGap>;
+
+export type GapId = keyof typeof WORKER_GAPS;
 
 export interface KnownFailure {
   /** What differs from the requirement, and from the other combinations. */
@@ -49,6 +77,8 @@ export interface Requirement {
   appliesTo: readonly CombinationId[];
   /** Combinations where it fails today (a suspected product bug), with what differs. */
   knownFailure?: Partial<Record<CombinationId, KnownFailure>>;
+  /** Worker gaps this requirement needs closed, each with the failure it gives while open (on every combination). */
+  gaps?: Partial<Record<GapId, RegExp>>;
   body: (d: Driver, ctx: RequirementContext) => Promise<void>;
 }
 
@@ -310,7 +340,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
       if (d.combo.rendering === '2025-11-25') {
         await waitFor(() => d.questionsHeld() === 1, { message: 'the question did not reach the GET stream' });
       }
-      // A person takes a moment to answer a pushed question: up to 2 s, or until a copy of it arrives, whichever is
+      // A person takes a moment to answer a pushed question: up to 2 s (stretched by the load), or until a copy of it arrives, whichever is
       // first (so a duplicate is seen whenever one is sent, and a correct gateway costs those 2 s once).
       const asked: InputRequest[] = [];
       let copyArrived = () => {};
@@ -319,7 +349,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
         answer: async (request) => {
           asked.push(request);
           if (asked.length > 1) copyArrived();
-          if (d.combo.rendering === '2025-11-25') await Promise.race([copy, delay(2_000)]);
+          if (d.combo.rendering === '2025-11-25') await Promise.race([copy, absenceWindow(2_000)]);
           return acceptName('Lin')(request);
         },
       });
@@ -494,6 +524,43 @@ export const REQUIREMENTS: readonly Requirement[] = [
       expect(textOf(result)).toContain('disk full');
       const task = await d.waitStatus(taskId, 'terminal');
       expect(task['status']).toBe(d.combo.rendering === '2025-11-25' ? 'failed' : 'completed');
+    },
+  },
+  {
+    id: 'R21-fan-out',
+    title: "a tool's fan-out runs one child task per item and ends with the batch's counts",
+    spec: 'PROTOCOL.md §26 (ctx.fanOut); §29.3 (not in the Python worker yet)',
+    appliesTo: ALL,
+    gaps: { 'python-fan-out': /no fan-out/ },
+    async body(d) {
+      const items = [{ n: 1 }, { n: 2 }, { n: 3, fail: true }];
+      const { answer, taskId } = await d.createTask('m_fan_out', { items });
+      ok(answer, 'tools/call');
+      // Polled to its end first (bounds stretched by the load): a client's one request would time out on a busy host.
+      const done = await d.waitStatus(taskId, 'terminal');
+      const result = await d.taskResult(taskId);
+      expect(result['isError'], textOf(result)).toBeFalsy();
+      expect(result['structuredContent']).toEqual({ total: 3, completed: 2, failed: 1, cancelled: 0 });
+      expect(done['status']).toBe('completed');
+    },
+  },
+  {
+    id: 'R22-isolated-run',
+    title: 'a tool defined isolated runs in a child process of its worker, not in the worker itself',
+    spec: 'PROTOCOL.md §31 (isolate); §29.3 (Node tools only)',
+    appliesTo: ALL,
+    gaps: { 'python-isolate': /ran in its worker's own process/ },
+    async body(d, ctx) {
+      const { answer, taskId } = await d.createTask('m_isolated', {});
+      ok(answer, 'tools/call');
+      // A run forks a Node process: on a loaded 2-core host (load 35) that outlasted the SDK's 60 s request timeout of
+      // tasks/result, so the task is polled to its end first (bounds stretched by the load).
+      await d.waitStatus(taskId, 'terminal');
+      const result = await d.taskResult(taskId);
+      expect(result['isError'], textOf(result)).toBeFalsy();
+      const pid = Number(result['structuredContent']?.['pid']);
+      expect(pid).toBeGreaterThan(0);
+      expect(ctx.workerPids, "the tool ran in its worker's own process").not.toContain(pid);
     },
   },
 ];
