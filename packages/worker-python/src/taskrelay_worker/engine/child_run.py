@@ -11,7 +11,7 @@ from typing import Any
 from bullmq.custom_errors import DelayedError, UnrecoverableError
 
 from ..context import ToolContext
-from ..errors import NonRetryableError, RetryAfterError, SuspendedError, serialize_error
+from ..errors import NonRetryableError, serialize_error
 from ..log import Logger
 from ..output import RunOutput, StoredBytesLimitError
 from ..store import MAX_STORED_CHILD_RESULT_CHARS, JobLock, TaskRecord, TaskStore
@@ -19,6 +19,7 @@ from ..tools import ToolDefinition, to_tool_result
 from .end_write import bull_lock_ms, now_ms, write_through_outage
 from .job_run import DEFAULT_QUEUE_TIMEOUT_MS
 from .running_jobs import RunEntry
+from .settle import SettleInput, is_suspended_error, settle
 
 
 class _NoProgressStore:
@@ -152,37 +153,50 @@ class ChildRun:
         error: BaseException | None,
     ) -> Any:
         job, token, log = child.job, child.token, child.log
-        reason = child.entry.signal.reason
-        if reason == "LOCK_LOST" or (reason == "WORKER_SHUTDOWN" and not ok):
-            return await self.hand_back(job, token, log, reason)
-        if reason == "TIMEOUT":
+        action = settle(
+            SettleInput(
+                ok=ok,
+                value=value,
+                error=error,
+                reason=child.entry.signal.reason,
+                # A child cannot suspend (it has no task to wait in): a SuspendedError stops it with its batch.
+                suspended=is_suspended_error(error),
+                attempts_made=job.attemptsMade,
+                attempts=int(job.opts.get("attempts") or 1),
+            )
+        )
+        kind = action.kind
+        if kind == "hand_back":
+            return await self.hand_back(job, token, log, action.reason or "LOCK_LOST")
+        if kind == "timed_out":
             return await self._record_child(child, failed("TIMEOUT", f"Tool {tool.name} timed out after {timeout_ms or 0} ms"))
-        if reason in ("CLIENT_CANCELLED", "GATEWAY_SHUTDOWN") or isinstance(error, SuspendedError):
+        if kind in ("cancelled", "ended_by_gateway", "suspend"):
             log.info("batch child stopped with its batch")
             return None
-        if ok:
+        if kind == "complete":
             try:
-                result = await ctx.finish_result(to_tool_result(tool, value), MAX_STORED_CHILD_RESULT_CHARS - 1_024)
+                result = await ctx.finish_result(to_tool_result(tool, action.value), MAX_STORED_CHILD_RESULT_CHARS - 1_024)
                 return await self._record_child(child, {"status": "completed", "result": result})
             except StoredBytesLimitError as bad:
                 return await self._record_child(child, failed("NON_RETRYABLE", str(bad)))
             except NonRetryableError as bad:
                 return await self._record_child(child, {**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
-        if isinstance(error, RetryAfterError):
-            await self._hold(tool, arguments, child.entry.principal, int(error.retry_after * 1000), log)
+        if kind == "back_off":
+            assert action.ms is not None
+            await self._hold(tool, arguments, child.entry.principal, action.ms, log)
             try:
-                await job.moveToDelayed(now_ms() + int(error.retry_after * 1000), token)
-                log.info("batch child backs off; it runs again after the wait", retryAfterMs=int(error.retry_after * 1000))
+                await job.moveToDelayed(now_ms() + action.ms, token)
+                log.info("batch child backs off; it runs again after the wait", retryAfterMs=action.ms)
             except Exception as moved:  # noqa: BLE001
                 log.info("batch child not delayed (its lock is gone); it returns to the queue", err=moved)
             raise DelayedError()
-        assert error is not None
-        attempts = int(job.opts.get("attempts") or 1)
-        if isinstance(error, (NonRetryableError, UnrecoverableError)) or job.attemptsMade + 1 >= attempts:
-            serialized = serialize_error(error)
+        failure = action.error
+        assert failure is not None
+        if kind == "fail":
+            serialized = serialize_error(failure)
             return await self._record_child(child, {**failed(serialized["code"], serialized["message"]), "error": serialized})
-        log.warn("batch child failed; it will be retried", err=error, attemptsMade=job.attemptsMade + 1)
-        raise error if isinstance(error, Exception) else RuntimeError(str(error))
+        log.warn("batch child failed; it will be retried", err=failure, attemptsMade=job.attemptsMade + 1)
+        raise failure if isinstance(failure, Exception) else RuntimeError(str(failure))
 
     async def _record_child(self, child: ChildScope, outcome: dict) -> None:
         """Records the child's outcome once, under its job lock; moves its parent's progress, and wakes the parent when
