@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from ..protocol import message_problem
+from ..protocol import CANCEL, message_problem
 from ..store import TERMINAL
 from .running_jobs import RunEntry
 
@@ -31,7 +31,7 @@ class CancelWatch:
         except Exception:  # noqa: BLE001 - Redis away: the sweep and the next renewal decide
             return
         if holder != entry.token and self.running.get(job_id) is entry:
-            self._abort(job_id, "LOCK_LOST")
+            self._abort(job_id, CANCEL.LOCK_LOST)
 
     async def _cancel_listener(self) -> None:
         assert self._subscriber is not None
@@ -91,8 +91,8 @@ class CancelWatch:
                 continue  # it began writing its own end (or ended) during the reads
             if entry.parent_id is not None:
                 if status is None or status in TERMINAL:
-                    self._abort(task_id, "CLIENT_CANCELLED")
+                    self._abort(task_id, CANCEL.CLIENT_CANCELLED)
             elif status in TERMINAL:
-                self._abort(task_id, reason or ("TIMEOUT" if status == "failed" else "LOCK_LOST"))
+                self._abort(task_id, reason or (CANCEL.TIMEOUT if status == "failed" else CANCEL.LOCK_LOST))
             elif status is not None and lock is not None and lock != entry.token:
-                self._abort(task_id, "LOCK_LOST")
+                self._abort(task_id, CANCEL.LOCK_LOST)

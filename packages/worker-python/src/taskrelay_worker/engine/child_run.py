@@ -16,6 +16,7 @@ from ..fan_out import priority_level_of
 from ..keys import parse_batch_child_id
 from ..log import Logger
 from ..output import RunOutput, StoredBytesLimitError
+from ..protocol import CANCEL, ERROR
 from ..store import MAX_STORED_CHILD_RESULT_CHARS, JobLock, TaskRecord, TaskStore
 from ..tools import ToolDefinition, to_tool_result
 from .bullmq_adapter import UNREADABLE_JOB_DATA
@@ -82,25 +83,25 @@ class ChildRun:
         tool_name, arguments = child.tool_name, child.arguments
         if child.unreadable is not None:
             log.warn(child.unreadable)
-            return await self._record_child(child, failed("INTERNAL", child.unreadable))
+            return await self._record_child(child, failed(ERROR.INTERNAL, child.unreadable))
         tool = self.tools.get(tool_name)
         if tool is None:
             message = f"Tool {tool_name} is not served by this worker (queue {child.lock.queue})"
-            return await self._record_child(child, failed("TOOL_NOT_FOUND", message))
+            return await self._record_child(child, failed(ERROR.TOOL_NOT_FOUND, message))
         if job.stalledCounter > tool.max_stalls:
             message = f"The worker running this child stopped responding {job.stalledCounter} times; giving up"
-            return await self._record_child(child, failed("JOB_LOST", message))
+            return await self._record_child(child, failed(ERROR.JOB_LOST, message))
         try:
             args = tool.parse_arguments(arguments)
         except NonRetryableError as error:
-            return await self._record_child(child, failed("INVALID_ARGUMENTS", str(error)))
+            return await self._record_child(child, failed(ERROR.INVALID_ARGUMENTS, str(error)))
         wait = await self._admit(tool, arguments, job, entry)
         if wait is not None:
             return await self._delay_for_limit(job, token, tool, arguments, wait, entry.principal, log)
         timeout_ms = data.get("timeoutMs") if isinstance(data.get("timeoutMs"), int) else tool.timeout_ms
         ctx = self._child_context(child, tool, attempt)
         loop = asyncio.get_running_loop()
-        timer = None if timeout_ms is None else loop.call_later(timeout_ms / 1000, self._abort, str(job.id), "TIMEOUT")
+        timer = None if timeout_ms is None else loop.call_later(timeout_ms / 1000, self._abort, str(job.id), CANCEL.TIMEOUT)
         log.info("batch child started")
         ok, value, error = await self._run_tool(entry, tool, args, ctx, timer)
         ctx.close()
@@ -154,7 +155,7 @@ class ChildRun:
             progress_interval_ms=self.config.progress_interval_ms,
             input_timeout_ms=tool.input_timeout_ms,
             queue_timeout_ms=DEFAULT_QUEUE_TIMEOUT_MS,
-            on_lock_lost=lambda: self._abort(job_id, "LOCK_LOST"),
+            on_lock_lost=lambda: self._abort(job_id, CANCEL.LOCK_LOST),
         )
         ctx.attach_output(RunOutput(self.store, self._output_limits, child.parent_id, child.owner, child.lock, job_id, child.log))
         return ctx
@@ -185,9 +186,9 @@ class ChildRun:
         )
         kind = action.kind
         if kind == "hand_back":
-            return await self.hand_back(job, token, log, action.reason or "LOCK_LOST")
+            return await self.hand_back(job, token, log, action.reason or CANCEL.LOCK_LOST)
         if kind == "timed_out":
-            return await self._record_child(child, failed("TIMEOUT", f"Tool {tool.name} timed out after {timeout_ms or 0} ms"))
+            return await self._record_child(child, failed(ERROR.TIMEOUT, f"Tool {tool.name} timed out after {timeout_ms or 0} ms"))
         if kind in ("cancelled", "ended_by_gateway", "suspend"):
             log.info("batch child stopped with its batch")
             return None
@@ -196,9 +197,9 @@ class ChildRun:
                 result = await ctx.finish_result(to_tool_result(tool, action.value), MAX_STORED_CHILD_RESULT_CHARS - 1_024)
                 return await self._record_child(child, {"status": "completed", "result": result})
             except StoredBytesLimitError as bad:
-                return await self._record_child(child, failed("NON_RETRYABLE", str(bad)))
+                return await self._record_child(child, failed(ERROR.NON_RETRYABLE, str(bad)))
             except NonRetryableError as bad:
-                return await self._record_child(child, {**failed("NON_RETRYABLE", str(bad)), "error": serialize_error(bad)})
+                return await self._record_child(child, {**failed(ERROR.NON_RETRYABLE, str(bad)), "error": serialize_error(bad)})
         if kind == "back_off":
             assert action.ms is not None
             await self._hold(tool, arguments, child.entry.principal, action.ms, log)

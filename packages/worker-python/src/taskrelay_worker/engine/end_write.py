@@ -16,6 +16,7 @@ from bullmq.custom_errors import DelayedError
 from redis import exceptions as redis_errors
 
 from ..log import Logger
+from ..protocol import CANCEL, ERROR
 from ..store import JobLock
 
 
@@ -66,7 +67,7 @@ async def write_through_outage(write: Any, window_ms: int, log: Logger, what: st
                 log.error(
                     f"{what} lost: Redis unreachable for as long as this run could hold the job lock; "
                     "the job returns to the queue and runs again",
-                    err=error, retries=retries, pausedMs=now - failed_at, windowMs=window_ms, reason="REDIS_UNAVAILABLE",
+                    err=error, retries=retries, pausedMs=now - failed_at, windowMs=window_ms, reason=ERROR.REDIS_UNAVAILABLE,
                 )
                 raise
             if retries == 0:
@@ -92,7 +93,7 @@ class EndWrites:
     ) -> None:
         assert self.store is not None
         fields: dict[str, Any] = {"statusMessage": message, "error": error}
-        if error.get("code") != "PROTOCOL_ERROR":
+        if error.get("code") != ERROR.PROTOCOL_ERROR:
             fields["result"] = {"content": [{"type": "text", "text": message}], "isError": True}
         written, status, lost = await self._write_end(task_id, "failed", fields, lock, log)
         if written:
@@ -105,7 +106,7 @@ class EndWrites:
     async def _ensure_cancelled(self, task_id: str, lock: JobLock, log: Logger) -> None:
         assert self.store is not None
         written, status, lost = await self._write_end(
-            task_id, "cancelled", {"cancelReason": "CLIENT_CANCELLED", "statusMessage": "Cancelled"}, lock, log
+            task_id, "cancelled", {"cancelReason": CANCEL.CLIENT_CANCELLED, "statusMessage": "Cancelled"}, lock, log
         )
         if written:
             log.info("task was not terminal; marked cancelled")
@@ -124,5 +125,5 @@ class EndWrites:
         )
 
     def _lost_while_writing(self, log: Logger, what: str) -> None:
-        log.warn(f"{what} refused: this worker no longer holds the job; another run owns the task", reason="LOCK_LOST")
+        log.warn(f"{what} refused: this worker no longer holds the job; another run owns the task", reason=CANCEL.LOCK_LOST)
         raise DelayedError()

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from ..log import Logger
+from ..protocol import CANCEL
 from ..store import TERMINAL, TaskRecord
 from ..tools import ToolDefinition
 from .end_write import now_ms
@@ -38,18 +39,18 @@ class FirstRunStart:
             lock_lost, task, _ = await started
         except Exception as error:  # noqa: BLE001 - as at a start before the tool: the job is handed back
             log.warn("Redis unreachable while recording the start; the run stops", err=error)
-            self._abort(task_id, "LOCK_LOST")
+            self._abort(task_id, CANCEL.LOCK_LOST)
             return None
         if lock_lost:
-            self._abort(task_id, "LOCK_LOST")
+            self._abort(task_id, CANCEL.LOCK_LOST)
             return None
         if task is None or task.status in TERMINAL:
             # Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
-            reason = "LOCK_LOST"
+            reason = CANCEL.LOCK_LOST
             if task is not None and task.status == "cancelled":
-                reason = task.cancel_reason or "CLIENT_CANCELLED"
+                reason = task.cancel_reason or CANCEL.CLIENT_CANCELLED
             elif task is not None and task.status == "failed" and '"TIMEOUT"' in task.fields.get("error", ""):
-                reason = "TIMEOUT"
+                reason = CANCEL.TIMEOUT
             status = task.status if task is not None else "missing"
             log.info("task ended before its run recorded its start; aborting tool", status=status)
             self._abort(task_id, reason)

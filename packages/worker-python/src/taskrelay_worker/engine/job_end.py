@@ -13,6 +13,7 @@ from ..context import Suspension, ToolContext
 from ..errors import NonRetryableError, serialize_error
 from ..log import Logger
 from ..output import StoredBytesLimitError
+from ..protocol import CANCEL
 from ..tools import ToolDefinition, to_tool_result
 from .end_write import now_ms
 from .job_run import RunScope, TaskTimeout
@@ -64,9 +65,9 @@ class JobEnd:
             # The run's last output and progress go out before its job moves.
             await ctx.flush()
         ctx.close()
-        if action.kind == "hand_back" and action.reason == "LOCK_LOST":
+        if action.kind == "hand_back" and action.reason == CANCEL.LOCK_LOST:
             log.warn("run ended after losing the job lock; nothing recorded", returned=ok)
-            return await self.hand_back(run.job, run.token, log, "LOCK_LOST")
+            return await self.hand_back(run.job, run.token, log, CANCEL.LOCK_LOST)
         if action.kind == "hand_back":
             return await self._hand_back_drained(run)
         if action.kind == "timed_out":
@@ -112,7 +113,7 @@ class JobEnd:
             await self.store.suspend(run.task_id, run.lock, until, status_message=HANDED_BACK_MESSAGE)
         except Exception as error:  # noqa: BLE001 - a failed write costs only the message
             run.log.debug("could not say that the task waits to be resumed", err=error)
-        return await self.hand_back(run.job, run.token, run.log, "WORKER_SHUTDOWN")
+        return await self.hand_back(run.job, run.token, run.log, CANCEL.WORKER_SHUTDOWN)
 
     async def _back_off(self, run: RunScope, tool: ToolDefinition, arguments: dict, action: SettleAction) -> Any:
         """The upstream said to come back later (§3.4): the task says until when, the job waits in the delayed set

@@ -16,7 +16,7 @@ from ..limits import LimitWait
 from ..log import Logger
 from ..log_keeper import TaskLogKeeper
 from ..output import RunOutput
-from ..protocol import message_problem
+from ..protocol import CANCEL, ERROR, message_problem
 from ..store import TERMINAL, JobLock, TaskRecord
 from ..tools import ToolDefinition
 from .bullmq_adapter import UNREADABLE_JOB_DATA
@@ -69,10 +69,10 @@ class TaskTimeout:
         run = self.run
         if run.entry.signal.aborted or self.ctx.suspension is not None:
             return
-        run.log.info("tool timed out; aborting it", reason="TIMEOUT", timeoutMs=self.timeout_ms)
-        self.worker._abort(run.task_id, "TIMEOUT")
+        run.log.info("tool timed out; aborting it", reason=CANCEL.TIMEOUT, timeoutMs=self.timeout_ms)
+        self.worker._abort(run.task_id, CANCEL.TIMEOUT)
         self.ctx.close()
-        error = {"code": "TIMEOUT", "message": self.message}
+        error = {"code": ERROR.TIMEOUT, "message": self.message}
         self.write = asyncio.ensure_future(self.worker._fail_task(run.task_id, run.lock, self.message, error, run.log))
 
 
@@ -172,21 +172,21 @@ class JobRun:
                 if isinstance(unreadable, str)
                 else f"Invalid job data: {problem or 'its taskId is not the job id'}"
             )
-            await self._fail_job(run, "INTERNAL", message)
+            await self._fail_job(run, ERROR.INTERNAL, message)
         tool = self.tools.get(tool_name)
         if tool is None:
-            await self._fail_job(run, "TOOL_NOT_FOUND", f"Tool {tool_name} is not served by worker {self.worker_id} (queue {lock.queue})")
+            await self._fail_job(run, ERROR.TOOL_NOT_FOUND, f"Tool {tool_name} is not served by worker {self.worker_id} (queue {lock.queue})")
         stalls = run.job.stalledCounter
         if stalls > tool.max_stalls:
             message = (
                 f"The worker running this task stopped responding {stalls} times (crashed or lost its "
                 f"lock); giving up (maxStalls {tool.max_stalls})"
             )
-            await self._fail_job(run, "JOB_LOST", message)
+            await self._fail_job(run, ERROR.JOB_LOST, message)
         try:
             args = tool.parse_arguments(arguments)
         except NonRetryableError as error:
-            await self._fail_task(task_id, lock, str(error), {"code": "INVALID_ARGUMENTS", "message": str(error)}, log)
+            await self._fail_task(task_id, lock, str(error), {"code": ERROR.INVALID_ARGUMENTS, "message": str(error)}, log)
             raise UnrecoverableError(str(error)) from None
         return tool, arguments, args
 
@@ -225,7 +225,7 @@ class JobRun:
             progress_interval_ms=self.config.progress_interval_ms,
             input_timeout_ms=tool.input_timeout_ms,
             queue_timeout_ms=run.queue_timeout_ms,
-            on_lock_lost=lambda: self._abort(task_id, "LOCK_LOST"),
+            on_lock_lost=lambda: self._abort(task_id, CANCEL.LOCK_LOST),
             waitpoints=self.waitpoints,
             start=start,
             batch=None if self.batches is None else self.batches.for_run(run.data.get("maxOpen"), run.data.get("priority")),

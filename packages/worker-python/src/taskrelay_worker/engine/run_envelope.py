@@ -15,6 +15,7 @@ from ..context import RunSignal, ToolContext
 from ..errors import TaskCancelledError
 from ..keys import parse_batch_child_id, queue_of_bull_name
 from ..log import Logger
+from ..protocol import CANCEL
 from ..tools import ToolDefinition
 from .bullmq_adapter import move_to_wait, wake_idle_workers
 from .end_write import is_redis_loss
@@ -48,7 +49,7 @@ class RunEnvelope:
             if is_redis_loss(error):
                 self.metrics.redis_errors.labels("commands").inc()
                 log.warn("Redis unreachable while recording the run; handing the job back", err=error)
-                return await self.hand_back(job, token, log, "LOCK_LOST")
+                return await self.hand_back(job, token, log, CANCEL.LOCK_LOST)
             raise
         finally:
             self.metrics.run_ended(job.name, started, entry.aborted_at, entry.signal.reason)
@@ -76,12 +77,12 @@ class RunEnvelope:
         if timer is not None:
             timer.cancel()
         if entry.run_task.cancelled():
-            return False, None, TaskCancelledError(entry.signal.reason or "WORKER_SHUTDOWN")
+            return False, None, TaskCancelledError(entry.signal.reason or CANCEL.WORKER_SHUTDOWN)
         if entry.run_task.exception() is not None:
             return False, None, entry.run_task.exception()
         return True, entry.run_task.result(), None
 
-    async def hand_back(self, job: Any, token: str, log: Logger, reason: str = "WORKER_SHUTDOWN") -> Any:
+    async def hand_back(self, job: Any, token: str, log: Logger, reason: str = CANCEL.WORKER_SHUTDOWN) -> Any:
         """Puts the job back at the front of its queue without using an attempt (§5.7), and wakes idle workers."""
         try:
             await move_to_wait(job, token)

@@ -10,12 +10,13 @@ from typing import Any, Literal
 from bullmq.custom_errors import UnrecoverableError
 
 from ..errors import RetryAfterError, SuspendedError
+from ..protocol import CANCEL, ERROR
 
 Kind = Literal[
     "hand_back", "timed_out", "cancelled", "ended_by_gateway", "suspend", "complete", "back_off", "fail", "retry"
 ]
 #: Codes no retry can mend, from an error of any class (another copy of the package, a tool's own): Node's list.
-NON_RETRYABLE_CODES = ("NON_RETRYABLE", "PROTOCOL_ERROR", "MEMORY_LIMIT")
+NON_RETRYABLE_CODES = (ERROR.NON_RETRYABLE, ERROR.PROTOCOL_ERROR, ERROR.MEMORY_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -62,18 +63,18 @@ def settle(run: SettleInput) -> SettleAction:
     """The action for a run's end. Order matters: an abort reason wins over a suspension, which wins over the outcome."""
     reason = run.reason
     # Another run may own the task now: nothing more is written.
-    if reason == "LOCK_LOST":
+    if reason == CANCEL.LOCK_LOST:
         return SettleAction("hand_back", reason=reason)
-    if reason == "TIMEOUT":
+    if reason == CANCEL.TIMEOUT:
         return SettleAction("timed_out", discarded=run.ok)
-    if reason == "CLIENT_CANCELLED":
+    if reason == CANCEL.CLIENT_CANCELLED:
         return SettleAction("cancelled", discarded=run.ok)
-    if reason == "GATEWAY_SHUTDOWN":
+    if reason == CANCEL.GATEWAY_SHUTDOWN:
         return SettleAction("ended_by_gateway")
     if run.suspended:
         return SettleAction("suspend", went_on=run.ok or not is_suspended_error(run.error))
     # A draining worker keeps a finished result; anything else goes back for another worker.
-    if reason == "WORKER_SHUTDOWN" and not run.ok:
+    if reason == CANCEL.WORKER_SHUTDOWN and not run.ok:
         return SettleAction("hand_back", reason=reason)
     if run.ok:
         return SettleAction("complete", value=run.value)

@@ -23,7 +23,7 @@ from ..log import Logger
 from ..metrics import WorkerMetrics
 from ..output import OutputLimits
 from ..placement import ShardPlacement, ToolShard, tool_shards
-from ..protocol import GENERATION
+from ..protocol import CANCEL, GENERATION
 from ..store import TaskStore
 from ..tools import ToolDefinition
 from ..tracing import traced
@@ -223,7 +223,7 @@ class TaskrelayWorker(
         while self.running and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for task_id in list(self.running):
-            self._abort(task_id, "WORKER_SHUTDOWN")
+            self._abort(task_id, CANCEL.WORKER_SHUTDOWN)
         try:
             await asyncio.wait_for(asyncio.gather(*closes, return_exceptions=True), timeout=30)
         except asyncio.TimeoutError:

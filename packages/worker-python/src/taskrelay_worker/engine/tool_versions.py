@@ -10,6 +10,7 @@ from typing import Any
 from bullmq.custom_errors import DelayedError, UnrecoverableError
 
 from ..log import Logger
+from ..protocol import ERROR
 from ..store import JobLock
 from ..tools import ToolDefinition
 from .end_write import now_ms
@@ -42,7 +43,7 @@ class ToolVersions:
                 f"Task {task_id} started on tool {tool.name} version {recorded}; this worker runs version "
                 f"{tool.version} (onVersionChange: fail)"
             )
-            await self._fail_task(task_id, lock, message, {"code": "VERSION_CHANGED", "message": message}, log)
+            await self._fail_task(task_id, lock, message, {"code": ERROR.VERSION_CHANGED, "message": message}, log)
             raise UnrecoverableError(message)
         log.warn(
             "task last ran another tool version: restarting it from the top (state, steps and answers cleared)"
