@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Callable
+
+from redis.asyncio import Redis
 
 from ..protocol import CANCEL, message_problem
 from ..store import TERMINAL
@@ -33,17 +35,51 @@ class CancelWatch:
         if holder != entry.token and self.running.get(job_id) is entry:
             self._abort(job_id, CANCEL.LOCK_LOST)
 
+    def _cancel_channels(self) -> list[str]:
+        """The channels cancels come on: the home cancel channel in the single layout; in the sharded layout the cancel
+        channel of each shard of the tools this worker consumes (§1.2, §7), where the gateway SPUBLISHes them."""
+        if self.keys.layout != "sharded":
+            return [self.keys.cancel_channel]
+        return sorted({shard.keys.cancel_channel for shard in self._shards})
+
     async def _cancel_listener(self) -> None:
-        assert self._subscriber is not None
+        channels = self._cancel_channels()
+        if not channels:
+            return  # no tool shard consumed: no cancel can be for this worker; the sweep still runs
+        if self.keys.layout != "sharded":
+            return await self._listen_for_cancels(lambda: self._subscriber, channels, sharded=False)
+        if not self.config.redis.cluster_nodes:
+            return await self._listen_for_cancels(lambda: self._subscriber, channels, sharded=True)
+        # On a cluster a shard channel lives on the node that owns its slot: one subscriber per channel, its node looked
+        # up again on every (re)subscribe, so a slot that moved is followed.
+        await asyncio.gather(*(self._listen_for_cancels(self._channel_node_client(c), [c], sharded=True) for c in channels))
+
+    def _channel_node_client(self, channel: str) -> Callable[[], Redis]:
+        def connect() -> Redis:
+            node = self._redis.get_node_from_key(channel)  # type: ignore[union-attr]
+            return Redis(host=node.host, port=node.port, decode_responses=True, socket_connect_timeout=5)
+
+        return connect
+
+    async def _listen_for_cancels(self, connect: Callable[[], Redis | None], channels: list[str], *, sharded: bool) -> None:
+        """SUBSCRIBE (single layout) or SSUBSCRIBE (sharded layout) to ``channels``; each cancel aborts its run and the
+        running batch children of a cancelled parent."""
         while True:
-            pubsub = self._subscriber.pubsub()
+            client = connect()
+            assert client is not None
+            own = client is not self._subscriber
+            pubsub = client.pubsub()
             try:
-                await pubsub.subscribe(self.keys.cancel_channel)
+                if sharded:
+                    for channel in channels:  # one at a time: a single SSUBSCRIBE may name one slot only
+                        await pubsub.ssubscribe(channel)
+                else:
+                    await pubsub.subscribe(*channels)
                 # A message missed while the subscriber was away is found by re-reading the running tasks.
                 await self._sweep_once()
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is None or message.get("type") != "message":
+                    if message is None or message.get("type") not in ("message", "smessage"):
                         continue
                     try:
                         request = json.loads(message["data"])
@@ -61,11 +97,15 @@ class CancelWatch:
                             self._abort(child_id, reason)
             except asyncio.CancelledError:
                 await pubsub.aclose()
+                if own:
+                    await client.aclose()
                 raise
             except Exception as error:  # noqa: BLE001 - Redis gone: subscribe again
                 self.log.debug("cancel subscriber lost; subscribing again", err=error)
                 try:
                     await pubsub.aclose()
+                    if own:
+                        await client.aclose()
                 except Exception:  # noqa: BLE001
                     pass
                 await asyncio.sleep(0.5)

@@ -118,8 +118,9 @@ class TaskrelayWorker(
         """Redis, the store and what reads it; refuses a deployment whose gateways run other scripts."""
         cfg = self.config
         self._redis = make_client(cfg.redis)
-        # Pub/sub stays classic SUBSCRIBE (PROTOCOL.md §1.1): on a Cluster any node forwards every PUBLISH, so the
-        # subscriber talks to one seed node.
+        # Pub/sub of the single layout is classic SUBSCRIBE (PROTOCOL.md §1.1): on a Cluster any node forwards every
+        # PUBLISH, so the subscriber talks to one seed node. The sharded layout's cancels are SSUBSCRIBEd per tool
+        # shard, on a Cluster at the node owning each channel's slot (cancel_watch.py).
         first = cfg.redis.cluster_nodes[0] if cfg.redis.cluster_nodes else None
         self._subscriber = (
             Redis(host=first[0], port=first[1], decode_responses=True, socket_connect_timeout=5)
