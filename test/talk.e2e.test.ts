@@ -24,7 +24,7 @@ import {
   type LoggingMessageNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { createKeys, RedisTaskStore } from '@taskrelay/shared';
+import { createKeys, TaskStore } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -43,7 +43,7 @@ const RELATED = 'io.modelcontextprotocol/related-task';
 
 let redis: TestRedis;
 let r: Redis;
-let store: RedisTaskStore;
+let store: TaskStore;
 let prefix: string;
 let env: Record<string, string>;
 let gateway: GatewayProcess;
@@ -53,7 +53,7 @@ beforeAll(async () => {
   redis = await startRedis();
   r = new Redis(redis.url);
   prefix = uniquePrefix('talk');
-  store = new RedisTaskStore(r, createKeys(prefix));
+  store = new TaskStore(r, createKeys(prefix));
   env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, WORKER_LOCK_DURATION_MS: '2000' };
   // debug: the suite reads the gateway's note of a late answer to a withdrawn request.
   gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'debug' });
@@ -187,7 +187,7 @@ describe('§12 input requests (elicitation)', () => {
         .some((l) => l['msg'] === 'mcp server error' && JSON.stringify(l['err']).includes('unknown message ID'));
     await waitFor(dropped, { message: 'the second answer did not reach the gateway' });
     expect(approved(await result(client, taskId))).toBe(true);
-    const record = await store.get(taskId);
+    const record = await store.records.get(taskId);
     expect(record?.status).toBe('completed');
     expect(record?.inputResponses).toEqual({ '1': { action: 'accept', content: { approved: true } } });
     await client.close();
@@ -202,7 +202,7 @@ describe('§12 input requests (elicitation)', () => {
     // The log line travels on the gateway's stdout, not with the request: it may be read a moment later.
     await waitFor(() => gatewayLogged('bad answer to an input request; asking again', taskId));
     expect(await status(client, taskId)).toBe('input_required');
-    expect((await store.get(taskId))?.inputResponses).toBeUndefined();
+    expect((await store.records.get(taskId))?.inputResponses).toBeUndefined();
     again.answer({ action: 'accept', content: { approved: true } });
     expect(approved(await result(client, taskId))).toBe(true);
     await client.close();

@@ -13,7 +13,7 @@ import {
   type CreateOutcome,
   type CreateTaskInput,
   type JobData,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskPage,
   type TaskRecord,
   type TaskStatus,
@@ -255,7 +255,8 @@ beforeEach(() => {
   };
   // The fakes implement only what TaskService calls; the casts say so once, here.
   service = new TaskService(
-    store as unknown as RedisTaskStore,
+    // One fake plays both aggregates TaskService uses: task records and runs.
+    { records: store, runs: store } as unknown as TaskStore,
     catalog as unknown as ToolCatalog,
     dispatcher as unknown as JobDispatcher,
     router as unknown as TaskRouter,

@@ -13,7 +13,7 @@ import { SCRIPTS, ScriptRunner } from './scripts.js';
 import { TASK_FIELDS as F } from './task-fields.js';
 import { isTerminal, type TaskStatus, type ToolResult } from './task-model.js';
 import type { SerializedError } from './errors.js';
-import type { JobLock } from './task-store.js';
+import type { JobLock } from './store/runs.js';
 
 /** How one child ended, as recorded (once) in the outcome hash. */
 export interface BatchOutcome {

@@ -14,7 +14,8 @@ import {
   type JobData,
   type Logger,
   type ProgressToken,
-  type RedisTaskStore,
+  type TaskRecords,
+  type TaskStore,
   type TaskMode,
   type TaskPage,
   type TaskRecord,
@@ -123,7 +124,7 @@ export class TaskService {
   private readonly shardTurns = new Map<string, number>();
 
   constructor(
-    private readonly store: RedisTaskStore,
+    private readonly store: TaskStore,
     private readonly catalog: ToolCatalog,
     private readonly dispatcher: JobDispatcher,
     private readonly router: TaskRouter,
@@ -157,7 +158,7 @@ export class TaskService {
     message: string,
   ): Promise<TaskRecord> {
     const webhook = await this.acceptWebhook(input.webhook, 'task', input.principal);
-    const { record } = await this.store.createTask({
+    const { record } = await this.store.records.createTask({
       ...(webhook ? { webhook } : {}),
       tool: input.tool.name,
       queue: input.tool.queue,
@@ -173,12 +174,14 @@ export class TaskService {
       result: { content: [{ type: 'text', text: message }], isError: true },
       error: { code: 'INVALID_ARGUMENTS' as const, message },
     };
-    const outcome = await this.store.transition(record.taskId, 'failed', fields);
+    const outcome = await this.store.runs.transition(record.taskId, 'failed', fields);
     this.metrics.tasksCreated.inc({ tool: input.tool.name, mode: 'task' });
     // It never gets a route (nothing runs), so no router counts its end: every created task is finished once.
     if (outcome.ok) this.metrics.taskEnded(input.tool.name, 'failed', record.createdAt);
     this.log.info({ taskId: record.taskId, tool: input.tool.name, principal: input.principal }, message);
-    return (await this.store.get(record.taskId)) ?? { ...record, status: outcome.ok ? 'failed' : record.status };
+    return (
+      (await this.store.records.get(record.taskId)) ?? { ...record, status: outcome.ok ? 'failed' : record.status }
+    );
   }
 
   /**
@@ -216,9 +219,9 @@ export class TaskService {
     // A job added by the create may run and end before the create's reply arrives: its route must exist first, or
     // its status events reach a gateway that does not know it yet (and a plain call waits for nothing).
     const now = new Date();
-    const prepared = job ? this.store.prepareCreate({ ...createInput, taskId }, now) : undefined;
+    const prepared = job ? this.store.records.prepareCreate({ ...createInput, taskId }, now) : undefined;
     if (prepared) route(prepared.record);
-    let outcome: Awaited<ReturnType<RedisTaskStore['createTask']>>;
+    let outcome: Awaited<ReturnType<TaskRecords['createTask']>>;
     try {
       outcome = await this.createUnderCap(createInput, now, prepared, input.principal);
     } catch (error) {
@@ -280,12 +283,12 @@ export class TaskService {
     timeoutMs: number,
     level: number,
     delayMs: number,
-  ): Promise<{ createInput: Parameters<RedisTaskStore['createTask']>[0]; taskId: string }> {
+  ): Promise<{ createInput: Parameters<TaskRecords['createTask']>[0]; taskId: string }> {
     const { tool } = input;
     // The start the call asked for, to the ms (not now + delay: that drifts by the time since the delay was taken).
     const startAt = delayMs > 0 && input.startAt !== undefined ? input.startAt : Date.now();
     const ttl = input.mode === 'call' ? CALL_TTL_MS : grantTtl(input.requestedTtlMs, this.config);
-    const createInput: Parameters<RedisTaskStore['createTask']>[0] = {
+    const createInput: Parameters<TaskRecords['createTask']>[0] = {
       // Its job's fair-share entry is made with it, in its priority level: one round trip (§25, §25.1).
       fairShare: {
         // A delayed job waits in its share until it starts (§33.1): the entry outlives its delay too.
@@ -335,7 +338,7 @@ export class TaskService {
   private async shardOf(
     tool: CatalogTool,
     principal: string,
-    createInput: Pick<Parameters<RedisTaskStore['createTask']>[0], 'idempotencyKey' | 'dedupe'>,
+    createInput: Pick<Parameters<TaskRecords['createTask']>[0], 'idempotencyKey' | 'dedupe'>,
   ): Promise<string | undefined> {
     const placement = this.store.placement;
     if (placement === undefined) return undefined;
@@ -379,17 +382,17 @@ export class TaskService {
 
   /** The create; at the open-work cap, what has ended is dropped from the principal's set and it is tried once more. */
   private createUnderCap(
-    createInput: Parameters<RedisTaskStore['createTask']>[0],
+    createInput: Parameters<TaskRecords['createTask']>[0],
     now: Date,
-    prepared: ReturnType<RedisTaskStore['prepareCreate']> | undefined,
+    prepared: ReturnType<TaskRecords['prepareCreate']> | undefined,
     principal: string,
-  ): ReturnType<RedisTaskStore['createTask']> {
+  ): ReturnType<TaskRecords['createTask']> {
     const cap = this.config.openTasks;
-    return this.store.createTask(createInput, now, prepared).catch(async (error: unknown) => {
+    return this.store.records.createTask(createInput, now, prepared).catch(async (error: unknown) => {
       if (!(error instanceof OpenCapReached) || !cap) throw error;
       // The cap is kept per shard in the sharded layout: the set of the shard the task goes to (PROTOCOL.md §1.1).
       if ((await cap.prune(principal, createInput.taskId)) >= cap.max) throw cap.refusal(error.open);
-      return this.store.createTask(createInput, now, prepared).catch((again: unknown) => {
+      return this.store.records.createTask(createInput, now, prepared).catch((again: unknown) => {
         throw again instanceof OpenCapReached ? cap.refusal(again.open) : again;
       });
     });
@@ -405,7 +408,7 @@ export class TaskService {
     // The client reads this message: the Redis/BullMQ details stay in the log.
     this.log.warn({ taskId: record.taskId, err: error }, 'could not enqueue the job');
     const message = 'Could not enqueue the job';
-    await this.store
+    await this.store.runs
       .transition(
         record.taskId,
         'failed',
@@ -466,7 +469,7 @@ export class TaskService {
 
   /** A task the principal may see; plain calls' internal tasks are not tasks to the client. */
   async get(taskId: string, principal: string): Promise<TaskRecord> {
-    const record = await this.store.get(taskId);
+    const record = await this.store.records.get(taskId);
     if (!record || record.principal !== principal || record.mode !== 'task') throw taskNotFound(taskId);
     return this.withWaitingReason(record);
   }
@@ -535,7 +538,7 @@ export class TaskService {
       return 'invalid';
     }
     const deadlineAt = runDeadlineAt(await this.catalog.find(record.tool).catch(() => undefined), this.config);
-    const outcome = await this.store.answerInput(record.taskId, n, checked.answer, deadlineAt);
+    const outcome = await this.store.runs.answerInput(record.taskId, n, checked.answer, deadlineAt);
     if (!outcome.ok) {
       log.info({ status: outcome.status ?? 'missing' }, 'answer refused: the request is no longer pending');
       return 'refused';
@@ -565,14 +568,14 @@ export class TaskService {
   }
 
   async list(principal: string, cursor: string | undefined): Promise<TaskPage> {
-    const page = await this.store.list(principal, cursor);
+    const page = await this.store.records.list(principal, cursor);
     return { ...page, tasks: page.tasks.filter((t) => t.mode === 'task') };
   }
 
   /** State first: the task is `cancelled` in Redis before this returns; then the worker is told. */
   /** An operator cancels any principal's task (PROTOCOL.md §30.5), as its owner's `tasks/cancel` would. */
   async cancelAsOperator(taskId: string): Promise<TaskRecord> {
-    const record = await this.store.get(taskId);
+    const record = await this.store.records.get(taskId);
     if (!record) throw taskNotFound(taskId);
     return this.cancel(taskId, record.principal);
   }
@@ -583,7 +586,7 @@ export class TaskService {
     if (isTerminal(record.status)) throw terminalError(record);
     const outcome = await this.applyCancel(record, 'tasks/cancel');
     if (!outcome) {
-      const now = await this.store.get(taskId);
+      const now = await this.store.records.get(taskId);
       throw now ? terminalError(now) : taskNotFound(taskId);
     }
     stopTimer();
@@ -607,7 +610,7 @@ export class TaskService {
    * is gone (expired, or never was) or is not the principal's plain call.
    */
   async getCall(taskId: string, principal: string): Promise<TaskRecord | undefined> {
-    const record = await this.store.get(taskId);
+    const record = await this.store.records.get(taskId);
     if (!record || record.principal !== principal || record.mode !== 'call') return undefined;
     return record;
   }
@@ -630,7 +633,7 @@ export class TaskService {
     progressToken: ProgressToken | undefined,
     sendProgress?: (params: ProgressParams, taskId: string) => Promise<void>,
   ): Promise<boolean> {
-    if (!(await this.store.routeCall(record.taskId, this.config.gatewayId, progressToken))) return false;
+    if (!(await this.store.records.routeCall(record.taskId, this.config.gatewayId, progressToken))) return false;
     this.router.reroute(record, progressToken, sendProgress);
     return true;
   }
@@ -662,7 +665,7 @@ export class TaskService {
     let resumed = false;
     for (const [key, answer] of checked) {
       const deadlineAt = runDeadlineAt(tool, this.config);
-      const outcome = await this.store.answerInput(taskId, key, answer, deadlineAt);
+      const outcome = await this.store.runs.answerInput(taskId, key, answer, deadlineAt);
       if (!outcome.ok) continue; // answered meanwhile by another route: the first answer stands
       stored.push(key);
       this.log.info({ taskId, principal, inputRequest: key }, 'input request answered');
@@ -719,13 +722,13 @@ export class TaskService {
    */
   async becomeTask(record: TaskRecord, requestedTtlMs: number | undefined): Promise<TaskRecord | undefined> {
     const ttl = grantTtl(requestedTtlMs, this.config);
-    if (!(await this.store.becomeTask(record, ttl))) return undefined;
+    if (!(await this.store.records.becomeTask(record, ttl))) return undefined;
     this.metrics.tasksCreated.inc({ tool: record.tool, mode: 'task' });
     this.log.info(
       { taskId: record.taskId, tool: record.tool, principal: record.principal },
       'plain call became a task',
     );
-    return (await this.store.get(record.taskId)) ?? undefined;
+    return (await this.store.records.get(record.taskId)) ?? undefined;
   }
 
   /** Cancels a plain call's task; a no-op when it already ended. */
@@ -753,7 +756,7 @@ export class TaskService {
     const owner = record.gatewayId;
     const remoteOwner = owner !== undefined && owner !== this.config.gatewayId && record.progressToken !== undefined;
     const ack = remoteOwner ? this.router.expectAck(record.taskId, CANCEL_ACK_TIMEOUT_MS) : undefined;
-    const outcome = await this.store
+    const outcome = await this.store.runs
       .transition(
         record.taskId,
         'cancelled',
@@ -861,8 +864,8 @@ export function priorityLevel(
  * What a task keeps for its operators (PROTOCOL.md §30.2, §30.3): its tags, its arguments (a task, not a plain call:
  * for a replay after its job is gone) and, for a replay, its original and the steps a redrive starts with.
  */
-function operatorFields(input: StartTaskInput): Partial<Parameters<RedisTaskStore['createTask']>[0]> {
-  const fields: Partial<Parameters<RedisTaskStore['createTask']>[0]> = {};
+function operatorFields(input: StartTaskInput): Partial<Parameters<TaskRecords['createTask']>[0]> {
+  const fields: Partial<Parameters<TaskRecords['createTask']>[0]> = {};
   if (input.tags !== undefined && input.tags.length > 0) fields.tags = input.tags;
   if (input.mode === 'task') fields.argumentsJson = JSON.stringify(input.args);
   if (input.replay !== undefined) {
