@@ -16,7 +16,7 @@ export type TaskStoreOptions = TaskRecordsOptions;
  * This holder stays so the processes build the aggregates once and pass one value down, not four.
  */
 export class TaskStore {
-  readonly runner: StoreRunner;
+  private readonly runner: StoreRunner;
   readonly records: TaskRecords;
   readonly runs: Runs;
   readonly logs: RunLogs;
