@@ -109,14 +109,10 @@ export type {
   TransitionOutcome,
 } from './store/runs.js';
 export { newTaskId, terminalRecord } from './store/task-codec.js';
-export { OpenCapReached, TaskRecords } from './store/task-records.js';
-export type {
-  CreateOutcome,
-  CreateTaskInput,
-  PreparedCreate,
-  TaskPage,
-  TaskRecordsOptions,
-} from './store/task-records.js';
+export { OpenCapReached } from './store/task-create.js';
+export type { CreateOutcome, CreateTaskInput, PreparedCreate } from './store/task-create.js';
+export { TaskRecords } from './store/task-records.js';
+export type { TaskPage, TaskRecordsOptions } from './store/task-records.js';
 export { TaskStore } from './store/task-store.js';
 export type { TaskStoreOptions } from './store/task-store.js';
 export { Waitpoints } from './store/waitpoints.js';
