@@ -18,7 +18,7 @@ import {
   type JobLock,
   type Logger,
   type ProgressUpdate,
-  type RedisTaskStore,
+  type Runs,
   type TaskRecord,
   type ToolResult,
   type WaitpointRecord,
@@ -363,7 +363,7 @@ export interface TaskContextOptions {
   attempt: number;
   signal: AbortSignal;
   /** Where progress (`recordProgress`) and log messages (`recordLog`; without it `notify` only logs locally) go. */
-  store: Pick<RedisTaskStore, 'recordProgress'> & Partial<Pick<RedisTaskStore, 'recordLog'>>;
+  store: Pick<Runs, 'recordProgress'> & Partial<Pick<Runs, 'recordLog'>>;
   /** The job lock every progress write is checked against (PROTOCOL.md §10.4). Default: none. */
   lock?: JobLock;
   /** Called when a progress write is refused because the lock is gone. */
@@ -375,7 +375,7 @@ export interface TaskContextOptions {
   /** The task as the run started: its state, step results, answers and the client's capabilities (§12). */
   record?: TaskRecord;
   /** The task store's suspend and state writes (§12); without them `elicit`, `sample`, `suspend`, `state.set` throw. */
-  durable?: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'>;
+  durable?: Pick<Runs, 'suspend' | 'setState' | 'addTags'>;
   /** How long an input request may wait for its answer (the tool's `inputTimeoutMs`). Default 24 h. */
   inputTimeoutMs?: number;
   /** How long a resumed job may wait in the queue (the task's queue timeout), for a timed suspension's deadline. */
@@ -417,14 +417,14 @@ export class TaskContext implements ToolContext {
   readonly signal: AbortSignal;
   readonly log: Logger;
 
-  private readonly store: Pick<RedisTaskStore, 'recordProgress'> & Partial<Pick<RedisTaskStore, 'recordLog'>>;
+  private readonly store: Pick<Runs, 'recordProgress'> & Partial<Pick<Runs, 'recordLog'>>;
   private readonly lock: JobLock | undefined;
   private readonly onLockLost: (() => void) | undefined;
   private readonly coalescer: Coalescer<ProgressUpdate>;
   private readonly writes = new Set<Promise<void>>();
   private lastProgress: number | undefined;
   private closed = false;
-  private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> | undefined;
+  private readonly durable: Pick<Runs, 'suspend' | 'setState' | 'addTags'> | undefined;
   private readonly waitpointHost: WaitpointHost | undefined;
   private readonly inputTimeoutMs: number;
   private readonly queueTimeoutMs: number;
@@ -921,7 +921,7 @@ export class TaskContext implements ToolContext {
   }
 
   /** Turns a refused suspend into the error the handler sees; a `suspended` outcome passes. */
-  private settleSuspend(outcome: Awaited<ReturnType<RedisTaskStore['suspend']>>): void {
+  private settleSuspend(outcome: Awaited<ReturnType<Runs['suspend']>>): void {
     if (outcome.outcome === 'lock_lost') {
       this.onLockLost?.();
       throw new CancelledError('LOCK_LOST');
@@ -957,7 +957,7 @@ export class TaskContext implements ToolContext {
     this.settleWrite(await durable.setState(this.taskId, this.requireLock(), field, value));
   }
 
-  private requireDurable(what: string): Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> {
+  private requireDurable(what: string): Pick<Runs, 'suspend' | 'setState' | 'addTags'> {
     if (!this.durable) throw new TaskrelayError('INTERNAL', `ctx.${what} is not available in this context`);
     return this.durable;
   }

@@ -10,7 +10,7 @@ import {
   type Keys,
   type Logger,
   type RedisClient,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskSearch,
 } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
@@ -66,7 +66,7 @@ export interface HttpAppDeps {
   webhooks: WebhookOutbox;
   /** Search and replay of tasks, and their kept log lines (PROTOCOL.md §30.2–§30.4). */
   search: TaskSearch;
-  store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  store: Pick<TaskStore, 'records' | 'logs'>;
   /** Task output as resources (PROTOCOL.md §34). */
   resources?: TaskResources;
   /** Operators' actions (PROTOCOL.md §30.5). */

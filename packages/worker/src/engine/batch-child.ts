@@ -19,7 +19,7 @@ import {
   type JobLock,
   type Logger,
   type ProgressUpdate,
-  type RedisTaskStore,
+  type Runs,
   type SerializedError,
   type TaskOutputStore,
   priorityLevelOf,
@@ -93,7 +93,7 @@ export interface ChildRunnerOptions {
   tools: ReadonlyMap<string, ToolDefinition>;
   batches: BatchStore;
   /** The parent's progress writes (unlocked: the parent's lock is not this worker's). */
-  store: Pick<RedisTaskStore, 'recordProgress'>;
+  store: Pick<Runs, 'recordProgress'>;
   /** Where a child's output, artifacts and large result go (PROTOCOL.md §34): its parent task's. */
   output?: TaskOutputStore;
   queues: BatchQueues;

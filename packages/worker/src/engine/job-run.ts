@@ -16,7 +16,7 @@ import {
   type CancelReason,
   type JobLock,
   type Logger,
-  type RedisTaskStore,
+  type TaskStore,
   type SerializedError,
   type TaskRecord,
   type TaskStatus,
@@ -49,7 +49,7 @@ const DEFAULT_QUEUE_TIMEOUT_MS = 3_600_000;
 export interface JobRunnerOptions {
   workerId: string;
   tools: ReadonlyMap<string, ToolDefinition>;
-  store: RedisTaskStore;
+  store: TaskStore;
   /** Where a job leaves its principal's waiting share of the pool when a run takes it (PROTOCOL.md §25). */
   fairShare: Pick<FairShare, 'leave'>;
   running: RunningJobs;
@@ -197,20 +197,20 @@ export class JobRunner {
     const { controller } = entry;
     const { metrics } = this.o;
     // The tool's log lines are also kept with its task (PROTOCOL.md §30.4).
-    const keeper = new TaskLogKeeper(this.o.store, taskId, attemptOf(job), log);
+    const keeper = new TaskLogKeeper(this.o.store.logs, taskId, attemptOf(job), log);
     const ctx = new TaskContext({
       taskId,
       tool: tool.name,
       attempt: attemptOf(job),
       signal: controller.signal,
-      store: this.o.store,
+      store: this.o.store.runs,
       lock,
       onLockLost: () => this.o.running.loseLock(taskId, 'progress write refused'),
       progressIntervalMs: this.o.progressIntervalMs,
       logger: keeper.wrap(log),
       ...(task ? { record: task } : {}),
       ...(run.start ? { start: run.start } : {}),
-      durable: this.o.store,
+      durable: this.o.store.runs,
       inputTimeoutMs: tool.inputTimeoutMs,
       queueTimeoutMs,
       onProgressCoalesced: () => metrics.progressCoalesced.inc(),
@@ -275,13 +275,19 @@ export class JobRunner {
     // The run records the tool version it runs, and does not start a task another version ran (§12.11).
     const versioned = parsed.success ? this.o.tools.get(parsed.data.tool) : undefined;
     const version = { toolVersion: versioned?.version ?? '', deferIfOther: versioned !== undefined };
-    let started = await bookkeeping(this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, version));
+    let started = await bookkeeping(
+      this.o.store.runs.startRun({ taskId, lock, attempt, deadlineAt, sharePrincipal: jobPrincipal, version }),
+    );
     if (!started.lockLost && started.versionOther !== undefined && versioned !== undefined) {
       const policy = await this.versionChange(run, versioned, started.versionOther);
       started = await bookkeeping(
-        this.o.store.startRun(taskId, lock, attempt, deadlineAt, jobPrincipal, {
-          toolVersion: versioned.version,
-          reset: policy === 'restart',
+        this.o.store.runs.startRun({
+          taskId,
+          lock,
+          attempt,
+          deadlineAt,
+          sharePrincipal: jobPrincipal,
+          version: { toolVersion: versioned.version, reset: policy === 'restart' },
         }),
       );
     }
@@ -331,7 +337,7 @@ export class JobRunner {
     const now = Date.now();
     if (now - job.timestamp - (job.opts.delay ?? 0) > queueTimeoutMs / 2) return undefined;
     return new FirstRunStart({
-      store: this.o.store,
+      store: this.o.store.runs,
       running: this.o.running,
       log,
       outageWindowMs: bullLockMs(this.o.lockDurationMs),
@@ -363,7 +369,7 @@ export class JobRunner {
     // kept, not dropped for a re-run once the lock expires.
     const retry = { windowMs: bullLockMs(this.o.lockDurationMs), log: run.log, what: WRITTEN_AS[to] ?? to };
     const written = writeThroughOutage(
-      () => bookkeeping(this.o.store.transition(run.taskId, to, fields, { lock: run.lock })),
+      () => bookkeeping(this.o.store.runs.transition(run.taskId, to, fields, { lock: run.lock })),
       retry,
     );
     if (!start) return written;
@@ -533,7 +539,7 @@ export class JobRunner {
     const until = Date.now() + action.ms;
     const statusMessage = `Backing off until ${new Date(until).toISOString()}: ${action.message}`;
     const held = await bookkeeping(
-      this.o.store.suspend(end.taskId, end.lock, { deadlineAt: until + end.queueTimeoutMs, statusMessage }),
+      this.o.store.runs.suspend(end.taskId, end.lock, { deadlineAt: until + end.queueTimeoutMs, statusMessage }),
     );
     if (held.outcome === 'lock_lost') this.lostWhileWriting(log, 'back-off');
     if (held.outcome === 'gone') {
@@ -630,7 +636,7 @@ export class JobRunner {
     }
     if (suspension.kind === 'input') {
       try {
-        const task = await this.o.store.get(taskId);
+        const task = await this.o.store.records.get(taskId);
         // Every request answered (or the task ended) while the run was suspending: nobody else will promote it.
         if (!task || task.status !== 'input_required') {
           await job.promote();
@@ -671,7 +677,7 @@ export class JobRunner {
    */
   private async wakeIfCalled(job: Job<unknown, void>, taskId: string, name: string, log: Logger): Promise<void> {
     try {
-      if ((await this.o.store.readWaitpoint(taskId, name))?.state !== 'waiting') {
+      if ((await this.o.store.waitpoints.read(taskId, name))?.state !== 'waiting') {
         await job.promote();
         log.info({ waitpoint: name }, 'waitpoint called (or ended) while suspending; job promoted');
         throw new DelayedError();
@@ -713,7 +719,7 @@ export class JobRunner {
   }): Promise<void> {
     const until = Date.now() + w.wait.waitMs;
     const held = await bookkeeping(
-      this.o.store.suspend(w.taskId, w.lock, {
+      this.o.store.runs.suspend(w.taskId, w.lock, {
         deadlineAt: until + w.queueTimeoutMs,
         statusMessage: w.wait.message,
       }),
@@ -757,7 +763,7 @@ export class JobRunner {
    * failed write costs only the message.
    */
   private async sayHandedBack(end: RunEnd): Promise<void> {
-    await this.o.store
+    await this.o.store.runs
       .suspend(end.taskId, end.lock, {
         deadlineAt: Date.now() + end.queueTimeoutMs,
         statusMessage: HANDED_BACK_MESSAGE,

@@ -6,7 +6,7 @@
 import { WaitpointOpener } from './waitpoint-host.js';
 import {
   BatchStore,
-  RedisTaskStore,
+  TaskStore,
   TaskOutputStore,
   BlobObjects,
   ToolLimitStore,
@@ -71,7 +71,7 @@ export class TaskWorker {
   private readonly redis: RedisClient;
   private readonly subscriber: RedisClient;
   private readonly bullConnection: RedisClient;
-  private readonly store: RedisTaskStore;
+  private readonly store: TaskStore;
   /** The object store of values stored apart (§34.7), when configured. */
   private readonly objects: BlobObjects | undefined;
   private readonly runner: JobRunner;
@@ -102,7 +102,7 @@ export class TaskWorker {
     // Sharded pub/sub in the sharded layout: on a cluster each cancel channel is subscribed on its shard's master.
     this.subscriber = this.connect('cancel', { shardedSubscribers: this.keys.layout === 'sharded' });
     this.bullConnection = this.connect('bullmq');
-    this.store = new RedisTaskStore(this.redis, this.keys);
+    this.store = new TaskStore(this.redis, this.keys);
     const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
     const fairShare = new FairShare(this.redis, this.keys);
     const isClosing = () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING';
@@ -140,7 +140,7 @@ export class TaskWorker {
         output,
         tools,
         batches: batchStore,
-        store: this.store,
+        store: this.store.runs,
         queues: this.batchQueues,
         fairShare,
         metrics: options.metrics,
@@ -171,7 +171,7 @@ export class TaskWorker {
       waitpoints: new WaitpointOpener({
         redis: this.redis,
         keys: this.keys,
-        store: this.store,
+        store: this.store.waitpoints,
         secret: options.waitpointSecret,
       }),
       versions: new ToolVersions({
