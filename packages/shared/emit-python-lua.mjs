@@ -15,6 +15,9 @@ const { loadScripts, scriptsGeneration } = await import(new URL('scripts.js', sh
 const { ResultCode } = await import(new URL('script-results.js', shared).href);
 const { TASK_FIELDS, TASK_FIELD_PREFIXES } = await import(new URL('task-fields.js', shared).href);
 const { CancelReasonSchema } = await import(new URL('messages.js', shared).href);
+// The ctx surface, declared once in the worker (packages/worker/src/context-surface.ts): Python's ToolContext is
+// checked against it (packages/worker-python/tests/test_context_surface.py).
+const { contextManifest } = await import(new URL('../worker/dist/context-surface.js', import.meta.url).href);
 
 const out = new URL('src/taskrelay_worker/_generated/', python);
 
@@ -54,6 +57,7 @@ const manifest = {
   fields: TASK_FIELDS,
   fieldPrefixes: TASK_FIELD_PREFIXES,
   cancelReasons: CancelReasonSchema.options,
+  context: contextManifest(),
   scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
 };
 writeIfChanged('manifest.json', `${JSON.stringify(manifest, null, 2)}\n`);

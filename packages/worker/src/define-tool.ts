@@ -13,7 +13,7 @@ import {
   type ToolDescriptor,
   type ToolResult,
 } from '@taskrelay/shared';
-import type { ToolContext } from './context.js';
+import type { ToolContext } from './context-types.js';
 
 /**
  * Brands a tool definition. `Symbol.for` so the brand survives two copies of this package in one process (a tools

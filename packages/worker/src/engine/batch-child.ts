@@ -24,7 +24,8 @@ import {
   priorityLevelOf,
   queueOfBullName,
 } from '@taskrelay/shared';
-import { TaskContext, batchMessage } from '../context.js';
+import { TaskContext } from '../context.js';
+import { batchMessage } from '../context-checks.js';
 import { RunOutput } from '../output.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';

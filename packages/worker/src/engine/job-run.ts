@@ -25,7 +25,8 @@ import {
   type TransitionOutcome,
   queueOfBullName,
 } from '@taskrelay/shared';
-import { TaskContext, type Suspension, type WaitpointHost } from '../context.js';
+import { TaskContext } from '../context.js';
+import type { Suspension, WaitpointHost } from '../context-types.js';
 import { describeIssues, toToolResult, type ToolDefinition } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
