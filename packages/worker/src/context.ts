@@ -4,7 +4,6 @@
  */
 import type { z } from 'zod';
 import {
-  Coalescer,
   DEFAULT_WAITPOINT_TIMEOUT_MS,
   MAX_TAGS,
   MAX_WAITPOINT_TIMEOUT_MS,
@@ -17,17 +16,15 @@ import {
   tagsProblem,
   type InputMethod,
   type LogLevel,
-  type LogMessage,
   type JobLock,
   type Logger,
-  type ProgressUpdate,
   type RedisTaskStore,
   type TaskRecord,
   type ToolResult,
   type WaitpointRecord,
 } from '@taskrelay/shared';
 import { CancelledError, SuspendedError, cancelReasonOf } from './errors.js';
-import { MAX_PROGRESS_MESSAGE_BYTES, boundedText, wellFormedJson, wellFormedText } from './well-formed.js';
+import { RunMessages } from './run-messages.js';
 import type { ArtifactData, ResourceLink, RunOutput, TaskOutput } from './output.js';
 import {
   AskKeySchema,
@@ -41,8 +38,6 @@ import {
   StepVersionSchema,
   abortableSleep,
   batchMessage,
-  checkNotifyArgs,
-  checkProgressArgs,
   issueText,
 } from './context-checks.js';
 import type {
@@ -78,13 +73,10 @@ export class TaskContext implements ToolContext {
   readonly signal: AbortSignal;
   readonly log: Logger;
 
-  private readonly store: Pick<RedisTaskStore, 'recordProgress'> & Partial<Pick<RedisTaskStore, 'recordLog'>>;
   private readonly lock: JobLock | undefined;
   private readonly onLockLost: (() => void) | undefined;
-  private readonly coalescer: Coalescer<ProgressUpdate>;
-  private readonly writes = new Set<Promise<void>>();
-  private lastProgress: number | undefined;
-  private closed = false;
+  /** Progress and log messages, written in the background (run-messages.ts). */
+  private readonly messages: RunMessages;
   private readonly durable: Pick<RedisTaskStore, 'suspend' | 'setState' | 'addTags'> | undefined;
   private readonly waitpointHost: WaitpointHost | undefined;
   private readonly inputTimeoutMs: number;
@@ -127,17 +119,9 @@ export class TaskContext implements ToolContext {
     this.attempt = options.attempt;
     this.signal = options.signal;
     this.log = options.logger;
-    this.store = options.store;
     this.lock = options.lock;
     this.onLockLost = options.onLockLost;
-    this.coalescer = new Coalescer<ProgressUpdate>({
-      minIntervalMs: options.progressIntervalMs,
-      send: (update) => {
-        options.onProgressWritten?.();
-        this.write(update);
-      },
-      ...(options.onProgressCoalesced ? { onCoalesced: options.onProgressCoalesced } : {}),
-    });
+    this.messages = new RunMessages(options);
     this.durable = options.durable;
     this.inputTimeoutMs = options.inputTimeoutMs ?? 86_400_000;
     this.queueTimeoutMs = options.queueTimeoutMs ?? 3_600_000;
@@ -389,6 +373,12 @@ export class TaskContext implements ToolContext {
     throw new SuspendedError();
   };
 
+  readonly progress = (progress: number, total?: number, message?: string): void =>
+    this.messages.progress(progress, total, message);
+
+  readonly notify = (level: LogLevel, data: unknown, logger?: string): void =>
+    this.messages.notify(level, data, logger);
+
   readonly batchOutcomes = async (from: number, count: number): Promise<ChildOutcome[]> => {
     if (!Number.isSafeInteger(from) || from < 0 || !Number.isSafeInteger(count) || count < 0 || count > 10_000) {
       throw new RangeError('ctx.batchOutcomes needs an index from >= 0 and a count of 0..10000');
@@ -396,58 +386,6 @@ export class TaskContext implements ToolContext {
     if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.batchOutcomes is not available in this context');
     await this.started();
     return this.fanOutHost.outcomes(this.taskId, from, count);
-  };
-
-  readonly progress = (progress: number, total?: number, message?: string): void => {
-    checkProgressArgs(progress, total);
-    if (this.closed) {
-      this.log.debug({ progress }, 'progress after the run ended dropped');
-      return;
-    }
-    if (this.lastProgress !== undefined && progress <= this.lastProgress) {
-      this.log.debug({ progress, last: this.lastProgress }, 'progress not greater than the last value dropped');
-      return;
-    }
-    this.lastProgress = progress;
-    const update: ProgressUpdate = { progress };
-    if (total !== undefined) update.total = total;
-    // Well-formed, or the store's script refuses the whole update (§22.4).
-    // Bounded, or a flood of long messages gets the gateway's subscriber cut (§22.4).
-    if (message !== undefined) {
-      update.message = boundedText(wellFormedText(String(message)), MAX_PROGRESS_MESSAGE_BYTES);
-    }
-    this.coalescer.push(update);
-  };
-
-  readonly notify = (level: LogLevel, data: unknown, logger?: string): void => {
-    checkNotifyArgs(level, data);
-    if (this.closed) {
-      this.log.debug({ level }, 'log message after the run ended dropped');
-      return;
-    }
-    const recordLog = this.store.recordLog?.bind(this.store);
-    if (!recordLog) {
-      this.log.info({ level, data }, 'log message (no client route in this context)');
-      return;
-    }
-    const message: LogMessage = { level, data: wellFormedJson(data) };
-    if (logger !== undefined) message.logger = wellFormedText(String(logger));
-    // In the same write set as progress: flushProgress waits for it, so every message is published before the task's
-    // terminal status and reaches the caller before the result.
-    const write: Promise<void> = recordLog(this.taskId, message, this.lock)
-      .then(
-        (outcome) => {
-          if (outcome === 'lock_lost') {
-            this.log.warn({ level }, 'log message refused: this worker no longer holds the job');
-            this.onLockLost?.();
-          } else if (outcome !== 'published') {
-            this.log.debug({ level, outcome }, 'log message not published');
-          }
-        },
-        (error: unknown) => this.log.warn({ err: error, level }, 'log message write failed'),
-      )
-      .finally(() => this.writes.delete(write));
-    this.writes.add(write);
   };
 
   readonly sleep = (ms: number): Promise<void> => abortableSleep(this.signal, ms);
@@ -632,34 +570,12 @@ export class TaskContext implements ToolContext {
   }
 
   /** Writes the pending progress value (if any) and waits for every write in flight. Never rejects. */
-  async flushProgress(): Promise<void> {
-    this.coalescer.flush();
-    while (this.writes.size > 0) await Promise.all(this.writes);
+  flushProgress(): Promise<void> {
+    return this.messages.flush();
   }
 
   /** Ends the run: a pending progress value is dropped and later `progress` calls are ignored. */
   close(): void {
-    this.closed = true;
-    this.coalescer.cancel();
-  }
-
-  private write(update: ProgressUpdate): void {
-    const write: Promise<void> = this.store
-      .recordProgress(this.taskId, update, this.lock)
-      .then(
-        (outcome) => {
-          if (outcome === 'lock_lost') {
-            this.log.warn({ progress: update.progress }, 'progress refused: this worker no longer holds the job');
-            this.onLockLost?.();
-          } else if (outcome !== 'accepted') {
-            this.log.debug({ progress: update.progress, outcome }, 'progress not recorded');
-          }
-        },
-        (error: unknown) => {
-          this.log.warn({ err: error, progress: update.progress }, 'progress write failed');
-        },
-      )
-      .finally(() => this.writes.delete(write));
-    this.writes.add(write);
+    this.messages.close();
   }
 }
