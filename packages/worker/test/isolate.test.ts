@@ -17,7 +17,7 @@ import { ChildContext } from '../src/engine/isolate-context.js';
 import { fromWireError, toWireError, type ChildMessage } from '../src/engine/isolate-messages.js';
 import { checkIsolatedTools, invokeMember, type HostContext } from '../src/engine/isolated-run.js';
 import { CONTEXT_SURFACE, ISOLATE_CALLS } from '../src/context-surface.js';
-import { settle } from '../src/engine/settle.js';
+import { settle } from '../src/engine/stages/settle.js';
 
 const base = { name: 'crunch', description: 'Crunches.', inputSchema: z.object({}), run: () => 'ok' };
 const here = import.meta.url;

@@ -35,7 +35,7 @@ import { callTool } from './isolated-run.js';
 import { runUnderTimeout, type RunEnvelope } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
 import type { ToolLimits } from './tool-limits.js';
-import { settle, type SettleAction } from './settle.js';
+import { settle, type SettleAction } from './stages/settle.js';
 import { writeThroughOutage } from './end-write.js';
 
 /** Parents whose progress this worker coalesces, at most; the oldest is flushed and forgotten beyond it. */
