@@ -3,11 +3,14 @@
  * served here, the stall count, the arguments), then the tool's own per-key or shared limits. A failed check fails the
  * task; a limit that says wait sends the run back to wait, holding no slot.
  */
-import { type JobData, isRedisUnavailableError, queueOfBullName } from '@taskrelay/shared';
+import type { Job } from 'bullmq';
+import { type BatchOutcome, type JobData, isRedisUnavailableError, queueOfBullName } from '@taskrelay/shared';
 import { describeIssues, type ToolDefinition } from '../../define-tool.js';
 import { UNREADABLE_JOB_DATA } from '../slot-gate.js';
 import type { LimitWait } from '../tool-limits.js';
 import type { RunningJob } from '../running-jobs.js';
+import type { ChildJobData } from './child-scope.js';
+import { failed } from './record-child.js';
 import type { TaskRecorder } from './record.js';
 import type { JobRunnerOptions, ParsedJobData, RunScope } from './run-scope.js';
 
@@ -75,4 +78,39 @@ export class TaskAdmission {
       return this.recorder.failJob(run, 'INTERNAL', error instanceof Error ? error.message : String(error));
     }
   }
+}
+
+/**
+ * The checks before the child's tool runs: the tool is served here, the child has not stalled too often, and its
+ * arguments fit the tool's schema. A failed check is the child's failed outcome (`refused`).
+ */
+export function checkChild(
+  tools: ReadonlyMap<string, ToolDefinition>,
+  job: Job<unknown, void>,
+  data: ChildJobData,
+): { tool: ToolDefinition; args: Record<string, unknown> } | { refused: BatchOutcome } {
+  const tool = tools.get(data.tool);
+  if (!tool) {
+    return {
+      refused: failed(
+        'TOOL_NOT_FOUND',
+        `Tool ${data.tool} is not served by this worker (queue ${queueOfBullName(job.queueName)})`,
+      ),
+    };
+  }
+  if (job.stalledCounter > tool.maxStalls) {
+    return {
+      refused: failed(
+        'JOB_LOST',
+        `The worker running this child stopped responding ${job.stalledCounter} times; giving up`,
+      ),
+    };
+  }
+  const input = tool.inputSchema.safeParse(data.arguments);
+  if (!input.success) {
+    return {
+      refused: failed('INVALID_ARGUMENTS', `Invalid arguments for tool ${tool.name}: ${describeIssues(input.error)}`),
+    };
+  }
+  return { tool, args: input.data };
 }

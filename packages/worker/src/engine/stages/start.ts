@@ -4,11 +4,19 @@
  * to its tool (§12.8).
  */
 import { DelayedError, type Job } from 'bullmq';
-import { JobDataSchema, isTerminal, type Logger, type TaskRecord } from '@taskrelay/shared';
+import {
+  JobDataSchema,
+  isTerminal,
+  priorityLevelOf,
+  type JobLock,
+  type Logger,
+  type TaskRecord,
+} from '@taskrelay/shared';
 import type { ToolDefinition } from '../../define-tool.js';
 import { bullLockMs } from '../end-write.js';
 import { FirstRunStart } from '../first-run-start.js';
 import { MAX_TIMER_MS } from '../run-envelope.js';
+import type { BatchChild, ChildJobData, ChildRunnerOptions } from './child-scope.js';
 import type { TaskRecorder } from './record.js';
 import { attemptOf, bookkeeping, type JobRunnerOptions, type ParsedJobData, type RunScope } from './run-scope.js';
 
@@ -165,4 +173,41 @@ export class TaskStart {
       log.warn({ err: error }, 'onCancelled failed');
     }
   }
+}
+
+/**
+ * Records the child's start under its job lock (§26.3), and takes its job out of its owner's waiting share of the
+ * pool. The child as its record names it; undefined when it must not run (its parent ended, its batch stopped, or
+ * its outcome is recorded already).
+ */
+export async function startChild(
+  o: Pick<ChildRunnerOptions, 'batches' | 'fairShare'>,
+  job: Job<unknown, void>,
+  jobId: string,
+  data: ChildJobData,
+  lock: JobLock,
+  log: Logger,
+): Promise<BatchChild | undefined> {
+  const parentId = data.taskId;
+  const start = await o.batches.startChild(parentId, data.child, lock);
+  const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
+  o.fairShare.leave(lock.queue, owner, jobId).catch(() => undefined);
+  if (start.outcome === 'lock_lost') {
+    log.warn('child job lock already lost at start; tool not run');
+    throw new DelayedError();
+  }
+  if (start.outcome !== 'run') {
+    log.info({ outcome: start.outcome, parentId }, 'batch child not run (parent ended, batch stopped, or recorded)');
+    return undefined;
+  }
+  const level = priorityLevelOf(job.opts.priority ?? 0);
+  return {
+    parentId,
+    index: data.child,
+    owner,
+    parentPool: start.parentPool,
+    tool: data.tool,
+    maxOpen: data.maxOpen,
+    level,
+  };
 }
