@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { NonRetryableError } from '@taskrelay/shared';
-import { failOrRetry, settle, type SettleInput } from '../src/engine/settle.js';
+import { failOrRetry, settle, type SettleInput } from '../src/engine/stages/settle.js';
 import { RetryAfterError, SuspendedError } from '../src/errors.js';
 
 const base: SettleInput = {

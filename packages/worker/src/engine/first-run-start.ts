@@ -6,7 +6,7 @@
  * ended aborts the run when its answer arrives, one round trip after the run began.
  */
 import { isTerminal, type Logger, type Runs, type RunStart, type TaskRecord } from '@taskrelay/shared';
-import type { PendingStart } from '../context.js';
+import type { PendingStart } from '../context-types.js';
 import { writeThroughOutage } from './end-write.js';
 import { sweptReason } from './cancel-watch.js';
 import type { RunningJobs } from './running-jobs.js';

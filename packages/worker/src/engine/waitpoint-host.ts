@@ -12,7 +12,7 @@ import {
   type RedisClient,
   type Waitpoints,
 } from '@taskrelay/shared';
-import type { WaitpointHost } from '../context.js';
+import type { WaitpointHost } from '../context-types.js';
 
 export class WaitpointOpener implements WaitpointHost {
   /** Made at the first waitpoint: a deployment that never opens one never makes its key. */
