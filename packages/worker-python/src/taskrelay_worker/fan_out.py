@@ -19,7 +19,7 @@ from typing import Any, Callable
 from .errors import TaskCancelledError, TaskrelayError
 from .keys import Keys, tool_queue
 from .log import Logger
-from .protocol import BATCH_FIELDS, CANCEL, ERROR, RESULT
+from .protocol import BATCH_FIELDS, CANCEL, ERROR, FIELDS, RESULT
 from .store import TERMINAL, JobLock, TaskStore
 
 #: Outcomes listed inline in the result; the rest are read with ``ctx.batch_outcomes`` (MAX_FANOUT_OUTCOMES).
@@ -337,6 +337,13 @@ class BatchParent:
         task_id, lock, log = run.task_id, run.lock, run.log
         shape = await self.shape(task_id)
         if shape is None:
+            # As the Node parent (batch-parent.ts): a batch's children queue on the parent's shard, where the child
+            # tool's workers do not consume, so no batch in the sharded layout yet (PROTOCOL.md §1.1, docs/SCALING.md).
+            if self.keys.layout == "sharded":
+                raise TaskrelayError(
+                    ERROR.INVALID_ARGUMENTS,
+                    "ctx.fan_out: batches are not available in the sharded key layout yet (docs/SCALING.md)",
+                )
             pool, _ = await self._child_tool(args.tool)
             created = await self._create(
                 task_id,
@@ -408,7 +415,7 @@ class BatchParent:
         next window itself, so the batch moves on whatever the parent's run does (§26.3 step 4, ``releaseFromChild``);
         a parent still delayed is promoted as well. Nothing for a batch that is stopped, done, failed fast or whose
         parent ended. Answers how many children it released."""
-        shape, counts, status = await self.shape(task_id), await self.peek(task_id), await self.redis.hget(self.keys.task(task_id), "status")
+        shape, counts, status = await self.shape(task_id), await self.peek(task_id), await self.redis.hget(self.keys.task(task_id), FIELDS["status"])
         if shape is None or counts is None or counts["stopped"] or status is None or status in TERMINAL:
             return 0
         if counts["released"] >= counts["size"] or (shape["failFast"] and counts["failed"] > 0):
