@@ -201,14 +201,14 @@ class BatchParent:
         keys: Keys,
         own_queue_name: str,
         tools: dict[str, Any],
-        queue_of: Callable[[str], Any],
+        queue_of: Callable[[str, str], Any],
     ) -> None:
         self.store = store
         self.redis = store.redis
         self.keys = keys
         self.own_queue_name = own_queue_name
         self.tools = tools
-        #: The bullmq ``Queue`` of a pool (the worker's, one per pool, closed with it).
+        #: The bullmq ``Queue`` of a pool and the shard of a job id (the worker's ``_queue_of``, closed with it).
         self.queue_of = queue_of
 
     def for_run(self, max_open: Any, level: Any) -> FanOutHost:
@@ -420,7 +420,7 @@ class BatchParent:
             return 0
         if counts["released"] >= counts["size"] or (shape["failFast"] and counts["failed"] > 0):
             return 0
-        queue = self.queue_of(shape["parentPool"])
+        queue = self.queue_of(shape["parentPool"], task_id)
         state = await queue.getJobState(task_id)
         if state in ("completed", "failed", "unknown"):
             return 0
@@ -492,7 +492,7 @@ class BatchParent:
             if max_open is not None:
                 data["maxOpen"] = max_open
             jobs.append({"name": shape["childTool"], "data": data, "opts": job_options(batch_child_id(task_id, index), priority, tool)})
-        await self.queue_of(shape["childPool"]).addBulk(jobs)
+        await self.queue_of(shape["childPool"], task_id).addBulk(jobs)
         return len(jobs)
 
     async def stop_children(self, task_id: str) -> None:
@@ -503,7 +503,7 @@ class BatchParent:
             return
         await self.redis.hset(self._k(task_id)["hash"], BATCH_FIELDS["stopped"], "1")
         indices = await self._open_indices(task_id)
-        queue = self.queue_of(shape["childPool"])
+        queue = self.queue_of(shape["childPool"], task_id)
         pipe = self.redis.pipeline(transaction=False)
         for index in indices:
             job_id = batch_child_id(task_id, index)
