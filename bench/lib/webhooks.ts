@@ -8,11 +8,10 @@
  *   time from its status change until his receiver has it.
  * Also the hanging receivers' POSTs over the run: what the circuits left them.
  */
-import { TaskStore, createKeys, createLogger } from '@taskrelay/shared';
+import { TaskStore, WebhookOutbox, createKeys, createLogger } from '@taskrelay/shared';
 import { Redis } from 'ioredis';
 import { GatewayMetrics } from '../../packages/gateway/src/metrics/gateway-metrics.js';
 import { WebhookDeliverer } from '../../packages/gateway/src/tasks/webhooks/deliverer.js';
-import { WebhookOutbox } from '../../packages/gateway/src/tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../../packages/gateway/src/tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../../packages/gateway/src/tasks/webhooks/url-policy.js';
 import type { TestRedis } from '../../test/helpers/redis.js';

@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { TaskStore, createKeys, createLogger, type Keys } from '@taskrelay/shared';
+import { TaskStore, WebhookOutbox, createKeys, createLogger, type Keys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -16,7 +16,6 @@ import {
   SUSPECT_SLOTS,
   WebhookDeliverer,
 } from '../src/tasks/webhooks/deliverer.js';
-import { WebhookOutbox } from '../src/tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../src/tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../src/tasks/webhooks/url-policy.js';
 

@@ -27,6 +27,7 @@ import {
   resolveGatewayOptions,
   TaskOutputStore,
   BlobObjects,
+  WebhookOutbox,
   type GatewayConfig,
   type GatewayOptions,
   type Keys,
@@ -55,7 +56,6 @@ import { ResourceFeed } from '../tasks/resource-feed.js';
 import { TaskResources } from '../protocol/resources.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
 import { WebhookIntake } from '../tasks/webhooks/intake.js';
-import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../tasks/webhooks/url-policy.js';
 import { waitEndedByShutdown } from '../wire/errors.js';

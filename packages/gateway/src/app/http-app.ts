@@ -12,6 +12,7 @@ import {
   type RedisClient,
   type TaskStore,
   type TaskSearch,
+  type WebhookOutbox,
 } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
@@ -33,7 +34,6 @@ import { createScheduleApi } from '../admin/schedule-api.js';
 import { logsHandler, searchHandler } from '../admin/task-api.js';
 import type { Schedules } from '../tasks/schedules/schedules.js';
 import type { TaskReplay } from '../tasks/replay.js';
-import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
