@@ -29,7 +29,8 @@ const noUnusedVars = [
 ];
 
 /**
- * The gateway's layers, top to bottom (PROTOCOL.md §16, whose table `scripts/layers-table.mjs` writes from this list).
+ * The gateway's layers, top to bottom (PROTOCOL.md §16 and ARCHITECTURE.md, whose tables `scripts/docs-layers.mjs`
+ * writes from this list).
  * Each row maps its folders to what they hold. A folder imports only from the rows below its own; folders on one row
  * are peers and never import each other.
  */

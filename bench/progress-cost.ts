@@ -10,7 +10,7 @@
  */
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { RedisTaskStore, createKeys, newTaskId } from '@taskrelay/shared';
+import { TaskStore, createKeys, newTaskId } from '@taskrelay/shared';
 import { startRedis, uniquePrefix } from '../test/helpers/redis.js';
 
 const { values } = parseArgs({
@@ -35,12 +35,12 @@ const redis = new Redis(server.url);
 const subscriber = new Redis(server.url);
 try {
   const keys = createKeys(uniquePrefix('progress'), 'sharded');
-  const store = new RedisTaskStore(redis, keys);
+  const store = new TaskStore(redis, keys);
   const [code] = (await store.placement?.codes('default~long', 1)) ?? [];
   // One task per in-flight writer, each routed to gateway g1, whose channel a subscriber reads (as a gateway would).
   const tasks = await Promise.all(
     Array.from({ length: IN_FLIGHT }, () =>
-      store.create({
+      store.records.create({
         tool: 'long',
         queue: 'default~long',
         principal: 'p',
@@ -62,7 +62,7 @@ try {
     tasks.map(async (task) => {
       while (next < UPDATES) {
         next += 1;
-        await store.recordProgress(task.taskId, { progress: next });
+        await store.runs.recordProgress(task.taskId, { progress: next });
       }
     }),
   );

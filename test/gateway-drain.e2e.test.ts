@@ -7,7 +7,7 @@ import { request as httpRequest, Agent } from 'node:http';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { RedisTaskStore, createKeys } from '@taskrelay/shared';
+import { TaskStore, createKeys } from '@taskrelay/shared';
 import { waitFor } from './helpers/wait-for.js';
 import {
   FIXTURE_TOOLS,
@@ -41,7 +41,7 @@ beforeAll(() => {
   [worker, gatedWorker] = stack.workers as [ManagedProcess, ManagedProcess];
 });
 
-const store = () => new RedisTaskStore(r, createKeys(prefix));
+const store = () => new TaskStore(r, createKeys(prefix));
 const startGateway = (graceMs: number) => startGatewayProcess({ ...env, GATEWAY_SHUTDOWN_GRACE_MS: String(graceMs) });
 
 /** The plain calls' task ids, in order (clients never see them; the gateway logs them). */
@@ -153,7 +153,7 @@ describe('§11 gateway drain', () => {
     expect(result.isError).toBeFalsy();
     expect(result.content).toEqual([{ type: 'text', text: `gate ${gate} done` }]);
     expect(await exited).toBe(0);
-    for (const taskId of callTaskIds(gateway)) expect((await store().get(taskId))?.status).toBe('completed');
+    for (const taskId of callTaskIds(gateway)) expect((await store().records.get(taskId))?.status).toBe('completed');
     for (const agent of agents) agent.destroy();
   });
 
@@ -182,7 +182,7 @@ describe('§11 gateway drain', () => {
     expect((error as McpError).data).toEqual({ code: 'GATEWAY_SHUTDOWN' });
     expect(await exited).toBe(0);
 
-    const task = await store().get(taskId!);
+    const task = await store().records.get(taskId!);
     expect(task).toMatchObject({
       status: 'cancelled',
       cancelReason: 'GATEWAY_SHUTDOWN',
@@ -231,7 +231,7 @@ describe('§11 gateway drain', () => {
     const result = await again.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.content).toEqual([{ type: 'text', text: `gate ${gate} done` }]);
     expect((await again.experimental.tasks.getTask(taskId)).status).toBe('completed');
-    expect((await store().get(taskId))?.cancelReason).toBeUndefined();
+    expect((await store().records.get(taskId))?.cancelReason).toBeUndefined();
     await again.close();
   });
 });

@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { type Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, McpError, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { RedisTaskStore, createKeys } from '@taskrelay/shared';
+import { TaskStore, createKeys } from '@taskrelay/shared';
 import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { FIXTURE_TOOLS, type GatewayProcess } from './helpers/processes.js';
@@ -89,7 +89,7 @@ describe('§10.8 idempotent creation', () => {
     const taskId = ids[0] ?? '';
     await onB.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(await startTask(onB, 'sleepy', { ms: 200 }, { meta: { [IDEMPOTENCY]: key } })).toBe(taskId);
-    const task = await new RedisTaskStore(r, createKeys(prefix)).get(taskId);
+    const task = await new TaskStore(r, createKeys(prefix)).records.get(taskId);
     expect(task?.attempt).toBe(1);
   });
 

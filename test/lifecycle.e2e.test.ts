@@ -4,8 +4,8 @@
  * what that state promises.
  * - gateway: starting → ready (`/readyz` 200) → draining on SIGTERM (`/readyz` 503 at once; a plain call in flight
  *   still gets its result) → closed (exit 0).
- * - worker: STARTING → RUNNING (its catalog listed) → DRAINING on SIGTERM (a running tool finishes; its catalog stays
- *   listed) → STOPPING → STOPPED (its catalog gone, exit 0).
+ * - worker: starting → running (its catalog listed) → draining on SIGTERM (a running tool finishes; its catalog stays
+ *   listed) → stopping → stopped (its catalog gone, exit 0).
  */
 import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -73,26 +73,26 @@ describe('process lifecycles', () => {
     expect(states(gateway, 'gateway state')).toEqual(['ready', 'draining', 'closed']);
   });
 
-  it('worker: STARTING → RUNNING → DRAINING (a running tool finishes, still listed) → STOPPING → STOPPED (unlisted)', async () => {
+  it('worker: starting → running → draining (a running tool finishes, still listed) → stopping → stopped (unlisted)', async () => {
     const worker = stack.workers[0]!;
     const keys = createKeys(stack.prefix);
     const workerId = await waitFor(
       () => worker.logs().find((l) => l['msg'] === 'worker ready')?.['workerId'] as string | undefined,
       { message: 'no worker id in the ready line' },
     );
-    expect(states(worker, 'worker state')).toEqual(['STARTING', 'RUNNING']);
+    expect(states(worker, 'worker state')).toEqual(['starting', 'running']);
     expect(await stack.r.zscore(keys.workers, workerId)).not.toBeNull();
 
     const call = await callInFlight(stack.gateway.url);
     worker.child.kill('SIGTERM');
-    await waitFor(() => states(worker, 'worker state').includes('DRAINING'), { message: 'no DRAINING' });
+    await waitFor(() => states(worker, 'worker state').includes('draining'), { message: 'no draining' });
     // Draining: still listed, so the gateway keeps routing the tool and its calls queue.
     expect(await stack.r.zscore(keys.workers, workerId)).not.toBeNull();
     const result = await call.result;
     expect(result.isError).toBeFalsy();
     expect(JSON.stringify(result.content)).toContain('built from 30 items');
     expect(await worker.exited).toBe(0);
-    expect(states(worker, 'worker state')).toEqual(['STARTING', 'RUNNING', 'DRAINING', 'STOPPING', 'STOPPED']);
+    expect(states(worker, 'worker state')).toEqual(['starting', 'running', 'draining', 'stopping', 'stopped']);
     expect(await stack.r.zscore(keys.workers, workerId)).toBeNull();
     expect(await stack.r.exists(keys.workerCatalog(workerId))).toBe(0);
   });

@@ -8,7 +8,7 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { createKeys, RedisTaskStore } from '@taskrelay/shared';
+import { createKeys, TaskStore } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import { readSse } from './helpers/raw-mcp.js';
@@ -19,7 +19,7 @@ type Json = Record<string, any>;
 
 let redis: TestRedis;
 let r: Redis;
-let store: RedisTaskStore;
+let store: TaskStore;
 let gatewayA: GatewayProcess;
 let gatewayB: GatewayProcess;
 let nextId = 1;
@@ -28,7 +28,7 @@ beforeAll(async () => {
   redis = await startRedis();
   r = new Redis(redis.url);
   const prefix = uniquePrefix('rounds');
-  store = new RedisTaskStore(r, createKeys(prefix));
+  store = new TaskStore(r, createKeys(prefix));
   const env = {
     REDIS_URL: redis.url,
     TASKRELAY_PREFIX: prefix,
@@ -126,7 +126,7 @@ describe('§17.3 a retried round reports its progress on its own stream', () => 
       expect(values.at(-1)).toBe(4);
       expect(values.every((v) => v >= 2)).toBe(true);
       // The call is owned by the gateway that served the retry now.
-      const record = await store.get(taskIdOf(asked['requestState'] as string));
+      const record = await store.records.get(taskIdOf(asked['requestState'] as string));
       expect(record?.status).toBe('completed');
     });
   }
@@ -161,7 +161,7 @@ describe('§17.3 a round nobody retries', () => {
     // Nobody retries: at the round's end (the tool's 1.5 s input timeout) the reaper fails the call.
     const ended = await waitFor(
       async () => {
-        const record = await store.get(taskId);
+        const record = await store.records.get(taskId);
         return record?.status === 'failed' ? record : undefined;
       },
       { timeoutMs: 10_000, message: 'the abandoned round never ended' },
@@ -183,6 +183,6 @@ describe('§17.3 a round nobody retries', () => {
       ),
     );
     expect(late['error']).toMatchObject({ code: -32602 });
-    expect((await store.get(taskId))?.status).toBe('failed');
+    expect((await store.records.get(taskId))?.status).toBe('failed');
   });
 });

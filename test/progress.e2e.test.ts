@@ -11,7 +11,7 @@ import {
   type ProgressNotification,
   type TaskStatusNotification,
 } from '@modelcontextprotocol/sdk/types.js';
-import { createKeys, RedisTaskStore } from '@taskrelay/shared';
+import { createKeys, TaskStore } from '@taskrelay/shared';
 import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { ROOT, connectClient, readMetric, type GatewayProcess } from './helpers/processes.js';
@@ -87,9 +87,9 @@ describe('§6 progress flow', () => {
     const salesCount = received.filter((p) => p.progressToken === 'sales-42').length;
 
     // A late update for sales: from the worker side the store refuses it; a stray pub/sub message is dropped.
-    const store = new RedisTaskStore(r, createKeys(prefix));
-    expect(await store.recordProgress(sales, { progress: 3, total: 4 })).toBe('terminal');
-    const gatewayId = (await store.get(sales))?.gatewayId ?? '';
+    const store = new TaskStore(r, createKeys(prefix));
+    expect(await store.runs.recordProgress(sales, { progress: 3, total: 4 })).toBe('terminal');
+    const gatewayId = (await store.records.get(sales))?.gatewayId ?? '';
     await r.publish(
       createKeys(prefix).gatewayChannel(gatewayId),
       JSON.stringify({ type: 'progress', taskId: sales, progress: 3, total: 4 }),
@@ -194,7 +194,7 @@ describe('§6 progress flow', () => {
     await push(gate, { done: true });
     await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     const count = received.length;
-    const gatewayId = (await new RedisTaskStore(r, createKeys(prefix)).get(taskId))?.gatewayId ?? '';
+    const gatewayId = (await new TaskStore(r, createKeys(prefix)).records.get(taskId))?.gatewayId ?? '';
     await r.publish(
       createKeys(prefix).gatewayChannel(gatewayId),
       JSON.stringify({ type: 'progress', taskId, progress: 2, total: 3 }),
@@ -210,8 +210,8 @@ describe('§6 progress flow', () => {
   });
 
   it('drops updates for unknown tasks and creates nothing', async () => {
-    const store = new RedisTaskStore(r, createKeys(prefix));
-    expect(await store.recordProgress('f'.repeat(32), { progress: 1 })).toBe('missing');
+    const store = new TaskStore(r, createKeys(prefix));
+    expect(await store.runs.recordProgress('f'.repeat(32), { progress: 1 })).toBe('missing');
     expect(await r.exists(createKeys(prefix).task('f'.repeat(32)))).toBe(0);
   });
 

@@ -24,7 +24,7 @@ import {
   type LoggingMessageNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { createKeys, RedisTaskStore } from '@taskrelay/shared';
+import { createKeys, TaskStore } from '@taskrelay/shared';
 import { waitFor } from './helpers/wait-for.js';
 import { ROOT, connectClient, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
@@ -42,14 +42,14 @@ const stack = useStack({
   workers: [{}, {}, { TASKRELAY_TOOLS: TALK_TOOLS, TASKRELAY_QUEUE: 'talk' }],
 });
 let r: Redis;
-let store: RedisTaskStore;
+let store: TaskStore;
 let prefix: string;
 let gateway: GatewayProcess;
 let stockWorkers: ManagedProcess[];
 
 beforeAll(() => {
   ({ r, prefix, gateway } = stack);
-  store = new RedisTaskStore(r, createKeys(prefix));
+  store = new TaskStore(r, createKeys(prefix));
   stockWorkers = stack.workers.slice(0, 2);
 });
 
@@ -173,7 +173,7 @@ describe('§12 input requests (elicitation)', () => {
         .some((l) => l['msg'] === 'mcp server error' && JSON.stringify(l['err']).includes('unknown message ID'));
     await waitFor(dropped, { message: 'the second answer did not reach the gateway' });
     expect(approved(await result(client, taskId))).toBe(true);
-    const record = await store.get(taskId);
+    const record = await store.records.get(taskId);
     expect(record?.status).toBe('completed');
     expect(record?.inputResponses).toEqual({ '1': { action: 'accept', content: { approved: true } } });
     await client.close();
@@ -188,7 +188,7 @@ describe('§12 input requests (elicitation)', () => {
     // The log line travels on the gateway's stdout, not with the request: it may be read a moment later.
     await waitFor(() => gatewayLogged('bad answer to an input request; asking again', taskId));
     expect(await status(client, taskId)).toBe('input_required');
-    expect((await store.get(taskId))?.inputResponses).toBeUndefined();
+    expect((await store.records.get(taskId))?.inputResponses).toBeUndefined();
     again.answer({ action: 'accept', content: { approved: true } });
     expect(approved(await result(client, taskId))).toBe(true);
     await client.close();

@@ -9,7 +9,7 @@
 import { loadavg } from 'node:os';
 import {
   FAIL_FAST_REDIS_OPTIONS,
-  RedisTaskStore,
+  TaskStore,
   createKeys,
   createLogger,
   createRedis,
@@ -54,7 +54,7 @@ export async function runCreatePath(o: { redis: TestRedis; log: (m: string) => v
         const connection = createRedis(o.redis.url, FAIL_FAST_REDIS_OPTIONS);
         const command = createRedis(o.redis.url);
         const dispatcher = new JobDispatcher(connection, keys, log);
-        const store = new RedisTaskStore(command, keys);
+        const store = new TaskStore(command, keys);
         const one = async () => {
           const taskId = newTaskId();
           const data: JobData = { taskId, tool: TOOL.name, arguments: {}, timeoutMs: 1_000, principal: 'p' };
@@ -72,10 +72,10 @@ export async function runCreatePath(o: { redis: TestRedis; log: (m: string) => v
           if (mode === 'create + add in one script') {
             const job = await dispatcher.prepare(TOOL, data);
             if (!job) throw new Error('BullMQ add not available for the create script');
-            const outcome = await store.createTask({ ...input, job });
+            const outcome = await store.records.createTask({ ...input, job });
             if (!outcome.jobAdded) throw new Error('job not added');
           } else {
-            const outcome = await store.createTask(input);
+            const outcome = await store.records.createTask(input);
             await dispatcher.enqueue(TOOL, data, { priority: outcome.priority ?? 1 });
           }
         };

@@ -8,11 +8,10 @@
  *   time from its status change until his receiver has it.
  * Also the hanging receivers' POSTs over the run: what the circuits left them.
  */
-import { RedisTaskStore, createKeys, createLogger } from '@taskrelay/shared';
+import { TaskStore, WebhookOutbox, createKeys, createLogger } from '@taskrelay/shared';
 import { Redis } from 'ioredis';
 import { GatewayMetrics } from '../../packages/gateway/src/metrics/gateway-metrics.js';
 import { WebhookDeliverer } from '../../packages/gateway/src/tasks/webhooks/deliverer.js';
-import { WebhookOutbox } from '../../packages/gateway/src/tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../../packages/gateway/src/tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../../packages/gateway/src/tasks/webhooks/url-policy.js';
 import type { TestRedis } from '../../test/helpers/redis.js';
@@ -34,7 +33,7 @@ interface Row {
 
 async function scenario(redis: Redis, abusers: number): Promise<Row> {
   const keys = createKeys(uniquePrefix(`wh-bench-${abusers}`));
-  const store = new RedisTaskStore(redis, keys, { reaperIntervalMs: 0 });
+  const store = new TaskStore(redis, keys, { reaperIntervalMs: 0 });
   const outbox = new WebhookOutbox(redis, keys.webhooks);
   const receivers: WebhookReceiver[] = [];
   const base = { tool: 'b', queue: 'default', mode: 'task' as const, ttl: 600_000, pollInterval: 1000 };
@@ -47,19 +46,19 @@ async function scenario(redis: Redis, abusers: number): Promise<Row> {
       receivers.push(r);
       hanging.push(r);
       for (let i = 0; i < EVENTS_PER_ABUSER; i++) {
-        const t = await store.create({
+        const t = await store.records.create({
           ...base,
           principal: `abuser${p}`,
           webhook: { url: `${r.origin}/h`, cap: 1000 },
         });
-        await store.transition(t.taskId, 'completed', { result: { content: [] } });
+        await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
       }
     }
     const live = await startWebhookReceiver(SECRET);
     receivers.push(live);
     const hook = { url: `${live.origin}/h`, cap: 1000 };
-    const first = await store.create({ ...base, principal: 'dave', webhook: hook });
-    await store.transition(first.taskId, 'completed', { result: { content: [] } });
+    const first = await store.records.create({ ...base, principal: 'dave', webhook: hook });
+    await store.runs.transition(first.taskId, 'completed', { result: { content: [] } });
     deliverer.d = new WebhookDeliverer(
       outbox,
       new WebhookPolicy({ secretSet: true, allowedHosts: receivers.map((r) => `127.0.0.1:${r.port}`) }),
@@ -81,9 +80,9 @@ async function scenario(redis: Redis, abusers: number): Promise<Row> {
     await waitFor(() => live.received.length === 1, { timeoutMs: 120_000, intervalMs: 5 });
     const coldMs = performance.now() - started;
     await new Promise((resolve) => setTimeout(resolve, WARM_AFTER_MS));
-    const second = await store.create({ ...base, principal: 'dave', webhook: hook });
+    const second = await store.records.create({ ...base, principal: 'dave', webhook: hook });
     const changed = performance.now();
-    await store.transition(second.taskId, 'completed', { result: { content: [] } });
+    await store.runs.transition(second.taskId, 'completed', { result: { content: [] } });
     await waitFor(() => live.received.length === 2, { timeoutMs: 120_000, intervalMs: 5 });
     const warmMs = performance.now() - changed;
     const hangingPosts = hanging.reduce((n, r) => n + r.received.length, 0);

@@ -12,6 +12,9 @@ if (!existsSync(new URL('pyproject.toml', python))) process.exit(0);
 
 const shared = new URL('./dist/protocol/', import.meta.url);
 const { loadScripts, scriptsGeneration, protocolManifest, ResultCode } = await import(new URL('index.js', shared).href);
+// The ctx surface, declared once in the worker (packages/worker/src/context-surface.ts): Python's ToolContext is
+// checked against it (packages/worker-python/tests/test_context_surface.py).
+const { contextManifest } = await import(new URL('../worker/dist/context-surface.js', import.meta.url).href);
 
 const out = new URL('src/taskrelay_worker/_generated/', python);
 
@@ -48,6 +51,7 @@ const manifest = {
   bullmq: { node: nodeBullmq, python: pythonBullmq },
   // Keys of both layouts, result and error codes, task fields, statuses, cancel reasons, message shapes (§29.2).
   ...protocolManifest(),
+  context: contextManifest(),
   scripts: Object.fromEntries(Object.entries(scripts).sort(([a], [b]) => a.localeCompare(b))),
 };
 writeIfChanged('manifest.json', `${JSON.stringify(manifest, null, 2)}\n`);

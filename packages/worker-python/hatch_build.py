@@ -49,7 +49,8 @@ class ProtocolFilesHook(BuildHookInterface):
                 "taskrelay-worker: building from a checkout needs Node 20+ on PATH (the build hook runs "
                 "packages/shared/emit-python-lua.mjs); install Node, then `pnpm install`"
             )
-        if not (repository / "packages/shared/dist/protocol/scripts.js").is_file():
+        built = ("packages/shared/dist/protocol/scripts.js", "packages/worker/dist/context-surface.js")
+        if not all((repository / path).is_file() for path in built):
             self._run([node, "scripts/build.mjs"], repository)
         self._run([node, str(emitter.relative_to(repository))], repository)
 

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { UnrecoverableError, Worker } from 'bullmq';
-import { RedisTaskStore, createKeys, toolQueue } from '@taskrelay/shared';
+import { TaskStore, createKeys, toolQueue } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
 import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
@@ -83,8 +83,8 @@ describe('§10.3 the reaper, with no worker consuming the queue', () => {
 
   it('fails a task that was stored but never enqueued (its gateway died in between)', async () => {
     // Exactly what a gateway writes before it enqueues (§4.2), then nothing: the gateway "died".
-    const store = new RedisTaskStore(r, createKeys(prefix));
-    const record = await store.create({
+    const store = new TaskStore(r, createKeys(prefix));
+    const record = await store.records.create({
       tool: 'steady',
       queue: 'default',
       principal: 'anonymous',

@@ -8,7 +8,7 @@
  */
 import { parseArgs } from 'node:util';
 import {
-  RedisTaskStore,
+  TaskStore,
   createKeys,
   keyLayoutOf,
   createRedis,
@@ -34,7 +34,7 @@ async function main(): Promise<number> {
   const keys = createKeys(config.prefix, keyLayoutOf(config.redisUrl, config.prefix, config.keyLayout));
   const redis = createRedis(requireRedisUrl(config), { maxRetriesPerRequest: 1 });
   try {
-    const inUse = await new RedisTaskStore(redis, keys).liveToolVersions(VERSION_SCAN_LIMIT);
+    const inUse = await new TaskStore(redis, keys).records.liveToolVersions(VERSION_SCAN_LIMIT);
     if (command === 'list') {
       const now = Date.now();
       for (const p of await rememberedPools(redis, keys)) {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import {
-  RedisTaskStore,
+  TaskStore,
   createKeys,
   createLogger,
   toolPool,
@@ -192,8 +192,8 @@ describe('§24.9 a pool is kept while live tasks last ran its tool versions', ()
     await liveTask(keys, 't1', 'x', 'v1');
     await liveTask(keys, 't2', 'x', 'v1');
     await liveTask(keys, 't3', 'y', 'v7');
-    const store = new RedisTaskStore(redis, keys);
-    expect((await store.liveToolVersions(100)).sort((a, b) => a.tool.localeCompare(b.tool))).toEqual([
+    const store = new TaskStore(redis, keys);
+    expect((await store.records.liveToolVersions(100)).sort((a, b) => a.tool.localeCompare(b.tool))).toEqual([
       { tool: 'x', version: 'v1' },
       { tool: 'y', version: 'v7' },
     ]);

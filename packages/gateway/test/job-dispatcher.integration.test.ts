@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import {
   FAIL_FAST_REDIS_OPTIONS,
   OpenCapReached,
-  RedisTaskStore,
+  TaskStore,
   createKeys,
   createLogger,
   createRedis,
@@ -80,7 +80,7 @@ describe('§4 job dispatcher', () => {
     const connection = createRedis(server.url, FAIL_FAST_REDIS_OPTIONS);
     const command = createRedis(server.url);
     const dispatcher = new JobDispatcher(connection, keys, log);
-    const store = new RedisTaskStore(command, keys);
+    const store = new TaskStore(command, keys);
     const retrying: CatalogTool = { ...tool, attempts: 3, backoff: { type: 'fixed', delayMs: 50 } };
     const input = (taskId: string) => ({
       taskId,
@@ -101,7 +101,7 @@ describe('§4 job dispatcher', () => {
       for (const [i, id] of ['a', 'b'].entries()) {
         const job = await dispatcher.prepare(retrying, data(id));
         expect(job).toBeDefined();
-        const outcome = await store.createTask({ ...input(id), job: job! });
+        const outcome = await store.records.createTask({ ...input(id), job: job! });
         expect(outcome).toMatchObject({ created: true, jobAdded: true, priority: i + 1 });
       }
       const ref = await redis.hgetall(jobKey('ref'));
@@ -120,9 +120,9 @@ describe('§4 job dispatcher', () => {
       expect(prioritized).toHaveLength(3);
       // The third create fills the cap; the fourth is refused at it and adds no job.
       expect(
-        await store.createTask({ ...input('c'), job: (await dispatcher.prepare(retrying, data('c')))! }),
+        await store.records.createTask({ ...input('c'), job: (await dispatcher.prepare(retrying, data('c')))! }),
       ).toMatchObject({ created: true });
-      const refused = await store
+      const refused = await store.records
         .createTask({ ...input('d'), job: (await dispatcher.prepare(retrying, data('d')))! })
         .catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(OpenCapReached);

@@ -5,7 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
-import { createKeys, createLogger, type RedisTaskStore, type TaskRecord } from '@taskrelay/shared';
+import { createKeys, createLogger, type TaskStore, type TaskRecord } from '@taskrelay/shared';
 import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import { TaskRouter, type ProgressParams } from '../src/tasks/task-router.js';
 
@@ -89,7 +89,7 @@ beforeEach(async () => {
   watch = vi.fn(() => Promise.resolve(record('w1', 'tok')));
   statusesOf = vi.fn();
   metrics = new GatewayMetrics();
-  const store = { get: vi.fn(), statuses: statusesOf, watch } as unknown as RedisTaskStore;
+  const store = { records: { get: vi.fn(), statuses: statusesOf, watch } } as unknown as TaskStore;
   router = new TaskRouter(
     sub as unknown as Redis,
     (channel, message) => {

@@ -13,7 +13,7 @@ import {
   type CreateOutcome,
   type CreateTaskInput,
   type JobData,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskPage,
   type TaskRecord,
   type TaskStatus,
@@ -23,7 +23,9 @@ import type { CatalogTool, ToolCatalog } from '../src/tasks/catalog.js';
 import type { JobDispatcher } from '../src/tasks/job-dispatcher.js';
 import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import type { TaskRouter } from '../src/tasks/task-router.js';
-import { MIN_TTL_MS, TaskService, grantTtl, runDeadlineAt, type StartTaskInput } from '../src/tasks/task-service.js';
+import { MIN_TTL_MS, grantTtl, runDeadlineAt } from '../src/tasks/task-policy.js';
+import { TaskService } from '../src/tasks/task-service.js';
+import type { StartTaskInput } from '../src/tasks/task-start.js';
 import { checkAnswer } from '../src/wire/input-answers.js';
 import { renderResult, renderTask } from '../src/wire/task-wire.js';
 
@@ -255,7 +257,8 @@ beforeEach(() => {
   };
   // The fakes implement only what TaskService calls; the casts say so once, here.
   service = new TaskService(
-    store as unknown as RedisTaskStore,
+    // One fake plays both aggregates TaskService uses: task records and runs.
+    { records: store, runs: store } as unknown as TaskStore,
     catalog as unknown as ToolCatalog,
     dispatcher as unknown as JobDispatcher,
     router as unknown as TaskRouter,

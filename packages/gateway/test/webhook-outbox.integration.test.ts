@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { RedisTaskStore, createKeys, createLogger, type Keys } from '@taskrelay/shared';
+import { TaskStore, WebhookOutbox, createKeys, createLogger, type Keys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -16,7 +16,6 @@ import {
   SUSPECT_SLOTS,
   WebhookDeliverer,
 } from '../src/tasks/webhooks/deliverer.js';
-import { WebhookOutbox } from '../src/tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../src/tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../src/tasks/webhooks/url-policy.js';
 
@@ -53,7 +52,7 @@ function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
   return {
     keys,
-    store: new RedisTaskStore(redis, keys, { reaperIntervalMs: 0 }),
+    store: new TaskStore(redis, keys, { reaperIntervalMs: 0 }),
     outbox: new WebhookOutbox(redis, keys.webhooks),
   };
 }
@@ -109,11 +108,14 @@ async function due(keys: Keys): Promise<string[]> {
 describe('§27.2 the outbox is written in the status change', () => {
   it('a task ending writes one event with its status; a task without a webhook writes none', async () => {
     const { keys, store } = setup('ob-append');
-    const hooked = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
-    const plain = await store.create(base);
-    await store.transition(plain.taskId, 'completed', { result: { content: [] } });
+    const hooked = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
+    const plain = await store.records.create(base);
+    await store.runs.transition(plain.taskId, 'completed', { result: { content: [] } });
     expect(await due(keys)).toEqual([]);
-    await store.transition(hooked.taskId, 'failed', { statusMessage: 'boom', result: { content: [], isError: true } });
+    await store.runs.transition(hooked.taskId, 'failed', {
+      statusMessage: 'boom',
+      result: { content: [], isError: true },
+    });
     const id = `msg_${hooked.taskId}_1`;
     expect(await due(keys)).toEqual([id]);
     expect(await redis.hgetall(keys.webhooks.event(id))).toMatchObject({
@@ -127,25 +129,25 @@ describe('§27.2 the outbox is written in the status change', () => {
     });
     expect(await redis.hget(keys.webhooks.pending, 'alice')).toBe('1');
     // A terminal task never changes, so a refused write appends nothing.
-    await store.transition(hooked.taskId, 'cancelled');
+    await store.runs.transition(hooked.taskId, 'cancelled');
     expect(await due(keys)).toEqual([id]);
-    expect((await store.get(hooked.taskId))?.webhookUrl).toBe('http://127.0.0.1:1/h');
+    expect((await store.records.get(hooked.taskId))?.webhookUrl).toBe('http://127.0.0.1:1/h');
   });
 
   it('input_required once per change (not for another question while waiting), nothing on the way back to working', async () => {
     const { keys, store } = setup('ob-input');
-    const { taskId } = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
+    const { taskId } = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
     await redis.set(keys.bullJobLock('default', taskId), 'tok', 'PX', 60_000);
     const lock = { queue: 'default', token: 'tok' };
     const ask = (n: number) => ({ method: 'elicitation/create' as const, params: { message: `q${n}` }, n });
-    await store.suspend(taskId, lock, { requests: [ask(1)], deadlineAt: Date.now() + 60_000 });
-    await store.suspend(taskId, lock, { requests: [ask(2)], deadlineAt: Date.now() + 60_000 });
+    await store.runs.suspend(taskId, lock, { requests: [ask(1)], deadlineAt: Date.now() + 60_000 });
+    await store.runs.suspend(taskId, lock, { requests: [ask(2)], deadlineAt: Date.now() + 60_000 });
     expect(await due(keys)).toEqual([`msg_${taskId}_1`]);
-    await store.answerInput(taskId, 1, { action: 'accept' }, Date.now() + 60_000);
-    await store.answerInput(taskId, 2, { action: 'accept' }, Date.now() + 60_000);
-    expect((await store.get(taskId))?.status).toBe('working');
+    await store.runs.answerInput(taskId, 1, { action: 'accept' }, Date.now() + 60_000);
+    await store.runs.answerInput(taskId, 2, { action: 'accept' }, Date.now() + 60_000);
+    expect((await store.records.get(taskId))?.status).toBe('working');
     expect(await due(keys)).toHaveLength(1);
-    await store.transition(taskId, 'completed', { result: { content: [] } }, { lock });
+    await store.runs.transition(taskId, 'completed', { result: { content: [] } }, { lock });
     const ids = await due(keys);
     expect(ids.sort()).toEqual([`msg_${taskId}_1`, `msg_${taskId}_2`].sort());
     expect(await redis.hget(keys.webhooks.event(`msg_${taskId}_1`), 'status')).toBe('input_required');
@@ -154,8 +156,8 @@ describe('§27.2 the outbox is written in the status change', () => {
 
   it('the reaper failing a task writes its event', async () => {
     const { keys, store } = setup('ob-reap');
-    const { taskId } = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
-    const outcome = await store.reap('g1');
+    const { taskId } = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
+    const outcome = await store.runs.reap('g1');
     expect(outcome.reaped.map((r) => r.taskId)).toEqual([taskId]);
     expect(await redis.hgetall(keys.webhooks.event(`msg_${taskId}_1`))).toMatchObject({
       status: 'failed',
@@ -165,10 +167,10 @@ describe('§27.2 the outbox is written in the status change', () => {
 
   it("an event past the principal's pending cap is dead-lettered at once", async () => {
     const { keys, store, outbox } = setup('ob-cap');
-    const a = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 1 } });
-    const b = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 1 } });
-    await store.transition(a.taskId, 'completed', { result: { content: [] } });
-    await store.transition(b.taskId, 'completed', { result: { content: [] } });
+    const a = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 1 } });
+    const b = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 1 } });
+    await store.runs.transition(a.taskId, 'completed', { result: { content: [] } });
+    await store.runs.transition(b.taskId, 'completed', { result: { content: [] } });
     expect(await due(keys)).toEqual([`msg_${a.taskId}_1`]);
     expect(await outbox.counts()).toEqual({ pending: 1, dead: 1 });
     expect(await outbox.deadLetters()).toEqual([
@@ -181,8 +183,8 @@ describe('§27.2 the outbox is written in the status change', () => {
 describe('§27.3 claims, leases and takeover', () => {
   it('a claimed event is hidden until its lease ends, then another holder takes it; the first cannot settle it', async () => {
     const { store, outbox } = setup('ob-lease');
-    const { taskId } = await store.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
-    await store.transition(taskId, 'completed', { result: { content: [] } });
+    const { taskId } = await store.records.create({ ...base, webhook: { url: 'http://127.0.0.1:1/h', cap: 10 } });
+    await store.runs.transition(taskId, 'completed', { result: { content: [] } });
     const [first] = (await outbox.claim('dead-gateway', 10, 200)).events;
     expect(first).toMatchObject({ id: `msg_${taskId}_1`, attempts: 1, lease: 'dead-gateway:1' });
     expect((await outbox.claim('g2', 10, 200)).events).toEqual([]);
@@ -200,8 +202,8 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
     const { store, outbox } = setup('ob-outage');
     const r = await receiver();
     r.answer((n) => (n <= 2 ? 500 : 200));
-    const { taskId } = await store.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
-    await store.transition(taskId, 'completed', { statusMessage: 'done', result: { content: [] } });
+    const { taskId } = await store.records.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
+    await store.runs.transition(taskId, 'completed', { statusMessage: 'done', result: { content: [] } });
     const { d, metrics } = deliverer(outbox, r);
     d.start();
     await waitFor(async () => (await outcomes(metrics))['delivered'] === 1, { timeoutMs: 10_000 });
@@ -223,8 +225,8 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
   it('a gateway that died holding the lease leaves the event to another, which delivers it', async () => {
     const { store, outbox } = setup('ob-takeover');
     const r = await receiver();
-    const { taskId } = await store.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
-    await store.transition(taskId, 'completed', { result: { content: [] } });
+    const { taskId } = await store.records.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
+    await store.runs.transition(taskId, 'completed', { result: { content: [] } });
     // The first gateway claims it and is gone before it settles anything.
     expect((await outbox.claim('killed-gateway', 16, 300)).events).toHaveLength(1);
     const { d, metrics } = deliverer(outbox, r, { gatewayId: 'g2' });
@@ -242,8 +244,8 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
     const broken = await receiver();
     broken.answer(() => 500);
     for (const r of [gone, missing, broken]) {
-      const { taskId } = await store.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
-      await store.transition(taskId, 'completed', { result: { content: [] } });
+      const { taskId } = await store.records.create({ ...base, webhook: { url: `${r.origin}/hook`, cap: 10 } });
+      await store.runs.transition(taskId, 'completed', { result: { content: [] } });
     }
     const metrics = new GatewayMetrics();
     const d = new WebhookDeliverer(
@@ -278,8 +280,11 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
   it('an event whose host left the allow-list since creation is dead-lettered, never sent', async () => {
     const { store, outbox } = setup('ob-revoked');
     const r = await receiver();
-    const { taskId } = await store.create({ ...base, webhook: { url: `http://localhost:${r.port}/hook`, cap: 10 } });
-    await store.transition(taskId, 'completed', { result: { content: [] } });
+    const { taskId } = await store.records.create({
+      ...base,
+      webhook: { url: `http://localhost:${r.port}/hook`, cap: 10 },
+    });
+    await store.runs.transition(taskId, 'completed', { result: { content: [] } });
     const metrics = new GatewayMetrics();
     const d = new WebhookDeliverer(
       outbox,
@@ -313,11 +318,19 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
     dead.answer(() => 'hang');
     const live = await receiver();
     for (let i = 0; i < 40; i++) {
-      const t = await store.create({ ...base, principal: 'alice', webhook: { url: `${dead.origin}/h`, cap: 100 } });
-      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+      const t = await store.records.create({
+        ...base,
+        principal: 'alice',
+        webhook: { url: `${dead.origin}/h`, cap: 100 },
+      });
+      await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
     }
-    const d = await store.create({ ...base, principal: 'dave', webhook: { url: `${live.origin}/h`, cap: 100 } });
-    await store.transition(d.taskId, 'completed', { result: { content: [] } });
+    const d = await store.records.create({
+      ...base,
+      principal: 'dave',
+      webhook: { url: `${live.origin}/h`, cap: 100 },
+    });
+    await store.runs.transition(d.taskId, 'completed', { result: { content: [] } });
     // Tries time out after 30 s (far beyond this test on any machine): dave's event must not wait for them to end.
     const { d: deliv, metrics } = deliverer(outbox, [dead, live], { timeoutMs: 30_000 });
     deliv.start();
@@ -345,17 +358,21 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
         r.answer(() => 'hang');
         hanging.push(r);
         for (let i = 0; i < 8; i++) {
-          const t = await store.create({
+          const t = await store.records.create({
             ...base,
             principal: `abuser${p}`,
             webhook: { url: `${r.origin}/h`, cap: 100 },
           });
-          await store.transition(t.taskId, 'completed', { result: { content: [] } });
+          await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
         }
       }
       const live = await receiver();
-      const d = await store.create({ ...base, principal: 'dave', webhook: { url: `${live.origin}/h`, cap: 100 } });
-      await store.transition(d.taskId, 'completed', { result: { content: [] } });
+      const d = await store.records.create({
+        ...base,
+        principal: 'dave',
+        webhook: { url: `${live.origin}/h`, cap: 100 },
+      });
+      await store.runs.transition(d.taskId, 'completed', { result: { content: [] } });
       // Up to 12 hanging principals leave a reserved slot free, so their tries may take 30 s (far beyond this test);
       // 16 fill every slot with first tries, and then dave's is the first event taken when one ends (2 s).
       const timeoutMs = abusers <= DELIVERY_SLOTS - RESERVED_SLOTS ? 30_000 : 2_000;
@@ -384,8 +401,8 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
     const broken = await receiver();
     broken.answer(() => 503);
     for (let i = 0; i < 30; i++) {
-      const t = await store.create({ ...base, webhook: { url: `${broken.origin}/h`, cap: 100 } });
-      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+      const t = await store.records.create({ ...base, webhook: { url: `${broken.origin}/h`, cap: 100 } });
+      await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
     }
     // A 4 s first backoff step: the circuit stays open 2 s after the first failures, the events' own retries 2–4 s.
     const { d, metrics } = deliverer(outbox, broken, { retryBaseMs: 4_000, retryMaxMs: 60_000 });
@@ -408,8 +425,8 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
     const stalling = await receiver();
     stalling.answer(() => 'stall-body');
     for (let i = 0; i < 10; i++) {
-      const t = await store.create({ ...base, webhook: { url: `${stalling.origin}/h`, cap: 100 } });
-      await store.transition(t.taskId, 'completed', { result: { content: [] } });
+      const t = await store.records.create({ ...base, webhook: { url: `${stalling.origin}/h`, cap: 100 } });
+      await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
     }
     const { d, metrics } = deliverer(outbox, stalling, { timeoutMs: 300 });
     d.start();

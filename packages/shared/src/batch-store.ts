@@ -13,7 +13,7 @@ import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
 import { TASK_FIELDS as F } from './protocol/task-fields.js';
 import { isTerminal, type TaskStatus, type ToolResult } from './protocol/task-model.js';
 import type { SerializedError } from './protocol/errors.js';
-import type { JobLock } from './task-store.js';
+import type { JobLock } from './store/runs.js';
 
 /** How one child ended, as recorded (once) in the outcome hash. */
 export interface BatchOutcome {

@@ -166,7 +166,7 @@ export class TaskSearch {
   private readonly scripts: ScriptRunner;
 
   /**
-   * @param shards in the sharded layout, every placed shard's keys (`RedisTaskStore.everyShard`): a search reads each
+   * @param shards in the sharded layout, every placed shard's keys (`TaskStore.everyShard`): a search reads each
    *   shard's index and merges them (PROTOCOL.md §30.2). Without it, the one index of `keys`.
    */
   constructor(

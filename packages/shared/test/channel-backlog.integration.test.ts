@@ -8,7 +8,7 @@ import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { ChannelBacklogStore, backlogBudget, backlogCost } from '../src/channel-backlog.js';
 import { createKeys } from '../src/protocol/keys.js';
-import { RedisTaskStore } from '../src/task-store.js';
+import { TaskStore } from '../src/store/task-store.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -47,9 +47,9 @@ describe('§22.4 a gateway channel’s backlog', () => {
 
   it('publishes no tool message past the budget; a dropped log message is told with the next that fits', async () => {
     const keys = createKeys(uniquePrefix('backlog'));
-    const store = new RedisTaskStore(redis, keys);
+    const store = new TaskStore(redis, keys);
     const backlog = new ChannelBacklogStore(redis, keys);
-    const { taskId } = await store.create({ ...base, gatewayId: 'g1' });
+    const { taskId } = await store.records.create({ ...base, gatewayId: 'g1' });
     const channel = keys.gatewayChannel('g1');
     const got: string[] = [];
     sub.on('message', (c: string, m: string) => void (c === channel && got.push(m)));
@@ -57,13 +57,13 @@ describe('§22.4 a gateway channel’s backlog', () => {
     // Room for two 40 KB messages, not a third, nor a 4 KB progress message after them.
     await backlog.ack('g1', 0, { max: 83_000, ttlMs: 60_000, reset: true });
     const data = { filler: 'x'.repeat(40_000) };
-    expect(await store.recordLog(taskId, { level: 'info', data })).toBe('published');
-    expect(await store.recordLog(taskId, { level: 'info', data })).toBe('published');
-    expect(await store.recordLog(taskId, { level: 'info', data })).toBe('dropped');
-    expect(await store.recordLog(taskId, { level: 'info', data })).toBe('dropped');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data })).toBe('published');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data })).toBe('published');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data })).toBe('dropped');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data })).toBe('dropped');
     // Progress past the budget is stored, not published.
-    expect(await store.recordProgress(taskId, { progress: 1, message: 'm'.repeat(4_000) })).toBe('accepted');
-    expect((await store.get(taskId))?.progress).toBe(1);
+    expect(await store.runs.recordProgress(taskId, { progress: 1, message: 'm'.repeat(4_000) })).toBe('accepted');
+    expect((await store.records.get(taskId))?.progress).toBe(1);
     await waitFor(() => got.length === 2);
     const bytes = Number(await redis.hget(keys.gatewayBacklog('g1'), 'bytes'));
     expect(bytes).toBe(got.reduce((n, m) => n + backlogCost(channel, m), 0));
@@ -73,7 +73,7 @@ describe('§22.4 a gateway channel’s backlog', () => {
     await backlog.ack('g1', 0, { max: 83_000, ttlMs: 60_000 });
     // The gateway reads them: room again. The next message comes after a warning with the count.
     expect(await backlog.ack('g1', bytes, { max: 83_000, ttlMs: 60_000 })).toBe(0);
-    expect(await store.recordLog(taskId, { level: 'info', data: 'after' })).toBe('published');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data: 'after' })).toBe('published');
     await waitFor(() => got.length === 4);
     expect(JSON.parse(got[2]!)).toMatchObject({
       type: 'log',
@@ -84,12 +84,12 @@ describe('§22.4 a gateway channel’s backlog', () => {
     });
     expect(JSON.parse(got[3]!)).toMatchObject({ type: 'log', level: 'info', data: 'after' });
     // Told once: the count starts again.
-    expect(await store.recordLog(taskId, { level: 'info', data: 'again' })).toBe('published');
+    expect(await store.runs.recordLog(taskId, { level: 'info', data: 'again' })).toBe('published');
     await waitFor(() => got.length === 5);
     expect(JSON.parse(got[4]!)).toMatchObject({ data: 'again' });
     // A gateway without the hash (gone) bounds nothing.
     await redis.del(keys.gatewayBacklog('g1'));
-    for (let i = 0; i < 5; i++) expect(await store.recordLog(taskId, { level: 'info', data })).toBe('published');
+    for (let i = 0; i < 5; i++) expect(await store.runs.recordLog(taskId, { level: 'info', data })).toBe('published');
     await sub.unsubscribe(channel);
   });
 });

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
-import { RedisTaskStore } from '../src/task-store.js';
+import { TaskStore } from '../src/store/task-store.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -68,7 +68,7 @@ describe('25. fair share priorities', () => {
 
   it('enters a task’s job in its share when the task is created with fairShare, in the same step', async () => {
     const { keys, fair } = share();
-    const store = new RedisTaskStore(redis, keys);
+    const store = new TaskStore(redis, keys);
     const base = {
       tool: 't',
       queue: 'pool',
@@ -77,8 +77,8 @@ describe('25. fair share priorities', () => {
       ttl: 60_000,
       pollInterval: 1000,
     };
-    const first = await store.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
-    const second = await store.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
+    const first = await store.records.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
+    const second = await store.records.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
     expect([first.priority, second.priority]).toEqual([1, 2]);
     const shareKey = keys.fairShare('pool', 'alice');
     expect(await redis.zrange(shareKey, 0, -1)).toEqual([first.record.taskId, second.record.taskId]);
@@ -86,7 +86,7 @@ describe('25. fair share priorities', () => {
     // The same share as `enter`: the next job of alice's goes behind both.
     expect(await fair.enter('pool', 'alice', 'a3', 60_000)).toBe(3);
     // Without fairShare, nothing is entered.
-    const plain = await store.createTask({ ...base, principal: 'bob' });
+    const plain = await store.records.createTask({ ...base, principal: 'bob' });
     expect(plain.priority).toBeUndefined();
     expect(await redis.exists(keys.fairShare('pool', 'bob'))).toBe(0);
   });

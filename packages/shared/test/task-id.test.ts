@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { newTaskId } from '../src/task-store.js';
+import { newTaskId } from '../src/store/task-codec.js';
 
 describe('task ids', () => {
   it('are 128 random bits in hex, distinct across refills of their pool', () => {

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
-import { RedisTaskStore, newTaskId } from '../src/task-store.js';
+import { TaskStore } from '../src/store/task-store.js';
+import { newTaskId } from '../src/store/task-codec.js';
 import { SEARCH_SCAN_BUDGET, TaskSearch } from '../src/task-search.js';
 
 let server: TestRedis;
@@ -25,7 +26,7 @@ afterAll(async () => {
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new RedisTaskStore(redis, keys), search: new TaskSearch(redis, keys) };
+  return { keys, store: new TaskStore(redis, keys), search: new TaskSearch(redis, keys) };
 }
 
 const base = {
@@ -41,12 +42,12 @@ const at = (s: number) => new Date(Date.UTC(2026, 11, 1, 0, 0, s));
 describe('§30.2 what a task keeps for its operators', () => {
   it('keeps a task’s arguments beside its hash, expiring with it; a plain call keeps none', async () => {
     const { store, keys } = setup('args');
-    const task = await store.create({ ...base, ttl: 5_000, argumentsJson: '{"report":"q3"}' });
-    const call = await store.create({ ...base, mode: 'call', argumentsJson: '{"report":"q4"}' });
+    const task = await store.records.create({ ...base, ttl: 5_000, argumentsJson: '{"report":"q3"}' });
+    const call = await store.records.create({ ...base, mode: 'call', argumentsJson: '{"report":"q4"}' });
     expect(await redis.get(keys.taskArguments(task.taskId))).toBe('{"report":"q3"}');
     expect(await redis.pttl(keys.taskArguments(task.taskId))).toBe(-1);
     expect(await redis.exists(keys.taskArguments(call.taskId))).toBe(0);
-    await store.transition(task.taskId, 'failed');
+    await store.runs.transition(task.taskId, 'failed');
     const pttl = await redis.pttl(keys.taskArguments(task.taskId));
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5_000);
@@ -54,20 +55,20 @@ describe('§30.2 what a task keeps for its operators', () => {
 
   it('stores a call’s tags, adds a run’s under its lock (each once, at most 10), and links a replay both ways', async () => {
     const { store, keys } = setup('tags');
-    const { taskId } = await store.create({ ...base, tags: ['nightly', 'team:data'] });
+    const { taskId } = await store.records.create({ ...base, tags: ['nightly', 'team:data'] });
     const lock = { queue: 'default', token: 'tok' };
     await redis.set(keys.bullJobLock('default', taskId), 'tok');
-    expect(await store.addTags(taskId, lock, ['team:data', 'retry'])).toBe('written');
-    expect((await store.get(taskId))?.tags).toEqual(['nightly', 'team:data', 'retry']);
+    expect(await store.runs.addTags(taskId, lock, ['team:data', 'retry'])).toBe('written');
+    expect((await store.records.get(taskId))?.tags).toEqual(['nightly', 'team:data', 'retry']);
     const eight = Array.from({ length: 8 }, (_v, i) => `t${i}`);
-    expect(await store.addTags(taskId, lock, eight)).toBe('full');
-    expect((await store.get(taskId))?.tags).toHaveLength(3);
-    expect(await store.addTags(taskId, { ...lock, token: 'other' }, ['x'])).toBe('lock_lost');
-    await store.transition(taskId, 'failed');
-    expect(await store.addTags(taskId, lock, ['late'])).toBe('gone');
-    const replay = await store.create({ ...base, replayOf: taskId, steps: '{"fetch":1}' });
-    expect(await store.get(taskId)).toMatchObject({ replayedBy: replay.taskId });
-    expect(await store.get(replay.taskId)).toMatchObject({ replayOf: taskId, steps: { fetch: 1 } });
+    expect(await store.runs.addTags(taskId, lock, eight)).toBe('full');
+    expect((await store.records.get(taskId))?.tags).toHaveLength(3);
+    expect(await store.runs.addTags(taskId, { ...lock, token: 'other' }, ['x'])).toBe('lock_lost');
+    await store.runs.transition(taskId, 'failed');
+    expect(await store.runs.addTags(taskId, lock, ['late'])).toBe('gone');
+    const replay = await store.records.create({ ...base, replayOf: taskId, steps: '{"fetch":1}' });
+    expect(await store.records.get(taskId)).toMatchObject({ replayedBy: replay.taskId });
+    expect(await store.records.get(replay.taskId)).toMatchObject({ replayOf: taskId, steps: { fetch: 1 } });
   });
 });
 
@@ -76,8 +77,8 @@ describe('§30.2 search', () => {
     const { store, search } = setup('filter');
     const make = async (s: number, o: Partial<typeof base> & { tags?: string[]; end?: 'failed' | 'completed' }) => {
       const { end, ...input } = o;
-      const { taskId } = await store.create({ ...base, ...input }, at(s));
-      if (end) await store.transition(taskId, end);
+      const { taskId } = await store.records.create({ ...base, ...input }, at(s));
+      if (end) await store.runs.transition(taskId, end);
       return taskId;
     };
     const a = await make(1, { end: 'failed', tags: ['nightly'] });
@@ -107,7 +108,7 @@ describe('§30.2 search', () => {
   it('pages without repeating or skipping a task, ties of one millisecond included', async () => {
     const { store, search } = setup('pages');
     const made: string[] = [];
-    for (let i = 0; i < 7; i++) made.push((await store.create(base, at(i < 4 ? 1 : 2))).taskId);
+    for (let i = 0; i < 7; i++) made.push((await store.records.create(base, at(i < 4 ? 1 : 2))).taskId);
     const seen: string[] = [];
     let cursor: string | undefined;
     let pages = 0;
@@ -124,8 +125,8 @@ describe('§30.2 search', () => {
 
   it('reads at most its scan budget per page, and says where to go on', async () => {
     const { store, search } = setup('budget');
-    const rare = (await store.create({ ...base, tags: ['rare'] }, at(0))).taskId;
-    for (let i = 0; i < SEARCH_SCAN_BUDGET + 10; i++) await store.create(base, at(1));
+    const rare = (await store.records.create({ ...base, tags: ['rare'] }, at(0))).taskId;
+    for (let i = 0; i < SEARCH_SCAN_BUDGET + 10; i++) await store.records.create(base, at(1));
     const first = await search.search({ tag: 'rare' });
     expect(first.tasks).toEqual([]);
     expect(first.scanned).toBe(SEARCH_SCAN_BUDGET);
@@ -137,8 +138,8 @@ describe('§30.2 search', () => {
 
   it('prunes the index of tasks that are gone, keeping an old unfinished one', async () => {
     const { store, search, keys } = setup('prune');
-    const gone = await store.create(base, at(1));
-    const running = await store.create(base, at(2));
+    const gone = await store.records.create(base, at(1));
+    const running = await store.records.create(base, at(2));
     await redis.del(keys.task(gone.taskId));
     expect(await search.prune(at(3).getTime())).toBe(1);
     expect(await redis.zrange(keys.taskIndex, 0, -1)).toEqual([running.taskId]);
@@ -148,27 +149,27 @@ describe('§30.2 search', () => {
 describe('§30.4 kept log lines', () => {
   it('keeps at most 1,000 lines, oldest dropped, read after an id; nothing for a task that is gone; expires with it', async () => {
     const { store, keys } = setup('logs');
-    const { taskId } = await store.create({ ...base, ttl: 5_000 });
+    const { taskId } = await store.records.create({ ...base, ttl: 5_000 });
     const lines = Array.from({ length: 1_005 }, (_v, i) =>
       JSON.stringify({ level: 'info', msg: `line ${i}`, attempt: 1 }),
     );
-    await store.keepLogs(taskId, lines.slice(0, 500));
-    await store.keepLogs(taskId, lines.slice(500));
+    await store.logs.keep(taskId, lines.slice(0, 500));
+    await store.logs.keep(taskId, lines.slice(500));
     expect(await redis.xlen(keys.taskLogs(taskId))).toBe(1_000);
-    const first = await store.readLogs(taskId, undefined, 2);
+    const first = await store.logs.read(taskId, undefined, 2);
     expect(first.map((l) => l['msg'])).toEqual(['line 5', 'line 6']);
     expect(first[0]).toMatchObject({ level: 'info', attempt: 1, id: expect.stringMatching(/^\d+-\d+$/) as string });
-    const next = await store.readLogs(taskId, first[1]!.id, 1);
+    const next = await store.logs.read(taskId, first[1]!.id, 1);
     expect(next.map((l) => l['msg'])).toEqual(['line 7']);
     expect(await redis.pttl(keys.taskLogs(taskId))).toBe(-1);
-    await store.transition(taskId, 'failed');
+    await store.runs.transition(taskId, 'failed');
     const pttl = await redis.pttl(keys.taskLogs(taskId));
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5_000);
     // A line flushed after the end expires with the task too; a task that is gone gets no stream at all.
-    await store.keepLogs(taskId, [JSON.stringify({ msg: 'late' })]);
+    await store.logs.keep(taskId, [JSON.stringify({ msg: 'late' })]);
     expect(await redis.pttl(keys.taskLogs(taskId))).toBeGreaterThan(0);
-    await store.keepLogs('gone', [JSON.stringify({ msg: 'x' })]);
+    await store.logs.keep('gone', [JSON.stringify({ msg: 'x' })]);
     expect(await redis.exists(keys.taskLogs('gone'))).toBe(0);
   });
 });
@@ -176,7 +177,7 @@ describe('§30.4 kept log lines', () => {
 describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Redis', () => {
   function shardedSetup(label: string) {
     const keys = createKeys(uniquePrefix(label), 'sharded');
-    const store = new RedisTaskStore(redis, keys);
+    const store = new TaskStore(redis, keys);
     return { keys, store, search: new TaskSearch(redis, keys, () => store.everyShard()) };
   }
 
@@ -186,8 +187,8 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     const made: string[] = [];
     // 30 tasks over 3 shards, two by two in the same second (ties ordered by id), every third one failed.
     for (let i = 0; i < 30; i++) {
-      const { taskId } = await store.create({ ...base, tool: 'hot', taskId: newTaskId(codes[i % 3]) }, at(i >> 1));
-      if (i % 3 === 0) await store.transition(taskId, 'failed');
+      const { taskId } = await store.records.create({ ...base, tool: 'hot', taskId: newTaskId(codes[i % 3]) }, at(i >> 1));
+      if (i % 3 === 0) await store.runs.transition(taskId, 'failed');
       made.push(taskId);
     }
     const seen: string[] = [];
@@ -224,7 +225,7 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     // 250 tasks: more than one round reads (200); only the three oldest carry the tag.
     for (let i = 0; i < 250; i++) {
       const tags = i < 3 ? ['old'] : [];
-      const { taskId } = await store.create({ ...base, tool: 'hot', tags, taskId: newTaskId(codes[i % 3]) }, at(i));
+      const { taskId } = await store.records.create({ ...base, tool: 'hot', tags, taskId: newTaskId(codes[i % 3]) }, at(i));
       if (i < 3) old.push(taskId);
     }
     const page = await search.search({ tag: 'old' }, { limit: 50 });
@@ -237,7 +238,7 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     const codes = (await store.placement?.codes('default~hot', 2)) ?? [];
     const ids: string[] = [];
     for (const code of codes)
-      ids.push((await store.create({ ...base, tool: 'hot', taskId: newTaskId(code) }, at(1))).taskId);
+      ids.push((await store.records.create({ ...base, tool: 'hot', taskId: newTaskId(code) }, at(1))).taskId);
     for (const id of ids) await redis.del(keys.forTask(id).task(id));
     expect(await search.prune(at(2).getTime())).toBe(2);
     for (const id of ids) expect(await redis.zscore(keys.forTask(id).taskIndex, id)).toBeNull();

@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { createKeys, type Keys } from '../src/protocol/keys.js';
-import { RedisTaskStore } from '../src/task-store.js';
+import { TaskStore } from '../src/store/task-store.js';
 
 let server: TestRedis;
 let redis: Redis;
@@ -22,9 +22,9 @@ afterAll(async () => {
   await server?.stop();
 });
 
-function setup(label: string, options: ConstructorParameters<typeof RedisTaskStore>[2] = {}) {
+function setup(label: string, options: ConstructorParameters<typeof TaskStore>[2] = {}) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new RedisTaskStore(redis, keys, { reaperIntervalMs: 0, ...options }) };
+  return { keys, store: new TaskStore(redis, keys, { reaperIntervalMs: 0, ...options }) };
 }
 
 const base = {
@@ -54,10 +54,10 @@ async function holdLock(keys: Keys, taskId: string, token: string): Promise<void
 describe('§10.3 the reaper', () => {
   it('fails a task whose job was never enqueued, and frees its idempotency key', async () => {
     const { store, keys } = setup('reap-lost');
-    const { taskId } = await store.create({ ...base, idempotencyKey: 'k1' });
-    const outcome = await store.reap('g1');
+    const { taskId } = await store.records.create({ ...base, idempotencyKey: 'k1' });
+    const outcome = await store.runs.reap('g1');
     expect(outcome.reaped).toEqual([{ taskId, code: 'JOB_LOST', message: expect.stringMatching(/lost/) as string }]);
-    const task = await store.get(taskId);
+    const task = await store.records.get(taskId);
     expect(task).toMatchObject({ status: 'failed', error: { code: 'JOB_LOST' } });
     expect(task?.result?.isError).toBe(true);
     expect(await redis.zscore(keys.live, taskId)).toBeNull();
@@ -67,55 +67,55 @@ describe('§10.3 the reaper', () => {
 
   it('§30.1 keeps a reaped task as long as the retention of failed tasks says', async () => {
     const { store, keys } = setup('reap-retain');
-    await store.setRetention({ failed: 3 * 86_400_000 });
-    const { taskId } = await store.create(base);
-    await store.reap('g1');
-    expect((await store.get(taskId))?.status).toBe('failed');
+    await store.records.setRetention({ failed: 3 * 86_400_000 });
+    const { taskId } = await store.records.create(base);
+    await store.runs.reap('g1');
+    expect((await store.records.get(taskId))?.status).toBe('failed');
     expect(await redis.pttl(keys.task(taskId))).toBeGreaterThan(2 * 86_400_000);
   });
 
   it('fails a task whose job sits in the failed set, with BullMQ’s reason', async () => {
     const { store, keys } = setup('reap-failed');
-    const { taskId } = await store.create(base);
+    const { taskId } = await store.records.create(base);
     await fakeJob(keys, taskId, 'failed');
-    const outcome = await store.reap('g1');
+    const outcome = await store.runs.reap('g1');
     expect(outcome.reaped[0]?.message).toMatch(/failed: job stalled more than allowable limit/);
-    expect((await store.get(taskId))?.status).toBe('failed');
+    expect((await store.records.get(taskId))?.status).toBe('failed');
   });
 
   it('fails a task past its deadline even while its job exists', async () => {
     const { store, keys } = setup('reap-deadline');
-    const { taskId } = await store.create({ ...base, deadlineAt: Date.now() - 1 });
+    const { taskId } = await store.records.create({ ...base, deadlineAt: Date.now() - 1 });
     await fakeJob(keys, taskId);
-    const outcome = await store.reap('g1');
+    const outcome = await store.runs.reap('g1');
     expect(outcome.reaped).toEqual([{ taskId, code: 'TIMEOUT', message: expect.stringMatching(/deadline/) as string }]);
   });
 
   it('leaves a task with a live job alone and looks again later; drops terminal ones from the live set', async () => {
     const { store, keys } = setup('reap-alive', { reaperIntervalMs: 0 });
-    const alive = await store.create(base);
+    const alive = await store.records.create(base);
     await fakeJob(keys, alive.taskId);
-    const done = await store.create(base);
+    const done = await store.records.create(base);
     await redis.hset(keys.task(done.taskId), 'status', 'completed'); // as if its terminal write lost the ZREM
-    const outcome = await store.reap('g1');
+    const outcome = await store.runs.reap('g1');
     expect(outcome).toMatchObject({ ran: true, looked: 2, reaped: [] });
-    expect((await store.get(alive.taskId))?.status).toBe('working');
+    expect((await store.records.get(alive.taskId))?.status).toBe('working');
     expect(await redis.zscore(keys.live, alive.taskId)).not.toBeNull();
     expect(await redis.zscore(keys.live, done.taskId)).toBeNull();
   });
 
   it('does not look at a new task before the enqueue grace has passed', async () => {
     const { store } = setup('reap-grace', { reaperIntervalMs: 60_000 });
-    const { taskId } = await store.create(base);
-    expect((await store.reap('g1')).looked).toBe(0);
-    expect((await store.get(taskId))?.status).toBe('working');
+    const { taskId } = await store.records.create(base);
+    expect((await store.runs.reap('g1')).looked).toBe(0);
+    expect((await store.records.get(taskId))?.status).toBe('working');
   });
 
   it('lets one holder at a time run it', async () => {
     const { store } = setup('reap-lease');
-    expect((await store.reap('g1')).ran).toBe(true);
-    expect((await store.reap('g2')).ran).toBe(false);
-    expect((await store.reap('g1')).ran).toBe(true);
+    expect((await store.runs.reap('g1')).ran).toBe(true);
+    expect((await store.runs.reap('g2')).ran).toBe(false);
+    expect((await store.runs.reap('g1')).ran).toBe(true);
   });
 
   it('publishes the failure to the owner and to every watcher', async () => {
@@ -124,9 +124,9 @@ describe('§10.3 the reaper', () => {
     const seen: Array<{ channel: string; status: string }> = [];
     await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'));
     sub.on('message', (channel, m) => seen.push({ channel, status: (JSON.parse(m) as { status: string }).status }));
-    const { taskId } = await store.create(base);
-    await store.watch(taskId, 'g2');
-    await store.reap('g1');
+    const { taskId } = await store.records.create(base);
+    await store.records.watch(taskId, 'g2');
+    await store.runs.reap('g1');
     await waitFor(() => seen.length === 2);
     expect(seen.map((e) => e.status)).toEqual(['failed', 'failed']);
     sub.disconnect();
@@ -136,52 +136,74 @@ describe('§10.3 the reaper', () => {
 describe('§10.4 lock-checked writes', () => {
   it('refuses progress, start and terminal writes unless the lock holds the same token', async () => {
     const { store, keys } = setup('lock');
-    const { taskId } = await store.create(base);
+    const { taskId } = await store.records.create(base);
     const mine = { queue: 'default', token: 'run-1' };
     await holdLock(keys, taskId, 'run-2'); // another run took the job over
-    expect(await store.recordProgress(taskId, { progress: 1 }, mine)).toBe('lock_lost');
-    expect(await store.startRun(taskId, mine, 1, Date.now() + 1000)).toEqual({ lockLost: true });
-    expect(await store.transition(taskId, 'completed', { result: { content: [] } }, { lock: mine })).toEqual({
+    expect(await store.runs.recordProgress(taskId, { progress: 1 }, mine)).toBe('lock_lost');
+    expect(await store.runs.startRun({ taskId, lock: mine, attempt: 1, deadlineAt: Date.now() + 1000 })).toEqual({
+      lockLost: true,
+    });
+    expect(await store.runs.transition(taskId, 'completed', { result: { content: [] } }, { lock: mine })).toEqual({
       ok: false,
       status: 'working',
       lockLost: true,
     });
-    expect((await store.get(taskId))?.status).toBe('working');
+    expect((await store.records.get(taskId))?.status).toBe('working');
 
     await holdLock(keys, taskId, 'run-1');
-    expect(await store.recordProgress(taskId, { progress: 1 }, mine)).toBe('accepted');
-    const started = await store.startRun(taskId, mine, 2, 12345);
+    expect(await store.runs.recordProgress(taskId, { progress: 1 }, mine)).toBe('accepted');
+    const started = await store.runs.startRun({ taskId, lock: mine, attempt: 2, deadlineAt: 12345 });
     expect(started).toMatchObject({ lockLost: false, record: { attempt: 2, deadlineAt: 12345 } });
-    expect((await store.transition(taskId, 'completed', { result: { content: [] } }, { lock: mine })).ok).toBe(true);
+    expect((await store.runs.transition(taskId, 'completed', { result: { content: [] } }, { lock: mine })).ok).toBe(
+      true,
+    );
   });
 
   it('takes a started job out of its principal’s fair share, unless the lock is another run’s (§25)', async () => {
     const { store, keys } = setup('share');
-    const { taskId } = await store.create({ ...base, fairShare: { ttlMs: 60_000 } });
+    const { taskId } = await store.records.create({ ...base, fairShare: { ttlMs: 60_000 } });
     const share = keys.fairShare('default', base.principal);
     expect(await redis.zscore(share, taskId)).not.toBeNull();
     const mine = { queue: 'default', token: 'run-1' };
     await holdLock(keys, taskId, 'run-2');
-    expect(await store.startRun(taskId, mine, 1, Date.now() + 1000, base.principal)).toEqual({ lockLost: true });
+    expect(
+      await store.runs.startRun({
+        taskId,
+        lock: mine,
+        attempt: 1,
+        deadlineAt: Date.now() + 1000,
+        sharePrincipal: base.principal,
+      }),
+    ).toEqual({ lockLost: true });
     expect(await redis.zscore(share, taskId)).not.toBeNull();
     await holdLock(keys, taskId, 'run-1');
-    expect((await store.startRun(taskId, mine, 1, Date.now() + 1000, base.principal)).lockLost).toBe(false);
+    expect(
+      (
+        await store.runs.startRun({
+          taskId,
+          lock: mine,
+          attempt: 1,
+          deadlineAt: Date.now() + 1000,
+          sharePrincipal: base.principal,
+        })
+      ).lockLost,
+    ).toBe(false);
     expect(await redis.zscore(share, taskId)).toBeNull();
   });
 
   it('leaves the gateway’s writes (no lock) unchecked', async () => {
     const { store } = setup('nolock');
-    const { taskId } = await store.create(base);
-    expect((await store.transition(taskId, 'cancelled')).ok).toBe(true);
+    const { taskId } = await store.records.create(base);
+    expect((await store.runs.transition(taskId, 'cancelled')).ok).toBe(true);
   });
 });
 
 describe('§10.8 idempotent creation', () => {
   it('returns the same task for the same principal and key, and a new one for another principal', async () => {
     const { store } = setup('idem');
-    const first = await store.createTask({ ...base, idempotencyKey: 'order-1' });
-    const again = await store.createTask({ ...base, idempotencyKey: 'order-1' });
-    const other = await store.createTask({ ...base, principal: 'bob', idempotencyKey: 'order-1' });
+    const first = await store.records.createTask({ ...base, idempotencyKey: 'order-1' });
+    const again = await store.records.createTask({ ...base, idempotencyKey: 'order-1' });
+    const other = await store.records.createTask({ ...base, principal: 'bob', idempotencyKey: 'order-1' });
     expect(first.created).toBe(true);
     expect(again).toMatchObject({ created: false, record: { taskId: first.record.taskId } });
     expect(other.created).toBe(true);
@@ -191,7 +213,7 @@ describe('§10.8 idempotent creation', () => {
   it('lets exactly one of many concurrent creates with one key win', async () => {
     const { store } = setup('idem-race');
     const outcomes = await Promise.all(
-      Array.from({ length: 10 }, () => store.createTask({ ...base, idempotencyKey: 'race' })),
+      Array.from({ length: 10 }, () => store.records.createTask({ ...base, idempotencyKey: 'race' })),
     );
     expect(outcomes.filter((o) => o.created)).toHaveLength(1);
     expect(new Set(outcomes.map((o) => o.record.taskId)).size).toBe(1);
@@ -199,10 +221,12 @@ describe('§10.8 idempotent creation', () => {
 
   it('refuses a key already used for another tool, and keeps the mapping exactly as long as the task', async () => {
     const { store, keys } = setup('idem-ttl');
-    const { record } = await store.createTask({ ...base, idempotencyKey: 'k' });
-    await expect(store.createTask({ ...base, tool: 'other', idempotencyKey: 'k' })).rejects.toThrow(/another|tool/);
+    const { record } = await store.records.createTask({ ...base, idempotencyKey: 'k' });
+    await expect(store.records.createTask({ ...base, tool: 'other', idempotencyKey: 'k' })).rejects.toThrow(
+      /another|tool/,
+    );
     expect(await redis.pttl(keys.idempotency('alice', 'k'))).toBe(-1);
-    await store.transition(record.taskId, 'completed', { result: { content: [] } });
+    await store.runs.transition(record.taskId, 'completed', { result: { content: [] } });
     const ttl = await redis.pttl(keys.idempotency('alice', 'k'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
@@ -216,15 +240,15 @@ describe('§10.9 watchers', () => {
     const seen: string[] = [];
     await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'), keys.gatewayChannel('g3'));
     sub.on('message', (channel) => seen.push(channel));
-    const { taskId } = await store.create(base);
-    expect((await store.watch(taskId, 'g2'))?.taskId).toBe(taskId);
-    await store.watch(taskId, 'g2');
-    await store.watch(taskId, 'g1');
-    await store.transition(taskId, 'completed', { result: { content: [] } });
+    const { taskId } = await store.records.create(base);
+    expect((await store.records.watch(taskId, 'g2'))?.taskId).toBe(taskId);
+    await store.records.watch(taskId, 'g2');
+    await store.records.watch(taskId, 'g1');
+    await store.runs.transition(taskId, 'completed', { result: { content: [] } });
     await waitFor(() => seen.length >= 2);
-    await store.transition(taskId, 'failed'); // refused: nothing published
+    await store.runs.transition(taskId, 'failed'); // refused: nothing published
     expect(seen.sort()).toEqual([keys.gatewayChannel('g1'), keys.gatewayChannel('g2')]);
-    expect(await store.watch('missing', 'g2')).toBeUndefined();
+    expect(await store.records.watch('missing', 'g2')).toBeUndefined();
     sub.disconnect();
   });
 });
@@ -232,9 +256,10 @@ describe('§10.9 watchers', () => {
 describe('§10 bounded index and stable pages', () => {
   it('indexes only task-mode ids, keeps the newest up to the cap, and expires', async () => {
     const { store, keys } = setup('index', { indexCap: 3, indexTtlMs: 50_000 });
-    await store.create({ ...base, mode: 'call' });
+    await store.records.create({ ...base, mode: 'call' });
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push((await store.create(base, new Date(Date.UTC(2026, 0, 1, 0, 0, i)))).taskId);
+    for (let i = 0; i < 5; i++)
+      ids.push((await store.records.create(base, new Date(Date.UTC(2026, 0, 1, 0, 0, i)))).taskId);
     const index = keys.principalTasks('alice');
     expect(await redis.zrange(index, 0, -1)).toEqual(ids.slice(2));
     const ttl = await redis.pttl(index);
@@ -246,14 +271,14 @@ describe('§10 bounded index and stable pages', () => {
     const { store } = setup('pages');
     const same = new Date(Date.UTC(2026, 0, 1));
     const ids = new Set<string>();
-    for (let i = 0; i < 7; i++) ids.add((await store.create(base, same)).taskId);
+    for (let i = 0; i < 7; i++) ids.add((await store.records.create(base, same)).taskId);
     const seen: string[] = [];
     let cursor: string | undefined;
     do {
-      const page = await store.list('alice', cursor, 3);
+      const page = await store.records.list('alice', cursor, 3);
       seen.push(...page.tasks.map((t) => t.taskId));
       cursor = page.nextCursor;
-      await store.create(base); // newer than every cursor: never on a later page
+      await store.records.create(base); // newer than every cursor: never on a later page
     } while (cursor !== undefined);
     expect(seen).toHaveLength(7);
     expect(new Set(seen)).toEqual(ids);

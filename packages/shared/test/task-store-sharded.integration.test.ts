@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
-import { RedisTaskStore, newTaskId } from '../src/task-store.js';
+import { TaskStore } from '../src/store/task-store.js';
+import { newTaskId } from '../src/store/task-codec.js';
 import { WebhookOutbox } from '../src/webhook-outbox.js';
 
 let server: TestRedis;
@@ -26,7 +27,7 @@ afterAll(async () => {
 function setup(label: string) {
   const prefix = uniquePrefix(label);
   const keys = createKeys(prefix, 'sharded');
-  return { prefix, keys, store: new RedisTaskStore(redis, keys, { reaperIntervalMs: 0 }) };
+  return { prefix, keys, store: new TaskStore(redis, keys, { reaperIntervalMs: 0 }) };
 }
 
 const base = {
@@ -47,7 +48,7 @@ describe('the sharded layout on one Redis', () => {
     expect(new Set(codes).size).toBe(3);
     for (const code of codes ?? []) expect(code).toMatch(/^[0-9a-f]{4}$/);
     // Another process (a store of its own) reads them from the registry, and places nothing new.
-    const other = new RedisTaskStore(redis, keys);
+    const other = new TaskStore(redis, keys);
     expect(await other.placement?.codes('default~hot', 3)).toEqual(codes);
     expect(await other.placement?.codes('default~hot', 1)).toEqual(codes?.slice(0, 1));
     expect(Object.keys(await redis.hgetall(keys.placement))).toHaveLength(3);
@@ -56,7 +57,7 @@ describe('the sharded layout on one Redis', () => {
   it('keeps a task and what its create touched under the shard its id names', async () => {
     const { prefix, store } = setup('own');
     const [code] = (await store.placement?.codes('default~hot', 1)) ?? [];
-    const created = await store.create({ ...base, taskId: newTaskId(code), idempotencyKey: 'k' });
+    const created = await store.records.create({ ...base, taskId: newTaskId(code), idempotencyKey: 'k' });
     expect(created.taskId).toMatch(new RegExp(`^${code}[0-9a-f]{32}$`));
     const written = await redis.keys(`${prefix}:*`);
     for (const key of written.filter((k) => !k.includes('{home}')))
@@ -64,7 +65,7 @@ describe('the sharded layout on one Redis', () => {
     expect(written.some((k) => k === `${prefix}:{${code}}:task:${created.taskId}`)).toBe(true);
     expect(written.some((k) => k === `${prefix}:{${code}}:live`)).toBe(true);
     // A create without an id goes to the tool's first shard.
-    const plain = await store.create(base);
+    const plain = await store.records.create(base);
     expect(plain.taskId.slice(0, 4)).toBe(code);
   });
 
@@ -76,7 +77,7 @@ describe('the sharded layout on one Redis', () => {
     for (let i = 0; i < 12; i++) {
       const at = new Date(1_800_000_000_000 + Math.floor(i / 2));
       const taskId = newTaskId(codes[i % 3]);
-      await store.create({ ...base, taskId }, at);
+      await store.records.create({ ...base, taskId }, at);
       made.push({ id: taskId, at: at.getTime() });
     }
     const expected = [...made].sort((a, b) => b.at - a.at || (a.id < b.id ? 1 : -1)).map((t) => t.id);
@@ -84,7 +85,7 @@ describe('the sharded layout on one Redis', () => {
     let cursor: string | undefined;
     let pages = 0;
     do {
-      const page = await store.list('alice', cursor, 5);
+      const page = await store.records.list('alice', cursor, 5);
       seen.push(...page.tasks.map((t) => t.taskId));
       cursor = page.nextCursor;
       pages++;
@@ -95,19 +96,19 @@ describe('the sharded layout on one Redis', () => {
 
   it('reaps every shard’s live tasks in one pass, and lists the live ids of every shard', async () => {
     const { keys, store } = setup('reap');
-    await store.setRetention({ failed: 86_400_000 });
+    await store.records.setRetention({ failed: 86_400_000 });
     const codes = (await store.placement?.codes('default~hot', 3)) ?? [];
     const ids: string[] = [];
-    for (const code of codes) ids.push((await store.create({ ...base, taskId: newTaskId(code) })).taskId);
-    expect((await store.liveIds(10)).sort()).toEqual([...ids].sort());
+    for (const code of codes) ids.push((await store.records.create({ ...base, taskId: newTaskId(code) })).taskId);
+    expect((await store.records.liveIds(10)).sort()).toEqual([...ids].sort());
     // Shards placed after the retention was written start with a copy of it.
     for (const code of codes) expect(await redis.hget(keys.forShard(code).retention, 'failed')).toBe('86400000');
-    const outcome = await store.reap('g1');
+    const outcome = await store.runs.reap('g1');
     expect(outcome.ran).toBe(true);
     expect(outcome.reaped.map((r) => r.taskId).sort()).toEqual([...ids].sort());
-    for (const id of ids) expect((await store.get(id))?.status).toBe('failed');
-    expect(await store.liveIds(10)).toEqual([]);
-    expect(await store.statuses(ids)).toEqual(['failed', 'failed', 'failed']);
+    for (const id of ids) expect((await store.records.get(id))?.status).toBe('failed');
+    expect(await store.records.liveIds(10)).toEqual([]);
+    expect(await store.records.statuses(ids)).toEqual(['failed', 'failed', 'failed']);
   });
 
   it('delivers the webhook events of every shard: claim, settle, counts and dead letters span the shards', async () => {
@@ -119,12 +120,12 @@ describe('the sharded layout on one Redis', () => {
     });
     const ids: string[] = [];
     for (const code of codes) {
-      const { taskId } = await store.create({
+      const { taskId } = await store.records.create({
         ...base,
         taskId: newTaskId(code),
         webhook: { url: 'http://h/x', cap: 10 },
       });
-      await store.transition(taskId, 'completed', { result: { content: [] } });
+      await store.runs.transition(taskId, 'completed', { result: { content: [] } });
       ids.push(taskId);
     }
     expect(await outbox.pendingFor('alice')).toBe(3);

@@ -229,3 +229,63 @@ def test_list_roots_asks_roots_list_and_checks_the_answer():
             await ctx.list_roots()
 
     asyncio.run(main())
+
+
+class NoBatchRedis:
+    """A Redis holding no batch: ``shape`` finds none, so ``fan_out`` would create one."""
+
+    def __init__(self):
+        self.written = []
+
+    async def hmget(self, key, names):
+        return [None] * len(names)
+
+    def __getattr__(self, name):
+        self.written.append(name)
+        raise AssertionError(f"fan_out wrote to Redis ({name}) before refusing")
+
+
+class NoBatchStore:
+    def __init__(self):
+        self.redis = NoBatchRedis()
+
+    async def call(self, name, keys, args):
+        raise AssertionError(f"fan_out ran {name} before refusing")
+
+
+def batch_parent(layout):
+    from taskrelay_worker.fan_out import BatchParent, FanOutArgs, FanOutRun
+    from taskrelay_worker.keys import Keys
+
+    parent = BatchParent(NoBatchStore(), Keys("taskrelay", layout), "q", {}, lambda pool: None)
+    run = FanOutRun(task_id="ab12-t1", lock=JobLock("q~x", "tok"), principal="alice", ttl_ms=60_000, log=Logger("silent"))
+    return parent, run, FanOutArgs(items=({"n": 1},), tool="child", concurrency=4, fail_fast=False)
+
+
+def test_a_parent_refuses_fan_out_in_the_sharded_layout_as_the_node_parent_does():
+    parent, run, args = batch_parent("sharded")
+    with pytest.raises(TaskrelayError) as raised:
+        asyncio.run(parent.fan_out(run, args, None, 0))
+    # The code and message of batch-parent.ts, with the Python method's name.
+    assert raised.value.code == "INVALID_ARGUMENTS"
+    assert str(raised.value) == "ctx.fan_out: batches are not available in the sharded key layout yet (docs/SCALING.md)"
+
+
+def test_a_parent_in_the_single_layout_goes_on_to_create_the_batch():
+    parent, run, args = batch_parent("single")
+    # Past the layout check: it reads the live workers' catalogs to find the child tool's pool.
+    with pytest.raises(AssertionError, match="zrangebyscore"):
+        asyncio.run(parent.fan_out(run, args, None, 0))
+
+
+def test_the_batch_keys_are_the_manifests():
+    from taskrelay_worker.fan_out import BatchParent
+    from taskrelay_worker.keys import Keys
+
+    for layout in ("single", "sharded"):
+        keys = Keys("taskrelay", layout)
+        parent = BatchParent(NoBatchStore(), keys, "q", {}, lambda pool: None)
+        k = parent._k("ab12-t1")
+        assert set(k) == {"hash", "items", "outcomes", "open", "running"}
+        assert all(k[member] == keys.batch("ab12-t1", member) for member in k)
+    assert BatchParent(NoBatchStore(), Keys("taskrelay", "single"), "q", {}, None)._k("t1")["items"] == "taskrelay:batch:t1:items"

@@ -13,7 +13,7 @@ export type {
   ToolState,
   Waitpoint,
   WaitpointOutcome,
-} from './context.js';
+} from './context-types.js';
 export { CancelledError, NonRetryableError, ProtocolError, RetryAfterError, SuspendedError } from './errors.js';
 export { startWorker } from './worker.js';
 export type { CloseOptions, ResolvedWorkerOptions, WorkerHandle, WorkerOptions } from './worker.js';

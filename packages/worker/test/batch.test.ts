@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseBatchChildId, batchChildId } from '@taskrelay/shared';
 import { fanOutResult } from '../src/engine/batch-parent.js';
-import { batchMessage } from '../src/context.js';
+import { batchMessage } from '../src/context-checks.js';
 
 describe('26. fan-out result', () => {
   const counts = { size: 5, completed: 2, failed: 1, released: 5, open: 0, window: 4, stopped: true, wake: false };

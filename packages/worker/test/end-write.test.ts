@@ -4,7 +4,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ReplyError } from 'ioredis';
-import { createLogger, type Logger, type RedisTaskStore, type Keys, type RedisClient } from '@taskrelay/shared';
+import {
+  createLogger,
+  type Logger,
+  type TaskStore,
+  type TaskRecords,
+  type Keys,
+  type RedisClient,
+} from '@taskrelay/shared';
 import { writeThroughOutage } from '../src/engine/end-write.js';
 import { CancelWatch } from '../src/engine/cancel-watch.js';
 import { RunningJobs } from '../src/engine/running-jobs.js';
@@ -82,12 +89,12 @@ describe('writeThroughOutage', () => {
 });
 
 describe('the cancel sweep during a failover', () => {
-  function sweepWith(states: Awaited<ReturnType<RedisTaskStore['endStates']>>) {
+  function sweepWith(states: Awaited<ReturnType<TaskRecords['endStates']>>) {
     const { log, lines } = recordingLogger();
     const running = new RunningJobs(log);
     const unread = running.add('unread');
     const ended = running.add('ended');
-    const store = { endStates: () => Promise.resolve(states) } as unknown as RedisTaskStore;
+    const store = { records: { endStates: () => Promise.resolve(states) } } as unknown as TaskStore;
     const watch = new CancelWatch({
       subscriber: {} as RedisClient,
       keys: {} as Keys,

@@ -5,7 +5,7 @@
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { RedisTaskStore, toolQueue, type CancelRequest } from '@taskrelay/shared';
+import { Runs, toolQueue, type CancelRequest } from '@taskrelay/shared';
 import { monitorRedis, type RedisMonitor } from '../../../test/helpers/monitor.js';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -127,8 +127,8 @@ async function taskScriptCalls(taskId: string): Promise<{ readonly scripts: stri
 function holdStartAnswers(): { release: () => void; held: () => number } {
   const gateOpen = gate();
   let held = 0;
-  const original = RedisTaskStore.prototype.startRun;
-  vi.spyOn(RedisTaskStore.prototype, 'startRun').mockImplementation(async function (this: RedisTaskStore, ...args) {
+  const original = Runs.prototype.startRun;
+  vi.spyOn(Runs.prototype, 'startRun').mockImplementation(async function (this: Runs, ...args) {
     const answer = await original.apply(this, args);
     held++;
     await gateOpen.promise;
@@ -215,7 +215,7 @@ describe('§21.2.1 a first run’s start is pipelined', () => {
     await h.addJob(taskId, 'sleeper', {});
     await waitFor(() => h.logs.find('tool started', taskId));
     // A drain ends the plain call as the gateway does (§11): cancelled first, then the workers told.
-    await h.store.transition(taskId, 'cancelled', { cancelReason: 'GATEWAY_SHUTDOWN' });
+    await h.store.runs.transition(taskId, 'cancelled', { cancelReason: 'GATEWAY_SHUTDOWN' });
     const request: CancelRequest = { taskId, reason: 'GATEWAY_SHUTDOWN' };
     await h.redis.publish(h.keys.cancelChannel, JSON.stringify(request));
     await waitFor(() => aborted.get(taskId));

@@ -1,12 +1,12 @@
 /**
- * What the worker's integration tests play instead of a gateway: the task hash (RedisTaskStore), the BullMQ queue,
+ * What the worker's integration tests play instead of a gateway: the task hash (TaskStore), the BullMQ queue,
  * the cancel publish, and a capture of the worker's log lines. Every harness has its own key prefix.
  */
 import { Writable } from 'node:stream';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import {
-  RedisTaskStore,
+  TaskStore,
   createKeys,
   createLogger,
   type CancelRequest,
@@ -67,7 +67,7 @@ export class Harness {
   readonly gatewayId = 'gw-test';
   readonly logs = new LogCapture();
   readonly redis: Redis;
-  readonly store: RedisTaskStore;
+  readonly store: TaskStore;
   private readonly queueConnection: Redis;
   private readonly queues = new Map<string, Queue>();
   /** The TASKRELAY_QUEUE jobs go under: the last started worker's, or the one `useQueueName` named. */
@@ -81,7 +81,7 @@ export class Harness {
   constructor(readonly redisUrl: string) {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.queueConnection = new Redis(redisUrl, { maxRetriesPerRequest: null });
-    this.store = new RedisTaskStore(this.redis, this.keys);
+    this.store = new TaskStore(this.redis, this.keys);
   }
 
   /** The BullMQ queue of the last enqueued tool. */
@@ -129,7 +129,7 @@ export class Harness {
 
   /** Writes the task hash as the gateway does (§4.2), then adds its job (§4.3). Returns the task id. */
   async enqueue(tool: string, args: Record<string, unknown>, options: EnqueueOptions = {}): Promise<string> {
-    const task = await this.store.create({
+    const task = await this.store.records.create({
       tool,
       queue: toolQueue(this.queueName, tool),
       principal: 'test',
@@ -165,7 +165,7 @@ export class Harness {
 
   /** The gateway's cancel (§7.2, §7.3): state first, then the wake-up, unless `publish` is false. */
   async cancel(taskId: string, publish = true): Promise<void> {
-    const outcome = await this.store.transition(taskId, 'cancelled', { cancelReason: 'CLIENT_CANCELLED' });
+    const outcome = await this.store.runs.transition(taskId, 'cancelled', { cancelReason: 'CLIENT_CANCELLED' });
     if (!outcome.ok) throw new Error(`task ${taskId} could not be cancelled (status ${outcome.status ?? 'missing'})`);
     const request: CancelRequest = { taskId, reason: 'CLIENT_CANCELLED' };
     if (publish) await this.redis.publish(this.keys.cancelChannel, JSON.stringify(request));
@@ -173,7 +173,7 @@ export class Harness {
 
   /** The gateway's side of PROTOCOL.md §12.3: store the answer, then promote the delayed job. */
   async answer(taskId: string, n: number, answer: unknown): Promise<boolean> {
-    const outcome = await this.store.answerInput(taskId, n, answer, Date.now() + 60_000);
+    const outcome = await this.store.runs.answerInput(taskId, n, answer, Date.now() + 60_000);
     if (outcome.ok && outcome.resumed) await this.promote(taskId);
     return outcome.ok;
   }
@@ -185,13 +185,13 @@ export class Harness {
   }
 
   task(taskId: string): Promise<TaskRecord | undefined> {
-    return this.store.get(taskId);
+    return this.store.records.get(taskId);
   }
 
   async waitForStatus(taskId: string, status: TaskStatus, timeoutMs = 10_000): Promise<TaskRecord> {
     return waitFor(
       async () => {
-        const task = await this.store.get(taskId);
+        const task = await this.store.records.get(taskId);
         return task?.status === status ? task : undefined;
       },
       { timeoutMs, message: `task ${taskId} did not become ${status}` },

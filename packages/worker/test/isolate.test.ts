@@ -15,8 +15,9 @@ import { defineTool } from '../src/define-tool.js';
 import { CancelledError, RetryAfterError, SuspendedError } from '../src/errors.js';
 import { ChildContext } from '../src/engine/isolate-context.js';
 import { fromWireError, toWireError, type ChildMessage } from '../src/engine/isolate-messages.js';
-import { checkIsolatedTools } from '../src/engine/isolated-run.js';
-import { settle } from '../src/engine/settle.js';
+import { checkIsolatedTools, invokeMember, type HostContext } from '../src/engine/isolated-run.js';
+import { CONTEXT_SURFACE, ISOLATE_CALLS } from '../src/context-surface.js';
+import { settle } from '../src/engine/stages/settle.js';
 
 const base = { name: 'crunch', description: 'Crunches.', inputSchema: z.object({}), run: () => 'ok' };
 const here = import.meta.url;
@@ -226,5 +227,53 @@ describe('§31.2 the child’s ctx', () => {
     await expect(sleeping).rejects.toBeInstanceOf(CancelledError);
     expect(ctx.signal.reason).toBe('CLIENT_CANCELLED');
     expect(() => ctx.throwIfCancelled()).toThrow(CancelledError);
+  });
+});
+
+describe('§31.5 the ctx surface, declared once', () => {
+  /** The calls the child and the worker each serve by hand (a function or a stream stays where it is). */
+  const own = new Set(['state.set', 'step', 'waitpoint', 'waitpoint.wait', 'artifact']);
+  const at = (root: object, path: string) => path.split('.').reduce<any>((owner, part) => owner?.[part], root);
+
+  it('every call of the declaration is a member of the child’s ctx that sends it with its arguments', async () => {
+    expect(ISOLATE_CALLS).toEqual(
+      Object.keys(CONTEXT_SURFACE).filter((name) => (CONTEXT_SURFACE as any)[name].isolate === 'call'),
+    );
+    for (const method of ISOLATE_CALLS.filter((name) => !own.has(name))) {
+      const sent: ChildMessage[] = [];
+      const ctx = new ChildContext(
+        { moduleUrl: here, tool: 'x', input: {}, taskId: 't', attempt: 1, state: null, answers: {}, logLevel: 'info' },
+        (m) => sent.push(m),
+      );
+      const member = at(ctx, method) as (...args: unknown[]) => Promise<unknown>;
+      expect(typeof member, method).toBe('function');
+      const answered = member('a', 2);
+      await Promise.resolve();
+      expect(sent, method).toEqual([{ t: 'call', id: 1, method, args: ['a', 2] }]);
+      ctx.receive({ t: 'reply', id: 1, settled: { ok: true, value: `${method} done` } });
+      await expect(answered).resolves.toBe(`${method} done`);
+    }
+  });
+
+  it('the worker carries every call of the declaration to the real ctx member at its path, on its owner', () => {
+    const calls: Array<[string, unknown[], unknown]> = [];
+    const ctx: Record<string, any> = {};
+    for (const method of ISOLATE_CALLS) {
+      const path = method.split('.');
+      let owner = ctx;
+      for (const part of path.slice(0, -1)) owner = owner[part] ??= {};
+      const last = path.at(-1)!;
+      owner[last] = function (this: unknown, ...args: unknown[]) {
+        calls.push([method, args, this]);
+        return method;
+      };
+    }
+    for (const method of ISOLATE_CALLS.filter((name) => name !== 'waitpoint.wait')) {
+      expect(invokeMember(ctx as HostContext, method, [1, 'b']), method).toBe(method);
+      const [name, args, self] = calls.at(-1)!;
+      const owner = method.includes('.') ? ctx[method.split('.')[0]!] : ctx;
+      expect([name, args, self === owner], method).toEqual([method, [1, 'b'], true]);
+    }
+    expect(() => invokeMember({} as HostContext, 'fanOut', [])).toThrow(/ctx.fanOut is not available/);
   });
 });

@@ -19,7 +19,7 @@ function setup() {
   const logger = createLogger('worker', { level: 'info', destination: sink });
   const kept: Array<{ taskId: string; lines: readonly string[] }> = [];
   const store = {
-    keepLogs: (taskId: string, lines: readonly string[]) => {
+    keep: (taskId: string, lines: readonly string[]) => {
       kept.push({ taskId, lines });
       return Promise.resolve();
     },

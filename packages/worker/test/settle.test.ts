@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { NonRetryableError, TaskrelayError } from '@taskrelay/shared';
-import { failOrRetry, settle, type SettleInput } from '../src/engine/settle.js';
+import { failOrRetry, settle, type SettleInput } from '../src/engine/stages/settle.js';
 import { RetryAfterError, SuspendedError } from '../src/errors.js';
 
 const VECTORS = new URL('../../../test/vectors/settle.json', import.meta.url);

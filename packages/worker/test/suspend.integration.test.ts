@@ -171,12 +171,14 @@ describe('§12.2 input requests', () => {
     await h.start(tools);
     const id = await h.enqueue('ask_twice', {});
     await h.waitForStatus(id, 'input_required');
-    expect(await h.store.answerInput(id, 2, { action: 'accept' }, Date.now() + 1000)).toEqual({
+    expect(await h.store.runs.answerInput(id, 2, { action: 'accept' }, Date.now() + 1000)).toEqual({
       ok: false,
       status: 'input_required',
     });
     expect(await h.answer(id, 1, { action: 'accept', content: { name: 'A' } })).toBe(true);
-    expect(await h.store.answerInput(id, 1, { action: 'accept', content: { name: 'B' } }, Date.now())).toMatchObject({
+    expect(
+      await h.store.runs.answerInput(id, 1, { action: 'accept', content: { name: 'B' } }, Date.now()),
+    ).toMatchObject({
       ok: false,
     });
     const t = await waitFor(
@@ -280,12 +282,12 @@ describe('§12.1 durable state, §12.6 timed suspension', () => {
 
   it('refuses a state write from a run that does not hold the job lock', async () => {
     const id = await h.enqueue('echo', {}, { jobless: true });
-    expect(await h.store.setState(id, { queue: 'default', token: 'not-the-lock' }, 'state', { x: 1 })).toBe(
+    expect(await h.store.runs.setState(id, { queue: 'default', token: 'not-the-lock' }, 'state', { x: 1 })).toBe(
       'lock_lost',
     );
     expect((await h.task(id))?.state).toBeUndefined();
-    await expect(h.store.setState(id, { queue: 'default', token: 't' }, 'state', 'x'.repeat(70_000))).rejects.toThrow(
-      RangeError,
-    );
+    await expect(
+      h.store.runs.setState(id, { queue: 'default', token: 't' }, 'state', 'x'.repeat(70_000)),
+    ).rejects.toThrow(RangeError);
   });
 });

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { NonRetryableError, WorkerCatalogSchema, toolPool, type WorkerCatalog } from '@taskrelay/shared';
 import { startRedis, type TestRedis } from '../../../test/helpers/redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
-import type { ToolContext } from '../src/context.js';
+import type { ToolContext } from '../src/context-types.js';
 import { defineTool } from '../src/define-tool.js';
 import { CancelledError } from '../src/errors.js';
 import { Harness, gate } from './harness.js';

@@ -1,7 +1,7 @@
 /**
  * Read-only views of the fleet for operators: queues and their depth, live workers with their tools and heartbeats,
  * live tasks, one task's detail and timeline. Used by `/metrics` (at scrape time) and the `/admin` pages; none of it
- * is on a request's hot path. Every read is bounded. Task records are read through the task store (`RedisTaskStore`),
+ * is on a request's hot path. Every read is bounded. Task records are read through the task store (`TaskStore`),
  * never from their hashes here.
  */
 import { Queue, type Job } from 'bullmq';
@@ -17,7 +17,7 @@ import {
   toolQueue,
   type InputRequest,
   type Keys,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskRecord,
   type WorkerCatalog,
 } from '@taskrelay/shared';
@@ -126,7 +126,7 @@ export class AdminQueries {
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
-    private readonly store: Pick<RedisTaskStore, 'get' | 'liveIds' | 'summaries' | 'liveCounts' | 'placement'>,
+    private readonly store: Pick<TaskStore, 'records' | 'placement'>,
     private readonly catalog: Pick<ToolCatalog, 'unservedReason' | 'orphanedReason'>,
   ) {}
 
@@ -312,24 +312,24 @@ export class AdminQueries {
 
   /** Non-terminal tasks (the live set), oldest first, at most `limit`. */
   async liveTasks(limit = MAX_LIVE_TASKS): Promise<TaskRecord[]> {
-    return this.records(await this.store.liveIds(Math.min(limit, MAX_LIVE_TASKS)));
+    return this.records(await this.store.records.liveIds(Math.min(limit, MAX_LIVE_TASKS)));
   }
 
   /** Task records by id without their results, skipping expired ones, oldest first, each as `tasks/get` shows it. */
   async records(ids: readonly string[]): Promise<TaskRecord[]> {
-    const records = await this.store.summaries(ids);
+    const records = await this.store.records.summaries(ids);
     const shown = await Promise.all(records.map((record) => withWaitingReason(record, this.catalog)));
     return shown.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
   /** Live task counts by tool and status, for `/metrics` (two fields per task, not the whole hash). */
   liveCounts(): Promise<Array<{ tool: string; status: string; count: number }>> {
-    return this.store.liveCounts(MAX_LIVE_TASKS);
+    return this.store.records.liveCounts(MAX_LIVE_TASKS);
   }
 
   /** One task, whole, with what BullMQ still knows of its job, and a timeline put together from both. */
   async task(taskId: string): Promise<TaskDetail | undefined> {
-    const stored = await this.store.get(taskId);
+    const stored = await this.store.records.get(taskId);
     if (!stored) return undefined;
     const task = await withWaitingReason(stored, this.catalog);
     const code = this.keys.shardOf(taskId);

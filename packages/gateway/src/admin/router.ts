@@ -7,10 +7,9 @@ import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import express, { type Request, type Response, type Router } from 'express';
-import type { AuditLog, Logger, RedisTaskStore, TaskRecord, TaskSearch } from '@taskrelay/shared';
+import type { AuditLog, Logger, TaskStore, TaskRecord, TaskSearch, WebhookOutbox } from '@taskrelay/shared';
 import { tasksPage } from './tasks-page.js';
 import { pendingQuestions, type AdminQueries } from './queries.js';
-import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { TaskReplay } from '../tasks/replay.js';
 import type { SessionRequest } from '../http/auth/admin-sessions.js';
 import { createTaskApi } from './task-api.js';
@@ -72,7 +71,7 @@ export interface AdminRouterOptions {
   tasks?: {
     search: TaskSearch;
     replay: TaskReplay;
-    store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+    store: Pick<TaskStore, 'records' | 'logs'>;
     cancel: (taskId: string) => Promise<TaskRecord>;
     by: (req: Request) => string;
   };

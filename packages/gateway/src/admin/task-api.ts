@@ -20,7 +20,7 @@ import {
   TASK_STATUSES,
   TaskrelayError,
   type Logger,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskFilter,
   type TaskSearch,
   type TaskStatus,
@@ -159,7 +159,7 @@ export function searchHandler(search: TaskSearch, scope: (req: Request) => { pri
  * whose tasks the caller may read: any (an operator), or only its own (another's answers 404, as `tasks/get` does).
  */
 export function logsHandler(
-  store: Pick<RedisTaskStore, 'get' | 'readLogs'>,
+  store: Pick<TaskStore, 'records' | 'logs'>,
   scope: (req: Request) => { principal?: string },
 ): RequestHandler {
   return (req, res, next) => {
@@ -171,11 +171,11 @@ export function logsHandler(
     const taskId = String(req.params['id']);
     const own = scope(req).principal;
     const read = async () => {
-      const record = await store.get(taskId);
+      const record = await store.records.get(taskId);
       if (!record || (own !== undefined && record.principal !== own)) {
         throw new TaskrelayError('TASK_NOT_FOUND', `Task ${taskId} not found (unknown, expired, or not yours)`);
       }
-      const lines = await store.readLogs(taskId, parsed.data.after, parsed.data.limit ?? 200);
+      const lines = await store.logs.read(taskId, parsed.data.after, parsed.data.limit ?? 200);
       return { taskId, status: record.status, lines, last: lines.at(-1)?.id ?? parsed.data.after ?? null };
     };
     read().then(
@@ -189,7 +189,7 @@ export function logsHandler(
 export function createTaskApi(o: {
   search: TaskSearch;
   replay: TaskReplay;
-  store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  store: Pick<TaskStore, 'records' | 'logs'>;
   /** An operator's cancel of any principal's task. */
   cancel: (taskId: string) => Promise<TaskRecord>;
   audit: AuditLog;

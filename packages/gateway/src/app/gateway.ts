@@ -12,7 +12,7 @@ import {
   AuditLog,
   ConfigError,
   oneLine,
-  RedisTaskStore,
+  TaskStore,
   TaskSearch,
   WaitpointTokens,
   announcePublicUrl,
@@ -27,6 +27,7 @@ import {
   resolveGatewayOptions,
   TaskOutputStore,
   BlobObjects,
+  WebhookOutbox,
   type GatewayConfig,
   type GatewayOptions,
   type Keys,
@@ -55,7 +56,6 @@ import { ResourceFeed } from '../tasks/resource-feed.js';
 import { TaskResources } from '../protocol/resources.js';
 import { WebhookDeliverer } from '../tasks/webhooks/deliverer.js';
 import { WebhookIntake } from '../tasks/webhooks/intake.js';
-import { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import { WebhookSigner } from '../tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../tasks/webhooks/url-policy.js';
 import { waitEndedByShutdown } from '../wire/errors.js';
@@ -344,7 +344,7 @@ async function startTaskLayer(w: {
     jsonSchemas,
     retentionMs: options.catalogRetentionMs,
     // Pools whose tool versions live tasks last ran are kept (PROTOCOL.md §24.9).
-    versionsInUse: () => store.liveToolVersions(VERSION_SCAN_LIMIT),
+    versionsInUse: () => store.records.liveToolVersions(VERSION_SCAN_LIMIT),
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   });
   const admin = new AdminQueries(redis, queueRedis, keys, store, catalog);
@@ -389,7 +389,7 @@ async function startTaskLayer(w: {
   const replay = new TaskReplay(store, search, service, log);
   // One key for every gateway and worker: a worker seals a waitpoint's token, any gateway opens it (PROTOCOL.md §32).
   const tokens = await WaitpointTokens.create({ secret: options.waitpointSecret, redis, keys });
-  const waitpoints = new WaitpointCallbacks(tokens, store, dispatcher, log);
+  const waitpoints = new WaitpointCallbacks(tokens, store.waitpoints, dispatcher, log);
   const schedules = await startSchedules(options, w.connections, keys, store, service, webhooks.intake, log, undo);
   // Task output as resources (PROTOCOL.md §34): wake-ups on the subscriber; stored values read in ranges over a
   // large-read connection, so a 16 MiB value's chunks never queue on the command connection.
@@ -424,14 +424,14 @@ async function startSchedules(
   options: GatewayConfig,
   connections: Connections,
   keys: Keys,
-  store: RedisTaskStore,
+  store: TaskStore,
   service: TaskService,
   intake: WebhookIntake,
   log: Logger,
   undo: Undo,
 ): Promise<Schedules> {
   const fromFile = options.schedulesFile === undefined ? [] : await readSchedulesFile(options.schedulesFile);
-  const schedules = new Schedules(connections.redis, connections.queueRedis, keys, store, service, log, {
+  const schedules = new Schedules(connections.redis, connections.queueRedis, keys, store.records, service, log, {
     redisUrl: requireRedisUrl(options),
     webhooks: intake,
   });
@@ -461,7 +461,7 @@ async function openStore(options: GatewayConfig, connections: Connections, keys:
   );
   // A principal's index outlives every task in it: the longest keep after the longest run.
   const indexTtlMs = keptMs + options.queueTimeoutMs + options.maxToolTimeoutMs;
-  const store = new RedisTaskStore(connections.redis, keys, {
+  const store = new TaskStore(connections.redis, keys, {
     reaperIntervalMs: options.reaperIntervalMs,
     indexTtlMs,
     largeReads: {
@@ -473,7 +473,7 @@ async function openStore(options: GatewayConfig, connections: Connections, keys:
   // Workers in other languages check that they run the scripts of this deployment (PROTOCOL.md §29.2).
   const scriptsGeneration = await store.announceScriptsGeneration();
   log.debug({ scriptsGeneration }, 'task-store scripts generation announced');
-  await store.setRetention({
+  await store.records.setRetention({
     completed: options.retainCompletedMs,
     failed: options.retainFailedMs,
     cancelled: options.retainCancelledMs,

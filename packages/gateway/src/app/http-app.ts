@@ -10,8 +10,9 @@ import {
   type Keys,
   type Logger,
   type RedisClient,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskSearch,
+  type WebhookOutbox,
 } from '@taskrelay/shared';
 import type { Authenticator } from '../http/auth/authenticate.js';
 import {
@@ -33,7 +34,6 @@ import { createScheduleApi } from '../admin/schedule-api.js';
 import { logsHandler, searchHandler } from '../admin/task-api.js';
 import type { Schedules } from '../tasks/schedules/schedules.js';
 import type { TaskReplay } from '../tasks/replay.js';
-import type { WebhookOutbox } from '../tasks/webhooks/outbox.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 import type { InflightCalls } from '../protocol/inflight-calls.js';
 import { ANONYMOUS_PRINCIPAL } from '../protocol/request-meta.js';
@@ -66,7 +66,7 @@ export interface HttpAppDeps {
   webhooks: WebhookOutbox;
   /** Search and replay of tasks, and their kept log lines (PROTOCOL.md §30.2–§30.4). */
   search: TaskSearch;
-  store: Pick<RedisTaskStore, 'get' | 'readLogs'>;
+  store: Pick<TaskStore, 'records' | 'logs'>;
   /** Task output as resources (PROTOCOL.md §34). */
   resources?: TaskResources;
   /** Operators' actions (PROTOCOL.md §30.5). */

@@ -63,7 +63,7 @@ export interface ToolCatalogOptions {
    */
   retentionMs?: number;
   /**
-   * The tool versions live tasks last ran (PROTOCOL.md §24.9; `RedisTaskStore.liveToolVersions`): a remembered pool
+   * The tool versions live tasks last ran (PROTOCOL.md §24.9; `TaskStore.liveToolVersions`): a remembered pool
    * that published one is kept, past its retention and when superseded, while such tasks wait. Read once per
    * housekeeping round. Default: none kept.
    */

@@ -3,7 +3,7 @@
  * one at a time do the work. It depends on no in-process event: what it judges is in Redis (the task's deadline, its
  * BullMQ job), so a dead gateway or worker, a stall-failed or evicted job all end in a terminal task.
  */
-import type { Logger, RedisTaskStore } from '@taskrelay/shared';
+import type { Logger, TaskStore } from '@taskrelay/shared';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 
 export interface ReaperOptions {
@@ -27,7 +27,7 @@ export class Reaper {
   private readonly batch: number;
 
   constructor(
-    private readonly store: RedisTaskStore,
+    private readonly store: TaskStore,
     private readonly log: Logger,
     private readonly metrics: GatewayMetrics,
     private readonly options: ReaperOptions,
@@ -66,7 +66,7 @@ export class Reaper {
       // Bounded: a backlog is worked off over passes, never in one long loop.
       let held = false;
       for (let round = 0; round < 20 && !this.stopped; round++) {
-        const outcome = await this.store.reap(this.options.holder, {
+        const outcome = await this.store.runs.reap(this.options.holder, {
           batch: this.batch,
           leaseMs: this.options.intervalMs * 3,
         });

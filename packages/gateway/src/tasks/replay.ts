@@ -8,7 +8,7 @@ import {
   TaskrelayError,
   isTerminal,
   type Logger,
-  type RedisTaskStore,
+  type TaskStore,
   type TaskFilter,
   type TaskRecord,
   type TaskSearch,
@@ -41,7 +41,7 @@ function refused(message: string): TaskrelayError {
 
 export class TaskReplay {
   constructor(
-    private readonly store: RedisTaskStore,
+    private readonly store: TaskStore,
     private readonly search: TaskSearch,
     private readonly service: Pick<TaskService, 'start' | 'resolveCall'>,
     private readonly log: Logger,
@@ -49,12 +49,12 @@ export class TaskReplay {
 
   /** Replays one ended task: resolves with the new task. */
   async replay(taskId: string, options: ReplayOptions): Promise<TaskRecord> {
-    const original = await this.store.get(taskId);
+    const original = await this.store.records.get(taskId);
     if (!original) throw new TaskrelayError('TASK_NOT_FOUND', `Task ${taskId} not found (unknown, or expired)`);
     if (!isTerminal(original.status)) {
       throw refused(`Task ${taskId} is ${original.status}: only an ended task is replayed (cancel it first)`);
     }
-    const json = await this.store.getArguments(taskId);
+    const json = await this.store.records.getArguments(taskId);
     if (json === undefined) {
       throw refused(
         `Task ${taskId} kept no arguments (a plain call, or created before replays), so it cannot be replayed`,

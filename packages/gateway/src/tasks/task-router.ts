@@ -14,7 +14,7 @@ import {
   type Logger,
   type ProgressEvent,
   type ProgressToken,
-  type RedisTaskStore,
+  type TaskStore,
   type AckEvent,
   type LogEvent,
   type LogLevel,
@@ -139,7 +139,7 @@ export class TaskRouter {
   constructor(
     private readonly subscriber: RedisClient,
     private readonly publish: Publish,
-    private readonly store: RedisTaskStore,
+    private readonly store: TaskStore,
     private readonly keys: Keys,
     private readonly log: Logger,
     private readonly metrics: GatewayMetrics,
@@ -299,7 +299,7 @@ export class TaskRouter {
         if (read) {
           let record: TaskRecord | undefined | null = null;
           try {
-            record = await Promise.race([this.store.watch(taskId, this.options.gatewayId), aborted]);
+            record = await Promise.race([this.store.records.watch(taskId, this.options.gatewayId), aborted]);
           } catch (error) {
             // Only the first read answers "unavailable": a wait already under way rides out an outage (the task
             // may well finish meanwhile), and the next poll or the subscriber's reconnect picks it up again.
@@ -389,7 +389,7 @@ export class TaskRouter {
 
   /** Reads a task and, while it is not terminal, has its status events sent to this gateway too (§10.9). */
   watch(taskId: string): Promise<TaskRecord | undefined> {
-    return this.store.watch(taskId, this.options.gatewayId);
+    return this.store.records.watch(taskId, this.options.gatewayId);
   }
 
   get activeRoutes(): number {
@@ -491,7 +491,7 @@ export class TaskRouter {
       send(known);
       return;
     }
-    this.store.get(taskId).then(
+    this.store.records.get(taskId).then(
       (record) => {
         if (record) send(record);
       },
@@ -553,7 +553,7 @@ export class TaskRouter {
     for (const set of this.followers.values()) for (const onChange of set) onChange();
     const taskIds = [...new Set([...this.routes.keys(), ...this.waiters.keys()])];
     try {
-      const statuses = await this.store.statuses(taskIds);
+      const statuses = await this.store.records.statuses(taskIds);
       statuses.forEach((status, i) => {
         const taskId = taskIds[i];
         if (taskId === undefined) return;

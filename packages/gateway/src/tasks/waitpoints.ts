@@ -2,7 +2,7 @@
  * The callback side of waitpoints (PROTOCOL.md §32.4): a POST to a waitpoint's URL stores its body as the waitpoint's
  * value, once, and promotes the task's suspended job so a worker resumes the tool at once.
  */
-import type { Logger, RedisTaskStore, WaitpointTokens } from '@taskrelay/shared';
+import type { Logger, WaitpointTokens, Waitpoints } from '@taskrelay/shared';
 import type { JobDispatcher } from './job-dispatcher.js';
 
 /** How a callback ended; never anything about the task itself. */
@@ -11,7 +11,7 @@ export type WaitpointCallbackOutcome = 'accepted' | 'unknown' | 'used' | 'expire
 export class WaitpointCallbacks {
   constructor(
     private readonly tokens: WaitpointTokens,
-    private readonly store: Pick<RedisTaskStore, 'resolveWaitpoint'>,
+    private readonly store: Pick<Waitpoints, 'resolve'>,
     private readonly dispatcher: Pick<JobDispatcher, 'promote'>,
     private readonly log: Logger,
   ) {}
@@ -21,7 +21,7 @@ export class WaitpointCallbacks {
     // A token this deployment did not seal is refused before Redis is asked.
     const sealed = await this.tokens.open(token);
     if (!sealed) return 'unknown';
-    const outcome = await this.store.resolveWaitpoint(sealed.taskId, sealed.name, token, value);
+    const outcome = await this.store.resolve(sealed.taskId, sealed.name, token, value);
     if (!outcome.ok) {
       this.log.debug({ taskId: sealed.taskId, waitpoint: sealed.name, reason: outcome.reason }, 'waitpoint refused');
       if (outcome.reason === 'gone' || outcome.reason === 'unknown') return 'unknown';

@@ -14,7 +14,7 @@ import {
 import type { InputRequest } from '@taskrelay/shared';
 import type { z } from 'zod';
 import { JsonSchemaValidator, type ValidateFunction } from '../tasks/json-schema.js';
-import type { AnswerCheck } from '../tasks/task-service.js';
+import type { AnswerCheck } from '../tasks/task-policy.js';
 
 /** Used when the caller passes none (the gateway passes its one validator, shared with the catalog). */
 const fallbackSchemas = new JsonSchemaValidator();

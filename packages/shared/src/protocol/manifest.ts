@@ -4,6 +4,7 @@
  * from the keys the Node processes build; the message shapes are the zod schemas as JSON Schema (`z.toJSONSchema`).
  */
 import { z } from 'zod';
+import { BATCH_FIELDS } from './batch-fields.js';
 import { ERROR_CODES, JSON_RPC } from './errors.js';
 import { HOME_TAG, SHARD_CODE_LENGTH, batchChildId, createKeys, placementField, toolQueue, type Keys } from './keys.js';
 import {
@@ -194,6 +195,7 @@ export function protocolManifest() {
     jsonRpc: { ...JSON_RPC },
     fields: TASK_FIELDS,
     fieldPrefixes: TASK_FIELD_PREFIXES,
+    batchFields: BATCH_FIELDS,
     taskStatuses: [...TASK_STATUSES],
     cancelReasons: [...CANCEL_REASONS],
     logLevels: [...LOG_LEVELS],

@@ -15,10 +15,9 @@ from typing import Any, Awaitable, Callable
 from .errors import SuspendedError, TaskCancelledError, TaskrelayError
 from .fan_out import MAX_PAGE, FanOutHost, FanOutRun, batch_message, check_fan_out_args, redis_unavailable
 from .log import Logger
-from .protocol import FIELDS
+from .protocol import CANCEL, ERROR, FIELDS
 from .store import JobLock, TaskRecord, TaskStore
 from .waitpoints import Waitpoint, WaitpointOpener, as_datetime, check_waitpoint_args, waitpoint_message
-from .protocol import CANCEL, ERROR
 
 #: The rules of a tag (PROTOCOL.md §30.2), as the Node worker's ``TAG_PATTERN`` and ``MAX_TAGS``.
 _TAG = re.compile(r"[A-Za-z0-9_.:/=@+-]{1,64}")
@@ -460,7 +459,7 @@ class ToolContext:
         if not isinstance(roots, list) or not all(
             isinstance(r, dict) and isinstance(r.get("uri"), str) and isinstance(r.get("name", ""), str) for r in roots
         ):
-            raise TaskrelayError("INTERNAL", "The stored answer to roots/list is malformed")
+            raise TaskrelayError(ERROR.INTERNAL, "The stored answer to roots/list is malformed")
         return answer
 
     # Batch fan-out (PROTOCOL.md §26, §29.4) ------------------------------------------------------------------------
@@ -477,7 +476,7 @@ class ToolContext:
         await self._started()
         self._check_running()
         if self._batch_host is None:
-            raise TaskrelayError("INTERNAL", "ctx.fan_out is not available in this context")
+            raise TaskrelayError(ERROR.INTERNAL, "ctx.fan_out is not available in this context")
         record = self._record
         ttl = record.fields.get(FIELDS["ttl"]) if record is not None else None
         run = FanOutRun(
@@ -490,7 +489,7 @@ class ToolContext:
         try:
             kind, value = await self._batch_host.fan_out(run, args)
         except TaskCancelledError as error:
-            if error.reason == "LOCK_LOST":
+            if error.reason == CANCEL.LOCK_LOST:
                 self._on_lock_lost()
             raise
         except Exception as error:
@@ -498,7 +497,7 @@ class ToolContext:
             # more written, the job handed back or taken over), and the replay goes on from what Redis holds.
             if redis_unavailable(error):
                 self._on_lock_lost()
-                raise TaskCancelledError("LOCK_LOST") from None
+                raise TaskCancelledError(CANCEL.LOCK_LOST) from None
             raise
         if kind == "done":
             result = value
@@ -523,7 +522,7 @@ class ToolContext:
         if count > MAX_PAGE:
             raise ValueError(f"ctx.batch_outcomes reads at most {MAX_PAGE} outcomes at a time")
         if self._batch_host is None:
-            raise TaskrelayError("INTERNAL", "ctx.batch_outcomes is not available in this context")
+            raise TaskrelayError(ERROR.INTERNAL, "ctx.batch_outcomes is not available in this context")
         await self._started()
         return await self._batch_host.outcomes(self.task_id, start, count)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from .errors import TaskCancelledError, TaskrelayError
 from .keys import Keys, tool_queue
 from .log import Logger
-from .protocol import MANIFEST
+from .protocol import BATCH_FIELDS, CANCEL, ERROR, FIELDS, RESULT
 from .store import TERMINAL, JobLock, TaskStore
 
 #: Outcomes listed inline in the result; the rest are read with ``ctx.batch_outcomes`` (MAX_FANOUT_OUTCOMES).
@@ -201,14 +201,14 @@ class BatchParent:
         keys: Keys,
         own_queue_name: str,
         tools: dict[str, Any],
-        queue_of: Callable[[str], Any],
+        queue_of: Callable[[str, str], Any],
     ) -> None:
         self.store = store
         self.redis = store.redis
         self.keys = keys
         self.own_queue_name = own_queue_name
         self.tools = tools
-        #: The bullmq ``Queue`` of a pool (the worker's, one per pool, closed with it).
+        #: The bullmq ``Queue`` of a pool and the shard of a job id (the worker's ``_queue_of``, closed with it).
         self.queue_of = queue_of
 
     def for_run(self, max_open: Any, level: Any) -> FanOutHost:
@@ -218,18 +218,10 @@ class BatchParent:
     # Keys and scripts ---------------------------------------------------------------------------------------------
 
     def _k(self, task_id: str) -> dict[str, str]:
-        base = f"{self.keys.prefix}:batch:{task_id}"
-        return {
-            "hash": base,
-            "items": f"{base}:items",
-            "outcomes": f"{base}:outcomes",
-            "open": f"{base}:open",
-            "running": f"{base}:running",
-        }
+        return {member: self.keys.batch(task_id, member) for member in ("hash", "items", "outcomes", "open", "running")}
 
     async def shape(self, task_id: str) -> dict[str, Any] | None:
-        fields = MANIFEST.get("batchFields") or {}
-        names = [fields.get(n, n) for n in ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner")]
+        names = [BATCH_FIELDS[n] for n in ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner")]
         child_tool, child_pool, parent_pool, concurrency, fail_fast, owner = await self.redis.hmget(self._k(task_id)["hash"], names)
         if not child_tool or not child_pool or not parent_pool:
             return None
@@ -245,7 +237,7 @@ class BatchParent:
     async def peek(self, task_id: str) -> dict[str, Any] | None:
         k = self._k(task_id)
         code, values = await self.store.call("batchPeek", {"batch": k["hash"], "open": k["open"]}, {})
-        if code != "OK":
+        if code != RESULT.OK:
             return None
         size, completed, failed, released, open_, window, stopped, wake = ([int(v) for v in values] + [0] * 8)[:8]
         return {
@@ -281,7 +273,6 @@ class BatchParent:
             "owner": shape["owner"],
             "createdAtMs": str(int(time.time() * 1000)),
         }
-        names = MANIFEST.get("batchFields") or {}
         code, _ = await self.store.call(
             "batchCreate",
             {
@@ -292,12 +283,12 @@ class BatchParent:
             },
             {
                 "lockToken": lock.token,
-                "fields": json.dumps({names.get(n, n): v for n, v in fields.items()}),
+                "fields": json.dumps({BATCH_FIELDS[n]: v for n, v in fields.items()}),
                 "items": "\n".join(items),
                 "ttlMs": str(BATCH_TTL_MS),
             },
         )
-        return {"OK": "created", "BATCH_EXISTS": "exists", "LOCK_LOST": "lock_lost"}.get(code, "gone")
+        return {RESULT.OK: "created", RESULT.BATCH_EXISTS: "exists", RESULT.LOCK_LOST: "lock_lost"}.get(code, "gone")
 
     async def _release_script(
         self, task_id: str, shape: dict[str, Any], base: int, release: bool, indices: list[int], concurrency: int, cap: int, ttl_ms: int
@@ -346,6 +337,13 @@ class BatchParent:
         task_id, lock, log = run.task_id, run.lock, run.log
         shape = await self.shape(task_id)
         if shape is None:
+            # As the Node parent (batch-parent.ts): a batch's children queue on the parent's shard, where the child
+            # tool's workers do not consume, so no batch in the sharded layout yet (PROTOCOL.md §1.1, docs/SCALING.md).
+            if self.keys.layout == "sharded":
+                raise TaskrelayError(
+                    ERROR.INVALID_ARGUMENTS,
+                    "ctx.fan_out: batches are not available in the sharded key layout yet (docs/SCALING.md)",
+                )
             pool, _ = await self._child_tool(args.tool)
             created = await self._create(
                 task_id,
@@ -361,20 +359,20 @@ class BatchParent:
                 [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in args.items],
             )
             if created == "lock_lost":
-                raise TaskCancelledError("LOCK_LOST")
+                raise TaskCancelledError(CANCEL.LOCK_LOST)
             if created == "gone":
-                raise TaskCancelledError("CLIENT_CANCELLED")
+                raise TaskCancelledError(CANCEL.CLIENT_CANCELLED)
             if created == "created":
                 log.info("batch created", children=len(args.items), childTool=args.tool)
             shape = await self.shape(task_id)
             if shape is None:
-                raise TaskCancelledError("CLIENT_CANCELLED")
+                raise TaskCancelledError(CANCEL.CLIENT_CANCELLED)
         counts = await self.peek(task_id)
         if shape["childTool"] != args.tool or counts is None or counts["size"] != len(args.items):
             if counts is None:
-                raise TaskCancelledError("CLIENT_CANCELLED")
+                raise TaskCancelledError(CANCEL.CLIENT_CANCELLED)
             raise TaskrelayError(
-                "INTERNAL",
+                ERROR.INTERNAL,
                 f"ctx.fan_out: this task's batch has other children ({shape['childTool']}); call fan_out once per task, "
                 "with the same items on every run",
             )
@@ -417,12 +415,12 @@ class BatchParent:
         next window itself, so the batch moves on whatever the parent's run does (§26.3 step 4, ``releaseFromChild``);
         a parent still delayed is promoted as well. Nothing for a batch that is stopped, done, failed fast or whose
         parent ended. Answers how many children it released."""
-        shape, counts, status = await self.shape(task_id), await self.peek(task_id), await self.redis.hget(self.keys.task(task_id), "status")
+        shape, counts, status = await self.shape(task_id), await self.peek(task_id), await self.redis.hget(self.keys.task(task_id), FIELDS["status"])
         if shape is None or counts is None or counts["stopped"] or status is None or status in TERMINAL:
             return 0
         if counts["released"] >= counts["size"] or (shape["failFast"] and counts["failed"] > 0):
             return 0
-        queue = self.queue_of(shape["parentPool"])
+        queue = self.queue_of(shape["parentPool"], task_id)
         state = await queue.getJobState(task_id)
         if state in ("completed", "failed", "unknown"):
             return 0
@@ -494,7 +492,7 @@ class BatchParent:
             if max_open is not None:
                 data["maxOpen"] = max_open
             jobs.append({"name": shape["childTool"], "data": data, "opts": job_options(batch_child_id(task_id, index), priority, tool)})
-        await self.queue_of(shape["childPool"]).addBulk(jobs)
+        await self.queue_of(shape["childPool"], task_id).addBulk(jobs)
         return len(jobs)
 
     async def stop_children(self, task_id: str) -> None:
@@ -503,9 +501,9 @@ class BatchParent:
         shape = await self.shape(task_id)
         if shape is None:
             return
-        await self.redis.hset(self._k(task_id)["hash"], (MANIFEST.get("batchFields") or {}).get("stopped", "stopped"), "1")
+        await self.redis.hset(self._k(task_id)["hash"], BATCH_FIELDS["stopped"], "1")
         indices = await self._open_indices(task_id)
-        queue = self.queue_of(shape["childPool"])
+        queue = self.queue_of(shape["childPool"], task_id)
         pipe = self.redis.pipeline(transaction=False)
         for index in indices:
             job_id = batch_child_id(task_id, index)
@@ -515,7 +513,7 @@ class BatchParent:
                 pass
             pipe.zrem(self.keys.fair_share(shape["childPool"], shape["owner"]), job_id)
             pipe.zrem(self.keys.principal_open_tasks(shape["owner"]), job_id)
-            pipe.publish(self.keys.cancel_channel, json.dumps({"taskId": job_id, "reason": "CLIENT_CANCELLED"}))
+            pipe.publish(self.keys.cancel_channel, json.dumps({"taskId": job_id, "reason": CANCEL.CLIENT_CANCELLED}))
         await pipe.execute()
 
     async def should_wake(self, task_id: str) -> bool:
@@ -533,7 +531,7 @@ class BatchParent:
             return tool_queue(self.own_queue_name, name), local.descriptor()
         serving = [c for c in await self._catalogs() if any(t.get("name") == name for t in c.get("tools", []))]
         if not serving:
-            raise TaskrelayError("TOOL_NOT_FOUND", f"ctx.fan_out: no live worker serves tool {name}")
+            raise TaskrelayError(ERROR.TOOL_NOT_FOUND, f"ctx.fan_out: no live worker serves tool {name}")
         pick = random.choice(serving)
         tool = next(t for t in pick["tools"] if t.get("name") == name)
         return tool_queue(catalog_queue_name(pick), name), tool

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from .errors import NonRetryableError, SuspendedError, TaskCancelledError, TaskrelayError
 from .isolate_messages import CHILD_MESSAGE, CallMessage, EndMessage, Settled, encode, from_wire_error, to_wire_error
+from .protocol import ERROR
 
 #: How much of the child's stderr is kept to tell a memory failure from another crash.
 STDERR_TAIL_BYTES = 8_192
@@ -39,7 +40,7 @@ class MemoryLimitError(NonRetryableError):
     """An isolated run past its ``max_memory_mb``: not retried (the next run would most likely do the same)."""
 
     def __init__(self, message: str, max_memory_mb: int | None) -> None:
-        TaskrelayError.__init__(self, "MEMORY_LIMIT", message, {"maxMemoryMb": max_memory_mb})
+        TaskrelayError.__init__(self, ERROR.MEMORY_LIMIT, message, {"maxMemoryMb": max_memory_mb})
 
 
 def check_isolated_tools(tools: list[Any], load: Any) -> None:
@@ -336,7 +337,7 @@ class IsolatedRun:
             return TaskCancelledError(self.kill_cause[1])
         if self.kill_cause is not None and self.kill_cause[0] == "suspended":
             return SuspendedError()
-        return TaskrelayError("TOOL_FAILED", f"Tool {self.name}'s isolated run ended without a result ({how})")
+        return TaskrelayError(ERROR.TOOL_FAILED, f"Tool {self.name}'s isolated run ended without a result ({how})")
 
     def _memory_error(self) -> MemoryLimitError:
         limit = self.isolation.max_memory_mb

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from .errors import SuspendedError, TaskCancelledError
 from .isolate_messages import encode, to_wire_error
 from .log import LEVELS, Logger
+from .protocol import CANCEL, ERROR
 
 #: Set in the environment of an isolated run's child: the worker refuses to start there (§31.4).
 ISOLATED_CHILD_ENV = "TASKRELAY_ISOLATED_CHILD"
@@ -110,7 +111,7 @@ class ChildContext:
         kind = message.get("t")
         if kind == "abort":
             if self._reason is None:
-                self._reason = str(message.get("reason") or "CLIENT_CANCELLED")
+                self._reason = str(message.get("reason") or CANCEL.CLIENT_CANCELLED)
                 self._abort.set()
         elif kind == "reply":
             if isinstance(message.get("answers"), dict):
@@ -316,7 +317,7 @@ async def _main(channel: _Channel) -> None:
     try:
         channel.send({"t": "end", "settled": settled})
     except (TypeError, ValueError) as error:
-        channel.send({"t": "end", "settled": {"ok": False, "error": {"name": "NonRetryableError", "message": f"Tool {tool.name} returned a value that is not JSON: {error}", "code": "NON_RETRYABLE"}}})
+        channel.send({"t": "end", "settled": {"ok": False, "error": {"name": "NonRetryableError", "message": f"Tool {tool.name} returned a value that is not JSON: {error}", "code": ERROR.NON_RETRYABLE}}})
 
 
 def main() -> None:

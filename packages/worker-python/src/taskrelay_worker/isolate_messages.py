@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, Field, TypeAdapter
 
 from .errors import NonRetryableError, RetryAfterError, SuspendedError, TaskCancelledError, TaskrelayError
+from .protocol import ERROR
 
 #: The ``ctx`` members that are calls answered by the worker (Node's ISOLATE_CALLS, in snake_case).
 ISOLATE_CALLS = (
@@ -119,7 +120,7 @@ def from_wire_error(wire: WireError) -> BaseException:
         return TaskCancelledError(wire.reason)
     if wire.name == "RetryAfterError" and wire.retry_after is not None:
         return RetryAfterError(wire.retry_after, wire.message)
-    if wire.name == "NonRetryableError" or wire.code == "NON_RETRYABLE":
+    if wire.name == "NonRetryableError" or wire.code == ERROR.NON_RETRYABLE:
         return NonRetryableError(wire.message)
     if wire.code is not None:
         return TaskrelayError(wire.code, wire.message, wire.data)

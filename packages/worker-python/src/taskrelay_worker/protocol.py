@@ -45,6 +45,8 @@ CODE_NAMES: dict[int, str] = {number: name for name, number in CODES.items()}
 #: Task hash field names (``F.status`` in Lua is ``FIELDS["status"]`` here).
 FIELDS: dict[str, str] = MANIFEST["fields"]
 FIELD_PREFIXES: dict[str, str] = MANIFEST["fieldPrefixes"]
+#: Batch hash field names (``BATCH_FIELDS`` in batch-fields.ts; ``B.size`` in Lua is ``BATCH_FIELDS["size"]`` here).
+BATCH_FIELDS: dict[str, str] = MANIFEST["batchFields"]
 CANCEL_REASONS: tuple[str, ...] = tuple(MANIFEST["cancelReasons"])
 
 SCRIPTS: dict[str, ScriptSpec] = {

@@ -28,7 +28,7 @@ import {
   type RedisClient,
   type ToolDescriptor,
 } from '@taskrelay/shared';
-import type { ChildOutcome, FanOutHost, FanOutOptions, FanOutResult } from '../context.js';
+import type { ChildOutcome, FanOutHost, FanOutOptions, FanOutResult } from '../context-types.js';
 import type { ToolDefinition } from '../define-tool.js';
 import { CancelledError } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';

@@ -13,14 +13,14 @@ import {
   type Keys,
   type Logger,
   type RedisClient,
-  type RedisTaskStore,
+  type TaskStore,
 } from '@taskrelay/shared';
 import type { RunningJobs } from './running-jobs.js';
 
 export interface CancelWatchOptions {
   subscriber: RedisClient;
   keys: Keys;
-  store: RedisTaskStore;
+  store: TaskStore;
   running: RunningJobs;
   log: Logger;
   sweepMs: number;
@@ -74,7 +74,7 @@ export class CancelWatch {
     this.sweeping = true;
     try {
       // A batch child has no task of its own: it lives while its parent does (§26.7).
-      const states = await this.o.store.endStates(entries.map(([taskId, entry]) => entry.parentId ?? taskId));
+      const states = await this.o.store.records.endStates(entries.map(([taskId, entry]) => entry.parentId ?? taskId));
       let unread = 0;
       entries.forEach(([taskId, entry], i) => {
         const state = states[i];

@@ -5,14 +5,14 @@
  * (`PendingStart.ensure`), and the end is sent at once and then read with it. A start that finds its task already
  * ended aborts the run when its answer arrives, one round trip after the run began.
  */
-import { isTerminal, type Logger, type RedisTaskStore, type RunStart, type TaskRecord } from '@taskrelay/shared';
-import type { PendingStart } from '../context.js';
+import { isTerminal, type Logger, type Runs, type RunStart, type TaskRecord } from '@taskrelay/shared';
+import type { PendingStart } from '../context-types.js';
 import { writeThroughOutage } from './end-write.js';
 import { sweptReason } from './cancel-watch.js';
 import type { RunningJobs } from './running-jobs.js';
 
 export interface FirstRunStartOptions {
-  store: Pick<RedisTaskStore, 'startRun'>;
+  store: Pick<Runs, 'startRun'>;
   running: Pick<RunningJobs, 'abort' | 'loseLock'>;
   start: RunStart;
   log: Logger;
@@ -32,16 +32,7 @@ export class FirstRunStart implements PendingStart {
   /** Sends the start: call it before anything else of the run is written. */
   constructor(private readonly o: FirstRunStartOptions) {
     const { start } = o;
-    const startRun = () =>
-      o.store.startRun(
-        start.taskId,
-        start.lock,
-        start.attempt,
-        start.deadlineAt,
-        start.sharePrincipal,
-        start.version,
-        start.startedAt,
-      );
+    const startRun = () => o.store.startRun(start);
     // The first try goes out at once, unawaited (the pipelined start); only a try that found Redis unreachable is
     // repeated, while the lock may hold, as a run's end is (§10.10): the tool is running already.
     this.answer = writeThroughOutage(startRun, { windowMs: o.outageWindowMs ?? 0, log: o.log, what: 'start' }).then(

@@ -5,32 +5,15 @@
  */
 import { Writable } from 'node:stream';
 import { createLogger, type CancelReason, type LogLevel, type Logger } from '@taskrelay/shared';
-import {
-  abortableSleep,
-  checkNotifyArgs,
-  checkProgressArgs,
-  type AskOptions,
-  type ChildOutcome,
-  type ElicitAnswer,
-  type ElicitParams,
-  type FanOutOptions,
-  type FanOutResult,
-  type RootsAnswer,
-  type SampleAnswer,
-  type SampleParams,
-  type StepOptions,
-  type ToolContext,
-  type ToolState,
-  type Waitpoint,
-  type WaitpointOutcome,
-} from '../context.js';
+import { abortableSleep, checkNotifyArgs, checkProgressArgs } from '../context-checks.js';
+import { ISOLATE_CALLS, type IsolateCall, type TopOf } from '../context-surface.js';
+import type { StepOptions, ToolContext, ToolState, Waitpoint, WaitpointOutcome } from '../context-types.js';
 import { CancelledError, cancelReasonOf } from '../errors.js';
-import type { ArtifactData, ResourceLink, TaskOutput } from '../output.js';
+import type { ArtifactData, ResourceLink } from '../output.js';
 import {
   fromWireError,
   toWireError,
   type ChildMessage,
-  type IsolateCall,
   type IsolateStart,
   type ParentMessage,
   type Settled,
@@ -50,6 +33,35 @@ interface Pending {
   reject: (error: unknown) => void;
 }
 
+/** The calls the child does more for than send them: a function stays here, a copy is kept, a stream is read. */
+const OWN_CALLS = ['state.set', 'step', 'waitpoint', 'waitpoint.wait', 'artifact'] as const satisfies IsolateCall[];
+type OwnCall = (typeof OWN_CALLS)[number];
+/** The members made from the declaration: every call's, but the child's own (`ctx.output` is made; `ctx.state` is not). */
+type ProxiedMember = Exclude<TopOf<IsolateCall>, TopOf<OwnCall>>;
+
+/**
+ * The proxy of every call the declaration names (context-surface.ts) that is no `OWN_CALLS` entry: a member that
+ * sends its arguments and resolves with the worker's answer, at its path (`output.write` at `output.write`).
+ */
+function proxyCalls(
+  call: (method: IsolateCall, args: unknown[]) => Promise<unknown>,
+): Pick<ToolContext, ProxiedMember> {
+  const members: Record<string, unknown> = {};
+  for (const method of ISOLATE_CALLS) {
+    if ((OWN_CALLS as readonly string[]).includes(method)) continue;
+    const path = method.split('.');
+    let owner = members;
+    for (const part of path.slice(0, -1)) owner = (owner[part] ??= {}) as Record<string, unknown>;
+    owner[path[path.length - 1] ?? method] = (...args: unknown[]) => call(method, args);
+  }
+  return members as unknown as Pick<ToolContext, ProxiedMember>;
+}
+
+// The generated members (`proxyCalls`, assigned in the constructor) are typed by this merge, not written out by hand.
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type
+export interface ChildContext extends Pick<ToolContext, ProxiedMember> {}
+
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
 export class ChildContext implements ToolContext {
   readonly taskId: string;
   readonly tool: string;
@@ -86,6 +98,10 @@ export class ChildContext implements ToolContext {
       },
     });
     this.log = createLogger('worker', { level: start.logLevel, destination });
+    Object.assign(
+      this,
+      proxyCalls((method, args) => this.call(method, args)),
+    );
   }
 
   get signal(): AbortSignal {
@@ -149,42 +165,15 @@ export class ChildContext implements ToolContext {
     },
   };
 
-  readonly tag = async (...tags: string[]): Promise<void> => {
-    await this.call('tag', tags);
-  };
-
   readonly step = <T>(name: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T> => {
     if (typeof fn !== 'function') return Promise.reject(new TypeError('ctx.step needs a function'));
     return this.call('step', [name, options], fn) as Promise<T>;
   };
 
-  readonly elicit = (params: ElicitParams, options?: AskOptions): Promise<ElicitAnswer> =>
-    this.call('elicit', [params, options]) as Promise<ElicitAnswer>;
-
-  readonly sample = (params: SampleParams, options?: AskOptions): Promise<SampleAnswer> =>
-    this.call('sample', [params, options]) as Promise<SampleAnswer>;
-
-  readonly listRoots = (options?: AskOptions): Promise<RootsAnswer> =>
-    this.call('listRoots', [options]) as Promise<RootsAnswer>;
-
-  readonly suspend = (options: { forMs: number }): Promise<never> => this.call('suspend', [options]) as Promise<never>;
-
-  readonly fanOut = (items: ReadonlyArray<Record<string, unknown>>, options: FanOutOptions): Promise<FanOutResult> =>
-    this.call('fanOut', [items, options]) as Promise<FanOutResult>;
-
   /** Opened by the worker; `wait()` is a call of its own (a function cannot cross). */
   readonly waitpoint = async (name: string, options?: { timeoutMs?: number }): Promise<Waitpoint> => {
     const opened = (await this.call('waitpoint', [name, options])) as Omit<Waitpoint, 'wait'>;
     return { ...opened, wait: () => this.call('waitpoint.wait', [opened.name]) as Promise<WaitpointOutcome> };
-  };
-
-  readonly output: TaskOutput = {
-    write: async (chunk: string): Promise<void> => {
-      await this.call('output.write', [chunk]);
-    },
-    set: async (snapshot: string): Promise<void> => {
-      await this.call('output.set', [snapshot]);
-    },
   };
 
   readonly artifact = async (name: string, data: ArtifactData, mimeType: string): Promise<ResourceLink> => {
@@ -199,9 +188,6 @@ export class ChildContext implements ToolContext {
     }
     return (await this.call('artifact', [name, bytes, mimeType])) as ResourceLink;
   };
-
-  readonly batchOutcomes = (from: number, count: number): Promise<ChildOutcome[]> =>
-    this.call('batchOutcomes', [from, count]) as Promise<ChildOutcome[]>;
 
   /** The handler's end: its value, or its error. */
   end(settled: Settled): void {

@@ -13,6 +13,7 @@ import {
   type CancelReason,
   type ErrorCode,
 } from '@taskrelay/shared';
+import { ISOLATE_CALLS } from '../context-surface.js';
 import { CancelledError, RetryAfterError, SuspendedError, isCancelReason } from '../errors.js';
 
 /** Set on the global object of an isolated run's child: `startWorker` refuses to start there (§31.4). */
@@ -30,27 +31,6 @@ export interface IsolateStart {
   /** The run logger's level: the child's `ctx.log` sends only the lines the worker would write. */
   logLevel: string;
 }
-
-/** The `ctx` members that are calls answered by the parent. */
-export const ISOLATE_CALLS = [
-  'elicit',
-  'sample',
-  'listRoots',
-  'suspend',
-  'tag',
-  'state.set',
-  'step',
-  'fanOut',
-  'batchOutcomes',
-  'waitpoint',
-  /** `wait()` of the waitpoint a `waitpoint` call opened, by its name. */
-  'waitpoint.wait',
-  'output.write',
-  'output.set',
-  /** `ctx.artifact`: a stream is read to its end in the child first (a stream cannot cross), bounded as the task is. */
-  'artifact',
-] as const;
-export type IsolateCall = (typeof ISOLATE_CALLS)[number];
 
 /** An error as it crosses: its class is named, its fields kept. */
 const WireErrorSchema = z.object({
@@ -94,6 +74,7 @@ export const ChildMessageSchema = z.discriminatedUnion('t', [
   }),
   z.object({ t: z.literal('notify'), level: z.enum(LOG_LEVELS), data: z.unknown(), logger: z.string().optional() }),
   z.object({ t: z.literal('log'), line: z.string() }),
+  // The calls of the ctx declaration (context-surface.ts); their arguments are the real context's to check.
   z.object({ t: z.literal('call'), id: z.number().int(), method: z.enum(ISOLATE_CALLS), args: z.array(z.unknown()) }),
   z.object({ t: z.literal('invoked'), id: z.number().int(), settled: SettledSchema }),
   z.object({ t: z.literal('end'), settled: SettledSchema }),

@@ -10,7 +10,8 @@ import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { ConfigError, TaskrelayError, oneLine, type CancelReason, type Logger } from '@taskrelay/shared';
-import type { ToolContext, Waitpoint } from '../context.js';
+import { suspends, type IsolateCall } from '../context-surface.js';
+import type { ToolContext, Waitpoint } from '../context-types.js';
 import { isToolDefinition, type ToolDefinition, type ToolIsolation } from '../define-tool.js';
 import { CancelledError, SuspendedError, cancelReasonOf } from '../errors.js';
 import {
@@ -19,7 +20,6 @@ import {
   fromWireError,
   toWireError,
   type ChildMessage,
-  type IsolateCall,
   type IsolateStart,
   type ParentMessage,
   type Settled,
@@ -107,6 +107,16 @@ export async function checkIsolatedTools(tools: readonly ToolDefinition[]): Prom
       );
     }
   }
+}
+
+/** Calls the member of `ctx` at `path` (`state.set`: `ctx.state.set`) on its owner, with `args`. */
+export function invokeMember(ctx: HostContext, path: string, args: unknown[]): unknown {
+  const parts = path.split('.');
+  let owner = ctx as unknown as Record<string, unknown>;
+  for (const part of parts.slice(0, -1)) owner = owner[part] as Record<string, unknown>;
+  const member = owner[parts[parts.length - 1] ?? path];
+  if (typeof member !== 'function') throw new TypeError(`ctx.${path} is not available in this context`);
+  return (member as (...a: unknown[]) => unknown).apply(owner, args);
 }
 
 /** A child of either kind, as the run drives it. */
@@ -284,54 +294,37 @@ export class IsolatedRun {
   /** A `ctx` call of the child, carried out on the real context; its answer (or error) goes back under its id. */
   private async call(message: Extract<ChildMessage, { t: 'call' }>): Promise<void> {
     const { ctx } = this;
-    // Unchecked here: the real context checks every argument, as it does for a handler in the worker's thread.
-    const a = message.args as [never, never];
     let settled: Settled;
     try {
-      settled = { ok: true, value: await this.dispatch(message.method, message.id, a) };
+      settled = { ok: true, value: await this.dispatch(message.method, message.id, message.args) };
     } catch (error) {
       settled = { ok: false, error: toWireError(error) };
     }
-    const asked = ['elicit', 'sample', 'listRoots', 'fanOut'].includes(message.method);
+    // A call that may suspend may have asked: the child's copy of the answers is brought up to date.
+    const asked = suspends(message.method);
     this.post({ t: 'reply', id: message.id, settled, ...(asked ? { answers: { ...ctx.answers } } : {}) });
     // The run suspended (§12.7): what the handler does after it is discarded, so the child gets its grace, no more.
     if (ctx.suspension !== undefined) this.kill({ kind: 'suspended' });
   }
 
-  private dispatch(method: IsolateCall, id: number, a: [never, never]): unknown {
-    const { ctx } = this;
+  /**
+   * Carries out a call on the real context, at the member's path in the declaration (context-surface.ts), with the
+   * child's arguments. Unchecked here: the real context checks every argument, as it does for a handler in the worker's
+   * thread. A step's function and a waitpoint's `wait` stay in the process that holds them, so those calls differ.
+   */
+  private dispatch(method: IsolateCall, id: number, args: unknown[]): unknown {
     switch (method) {
-      case 'elicit':
-        return ctx.elicit(a[0], a[1]);
-      case 'sample':
-        return ctx.sample(a[0], a[1]);
-      case 'listRoots':
-        return ctx.listRoots(a[0]);
-      case 'suspend':
-        return ctx.suspend(a[0]);
-      case 'tag':
-        return ctx.tag(...(a as unknown as string[]));
-      case 'state.set':
-        return ctx.state.set(a[0]);
       case 'step':
-        return ctx.step(a[0], () => this.runStep(id), a[1]);
-      case 'fanOut':
-        return ctx.fanOut(a[0], a[1]);
-      case 'batchOutcomes':
-        return ctx.batchOutcomes(a[0], a[1]);
+        return this.ctx.step(args[0] as string, () => this.runStep(id), args[1] as { version?: string } | undefined);
       case 'waitpoint':
-        return this.openWaitpoint(a[0], a[1]);
+        return this.openWaitpoint(args[0] as string, args[1] as { timeoutMs?: number } | undefined);
       case 'waitpoint.wait': {
-        const waitpoint = this.waitpoints.get(a[0]);
-        if (!waitpoint) throw new TypeError(`ctx.waitpoint ${String(a[0])} was not opened in this run`);
+        const waitpoint = this.waitpoints.get(args[0] as string);
+        if (!waitpoint) throw new TypeError(`ctx.waitpoint ${String(args[0])} was not opened in this run`);
         return waitpoint.wait();
       }
-      case 'output.write':
-        return ctx.output.write(a[0]);
-      case 'output.set':
-        return ctx.output.set(a[0]);
-      case 'artifact':
-        return ctx.artifact(a[0], a[1], (a as unknown as [string, string, string])[2]);
+      default:
+        return invokeMember(this.ctx, method, args);
     }
   }
 

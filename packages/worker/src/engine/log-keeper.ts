@@ -5,7 +5,7 @@
  * wrapped: each enabled call is also buffered, and the buffer is flushed at most every 100 ms in one script call.
  */
 import { format } from 'node:util';
-import { MAX_KEPT_LOG_LINE_BYTES, type Logger, type RedisTaskStore } from '@taskrelay/shared';
+import { MAX_KEPT_LOG_LINE_BYTES, type Logger, type RunLogs } from '@taskrelay/shared';
 
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal']);
 const FLUSH_MS = 100;
@@ -50,7 +50,7 @@ export class TaskLogKeeper {
   private flushing: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly store: Pick<RedisTaskStore, 'keepLogs'>,
+    private readonly store: Pick<RunLogs, 'keep'>,
     private readonly taskId: string,
     private readonly attempt: number,
     /** Where a failed write is said (debug: the line is on stdout anyway). */
@@ -85,7 +85,7 @@ export class TaskLogKeeper {
     this.buffer = [];
     // In order: one write at a time.
     this.flushing = this.flushing.then(() =>
-      this.store.keepLogs(this.taskId, lines).catch((error: unknown) => {
+      this.store.keep(this.taskId, lines).catch((error: unknown) => {
         this.log.debug({ err: error, lines: lines.length }, 'log lines not kept with the task');
       }),
     );

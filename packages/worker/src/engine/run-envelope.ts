@@ -26,7 +26,7 @@ import {
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
-import type { RunOutcome } from './settle.js';
+import type { RunOutcome } from './stages/settle.js';
 
 /** setTimeout's ceiling; a longer timeout would fire at once. */
 export const MAX_TIMER_MS = 2_147_483_647;

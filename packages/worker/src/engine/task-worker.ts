@@ -6,7 +6,7 @@
 import { WaitpointOpener } from './waitpoint-host.js';
 import {
   BatchStore,
-  RedisTaskStore,
+  TaskStore,
   TaskOutputStore,
   BlobObjects,
   ToolLimitStore,
@@ -40,19 +40,19 @@ import { bullLockMs } from './end-write.js';
 
 /**
  * Where a worker is in its life, as Temporal's worker documents its `State`. Each state is entered once, in order;
- * a failed start goes from STARTING to FAILED after undoing itself, and a worker closed before it started goes to
- * STOPPED at once.
- * - `INITIALIZED`: built; connections created, nothing subscribed or listed.
- * - `STARTING`: subscribing to cancels, connecting BullMQ, publishing the first catalog.
- * - `RUNNING`: taking jobs; heartbeat, cancel sweep and lock watch on.
- * - `DRAINING`: `close()` was called: BullMQ fetches no more (a job fetched anyway is handed back), running tools may
+ * a failed start goes from starting to failed after undoing itself, and a worker closed before it started goes to
+ * stopped at once.
+ * - `initialized`: built; connections created, nothing subscribed or listed.
+ * - `starting`: subscribing to cancels, connecting BullMQ, publishing the first catalog.
+ * - `running`: taking jobs; heartbeat, cancel sweep and lock watch on.
+ * - `draining`: `close()` was called: BullMQ fetches no more (a job fetched anyway is handed back), running tools may
  *   finish within the grace and may still be cancelled; the catalog stays listed, so calls queue up for other workers.
- * - `STOPPING`: drained (or the grace and the abort grace are over): timers stopped, the catalog removed, connections
+ * - `stopping`: drained (or the grace and the abort grace are over): timers stopped, the catalog removed, connections
  *   quitting.
- * - `STOPPED`: every connection closed.
- * - `FAILED`: `start()` failed; what it had opened is closed again.
+ * - `stopped`: every connection closed.
+ * - `failed`: `start()` failed; what it had opened is closed again.
  */
-export type WorkerState = 'INITIALIZED' | 'STARTING' | 'RUNNING' | 'DRAINING' | 'STOPPING' | 'STOPPED' | 'FAILED';
+export type WorkerState = 'initialized' | 'starting' | 'running' | 'draining' | 'stopping' | 'stopped' | 'failed';
 
 /** BullMQ fails a job that stalled more than this; out of reach, since each tool has its own `maxStalls` (§10.6). */
 const BULLMQ_MAX_STALLED = 1_000_000_000;
@@ -64,7 +64,7 @@ export class TaskWorker {
   /** Tool name → the BullMQ queue this worker consumes for it (`toolQueue`, §3.2). */
   readonly queues: ReadonlyMap<string, string>;
 
-  private stateValue: WorkerState = 'INITIALIZED';
+  private stateValue: WorkerState = 'initialized';
   private readonly options: ResolvedWorkerOptions;
   private readonly keys: Keys;
   private readonly log: Logger;
@@ -72,7 +72,7 @@ export class TaskWorker {
   private readonly redis: RedisClient;
   private readonly subscriber: RedisClient;
   private readonly bullConnection: RedisClient;
-  private readonly store: RedisTaskStore;
+  private readonly store: TaskStore;
   /** The object store of values stored apart (§34.7), when configured. */
   private readonly objects: BlobObjects | undefined;
   private readonly runner: JobRunner;
@@ -103,10 +103,10 @@ export class TaskWorker {
     // Sharded pub/sub in the sharded layout: on a cluster each cancel channel is subscribed on its shard's master.
     this.subscriber = this.connect('cancel', { shardedSubscribers: this.keys.layout === 'sharded' });
     this.bullConnection = this.connect('bullmq');
-    this.store = new RedisTaskStore(this.redis, this.keys);
+    this.store = new TaskStore(this.redis, this.keys);
     const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
     const fairShare = new FairShare(this.redis, this.keys);
-    const isClosing = () => this.stateValue !== 'RUNNING' && this.stateValue !== 'STARTING';
+    const isClosing = () => this.stateValue !== 'running' && this.stateValue !== 'starting';
     // Batches (§26): the parent's fan-out and the child runs share one store and one set of queues.
     const batchStore = new BatchStore(this.redis, this.keys);
     const envelope = new RunEnvelope({
@@ -141,7 +141,7 @@ export class TaskWorker {
         output,
         tools,
         batches: batchStore,
-        store: this.store,
+        store: this.store.runs,
         queues: this.batchQueues,
         fairShare,
         metrics: options.metrics,
@@ -172,7 +172,7 @@ export class TaskWorker {
       waitpoints: new WaitpointOpener({
         redis: this.redis,
         keys: this.keys,
-        store: this.store,
+        store: this.store.waitpoints,
         secret: options.waitpointSecret,
       }),
       versions: new ToolVersions({
@@ -212,7 +212,7 @@ export class TaskWorker {
   }
 
   private async open(): Promise<void> {
-    this.enter('STARTING', ['INITIALIZED']);
+    this.enter('starting', ['initialized']);
     try {
       const shards = await this.toolShards();
       // Before any job is taken: a cancel published from now on is heard. In the sharded layout, the cancel channel of
@@ -259,7 +259,7 @@ export class TaskWorker {
         () => this.running.loseUnrenewed(limitMs),
         Math.max(25, Math.round(lockDurationMs / 12)),
       ).unref();
-      this.enter('RUNNING', ['STARTING']);
+      this.enter('running', ['starting']);
       this.log.debug({ tools: this.options.tools.map((t) => t.name) }, 'worker started');
     } catch (error) {
       await this.abandon();
@@ -275,12 +275,12 @@ export class TaskWorker {
   private async shutdown(graceMs: number): Promise<void> {
     // A close during the start waits for it: then the worker is RUNNING (and drains) or FAILED (already undone).
     await this.starting?.catch(() => undefined);
-    if (this.stateValue === 'FAILED') return;
-    if (this.stateValue === 'INITIALIZED') {
-      await this.abandon('STOPPED');
+    if (this.stateValue === 'failed') return;
+    if (this.stateValue === 'initialized') {
+      await this.abandon('stopped');
       return;
     }
-    this.enter('DRAINING', ['RUNNING']);
+    this.enter('draining', ['running']);
     // BullMQ's close stops fetching at once and resolves when the running jobs are done. The heartbeat, the cancel
     // subscriber and the sweep keep working meanwhile: the tools stay listed, and a running tool may still be cancelled.
     // The gate first: a Worker waiting for a slot takes nothing now.
@@ -303,7 +303,7 @@ export class TaskWorker {
         );
       }
     }
-    this.enter('STOPPING', ['DRAINING']);
+    this.enter('stopping', ['draining']);
     this.cancelWatch.stop();
     clearInterval(this.lockWatchTimer);
     await this.heartbeat.stop();
@@ -314,12 +314,12 @@ export class TaskWorker {
     }
     await this.batchQueues.close();
     await Promise.all([quit(this.subscriber), quit(this.redis), quit(this.bullConnection)]);
-    this.enter('STOPPED', ['STOPPING']);
+    this.enter('stopped', ['stopping']);
     this.log.info('worker closed');
   }
 
   /** Releases whatever `start` had opened when it failed (or closes a worker that never started). */
-  private async abandon(end: 'FAILED' | 'STOPPED' = 'FAILED'): Promise<void> {
+  private async abandon(end: 'failed' | 'stopped' = 'failed'): Promise<void> {
     this.stateValue = end;
     this.cancelWatch.stop();
     clearInterval(this.lockWatchTimer);

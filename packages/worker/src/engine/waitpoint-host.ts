@@ -10,9 +10,9 @@ import {
   type JobLock,
   type Keys,
   type RedisClient,
-  type RedisTaskStore,
+  type Waitpoints,
 } from '@taskrelay/shared';
-import type { WaitpointHost } from '../context.js';
+import type { WaitpointHost } from '../context-types.js';
 
 export class WaitpointOpener implements WaitpointHost {
   /** Made at the first waitpoint: a deployment that never opens one never makes its key. */
@@ -22,7 +22,7 @@ export class WaitpointOpener implements WaitpointHost {
     private readonly o: {
       redis: RedisClient;
       keys: Keys;
-      store: Pick<RedisTaskStore, 'openWaitpoint'>;
+      store: Pick<Waitpoints, 'open'>;
       secret: string | undefined;
     },
   ) {}
@@ -37,7 +37,7 @@ export class WaitpointOpener implements WaitpointHost {
       this.tokens = undefined;
       throw error;
     });
-    const opened = await this.o.store.openWaitpoint(taskId, lock, name, await tokens.seal(taskId, name), timeoutMs);
+    const opened = await this.o.store.open(taskId, lock, name, await tokens.seal(taskId, name), timeoutMs);
     if (!opened.ok) return opened;
     return { ok: true as const, record: opened.record, url: waitpointUrl(base, opened.record.token) };
   }

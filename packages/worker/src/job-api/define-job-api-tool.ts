@@ -4,7 +4,7 @@
  */
 import type { z } from 'zod';
 import { NonRetryableError, type Backoff, type TaskSupport, type ToolResult } from '@taskrelay/shared';
-import type { ToolContext } from '../context.js';
+import type { ToolContext } from '../context-types.js';
 import {
   defineTool,
   type CancelledTaskInfo,

@@ -14,7 +14,7 @@ import {
   type Keys,
   type Logger,
   type RedisClient,
-  type RedisTaskStore,
+  type TaskRecords,
 } from '@taskrelay/shared';
 import type { TaskService } from '../task-service.js';
 import type { WebhookIntake } from '../webhooks/intake.js';
@@ -80,7 +80,7 @@ export class Schedules {
     private readonly redis: RedisClient,
     queueConnection: RedisClient,
     private readonly keys: Keys,
-    private readonly store: Pick<RedisTaskStore, 'get'>,
+    private readonly store: Pick<TaskRecords, 'get'>,
     private readonly service: Pick<TaskService, 'start' | 'resolveCall' | 'cancel'>,
     private readonly log: Logger,
     private readonly options: SchedulesOptions,

@@ -7,9 +7,8 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';
-import type { Logger, WebhookConfig } from '@taskrelay/shared';
+import type { Logger, OutboxEvent, Settlement, WebhookConfig, WebhookOutbox } from '@taskrelay/shared';
 import type { GatewayMetrics } from '../../metrics/gateway-metrics.js';
-import type { OutboxEvent, Settlement, WebhookOutbox } from './outbox.js';
 import type { SignedHeaders, WebhookSigner } from './signer.js';
 import { ReceiverHealth, receiverOf } from './receiver-health.js';
 import { WebhookLookupError, WebhookRefusedError, type ResolvedTarget, type WebhookPolicy } from './url-policy.js';

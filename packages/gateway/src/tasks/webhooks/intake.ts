@@ -2,8 +2,7 @@
  * The creation-time checks of a task's webhook (PROTOCOL.md §27.1), run by the task service before anything is
  * stored: a refusal is a JSON-RPC error naming the reason, and no task exists.
  */
-import type { TaskMode } from '@taskrelay/shared';
-import type { WebhookOutbox } from './outbox.js';
+import type { TaskMode, WebhookOutbox } from '@taskrelay/shared';
 import {
   PendingWebhooksCapError,
   WEBHOOK_META_KEY,

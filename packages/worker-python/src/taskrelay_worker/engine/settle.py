@@ -1,4 +1,4 @@
-"""How a run ends (PROTOCOL.md §21.3), as the Node worker's ``engine/settle.ts``: a pure decision from what the tool did,
+"""How a run ends (PROTOCOL.md §21.3), as the Node worker's ``engine/stages/settle.ts``: a pure decision from what the tool did,
 why its signal aborted (if it did) and whether it suspended, to what the worker does with the task and the job. No I/O
 here; ``job_end.py`` carries it out. Both workers test it from one table, ``test/vectors/settle.json``."""
 

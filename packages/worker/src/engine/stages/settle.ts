@@ -4,7 +4,7 @@
  */
 import { UnrecoverableError } from 'bullmq';
 import { NonRetryableError, type CancelReason } from '@taskrelay/shared';
-import { SuspendedError, retryAfterOf } from '../errors.js';
+import { SuspendedError, retryAfterOf } from '../../errors.js';
 
 /** What the tool's handler did: returned a value or threw. */
 export type RunOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
