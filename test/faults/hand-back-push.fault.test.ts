@@ -125,6 +125,11 @@ describe.each(cases)('a run handed back by a $worker worker', ({ skip, start, to
     'is pushed to a listen stream by the hand-back itself, and the dashboard shows it waits instead of a stale bar',
     async () => {
       const worker = await start();
+      // A worker is ready before the gateway's catalog lists its tools: a call sent at once may find "Unknown tool".
+      await waitFor(async () => ((await result('tools/list', {}))['tools'] as Json[]).some((t) => t['name'] === tool), {
+        timeoutMs: 20_000,
+        message: `the gateway never listed ${tool}`,
+      });
       const taskId = String((await result('tools/call', { name: tool, arguments: args }))['taskId']);
       await waitFor(async () => (await result('tasks/get', { taskId }))['statusMessage'] !== undefined, {
         timeoutMs: 20_000,

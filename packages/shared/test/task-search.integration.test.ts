@@ -187,7 +187,10 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     const made: string[] = [];
     // 30 tasks over 3 shards, two by two in the same second (ties ordered by id), every third one failed.
     for (let i = 0; i < 30; i++) {
-      const { taskId } = await store.records.create({ ...base, tool: 'hot', taskId: newTaskId(codes[i % 3]) }, at(i >> 1));
+      const { taskId } = await store.records.create(
+        { ...base, tool: 'hot', taskId: newTaskId(codes[i % 3]) },
+        at(i >> 1),
+      );
       if (i % 3 === 0) await store.runs.transition(taskId, 'failed');
       made.push(taskId);
     }
@@ -225,7 +228,10 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     // 250 tasks: more than one round reads (200); only the three oldest carry the tag.
     for (let i = 0; i < 250; i++) {
       const tags = i < 3 ? ['old'] : [];
-      const { taskId } = await store.records.create({ ...base, tool: 'hot', tags, taskId: newTaskId(codes[i % 3]) }, at(i));
+      const { taskId } = await store.records.create(
+        { ...base, tool: 'hot', tags, taskId: newTaskId(codes[i % 3]) },
+        at(i),
+      );
       if (i < 3) old.push(taskId);
     }
     const page = await search.search({ tag: 'old' }, { limit: 50 });
