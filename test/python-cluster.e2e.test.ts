@@ -69,7 +69,12 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a Redis Cluster', () =
     // A fleet of its own beside the braced one: no braces, so `auto` is the sharded layout (PROTOCOL.md §1.1).
     const plain = uniquePrefix('pyshards');
     const shardedEnv = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: plain };
-    await startPythonWorkerProcess({ ...shardedEnv, TASKRELAY_TOOLS: PY_SHARDED });
+    // Its cancel sweep is 10 min: the cancel below reaches the tool by SSUBSCRIBE at its channel's master, or not at all.
+    const shardedWorker = await startPythonWorkerProcess({
+      ...shardedEnv,
+      TASKRELAY_TOOLS: PY_SHARDED,
+      WORKER_CANCEL_SWEEP_MS: '600000',
+    });
     const shardedGateway = await startGatewayProcess(shardedEnv);
     const sharded = await connectClient(shardedGateway.url);
     try {
@@ -88,6 +93,19 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a Redis Cluster', () =
       const results = await Promise.all(ids.map((id) => taskResult(sharded, id)));
       expect(results.map((r) => r.structuredContent)).toEqual([1, 2, 3, 4].map((n) => ({ n, attempt: 1 })));
       expect([...new Set(ids.map((id) => id.slice(0, 4)))].sort()).toEqual([...codes].sort());
+
+      const held = await startTask(sharded, 'py_hold', {});
+      await waitFor(() => shardedWorker.logs().some((l) => l['taskId'] === held && l['msg'] === 'tool started'));
+      expect((await sharded.experimental.tasks.cancelTask(held)).status).toBe('cancelled');
+      await waitFor(
+        () =>
+          shardedWorker
+            .logs()
+            .some(
+              (l) => l['taskId'] === held && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED',
+            ),
+        { message: 'the cancel never reached the Python worker on its shard channel' },
+      );
     } finally {
       await sharded.close();
     }

@@ -41,8 +41,9 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
     redis = new Redis(server.url);
     prefix = uniquePrefix('pysharded');
     const env = { REDIS_URL: server.url, TASKRELAY_PREFIX: prefix, TASKRELAY_KEY_LAYOUT: 'sharded' };
-    // The Python worker starts first, so it is the one that places the shards.
-    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS });
+    // The Python worker starts first, so it is the one that places the shards. Its cancel sweep is 10 min: a cancel
+    // that reaches its tool within the test reached it on a channel, not by the sweep.
+    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' });
     const gateway = await startGatewayProcess(env);
     client = await connectClient(gateway.url);
     client.setNotificationHandler(ProgressNotificationSchema, (n) => {
@@ -90,7 +91,22 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
     });
   });
 
-  it('cancels a running Python task on the cancel channel', async () => {
+  it('listens for cancels by SSUBSCRIBE on the cancel channel of each tool shard it consumes, not on P:cancel', async () => {
+    const keys = createKeys(prefix, 'sharded');
+    const codes = Object.values(await redis.hgetall(keys.placement));
+    const channels = codes.map((code) => keys.forShard(code).cancelChannel);
+    await waitFor(
+      async () => {
+        const counts = (await redis.call('PUBSUB', 'SHARDNUMSUB', ...channels)) as (string | number)[];
+        return counts.filter((_, i) => i % 2 === 1).every((n) => Number(n) === 1);
+      },
+      { message: "the Python worker never SSUBSCRIBEd to its tool shards' cancel channels" },
+    );
+    const [, home] = (await redis.call('PUBSUB', 'NUMSUB', keys.cancelChannel)) as [string, number];
+    expect(Number(home)).toBe(0);
+  });
+
+  it("cancels a running Python task on its shard's cancel channel (the sweep is 10 min)", async () => {
     const id = await startTask(client, 'py_hold', {});
     await waitFor(() => worker.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'));
     expect((await client.experimental.tasks.cancelTask(id)).status).toBe('cancelled');

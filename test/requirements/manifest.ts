@@ -52,10 +52,13 @@ export interface WorkerGap {
   open: boolean;
 }
 
-/** PROTOCOL.md §29.3, "Not the same yet", as far as an MCP client can see it. */
+/**
+ * PROTOCOL.md §29.3, "Not the same yet", as far as an MCP client can see it. Both are closed (`open: false`): the
+ * Python worker has `ctx.fan_out` and isolated runs since pypar; their rows now must pass on it.
+ */
 export const WORKER_GAPS = {
-  'python-fan-out': { language: 'python', reason: 'python: no fan-out (ctx.fanOut, §29.3)', open: true },
-  'python-isolate': { language: 'python', reason: 'python: no isolated runs (§29.3, §31)', open: true },
+  'python-fan-out': { language: 'python', reason: 'python: no fan-out (ctx.fanOut, §29.3)', open: false },
+  'python-isolate': { language: 'python', reason: 'python: no isolated runs (§29.3, §31)', open: false },
 } as const satisfies Record<string, WorkerGap>;
 
 export type GapId = keyof typeof WORKER_GAPS;

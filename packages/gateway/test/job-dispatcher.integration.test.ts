@@ -13,6 +13,7 @@ import {
 import { monitorRedis } from '../../../test/helpers/monitor.js';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { JobDispatcher } from '../src/tasks/job-dispatcher.js';
+import { ADD_PRIORITIZED_JOB_KEYS } from '../src/tasks/bullmq-adapter.js';
 import { toMcpError } from '../src/wire/errors.js';
 import type { CatalogTool } from '../src/tasks/catalog.js';
 
@@ -167,6 +168,20 @@ describe('§4 job dispatcher', () => {
       await dispatcher.close();
       connection.disconnect();
       await own.stop();
+    }
+  });
+  it('bullmq: addJobToTransaction records addPrioritizedJob with 9 keys and 3 arguments for the create script', async () => {
+    const keys = createKeys(uniquePrefix('dispatch'));
+    const connection = createRedis(server.url, FAIL_FAST_REDIS_OPTIONS);
+    const dispatcher = new JobDispatcher(connection, keys, log);
+    try {
+      const job = await dispatcher.prepare(tool, { taskId: 'k', tool: 'echo', arguments: {}, timeoutMs: 1000 });
+      expect(job?.keys).toHaveLength(ADD_PRIORITIZED_JOB_KEYS);
+      expect(job?.keys).toContain(`${keys.bullPrefix}:${keys.queueName('default')}:prioritized`);
+      expect(job?.args).toHaveLength(3);
+    } finally {
+      await dispatcher.close();
+      connection.disconnect();
     }
   });
 });

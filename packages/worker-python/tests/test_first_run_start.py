@@ -105,7 +105,7 @@ def test_a_step_does_not_run_when_the_start_finds_the_task_ended():
         ran = []
         step = asyncio.ensure_future(ctx.step("a", lambda: ran.append(1)))
         await asyncio.sleep(0.02)
-        # What the engine does with such an answer (engine._read_start): abort, then answer None.
+        # What the engine does with such an answer (engine/first_run_start.py, `_read_start`): abort, then answer None.
         signal.abort("CLIENT_CANCELLED")
         answer.set_result(None)
         with pytest.raises(TaskCancelledError):

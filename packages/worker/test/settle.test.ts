@@ -1,104 +1,80 @@
+/**
+ * settle() from the table both workers share (test/vectors/settle.json; the Python worker's
+ * packages/worker-python/tests/test_settle.py reads the same file): one test per case.
+ */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { NonRetryableError } from '@taskrelay/shared';
+import { z } from 'zod';
+import { NonRetryableError, TaskrelayError } from '@taskrelay/shared';
 import { failOrRetry, settle, type SettleInput } from '../src/engine/stages/settle.js';
 import { RetryAfterError, SuspendedError } from '../src/errors.js';
 
-const base: SettleInput = {
-  outcome: { ok: true, value: 'done' },
-  reason: undefined,
-  suspended: false,
-  attemptsMade: 0,
-  attempts: 1,
-};
-const failed = (error: unknown): SettleInput['outcome'] => ({ ok: false, error });
+const VECTORS = new URL('../../../test/vectors/settle.json', import.meta.url);
 
-describe('settle: how a run ends', () => {
-  it('backs off on RetryAfterError (§3.4) whatever the attempts left, unless the run was aborted', () => {
-    const error = new RetryAfterError(1500, 'quota');
-    expect(settle({ ...base, outcome: failed(error), attemptsMade: 0, attempts: 1 })).toEqual({
-      kind: 'back_off',
-      ms: 1500,
-      message: 'quota',
-    });
-    // Another copy of the package: the name and the wait count.
-    const copy = Object.assign(new Error('copy'), { name: 'RetryAfterError', retryAfterMs: 20 });
-    expect(settle({ ...base, outcome: failed(copy) })).toMatchObject({ kind: 'back_off', ms: 20 });
-    expect(settle({ ...base, outcome: failed(error), reason: 'CLIENT_CANCELLED' })).toMatchObject({
-      kind: 'cancelled',
-    });
-    expect(settle({ ...base, outcome: failed(error), reason: 'TIMEOUT' })).toMatchObject({ kind: 'timed_out' });
-  });
+const ErrorSpec = z.object({
+  type: z.enum(['RetryAfterError', 'SuspendedError', 'NonRetryableError', 'Error', 'foreign', 'plain']),
+  name: z.string().optional(),
+  message: z.string().optional(),
+  retryAfterMs: z.number().optional(),
+  code: z.string().optional(),
+});
+const Table = z.object({
+  cases: z.array(
+    z.object({
+      name: z.string(),
+      input: z.object({
+        outcome: z.union([
+          z.object({ ok: z.literal(true), value: z.unknown() }),
+          z.object({ ok: z.literal(false), error: ErrorSpec }),
+        ]),
+        reason: z.enum(['LOCK_LOST', 'TIMEOUT', 'CLIENT_CANCELLED', 'GATEWAY_SHUTDOWN', 'WORKER_SHUTDOWN']).nullish(),
+        suspended: z.boolean().default(false),
+        attemptsMade: z.number().int().default(0),
+        attempts: z.number().int().default(1),
+      }),
+      expect: z.object({ kind: z.string() }).passthrough(),
+    }),
+  ),
+});
 
-  it('completes a run that returned without an abort', () => {
-    expect(settle(base)).toEqual({ kind: 'complete', value: 'done' });
-  });
+/** The error a case describes, as this worker meets it. */
+function errorOf(spec: z.infer<typeof ErrorSpec>): unknown {
+  const message = spec.message ?? '';
+  switch (spec.type) {
+    case 'RetryAfterError':
+      return new RetryAfterError(spec.retryAfterMs ?? 1, message);
+    case 'SuspendedError':
+      return new SuspendedError();
+    case 'NonRetryableError':
+      return new NonRetryableError(message);
+    case 'Error':
+      return new Error(message);
+    case 'foreign':
+      return Object.assign(new Error(message), { name: spec.name, retryAfterMs: spec.retryAfterMs });
+    case 'plain':
+      return { code: spec.code, message };
+  }
+}
 
-  it('hands a run back without writing once its lock is lost, even when the tool returned', () => {
-    expect(settle({ ...base, reason: 'LOCK_LOST' })).toEqual({ kind: 'hand_back', reason: 'LOCK_LOST' });
-    expect(settle({ ...base, reason: 'LOCK_LOST', suspended: true })).toEqual({
-      kind: 'hand_back',
-      reason: 'LOCK_LOST',
-    });
-  });
+const table = Table.parse(JSON.parse(readFileSync(VECTORS, 'utf8')));
 
-  it('discards a result that came after the timeout or the cancel', () => {
-    expect(settle({ ...base, reason: 'TIMEOUT' })).toEqual({ kind: 'timed_out', discarded: true });
-    expect(settle({ ...base, reason: 'TIMEOUT', outcome: failed(new Error('x')) })).toEqual({
-      kind: 'timed_out',
-      discarded: false,
+describe('settle: how a run ends (test/vectors/settle.json)', () => {
+  for (const { name, input, expect: expected } of table.cases) {
+    it(name, () => {
+      const error = input.outcome.ok ? undefined : errorOf(input.outcome.error);
+      const outcome: SettleInput['outcome'] = input.outcome.ok
+        ? { ok: true, value: input.outcome.value }
+        : { ok: false, error };
+      const action = settle({ ...input, outcome, reason: input.reason ?? undefined });
+      expect(action).toEqual(expected.error === '$error' ? { ...expected, error } : expected);
+      if (expected.error === '$error') expect((action as { error: unknown }).error).toBe(error);
     });
-    expect(settle({ ...base, reason: 'CLIENT_CANCELLED' })).toEqual({ kind: 'cancelled', discarded: true });
-    expect(settle({ ...base, reason: 'CLIENT_CANCELLED', suspended: true })).toEqual({
-      kind: 'cancelled',
-      discarded: true,
-    });
-  });
+  }
 
-  it('writes nothing for a call its gateway ended', () => {
-    expect(settle({ ...base, reason: 'GATEWAY_SHUTDOWN', outcome: failed(new Error('x')) })).toEqual({
-      kind: 'ended_by_gateway',
-    });
-  });
-
-  it('suspends a run that suspended, and tells when the handler went on after it', () => {
-    expect(settle({ ...base, suspended: true, outcome: failed(new SuspendedError()) })).toEqual({
-      kind: 'suspend',
-      wentOn: false,
-    });
-    // A SuspendedError of another copy of the package counts by its name.
-    const foreign = Object.assign(new Error('x'), { name: 'SuspendedError' });
-    expect(settle({ ...base, suspended: true, outcome: failed(foreign) })).toEqual({ kind: 'suspend', wentOn: false });
-    expect(settle({ ...base, suspended: true })).toEqual({ kind: 'suspend', wentOn: true });
-    expect(settle({ ...base, suspended: true, outcome: failed(new Error('swallowed')) })).toEqual({
-      kind: 'suspend',
-      wentOn: true,
-    });
-    // A suspension wins over a drain: the job waits in the delayed set, not for another worker.
-    expect(
-      settle({ ...base, suspended: true, reason: 'WORKER_SHUTDOWN', outcome: failed(new SuspendedError()) }),
-    ).toEqual({ kind: 'suspend', wentOn: false });
-  });
-
-  it('keeps a result finished during a drain and hands back a run the drain stopped', () => {
-    expect(settle({ ...base, reason: 'WORKER_SHUTDOWN' })).toEqual({ kind: 'complete', value: 'done' });
-    expect(settle({ ...base, reason: 'WORKER_SHUTDOWN', outcome: failed(new Error('aborted')) })).toEqual({
-      kind: 'hand_back',
-      reason: 'WORKER_SHUTDOWN',
-    });
-  });
-
-  it('retries a failure while attempts are left, and fails it on the last or when nothing can mend it', () => {
-    const error = new Error('flaky');
-    expect(settle({ ...base, outcome: failed(error), attempts: 3, attemptsMade: 1 })).toEqual({ kind: 'retry', error });
-    expect(settle({ ...base, outcome: failed(error), attempts: 3, attemptsMade: 2 })).toEqual({ kind: 'fail', error });
-    expect(settle({ ...base, outcome: failed(error) })).toEqual({ kind: 'fail', error });
-    const fatal = new NonRetryableError('no');
-    expect(settle({ ...base, outcome: failed(fatal), attempts: 3 })).toEqual({ kind: 'fail', error: fatal });
+  it('fails or retries a failure the same way outside a run (failOrRetry)', () => {
     const foreign = { code: 'NON_RETRYABLE', message: 'no' };
-    expect(failOrRetry(foreign, { attempts: 5, attemptsMade: 0 })).toEqual({
-      kind: 'fail',
-      error: foreign,
-    });
+    expect(failOrRetry(foreign, { attempts: 5, attemptsMade: 0 })).toEqual({ kind: 'fail', error: foreign });
+    const error = new TaskrelayError('INTERNAL', 'flaky');
     expect(failOrRetry(error, { attempts: 5, attemptsMade: 0 })).toEqual({ kind: 'retry', error });
   });
 });

@@ -1,8 +1,7 @@
 /**
  * Turns tasks into BullMQ jobs and carries cancels to whichever worker holds them (PROTOCOL.md §4, §7).
  */
-import { createRequire } from 'node:module';
-import { Job, Queue } from 'bullmq';
+import { Queue } from 'bullmq';
 import {
   FairShare,
   jobOptions,
@@ -19,6 +18,12 @@ import {
   publishOn,
 } from '@taskrelay/shared';
 import type { CatalogTool } from './catalog.js';
+import {
+  ADD_PRIORITIZED_JOB_ARGS,
+  ADD_PRIORITIZED_JOB_KEYS,
+  bullmqAddPrioritizedLua,
+  recordJobAdd,
+} from './bullmq-adapter.js';
 
 /** Events BullMQ keeps per queue (its `events` stream): nothing of ours reads them, so a short tail is enough. */
 const QUEUE_EVENTS_MAX_LEN = 1_000;
@@ -30,44 +35,21 @@ export function fairShareTtlMs(data: Pick<JobData, 'queueTimeoutMs' | 'timeoutMs
   return (data.queueTimeoutMs ?? 0) + (data.timeoutMs ?? 0) + FAIR_SHARE_SLACK_MS;
 }
 
-/**
- * BullMQ's `addPrioritizedJob` script, includes resolved, as the installed BullMQ ships it (the same source its
- * `Queue.add` runs); undefined when this BullMQ does not ship it so (then jobs are added by `Queue.add`).
- */
-function bullmqAddPrioritizedLua(): string | undefined {
-  try {
-    const mod = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/addPrioritizedJob-9.js') as {
-      addPrioritizedJob?: { content?: unknown; keys?: unknown };
-    };
-    const script = mod.addPrioritizedJob;
-    return typeof script?.content === 'string' && script.keys === 9 ? script.content : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** What BullMQ's Redis backend exposes to batch an add onto a caller's transaction (its flow producer uses it). */
-interface AddToTransaction {
-  addJobToTransaction(
-    client: { runCommand(name: string, args: unknown[]): Promise<unknown> },
-    job: unknown,
-    jobId: string,
-    parentKeyOpts?: { parentKey?: string; parentDependenciesKey?: string },
-  ): Promise<unknown>;
-}
-
 export interface JobDispatcherOptions {
   /**
    * How long a queue that was never connected may take to become ready before the call fails as "task store
    * unavailable" (BullMQ would otherwise wait for Redis indefinitely). Default 2000 ms.
    */
   readyTimeoutMs?: number;
+  /** Where BullMQ's add script comes from (`bullmqAddPrioritizedLua`; a test passes a BullMQ without it). */
+  addScript?: () => { lua: string } | { missing: string };
 }
 
 export class JobDispatcher {
   private readonly queues = new Map<string, Queue>();
   private readonly readyTimeoutMs: number;
   private readonly fairShare: FairShare;
+  private readonly addScript: () => { lua: string } | { missing: string };
   /** BullMQ's add script for `prepare`; null once it turned out not to be usable (then `enqueue` adds). */
   private addLua: string | null | undefined;
 
@@ -83,6 +65,7 @@ export class JobDispatcher {
   ) {
     this.readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
     this.fairShare = new FairShare(connection, keys);
+    this.addScript = options.addScript ?? (() => bullmqAddPrioritizedLua());
   }
 
   /**
@@ -133,34 +116,42 @@ export class JobDispatcher {
    * does not lend itself to that (an unexpected script or backend): then `enqueue` adds the job after the create.
    */
   async prepare(tool: CatalogTool, data: JobData): Promise<JobAddScript | undefined> {
-    if (this.addLua === undefined) this.addLua = bullmqAddPrioritizedLua() ?? null;
+    if (this.addLua === undefined) {
+      const loaded = this.addScript();
+      this.addLua = 'lua' in loaded ? loaded.lua : this.noAddInCreate(loaded.missing);
+    }
     if (this.addLua === null) return undefined;
     const queue = await this.ready(tool.queue, data.taskId);
-    const backend = queue.getBackend() as unknown as Partial<AddToTransaction>;
-    if (typeof backend.addJobToTransaction !== 'function') {
-      this.addLua = null;
-      return undefined;
-    }
     // Priority 1 stands in for the fair-share priority, which the create script sets (it picks the same script).
-    const job = new Job(queue, tool.name, data, jobOptions(data.taskId, 1, tool), data.taskId);
-    const json = job.asJSON();
-    (job as unknown as { validateOptions(json: unknown): void }).validateOptions(json);
-    let recorded: { name: string; args: unknown[] } | undefined;
-    const recorder = {
-      runCommand: (name: string, args: unknown[]) => {
-        recorded = { name, args };
-        return Promise.resolve(data.taskId);
-      },
-    };
-    await backend.addJobToTransaction(recorder, json, data.taskId, { parentDependenciesKey: '' });
-    const args = recorded?.args;
-    if (!recorded?.name.startsWith('addPrioritizedJob:') || args?.length !== 12) {
-      this.log.warn({ command: recorded?.name }, 'BullMQ add not in the create script: unexpected add command');
-      this.addLua = null;
+    const recorded = await recordJobAdd(queue, tool.name, data, jobOptions(data.taskId, 1, tool));
+    if (typeof recorded === 'string') {
+      this.addLua = this.noAddInCreate(recorded);
       return undefined;
     }
-    const [packedArgs, json2, packedOpts] = args.slice(9) as [string | Buffer, string, string | Buffer];
-    return { lua: this.addLua, keys: args.slice(0, 9) as string[], args: [packedArgs, json2, packedOpts] };
+    const { command, args } = recorded;
+    if (
+      !command.startsWith('addPrioritizedJob:') ||
+      args.length !== ADD_PRIORITIZED_JOB_KEYS + ADD_PRIORITIZED_JOB_ARGS
+    ) {
+      this.addLua = this.noAddInCreate(`unexpected add command ${command} of ${args.length} keys and arguments`);
+      return undefined;
+    }
+    const [packedArgs, json, packedOpts] = args.slice(ADD_PRIORITIZED_JOB_KEYS) as [
+      string | Buffer,
+      string,
+      string | Buffer,
+    ];
+    return {
+      lua: this.addLua,
+      keys: args.slice(0, ADD_PRIORITIZED_JOB_KEYS) as string[],
+      args: [packedArgs, json, packedOpts],
+    };
+  }
+
+  /** The create script runs no add from now on: said once, at warn (every job then costs one round trip more). */
+  private noAddInCreate(why: string): null {
+    this.log.warn({ reason: why }, 'BullMQ add not in the create script: jobs are added after it, by Queue.add');
+    return null;
   }
 
   /**

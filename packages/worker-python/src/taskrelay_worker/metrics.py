@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .protocol import CANCEL
+
 # prom-client writes no ``*_created`` series: neither does this worker (a process-wide switch of the library).
 disable_created_metrics()
 
@@ -126,7 +128,7 @@ class WorkerMetrics:
         """The run's slot is free: its duration, and how long it took to honour its abort (``aborted_at``: monotonic)."""
         self.run_duration.labels(tool).observe(time.time() - started)
         if aborted_at is not None:
-            self.cancel_latency.labels(reason or "CLIENT_CANCELLED").observe(time.monotonic() - aborted_at)
+            self.cancel_latency.labels(reason or CANCEL.CLIENT_CANCELLED).observe(time.monotonic() - aborted_at)
 
     def progress(self, what: str) -> None:
         """A run's progress value: ``written`` to Redis, or ``coalesced`` (replaced by a newer one before its write)."""

@@ -13,8 +13,10 @@
  *   fetches with its completion (the same round trip, as BullMQ does alone).
  * - A failed or delayed job (suspend, hand-back, retry) fetches nothing with its move: its slot is freed, and the next
  *   job comes through `moveToActive` like any other.
+ *
+ * The BullMQ Worker that takes its jobs through the gate, `GatedWorker`, is in `bullmq-adapter.ts`, with every other
+ * use of BullMQ's internals.
  */
-import { Worker, type Job, type JobJson, type WorkerOptions, type Processor } from 'bullmq';
 
 /**
  * The key of the data a job gets when its stored data is not JSON (issue 48 F5): `{ [UNREADABLE_JOB_DATA]: reason }`.
@@ -23,10 +25,6 @@ import { Worker, type Job, type JobJson, type WorkerOptions, type Processor } fr
  * its task with the reason.
  */
 export const UNREADABLE_JOB_DATA = 'taskrelay.unreadableJobData';
-
-/** A job that holds one of the gate's slots (set on the Job object BullMQ hands to the processor). */
-const HOLDS_SLOT = Symbol('taskrelay.holdsSlot');
-type Tagged = { [HOLDS_SLOT]?: true };
 
 export class SlotGate {
   private used = 0;
@@ -73,112 +71,5 @@ export class SlotGate {
   close(): void {
     this.closed = true;
     for (const waiter of this.waiters.splice(0)) waiter.grant(false);
-  }
-}
-
-export interface GatedWorkerOptions extends WorkerOptions {
-  gate: SlotGate;
-  /** The priority level of this queue's tool (§25.1): a freed slot goes to the earliest level's Worker first. */
-  level?: number;
-  /** Puts this queue's "a job is waiting" marker back, for a worker elsewhere to take the job this one cannot. */
-  wakeOthers: () => Promise<void>;
-}
-
-/** A BullMQ Worker of one tool queue that takes a job only with a slot of its process's gate. */
-export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<DataType, ResultType> {
-  private readonly gate: SlotGate;
-  private readonly wakeOthers: () => Promise<void>;
-  private readonly level: number;
-  /**
-   * Jobs this Worker holds a slot for and has not started yet. BullMQ's main loop fetches in sequence before it starts
-   * what it fetched: waiting for a slot there with such a job in hand would hold that job unstarted until another slot
-   * frees (seen as a 7 s stall of a job on an idle slot).
-   */
-  private unstarted = 0;
-
-  constructor(name: string, processor: Processor<DataType, ResultType>, options: GatedWorkerOptions) {
-    const { gate, wakeOthers, level, ...workerOptions } = options;
-    super(name, processor, { ...workerOptions, concurrency: gate.size });
-    this.gate = gate;
-    this.wakeOthers = wakeOthers;
-    this.level = level ?? 3;
-  }
-
-  protected override async moveToActive(token: string, name?: string): Promise<Job<DataType, ResultType>> {
-    if (!this.gate.tryAcquire()) {
-      await this.wakeOthers().catch(() => undefined);
-      // "No job now": BullMQ starts what it has fetched, then comes back here.
-      if (this.unstarted > 0) return undefined as unknown as Job<DataType, ResultType>;
-      if (!(await this.gate.acquire(this.level))) return undefined as unknown as Job<DataType, ResultType>;
-    }
-    let job: Job<DataType, ResultType> | undefined;
-    try {
-      job = await super.moveToActive(token, name);
-    } finally {
-      if (job) {
-        (job as Tagged)[HOLDS_SLOT] = true;
-        this.unstarted += 1;
-      } else {
-        this.gate.release();
-      }
-    }
-    return job;
-  }
-
-  protected override createJob(data: JobJson, jobId: string): Job<DataType, ResultType> {
-    try {
-      return super.createJob(data, jobId);
-    } catch (error) {
-      if (!(error instanceof SyntaxError)) throw error;
-      const reason = `its stored data is not valid JSON (${error.message})`;
-      return super.createJob({ ...data, data: JSON.stringify({ [UNREADABLE_JOB_DATA]: reason }) }, jobId);
-    }
-  }
-
-  override async processJob(
-    job: Job<DataType, ResultType>,
-    token: string,
-    fetchNextCallback: () => boolean = () => true,
-  ): Promise<void | Job<DataType, ResultType>> {
-    let next: void | Job<DataType, ResultType> = undefined;
-    if ((job as Tagged)[HOLDS_SLOT]) this.unstarted = Math.max(0, this.unstarted - 1);
-    try {
-      next = await super.processJob(job, token, fetchNextCallback);
-    } finally {
-      if ((job as Tagged)[HOLDS_SLOT]) {
-        delete (job as Tagged)[HOLDS_SLOT];
-        // The next job fetched with this one's completion takes its slot over.
-        if (next && typeof next === 'object') {
-          (next as Tagged)[HOLDS_SLOT] = true;
-          this.unstarted += 1;
-        } else {
-          this.gate.release();
-        }
-      }
-    }
-    return next;
-  }
-
-  protected override handleCompleted(
-    result: ResultType,
-    job: Job<DataType, ResultType>,
-    token: string,
-    fetchNextCallback: () => boolean = () => true,
-    span?: Parameters<Worker<DataType, ResultType>['handleCompleted']>[4],
-  ): Promise<Job<DataType, ResultType>> {
-    // The slot passes to the next job only when no other tool's Worker waits for one (they go first).
-    return super.handleCompleted(result, job, token, () => fetchNextCallback() && this.gate.waiting === 0, span);
-  }
-
-  protected override handleFailed(
-    err: Error,
-    job: Job<DataType, ResultType>,
-    token: string,
-    _fetchNextCallback?: () => boolean,
-    span?: Parameters<Worker<DataType, ResultType>['handleFailed']>[4],
-  ): Promise<Job<DataType, ResultType>> {
-    // Never fetch with a failure or a delay: BullMQ's delayed path fetches through `moveToActive`, which would wait
-    // for a slot while this job still holds one.
-    return super.handleFailed(err, job, token, () => false, span);
   }
 }

@@ -34,7 +34,8 @@ import { ToolLimits } from './tool-limits.js';
 import { ToolVersions } from './tool-versions.js';
 import { RunEnvelope } from './run-envelope.js';
 import { RunningJobs } from './running-jobs.js';
-import { GatedWorker, SlotGate } from './slot-gate.js';
+import { GatedWorker, bullmqMarkerKey } from './bullmq-adapter.js';
+import { SlotGate } from './slot-gate.js';
 import { bullLockMs } from './end-write.js';
 
 /**
@@ -388,7 +389,7 @@ export class TaskWorker {
 
   /** Sets BullMQ's "a job is waiting" marker of a queue (its key layout, not ours; "0" is its "a job is waiting"). */
   private async wakeWorkers(queueQualifiedName: string): Promise<void> {
-    await this.redis.zadd(`${queueQualifiedName}:marker`, 0, '0');
+    await this.redis.zadd(bullmqMarkerKey(queueQualifiedName), 0, '0');
   }
 
   private connect(role: string, options: { shardedSubscribers?: boolean } = {}): RedisClient {

@@ -1,0 +1,120 @@
+/**
+ * One test per BullMQ behaviour the worker relies on (src/engine/bullmq-adapter.ts), each named for it: a BullMQ
+ * upgrade that changes one fails here by name, not somewhere in an end-to-end suite.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { DelayedError, Queue, type Job } from 'bullmq';
+import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { GatedWorker, bullmqMarkerKey } from '../src/engine/bullmq-adapter.js';
+import { SlotGate, UNREADABLE_JOB_DATA } from '../src/engine/slot-gate.js';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** A queue and a gated Worker of it under a prefix of their own; `stop` closes both. */
+function gated(gate: SlotGate, processor: (job: Job) => Promise<unknown>) {
+  const prefix = uniquePrefix('bullmq-adapter');
+  const connection = { url: server.url, maxRetriesPerRequest: null };
+  const queue = new Queue('q', { connection, prefix });
+  const worker = new GatedWorker('q', processor, {
+    connection,
+    prefix,
+    gate,
+    wakeOthers: () => Promise.resolve(),
+    autorun: false,
+  });
+  return {
+    queue,
+    worker,
+    prefix,
+    stop: async () => {
+      await worker.close(true);
+      await queue.close();
+    },
+  };
+}
+
+describe('bullmq-adapter', () => {
+  it('bullmq: moveToActive is where a job is taken, so a process with no free slot takes none', async () => {
+    const gate = new SlotGate(1);
+    expect(gate.tryAcquire()).toBe(true); // the one slot is busy
+    const ran: string[] = [];
+    const { queue, worker, stop } = gated(gate, (job) => Promise.resolve(ran.push(job.id!)));
+    try {
+      void worker.run();
+      const job = await queue.add('t', {});
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(await queue.getJobState(job.id!)).toBe('waiting');
+      gate.release();
+      await until(() => ran.length === 1);
+      // processJob gave the slot back once the job was done.
+      await until(() => gate.inUse === 0);
+    } finally {
+      await stop();
+    }
+  });
+
+  it('bullmq: createJob parses the stored data while taking a job, so unreadable data reaches the processor', async () => {
+    const seen: unknown[] = [];
+    const { queue, worker, prefix, stop } = gated(new SlotGate(1), (job) => Promise.resolve(seen.push(job.data)));
+    try {
+      const job = await queue.add('t', { ok: true });
+      await redis.hset(`${prefix}:q:${job.id!}`, 'data', '{not json');
+      void worker.run();
+      await until(() => seen.length === 1);
+      expect((seen[0] as Record<string, string>)[UNREADABLE_JOB_DATA]).toMatch(/not valid JSON/);
+    } finally {
+      await stop();
+    }
+  });
+
+  it('bullmq: a job its processor moves to delayed (DelayedError) ends its run, and gives its slot back', async () => {
+    const gate = new SlotGate(1);
+    let runs = 0;
+    const { queue, worker, stop } = gated(gate, async (job) => {
+      runs += 1;
+      if (runs === 1) {
+        await job.moveToDelayed(Date.now() + 60_000, job.token);
+        throw new DelayedError();
+      }
+    });
+    try {
+      void worker.run();
+      await queue.add('t', {});
+      await until(() => runs === 1);
+      await until(() => gate.inUse === 0);
+      await queue.add('t', {});
+      await until(() => runs === 2);
+    } finally {
+      await stop();
+    }
+  });
+
+  it("bullmq: a queue's marker is the sorted set <qualified name>:marker an idle worker blocks on", async () => {
+    const { queue, stop } = gated(new SlotGate(1), () => Promise.resolve());
+    try {
+      expect(bullmqMarkerKey(queue.qualifiedName)).toBe(queue.keys.marker);
+    } finally {
+      await stop();
+    }
+  });
+});
