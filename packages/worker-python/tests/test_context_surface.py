@@ -33,13 +33,9 @@ SURFACE: dict[str, dict[str, Any]] = json.loads(
 #: ``ctx.waitpoint`` returns.
 NESTED: dict[str, type] = {"state": ToolState, "output": TaskOutput, "waitpoint": Waitpoint}
 
-PYPAR = "pypar"
-#: Members Python lacks or shapes otherwise today, each with its reason. ``pypar`` (the helper adding batch fan-out,
-#: roots and isolation to Python) is not strict: its members pass once they land, and the mark goes then.
+#: Members Python shapes otherwise, by design, each with its reason (strict: a change of either side shows here).
+#: Python lacks no member today: ``list_roots``, ``fan_out`` and ``batch_outcomes`` came with PROTOCOL §29.4.
 EXPECTED: dict[str, tuple[str, bool]] = {
-    "listRoots": (PYPAR, False),
-    "fanOut": (PYPAR, False),
-    "batchOutcomes": (PYPAR, False),
     "signal": ("Python's run signal is ctx.cancelled / ctx.cancel_reason: asyncio has no AbortSignal", True),
     "suspend": ("Python's suspend takes seconds (ctx.suspend(seconds)), not an object with forMs", True),
 }
