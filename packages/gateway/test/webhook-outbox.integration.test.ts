@@ -8,6 +8,7 @@ import { TaskStore, WebhookOutbox, createKeys, createLogger, type Keys } from '@
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
+import { absenceWindow } from '../../../test/helpers/load.js';
 import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import {
   DELIVERY_SLOTS,
@@ -312,10 +313,11 @@ describe('§27.4 §27.5 delivery end to end (in process)', () => {
 });
 
 describe('§27.3 delivery is fair between principals and bounded per try', () => {
-  it("one principal's events to a receiver that never answers do not hold another principal's (R2)", async () => {
+  it("one principal's events to a receiver that stops answering do not hold another principal's (R2)", async () => {
     const { store, outbox } = setup('ob-fair');
     const dead = await receiver();
-    dead.answer(() => 'hang');
+    // It answers its first try, so it is trusted with several tries at once (slow start), and then never again.
+    dead.answer((n) => (n === 1 ? 200 : 'hang'));
     const live = await receiver();
     for (let i = 0; i < 40; i++) {
       const t = await store.records.create({
@@ -336,15 +338,36 @@ describe('§27.3 delivery is fair between principals and bounded per try', () =>
     deliv.start();
     await waitFor(() => live.received.length === 1, { message: "dave's webhook did not arrive" });
     expect(live.received[0]?.event).toMatchObject({ taskId: d.taskId, status: 'completed' });
-    // When it is settled, none of alice's tries has ended: only dave's event is. (The receiver has the request before
-    // the deliverer counts the answer: wait for the count, or a loaded machine reads it in between.)
-    await waitFor(async () => (await outcomes(metrics))['delivered'] === 1, { message: "dave's event not counted" });
-    expect(await outcomes(metrics)).toEqual({ delivered: 1 });
-    // Alice holds PER_PRINCIPAL_SLOTS of the 16 slots, no more, however many of her events are due.
-    await waitFor(() => dead.received.length === PER_PRINCIPAL_SLOTS, { message: "alice's tries did not start" });
+    // Alice holds PER_PRINCIPAL_SLOTS of the 16 slots, no more, however many of her events are due (after her first,
+    // answered, try).
+    await waitFor(() => dead.received.length === 1 + PER_PRINCIPAL_SLOTS, { message: "alice's tries did not start" });
     await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(dead.received.length).toBe(PER_PRINCIPAL_SLOTS);
+    expect(dead.received.length).toBe(1 + PER_PRINCIPAL_SLOTS);
+    // Settled: dave's event and alice's first; none of her hanging tries has ended. (The receiver has the request
+    // before the deliverer counts the answer: wait for the count, or a loaded machine reads it in between.)
+    await waitFor(async () => (await outcomes(metrics))['delivered'] === 2, { message: "dave's event not counted" });
+    expect(await outcomes(metrics)).toEqual({ delivered: 2 });
     dead.release(200);
+  });
+
+  it('slow start: a receiver that has not answered yet gets one try at a time, whatever is due for it', async () => {
+    const { store, outbox } = setup('ob-slow-start');
+    const silent = await receiver();
+    silent.answer(() => 'hang');
+    for (let i = 0; i < 20; i++) {
+      const t = await store.records.create({ ...base, webhook: { url: `${silent.origin}/h`, cap: 100 } });
+      await store.runs.transition(t.taskId, 'completed', { result: { content: [] } });
+    }
+    const { d } = deliverer(outbox, silent, { timeoutMs: 30_000 });
+    d.start();
+    await waitFor(() => silent.received.length === 1, { message: 'the first try did not start' });
+    // 50 polls of 20 ms: none sends it a second try while the first has not answered.
+    await absenceWindow(1_000);
+    expect(silent.received.length).toBe(1);
+    // Once it answers, the rest go out several at a time.
+    silent.answer(() => 200);
+    silent.release(200);
+    await waitFor(() => silent.received.length === 20, { message: 'the rest were not sent' });
   });
 
   // F1 (issue 48): with 4 such principals, each holding PER_PRINCIPAL_SLOTS, dave's webhooks were not delivered in 90 s.

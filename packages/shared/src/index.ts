@@ -173,6 +173,6 @@ export {
 } from './waitpoints.js';
 export type { WaitpointRecord } from './waitpoints.js';
 export { WEBHOOK_DEAD_LETTERS_KEPT } from './protocol/webhook-limits.js';
-export { DeadLetterSchema, OutboxEventSchema, WebhookOutbox } from './webhook-outbox.js';
+export { DeadLetterSchema, OutboxEventSchema, WebhookOutbox, receiverOf } from './webhook-outbox.js';
 export type { Claimed, ClaimFairness, DeadLetter, OutboxEvent, Settlement } from './webhook-outbox.js';
 export { messageEvent, publishOn, shardedPubSub, subscribeTo } from './pubsub.js';

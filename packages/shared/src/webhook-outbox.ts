@@ -80,12 +80,30 @@ export interface ClaimFairness {
   deferMax?: number;
   /** Half-open receivers probed per claim, at most (default 0). */
   probes?: number;
+  /**
+   * Receivers that may take several tries in this claim: those that answered this gateway and have a try in flight
+   * on it. Any other receiver that is not blocked gets one (slow start, PROTOCOL.md §27.3), and `Claimed.more` says
+   * that others were left due for that. Not given: no slow start.
+   */
+  trusted?: ReadonlySet<string>;
 }
 
 /** What one claim leased: events to try now, and events of receivers whose circuit is open, to settle unsent. */
 export interface Claimed {
   events: OutboxEvent[];
   deferred: OutboxEvent[];
+  /** Due events were left only because their receiver got its one try of this claim: claim again at once. */
+  more: boolean;
+}
+
+/**
+ * The receiver of a URL: its lower-cased `scheme://authority`. Written as the pattern the claim script uses
+ * (`receiverOf` in webhookClaim-1.lua), so both sides name a receiver with the same string; a URL object's `origin`
+ * would drop a default port the script cannot drop.
+ */
+export function receiverOf(url: string): string {
+  const match = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(url);
+  return (match?.[0] ?? url).toLowerCase();
 }
 
 /**
@@ -121,8 +139,10 @@ export class WebhookOutbox {
     fairness: ClaimFairness = { perPrincipal: batch, inFlight: new Map() },
   ): Promise<Claimed> {
     const deferMax = fairness.deferMax ?? 0;
-    if (batch <= 0 && deferMax <= 0) return { events: [], deferred: [] };
-    const claimed: Claimed = { events: [], deferred: [] };
+    if (batch <= 0 && deferMax <= 0) return { events: [], deferred: [], more: false };
+    const claimed: Claimed = { events: [], deferred: [], more: false };
+    // A receiver given its one try or its probe on one shard gets none on the next (both hold across shards).
+    const blocked: Record<string, number> = { ...fairness.blocked };
     // Sharded: each shard in turn while slots (or deferrals) are left, from a different first shard each time.
     const every = await this.shards.every();
     const first = every.length > 1 ? Math.floor(Math.random() * every.length) : 0;
@@ -132,9 +152,23 @@ export class WebhookOutbox {
       if (left <= 0 && deferLeft <= 0) break;
       const keys = every[(first + i) % every.length];
       if (!keys) continue;
-      const got = await this.claimFrom(keys, holder, left, leaseMs, { ...fairness, deferMax: Math.max(0, deferLeft) });
+      const got = await this.claimFrom(keys, holder, left, leaseMs, {
+        ...fairness,
+        blocked,
+        deferMax: Math.max(0, deferLeft),
+      });
       claimed.events.push(...got.events);
       claimed.deferred.push(...got.deferred);
+      claimed.more ||= got.more;
+      for (const event of got.events) {
+        const receiver = receiverOf(event.url);
+        const slowStart = fairness.trusted !== undefined && !fairness.trusted.has(receiver);
+        if (blocked[receiver] === -1 || (blocked[receiver] === undefined && slowStart)) {
+          blocked[receiver] = 0;
+          // Its events on the shards after this one are left due: claim again at once, as the script's `more` says.
+          if (slowStart && i < every.length - 1) claimed.more = true;
+        }
+      }
     }
     return claimed;
   }
@@ -161,9 +195,14 @@ export class WebhookOutbox {
         blocked: JSON.stringify(fairness.blocked ?? {}),
         deferMax,
         probes: fairness.probes ?? 0,
+        trusted: fairness.trusted ? JSON.stringify(Object.fromEntries([...fairness.trusted].map((r) => [r, 1]))) : '',
       },
     });
-    return { events: await this.readRows(reply.values[0]), deferred: await this.readRows(reply.values[1]) };
+    return {
+      events: await this.readRows(reply.values[0]),
+      deferred: await this.readRows(reply.values[1]),
+      more: Number(reply.values[2]) === 1,
+    };
   }
 
   private async readRows(value: unknown): Promise<OutboxEvent[]> {

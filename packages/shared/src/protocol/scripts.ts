@@ -164,6 +164,7 @@ export const SCRIPTS = {
       'blocked',
       'deferMax',
       'probes',
+      'trusted',
     ],
     codes: [OK],
   }),

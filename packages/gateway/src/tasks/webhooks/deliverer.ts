@@ -4,10 +4,11 @@
  * answers decides whether the event is done, tried again later, or dead-lettered. Nothing but the tries in flight is
  * held in memory: a gateway that dies leaves its leased events to whichever gateway polls after the lease ends.
  */
+import { setMaxListeners } from 'node:events';
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';
-import type { Logger, OutboxEvent, Settlement, WebhookConfig, WebhookOutbox } from '@taskrelay/shared';
+import type { Claimed, Logger, OutboxEvent, Settlement, WebhookConfig, WebhookOutbox } from '@taskrelay/shared';
 import type { GatewayMetrics } from '../../metrics/gateway-metrics.js';
 import type { SignedHeaders, WebhookSigner } from './signer.js';
 import { ReceiverHealth, receiverOf } from './receiver-health.js';
@@ -214,6 +215,8 @@ export class WebhookDeliverer {
     private readonly options: WebhookDelivererOptions,
   ) {
     this.leaseMs = 2 * options.timeoutMs + 1_000;
+    // Every try in flight listens for the stop: up to DELIVERY_SLOTS of them, past node's warning at 10.
+    setMaxListeners(DELIVERY_SLOTS + 1, this.stop$.signal);
     // The circuit stays open for the least an event's own backoff could be (half the step, no jitter): a receiver's
     // only event, retried on its own schedule, never finds its circuit still open.
     this.health = new ReceiverHealth(options, (failures) => retryDelayMs(failures, options, () => 0));
@@ -259,12 +262,13 @@ export class WebhookDeliverer {
 
   /**
    * Claims as many due events as there are free slots, fairly (PROTOCOL.md §27.3), and settles at once the due events
-   * of receivers whose circuit is open; true when either came back full (more may be due).
+   * of receivers whose circuit is open; true when either came back full, or when a receiver's events were left for its
+   * slow start only (more may be due: the next claim, at once, sees its try in flight).
    */
   private async claimAndStart(): Promise<boolean> {
     const free = DELIVERY_SLOTS - this.inFlight.size;
     if (this.state !== 'running') return false;
-    let claimed: { events: OutboxEvent[]; deferred: OutboxEvent[] };
+    let claimed: Claimed;
     try {
       claimed = await this.outbox.claim(this.options.gatewayId, free, this.leaseMs, {
         perPrincipal: PER_PRINCIPAL_SLOTS,
@@ -273,6 +277,7 @@ export class WebhookDeliverer {
         blocked: this.health.blocked(),
         deferMax: DEFER_PER_CLAIM,
         probes: Math.max(0, SUSPECT_SLOTS - this.health.suspectInFlight()),
+        trusted: this.health.trusted(),
       });
     } catch (error) {
       this.log.warn({ err: error }, 'webhook outbox claim failed; trying again next poll');
@@ -291,7 +296,7 @@ export class WebhookDeliverer {
       this.inFlight.add(run);
     }
     await Promise.all(claimed.deferred.map((event) => this.defer(event)));
-    return (free > 0 && claimed.events.length === free) || claimed.deferred.length === DEFER_PER_CLAIM;
+    return (free > 0 && claimed.events.length === free) || claimed.deferred.length === DEFER_PER_CLAIM || claimed.more;
   }
 
   /**
@@ -312,10 +317,17 @@ export class WebhookDeliverer {
   }
 
   private async deliver(event: OutboxEvent, receiver: string): Promise<void> {
-    const { settlement, failure } = await this.tryOnce(event, this.health.timeoutFor(receiver));
+    const { settlement, failure, answered } = await this.tryOnce(event, this.health.timeoutFor(receiver));
     const stopped = this.stop$.signal.aborted && settlement.outcome === 'retry';
     // A try stopped by the drain says nothing of the receiver; any other failure to retry is one the circuit counts.
-    this.health.ended(receiver, stopped ? undefined : failure);
+    this.health.ended(
+      receiver,
+      stopped || (failure === undefined && !answered)
+        ? { kind: 'neither' }
+        : failure === undefined
+          ? { kind: 'answered' }
+          : { kind: 'failed', why: failure },
+    );
     // A try cut short by the drain is handed back at once rather than after its lease.
     await this.record(event, stopped ? { ...settlement, delayMs: 0 } : settlement);
   }
@@ -341,8 +353,14 @@ export class WebhookDeliverer {
     else log.debug({ outcome: final.outcome }, 'webhook settled');
   }
 
-  /** One try and what it decided; `failure` says why when the receiver failed in a way that is retried. */
-  private async tryOnce(event: OutboxEvent, timeoutMs: number): Promise<{ settlement: Settlement; failure?: string }> {
+  /**
+   * One try and what it decided; `failure` says why when the receiver failed in a way that is retried, `answered` that
+   * it gave an answer that is not such a failure.
+   */
+  private async tryOnce(
+    event: OutboxEvent,
+    timeoutMs: number,
+  ): Promise<{ settlement: Settlement; failure?: string; answered?: boolean }> {
     let target: ResolvedTarget;
     try {
       // The allow-list and DNS may have changed since the task was created: checked again on every try.
@@ -359,7 +377,7 @@ export class WebhookDeliverer {
       userAgent: this.options.userAgent,
     });
     const settlement = settlementOf(result, event.attempts, this.options);
-    return { settlement, ...(isFailure(result) && { failure: describe(result) }) };
+    return isFailure(result) ? { settlement, failure: describe(result) } : { settlement, answered: true };
   }
 }
 

@@ -3,22 +3,18 @@
  * off an endpoint rather than only an event. A receiver whose try failed (no answer, a refused connection, 408, 425,
  * 429, 5xx) is *suspected*: its circuit is open for a backoff that doubles with each further failure, during which its
  * due events are not sent (the claim defers them); after it, one probe at a time, with a short deadline. Any answer
- * that is not a failure closes it. Held in memory only: a restarted gateway learns again from one try per receiver.
+ * that is not a failure closes it. A receiver that has not answered this gateway yet (new, or suspected since) gets
+ * one try at a time until it does (slow start): before, the first round of tries to a receiver that hangs took up to
+ * a principal's 4 slots, and when many such rounds timed out together, the claims in between handed receivers whose
+ * failure was not counted yet several more (a 16-principal test saw 4 tries to one hanging receiver where the design
+ * allows 2). Held in memory only: a restarted gateway learns again from one try per receiver.
  */
 /** A suspected receiver's try ends after this long (or the configured timeout, when shorter). */
 export const SUSPECT_TIMEOUT_MS = 2_000;
 /** Receivers remembered at most; idle healthy ones and long-closed circuits are dropped first. */
 const MAX_RECEIVERS = 10_000;
 
-/**
- * The receiver of a URL: its lower-cased `scheme://authority`. Written as the pattern the claim script uses
- * (`receiverOf` in webhookClaim-1.lua), so both sides name a receiver with the same string; a URL object's `origin`
- * would drop a default port the script cannot drop.
- */
-export function receiverOf(url: string): string {
-  const match = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(url);
-  return (match?.[0] ?? url).toLowerCase();
-}
+export { receiverOf } from '@taskrelay/shared';
 
 interface Circuit {
   /** Failed tries in a row. */
@@ -29,6 +25,8 @@ interface Circuit {
   inFlight: number;
   /** The last failure, for the deferred events' reason. */
   lastError: string;
+  /** It answered this gateway since its last failure: it may take several tries at once. */
+  answered: boolean;
 }
 
 export class ReceiverHealth {
@@ -56,15 +54,25 @@ export class ReceiverHealth {
   /**
    * Receivers not tried as usual, for the claim (ClaimFairness.blocked): the time its circuit closes while it is open
    * (the claim defers their due events to then), -1 when it is half open (one probe), 0 while that probe is in flight
-   * (their events stay due, untouched).
+   * or while a receiver that has not answered yet has its one try in flight (their events stay due, untouched).
    */
   blocked(): Record<string, number> {
     const now = this.now();
     const out: Record<string, number> = {};
     for (const [receiver, c] of this.circuits) {
-      if (c.failures === 0) continue;
+      if (c.failures === 0) {
+        if (!c.answered && c.inFlight > 0) out[receiver] = 0;
+        continue;
+      }
       out[receiver] = c.openUntil > now ? c.openUntil : c.inFlight > 0 ? 0 : -1;
     }
+    return out;
+  }
+
+  /** Receivers that may take several tries in one claim (ClaimFairness.trusted): answered, with a try in flight. */
+  trusted(): Set<string> {
+    const out = new Set<string>();
+    for (const [receiver, c] of this.circuits) if (c.failures === 0 && c.answered && c.inFlight > 0) out.add(receiver);
     return out;
   }
 
@@ -74,27 +82,30 @@ export class ReceiverHealth {
   }
 
   started(receiver: string): void {
-    const c = this.circuits.get(receiver) ?? { failures: 0, openUntil: 0, inFlight: 0, lastError: '' };
+    const c = this.circuits.get(receiver) ?? { failures: 0, openUntil: 0, inFlight: 0, lastError: '', answered: false };
     c.inFlight += 1;
     this.circuits.set(receiver, c);
   }
 
   /**
-   * A try ended: `failure` is why, when it failed in a way worth backing off (none when the receiver answered). The
-   * tries that were in flight together when the circuit opened count as one failure, so one round of concurrent
-   * timeouts does not multiply the backoff.
+   * A try ended: `answered` when the receiver gave an answer that is not a failure; `failed` with why, when it failed
+   * in a way worth backing off; `neither` when the try says nothing of the receiver (stopped by the drain, refused
+   * before it was sent). The tries that were in flight together when the circuit opened count as one failure, so one
+   * round of concurrent timeouts does not multiply the backoff.
    */
-  ended(receiver: string, failure: string | undefined): void {
+  ended(receiver: string, outcome: { kind: 'answered' | 'neither' } | { kind: 'failed'; why: string }): void {
     const c = this.circuits.get(receiver);
     if (!c) return;
     c.inFlight = Math.max(0, c.inFlight - 1);
     const now = this.now();
-    if (failure === undefined) {
+    if (outcome.kind === 'answered') {
       c.failures = 0;
       c.openUntil = 0;
       c.lastError = '';
-    } else {
-      c.lastError = failure;
+      c.answered = true;
+    } else if (outcome.kind === 'failed') {
+      c.lastError = outcome.why;
+      c.answered = false;
       if (c.openUntil <= now) {
         c.failures += 1;
         c.openUntil = now + this.backoffMs(c.failures);

@@ -8,8 +8,13 @@
   An event whose receiver is in `blocked` is not sent as usual: with a time there (the receiver's circuit is open),
   up to `deferMax` of them are leased too and returned apart, for the gateway to settle as a failed try that waits
   until then; with 0 (a probe of it is in flight) it is left due, untouched; with -1 (the circuit is half open) one
-  event of that receiver is taken as its probe, at most `probes` in all, and the rest left due. Each event taken counts a try, is leased to
-  `holder` (token `<holder>:<try>`) and is hidden until the lease ends. Redis server time, as the append uses.
+  event of that receiver is taken as its probe, at most `probes` in all, and the rest left due. A receiver in neither
+  `blocked` nor `trusted` (one that has not answered this gateway yet, or has nothing in flight on it) gets one event
+  in this claim, and `more` says that others of it were left due, so the gateway claims again at once, when the
+  receiver has a try in flight and is either trusted or left alone until that try answers (slow start: before, the
+  first round of tries to a receiver that hangs took up to `perPrincipal` slots, each until its timeout). Each event
+  taken counts a try, is leased to `holder` (token `<holder>:<try>`) and is hidden until the lease ends. Redis server
+  time, as the append uses.
 
   Input:
     KEYS[1] due               the outbox's due set (score: when due, ms)
@@ -25,9 +30,12 @@
     ARGV[9] blocked           JSON {receiver: ms until its circuit closes, or 0}
     ARGV[10] deferMax         blocked events leased for deferral, at most
     ARGV[11] probes           half-open receivers probed by this claim, at most
+    ARGV[12] trusted          JSON {receiver: 1}: receivers that answered this gateway and have a try in flight on it;
+                              empty: no slow start, every receiver that is not blocked is trusted
 
   Output:
-    {R.OK, rows, deferred}    flat HGETALL lists: the events to try, and the events to defer
+    {R.OK, rows, deferred, more}  flat HGETALL lists: the events to try, and the events to defer; more is 1 when
+                              events were left due only because their receiver had one taken already
 ]]
 --- @include "resultCodes"
 --- @include "webhookLimits"
@@ -42,9 +50,13 @@ local reserve = tonumber(ARGV[8])
 local blocked = cjson.decode(ARGV[9])
 local deferMax = tonumber(ARGV[10])
 local probes = tonumber(ARGV[11])
+local slowStart = ARGV[12] ~= ''
+local trusted = slowStart and cjson.decode(ARGV[12]) or {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
 
 local out, deferred, later = {}, {}, {}
+-- Receivers given their one event of this claim (slow start), and whether another of theirs was left for that.
+local once, more = {}, 0
 
 -- The receiver of a URL as the gateway names it (receiver-health.ts `receiverOf`): lower-cased scheme://authority.
 local function receiverOf(url)
@@ -62,9 +74,10 @@ end
 -- 'take', 'skip' or 'defer' for an event of `receiver`; a probe taken closes its receiver to this claim's others.
 local function gate(receiver)
   local until_ = tonumber(blocked[receiver])
-  if until_ == nil then return 'take' end
+  if until_ == nil then return (trusted[receiver] or not slowStart) and 'take' or 'once' end
   if until_ > 0 then return 'defer' end
   if until_ == -1 and probes > 0 then return 'probe' end
+  if once[receiver] then more = 1 end
   return 'skip'
 end
 
@@ -73,6 +86,9 @@ local function take(id, principal, receiver, g)
   if g == 'probe' then
     blocked[receiver] = 0
     probes = probes - 1
+  elseif g == 'once' then
+    blocked[receiver] = 0
+    once[receiver] = true
   end
   out[#out + 1] = lease(id)
 end
@@ -100,6 +116,6 @@ end
 for _, e in ipairs(later) do
   if batch - #out <= reserve then break end
   local g = gate(e[3])
-  if (g == 'take' or g == 'probe') and (tonumber(held[e[2]]) or 0) < cap then take(e[1], e[2], e[3], g) end
+  if (g == 'take' or g == 'probe' or g == 'once') and (tonumber(held[e[2]]) or 0) < cap then take(e[1], e[2], e[3], g) end
 end
-return {R.OK, out, deferred}
+return {R.OK, out, deferred, more}
