@@ -10,12 +10,12 @@ import re
 import time
 from typing import Any, Awaitable, Callable
 
+from .batch_parent import FanOutHost
 from .context_asks import InputAsks
 from .context_batch import BatchMembers
 from .context_checks import MAX_TAGS, _TAG, bounded_text, question_identity
 from .context_types import RunSignal, Suspension, ToolState
 from .errors import SuspendedError, TaskCancelledError, TaskrelayError
-from .fan_out import FanOutHost
 from .log import Logger
 from .protocol import CANCEL, ERROR
 from .run_messages import RunMessages

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .batch_parent import FanOutHost, FanOutRun, redis_unavailable
+from .context_checks import MAX_PAGE, batch_message, check_fan_out_args
 from .context_types import Suspension
 from .errors import SuspendedError, TaskCancelledError, TaskrelayError
-from .fan_out import MAX_PAGE, FanOutHost, FanOutRun, batch_message, check_fan_out_args, redis_unavailable
 from .log import Logger
 from .protocol import CANCEL, ERROR, FIELDS
 from .store import JobLock, TaskRecord, TaskStore

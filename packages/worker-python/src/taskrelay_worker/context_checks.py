@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 #: The rules of a tag (PROTOCOL.md §30.2), as the Node worker's ``TAG_PATTERN`` and ``MAX_TAGS``.
@@ -31,3 +32,46 @@ def question_identity(method: str, params: dict[str, Any], key: str | None) -> s
     """A question's identity (``questionIdentity`` in task-model.ts): its method, key and, for a form, its schema."""
     schema = params.get("requestedSchema") if method == "elicitation/create" else None
     return json.dumps([method, key, schema], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+#: The limits ``ctx.fan_out`` checks (FanOutItemsSchema, FanOutOptionsSchema).
+MAX_ITEMS = 100_000
+MAX_CONCURRENCY = 1_000
+DEFAULT_CONCURRENCY = 64
+MAX_PAGE = 10_000
+
+
+def batch_message(completed: int, failed: int, total: int) -> str:
+    """The parent's progress message (``batchMessage``): the same text on every worker."""
+    return f"{completed + failed} of {total} children done ({failed} failed)"
+
+
+@dataclass(frozen=True)
+class FanOutArgs:
+    items: list[dict[str, Any]]
+    tool: str
+    concurrency: int
+    fail_fast: bool
+
+
+def check_fan_out_args(items: Any, tool: Any, concurrency: Any, fail_fast: Any) -> FanOutArgs:
+    """``ctx.fan_out``'s argument checks, as Node's schemas make them: a TypeError naming what is wrong."""
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+        raise TypeError("ctx.fan_out: items must be a list of argument objects (dicts)")
+    if not items:
+        raise TypeError("ctx.fan_out: items must not be empty")
+    if len(items) > MAX_ITEMS:
+        raise TypeError(f"ctx.fan_out: at most {MAX_ITEMS} items")
+    if not isinstance(tool, str) or not tool:
+        raise TypeError("ctx.fan_out: tool must be a non-empty string")
+    if (
+        not isinstance(concurrency, int)
+        or isinstance(concurrency, bool)
+        or not 1 <= concurrency <= MAX_CONCURRENCY
+    ):
+        raise TypeError(f"ctx.fan_out: concurrency must be a whole number from 1 to {MAX_CONCURRENCY}")
+    if not isinstance(fail_fast, bool):
+        raise TypeError("ctx.fan_out: fail_fast must be True or False")
+    for item in items:
+        # JSON text never holds a raw newline: batchCreate splits the items on it.
+        json.dumps(item, allow_nan=False)
+    return FanOutArgs(list(items), tool, concurrency, fail_fast)
