@@ -101,6 +101,7 @@ class BatchParent(BatchStore, ChildJobs):
         queue_of: Callable[[str, str], Any],
     ) -> None:
         super().__init__(store, keys)
+        self.own_queue_name = own_queue_name
         self.tools = tools
         #: The bullmq ``Queue`` of a pool and the shard of a job id (the worker's ``_queue_of``, closed with it).
         self.queue_of = queue_of
