@@ -34,7 +34,7 @@ interface Row {
 async function scenario(redis: Redis, abusers: number): Promise<Row> {
   const keys = createKeys(uniquePrefix(`wh-bench-${abusers}`));
   const store = new TaskStore(redis, keys, { reaperIntervalMs: 0 });
-  const outbox = new WebhookOutbox(redis, keys.webhooks);
+  const outbox = new WebhookOutbox(store.runner);
   const receivers: WebhookReceiver[] = [];
   const base = { tool: 'b', queue: 'default', mode: 'task' as const, ttl: 600_000, pollInterval: 1000 };
   const deliverer = { d: undefined as WebhookDeliverer | undefined };

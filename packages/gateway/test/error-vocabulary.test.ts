@@ -61,7 +61,7 @@ describe('one error vocabulary', () => {
     ['the open-work cap', new OpenCapReached(3), 'TOO_MANY_OPEN_TASKS', JSON_RPC.INVALID_REQUEST],
     [
       'the open-task refusal',
-      new OpenTaskLimit(undefined as never, undefined as never, 3, 1).refusal(3),
+      new OpenTaskLimit({} as never, 3, 1).refusal(3),
       'TOO_MANY_OPEN_TASKS',
       JSON_RPC.INVALID_REQUEST,
     ],

@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { TaskStore, WebhookOutbox, createKeys, createLogger, type Keys } from '@taskrelay/shared';
+import { StoreRunner, TaskStore, WebhookOutbox, createKeys, createLogger, type Keys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
@@ -54,7 +54,7 @@ function setup(label: string) {
   return {
     keys,
     store: new TaskStore(redis, keys, { reaperIntervalMs: 0 }),
-    outbox: new WebhookOutbox(redis, keys.webhooks),
+    outbox: new WebhookOutbox(new StoreRunner(redis, keys)),
   };
 }
 

@@ -9,7 +9,8 @@ import { parseBatchChildId, type Keys } from './protocol/keys.js';
 import { pipelineByShard } from './placement.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './protocol/script-results.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS, type ScriptRunner } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 import { TASK_FIELDS as F } from './protocol/task-fields.js';
 import { isTerminal, type TaskStatus, type ToolResult } from './protocol/task-model.js';
 import type { SerializedError } from './protocol/errors.js';
@@ -88,13 +89,15 @@ export type RecordChildOutcome =
   | { outcome: 'duplicate' | 'missing' | 'lock_lost' };
 
 export class BatchStore {
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
   private readonly scripts: ScriptRunner;
 
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
-  ) {
-    this.scripts = new ScriptRunner(redis);
+  /** Over the runner of the connection it writes on (store/store-runner.ts): one script runner per connection. */
+  constructor(runner: StoreRunner) {
+    this.redis = runner.redis;
+    this.keys = runner.keys;
+    this.scripts = runner.scripts;
   }
 
   /** Stores the batch once; a replay of the parent (`exists`) writes nothing. */

@@ -114,6 +114,7 @@ export type { CreateOutcome, CreateTaskInput, PreparedCreate } from './store/tas
 export { TaskRecords } from './store/task-records.js';
 export type { TaskPage, TaskRecordsOptions } from './store/task-records.js';
 export { TaskStore } from './store/task-store.js';
+export { StoreRunner } from './store/store-runner.js';
 export type { TaskStoreOptions } from './store/task-store.js';
 export { Waitpoints } from './store/waitpoints.js';
 export { TASK_FIELDS } from './protocol/task-fields.js';

@@ -8,7 +8,8 @@ import { z } from 'zod';
 import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './protocol/script-results.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS, type ScriptRunner } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 import { TASK_FIELDS } from './protocol/task-fields.js';
 import { NonRetryableError, TaskrelayError } from './protocol/errors.js';
 import type { BlobObjects } from './blob-objects.js';
@@ -142,16 +143,20 @@ export function newBlobId(): string {
 }
 
 export class TaskOutputStore {
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
   private readonly scripts: ScriptRunner;
 
+  /** Over the runner of the connection it reads and writes on (store/store-runner.ts): one per connection. */
   constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
+    runner: StoreRunner,
     readonly limits: OutputLimits = DEFAULT_OUTPUT_LIMITS,
     /** The object store the bytes go to (§34.7); undefined: Redis. */
     readonly objects?: BlobObjects,
   ) {
-    this.scripts = new ScriptRunner(redis);
+    this.redis = runner.redis;
+    this.keys = runner.keys;
+    this.scripts = runner.scripts;
   }
 
   private lockKey(taskId: string, lock: OutputLock | undefined): string {

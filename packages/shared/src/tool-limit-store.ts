@@ -7,7 +7,8 @@ import { createHash } from 'node:crypto';
 import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './protocol/script-results.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS, type ScriptRunner } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 
 /** A limit's key value, hashed: any value makes a bounded Redis key. */
 export function limitKeyDigest(value: string): string {
@@ -43,13 +44,15 @@ export interface RateLimit {
 export type Admission = { ok: true } | { ok: false; waitMs: number };
 
 export class ToolLimitStore {
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
   private readonly scripts: ScriptRunner;
 
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
-  ) {
-    this.scripts = new ScriptRunner(redis);
+  /** Over the runner of the connection it writes on (store/store-runner.ts): one script runner per connection. */
+  constructor(runner: StoreRunner) {
+    this.redis = runner.redis;
+    this.keys = runner.keys;
+    this.scripts = runner.scripts;
   }
 
   /** Takes waiters out of the line: their jobs are gone (a task cancelled or ended while it waited). */

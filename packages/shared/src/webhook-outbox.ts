@@ -8,7 +8,8 @@ import { z } from 'zod';
 import type { WebhookKeys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
 import { ResultCode } from './protocol/script-results.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS, type ScriptRunner } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 import { TASK_STATUSES } from './protocol/task-model.js';
 import { WEBHOOK_DEAD_LETTERS_KEPT } from './protocol/webhook-limits.js';
 
@@ -115,17 +116,29 @@ export interface OutboxShards {
   ofEvent(eventId: string): WebhookKeys;
 }
 
+/** Where a runner's outbox is: its layout's one, or every placed shard's, found from the event id (PROTOCOL.md §1.1). */
+function outboxShardsOf(runner: StoreRunner): OutboxShards {
+  const { keys, placement } = runner;
+  if (placement === undefined) return { every: () => Promise.resolve([keys.webhooks]), ofEvent: () => keys.webhooks };
+  return {
+    every: async () => (await placement.all()).map((code) => keys.forShard(code).webhooks),
+    ofEvent: (eventId) => keys.forTask(eventId.replace(/^msg_/, '')).webhooks,
+  };
+}
+
 export class WebhookOutbox {
+  private readonly redis: RedisClient;
   private readonly scripts: ScriptRunner;
   private readonly shards: OutboxShards;
 
-  constructor(
-    private readonly redis: RedisClient,
-    keys: WebhookKeys,
-    shards?: OutboxShards,
-  ) {
-    this.scripts = new ScriptRunner(redis);
-    this.shards = shards ?? { every: () => Promise.resolve([keys]), ofEvent: () => keys };
+  /**
+   * Over the task store's runner (store/store-runner.ts). In the sharded layout the outbox is every placed shard's,
+   * each event's found from its id; `shards` overrides where the outbox is.
+   */
+  constructor(runner: StoreRunner, shards?: OutboxShards) {
+    this.redis = runner.redis;
+    this.scripts = runner.scripts;
+    this.shards = shards ?? outboxShardsOf(runner);
   }
 
   /**

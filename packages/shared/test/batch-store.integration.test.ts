@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { BatchStore } from '../src/batch-store.js';
+import { StoreRunner } from '../src/store/store-runner.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TASK_FIELDS as F } from '../src/protocol/task-fields.js';
@@ -29,7 +30,7 @@ const SHAPE = { childTool: 'c', childPool: 'cp', parentPool: 'pp', concurrency: 
 
 async function batch(size: number, shape = SHAPE) {
   const keys = createKeys(uniquePrefix('batch'));
-  const store = new BatchStore(redis, keys);
+  const store = new BatchStore(new StoreRunner(redis, keys));
   await redis.hset(keys.task(PARENT), F.status, 'working');
   await redis.set(keys.bullJobLock('pp', PARENT), 'parent-token');
   const items = Array.from({ length: size }, (_v, i) => JSON.stringify({ i }));

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
+import { StoreRunner } from '../src/store/store-runner.js';
 import { ToolLimitStore, limitKeyDigest } from '../src/tool-limit-store.js';
 
 let server: TestRedis;
@@ -24,7 +25,7 @@ afterAll(async () => {
 
 const store = () => {
   const keys = createKeys(uniquePrefix('limits'));
-  return { keys, limits: new ToolLimitStore(redis, keys) };
+  return { keys, limits: new ToolLimitStore(new StoreRunner(redis, keys)) };
 };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -7,15 +7,11 @@ import pytest
 
 from taskrelay_worker.context import RunSignal, ToolContext
 from taskrelay_worker.errors import SuspendedError, TaskCancelledError, TaskrelayError
-from taskrelay_worker.fan_out import (
-    BATCH_POLL_MS,
-    batch_message,
-    check_fan_out_args,
-    fan_out_result,
-    job_options,
-    parse_batch_child_id,
-    priority_base,
-)
+from taskrelay_worker.batch_child_jobs import job_options
+from taskrelay_worker.batch_parent import BATCH_POLL_MS, fan_out_result
+from taskrelay_worker.batch_store import parse_batch_child_id
+from taskrelay_worker.context_checks import batch_message, check_fan_out_args
+from taskrelay_worker.fair_share import priority_base
 from taskrelay_worker.log import Logger
 from taskrelay_worker.store import JobLock, TaskRecord
 
@@ -254,7 +250,8 @@ class NoBatchStore:
 
 
 def batch_parent(layout):
-    from taskrelay_worker.fan_out import BatchParent, FanOutArgs, FanOutRun
+    from taskrelay_worker.batch_parent import BatchParent, FanOutRun
+    from taskrelay_worker.context_checks import FanOutArgs
     from taskrelay_worker.keys import Keys
 
     parent = BatchParent(NoBatchStore(), Keys("taskrelay", layout), "q", {}, lambda pool: None)
@@ -279,7 +276,7 @@ def test_a_parent_in_the_single_layout_goes_on_to_create_the_batch():
 
 
 def test_the_batch_keys_are_the_manifests():
-    from taskrelay_worker.fan_out import BatchParent
+    from taskrelay_worker.batch_parent import BatchParent
     from taskrelay_worker.keys import Keys
 
     for layout in ("single", "sharded"):

@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { z } from 'zod';
 import {
   BatchStore,
+  StoreRunner,
   TASK_FIELDS as F,
   batchChildId,
   createKeys,
@@ -47,7 +48,7 @@ const options = { tool: 'child', concurrency: 4, failFast: false };
 async function setUp() {
   const keys = createKeys(uniquePrefix('bp'));
   const log = createLogger('worker', { level: 'silent' });
-  const store = new BatchStore(redis, keys);
+  const store = new BatchStore(new StoreRunner(redis, keys));
   const queues = new BatchQueues(redis, keys, log);
   const parent = new BatchParent({
     redis,

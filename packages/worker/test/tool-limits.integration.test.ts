@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { DelayedError, Worker, type Job } from 'bullmq';
 import { z } from 'zod';
 import {
+  StoreRunner,
   ToolLimitStore,
   createKeys,
   createLogger,
@@ -48,7 +49,7 @@ const args = { tenant: 'acme' };
 async function setUp() {
   const keys = createKeys(uniquePrefix('tl'));
   const log = createLogger('worker', { level: 'silent' });
-  const store = new ToolLimitStore(redis, keys);
+  const store = new ToolLimitStore(new StoreRunner(redis, keys));
   const queues = new BatchQueues(redis, keys, log);
   const limits = new ToolLimits({ store, queues, leaseMs: 10_000, metrics: new WorkerMetrics(), log });
   const pool = toolQueue('default', 'lim');

@@ -126,7 +126,7 @@ export class AdminQueries {
     private readonly redis: RedisClient,
     private readonly connection: RedisClient,
     private readonly keys: Keys,
-    private readonly store: Pick<TaskStore, 'records' | 'placement'>,
+    private readonly store: Pick<TaskStore, 'records' | 'placement' | 'runner'>,
     private readonly catalog: Pick<ToolCatalog, 'unservedReason' | 'orphanedReason'>,
   ) {}
 
@@ -396,7 +396,7 @@ export class AdminQueries {
       pipeline.exists(this.keys.forTask(id).batch(id).hash),
     );
     const ids = taskIds.filter((_id, i) => exists[i]?.[1] === 1);
-    const store = new BatchStore(this.redis, this.keys);
+    const store = new BatchStore(this.store.runner);
     const views = await Promise.all(
       ids.map(async (taskId): Promise<BatchView | undefined> => {
         const [counts, shape, running] = await Promise.all([

@@ -19,12 +19,12 @@ import {
   isLoopbackHost,
   createKeys,
   keyLayoutOf,
-  ShardPlacement,
   createLogger,
   createRedis,
   requireRedisUrl,
   waitForRedis,
   resolveGatewayOptions,
+  StoreRunner,
   TaskOutputStore,
   BlobObjects,
   WebhookOutbox,
@@ -32,7 +32,6 @@ import {
   type GatewayOptions,
   type Keys,
   type Logger,
-  type RedisClient,
 } from '@taskrelay/shared';
 import { createAuthenticator } from '../http/auth/authenticate.js';
 import { RequestLimits } from '../http/limits.js';
@@ -363,7 +362,7 @@ async function startTaskLayer(w: {
   });
   undo.push(() => router.close());
   await router.start();
-  const webhooks = startWebhooks(options, redis, keys, metrics, log, gatewayId, undo);
+  const webhooks = startWebhooks(options, store.runner, metrics, log, gatewayId, undo);
   const service = new TaskService(store, catalog, dispatcher, router, metrics, log, {
     gatewayId,
     defaultTtlMs: options.defaultTtlMs,
@@ -374,7 +373,7 @@ async function startTaskLayer(w: {
     checkAnswer: (request, raw) => checkAnswer(request, raw, jsonSchemas),
     webhooks: webhooks.intake,
     // Per-principal caps need principals told apart: with auth off every caller is the one loopback user.
-    ...(w.authEnabled ? { openTasks: new OpenTaskLimit(redis, keys, options.maxOpenTasks, indexTtlMs) } : {}),
+    ...(w.authEnabled ? { openTasks: new OpenTaskLimit(store.runner, options.maxOpenTasks, indexTtlMs) } : {}),
   });
   // In the sharded layout the operators' search reads every placed shard's index (PROTOCOL.md §30.2).
   const search = new TaskSearch(redis, keys, () => store.everyShard());
@@ -398,7 +397,12 @@ async function startTaskLayer(w: {
   await feed.start();
   const objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
   if (objects) undo.push(() => objects.close());
-  const outputs = new TaskOutputStore(w.connections.largeReads[0] ?? redis, keys, undefined, objects);
+  const largeReads = w.connections.largeReads[0];
+  const outputs = new TaskOutputStore(
+    largeReads ? new StoreRunner(largeReads, keys) : store.runner,
+    undefined,
+    objects,
+  );
   const resources = new TaskResources(outputs, feed);
   return {
     admin,
@@ -524,8 +528,7 @@ async function openConnections(redisUrl: string, undo: Undo, log: Logger) {
  */
 function startWebhooks(
   options: GatewayConfig,
-  redis: RedisClient,
-  keys: Keys,
+  runner: StoreRunner,
   metrics: GatewayMetrics,
   log: Logger,
   gatewayId: string,
@@ -535,16 +538,8 @@ function startWebhooks(
     secretSet: options.webhooks.secret !== undefined,
     allowedHosts: options.webhooks.allowedHosts,
   });
-  // The sharded layout keeps an outbox per shard (PROTOCOL.md §1.1): every placed shard's, found from the event id.
-  const placement = keys.layout === 'sharded' ? new ShardPlacement(redis, keys) : undefined;
-  const outbox = new WebhookOutbox(
-    redis,
-    keys.webhooks,
-    placement && {
-      every: async () => (await placement.all()).map((code) => keys.forShard(code).webhooks),
-      ofEvent: (eventId) => keys.forTask(eventId.replace(/^msg_/, '')).webhooks,
-    },
-  );
+  // Over the task store's runner: in the sharded layout, every placed shard's outbox (PROTOCOL.md §1.1).
+  const outbox = new WebhookOutbox(runner);
   metrics.watchWebhooks(() => outbox.counts());
   const intake = new WebhookIntake(webhookPolicy, outbox, options.webhooks.maxPendingPerPrincipal);
   let stopDeliverer: () => Promise<void> = () => Promise.resolve();

@@ -1,4 +1,4 @@
-import { BatchStore, TaskrelayError, type RedisClient, type Keys } from '@taskrelay/shared';
+import { BatchStore, TaskrelayError, type RedisClient, type Keys, type StoreRunner } from '@taskrelay/shared';
 
 /**
  * The per-principal cap on unfinished work: tasks and plain calls (PROTOCOL.md §25). A sorted set per principal holds
@@ -13,14 +13,22 @@ const RESERVATION_MARK = 'reserved:';
 const RESERVATION_MAX_AGE_MS = 60_000;
 
 export class OpenTaskLimit {
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
+  private readonly batches: BatchStore;
+
   constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
+    /** The task store's runner: the open-work sets and the batches it prunes by are on its connection. */
+    runner: StoreRunner,
     /** The cap; 0: none. Batch children are held to it too (their jobs carry it, PROTOCOL.md §26.6). */
     readonly max: number,
     /** How long the set outlives its newest task (the longest ttl after the longest run). */
     readonly ttlMs: number,
-  ) {}
+  ) {
+    this.redis = runner.redis;
+    this.keys = runner.keys;
+    this.batches = new BatchStore(runner);
+  }
 
   /** Drops ended work and stale reservations from the principal's set; resolves with how many members remain. */
   async prune(principal: string, taskId?: string): Promise<number> {
@@ -35,7 +43,7 @@ export class OpenTaskLimit {
       else if (now - Number(flat[i + 1]) > RESERVATION_MAX_AGE_MS) stale.push(id);
     }
     // Batch children count too (PROTOCOL.md §26.6): one has ended once its outcome is recorded or its parent ended.
-    const endedFlags = await new BatchStore(this.redis, this.keys).endedWork(ids);
+    const endedFlags = await this.batches.endedWork(ids);
     const ended = ids.filter((_id, i) => endedFlags[i] === true);
     ended.push(...stale);
     if (ended.length > 0) await this.redis.zrem(key, ...ended);

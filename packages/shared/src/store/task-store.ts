@@ -16,7 +16,11 @@ export type TaskStoreOptions = TaskRecordsOptions;
  * This holder stays so the processes build the aggregates once and pass one value down, not four.
  */
 export class TaskStore {
-  private readonly runner: StoreRunner;
+  /**
+   * The one runner of the command connection: the other stores on it (limits, outputs, batches, the webhook outbox)
+   * are built over it too, so a process loads its scripts and routes its keys once per connection.
+   */
+  readonly runner: StoreRunner;
   readonly records: TaskRecords;
   readonly runs: Runs;
   readonly logs: RunLogs;

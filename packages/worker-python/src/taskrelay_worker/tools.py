@@ -3,139 +3,27 @@ under Python names. An option the worker does not know is a ``TypeError`` when t
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
-import re
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
-from .errors import NonRetryableError
-from .isolate import MIN_MEMORY_MB, IsolatedHandler, Isolation
+from .isolate import IsolatedHandler
 from .limits import RateLimit, SlotLimit
 from .protocol import MAX_TOOL_SHARDS
-
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-_TASK_SUPPORT = ("forbidden", "optional", "required")
-_VERSION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ON_VERSION_CHANGE = ("resume", "restart", "fail")
-
-Handler = Callable[[Any, Any], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    run: Handler
-    #: The pydantic model arguments are validated with (and passed as), when ``input_schema`` was one.
-    model: Any = None
-    title: str | None = None
-    output_schema: dict[str, Any] | None = None
-    task_support: str = "optional"
-    timeout_ms: int | None = None
-    attempts: int = 1
-    max_stalls: int = 10
-    input_timeout_ms: int = 86_400_000
-    concurrency: int | None = None
-    rate_limit: tuple[int, int] | None = None
-    #: Limits the worker admits runs by (PROTOCOL.md §3.5): per key of the arguments, or a rate shared by name.
-    admitted_slot: SlotLimit | None = None
-    admitted_rate: RateLimit | None = None
-    priority: int | None = None
-    #: The tool's version (PROTOCOL.md §12.11): explicit, or derived from its name, schemas and source.
-    version: str = ""
-    on_version_change: str = "resume"
-    #: Calls that repeat an unfinished one join it (PROTOCOL.md §25.2): the argument names (None: all) and how long.
-    dedupe: tuple[list[str] | None, int] | None = None
-    #: How many queues (tool shards) its calls spread over in the sharded key layout (PROTOCOL.md §1.1).
-    shards: int = 1
-    #: Runs in a child process per run (PROTOCOL.md §31, §29.5); ``run`` is then the ``IsolatedHandler``.
-    isolation: Isolation | None = None
-
-    def descriptor(self) -> dict[str, Any]:
-        """The tool as the catalog lists it (``ToolDescriptorSchema``, PROTOCOL.md §3.1)."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-            "taskSupport": self.task_support,
-            "attempts": self.attempts,
-            "maxStalls": self.max_stalls,
-        }
-        if self.title is not None:
-            out["title"] = self.title
-        if self.output_schema is not None:
-            out["outputSchema"] = self.output_schema
-        if self.timeout_ms is not None:
-            out["timeoutMs"] = self.timeout_ms
-        if self.concurrency is not None:
-            out["concurrency"] = self.concurrency
-        if self.admitted_slot is not None:
-            out["concurrency"] = self.admitted_slot.limit
-            out["concurrencyKey"] = self.admitted_slot.key
-        if self.rate_limit is not None:
-            out["rateLimit"] = {"max": self.rate_limit[0], "perMs": self.rate_limit[1]}
-        if self.admitted_rate is not None:
-            rate = self.admitted_rate
-            out["rateLimit"] = {"max": rate.max, "perMs": rate.per_ms}
-            if rate.key:
-                out["rateLimit"]["key"] = rate.key
-            if rate.scope.startswith("name:"):
-                out["rateLimit"]["name"] = rate.scope[5:]
-        if self.priority is not None:
-            out["priority"] = self.priority
-        if self.dedupe is not None:
-            key, ttl_ms = self.dedupe
-            out["dedupe"] = {"ttlMs": ttl_ms} if key is None else {"key": key, "ttlMs": ttl_ms}
-        if self.shards > 1:
-            out["shards"] = self.shards
-        out["version"] = self.version
-        if self.on_version_change != "resume":
-            out["onVersionChange"] = self.on_version_change
-        return out
-
-    def parse_arguments(self, arguments: dict[str, Any]) -> Any:
-        """The handler's ``args``: the pydantic model's instance, or the arguments as given (the gateway already
-        validated them against ``input_schema``)."""
-        if self.model is None:
-            return arguments
-        from pydantic import ValidationError
-
-        try:
-            return self.model.model_validate(arguments)
-        except ValidationError as error:
-            issues = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"] for e in error.errors()
-            )
-            raise NonRetryableError(f"Invalid arguments for tool {self.name}: {issues}") from None
-
-
-def _flag(tool: str, what: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"tool {tool}: {what} must be true or false (got {value!r})")
-    return value
-
-
-def _positive(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be a whole number {bound} (got {value!r})")
-
-
-def _schema_of(tool_name: str, input_schema: Any) -> tuple[dict[str, Any], Any]:
-    if input_schema is None:
-        return {"type": "object", "properties": {}}, None
-    if isinstance(input_schema, dict):
-        if input_schema.get("type") != "object":
-            raise ValueError(f"tool {tool_name}: input_schema must be a JSON Schema of type 'object'")
-        json.dumps(input_schema)
-        return input_schema, None
-    if inspect.isclass(input_schema) and hasattr(input_schema, "model_json_schema"):
-        return input_schema.model_json_schema(), input_schema
-    raise ValueError(f"tool {tool_name}: input_schema must be a JSON Schema dict or a pydantic model class")
-
+from .tool_definition import Handler, ToolDefinition
+from .tool_options import (
+    _NAME,
+    _ON_VERSION_CHANGE,
+    _TASK_SUPPORT,
+    _VERSION,
+    _dedupe_of,
+    _derived_version,
+    _flag,
+    _isolation_of,
+    _key_names,
+    _positive,
+    _schema_of,
+)
+from .tool_result import to_tool_result
 
 def define_tool(
     *,
@@ -277,81 +165,6 @@ def define_tool(
     )
 
 
-def _isolation_of(
-    tool: str, run: Handler, isolate: Any, module: Any, max_memory_mb: Any, kill_grace_ms: Any
-) -> Isolation | None:
-    """The isolation options (Node's ``isolate``, ``module``, ``maxMemoryMb``, ``killGraceMs``), checked as Node does."""
-    if isolate is False:
-        stray = [n for n, v in (("module", module), ("max_memory_mb", max_memory_mb), ("kill_grace_ms", kill_grace_ms)) if v is not None]
-        if stray:
-            raise TypeError(f"tool {tool}: {', '.join(stray)} needs isolate=True")
-        return None
-    if isolate == "thread":
-        raise ValueError(f"tool {tool}: isolate='thread' is Node's; a Python tool is isolated in a process (isolate=True)")
-    if isolate is not True and isolate != "process":
-        raise ValueError(f"tool {tool}: isolate must be True or 'process' (got {isolate!r})")
-    if max_memory_mb is not None:
-        _positive(f"tool {tool}: max_memory_mb", max_memory_mb, low=MIN_MEMORY_MB, high=1_048_576)
-    if kill_grace_ms is not None:
-        _positive(f"tool {tool}: kill_grace_ms", kill_grace_ms, low=0, high=600_000)
-    if module is None:
-        module = _module_of(run)
-    if not isinstance(module, str) or not module:
-        raise ValueError(f"tool {tool}: module must name the tools module (a .py path or a module name)")
-    return Isolation(module, max_memory_mb, 5_000 if kill_grace_ms is None else kill_grace_ms)
-
-
-def _module_of(run: Handler) -> str:
-    """Where an isolated run's child loads the tool: the module that defines ``run`` by its name when it was imported
-    by name, else its file (a ``TASKRELAY_TOOLS`` path is loaded under a name of its own)."""
-    import sys
-
-    name = getattr(run, "__module__", None) or ""
-    loaded = sys.modules.get(name)
-    if name and name != "__main__" and not name.startswith("taskrelay_tools_") and loaded is not None:
-        return name
-    path = inspect.getsourcefile(run)
-    if path is None:
-        raise ValueError("cannot tell which module defines the tool: pass module=")
-    return path
-
-
-#: Node's bounds for ``dedupe.ttlMs`` (define-tool.ts) and its default.
-_DEDUPE_MAX_TTL_MS = 30 * 86_400_000
-_DEDUPE_TTL_MS = 3_600_000
-
-
-def _dedupe_of(tool: str, dedupe: Any) -> tuple[list[str] | None, int] | None:
-    if dedupe is None or dedupe is False:
-        return None
-    if dedupe is True:
-        return None, _DEDUPE_TTL_MS
-    if not isinstance(dedupe, dict) or set(dedupe) - {"key", "ttl_ms"}:
-        raise ValueError(f"tool {tool}: dedupe must be True or {{'key': [argument names], 'ttl_ms': ms}}, nothing else")
-    key = _key_names(tool, "dedupe.key", dedupe["key"]) if "key" in dedupe else None
-    ttl_ms = dedupe.get("ttl_ms", _DEDUPE_TTL_MS)
-    _positive(f"tool {tool}: dedupe.ttl_ms", ttl_ms, high=_DEDUPE_MAX_TTL_MS)
-    return key, ttl_ms
-
-
-def _key_names(tool: str, what: str, key: Any) -> list[str]:
-    """A limit's key: a non-empty list of argument names (a function cannot cross to the Node side's keys)."""
-    if not isinstance(key, list) or not key or not all(isinstance(k, str) and k for k in key):
-        raise ValueError(f"tool {tool}: {what} must be a non-empty list of argument names")
-    return key
-
-
-def _derived_version(name: str, schema: dict[str, Any], output_schema: dict[str, Any] | None, run: Handler) -> str:
-    """The first 12 hex digits of SHA-256 over the name, the schemas and the handler's source (its bytecode when the
-    source is not available): the same build gives the same version on every worker."""
-    try:
-        code = inspect.getsource(run)
-    except (OSError, TypeError):
-        code = getattr(getattr(run, "__code__", None), "co_code", b"").hex()
-    text = json.dumps([name, schema, output_schema, code], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
 def tool(**options: Any) -> Callable[[Handler], ToolDefinition]:
     """``define_tool`` as a decorator: ``@tool(name="train", description="...")`` over ``async def run(args, ctx)``."""
 
@@ -359,29 +172,6 @@ def tool(**options: Any) -> Callable[[Handler], ToolDefinition]:
         return define_tool(run=run, **options)
 
     return wrap
-
-
-def to_tool_result(tool_def: ToolDefinition, value: Any) -> dict[str, Any]:
-    """What a handler returned, as a ``CallToolResult`` (the Node worker's ``toToolResult``)."""
-    if isinstance(value, str):
-        return {"content": [{"type": "text", "text": value}]}
-    if isinstance(value, dict) and isinstance(value.get("content"), list):
-        for item in value["content"]:
-            if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-                raise NonRetryableError(f"Tool {tool_def.name} returned an invalid result: each content item needs a type")
-        return value
-    if value is None:
-        return {"content": []}
-    if hasattr(value, "model_dump") and callable(value.model_dump):
-        value = value.model_dump(mode="json")
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
-        raise NonRetryableError(f"Tool {tool_def.name} returned a value that is not JSON: {error}") from None
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
-    if isinstance(value, dict):
-        result["structuredContent"] = value
-    return result
 
 
 def collect_tools(namespace: dict[str, Any]) -> list[ToolDefinition]:
@@ -401,3 +191,6 @@ def collect_tools(namespace: dict[str, Any]) -> list[ToolDefinition]:
     if duplicates:
         raise ValueError(f"defines tool {', '.join(duplicates)} more than once")
     return tools
+
+
+__all__ = ["Handler", "ToolDefinition", "collect_tools", "define_tool", "to_tool_result", "tool"]

@@ -3,27 +3,18 @@
  * only while its parent is live and its outcome unrecorded, with its tool's own signal, timeout, attempts and stall
  * limit, and records its outcome once, under its job lock. Its record moves the parent's progress (coalesced per
  * parent, §26.3) and, when it completes a window or the batch, promotes the parent's job (§26.4). Composed of the run's
- * stages (engine/stages/, PROTOCOL.md §21.4): startChild → checkChild and the limits → the tool → settle → ChildRecorder.
+ * stages (engine/stages/, PROTOCOL.md §21.4), as a task's: startChild → ChildAdmission (the checks, then the limits) →
+ * ChildExecute (the context, the tool under its timeout) → settle → ChildRecorder.
  */
 import { UnrecoverableError, type Job } from 'bullmq';
-import {
-  isRedisUnavailableError,
-  parseBatchChildId,
-  queueOfBullName,
-  type BatchOutcome,
-  type CancelReason,
-  type JobLock,
-  type Logger,
-} from '@taskrelay/shared';
-import { TaskContext } from '../context.js';
-import { RunOutput } from '../output.js';
+import { parseBatchChildId, queueOfBullName, type BatchOutcome, type JobLock, type Logger } from '@taskrelay/shared';
 import { describeIssues } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
-import { callTool } from './isolated-run.js';
-import { runUnderTimeout } from './run-envelope.js';
 import type { RunningJob } from './running-jobs.js';
 import { settle } from './stages/settle.js';
-import { checkChild } from './stages/admit.js';
+import { ChildAdmission } from './stages/admit.js';
+import { ChildExecute } from './stages/execute.js';
+import { attemptOf } from './stages/run-scope.js';
 import { ChildJobDataSchema, type ChildRunnerOptions } from './stages/child-scope.js';
 import { ChildRecorder, failed } from './stages/record-child.js';
 import { startChild } from './stages/start.js';
@@ -41,9 +32,13 @@ export function isChildJob(job: Pick<Job, 'id' | 'data'>): boolean {
 
 export class ChildRunner {
   private readonly recorder: ChildRecorder;
+  private readonly admission: ChildAdmission;
+  private readonly execute: ChildExecute;
 
   constructor(private readonly o: ChildRunnerOptions) {
     this.recorder = new ChildRecorder(o);
+    this.admission = new ChildAdmission(o);
+    this.execute = new ChildExecute(o);
   }
 
   process(job: Job<unknown, void>, token: string | undefined, signal: AbortSignal | undefined): Promise<void> {
@@ -54,10 +49,11 @@ export class ChildRunner {
       'taskrelay.task_id': typeof parentId === 'string' ? parentId : undefined,
       'taskrelay.job_id': jobId,
       'taskrelay.tool': job.name,
-      'taskrelay.attempt': Math.max(1, job.attemptsStarted || job.attemptsMade + 1),
+      'taskrelay.attempt': attemptOf(job),
     };
     return this.o.envelope.run(job, token, signal, log, attributes, (entry) => this.run(job, token, jobId, entry, log));
   }
+
   private async run(
     job: Job<unknown, void>,
     token: string | undefined,
@@ -76,48 +72,19 @@ export class ChildRunner {
     entry.principal = child.owner;
     const record = (outcome: BatchOutcome) => this.recorder.record(child, lock, outcome, log);
 
-    const checked = checkChild(this.o.tools, job, data);
+    const checked = this.admission.check(job, data);
     if ('refused' in checked) return record(checked.refused);
     const { tool, args } = checked;
-    // A per-key or shared limit (§3.5) may send the child back to wait, holding no slot; a key function that throws
-    // fails the child.
-    let wait;
-    try {
-      wait = await this.o.limits?.admit(tool, args, job, entry);
-    } catch (error) {
-      if (isRedisUnavailableError(error)) throw error;
-      return record(failed('INTERNAL', error instanceof Error ? error.message : String(error)));
-    }
-    if (wait) return this.o.limits?.delay(job, token, wait, log);
+    // A per-key or shared limit (§3.5) may send the child back to wait, holding no slot.
+    const admitted = await this.admission.admit(tool, args, job, entry);
+    if ('refused' in admitted) return record(admitted.refused);
+    if (admitted.wait) return this.o.limits?.delay(job, token, admitted.wait, log);
 
     const { controller } = entry;
-    // A child reports no progress of its own (its parent's is the children's count) and has no durable state.
-    const ctx = new TaskContext({
-      taskId: jobId,
-      tool: tool.name,
-      attempt: Math.max(1, job.attemptsStarted || job.attemptsMade + 1),
-      signal: controller.signal,
-      store: { recordProgress: () => Promise.resolve('accepted' as const) },
-      lock,
-      progressIntervalMs: this.o.progressIntervalMs,
-      logger: log,
-      // A child's output and artifacts are its parent task's; its large result goes by reference (§26.1, §34).
-      ...(this.o.output
-        ? {
-            output: new RunOutput({
-              store: this.o.output,
-              taskId: child.parentId,
-              principal: child.owner,
-              lock: { queue: lock.queue, jobId, token: lock.token },
-              log,
-            }),
-          }
-        : {}),
-    });
+    const ctx = this.execute.context(job, { jobId, child, tool, lock, entry, log });
     const timeoutMs = data.timeoutMs ?? tool.timeoutMs;
     log.info({ parentId: child.parentId, child: child.index }, 'batch child started');
-    const timedOut = () => controller.abort('TIMEOUT' satisfies CancelReason);
-    const outcome = await runUnderTimeout(controller.signal, timeoutMs, timedOut, () => callTool(tool, args, ctx, log));
+    const outcome = await this.execute.run(controller, tool, args, ctx, timeoutMs, log);
     ctx.close();
     const action = settle({
       outcome,

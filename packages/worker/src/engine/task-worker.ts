@@ -108,7 +108,7 @@ export class TaskWorker {
     const fairShare = new FairShare(this.redis, this.keys);
     const isClosing = () => this.stateValue !== 'running' && this.stateValue !== 'starting';
     // Batches (§26): the parent's fan-out and the child runs share one store and one set of queues.
-    const batchStore = new BatchStore(this.redis, this.keys);
+    const batchStore = new BatchStore(this.store.runner);
     const envelope = new RunEnvelope({
       running: this.running,
       metrics: options.metrics,
@@ -118,14 +118,14 @@ export class TaskWorker {
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
     // Per-key and shared limits (§3.5): only tools that declare one ask; the rest never reach Redis for it.
     const limits = new ToolLimits({
-      store: new ToolLimitStore(this.redis, this.keys),
+      store: new ToolLimitStore(this.store.runner),
       queues: this.batchQueues,
       leaseMs: options.lockDurationMs,
       metrics: options.metrics,
       log: this.log,
     });
     this.objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
-    const output = new TaskOutputStore(this.redis, this.keys, options.output, this.objects);
+    const output = new TaskOutputStore(this.store.runner, options.output, this.objects);
     const parent = new BatchParent({
       redis: this.redis,
       keys: this.keys,

@@ -20,24 +20,20 @@ import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import {
   DEFAULT_NEGOTIATED_PROTOCOL_VERSION,
-  JSONRPCMessageSchema,
   SUPPORTED_PROTOCOL_VERSIONS,
-  InitializeRequestSchema,
-  type InitializeRequest,
   type JSONRPCMessage,
   type JSONRPCRequest,
   type MessageExtraInfo,
   type RequestId,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { SessionEventStore } from './event-store.js';
+import { duplicateAnswer, duplicateRequest, isRequest, readPost } from './post-checks.js';
 import type { StreamBuffers } from '../../http/stream-buffers.js';
 import { SseWriter } from '../../http/sse-writer.js';
 import { JSON_RPC } from '@taskrelay/shared';
 
 /** The standalone (GET) stream's id, as the SDK names it. */
 const STANDALONE_STREAM_ID = '_GET_stream';
-/** The SDK's limit on messages in one POST. */
-const MAX_BATCH_SIZE = 100;
 /** Interval of `: keepalive` comments on open SSE streams (the SDK's default). */
 const KEEP_ALIVE_MS = 15_000;
 
@@ -163,50 +159,10 @@ export class SessionTransport implements Transport {
   }
 
   private handlePost(req: AuthedRequest, res: ServerResponse, body: unknown): void {
-    const accept = req.headers.accept;
-    if (!accept?.includes('application/json') || !accept.includes('text/event-stream')) {
-      return this.fail(
-        res,
-        406,
-        JSON_RPC.SERVER_ERROR,
-        'Not Acceptable: Client must accept both application/json and text/event-stream',
-      );
-    }
-    // Content-Type and the body itself are checked before the body is read (http-guards.ts).
-    if (Array.isArray(body) && body.length > MAX_BATCH_SIZE) {
-      return this.fail(
-        res,
-        400,
-        JSON_RPC.INVALID_REQUEST,
-        `Invalid Request: Batch must not exceed ${MAX_BATCH_SIZE} messages`,
-      );
-    }
-    let messages: JSONRPCMessage[];
-    try {
-      messages = Array.isArray(body)
-        ? body.map((m) => JSONRPCMessageSchema.parse(m))
-        : [JSONRPCMessageSchema.parse(body)];
-    } catch {
-      return this.fail(res, 400, JSON_RPC.PARSE_ERROR, 'Parse error: Invalid JSON-RPC message');
-    }
-    let initialize: InitializeRequest | undefined;
-    const first = messages.find((m) => isRequest(m) && m.method === 'initialize');
-    if (first) {
-      const parsed = InitializeRequestSchema.safeParse(first);
-      if (!parsed.success) return this.fail(res, 400, JSON_RPC.PARSE_ERROR, 'Parse error: Invalid JSON-RPC message');
-      initialize = parsed.data;
-    }
+    const read = readPost(req.headers.accept, body, this.initialized);
+    if ('refused' in read) return this.fail(res, read.refused.status, read.refused.code, read.refused.message);
+    const { messages, initialize } = read;
     if (initialize) {
-      if (this.initialized)
-        return this.fail(res, 400, JSON_RPC.INVALID_REQUEST, 'Invalid Request: Server already initialized');
-      if (messages.length > 1) {
-        return this.fail(
-          res,
-          400,
-          JSON_RPC.INVALID_REQUEST,
-          'Invalid Request: Only one initialization request is allowed',
-        );
-      }
       this.sessionId = this.options.sessionId;
       this.initialized = true;
       this.options.onsessioninitialized?.(this.sessionId);
@@ -229,24 +185,12 @@ export class SessionTransport implements Transport {
       return;
     }
     const requests = messages.filter(isRequest);
-    // A JSON-RPC id names one request in flight: a second with the same id would take over the first one's stream,
-    // and the first would never be answered. It is refused instead; the first goes on.
-    const ids = new Set<RequestId>();
-    for (const request of requests) {
-      if (this.requestStream.has(request.id) || ids.has(request.id)) {
-        this.onerror?.(new Error(`duplicate request id ${JSON.stringify(request.id)}`));
-        const body = JSON.stringify({
-          jsonrpc: '2.0',
-          id: request.id,
-          error: {
-            code: JSON_RPC.INVALID_REQUEST,
-            message: `Invalid Request: a request with id ${JSON.stringify(request.id).slice(0, 100)} is already in flight on this session; use another id`,
-          },
-        });
-        res.writeHead(400, { 'Content-Type': 'application/json' }).end(body);
-        return;
-      }
-      ids.add(request.id);
+    // A second request with an id in flight is refused; the first goes on.
+    const duplicate = duplicateRequest(requests, this.requestStream);
+    if (duplicate) {
+      this.onerror?.(new Error(`duplicate request id ${JSON.stringify(duplicate.id)}`));
+      res.writeHead(400, { 'Content-Type': 'application/json' }).end(duplicateAnswer(duplicate.id));
+      return;
     }
     const streamId = randomUUID();
     const version = initialize ? initialize.params.protocolVersion : header(req, 'mcp-protocol-version');
@@ -571,14 +515,6 @@ export class SessionTransport implements Transport {
     this.onerror?.(new Error(message));
     jsonError(res, status, code, message);
   }
-}
-
-/**
- * A request, told apart by shape: the message already passed `JSONRPCMessageSchema` (the SDK's `isJSONRPCRequest` is
- * a second zod parse of the whole message, for each check).
- */
-function isRequest(message: JSONRPCMessage): message is JSONRPCRequest {
-  return 'method' in message && 'id' in message;
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

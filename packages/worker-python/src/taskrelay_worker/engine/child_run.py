@@ -12,7 +12,7 @@ from bullmq.custom_errors import DelayedError, UnrecoverableError
 
 from ..context import ToolContext
 from ..errors import NonRetryableError, serialize_error
-from ..fan_out import priority_level_of
+from ..fair_share import priority_level_of
 from ..keys import parse_batch_child_id
 from ..log import Logger
 from ..output import RunOutput, StoredBytesLimitError
@@ -243,7 +243,7 @@ class ChildRun:
             log.debug("batch progress write failed", err=error)
         promoted = written["wake"] and await self._promote(child.parent_pool, child.parent_id, log)
         # The parent should run and this record did not promote it (its run is live, queued, or lost with its
-        # worker until a takeover): the child releases the next window itself (§26.3 step 4, fan_out.py).
+        # worker until a takeover): the child releases the next window itself (§26.3 step 4, batch_parent.py).
         if not promoted and (written["wake"] or written["below"]) and self.batches is not None:
             try:
                 level = priority_level_of((child.job.opts or {}).get("priority") or 0)

@@ -16,7 +16,7 @@ import bullmq
 from redis.asyncio import Redis
 
 from ..config import Config
-from ..fan_out import BatchParent
+from ..batch_parent import BatchParent
 from ..keys import Keys, tool_pool, tool_queue
 from ..limits import ToolLimits
 from ..log import Logger
@@ -87,7 +87,7 @@ class TaskrelayWorker(
         self._parent_queues: dict[tuple[str, str], bullmq.Queue] = {}
         #: The BullMQ queues consumed: one per tool, or one per shard of each in the sharded layout (§1.1).
         self._shards: list[ToolShard] = []
-        #: The batch engine behind ``ctx.fan_out`` (§26, fan_out.py).
+        #: The batch engine behind ``ctx.fan_out`` (§26, batch_parent.py).
         self.batches: BatchParent | None = None
 
     # Start ---------------------------------------------------------------------------------------------------------

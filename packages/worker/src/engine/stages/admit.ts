@@ -1,7 +1,8 @@
 /**
- * The admit stage of a task's run (PROTOCOL.md §3.5, §10.6): the checks before its tool runs (the job's data, the tool
+ * The admit stage of a run (PROTOCOL.md §3.5, §10.6, §26.3): the checks before its tool runs (the job's data, the tool
  * served here, the stall count, the arguments), then the tool's own per-key or shared limits. A failed check fails the
- * task; a limit that says wait sends the run back to wait, holding no slot.
+ * task (`TaskAdmission`), or is the child's failed outcome (`ChildAdmission`); a limit that says wait sends the run
+ * back to wait, holding no slot.
  */
 import type { Job } from 'bullmq';
 import { type BatchOutcome, type JobData, isRedisUnavailableError, queueOfBullName } from '@taskrelay/shared';
@@ -9,7 +10,7 @@ import { describeIssues, type ToolDefinition } from '../../define-tool.js';
 import { UNREADABLE_JOB_DATA } from '../slot-gate.js';
 import type { LimitWait } from '../tool-limits.js';
 import type { RunningJob } from '../running-jobs.js';
-import type { ChildJobData } from './child-scope.js';
+import type { ChildJobData, ChildRunnerOptions } from './child-scope.js';
 import { failed } from './record-child.js';
 import type { TaskRecorder } from './record.js';
 import type { JobRunnerOptions, ParsedJobData, RunScope } from './run-scope.js';
@@ -76,6 +77,38 @@ export class TaskAdmission {
     } catch (error) {
       if (isRedisUnavailableError(error)) throw error;
       return this.recorder.failJob(run, 'INTERNAL', error instanceof Error ? error.message : String(error));
+    }
+  }
+}
+
+/** The admit stage of a batch child's run: the same checks and limits as a task's, refusing with the child's outcome. */
+export class ChildAdmission {
+  constructor(private readonly o: Pick<ChildRunnerOptions, 'tools' | 'limits'>) {}
+
+  check(
+    job: Job<unknown, void>,
+    data: ChildJobData,
+  ): { tool: ToolDefinition; args: Record<string, unknown> } | { refused: BatchOutcome } {
+    return checkChild(this.o.tools, job, data);
+  }
+
+  /**
+   * Asks the tool's own limits (§3.5) whether the child may start: a wait sends it back holding no slot; a key function
+   * that throws is the child's failed outcome; Redis lost is the envelope's (a hand-back).
+   */
+  async admit(
+    tool: ToolDefinition,
+    args: Record<string, unknown>,
+    job: Job<unknown, void>,
+    entry: RunningJob,
+  ): Promise<{ wait?: LimitWait } | { refused: BatchOutcome }> {
+    if (!this.o.limits) return {};
+    try {
+      const wait = await this.o.limits.admit(tool, args, job, entry);
+      return wait ? { wait } : {};
+    } catch (error) {
+      if (isRedisUnavailableError(error)) throw error;
+      return { refused: failed('INTERNAL', error instanceof Error ? error.message : String(error)) };
     }
   }
 }

@@ -1,8 +1,10 @@
 /**
- * The execute stage of a task's run (PROTOCOL.md §21.2, §31): the run's `TaskContext`, and its tool called behind one
- * `callTool` (in the worker's thread or an isolated child) under its timeout, which fails the task when it fires.
+ * The execute stage of a run (PROTOCOL.md §21.2, §26.3, §31): the run's `TaskContext`, and its tool called behind one
+ * `callTool` (in the worker's thread or an isolated child) under its timeout, which fails the task when it fires
+ * (`TaskExecute`); a batch child's (`ChildExecute`) has its parent's output and no durable state of its own.
  */
-import type { JobData, CancelReason, SerializedError, TaskRecord } from '@taskrelay/shared';
+import type { Job } from 'bullmq';
+import type { JobData, CancelReason, JobLock, Logger, SerializedError, TaskRecord } from '@taskrelay/shared';
 import { TaskContext } from '../../context.js';
 import type { ToolDefinition } from '../../define-tool.js';
 import { RunOutput } from '../../output.js';
@@ -10,6 +12,7 @@ import { callTool } from '../isolated-run.js';
 import type { TaskLogKeeper } from '../log-keeper.js';
 import { runUnderTimeout } from '../run-envelope.js';
 import type { RunningJob } from '../running-jobs.js';
+import type { BatchChild, ChildRunnerOptions } from './child-scope.js';
 import type { TaskRecorder } from './record.js';
 import type { RunOutcome } from './settle.js';
 import { attemptOf, type JobRunnerOptions, type RunScope, type RunTimeout } from './run-scope.js';
@@ -100,5 +103,54 @@ export class TaskExecute {
       return callTool(tool, input, ctx, log);
     });
     return { outcome, timeout };
+  }
+}
+
+export class ChildExecute {
+  constructor(private readonly o: Pick<ChildRunnerOptions, 'progressIntervalMs' | 'output'>) {}
+
+  /**
+   * The child's context. A child reports no progress of its own (its parent's is the children's count) and has no
+   * durable state; its output and artifacts are its parent task's, and its large result goes by reference (§26.1, §34).
+   */
+  context(
+    job: Job<unknown, void>,
+    c: { jobId: string; child: BatchChild; tool: ToolDefinition; lock: JobLock; entry: RunningJob; log: Logger },
+  ): TaskContext {
+    const { jobId, child, tool, lock, entry, log } = c;
+    return new TaskContext({
+      taskId: jobId,
+      tool: tool.name,
+      attempt: attemptOf(job),
+      signal: entry.controller.signal,
+      store: { recordProgress: () => Promise.resolve('accepted' as const) },
+      lock,
+      progressIntervalMs: this.o.progressIntervalMs,
+      logger: log,
+      ...(this.o.output
+        ? {
+            output: new RunOutput({
+              store: this.o.output,
+              taskId: child.parentId,
+              principal: child.owner,
+              lock: { queue: lock.queue, jobId, token: lock.token },
+              log,
+            }),
+          }
+        : {}),
+    });
+  }
+
+  /** Runs the child's tool under its timeout; the timeout aborts it, and its outcome is recorded as the child's. */
+  run(
+    controller: AbortController,
+    tool: ToolDefinition,
+    args: Record<string, unknown>,
+    ctx: TaskContext,
+    timeoutMs: number | undefined,
+    log: Logger,
+  ): Promise<RunOutcome> {
+    const timedOut = () => controller.abort('TIMEOUT' satisfies CancelReason);
+    return runUnderTimeout(controller.signal, timeoutMs, timedOut, () => callTool(tool, args, ctx, log));
   }
 }
