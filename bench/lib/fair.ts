@@ -8,7 +8,7 @@
  */
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { createKeys, FairShare } from '@taskrelay/shared';
+import { createKeys, FairShare, StoreRunner } from '@taskrelay/shared';
 import { uniquePrefix, type TestRedis } from '../../test/helpers/redis.js';
 import { waitFor } from '../../test/helpers/wait-for.js';
 import { assertAlive, startStack } from './procs.js';
@@ -107,7 +107,7 @@ export async function runFair(o: {
 
   // The gateway's step per enqueue, alone: one principal with a backlog of BACKLOG entries.
   const keys = createKeys(uniquePrefix('fair-cost'));
-  const share = new FairShare(redis, keys);
+  const share = new FairShare(new StoreRunner(redis, keys));
   for (let rep = 1; rep <= REPS; rep++) {
     // Interleaved with a PING, so load on the machine weighs on both alike. Timed as the gateway waits for it: the
     // one script that counts and enters, before BullMQ's add.

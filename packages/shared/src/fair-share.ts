@@ -7,7 +7,8 @@
  */
 import type { RedisClient } from './redis.js';
 import type { Keys } from './protocol/keys.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 
 /**
  * Priority levels above fair share (PROTOCOL.md §25.1): 1 runs first, 5 last, 3 by default. Each level is a band of
@@ -31,14 +32,14 @@ export function priorityLevelOf(bullPriority: number): number {
   return bullPriority > 0 ? Math.floor((bullPriority - 1) / PRIORITY_BAND) + 1 : DEFAULT_PRIORITY;
 }
 
+/** A principal's fair share of a queue (PROTOCOL.md §25), over the one `StoreRunner` of its connection. */
 export class FairShare {
-  private readonly scripts: ScriptRunner;
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
 
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
-  ) {
-    this.scripts = new ScriptRunner(redis);
+  constructor(private readonly runner: StoreRunner) {
+    this.redis = runner.redis;
+    this.keys = runner.keys;
   }
 
   /**
@@ -48,7 +49,7 @@ export class FairShare {
    * between this and the add, is forgotten with it).
    */
   async enter(queue: string, principal: string, jobId: string, ttlMs: number, base = 0): Promise<number> {
-    const reply = await this.scripts.call(SCRIPTS.fairEnter, {
+    const reply = await this.runner.call(SCRIPTS.fairEnter, {
       keys: { share: this.keys.forTask(jobId).fairShare(queue, principal) },
       args: { jobId, ttlMs, maxPriority: MAX_FAIR_PRIORITY, priorityBase: base },
     });

@@ -7,7 +7,8 @@
 import type { Keys } from './protocol/keys.js';
 import { pipelineByShard } from './placement.js';
 import type { RedisClient } from './redis.js';
-import { SCRIPTS, ScriptRunner } from './protocol/scripts.js';
+import { SCRIPTS } from './protocol/scripts.js';
+import type { StoreRunner } from './store/store-runner.js';
 import { TASK_FIELDS as F } from './protocol/task-fields.js';
 import { TASK_STATUSES, isTerminal, type TaskStatus } from './protocol/task-model.js';
 import { TaskrelayError } from './protocol/errors.js';
@@ -163,24 +164,22 @@ function newestFirst(a: { id: string; score: number }, b: { id: string; score: n
 }
 
 export class TaskSearch {
-  private readonly scripts: ScriptRunner;
+  private readonly redis: RedisClient;
+  private readonly keys: Keys;
 
   /**
-   * @param shards in the sharded layout, every placed shard's keys (`TaskStore.everyShard`): a search reads each
-   *   shard's index and merges them (PROTOCOL.md §30.2). Without it, the one index of `keys`.
+   * @param runner the task store's runner (`TaskStore.runner`): in the sharded layout a search reads every placed
+   *   shard's index (`runner.everyShard()`) and merges them (PROTOCOL.md §30.2); in the single layout the one index.
    */
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keys: Keys,
-    private readonly shards?: () => Promise<Keys[]>,
-  ) {
-    this.scripts = new ScriptRunner(redis);
+  constructor(private readonly runner: StoreRunner) {
+    this.redis = runner.redis;
+    this.keys = runner.keys;
   }
 
   /** One page of the tasks `filter` selects, newest first (PROTOCOL.md §30.2). */
   async search(filter: TaskFilter, page: { cursor?: string; limit?: number } = {}): Promise<SearchPage> {
     const limit = Math.min(SEARCH_MAX_LIMIT, Math.max(1, page.limit ?? SEARCH_DEFAULT_LIMIT));
-    if (this.keys.layout === 'sharded' && this.shards !== undefined) return this.searchShards(filter, page, limit);
+    if (this.keys.layout === 'sharded') return this.searchShards(filter, page, limit);
     const index = filter.principal === undefined ? this.keys.taskIndex : this.keys.principalTasks(filter.principal);
     const min = filter.since ?? '-inf';
     let at: Cursor | undefined = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
@@ -219,7 +218,7 @@ export class TaskSearch {
    * more. The scan budget bounds the entries read the same way as on one index.
    */
   private async searchShards(filter: TaskFilter, page: { cursor?: string }, limit: number): Promise<SearchPage> {
-    const shards = await (this.shards as () => Promise<Keys[]>)();
+    const shards = await this.runner.everyShard();
     const indexOf = (keys: Keys) =>
       filter.principal === undefined ? keys.taskIndex : keys.principalTasks(filter.principal);
     let at: MergedCursor | undefined =
@@ -234,7 +233,7 @@ export class TaskSearch {
       const count = Math.min(BATCH, SEARCH_SCAN_BUDGET - scanned);
       const pages = await Promise.all(
         shards.map(async (keys) => {
-          const reply = await this.scripts.call(SCRIPTS.list, {
+          const reply = await this.runner.call(SCRIPTS.list, {
             keys: { index: indexOf(keys) },
             args: { cursorScore: at === undefined ? '' : String(at.s), cursorId: at?.id ?? '', limit: count },
           });
@@ -299,7 +298,7 @@ export class TaskSearch {
    */
   async prune(olderThan: number): Promise<number> {
     // Every shard's index in the sharded layout (each index with its shard's tasks: one node per pipeline).
-    const shards = this.keys.layout === 'sharded' && this.shards !== undefined ? await this.shards() : [this.keys];
+    const shards = await this.runner.everyShard();
     let dropped = 0;
     for (const keys of shards) dropped += await this.pruneIndex(keys, olderThan);
     return dropped;

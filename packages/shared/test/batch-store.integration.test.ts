@@ -173,7 +173,7 @@ describe('26. batch store', () => {
 
   it('gives released children the pool’s fair-share priorities, the same rule as every job (§25, §26.6)', async () => {
     const { store, keys, open } = await batch(12);
-    const fair = new FairShare(redis, keys);
+    const fair = new FairShare(new StoreRunner(redis, keys));
     // Alice has two tasks waiting in the child pool: her children queue behind them, one priority each.
     expect(await fair.enter('cp', 'alice', 't0', 60_000)).toBe(1);
     expect(await fair.enter('cp', 'alice', 't1', 60_000)).toBe(2);

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
+import { StoreRunner } from '../src/store/store-runner.js';
 import { TaskStore } from '../src/store/task-store.js';
 
 let server: TestRedis;
@@ -20,7 +21,7 @@ afterAll(async () => {
 
 function share() {
   const keys = createKeys(uniquePrefix('fair'));
-  const fair = new FairShare(redis, keys);
+  const fair = new FairShare(new StoreRunner(redis, keys));
   const enter = async (principal: string, jobId: string) => {
     return fair.enter('pool', principal, jobId, 60_000);
   };

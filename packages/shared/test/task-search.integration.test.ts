@@ -26,7 +26,8 @@ afterAll(async () => {
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new TaskStore(redis, keys), search: new TaskSearch(redis, keys) };
+  const store = new TaskStore(redis, keys);
+  return { keys, store, search: new TaskSearch(store.runner) };
 }
 
 const base = {
@@ -178,7 +179,7 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
   function shardedSetup(label: string) {
     const keys = createKeys(uniquePrefix(label), 'sharded');
     const store = new TaskStore(redis, keys);
-    return { keys, store, search: new TaskSearch(redis, keys, () => store.everyShard()) };
+    return { keys, store, search: new TaskSearch(store.runner) };
   }
 
   it('finds the tasks of every shard, newest first, page by page with no duplicate and no gap, filters applied', async () => {

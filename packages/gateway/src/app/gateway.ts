@@ -376,7 +376,7 @@ async function startTaskLayer(w: {
     ...(w.authEnabled ? { openTasks: new OpenTaskLimit(store.runner, options.maxOpenTasks, indexTtlMs) } : {}),
   });
   // In the sharded layout the operators' search reads every placed shard's index (PROTOCOL.md §30.2).
-  const search = new TaskSearch(redis, keys, () => store.everyShard());
+  const search = new TaskSearch(store.runner);
   const reaper = new Reaper(store, log, metrics, {
     holder: gatewayId,
     intervalMs: options.reaperIntervalMs,

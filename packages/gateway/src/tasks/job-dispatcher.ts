@@ -4,6 +4,7 @@
 import { Queue } from 'bullmq';
 import {
   FairShare,
+  StoreRunner,
   jobOptions,
   type JobAddScript,
   type RedisClient,
@@ -64,7 +65,8 @@ export class JobDispatcher {
     options: JobDispatcherOptions = {},
   ) {
     this.readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
-    this.fairShare = new FairShare(connection, keys);
+    // The dispatcher's own connection gets its own runner: scripts load once per connection.
+    this.fairShare = new FairShare(new StoreRunner(connection, keys));
     this.addScript = options.addScript ?? (() => bullmqAddPrioritizedLua());
   }
 

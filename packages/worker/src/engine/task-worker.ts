@@ -105,7 +105,7 @@ export class TaskWorker {
     this.bullConnection = this.connect('bullmq');
     this.store = new TaskStore(this.redis, this.keys);
     const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
-    const fairShare = new FairShare(this.redis, this.keys);
+    const fairShare = new FairShare(this.store.runner);
     const isClosing = () => this.stateValue !== 'running' && this.stateValue !== 'starting';
     // Batches (§26): the parent's fan-out and the child runs share one store and one set of queues.
     const batchStore = new BatchStore(this.store.runner);
