@@ -239,14 +239,15 @@ class TaskStore:
                 "now": iso_now(),
                 "fields": _json(extra),
                 "lockToken": lock.token if lock else "",
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "ackTo": "",
                 "deadlineAt": "",
                 "dropIdempotency": "0",
                 # §6.7: a small outcome rides on the terminal event (MAX_EVENT_OUTCOME_CHARS, 64 Ki characters).
                 "eventOutcome": "1" if to in TERMINAL and outcome_chars <= 65_536 else "0",
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
+                "publish": self.keys.publish_command,
             },
         )
         status = values[0] if values and isinstance(values[0], str) else None
@@ -266,11 +267,12 @@ class TaskStore:
                 "total": "" if total is None else js_number(total),
                 "message": "" if message is None else _json(message),
                 "now": iso_now(),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
-                "backlogPrefix": self.keys.gateway_backlog_prefix,
-                "backlogSuffix": self.keys.gateway_backlog_suffix,
+                "backlogPrefix": self.keys.for_task(task_id).gateway_backlog_prefix,
+                "backlogSuffix": self.keys.for_task(task_id).gateway_backlog_suffix,
+                "publish": self.keys.publish_command,
             },
         )
         return {RESULT.OK: "accepted", RESULT.PROGRESS_STALE: "stale", RESULT.TASK_TERMINAL: "terminal", RESULT.LOCK_LOST: "lock_lost"}.get(
@@ -287,11 +289,12 @@ class TaskStore:
                 "level": level,
                 "data": _json(data),
                 "logger": "" if logger is None else _json(logger),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
-                "backlogPrefix": self.keys.gateway_backlog_prefix,
-                "backlogSuffix": self.keys.gateway_backlog_suffix,
+                "backlogPrefix": self.keys.for_task(task_id).gateway_backlog_prefix,
+                "backlogSuffix": self.keys.for_task(task_id).gateway_backlog_suffix,
+                "publish": self.keys.publish_command,
             },
         )
         return {
@@ -358,10 +361,11 @@ class TaskStore:
                 "requests": encoded,
                 "now": iso_now(),
                 "deadlineAt": str(deadline_at),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
                 "statusMessage": status_message or "",
+                "publish": self.keys.publish_command,
             },
         )
         if code == RESULT.OK:
