@@ -154,8 +154,15 @@ describe('the work spreads over the masters', () => {
     await resetStats();
     await callMany(['alpha', 'beta', 'gamma'], 60);
     const { share, counts } = busiestShare(await commandsPerMaster());
-    console.log(`3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %`);
+    const spublish = [...(await commandsPerMaster('spublish')).values()];
+    console.log(
+      `3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %; ` +
+        `SPUBLISH per master ${spublish.join(' / ')}`,
+    );
     expect(share).toBeLessThanOrEqual(0.4);
+    // Every gateway event went by SPUBLISH to the master of its task's shard: none crossed the cluster bus (§1.2).
+    expect([...(await commandsPerMaster('publish')).values()]).toEqual([0, 0, 0]);
+    for (const n of spublish) expect(n).toBeGreaterThan(0);
   }, 120_000);
 
   it('one hot tool with shards: 3: the busiest master carries at most 45 %', async () => {
