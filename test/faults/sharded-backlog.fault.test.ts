@@ -74,7 +74,7 @@ async function masters(): Promise<MasterSlots> {
 async function shardSubscriberIds(): Promise<string[]> {
   const ids: string[] = [];
   for (const port of cluster.ports) {
-    const list = String(await cluster.node(port).client('LIST', 'TYPE', 'pubsub'));
+    const list = String(await cluster.node(port).call('CLIENT', 'LIST', 'TYPE', 'pubsub'));
     for (const line of list.split('\n')) {
       if (/\bname=\S*ssubscriber/.test(line)) ids.push(`${port}:${/\bid=(\d+)/.exec(line)?.[1] ?? '?'}`);
     }

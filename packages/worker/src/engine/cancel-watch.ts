@@ -47,6 +47,16 @@ export class CancelWatch {
       }
       this.readyBefore = true;
     });
+    // A Cluster's sharded subscribers (the sharded layout, §1.2) reconnect apart from the cluster: ioredis re-subscribes
+    // them and says `subscribersReady` (the first time is the start).
+    let subscribersReadyBefore = false;
+    subscriber.on('subscribersReady', () => {
+      if (subscribersReadyBefore) {
+        this.o.log.info('cancel subscribers re-subscribed; re-reading the status of running tasks');
+        void this.sweep();
+      }
+      subscribersReadyBefore = true;
+    });
     await subscribeTo(subscriber, keys, channels);
     this.timer = setInterval(() => void this.sweep(), this.o.sweepMs).unref();
   }
