@@ -12,6 +12,7 @@ import {
   CancelTaskResultSchema,
   ListTasksResultSchema,
   LoggingMessageNotificationSchema,
+  ResourceUpdatedNotificationSchema,
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
@@ -317,10 +318,16 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
       if (String(port) === shardMaster) expect(spublish.get(port)).toBeGreaterThanOrEqual(5);
       else expect(spublish.get(port)).toBe(0);
     }
-    // A task through gateway b, its result read from gateway a: a's wait hears the status on the shard's channel.
+    // A task through gateway b, its output followed and its result read through gateway a: a hears the output's
+    // wake-up on the shard's resources channel and the status on its events channel of the shard.
     await resetStats();
-    const taskId = await startTask(b, 'talker', { n: 6 });
+    const updates: string[] = [];
+    a.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updates.push(n.params.uri));
+    const taskId = await startTask(b, 'talker', { n: 6, waitMs: 1_000 });
+    const uri = `taskrelay://tasks/${taskId}/output`;
+    await a.subscribeResource({ uri });
     expect((await taskResult(a, taskId)).structuredContent).toEqual({ tool: 'talker', n: 6 });
+    await waitFor(() => updates.includes(uri), { message: 'the output wake-up did not reach the subscriber' });
     expect(Object.values(byPort(await commandsPerMaster('publish')))).toEqual([0, 0, 0]);
   }, 60_000);
 });

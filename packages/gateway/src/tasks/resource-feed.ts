@@ -33,7 +33,7 @@ export class ResourceFeed {
     private readonly keys: Keys,
     private readonly log: Logger,
     /** The sharded layout's channels, subscribed by them; none: the single layout's one channel, subscribed here. */
-    private readonly channels?: Pick<GatewayChannels, 'isResources'>,
+    private readonly channels?: Pick<GatewayChannels, 'isResources' | 'ensureTask'>,
   ) {}
 
   async start(): Promise<void> {
@@ -43,6 +43,14 @@ export class ResourceFeed {
 
   close(): void {
     this.subscriber.off(messageEvent(this.keys), this.onMessage);
+  }
+
+  /**
+   * Subscribes the resources channel of the task's shard when this gateway has not seen that shard yet (the sharded
+   * layout, §1.2; the registry is read every few seconds anyway): call before `watch`.
+   */
+  async follow(taskId: string): Promise<void> {
+    await this.channels?.ensureTask(taskId);
   }
 
   /** Calls `wake` on each change of the task's resources; returns the stop. */
