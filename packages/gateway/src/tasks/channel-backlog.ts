@@ -79,7 +79,8 @@ export class ChannelBacklog {
     const fresh = codes.filter((code) => !this.counts.has(code));
     for (const code of fresh) this.counts.set(code, { read: 0, max: this.budget });
     await this.share();
-    await Promise.all(fresh.map((code) => this.ack(code, 0, true)));
+    // The new shards start at 0; the others get their smaller share now, not at the next heartbeat.
+    await Promise.all([...this.counts.keys()].map((code) => this.ack(code, 0, fresh.includes(code))));
   }
 
   /** Each shard's `max`: the budget ÷ this gateway's shards on the same master (one server: all of them). */
