@@ -153,4 +153,37 @@ describe("the gateway's sharded subscribers (PROTOCOL.md §1.2, §22.4)", () => 
     console.log(`F4 sharded: ${flood} log messages delivered, ${dropped} dropped and told`);
     expect(flood + dropped).toBeLessThanOrEqual(2_000);
   }, 240_000);
+
+  it('gets a cut sharded subscriber back from ioredis, reconciles, and its callers hear their later messages', async () => {
+    const before = await shardSubscriberIds();
+    const logs: number[] = [];
+    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+      const data = n.params.data as { i?: number };
+      if (n.params.logger === 'shard_flood' && typeof data.i === 'number') logs.push(data.i);
+    });
+    const call = client.callTool(
+      { name: 'shard_flood', arguments: { count: 80, bytes: 100, stepMs: 50 } },
+      CallToolResultSchema,
+      { timeout: 120_000 },
+    );
+    await waitFor(() => logs.length >= 5, { message: 'no log message before the cut' });
+    // Every master cuts every pub/sub client: the gateway's sharded subscribers (and the worker's).
+    for (const port of cluster.ports) await cluster.node(port).call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    const cutAt = logs.length;
+    await waitFor(
+      async () => {
+        const now = await shardSubscriberIds();
+        return now.length === before.length && now.every((id) => !before.includes(id));
+      },
+      { message: 'the sharded subscribers did not come back' },
+    );
+    // ioredis said `subscribersReady`: the gateway re-read what it routes, as after a classic reconnect (§6).
+    await waitFor(() => gateway.logs().some((l) => l['msg'] === 'subscriber reconnected; task routes reconciled'), {
+      message: 'the gateway did not reconcile its routes after its sharded subscribers came back',
+    });
+    const result = await call;
+    expect(result.isError).toBeFalsy();
+    expect(logs.length).toBeGreaterThan(cutAt);
+    expect(logs.at(-1)).toBe(80);
+  }, 120_000);
 });
