@@ -166,14 +166,16 @@ export class TaskRouter {
     if (channels === undefined) {
       await this.subscriber.subscribe(this.keys.gatewayChannel(this.options.gatewayId));
     } else {
-      // A Cluster's sharded subscribers reconnect apart from the cluster itself, each to its master (ioredis
-      // re-subscribes them and then says `subscribersReady`; the first time is the start).
-      let readyBefore = false;
+      // A Cluster's sharded subscribers reconnect apart from the cluster itself, each to its master: ioredis
+      // re-subscribes them and then says `subscribersReady`. It says so at the start too, before or after our first
+      // subscriptions (a race), and after a topology change that cut nothing: every one after the start counts, as
+      // re-reading the routes is harmless (and a reset backlog count only lets one budget more through, §22.4).
+      let started = false;
       this.subscriber.on('subscribersReady', () => {
-        if (readyBefore) this.resubscribed();
-        readyBefore = true;
+        if (started) this.resubscribed();
       });
       await channels.start();
+      started = true;
     }
     this.connectedOnce = true;
   }
