@@ -11,6 +11,8 @@ import {
   CallToolResultSchema,
   CancelTaskResultSchema,
   ListTasksResultSchema,
+  LoggingMessageNotificationSchema,
+  ResourceUpdatedNotificationSchema,
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
@@ -41,12 +43,11 @@ beforeAll(async () => {
   prefix = uniquePrefix('shards');
   // One seed node: the clients discover the other masters. No braces: the sharded layout.
   const env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix, TASKRELAY_TOOLS: TOOLS };
-  // Two workers start at once: the placement lease keeps their placements apart. A third serves another tool only.
-  await Promise.all([
-    startWorkerProcess(env),
-    startWorkerProcess(env),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-tools-delta.mjs` }),
-  ]);
+  // Two workers start at once: the placement lease keeps their placements apart. A third serves another tool only,
+  // started after them: placed between alpha's and gamma's, delta would even the counts and gamma would share a
+  // master (each new shard goes to the master with the fewest).
+  await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
+  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-tools-delta.mjs` });
   // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
   const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token', TASKRELAY_OPERATORS: 'alice' };
   gateways = await Promise.all([startGatewayProcess(auth), startGatewayProcess(auth)]);
@@ -154,8 +155,15 @@ describe('the work spreads over the masters', () => {
     await resetStats();
     await callMany(['alpha', 'beta', 'gamma'], 60);
     const { share, counts } = busiestShare(await commandsPerMaster());
-    console.log(`3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %`);
+    const spublish = [...(await commandsPerMaster('spublish')).values()];
+    console.log(
+      `3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %; ` +
+        `SPUBLISH per master ${spublish.join(' / ')}`,
+    );
     expect(share).toBeLessThanOrEqual(0.4);
+    // Every gateway event went by SPUBLISH to the master of its task's shard: none crossed the cluster bus (§1.2).
+    expect([...(await commandsPerMaster('publish')).values()]).toEqual([0, 0, 0]);
+    for (const n of spublish) expect(n).toBeGreaterThan(0);
   }, 120_000);
 
   it('one hot tool with shards: 3: the busiest master carries at most 45 %', async () => {
@@ -221,10 +229,13 @@ describe('the task operations through another gateway', () => {
     const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     expect(cancelled.status).toBe('cancelled');
     expect((await getTask(a, taskId)).status).toBe('cancelled');
+    // The cancel and the task's status event (to its owning gateway a, on its channel of the task's shard, §1.2) go
+    // to the shard's master alone. (No ack comes back from a: the task had no progress token, §10.9.)
     const spublish = await commandsPerMaster('spublish');
     expect(Object.fromEntries(spublish)).toEqual(
-      Object.fromEntries(cluster.ports.map((port) => [port, String(port) === shardMaster ? 1 : 0])),
+      Object.fromEntries(cluster.ports.map((port) => [port, String(port) === shardMaster ? 2 : 0])),
     );
+    expect([...(await commandsPerMaster('publish')).values()]).toEqual([0, 0, 0]);
   }, 60_000);
 
   it('shows each shard of a tool in the admin queue depths, and pauses a tool on every shard', async () => {
@@ -256,4 +267,67 @@ describe('the task operations through another gateway', () => {
     await expect(getTask(b, 'not-a-task')).rejects.toThrow(/not found/i);
     await expect(getTask(b, `ffff${'0'.repeat(32)}`)).rejects.toThrow(/not found/i);
   });
+});
+
+describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
+  /** Sums a command's calls per master port. */
+  const byPort = (counts: Map<number, number>) => Object.fromEntries(counts);
+
+  it("a call's progress, logs and result reach its caller, published by SPUBLISH on the task's master only", async () => {
+    const [a, b] = clients as [Client, Client];
+    const logs: unknown[] = [];
+    a.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
+    const code = codeOf(await placement(), 'talker');
+    const shardMaster = masterOfSlot(await masters(), slotOfCode(code));
+    // Each gateway listens on its channel of the shard (and on its home channel, for acks): one subscriber each.
+    const keys = createKeys(prefix, 'sharded');
+    const shardChannels = async (pattern: string) => {
+      const out: string[] = [];
+      for (const port of cluster.ports)
+        out.push(...((await cluster.node(port).call('PUBSUB', 'SHARDCHANNELS', pattern)) as string[]));
+      return out;
+    };
+    expect(await shardChannels(keys.forShard(code).gatewayChannel('*'))).toHaveLength(2);
+    expect(await shardChannels(keys.gatewayChannel('*'))).toHaveLength(2);
+    const resources = keys.forShard(code).resourcesChannel;
+    let listeners = 0;
+    for (const port of cluster.ports)
+      listeners += Number(((await cluster.node(port).call('PUBSUB', 'SHARDNUMSUB', resources)) as [string, number])[1]);
+    expect(listeners).toBe(2);
+    await resetStats();
+    const seen: number[] = [];
+    const result = (await a.request(
+      { method: 'tools/call', params: { name: 'talker', arguments: { n: 5 } } },
+      CallToolResultSchema,
+      { onprogress: (p) => seen.push(p.progress) },
+    )) as CallToolResult;
+    expect(result.structuredContent).toEqual({ tool: 'talker', n: 5 });
+    expect(seen.at(-1)).toBe(3);
+    await waitFor(() => logs.length === 2, { message: 'the log messages did not reach the caller' });
+    expect(logs).toEqual([
+      { n: 5, line: 1 },
+      { n: 5, line: 2 },
+    ]);
+    const publish = await commandsPerMaster('publish');
+    const spublish = await commandsPerMaster('spublish');
+    console.log(`talker call: spublish per master ${JSON.stringify(byPort(spublish))}, shard master ${shardMaster}`);
+    // No classic PUBLISH at all (it would cross the cluster bus to every node); SPUBLISH on the shard's master only:
+    // at least the last progress, the two logs, the output wake-up and the terminal status.
+    expect(Object.values(byPort(publish))).toEqual([0, 0, 0]);
+    for (const port of cluster.ports) {
+      if (String(port) === shardMaster) expect(spublish.get(port)).toBeGreaterThanOrEqual(5);
+      else expect(spublish.get(port)).toBe(0);
+    }
+    // A task through gateway b, its output followed and its result read through gateway a: a hears the output's
+    // wake-up on the shard's resources channel and the status on its events channel of the shard.
+    await resetStats();
+    const updates: string[] = [];
+    a.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updates.push(n.params.uri));
+    const taskId = await startTask(b, 'talker', { n: 6, waitMs: 1_000 });
+    const uri = `taskrelay://tasks/${taskId}/output`;
+    await a.subscribeResource({ uri });
+    expect((await taskResult(a, taskId)).structuredContent).toEqual({ tool: 'talker', n: 6 });
+    await waitFor(() => updates.includes(uri), { message: 'the output wake-up did not reach the subscriber' });
+    expect(Object.values(byPort(await commandsPerMaster('publish')))).toEqual([0, 0, 0]);
+  }, 60_000);
 });

@@ -7,7 +7,12 @@
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolResultSchema,
+  LoggingMessageNotificationSchema,
+  ProgressNotificationSchema,
+  type CallToolResult,
+} from '@modelcontextprotocol/sdk/types.js';
 import { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
 import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
@@ -35,6 +40,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
   let worker: ManagedProcess;
   let client: Client;
   const progress = new Map<string, number[]>();
+  const logs: unknown[] = [];
 
   beforeAll(async () => {
     server = await startRedis();
@@ -51,6 +57,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
       progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
       return Promise.resolve();
     });
+    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'py_spread'), {
       message: 'the Python tools never reached the gateway',
     });
@@ -65,10 +72,15 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
 
   it('places every shard of its tools in the registry, as Node would', async () => {
     const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
-    expect(Object.keys(registry).sort()).toEqual(['default~py_hold#0', 'default~py_spread#0', 'default~py_spread#1']);
+    expect(Object.keys(registry).sort()).toEqual([
+      'default~py_hold#0',
+      'default~py_spread#0',
+      'default~py_spread#1',
+      'default~py_talk#0',
+    ]);
     const codes = Object.values(registry);
     for (const code of codes) expect(code).toMatch(/^[0-9a-f]{4}$/);
-    expect(new Set(codes).size).toBe(3);
+    expect(new Set(codes).size).toBe(4);
   });
 
   it('runs calls on both shards of a shards=2 tool, with progress, each task under its shard', async () => {
@@ -115,6 +127,30 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
         .logs()
         .some((l) => l['taskId'] === id && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED'),
     );
+  });
+
+  it("sends its progress, logs, output wake-up and status by SPUBLISH on the shard's channels, never PUBLISH", async () => {
+    const calls = async (command: string) =>
+      Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(await redis.info('commandstats'))?.[1] ?? 0);
+    await redis.config('RESETSTAT');
+    // This client takes every progress notification by its token (beforeAll's handler), so the call names its own.
+    const result = (await client.request(
+      { method: 'tools/call', params: { name: 'py_talk', arguments: { n: 3 }, _meta: { progressToken: 'talk' } } },
+      CallToolResultSchema,
+    )) as CallToolResult;
+    expect(result.structuredContent).toEqual({ n: 3 });
+    expect(progress.get('talk')?.at(-1)).toBe(2);
+    await waitFor(() => logs.length === 2, { message: 'the log messages did not reach the caller' });
+    // Python sends them in the background: their order is not the point here.
+    expect(logs).toEqual(
+      expect.arrayContaining([
+        { n: 3, line: 1 },
+        { n: 3, line: 2 },
+      ]),
+    );
+    // The last progress, the two logs, the output wake-up and the terminal status at least; no classic PUBLISH.
+    expect(await calls('spublish')).toBeGreaterThanOrEqual(5);
+    expect(await calls('publish')).toBe(0);
   });
 
   it('refuses a braced prefix with the sharded layout, in one line', async () => {

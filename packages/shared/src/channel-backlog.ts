@@ -15,6 +15,11 @@ export const DEFAULT_BACKLOG_BYTES = 4 * 1024 * 1024;
 export const MIN_BACKLOG_BYTES = 128 * 1024;
 /** What one message costs besides its payload and channel name (RESP framing), as the include counts it. */
 export const BACKLOG_MESSAGE_OVERHEAD = 64;
+/**
+ * The least budget of one shard's channel in the sharded layout (PROTOCOL.md §1.2): the largest log message (64 KiB
+ * of data) with its framing, so a shard's share never refuses every large message.
+ */
+export const MIN_SHARD_BACKLOG_BYTES = 80 * 1024;
 
 /** What one published message costs the budget: the same sum the include makes. */
 export function backlogCost(channel: string, payload: string): number {
@@ -43,10 +48,18 @@ export class ChannelBacklogStore {
     this.scripts = new ScriptRunner(redis);
   }
 
-  /** Takes `read` bytes off the gateway's count (or starts it at 0), sets its budget, keeps the hash for `ttlMs`. */
-  async ack(gatewayId: string, read: number, o: { max: number; ttlMs: number; reset?: boolean }): Promise<number> {
+  /**
+   * Takes `read` bytes off the gateway's count (or starts it at 0), sets its budget, keeps the hash for `ttlMs`. In the
+   * sharded layout `shard` names the shard whose hash it is (one per shard the gateway subscribes to, §1.2).
+   */
+  async ack(
+    gatewayId: string,
+    read: number,
+    o: { max: number; ttlMs: number; reset?: boolean; shard?: string },
+  ): Promise<number> {
+    const keys = o.shard === undefined ? this.keys : this.keys.forShard(o.shard);
     const reply = await this.scripts.call(SCRIPTS.backlogAck, {
-      keys: { backlog: this.keys.gatewayBacklog(gatewayId) },
+      keys: { backlog: keys.gatewayBacklog(gatewayId) },
       args: { read, max: o.max, ttlMs: o.ttlMs, reset: o.reset ? '1' : '0' },
     });
     return Number(reply.values[0] ?? 0);

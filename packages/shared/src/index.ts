@@ -10,7 +10,7 @@ export { BlobObjects } from './blob-objects.js';
 export type { BlobStoreConfig } from './blob-objects.js';
 export { bullQueueKey, jobOptions } from './protocol/bullmq-layout.js';
 export { canonicalDigest } from './canonical.js';
-export { backlogBudget, backlogCost, ChannelBacklogStore } from './channel-backlog.js';
+export { backlogBudget, backlogCost, ChannelBacklogStore, MIN_SHARD_BACKLOG_BYTES } from './channel-backlog.js';
 export { Coalescer } from './coalescer.js';
 export {
   gatewayEnvSchema,
@@ -74,7 +74,7 @@ export type {
   WorkerCatalog,
 } from './protocol/messages.js';
 export { ProcessMetrics } from './metrics.js';
-export { masterOfSlot, pipelineByShard, ShardPlacement, slotOfCode } from './placement.js';
+export { clusterMasters, masterOfSlot, pipelineByShard, ShardPlacement, slotOfCode } from './placement.js';
 export type { MasterSlots } from './placement.js';
 export {
   clusterPrefixProblem,
@@ -176,4 +176,4 @@ export type { WaitpointRecord } from './waitpoints.js';
 export { WEBHOOK_DEAD_LETTERS_KEPT } from './protocol/webhook-limits.js';
 export { DeadLetterSchema, OutboxEventSchema, WebhookOutbox, receiverOf } from './webhook-outbox.js';
 export type { Claimed, ClaimFairness, DeadLetter, OutboxEvent, Settlement } from './webhook-outbox.js';
-export { messageEvent, publishOn, shardedPubSub, subscribeTo } from './pubsub.js';
+export { messageEvent, publishCommand, publishOn, shardedPubSub, subscribeTo } from './pubsub.js';

@@ -91,21 +91,39 @@ export async function clusterMasters(redis: RedisClient): Promise<MasterSlots | 
 export class ShardPlacement {
   private readonly known = new Map<string, string>();
   private readonly placing = new Map<string, Promise<string[]>>();
+  /** Codes handed to the listener already (each once). */
+  private readonly told = new Set<string>();
+  private listener: ((codes: readonly string[]) => Promise<void>) | undefined;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 
+  /**
+   * Told of each code this process learns (placed here, or read from the registry), once, before `codes` or `all`
+   * answer with it: a gateway subscribes its channel on a shard before any task of that shard is routed to it
+   * (PROTOCOL.md §1.2).
+   */
+  onLearned(listener: (codes: readonly string[]) => Promise<void>): void {
+    this.listener = listener;
+  }
+
   /** The codes of a tool queue's `shards` shards, placing those not placed yet. */
   async codes(queue: string, shards = 1): Promise<string[]> {
     const fields = Array.from({ length: shards }, (_, i) => placementField(queue, i));
     const cached = fields.map((f) => this.known.get(f));
-    if (cached.every((c) => c !== undefined)) return cached;
+    const told = this.listener === undefined || cached.every((c) => c !== undefined && this.told.has(c));
+    if (cached.every((c) => c !== undefined) && told) return cached;
     const key = `${queue}#${shards}`;
     let pending = this.placing.get(key);
     if (pending === undefined) {
-      pending = this.place(fields).finally(() => this.placing.delete(key));
+      pending = this.place(fields)
+        .then(async (codes) => {
+          await this.tell(codes);
+          return codes;
+        })
+        .finally(() => this.placing.delete(key));
       this.placing.set(key, pending);
     }
     return pending;
@@ -115,7 +133,18 @@ export class ShardPlacement {
   async all(): Promise<string[]> {
     const registry = await this.redis.hgetall(this.keys.placement);
     for (const [field, code] of Object.entries(registry)) if (isShardCode(code)) this.known.set(field, code);
-    return [...new Set(this.known.values())].sort();
+    const codes = [...new Set(this.known.values())].sort();
+    await this.tell(codes);
+    return codes;
+  }
+
+  private async tell(codes: readonly string[]): Promise<void> {
+    if (this.listener === undefined) return;
+    const fresh = [...new Set(codes)].filter((code) => !this.told.has(code));
+    if (fresh.length === 0) return;
+    // Marked once the listener is done: a failed listener is asked again next time.
+    await this.listener(fresh);
+    for (const code of fresh) this.told.add(code);
   }
 
   /**

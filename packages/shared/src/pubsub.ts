@@ -12,6 +12,14 @@ export function shardedPubSub(keys: Keys): boolean {
   return keys.layout === 'sharded';
 }
 
+/**
+ * The publish command the layout's scripts take (their `publish` argument, PROTOCOL.md §1.2): `SPUBLISH` on the
+ * sharded layout's channels, which hash with the task's shard; the classic `PUBLISH` in the single layout.
+ */
+export function publishCommand(keys: Keys): 'PUBLISH' | 'SPUBLISH' {
+  return shardedPubSub(keys) ? 'SPUBLISH' : 'PUBLISH';
+}
+
 /** Publishes `message` on `channel` the way the layout does. */
 export async function publishOn(redis: RedisClient, keys: Keys, channel: string, message: string): Promise<void> {
   await (shardedPubSub(keys) ? redis.spublish(channel, message) : redis.publish(channel, message));

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import type { Keys } from './protocol/keys.js';
 import type { RedisClient } from './redis.js';
+import { publishCommand } from './pubsub.js';
 import { ResultCode } from './protocol/script-results.js';
 import { SCRIPTS, type ScriptRunner } from './protocol/scripts.js';
 import type { StoreRunner } from './store/store-runner.js';
@@ -184,8 +185,10 @@ export class TaskOutputStore {
         chunk,
         maxBytes: this.limits.maxOutputBytes,
         ttlMs: this.limits.blobTtlMs,
-        channel: this.keys.resourcesChannel,
+        // The task's shard's channel (PROTOCOL.md §1.2): `SPUBLISH` in its own slot in the sharded layout.
+        channel: this.keys.forTask(taskId).resourcesChannel,
         taskId,
+        publish: publishCommand(this.keys),
       },
     });
     return OUTCOMES[reply.code] ?? 'ok';
@@ -226,9 +229,10 @@ export class TaskOutputStore {
         taskMax: this.limits.maxTaskBytes,
         principalMax: this.limits.maxPrincipalBytes,
         ttlMs: this.limits.blobTtlMs,
-        channel: input.notify ? this.keys.resourcesChannel : '',
+        channel: input.notify ? this.keys.forTask(taskId).resourcesChannel : '',
         taskId,
         externalBytes: input.externalBytes ?? '',
+        publish: publishCommand(this.keys),
       },
     });
     if (reply.code === ResultCode.LIMIT_FULL) {

@@ -211,13 +211,18 @@ describe('key layouts (PROTOCOL.md §1.1)', () => {
     ]) {
       expect(name.startsWith('p:{beef}:')).toBe(true);
     }
-    // Deployment-wide keys and the gateway channels stay home, whichever shard's keys name them.
+    // Deployment-wide keys stay home, whichever shard's keys name them.
     for (const keys of [k, t]) {
       for (const name of [keys.workers, keys.pools, keys.protocol, keys.audit, keys.placement]) {
         expect(name.startsWith('p:{home}:')).toBe(true);
       }
-      expect(keys.gatewayChannel('g')).toBe('p:{home}:gateway:g:events');
     }
+    // The gateway and resources channels are per shard (§1.2): the scripts of a shard's tasks publish them with
+    // SPUBLISH in their own slot; the home one carries the acks gateways send one another.
+    expect(k.gatewayChannel('g')).toBe('p:{home}:gateway:g:events');
+    expect(t.gatewayChannel('g')).toBe('p:{beef}:gateway:g:events');
+    expect(`${t.gatewayChannelPrefix}g${t.gatewayChannelSuffix}`).toBe('p:{beef}:gateway:g:events');
+    expect(t.resourcesChannel).toBe('p:{beef}:resources');
     // The cancel channel is the tool shard's (§1.2): a cancel reaches only the workers of its tool.
     expect(t.cancelChannel).toBe('p:{beef}:cancel');
     expect(k.forShard('0a0a').cancelChannel).toBe('p:{0a0a}:cancel');

@@ -23,6 +23,7 @@ import {
   createRedis,
   requireRedisUrl,
   waitForRedis,
+  publishOn,
   resolveGatewayOptions,
   StoreRunner,
   TaskOutputStore,
@@ -48,6 +49,7 @@ import { TaskReplay } from '../tasks/replay.js';
 import { readSchedulesFile } from '../tasks/schedules/schedule-file.js';
 import { Schedules } from '../tasks/schedules/schedules.js';
 import { ChannelBacklog } from '../tasks/channel-backlog.js';
+import { GatewayChannels } from '../tasks/gateway-channels.js';
 import { TaskRouter } from '../tasks/task-router.js';
 import { TaskService } from '../tasks/task-service.js';
 import { WaitpointCallbacks } from '../tasks/waitpoints.js';
@@ -147,7 +149,7 @@ async function start(options: GatewayConfig & StartGatewayOptions, undo: Undo): 
   };
   const gatewayId = options.gatewayId ?? randomBytes(8).toString('hex');
   const keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
-  const connections = await openConnections(requireRedisUrl(options), undo, log);
+  const connections = await openConnections(requireRedisUrl(options), undo, log, keys.layout === 'sharded');
   const { redis, metrics } = connections;
   const auth = createAuthenticator(options, log);
   const tasks = await startTaskLayer({ options, connections, keys, gatewayId, authEnabled: auth.enabled, log, undo });
@@ -351,14 +353,22 @@ async function startTaskLayer(w: {
   metrics.watchFleet(admin);
   const dispatcher = new JobDispatcher(queueRedis, keys, log);
   undo.push(() => dispatcher.close());
-  const publish = (channel: string, message: string) => redis.publish(channel, message);
+  // Acks to other gateways: `SPUBLISH` on their home channel in the sharded layout (PROTOCOL.md §1.2).
+  const publish = (channel: string, message: string) => publishOn(redis, keys, channel, message);
+  // The sharded layout's channels: this gateway's on every placed shard, and on shards placed later (§1.2).
+  const channels =
+    store.placement === undefined ? undefined : new GatewayChannels(subscriber, keys, gatewayId, store.placement, log);
   // Before the subscriber: the budget is in place, and the count at 0, when the first tool message is published.
-  const backlog = new ChannelBacklog(redis, keys, gatewayId, log);
+  const backlog = new ChannelBacklog(redis, keys, gatewayId, log, (channel) => channels?.shardOfEvents(channel));
   await backlog.start();
+  channels?.onShards((codes) => {
+    backlog.addShards(codes).catch((error: unknown) => log.warn({ err: error }, 'could not set a shard backlog'));
+  });
   const router = new TaskRouter(subscriber, publish, store, keys, log, metrics, {
     gatewayId,
     progressIntervalMs: options.progressIntervalMs,
     backlog,
+    ...(channels === undefined ? {} : { channels }),
   });
   undo.push(() => router.close());
   await router.start();
@@ -392,7 +402,7 @@ async function startTaskLayer(w: {
   const schedules = await startSchedules(options, w.connections, keys, store, service, webhooks.intake, log, undo);
   // Task output as resources (PROTOCOL.md §34): wake-ups on the subscriber; stored values read in ranges over a
   // large-read connection, so a 16 MiB value's chunks never queue on the command connection.
-  const feed = new ResourceFeed(subscriber, keys, log);
+  const feed = new ResourceFeed(subscriber, keys, log, channels);
   undo.push(() => feed.close());
   await feed.start();
   const objects = options.blobStore.kind === 's3' ? new BlobObjects(options.blobStore) : undefined;
@@ -492,10 +502,11 @@ type Connections = Awaited<ReturnType<typeof openConnections>>;
  * Redis is away (a JSON-RPC error within ~2 s, never a hung request); the subscriber waits it out. BullMQ gets a
  * connection of its own, so its scripts and traffic stay off the command connection.
  */
-async function openConnections(redisUrl: string, undo: Undo, log: Logger) {
+async function openConnections(redisUrl: string, undo: Undo, log: Logger, sharded: boolean) {
   const redis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
   const queueRedis = createRedis(redisUrl, FAIL_FAST_REDIS_OPTIONS);
-  const subscriber = createRedis(redisUrl);
+  // In the sharded layout a Cluster's subscriber keeps one connection per master for `SSUBSCRIBE` (§1.2).
+  const subscriber = createRedis(redisUrl, { shardedSubscribers: sharded });
   // Large results are read over connections of their own (PROTOCOL.md §22.5), so a 16 MiB reply never holds the one
   // every other command waits on; they get longer than the fail-fast bound to arrive.
   const largeReads = Array.from({ length: LARGE_READ_CONNECTIONS }, () =>

@@ -74,6 +74,7 @@ export class TaskResources {
    */
   async subscribe(principal: string, uri: unknown, onUpdated: (uri: string) => void): Promise<() => void> {
     const resource = await this.owned(principal, uri);
+    await this.feed.follow(resource.taskId);
     const coalescer = new Coalescer<string>({ minIntervalMs: RESOURCE_UPDATE_INTERVAL_MS, send: onUpdated });
     const stop = this.feed.watch(resource.taskId, () => coalescer.push(resource.uri));
     return () => {

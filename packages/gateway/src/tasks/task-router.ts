@@ -9,6 +9,7 @@ import {
   GatewayEventSchema,
   isRedisUnavailableError,
   isTerminal,
+  messageEvent,
   parseMessage,
   type Keys,
   type Logger,
@@ -26,6 +27,7 @@ import {
   type RedisClient,
 } from '@taskrelay/shared';
 import type { ChannelBacklog } from './channel-backlog.js';
+import type { GatewayChannels } from './gateway-channels.js';
 import { taskNotFound } from './errors.js';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.js';
 
@@ -97,6 +99,11 @@ export interface TaskRouterOptions {
   fallbackPollMs?: number;
   /** Told of each tool message read, and of a new subscriber (PROTOCOL.md §22.4). None: nothing is bounded. */
   backlog?: Pick<ChannelBacklog, 'counted' | 'resubscribed' | 'close'>;
+  /**
+   * The sharded layout's channels (PROTOCOL.md §1.2): this gateway's events channel on every shard, subscribed with
+   * `SSUBSCRIBE`. None: the single layout's one channel, subscribed here.
+   */
+  channels?: Pick<GatewayChannels, 'start' | 'isEvents' | 'ensureTask' | 'close'>;
 }
 
 export interface WaitOptions {
@@ -149,17 +156,33 @@ export class TaskRouter {
   }
 
   async start(): Promise<void> {
-    this.subscriber.on('message', (channel: string, raw: string) => this.onMessage(channel, raw));
+    this.subscriber.on(messageEvent(this.keys), (channel: string, raw: string) => this.onMessage(channel, raw));
     this.subscriber.on('ready', () => {
       // ioredis resubscribes by itself; anything published while we were away is read back from the hashes.
-      if (this.connectedOnce) {
-        this.options.backlog?.resubscribed();
-        void this.reconcile();
-      }
+      if (this.connectedOnce) this.resubscribed();
       this.connectedOnce = true;
     });
-    await this.subscriber.subscribe(this.keys.gatewayChannel(this.options.gatewayId));
+    const channels = this.options.channels;
+    if (channels === undefined) {
+      await this.subscriber.subscribe(this.keys.gatewayChannel(this.options.gatewayId));
+    } else {
+      // A Cluster's sharded subscribers reconnect apart from the cluster itself, each to its master: ioredis
+      // re-subscribes them and then says `subscribersReady`. It says so at the start too, before or after our first
+      // subscriptions (a race), and after a topology change that cut nothing: every one after the start counts, as
+      // re-reading the routes is harmless (and a reset backlog count only lets one budget more through, §22.4).
+      let started = false;
+      this.subscriber.on('subscribersReady', () => {
+        if (started) this.resubscribed();
+      });
+      await channels.start();
+      started = true;
+    }
     this.connectedOnce = true;
+  }
+
+  private resubscribed(): void {
+    this.options.backlog?.resubscribed();
+    void this.reconcile();
   }
 
   /** Starts forwarding a task's progress and status; call before its job exists so no early update is lost. */
@@ -299,7 +322,7 @@ export class TaskRouter {
         if (read) {
           let record: TaskRecord | undefined | null = null;
           try {
-            record = await Promise.race([this.store.records.watch(taskId, this.options.gatewayId), aborted]);
+            record = await Promise.race([this.watch(taskId), aborted]);
           } catch (error) {
             // Only the first read answers "unavailable": a wait already under way rides out an outage (the task
             // may well finish meanwhile), and the next poll or the subscriber's reconnect picks it up again.
@@ -388,7 +411,9 @@ export class TaskRouter {
   }
 
   /** Reads a task and, while it is not terminal, has its status events sent to this gateway too (§10.9). */
-  watch(taskId: string): Promise<TaskRecord | undefined> {
+  async watch(taskId: string): Promise<TaskRecord | undefined> {
+    // Its status events come on the channel of its shard (§1.2): subscribed before this gateway is named a watcher.
+    await this.options.channels?.ensureTask(taskId);
     return this.store.records.watch(taskId, this.options.gatewayId);
   }
 
@@ -423,11 +448,15 @@ export class TaskRouter {
     this.ended.clear();
     for (const taskId of [...this.routes.keys()]) this.retire(taskId, { flush: false });
     this.options.backlog?.close();
+    this.options.channels?.close();
     this.subscriber.disconnect();
   }
 
   private onMessage(channel: string, raw: string): void {
-    if (channel !== this.keys.gatewayChannel(this.options.gatewayId)) return;
+    const mine = this.options.channels
+      ? this.options.channels.isEvents(channel)
+      : channel === this.keys.gatewayChannel(this.options.gatewayId);
+    if (!mine) return;
     const event = parseMessage(GatewayEventSchema, raw);
     if (!event) {
       this.log.debug({ raw: raw.slice(0, 200) }, 'malformed gateway event dropped');
@@ -538,6 +567,7 @@ export class TaskRouter {
     if (event.ackTo !== undefined && event.ackTo !== this.options.gatewayId) {
       // The route is retired (or never was here): nothing more goes out for this task from this gateway.
       const ack: AckEvent = { type: 'ack', taskId: event.taskId };
+      // On the home channel of the gateway that asked (§1.2): an ack names no shard.
       this.publish(this.keys.gatewayChannel(event.ackTo), JSON.stringify(ack)).catch((error: unknown) =>
         this.log.debug({ taskId: event.taskId, err: error }, 'cancel ack not published'),
       );

@@ -70,7 +70,11 @@ export interface Keys {
    * worker in another language can tell whether it runs the deployment's scripts (PROTOCOL.md §29.2).
    */
   readonly protocol: string;
-  /** Channel: progress, status and acks for the tasks one gateway routes or waits on. */
+  /**
+   * Channel: progress, status and acks for the tasks one gateway routes or waits on. In the sharded layout one per
+   * gateway per shard (`P:{<code>}:gateway:<id>:events`, a sharded pub/sub channel in the slot of the scripts that
+   * publish on it), and the home one (`P:{home}:…`) for the acks other gateways send (PROTOCOL.md §1.2).
+   */
   gatewayChannel(gatewayId: string): string;
   /** What `gatewayChannel(id)` puts before the id (the Lua scripts append the gateway id and the suffix). */
   readonly gatewayChannelPrefix: string;
@@ -129,7 +133,10 @@ export interface Keys {
   output(taskId: string): OutputKeys;
   /** String counter: bytes one principal stored as task blobs within the blob TTL (PROTOCOL.md §34.4). */
   principalBlobBytes(principal: string): string;
-  /** Channel: wake-ups naming a task whose output changed (PROTOCOL.md §34.5); every gateway subscribes. */
+  /**
+   * Channel: wake-ups naming a task whose output changed (PROTOCOL.md §34.5); every gateway subscribes. In the sharded
+   * layout one per shard (`P:{<code>}:resources`), published by the scripts of that shard's tasks (§1.2).
+   */
   readonly resourcesChannel: string;
 }
 
@@ -204,10 +211,6 @@ const HOME_ONLY = [
   'workerCatalog',
   'pools',
   'protocol',
-  'gatewayChannel',
-  'gatewayChannelPrefix',
-  'gatewayChannelSuffix',
-  'resourcesChannel',
   'rateLimitPrefix',
   'toolLimit',
   'schedule',

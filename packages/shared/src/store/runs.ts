@@ -1,5 +1,6 @@
 import type { SerializedError } from '../protocol/errors.js';
 import type { Keys } from '../protocol/keys.js';
+import { publishCommand } from '../pubsub.js';
 import { ResultCode, type ScriptReply } from '../protocol/script-results.js';
 import { SCRIPTS, type ScriptInput } from '../protocol/scripts.js';
 import { TASK_FIELDS as F } from '../protocol/task-fields.js';
@@ -197,6 +198,7 @@ export class Runs {
         // A terminal event carries the outcome when it is small (§6.7): the routing gateway then needs no read.
         eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
         webhookPrefix: this.runner.forTask(taskId).webhooks.eventPrefix,
+        publish: publishCommand(this.runner.keys),
       },
     };
   }
@@ -261,6 +263,7 @@ export class Runs {
         lockToken: lock?.token ?? '',
         backlogPrefix: this.runner.forTask(taskId).gatewayBacklogPrefix,
         backlogSuffix: this.runner.forTask(taskId).gatewayBacklogSuffix,
+        publish: publishCommand(this.runner.keys),
       },
     });
     return writeOutcome<'accepted' | 'stale'>(reply.code, 'accepted', { [ResultCode.PROGRESS_STALE]: 'stale' });
@@ -283,6 +286,7 @@ export class Runs {
         lockToken: lock?.token ?? '',
         backlogPrefix: this.runner.forTask(taskId).gatewayBacklogPrefix,
         backlogSuffix: this.runner.forTask(taskId).gatewayBacklogSuffix,
+        publish: publishCommand(this.runner.keys),
       },
     });
     return writeOutcome<'published' | 'unrouted' | 'dropped'>(reply.code, 'published', {
@@ -327,6 +331,7 @@ export class Runs {
         channelSuffix: this.runner.forTask(taskId).gatewayChannelSuffix,
         webhookPrefix: this.runner.forTask(taskId).webhooks.eventPrefix,
         statusMessage: input.statusMessage ?? '',
+        publish: publishCommand(this.runner.keys),
       },
     });
     if (reply.code === ResultCode.OK) {
@@ -359,6 +364,7 @@ export class Runs {
         deadlineAt,
         channelPrefix: this.runner.forTask(taskId).gatewayChannelPrefix,
         channelSuffix: this.runner.forTask(taskId).gatewayChannelSuffix,
+        publish: publishCommand(this.runner.keys),
       },
     });
     const [value, resumed] = reply.values as [string | undefined, number | undefined];
@@ -463,6 +469,7 @@ export class Runs {
         holder,
         leaseMs: Math.max(100, options.leaseMs ?? this.reaperIntervalMs * 2),
         webhookPrefix: keys.webhooks.eventPrefix,
+        publish: publishCommand(keys),
       },
     });
     if (reply.code === ResultCode.LEASE_HELD) return { ran: false, looked: 0, reaped: [] };

@@ -240,6 +240,12 @@ class Keys:
         return self._key("placementLease")
 
     @property
+    def publish_command(self) -> str:
+        """The publish command the scripts take (their ``publish`` argument, PROTOCOL.md §1.2): ``SPUBLISH`` on the
+        sharded layout's channels, which hash with the task's shard; ``PUBLISH`` in the single layout."""
+        return "SPUBLISH" if self.layout == "sharded" else "PUBLISH"
+
+    @property
     def gateway_channel_prefix(self) -> str:
         return self._key("gatewayChannelPrefix")
 

@@ -85,8 +85,9 @@ class RunOutput:
                     "chunk": text,
                     "maxBytes": str(self._limits.max_output_bytes),
                     "ttlMs": str(self._limits.blob_ttl_ms),
-                    "channel": keys.resources_channel,
+                    "channel": keys.for_task(self._task_id).resources_channel,
                     "taskId": self._task_id,
+                    "publish": keys.publish_command,
                 },
             )
         if code != RESULT.OK:
@@ -161,8 +162,9 @@ class RunOutput:
                     "taskMax": str(self._limits.max_task_bytes),
                     "principalMax": str(self._limits.max_principal_bytes),
                     "ttlMs": str(self._limits.blob_ttl_ms),
-                    "channel": keys.resources_channel if notify else "",
+                    "channel": keys.for_task(self._task_id).resources_channel if notify else "",
                     "taskId": self._task_id,
+                    "publish": keys.publish_command,
                 },
             )
             if code == RESULT.LIMIT_FULL:

@@ -113,14 +113,15 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
                 "now": iso_now(),
                 "fields": _json(extra),
                 "lockToken": lock.token if lock else "",
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "ackTo": "",
                 "deadlineAt": "",
                 "dropIdempotency": "0",
                 # §6.7: a small outcome rides on the terminal event (MAX_EVENT_OUTCOME_CHARS, 64 Ki characters).
                 "eventOutcome": "1" if to in TERMINAL and outcome_chars <= 65_536 else "0",
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
+                "publish": self.keys.publish_command,
             },
         )
         status = values[0] if values and isinstance(values[0], str) else None
@@ -154,10 +155,11 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
                 "requests": encoded,
                 "now": iso_now(),
                 "deadlineAt": str(deadline_at),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
                 "statusMessage": status_message or "",
+                "publish": self.keys.publish_command,
             },
         )
         if code == RESULT.OK:

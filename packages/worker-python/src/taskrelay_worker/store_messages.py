@@ -32,11 +32,12 @@ class RunMessageWrites:
                 "total": "" if total is None else js_number(total),
                 "message": "" if message is None else _json(message),
                 "now": iso_now(),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
-                "backlogPrefix": self.keys.gateway_backlog_prefix,
-                "backlogSuffix": self.keys.gateway_backlog_suffix,
+                "backlogPrefix": self.keys.for_task(task_id).gateway_backlog_prefix,
+                "backlogSuffix": self.keys.for_task(task_id).gateway_backlog_suffix,
+                "publish": self.keys.publish_command,
             },
         )
         return {RESULT.OK: "accepted", RESULT.PROGRESS_STALE: "stale", RESULT.TASK_TERMINAL: "terminal", RESULT.LOCK_LOST: "lock_lost"}.get(
@@ -53,11 +54,12 @@ class RunMessageWrites:
                 "level": level,
                 "data": _json(data),
                 "logger": "" if logger is None else _json(logger),
-                "channelPrefix": self.keys.gateway_channel_prefix,
-                "channelSuffix": self.keys.gateway_channel_suffix,
+                "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
+                "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
                 "lockToken": lock.token if lock else "",
-                "backlogPrefix": self.keys.gateway_backlog_prefix,
-                "backlogSuffix": self.keys.gateway_backlog_suffix,
+                "backlogPrefix": self.keys.for_task(task_id).gateway_backlog_prefix,
+                "backlogSuffix": self.keys.for_task(task_id).gateway_backlog_suffix,
+                "publish": self.keys.publish_command,
             },
         )
         return {

@@ -47,7 +47,17 @@ export class CancelWatch {
       }
       this.readyBefore = true;
     });
+    // A Cluster's sharded subscribers (the sharded layout, §1.2) reconnect apart from the cluster: ioredis re-subscribes
+    // them and says `subscribersReady` (at the start too, before or after our subscriptions: every one after them
+    // sweeps, which is harmless).
+    let started = false;
+    subscriber.on('subscribersReady', () => {
+      if (!started) return;
+      this.o.log.info('cancel subscribers re-subscribed; re-reading the status of running tasks');
+      void this.sweep();
+    });
     await subscribeTo(subscriber, keys, channels);
+    started = true;
     this.timer = setInterval(() => void this.sweep(), this.o.sweepMs).unref();
   }
 

@@ -12,6 +12,7 @@
     ARGV[4] deadlineAt        the run deadline once resumed, ms since epoch
     ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
     ARGV[6] channelSuffix     gateway channel: what comes after it
+    ARGV[7] publish           the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, queue, resumed}             resumed: 1 when the task is working again, else 0
@@ -43,5 +44,5 @@ end
 move_status(KEYS[1], h[1], 'working', ARGV[3], {F.answer .. ARGV[1], ARGV[2], F.deadlineAt, ARGV[4]})
 redis.call('HDEL', KEYS[1], F.pendingInput)
 publish_status(KEYS[1], {type = 'status', taskId = h[3], status = 'working', lastUpdatedAt = ARGV[3]}, ARGV[5],
-  ARGV[6])
+  ARGV[6], ARGV[7])
 return {R.OK, h[4] or '', 1}

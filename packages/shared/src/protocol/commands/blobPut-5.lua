@@ -22,6 +22,7 @@
     ARGV[10] taskId           the task id, published on the channel
     ARGV[11] externalBytes    '' = the chunk is the value's bytes; else the value lives in an object store (S3) and
                               this many bytes are counted against the bounds, and no value key is written
+    ARGV[12] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, taskBytes}              stored; the task's total stored bytes
@@ -34,6 +35,7 @@
 --- @include "taskFields"
 --- @include "transitions"
 --- @include "checkLock"
+--- @include "publishCommand"
 
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
@@ -58,5 +60,5 @@ redis.call('INCRBY', KEYS[5], size)
 for i = 3, 5 do
   if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
 end
-if ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], cjson.encode({taskId = ARGV[10]})) end
+if ARGV[9] ~= '' then redis.call(publish_command(ARGV[12]), ARGV[9], cjson.encode({taskId = ARGV[10]})) end
 return {R.OK, taskBytes}

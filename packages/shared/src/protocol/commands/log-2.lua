@@ -16,6 +16,7 @@
     ARGV[6] lockToken         the worker's lock token; '' = no lock check
     ARGV[7] backlogPrefix     gateway backlog hash: what comes before the gateway id (§22.4)
     ARGV[8] backlogSuffix     gateway backlog hash: what comes after it
+    ARGV[9] publish           the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK}              published
@@ -31,6 +32,7 @@
 --- @include "transitions"
 --- @include "checkLock"
 --- @include "channelBacklog"
+--- @include "publishCommand"
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.gatewayId, F.taskId, F.logsDropped)
 if not h[1] then return {R.TASK_MISSING} end
@@ -55,5 +57,6 @@ if not backlog_admit(h[2], channel, out, ARGV[7], ARGV[8]) then
   return {R.CHANNEL_FULL}
 end
 if dropped > 0 then redis.call('HDEL', KEYS[1], F.logsDropped) end
-for _, message in ipairs(out) do redis.call('PUBLISH', channel, message) end
+local command = publish_command(ARGV[9])
+for _, message in ipairs(out) do redis.call(command, channel, message) end
 return {R.OK}

@@ -14,6 +14,7 @@
     ARGV[5] ttlMs             the output key's expiry after this write
     ARGV[6] channel           the resources channel
     ARGV[7] taskId            the task id, published on the channel
+    ARGV[8] publish           the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, length}      written; the output's length in bytes
@@ -25,6 +26,7 @@
 --- @include "taskFields"
 --- @include "transitions"
 --- @include "checkLock"
+--- @include "publishCommand"
 
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
@@ -50,5 +52,5 @@ if text and #text > max then
   redis.call('SET', KEYS[3], string.sub(text, from))
 end
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
-redis.call('PUBLISH', ARGV[6], cjson.encode({taskId = ARGV[7]}))
+redis.call(publish_command(ARGV[8]), ARGV[6], cjson.encode({taskId = ARGV[7]}))
 return {R.OK, redis.call('STRLEN', KEYS[3])}

@@ -14,6 +14,7 @@
     ARGV[7] lockToken         the worker's lock token; '' = no lock check
     ARGV[8] backlogPrefix     gateway backlog hash: what comes before the gateway id (§22.4)
     ARGV[9] backlogSuffix     gateway backlog hash: what comes after it
+    ARGV[10] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK}               recorded, and published unless the gateway's backlog is full (§22.4: the hash has it)
@@ -27,6 +28,7 @@
 --- @include "transitions"
 --- @include "checkLock"
 --- @include "channelBacklog"
+--- @include "publishCommand"
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId, F.total)
 if not h[1] then return {R.TASK_MISSING} end
@@ -56,6 +58,6 @@ redis.call('HSET', KEYS[1], unpack(fields))
 if h[3] and h[3] ~= '' then
   local channel = ARGV[5] .. h[3] .. ARGV[6]
   local payload = cjson.encode(event)
-  if backlog_admit(h[3], channel, {payload}, ARGV[8], ARGV[9]) then redis.call('PUBLISH', channel, payload) end
+  if backlog_admit(h[3], channel, {payload}, ARGV[8], ARGV[9]) then redis.call(publish_command(ARGV[10]), channel, payload) end
 end
 return {R.OK}

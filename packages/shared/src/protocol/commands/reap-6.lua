@@ -21,6 +21,7 @@
     ARGV[9] holder            who asks for the lease
     ARGV[10] leaseMs          how long the lease is held
     ARGV[11] webhookPrefix    what an outbox event key puts before the event id
+    ARGV[12] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, looked, {taskId, code, message, ...}}   the tasks failed by this pass
@@ -74,7 +75,7 @@ for _, taskId in ipairs(due) do
       local err = cjson.encode({code = code, message = message})
       move_status(taskKey, h[1], 'failed', ARGV[2], {F.statusMessage, message, F.result, result, F.error, err})
       publish_status(taskKey, {type = 'status', taskId = taskId, status = 'failed', statusMessage = message,
-        lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8])
+        lastUpdatedAt = ARGV[2]}, ARGV[7], ARGV[8], ARGV[12])
       outbox_append(taskKey, 'failed', message, ARGV[2], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
       finish(taskKey, KEYS[1], taskId, h[4] == false, 'failed', KEYS[6])
       reaped[#reaped + 1] = taskId

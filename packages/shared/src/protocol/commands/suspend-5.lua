@@ -21,6 +21,7 @@
     ARGV[6] channelSuffix     gateway channel: what comes after it
     ARGV[7] webhookPrefix     what an outbox event key puts before the event id
     ARGV[8] statusMessage     a timed suspension's status message, or '' to leave it
+    ARGV[9] publish           the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, answers}                    answers: flat {n, answerJSON, ...} of the requests already answered
@@ -49,7 +50,7 @@ if ARGV[2] == '' then
     if status == 'working' then
       local taskId = redis.call('HGET', KEYS[1], F.taskId)
       publish_status(KEYS[1], {type = 'status', taskId = taskId, status = status, lastUpdatedAt = ARGV[3],
-        statusMessage = ARGV[8]}, ARGV[5], ARGV[6])
+        statusMessage = ARGV[8]}, ARGV[5], ARGV[6], ARGV[9])
     end
   end
   return {R.OK, {}}
@@ -96,7 +97,7 @@ if #added > 0 then
     inputRequestId = table.concat(ids, ',')}
   local message = redis.call('HGET', KEYS[1], F.statusMessage)
   if message and message ~= '' then event.statusMessage = message end
-  publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+  publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[9])
   -- Another question while the task already waits is no status change: no second webhook event.
   if status ~= 'input_required' then
     outbox_append(KEYS[1], 'input_required', message, ARGV[3], KEYS[3], KEYS[4], KEYS[5], ARGV[7])

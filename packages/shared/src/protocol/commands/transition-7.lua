@@ -22,6 +22,7 @@
     ARGV[9] dropIdempotency   '1' to free the idempotency key at once (the task never ran)
     ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
     ARGV[11] webhookPrefix    what an outbox event key puts before the event id
+    ARGV[12] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
 
   Output:
     {R.OK, to}
@@ -68,7 +69,7 @@ if ARGV[10] == '1' then
   event.result = extra.result
   event.error = extra.error
 end
-publish_status(KEYS[1], event, ARGV[5], ARGV[6])
+publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12])
 if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
 end

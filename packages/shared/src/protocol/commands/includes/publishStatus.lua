@@ -1,16 +1,20 @@
 --[[
-  Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9).
+  Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9),
+  with the caller's publish command (§1.2: `SPUBLISH` in the sharded layout, on the gateways' channels of the task's
+  shard).
 ]]
 --- @include "taskFields"
+--- @include "publishCommand"
 
-local function publish_status(taskKey, event, channelPrefix, channelSuffix)
+local function publish_status(taskKey, event, channelPrefix, channelSuffix, publish)
+  local command = publish_command(publish)
   local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
   local payload = cjson.encode(event)
   local sent = {}
   local function send(id)
     if id and id ~= '' and not sent[id] then
       sent[id] = true
-      redis.call('PUBLISH', channelPrefix .. id .. channelSuffix, payload)
+      redis.call(command, channelPrefix .. id .. channelSuffix, payload)
     end
   end
   send(h[1])
