@@ -1,10 +1,12 @@
 --[[
   Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9).
+  `known`: the task's {gatewayId, watchers} as the caller already read them (one HMGET per script, issue 46), or nil
+  to read them here.
 ]]
 --- @include "taskFields"
 
-local function publish_status(taskKey, event, channelPrefix, channelSuffix)
-  local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
+local function publish_status(taskKey, event, channelPrefix, channelSuffix, known)
+  local h = known or redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
   local payload = cjson.encode(event)
   local sent = {}
   local function send(id)
