@@ -79,7 +79,7 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
     const { store, keys } = setup('logs');
     const { taskId } = await store.records.create(base);
     await store.logs.keep(taskId, [JSON.stringify({ msg: 'only a log' })]);
-    await store.runs.transition(taskId, 'failed', { error: { code: 'X', message: 'x' } });
+    await store.runs.transition(taskId, 'failed', { error: { code: 'TOOL_FAILED', message: 'x' } });
     await goesWithTask(keys.taskLogs(taskId));
 
     const small = new TaskOutputStore(redis, keys, { ...DEFAULT_OUTPUT_LIMITS, maxTaskBytes: 2 });
