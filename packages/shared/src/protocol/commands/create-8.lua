@@ -76,8 +76,8 @@ if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[7], tonumber(ARGV[2]), ARGV[3])
   if ARGV[16] ~= '' then redis.call('SET', KEYS[8], ARGV[16]) end
   redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[3])
-  -- Trimmed to the newest `cap` in one command, with nothing to remove as often as not (a count first would be two).
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
+  local cap = tonumber(ARGV[6])
+  if redis.call('ZCARD', KEYS[2]) > cap then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(cap + 1)) end
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
 end
 if ARGV[8] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
