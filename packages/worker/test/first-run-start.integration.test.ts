@@ -120,15 +120,21 @@ async function taskScriptCalls(taskId: string): Promise<{ readonly scripts: stri
   };
 }
 
-/** Whole reads of the task's hash (HGETALL, in a script or not) from now on: the test itself reads single fields. */
-async function taskReads(taskId: string): Promise<{ count: () => number }> {
+/**
+ * Whole reads of the task's hash (HGETALL, in a script or not) from now on: the test itself reads single fields.
+ * `count` first waits until the monitor has seen everything the server ran before it.
+ */
+async function taskReads(taskId: string): Promise<{ count: () => Promise<number> }> {
   const taskKey = h.keys.task(taskId);
   const monitor = await monitorRedis(redis.url);
   monitors.push(monitor);
   await monitor.ready((marker) => h.redis.echo(marker));
   const from = monitor.commands.length;
   return {
-    count: () => monitor.commands.slice(from).filter((c) => c.name === 'hgetall' && c.args[0] === taskKey).length,
+    count: async () => {
+      await monitor.ready((marker) => h.redis.echo(marker));
+      return monitor.commands.slice(from).filter((c) => c.name === 'hgetall' && c.args[0] === taskKey).length;
+    },
   };
 }
 
@@ -248,7 +254,7 @@ describe('§21.2.1 a first run’s start is pipelined', () => {
     await h.addJob(taskId, 'noop', {});
     await waitFor(async () => (await field(taskId, 'status')) === 'completed', { message: 'noop did not complete' });
     expect(await field(taskId, 'attempt')).toBe('1');
-    expect(reads.count()).toBe(0);
+    expect(await reads.count()).toBe(0);
   });
 
   it('a first run whose tool runs a step reads the record once, after its start: a redrive’s stored step is found', async () => {
@@ -267,7 +273,7 @@ describe('§21.2.1 a first run’s start is pipelined', () => {
     await h.addJob(taskId, 'stepper', {});
     await waitFor(async () => (await field(taskId, 'status')) === 'completed', { message: 'stepper did not complete' });
     expect(sideEffects.has(taskId)).toBe(false);
-    expect(reads.count()).toBe(1);
+    expect(await reads.count()).toBe(1);
   });
 
   it('a first run reads its client’s capabilities with the start before it asks', async () => {
