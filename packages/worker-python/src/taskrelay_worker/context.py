@@ -116,7 +116,7 @@ class ToolContext:
         queue_timeout_ms: int,
         on_lock_lost: Callable[[], None],
         waitpoints: WaitpointOpener | None = None,
-        start: Awaitable[TaskRecord | None] | None = None,
+        start: Awaitable[bool | None] | None = None,
         batch: FanOutHost | None = None,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
@@ -139,6 +139,8 @@ class ToolContext:
         self._queue_timeout_ms = queue_timeout_ms
         #: A first run's start, on its way (§21.2.1): members that read the record or write durably await it.
         self._start = start
+        #: The record's read after a start that answered without it: one for every member that needs it.
+        self._record_read: asyncio.Future | None = None
         self._caps = record.client_capabilities
         self._steps: dict[str, Any] = dict(record.steps)
         self._stored_steps = set(self._steps)
@@ -169,14 +171,22 @@ class ToolContext:
         self.suspension: Suspension | None = None
         self._output: Any = None
 
-    async def _started(self) -> None:
+    async def _started(self, needs_record: bool = False) -> None:
         """A first run awaits its start's answer before anything that writes durably or reads the task (§21.2.1): a
         task that never ran has no state or questions, but its client's capabilities and a redrive's step results are
-        only in Redis, and a task ended before the start must not see a step run. No-op once started."""
+        only in Redis, and a task ended before the start must not see a step run. The start answers without the
+        record (issue 46): a member that reads it (``needs_record``: asks, ``step``, ``fan_out``) reads it once, after
+        the start's answer. No-op once the record is read."""
         start = self._start
         if start is None:
             return
-        record = await start
+        goes = await start
+        if goes and not needs_record:
+            self.throw_if_cancelled()
+            return
+        if goes and self._record_read is None:
+            self._record_read = asyncio.ensure_future(self._store.get(self.task_id))
+        record = await self._record_read if goes and self._record_read is not None else None
         if self._start is start:
             self._start = None
             if record is not None:
@@ -354,7 +364,7 @@ class ToolContext:
             if not isinstance(version, str) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", version):
                 raise TypeError("ctx.step: version must be 1 to 64 of A-Z a-z 0-9 _ - .")
             name = f"{name}@{version}"
-        await self._started()
+        await self._started(True)
         self._steps_asked.add(name)
         if name in self._steps:
             return self._steps[name]
@@ -473,7 +483,7 @@ class ToolContext:
         with the same items on every run: the run suspends while the children run (raising ``SuspendedError``: let it
         propagate) and the handler runs again from the top when they are done."""
         args = check_fan_out_args(items, tool, concurrency, fail_fast)
-        await self._started()
+        await self._started(True)
         self._check_running()
         if self._batch_host is None:
             raise TaskrelayError(ERROR.INTERNAL, "ctx.fan_out is not available in this context")
@@ -531,7 +541,7 @@ class ToolContext:
         return dict(self._answered)
 
     async def _ask(self, method: str, capability: str, params: dict[str, Any], key: str | None) -> Any:
-        await self._started()
+        await self._started(True)
         if self.suspension is not None:
             raise SuspendedError()
         if key is not None:
