@@ -60,7 +60,7 @@ def test_every_other_script_of_the_task_waits_for_the_start_answer():
     asyncio.run(main())
 
 
-def make(start, stored=None):
+def make(start, stored=None, fail_reads=0):
     record = TaskRecord(task_id="t1", status="working", principal="p", tool="x", fields={})
     signal = RunSignal()
 
@@ -73,6 +73,8 @@ def make(start, stored=None):
         async def get(self, task_id):
             Store.reads += 1
             await asyncio.sleep(0.01)  # a round trip: other members run meanwhile
+            if Store.reads <= fail_reads:
+                raise ConnectionError("redis down")
             return stored
 
     ctx = ToolContext(
@@ -140,5 +142,19 @@ def test_a_member_that_reads_nothing_of_the_record_costs_no_read():
         assert await asyncio.gather(ctx.step("b", lambda: 0), ctx.step("b", lambda: 0)) == [5, 5]
         assert await ctx.step("b", lambda: 0) == 5
         assert ctx.reads() == 1
+
+    asyncio.run(main())
+
+
+def test_a_record_read_redis_did_not_answer_is_read_again():
+    async def main():
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        stored = TaskRecord(task_id="t1", status="working", principal="p", tool="x", fields={}, steps={"c": 7})
+        ctx, _ = make(answer, stored, fail_reads=1)
+        answer.set_result(True)
+        with pytest.raises(ConnectionError):
+            await ctx.step("c", lambda: 0)
+        assert await ctx.step("c", lambda: 0) == 7
+        assert ctx.reads() == 2
 
     asyncio.run(main())

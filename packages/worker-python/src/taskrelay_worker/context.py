@@ -184,9 +184,18 @@ class ToolContext:
         if goes and not needs_record:
             self.throw_if_cancelled()
             return
-        if goes and self._record_read is None:
-            self._record_read = asyncio.ensure_future(self._store.get(self.task_id))
-        record = await self._record_read if goes and self._record_read is not None else None
+        record = None
+        if goes:
+            if self._record_read is None:
+                self._record_read = asyncio.ensure_future(self._store.get(self.task_id))
+            read = self._record_read
+            try:
+                record = await read
+            except Exception:
+                # Redis did not answer: the next member that needs the record reads again.
+                if self._record_read is read:
+                    self._record_read = None
+                raise
         if self._start is start:
             self._start = None
             if record is not None:

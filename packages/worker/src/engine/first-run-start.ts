@@ -79,14 +79,19 @@ export class FirstRunStart implements PendingStart {
 
   /**
    * The task as the run started, read once after the start's answer (undefined when the run must not go on, or the
-   * task is gone). Rejects when Redis does not answer the read.
+   * task is gone). Rejects when Redis does not answer the read; the next call reads again.
    */
   record(): Promise<TaskRecord | undefined> {
-    this.recordRead ??= this.answer.then((a) => {
+    if (this.recordRead) return this.recordRead;
+    const read = this.answer.then((a) => {
       if (!a.ok) return undefined;
       return a.record ?? this.o.read(this.o.start.taskId);
     });
-    return this.recordRead;
+    this.recordRead = read;
+    read.catch(() => {
+      if (this.recordRead === read) this.recordRead = undefined;
+    });
+    return read;
   }
 
   /**
