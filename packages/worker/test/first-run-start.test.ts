@@ -11,8 +11,8 @@ const START: RunStart = { taskId: 't1', lock: { queue: 'default~x', token: 'tok'
 const RECORD = { taskId: 't1', status: 'working' } as TaskRecord;
 
 function make(read: (taskId: string) => Promise<TaskRecord | undefined>) {
-  const startRun = vi.fn(
-    (_start: RunStart): Promise<StartOutcome> => Promise.resolve({ lockLost: false, record: undefined, started: true }),
+  const startRun = vi.fn((_start: RunStart): Promise<StartOutcome> =>
+    Promise.resolve({ lockLost: false, record: undefined, started: true }),
   );
   const running = { abort: vi.fn(), loseLock: vi.fn() };
   const start = new FirstRunStart({ store: { startRun }, read, running, start: START, log: new LogCapture().logger() });
