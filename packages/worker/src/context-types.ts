@@ -313,8 +313,8 @@ export interface TaskContextOptions {
   output?: RunOutput;
   /**
    * A first run's start, sent as the run began and not awaited (PROTOCOL.md §21.2.1): every member that writes
-   * durably or reads the record awaits its answer, which then becomes `record`. Without it, `record` is the task as
-   * the run started.
+   * durably awaits its answer, and one that reads the record (`ask`, `step`, `fanOut`) reads it then, once, which
+   * then becomes `record`. Without it, `record` is the task as the run started.
    */
   start?: PendingStart;
   /** Metrics hooks: a value merged by the throttle, a write sent to Redis. */
@@ -325,8 +325,13 @@ export interface TaskContextOptions {
 /** A first run's start, on its way (PROTOCOL.md §21.2.1). */
 export interface PendingStart {
   /**
-   * The start's answer (every call shares the one round trip): the task as it started, or undefined when the run must
-   * not go on (the run's signal has then aborted with the reason). Never rejects.
+   * The start's answer (every call shares the one round trip): true when the run goes on, false when it must not (the
+   * run's signal has then aborted with the reason). Never rejects.
    */
-  ensure(): Promise<TaskRecord | undefined>;
+  ensure(): Promise<boolean>;
+  /**
+   * The task as it started, for the members that read it: the start answers without it (issue 46), so it is read
+   * once, after the start's answer. Undefined when the run must not go on.
+   */
+  record(): Promise<TaskRecord | undefined>;
 }

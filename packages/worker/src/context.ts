@@ -166,12 +166,19 @@ export class TaskContext implements ToolContext {
    * A first run awaits its start's answer before anything that writes durably or reads the task (§21.2.1): a
    * task that never ran has no state or questions, but its client's capabilities, its TTL and a redrive's step
    * results are only in Redis, and a task cancelled before the start must not see a step run. Then the run goes on
-   * only if its signal has not aborted. No-op once started, and for every other run.
+   * only if its signal has not aborted. The start answers without the record (issue 46): a member that reads it
+   * (`needsRecord`: `ask`, `step`, `fanOut`) reads it once, after the start's answer. No-op once the record is read,
+   * and for every other run.
    */
-  private async started(): Promise<void> {
+  private async started(needsRecord = false): Promise<void> {
     const start = this.pendingStart;
     if (!start) return;
-    const record = await start.ensure();
+    const goes = await start.ensure();
+    if (goes && !needsRecord) {
+      this.throwIfCancelled();
+      return;
+    }
+    const record = goes ? await start.record() : undefined;
     if (this.pendingStart === start) {
       this.pendingStart = undefined;
       if (record) {
@@ -219,7 +226,7 @@ export class TaskContext implements ToolContext {
     }
     // A versioned step is stored as `<name>@<version>` (§12.1): another version of it is another step.
     const name = version === undefined ? stepName : `${stepName}@${version}`;
-    await this.started();
+    await this.started(true);
     this.stepsAsked.add(name);
     if (Object.hasOwn(this.steps, name)) return this.steps[name] as T;
     this.throwIfSuspended();
@@ -340,7 +347,7 @@ export class TaskContext implements ToolContext {
     if (!parsedItems.success) throw new TypeError(`ctx.fanOut: ${issueText(parsedItems.error)}`);
     const parsed = FanOutOptionsSchema.safeParse(options ?? {});
     if (!parsed.success) throw new TypeError(`ctx.fanOut: ${issueText(parsed.error)}`);
-    await this.started();
+    await this.started(true);
     this.throwIfSuspended();
     this.throwIfCancelled();
     if (!this.fanOutHost) throw new TaskrelayError('INTERNAL', 'ctx.fanOut is not available in this context');
@@ -407,7 +414,7 @@ export class TaskContext implements ToolContext {
   ): Promise<unknown> {
     // The client's capabilities are read with the start (§21.2.1); asks of one turn keep their order.
     if (this.pendingStart) {
-      return this.started().then(() => this.ask(method, capability, params, answerSchema, options));
+      return this.started(true).then(() => this.ask(method, capability, params, answerSchema, options));
     }
     if (this.suspension) return Promise.reject(new SuspendedError());
     const key = options?.key;

@@ -121,6 +121,24 @@ async function taskScriptCalls(taskId: string): Promise<{ readonly scripts: stri
 }
 
 /**
+ * Whole reads of the task's hash (HGETALL, in a script or not) from now on: the test itself reads single fields.
+ * `count` first waits until the monitor has seen everything the server ran before it.
+ */
+async function taskReads(taskId: string): Promise<{ count: () => Promise<number> }> {
+  const taskKey = h.keys.task(taskId);
+  const monitor = await monitorRedis(redis.url);
+  monitors.push(monitor);
+  await monitor.ready((marker) => h.redis.echo(marker));
+  const from = monitor.commands.length;
+  return {
+    count: async () => {
+      await monitor.ready((marker) => h.redis.echo(marker));
+      return monitor.commands.slice(from).filter((c) => c.name === 'hgetall' && c.args[0] === taskKey).length;
+    },
+  };
+}
+
+/**
  * Holds every start's answer from the worker until `release()`: the start runs in Redis as sent, only the run does
  * not learn its outcome. A run that waited for its start before its tool or its end would stop there.
  */
@@ -227,6 +245,35 @@ describe('§21.2.1 a first run’s start is pipelined', () => {
     answers.release();
     await waitFor(async () => (await h.jobState(taskId)) === 'unknown', { message: 'job not ended' });
     await waitFor(async () => (await h.redis.zscore(share, taskId)) === null, { message: 'share entry not left' });
+  });
+
+  it('a first run’s start answers without the record: a tool that reads none of it costs no read of the task', async () => {
+    await h.start([noop]);
+    const taskId = await h.enqueue('noop', {}, { jobless: true });
+    const reads = await taskReads(taskId);
+    await h.addJob(taskId, 'noop', {});
+    await waitFor(async () => (await field(taskId, 'status')) === 'completed', { message: 'noop did not complete' });
+    expect(await field(taskId, 'attempt')).toBe('1');
+    expect(await reads.count()).toBe(0);
+  });
+
+  it('a first run whose tool runs a step reads the record once, after its start: a redrive’s stored step is found', async () => {
+    await h.start([stepper]);
+    const { taskId } = await h.store.records.create({
+      tool: 'stepper',
+      queue: toolQueue('default', 'stepper'),
+      principal: 'test',
+      mode: 'task',
+      ttl: 60_000,
+      pollInterval: 100,
+      gatewayId: h.gatewayId,
+      steps: JSON.stringify({ side: 1 }),
+    });
+    const reads = await taskReads(taskId);
+    await h.addJob(taskId, 'stepper', {});
+    await waitFor(async () => (await field(taskId, 'status')) === 'completed', { message: 'stepper did not complete' });
+    expect(sideEffects.has(taskId)).toBe(false);
+    expect(await reads.count()).toBe(1);
   });
 
   it('a first run reads its client’s capabilities with the start before it asks', async () => {

@@ -116,7 +116,7 @@ export const SCRIPTS = {
   startRun: spec({
     name: 'startRun',
     keys: ['task', 'lock', 'share'],
-    args: ['lockToken', 'deadlineAt', 'now', 'attempt', 'jobId', 'toolVersion', 'deferIfOther', 'reset'],
+    args: ['lockToken', 'deadlineAt', 'now', 'attempt', 'jobId', 'toolVersion', 'deferIfOther', 'reset', 'brief'],
     codes: [OK, TASK_MISSING, LOCK_LOST, ResultCode.VERSION_OTHER],
   }),
   becomeTask: spec({

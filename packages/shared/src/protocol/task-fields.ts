@@ -67,6 +67,11 @@ export const TASK_FIELDS = {
   replayOf: 'replayOf',
   /** The newest task that replays this one. */
   replayedBy: 'replayedBy',
+  /**
+   * '1' once a run wrote a key that ends with the task (its output or stored values, §34, or kept log lines, §30.4):
+   * the task's end looks at those keys only then (issue 46).
+   */
+  sideKeys: 'sideKeys',
 } as const;
 
 export type TaskField = (typeof TASK_FIELDS)[keyof typeof TASK_FIELDS];

@@ -82,6 +82,8 @@ export type StartOutcome =
       lockLost: false;
       record: TaskRecord | undefined;
       /** The task records this other tool version (§12.11). */ versionOther?: string;
+      /** A brief start (`RunStart.brief`) of a task that started: its record was not read (`record` undefined). */
+      started?: true;
     }
   | { lockLost: true };
 
@@ -96,6 +98,11 @@ export interface RunStart {
   version?: { toolVersion?: string; deferIfOther?: boolean; reset?: boolean };
   /** When the run began: its `startedAt` when the task has none (default: now). */
   startedAt?: Date;
+  /**
+   * Answer a task that starts without its record (`started`), a task already ended with it as ever: a first run's
+   * start (§21.2.1), whose context reads the record only when a member needs it (issue 46: one HGETALL fewer).
+   */
+  brief?: boolean;
 }
 
 export interface ProgressUpdate {
@@ -217,6 +224,7 @@ export class Runs {
       return { lockLost: false, record: undefined, versionOther: typeof recorded === 'string' ? recorded : '' };
     }
     if (reply.code === ResultCode.TASK_MISSING) return { lockLost: false, record: undefined };
+    if (reply.values.length === 0) return { lockLost: false, record: undefined, started: true };
     return { lockLost: false, record: parseRecord(fromFlat(reply.values[0] as string[])) };
   }
 
@@ -239,6 +247,7 @@ export class Runs {
         toolVersion: version.toolVersion ?? '',
         deferIfOther: version.deferIfOther === true ? '1' : '0',
         reset: version.reset === true ? '1' : '0',
+        brief: start.brief === true ? '1' : '0',
       },
     };
   }

@@ -42,7 +42,7 @@ class ToolContext(InputAsks, BatchMembers):
         queue_timeout_ms: int,
         on_lock_lost: Callable[[], None],
         waitpoints: WaitpointOpener | None = None,
-        start: Awaitable[TaskRecord | None] | None = None,
+        start: Awaitable[bool | None] | None = None,
         batch: FanOutHost | None = None,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
@@ -72,6 +72,8 @@ class ToolContext(InputAsks, BatchMembers):
         self._queue_timeout_ms = queue_timeout_ms
         #: A first run's start, on its way (§21.2.1): members that read the record or write durably await it.
         self._start = start
+        #: The record's read after a start that answered without it: one for every member that needs it.
+        self._record_read: asyncio.Future | None = None
         self._caps = record.client_capabilities
         self._steps: dict[str, Any] = dict(record.steps)
         self._stored_steps = set(self._steps)
@@ -82,14 +84,31 @@ class ToolContext(InputAsks, BatchMembers):
         self.suspension: Suspension | None = None
         self._output: Any = None
 
-    async def _started(self) -> None:
+    async def _started(self, needs_record: bool = False) -> None:
         """A first run awaits its start's answer before anything that writes durably or reads the task (§21.2.1): a
         task that never ran has no state or questions, but its client's capabilities and a redrive's step results are
-        only in Redis, and a task ended before the start must not see a step run. No-op once started."""
+        only in Redis, and a task ended before the start must not see a step run. The start answers without the
+        record (issue 46): a member that reads it (``needs_record``: asks, ``step``, ``fan_out``) reads it once, after
+        the start's answer. No-op once the record is read."""
         start = self._start
         if start is None:
             return
-        record = await start
+        goes = await start
+        if goes and not needs_record:
+            self.throw_if_cancelled()
+            return
+        record = None
+        if goes:
+            if self._record_read is None:
+                self._record_read = asyncio.ensure_future(self._store.get(self.task_id))
+            read = self._record_read
+            try:
+                record = await read
+            except Exception:
+                # Redis did not answer: the next member that needs the record reads again.
+                if self._record_read is read:
+                    self._record_read = None
+                raise
         if self._start is start:
             self._start = None
             if record is not None:
@@ -202,7 +221,7 @@ class ToolContext(InputAsks, BatchMembers):
             if not isinstance(version, str) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", version):
                 raise TypeError("ctx.step: version must be 1 to 64 of A-Z a-z 0-9 _ - .")
             name = f"{name}@{version}"
-        await self._started()
+        await self._started(True)
         self._steps_asked.add(name)
         if name in self._steps:
             return self._steps[name]

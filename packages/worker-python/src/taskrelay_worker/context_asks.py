@@ -94,7 +94,7 @@ class InputAsks:
         return dict(self._answered)
 
     async def _ask(self, method: str, capability: str, params: dict[str, Any], key: str | None) -> Any:
-        await self._started()
+        await self._started(True)
         if self.suspension is not None:
             raise SuspendedError()
         if key is not None:

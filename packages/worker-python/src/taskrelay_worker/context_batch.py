@@ -35,7 +35,7 @@ class BatchMembers:
         with the same items on every run: the run suspends while the children run (raising ``SuspendedError``: let it
         propagate) and the handler runs again from the top when they are done."""
         args = check_fan_out_args(items, tool, concurrency, fail_fast)
-        await self._started()
+        await self._started(True)
         self._check_running()
         if self._batch_host is None:
             raise TaskrelayError(ERROR.INTERNAL, "ctx.fan_out is not available in this context")

@@ -28,7 +28,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
         Until it is answered, every script this store runs for the task waits for it, so Redis runs the start before
         any other write of the run (redis-py's pool keeps no order between two coroutines' commands)."""
         started = asyncio.ensure_future(
-            self.start_run(task_id, lock, attempt, deadline_at, share_principal, tool_version, False)
+            self.start_brief(task_id, lock, attempt, deadline_at, share_principal, tool_version)
         )
         self._starting[task_id] = started
 
@@ -42,21 +42,21 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
     async def get(self, task_id: str) -> TaskRecord | None:
         return parse_record(await self.redis.hgetall(self.keys.task(task_id)))
 
-    async def start_run(
+    async def _start_call(
         self,
         task_id: str,
         lock: JobLock,
         attempt: int,
         deadline_at: int,
         share_principal: str | None,
-        tool_version: str = "",
-        defer_if_other: bool = False,
-        reset: bool = False,
-    ) -> tuple[bool, TaskRecord | None, str | None]:
-        """(lock lost, the task as the run starts, the other tool version it records) — §10.2, §12.11; the job leaves
-        its principal's fair share (§25)."""
+        tool_version: str,
+        defer_if_other: bool,
+        reset: bool,
+        brief: bool,
+    ) -> tuple[str, list[Any]]:
+        """The ``startRun`` script (§10.2): its code and values."""
         task_key = self.keys.task(task_id)
-        code, values = await self.call(
+        return await self.call(
             "startRun",
             {
                 "task": task_key,
@@ -72,7 +72,25 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
                 "toolVersion": tool_version,
                 "deferIfOther": "1" if defer_if_other else "0",
                 "reset": "1" if reset else "0",
+                "brief": "1" if brief else "0",
             },
+        )
+
+    async def start_run(
+        self,
+        task_id: str,
+        lock: JobLock,
+        attempt: int,
+        deadline_at: int,
+        share_principal: str | None,
+        tool_version: str = "",
+        defer_if_other: bool = False,
+        reset: bool = False,
+    ) -> tuple[bool, TaskRecord | None, str | None]:
+        """(lock lost, the task as the run starts, the other tool version it records) — §10.2, §12.11; the job leaves
+        its principal's fair share (§25)."""
+        code, values = await self._start_call(
+            task_id, lock, attempt, deadline_at, share_principal, tool_version, defer_if_other, reset, False
         )
         if code == RESULT.LOCK_LOST:
             return True, None, None
@@ -81,6 +99,22 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
         if code == RESULT.VERSION_OTHER:
             return False, None, str(values[0]) if values else ""
         return False, parse_record(_from_flat(values[0] if values else [])), None
+
+    async def start_brief(
+        self, task_id: str, lock: JobLock, attempt: int, deadline_at: int, share_principal: str, tool_version: str
+    ) -> tuple[bool, TaskRecord | None, bool]:
+        """A first run's start (§21.2.1 item 2, issue 46): (lock lost, the task when it is already ended, started). A
+        task that starts is answered without its hash: the context reads it when a member needs it."""
+        code, values = await self._start_call(
+            task_id, lock, attempt, deadline_at, share_principal, tool_version, False, False, True
+        )
+        if code == RESULT.LOCK_LOST:
+            return True, None, False
+        if code == RESULT.TASK_MISSING:
+            return False, None, False
+        if not values:
+            return False, None, True
+        return False, parse_record(_from_flat(values[0])), False
 
     async def transition(
         self, task_id: str, to: str, fields: dict[str, Any], lock: JobLock | None

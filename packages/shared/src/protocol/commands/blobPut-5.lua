@@ -37,7 +37,8 @@
 --- @include "checkLock"
 --- @include "publishCommand"
 
-local status = redis.call('HGET', KEYS[1], F.status)
+local h = redis.call('HMGET', KEYS[1], F.status, F.sideKeys)
+local status = h[1]
 if not status then return {R.TASK_MISSING} end
 if TERMINAL[status] then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
@@ -47,6 +48,8 @@ local taskBytes = tonumber(redis.call('HGET', KEYS[3], '\0bytes') or '0')
 if taskBytes + size > tonumber(ARGV[6]) then return {R.LIMIT_FULL, 'task'} end
 local principalBytes = tonumber(redis.call('GET', KEYS[5]) or '0')
 if principalBytes + size > tonumber(ARGV[7]) then return {R.LIMIT_FULL, 'principal'} end
+-- The task has keys that end with it now: its end looks at them (finish.lua), and only then (issue 46).
+if not h[2] then redis.call('HSET', KEYS[1], F.sideKeys, '1') end
 if external then
   -- nothing stored here: the index entry names the object
 elseif ARGV[4] == '1' then

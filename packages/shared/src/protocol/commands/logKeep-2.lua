@@ -18,8 +18,11 @@
 --- @include "taskFields"
 --- @include "transitions"
 
-local status = redis.call('HGET', KEYS[1], F.status)
+local h = redis.call('HMGET', KEYS[1], F.status, F.sideKeys)
+local status = h[1]
 if not status then return {R.TASK_MISSING} end
+-- The task has a key that ends with it now: its end looks at it (finish.lua), and only then (issue 46).
+if not h[2] and not TERMINAL[status] then redis.call('HSET', KEYS[1], F.sideKeys, '1') end
 for _, line in ipairs(cjson.decode(ARGV[2])) do
   redis.call('XADD', KEYS[2], 'MAXLEN', tonumber(ARGV[1]), '*', 'line', line)
 end

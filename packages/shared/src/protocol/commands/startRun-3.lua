@@ -20,9 +20,12 @@
     ARGV[6] toolVersion       the version of the tool this run runs ('' when the worker names none)
     ARGV[7] deferIfOther      '1': do not start when the task records another version
     ARGV[8] reset             '1': clear state, steps, questions and answers
+    ARGV[9] brief             '1': a task that starts is answered without its hash (a first run, §21.2.1: its
+                              context reads the record only when a member needs it; issue 46)
 
   Output:
     {R.OK, hash}        the hash as a flat list
+    {R.OK}              brief, and the task started (not terminal)
     {R.TASK_MISSING}
     {R.LOCK_LOST}
     {R.VERSION_OTHER, recordedVersion}   nothing written (deferIfOther)
@@ -82,6 +85,10 @@ if not TERMINAL[status] then
   redis.call('HSET', KEYS[1], unpack(fields))
   -- A back-off is over once a run starts (§3.4): its message goes with it.
   if h[3] then redis.call('HDEL', KEYS[1], F.backOff, F.statusMessage) end
+  if ARGV[9] == '1' then
+    leave_share()
+    return {R.OK}
+  end
 end
 leave_share()
 return {R.OK, redis.call('HGETALL', KEYS[1])}

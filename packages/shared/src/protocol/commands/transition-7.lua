@@ -39,8 +39,10 @@
 --- @include "finish"
 --- @include "outboxAppend"
 
--- One read of the task's own fields (a Redis command per call counts, issue 46).
-local h = redis.call('HMGET', KEYS[1], F.status, F.taskId, F.statusMessage)
+-- One read of every field of the task this script looks at, its includes' too (a Redis command per call counts,
+-- issue 46): what move_status, publish_status, outbox_append and finish would each read again.
+local h = redis.call('HMGET', KEYS[1], F.status, F.taskId, F.statusMessage, F.gatewayId, F.watchers, F.webhook,
+  F.principal, F.webhookCap, F.ttl, F.idemKey, F.dedupe, F.mode, F.sideKeys)
 local current = h[1]
 if not current then return {R.TASK_MISSING} end
 if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
@@ -69,9 +71,13 @@ if ARGV[10] == '1' then
   event.result = extra.result
   event.error = extra.error
 end
-publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12])
+-- The write above sets only the status, its time, the deadline and the extra fields (statusMessage, result, error,
+-- cancelReason): none of the fields read here, so the read stands for what the includes would read now.
+publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12], {h[4], h[5]})
 if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
-  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11])
+  outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11], {h[6], h[7], h[2], h[8]})
 end
-if TERMINAL[ARGV[1]] then finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7]) end
+if TERMINAL[ARGV[1]] then
+  finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7], {h[9], h[10], h[11], h[12], h[13], h[5]})
+end
 return {R.OK, ARGV[1]}

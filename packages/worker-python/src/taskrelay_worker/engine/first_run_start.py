@@ -32,11 +32,12 @@ class FirstRunStart:
             return None
         return tool
 
-    async def _read_start(self, started: asyncio.Future, task_id: str, log: Logger) -> TaskRecord | None:
-        """A first run's start answered: the task as it started, or None when the run must stop, its signal aborted
-        at once (one round trip after the run began). Never raises."""
+    async def _read_start(self, started: asyncio.Future, task_id: str, log: Logger) -> bool | None:
+        """A first run's start answered: True when the run goes on (the start answers without the task's hash, issue
+        46: the context reads it when a member needs it), or None when the run must stop, its signal aborted at once
+        (one round trip after the run began). Never raises."""
         try:
-            lock_lost, task, _ = await started
+            lock_lost, task, goes = await started
         except Exception as error:  # noqa: BLE001 - as at a start before the tool: the job is handed back
             log.warn("Redis unreachable while recording the start; the run stops", err=error)
             self._abort(task_id, CANCEL.LOCK_LOST)
@@ -44,6 +45,8 @@ class FirstRunStart:
         if lock_lost:
             self._abort(task_id, CANCEL.LOCK_LOST)
             return None
+        if goes:
+            return True
         if task is None or task.status in TERMINAL:
             # Cancelled (or ended, or deleted) before this run began, and the cancel's remove did not reach the job.
             reason = CANCEL.LOCK_LOST
@@ -55,4 +58,4 @@ class FirstRunStart:
             log.info("task ended before its run recorded its start; aborting tool", status=status)
             self._abort(task_id, reason)
             return None
-        return task
+        return True

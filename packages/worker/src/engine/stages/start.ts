@@ -107,6 +107,7 @@ export class TaskStart {
     if (now - job.timestamp - (job.opts.delay ?? 0) > queueTimeoutMs / 2) return undefined;
     return new FirstRunStart({
       store: this.o.store.runs,
+      read: (id) => bookkeeping(this.o.store.records.get(id)),
       running: this.o.running,
       log,
       outageWindowMs: bullLockMs(this.o.lockDurationMs),

@@ -3,13 +3,15 @@
   as the status write (a move to input_required or a terminal status). Scores are Redis server time, so gateways with
   skewed clocks agree on what is due. An event that would take the principal past the cap the task carries is
   dead-lettered at once. The event hash's own fields (id, url, attempts, ...) are the outbox's, not the task's.
+  `known`: the task's {webhook, principal, taskId, webhookCap} as the caller already read them (one HMGET per script,
+  issue 46), or nil to read them here.
 ]]
 --- @include "taskFields"
 --- @include "webhookLimits"
 --- @include "deadLetter"
 
-local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix)
-  local h = redis.call('HMGET', taskKey, F.webhook, F.principal, F.taskId, F.webhookCap)
+local function outbox_append(taskKey, status, message, timestamp, dueKey, pendingKey, deadKey, eventPrefix, known)
+  local h = known or redis.call('HMGET', taskKey, F.webhook, F.principal, F.taskId, F.webhookCap)
   if not h[1] or h[1] == '' then return end
   local principal = h[2] or ''
   local n = redis.call('HINCRBY', taskKey, F.webhookSeq, 1)

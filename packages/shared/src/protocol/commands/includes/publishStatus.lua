@@ -1,14 +1,15 @@
 --[[
   Publishes a status event to the gateway that owns the task and to every watcher, once each (PROTOCOL.md §6, §10.9),
   with the caller's publish command (§1.2: `SPUBLISH` in the sharded layout, on the gateways' channels of the task's
-  shard).
+  shard). `known`: the task's {gatewayId, watchers} as the caller already read them (one HMGET per script, issue 46),
+  or nil to read them here.
 ]]
 --- @include "taskFields"
 --- @include "publishCommand"
 
-local function publish_status(taskKey, event, channelPrefix, channelSuffix, publish)
+local function publish_status(taskKey, event, channelPrefix, channelSuffix, publish, known)
   local command = publish_command(publish)
-  local h = redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
+  local h = known or redis.call('HMGET', taskKey, F.gatewayId, F.watchers)
   local payload = cjson.encode(event)
   local sent = {}
   local function send(id)
