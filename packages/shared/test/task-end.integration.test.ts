@@ -26,7 +26,8 @@ afterAll(async () => {
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new TaskStore(redis, keys, { reaperIntervalMs: 0 }), output: new TaskOutputStore(redis, keys) };
+  const store = new TaskStore(redis, keys, { reaperIntervalMs: 0 });
+  return { keys, store, output: new TaskOutputStore(store.runner) };
 }
 
 const base = {
@@ -82,7 +83,7 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
     await store.runs.transition(taskId, 'failed', { error: { code: 'TOOL_FAILED', message: 'x' } });
     await goesWithTask(keys.taskLogs(taskId));
 
-    const small = new TaskOutputStore(redis, keys, { ...DEFAULT_OUTPUT_LIMITS, maxTaskBytes: 2 });
+    const small = new TaskOutputStore(store.runner, { ...DEFAULT_OUTPUT_LIMITS, maxTaskBytes: 2 });
     const other = await store.records.create(base);
     await expect(
       small.putBlobChunk({
