@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import getPort from 'get-port';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { ClientCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import { StopWaiting, waitFor } from './wait-for.js';
 
 export const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
@@ -178,11 +179,24 @@ export async function startPythonWorkerProcess(
   return proc;
 }
 
-export async function connectClient(url: string, headers: Record<string, string> = {}): Promise<Client> {
+/** What a test client is, beyond its URL and headers. */
+export interface ClientShape {
+  /** The client's capabilities. Default: tasks (list, cancel, requests). */
+  capabilities?: ClientCapabilities;
+  /** Handlers set on the client before it connects (notifications, roots, elicitation…). */
+  before?: (client: Client) => void;
+}
+
+export async function connectClient(
+  url: string,
+  headers: Record<string, string> = {},
+  shape: ClientShape = {},
+): Promise<Client> {
   const client = new Client(
     { name: 'taskrelay-test', version: '0.0.0' },
-    { capabilities: { tasks: { list: {}, cancel: {}, requests: {} } } },
+    { capabilities: shape.capabilities ?? { tasks: { list: {}, cancel: {}, requests: {} } } },
   );
+  shape.before?.(client);
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
 }

@@ -20,6 +20,7 @@ import {
   startGatewayProcess,
   startPythonWorkerProcess,
   startWorkerProcess,
+  type ClientShape,
   type GatewayProcess,
   type ManagedProcess,
   type StartOptions,
@@ -76,8 +77,11 @@ export interface TestStack {
   readonly r: Redis;
   /** The client `mcp: true` connected at start (throws without it). */
   readonly mcp: Client;
-  /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
-  client(headers?: Record<string, string>, url?: string): Promise<Client>;
+  /**
+   * A connected SDK client of the first gateway (or `url`), closed with the stack; `shape` gives it other
+   * capabilities or handlers set before it connects.
+   */
+  client(headers?: Record<string, string>, url?: string, shape?: ClientShape): Promise<Client>;
   /** Another gateway (with the stack's tokens), stopped with the stack. */
   addGateway(env?: Env): Promise<GatewayProcess>;
   addWorker(env?: Env): Promise<ManagedProcess>;
@@ -157,8 +161,8 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       if (token === undefined) throw new Error(`stack ${options.name} has no token for ${principal}`);
       return { authorization: `Bearer ${token}` };
     },
-    async client(headers = {}, url) {
-      const client = await connectClient(url ?? stack.gateway.url, headers);
+    async client(headers = {}, url, shape) {
+      const client = await connectClient(url ?? stack.gateway.url, headers, shape);
       clients.push(client);
       return client;
     },
