@@ -47,9 +47,11 @@ export interface StackOptions {
   redis?: StartRedisOptions;
   /**
    * A Redis Cluster of the stack's own instead (test/helpers/redis-cluster.ts: `masters`, default 3, and its options):
-   * every process gets REDIS_CLUSTER_NODES (one seed node) and the prefix in braces, `{…}`, as the cluster needs.
+   * every process gets REDIS_CLUSTER_NODES (every node a seed, so a process started after a master died still finds
+   * the cluster) and the prefix in braces, `{…}`: the single layout. `braces: false` leaves them off: the sharded
+   * layout (PROTOCOL.md §1.1).
    */
-  cluster?: ClusterOptions & { masters?: number };
+  cluster?: ClusterOptions & { masters?: number; braces?: boolean };
   /** Connects `mcp`, an SDK client of the first gateway, at start (with these headers when an object). */
   mcp?: boolean | Record<string, string>;
   /** `useStack`'s start hook's bound, when a stack needs more than vitest's (load-stretched) default. */
@@ -93,10 +95,9 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const cluster = options.cluster ? await startRedisCluster(options.cluster.masters ?? 3, options.cluster) : undefined;
   const redis = cluster ? undefined : await startRedis(options.redis);
   const name = uniquePrefix(options.name);
-  const prefix = cluster ? `{${name}}` : name;
+  const prefix = cluster && options.cluster?.braces !== false ? `{${name}}` : name;
   const env: Env = cluster
-    ? // One seed node: the clients discover the other masters.
-      { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix }
+    ? { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: prefix }
     : { ...options.env, REDIS_URL: redis?.url, TASKRELAY_PREFIX: prefix };
   const gatewayEnv: Env = options.tokens
     ? {
