@@ -112,9 +112,7 @@ export function useClusterFaults(options: ClusterFaultOptions): ClusterFaults {
       return pool;
     },
     async restartGateway() {
-      const old = started(gateway, 'gateway');
-      await old.kill('SIGKILL');
-      gateway = await stack.addGateway({ PORT: String(old.port) });
+      gateway = await stack.restartGateway(started(gateway, 'gateway'));
     },
     watch(proc) {
       watched.push(proc);

@@ -86,6 +86,11 @@ export interface TestStack {
   client(headers?: Record<string, string>, url?: string, shape?: ClientShape): Promise<Client>;
   /** Another gateway (with the stack's tokens), stopped with the stack. */
   addGateway(env?: Env): Promise<GatewayProcess>;
+  /**
+   * SIGKILLs a gateway (default: the first) and starts another with its environment behind the same address, in its
+   * place in `gateways`.
+   */
+  restartGateway(gateway?: GatewayProcess): Promise<GatewayProcess>;
   addWorker(env?: Env): Promise<ManagedProcess>;
   addPythonWorker(env?: Env): Promise<ManagedProcess>;
   stop(): Promise<void>;
@@ -111,11 +116,20 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const pythonWorkers: ManagedProcess[] = [];
   const clients: Client[] = [];
   let mcp: Client | undefined;
-  // An owned Redis is one a fault suite kills: there commands wait for the reconnect (as faults.ts's testRedis).
-  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
-  if (options.redis?.owned) r.on('error', () => undefined);
-  const addGateway = async (extra: Env = {}) => {
+  // An owned Redis (a durable one is owned too) is one a fault suite kills: there commands wait for the reconnect (as
+  // faults.ts's testRedis).
+  const owned = options.redis?.owned === true || options.redis?.appendOnly === true;
+  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: owned ? null : 1 });
+  if (owned) r.on('error', () => undefined);
+  /** Each gateway's own environment, for its restart. */
+  const gatewayEnvs = new Map<GatewayProcess, Env>();
+  const startGateway = async (extra: Env) => {
     const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
+    gatewayEnvs.set(gateway, extra);
+    return gateway;
+  };
+  const addGateway = async (extra: Env = {}) => {
+    const gateway = await startGateway(extra);
     gateways.push(gateway);
     return gateway;
   };
@@ -168,6 +182,14 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       return client;
     },
     addGateway,
+    async restartGateway(gateway = stack.gateway) {
+      const index = gateways.indexOf(gateway);
+      if (index < 0) throw new Error(`stack ${options.name} did not start the gateway on port ${gateway.port}`);
+      await gateway.kill('SIGKILL');
+      const restarted = await startGateway({ ...gatewayEnvs.get(gateway), PORT: String(gateway.port) });
+      gateways[index] = restarted;
+      return restarted;
+    },
     addWorker,
     addPythonWorker,
     async stop() {
@@ -180,13 +202,7 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   try {
     // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
     // Workers start once every gateway is ready, as the suites moved onto this helper started theirs.
-    gateways.push(
-      ...(await settleAll(
-        (options.gateways ?? [{}]).map((extra) =>
-          startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready),
-        ),
-      )),
-    );
+    gateways.push(...(await settleAll((options.gateways ?? [{}]).map((extra) => startGateway(extra)))));
     const [startedWorkers, startedPythons] = await Promise.allSettled([
       settleAll(
         (options.workers ?? [{}]).map((extra) =>
