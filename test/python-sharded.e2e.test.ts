@@ -5,22 +5,13 @@
  * task under the shard its id names. Its keys come from the manifest's sharded templates (issue 47).
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  connectClient,
-  spawnProcess,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { PYTHON, ROOT, spawnProcess, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -29,7 +20,13 @@ const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_sharded.py');
 if (PYTHON === undefined) console.log('python-sharded suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
 describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout', () => {
-  let server: TestRedis;
+  // Processes start in the file's beforeAll: the Python worker first, so it is the one that places the shards.
+  const stack = useStack({
+    name: 'pysharded',
+    env: { TASKRELAY_KEY_LAYOUT: 'sharded' },
+    gateways: [],
+    workers: [],
+  });
   let redis: Redis;
   let prefix: string;
   let worker: ManagedProcess;
@@ -37,31 +34,24 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
   const progress = new Map<string, number[]>();
 
   beforeAll(async () => {
-    server = await startRedis();
-    redis = new Redis(server.url);
-    prefix = uniquePrefix('pysharded');
-    const env = { REDIS_URL: server.url, TASKRELAY_PREFIX: prefix, TASKRELAY_KEY_LAYOUT: 'sharded' };
-    // The Python worker starts first, so it is the one that places the shards. Its cancel sweep is 10 min: a cancel
-    // that reaches its tool within the test reached it on a channel, not by the sweep.
-    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' });
-    const gateway = await startGatewayProcess(env);
-    client = await connectClient(gateway.url);
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      const token = String(n.params.progressToken);
-      progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
-      return Promise.resolve();
+    ({ r: redis, prefix } = stack);
+    // Its cancel sweep is 10 min: a cancel that reaches its tool within the test reached it on a channel, not by the
+    // sweep.
+    worker = await stack.addPythonWorker({ TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' });
+    const gateway = await stack.addGateway();
+    client = await stack.client({}, gateway.url, {
+      before(c) {
+        c.setNotificationHandler(ProgressNotificationSchema, (n) => {
+          const token = String(n.params.progressToken);
+          progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
+          return Promise.resolve();
+        });
+      },
     });
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'py_spread'), {
       message: 'the Python tools never reached the gateway',
     });
   }, 120_000);
-
-  afterAll(async () => {
-    await client?.close();
-    redis?.disconnect();
-    await stopAll();
-    await server?.stop();
-  });
 
   it('places every shard of its tools in the registry, as Node would', async () => {
     const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
@@ -119,7 +109,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
 
   it('refuses a braced prefix with the sharded layout, in one line', async () => {
     const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
-      REDIS_URL: server.url,
+      REDIS_URL: stack.redis.url,
       TASKRELAY_PREFIX: `{${prefix}}`,
       TASKRELAY_KEY_LAYOUT: 'sharded',
       TASKRELAY_TOOLS: PY_TOOLS,
