@@ -8,11 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { waitFor } from './helpers/wait-for.js';
 import { WORKER_MAIN, spawnNode, type ManagedProcess } from './helpers/processes.js';
 import { startStack, type TestStack } from './helpers/stack.js';
@@ -40,13 +36,7 @@ beforeAll(async () => {
     },
     workers: [],
   });
-  client = await stack.client({}, undefined, {
-    before(c) {
-      c.setNotificationHandler(ProgressNotificationSchema, (n) => {
-        progress.push(n.params);
-      });
-    },
-  });
+  client = await stack.client({}, undefined, { progress });
 });
 
 afterAll(async () => {

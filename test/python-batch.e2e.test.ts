@@ -9,11 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  ListRootsRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
+import { ListRootsRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
 import { PYTHON, ROOT } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
@@ -67,12 +63,9 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
   beforeAll(async () => {
     keys = createKeys(stack.prefix);
     client = await stack.client({}, undefined, {
-      capabilities: { roots: {}, tasks: { list: {}, cancel: {}, requests: {} } },
+      capabilities: { roots: {} },
+      progress,
       before(c) {
-        c.setNotificationHandler(ProgressNotificationSchema, (n) => {
-          progress.push(n.params);
-          return Promise.resolve();
-        });
         c.setRequestHandler(ListRootsRequestSchema, () =>
           Promise.resolve({ roots: [{ uri: 'file:///work/a', name: 'a' }, { uri: 'file:///work/b' }] }),
         );

@@ -33,7 +33,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a Redis Cluster', () =
 
   beforeAll(async () => {
     client = await stack.client({}, undefined, {
-      capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } },
+      capabilities: { elicitation: {} },
       before(c) {
         c.setNotificationHandler(ProgressNotificationSchema, (n) => {
           if (n.params.progressToken === 'count') progress.push(n.params.progress);

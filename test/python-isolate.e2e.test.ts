@@ -9,11 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  ElicitRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
 import { PYTHON, ROOT } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
@@ -60,12 +56,9 @@ describe.skipIf(PYTHON === undefined)('§29.5 isolated runs of Python tools', ()
   beforeAll(async () => {
     keys = createKeys(stack.prefix);
     client = await stack.client({}, undefined, {
-      capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } },
+      capabilities: { elicitation: {} },
+      progress,
       before(c) {
-        c.setNotificationHandler(ProgressNotificationSchema, (n) => {
-          progress.push(n.params);
-          return Promise.resolve();
-        });
         c.setRequestHandler(ElicitRequestSchema, () => Promise.resolve({ action: 'accept', content: { name: 'Ada' } }));
       },
     });

@@ -10,11 +10,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  ElicitRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, scriptsGeneration } from '@taskrelay/shared';
 import { uniquePrefix } from './helpers/redis.js';
 import { PYTHON, ROOT, spawnProcess, type ManagedProcess } from './helpers/processes.js';
@@ -55,12 +51,9 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
 
   beforeAll(async () => {
     client = await stack.client({}, undefined, {
-      capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } },
+      capabilities: { elicitation: {} },
+      progress,
       before(c) {
-        c.setNotificationHandler(ProgressNotificationSchema, (n) => {
-          progress.push(n.params);
-          return Promise.resolve();
-        });
         c.setRequestHandler(ElicitRequestSchema, async (request) => {
           const related = request.params._meta?.['io.modelcontextprotocol/related-task'] as
             { taskId?: string } | undefined;

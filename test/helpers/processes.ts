@@ -9,7 +9,11 @@ import { resolve } from 'node:path';
 import getPort from 'get-port';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { ClientCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import {
+  ProgressNotificationSchema,
+  type ClientCapabilities,
+  type ProgressNotification,
+} from '@modelcontextprotocol/sdk/types.js';
 import { StopWaiting, waitFor } from './wait-for.js';
 
 export const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
@@ -181,9 +185,11 @@ export async function startPythonWorkerProcess(
 
 /** What a test client is, beyond its URL and headers. */
 export interface ClientShape {
-  /** The client's capabilities. Default: tasks (list, cancel, requests). */
+  /** Capabilities besides tasks (list, cancel, requests), which every test client declares. */
   capabilities?: ClientCapabilities;
-  /** Handlers set on the client before it connects (notifications, roots, elicitation…). */
+  /** Where the client appends the params of every `notifications/progress` it gets. */
+  progress?: ProgressNotification['params'][];
+  /** Handlers set on the client before it connects (roots, elicitation…). */
   before?: (client: Client) => void;
 }
 
@@ -194,8 +200,15 @@ export async function connectClient(
 ): Promise<Client> {
   const client = new Client(
     { name: 'taskrelay-test', version: '0.0.0' },
-    { capabilities: shape.capabilities ?? { tasks: { list: {}, cancel: {}, requests: {} } } },
+    { capabilities: { tasks: { list: {}, cancel: {}, requests: {} }, ...shape.capabilities } },
   );
+  const { progress } = shape;
+  if (progress) {
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      progress.push(n.params);
+      return Promise.resolve();
+    });
+  }
   shape.before?.(client);
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
