@@ -18,6 +18,7 @@ const unit: TestProjectInlineConfiguration = {
       'test/deploy-compose.test.ts',
       'test/docs-config.test.ts',
       'test/docs-layers.test.ts',
+      'test/docs-links.test.ts',
     ],
     exclude: ['**/*.integration.test.ts'],
     // startRedis() refuses in this project: a file that needs Redis is an integration test.
@@ -43,6 +44,7 @@ const needRedis: TestProjectInlineConfiguration[] = [
         'test/deploy-compose.test.ts',
         'test/docs-config.test.ts',
         'test/docs-layers.test.ts',
+        'test/docs-links.test.ts',
         'test/dashboard.e2e.test.ts',
         'test/dashboard-login.e2e.test.ts',
         'test/cli-tty.e2e.test.ts',

@@ -1,5 +1,5 @@
 /**
- * The gateway's layer table in docs/PROTOCOL.md §16 and docs/ARCHITECTURE.md, generated from the lint's own list
+ * The gateway's layer table in docs/architecture/protocol-layer.md (PROTOCOL.md §16) and docs/ARCHITECTURE.md, generated from the lint's own list
  * (`GATEWAY_LAYERS` in eslint.config.js), so the table states the rule the lint enforces (`pnpm docs:layers` writes
  * it into both; test/docs-layers.test.ts fails when either differs). Only the text between the markers is replaced.
  */
@@ -9,7 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { GATEWAY_LAYERS } from '../eslint.config.js';
 
 const DOCS_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..', 'docs');
-export const PROTOCOL_DOC = resolve(DOCS_DIR, 'PROTOCOL.md');
+/** §16, moved out of PROTOCOL.md with the architecture sections. */
+export const PROTOCOL_DOC = resolve(DOCS_DIR, 'architecture/protocol-layer.md');
 export const ARCHITECTURE_DOC = resolve(DOCS_DIR, 'ARCHITECTURE.md');
 /** Every doc that carries the table. */
 export const LAYER_DOCS = [PROTOCOL_DOC, ARCHITECTURE_DOC];

@@ -9,10 +9,9 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { ROOT, connectClient, startGatewayProcess, startWorkerProcess, stopAll } from './helpers/processes.js';
+import { describe, expect, it } from 'vitest';
+import { ROOT } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -20,21 +19,12 @@ const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const DIR = mkdtempSync(join(tmpdir(), 'batch-takeover-'));
 const CONCURRENCY = 4;
 
-let redis: TestRedis;
-let client: Client;
-let env: Record<string, string>;
-
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('takeover') };
-  const gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'warn' });
-  client = await connectClient(gateway.url);
-});
-
-afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+const stack = useStack({
+  name: 'takeover',
+  redis: { owned: true },
+  gateways: [{ LOG_LEVEL: 'warn' }],
+  workers: [],
+  mcp: true,
 });
 
 interface Line {
@@ -58,19 +48,18 @@ const items = (count: number) => Array.from({ length: count }, (_v, n) => ({ n, 
 describe('§26.3 a batch whose parent is not releasing', () => {
   it('keeps releasing while the parent’s run is live and slow', async () => {
     const file = join(DIR, 'slow.log');
-    const worker = await startWorkerProcess({
-      ...env,
+    const worker = await stack.addWorker({
       TASKRELAY_TOOLS: BATCH_TOOLS,
       WORKER_CONCURRENCY: '6',
       BATCH_TRACE_FILE: file,
     });
     const id = await startTask(
-      client,
+      stack.mcp,
       'fan_out',
       { items: items(40), concurrency: CONCURRENCY, replayMs: 3_000 },
       { ttl: 300_000 },
     );
-    const result = await taskResult(client, id, 120_000);
+    const result = await taskResult(stack.mcp, id, 120_000);
     expect(result.structuredContent).toMatchObject({ total: 40, completed: 40, failed: 0 });
     // The children each replay of the parent saw start while it slept: more than a window, so children released.
     const lines = trace(file);
@@ -88,17 +77,16 @@ describe('§26.3 a batch whose parent is not releasing', () => {
   it('keeps releasing while the parent’s run is lost with its SIGKILLed worker, and the takeover ends it', async () => {
     const file = join(DIR, 'lost.log');
     const workerEnv = (tools: string) => ({
-      ...env,
       TASKRELAY_TOOLS: `${ROOT}/test/fixtures/${tools}`,
       WORKER_CONCURRENCY: '6',
       WORKER_LOCK_DURATION_MS: '6000',
       BATCH_TRACE_FILE: file,
     });
     // The parent runs on one worker, its children on another: the kill takes the parent's run, not theirs.
-    const parentWorker = await startWorkerProcess(workerEnv('batch-parent-only.mjs'));
-    const childWorker = await startWorkerProcess(workerEnv('batch-children-only.mjs'));
+    const parentWorker = await stack.addWorker(workerEnv('batch-parent-only.mjs'));
+    const childWorker = await stack.addWorker(workerEnv('batch-children-only.mjs'));
     const id = await startTask(
-      client,
+      stack.mcp,
       'fan_out',
       { items: items(60), concurrency: CONCURRENCY, replayMs: 5_000 },
       { ttl: 300_000 },
@@ -119,8 +107,8 @@ describe('§26.3 a batch whose parent is not releasing', () => {
     expect(after.filter((l) => l.what === 'start').length).toBeGreaterThan(CONCURRENCY);
     expect(after.every((l) => l.pid === childWorker.pid)).toBe(true);
     // A new worker of the parent takes its run over (BullMQ's stall check); its replay finds every child recorded.
-    await startWorkerProcess(workerEnv('batch-parent-only.mjs'));
-    const result = await taskResult(client, id, 60_000);
+    await stack.addWorker(workerEnv('batch-parent-only.mjs'));
+    const result = await taskResult(stack.mcp, id, 60_000);
     expect(result.structuredContent).toMatchObject({ total: 60, completed: 60, failed: 0 });
   }, 150_000);
 });

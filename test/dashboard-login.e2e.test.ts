@@ -11,27 +11,20 @@ import type { AddressInfo } from 'node:net';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import getPort from 'get-port';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 const SCOPE = 'taskrelay:tools';
 
-let redis: TestRedis;
+let stack: TestStack;
 let r: Redis;
 let prefix: string;
 /** Auth on: static tokens and OAuth; `ops` and the issuer's `operator-1` are operators. */
@@ -45,7 +38,7 @@ let browser: Browser;
 let jwksServer: Server;
 let issuer: string;
 let signingKey: { privateKey: CryptoKey; kid: string };
-/** What every authenticated gateway of the deployment gets. */
+/** What every authenticated gateway of the deployment gets, besides the stack's Redis and prefix. */
 let authEnv: Record<string, string>;
 
 const admin = (g: GatewayProcess) => g.url.replace(/\/mcp$/, '/admin');
@@ -101,13 +94,9 @@ beforeAll(async () => {
   await new Promise<void>((done) => jwksServer.listen(0, '127.0.0.1', done));
   issuer = `http://127.0.0.1:${(jwksServer.address() as AddressInfo).port}/`;
 
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  prefix = uniquePrefix('login');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
   const port = await getPort({ host: '127.0.0.1' });
+  const url = `http://127.0.0.1:${port}/mcp`;
   authEnv = {
-    ...env,
     TASKRELAY_AUTH_TOKENS: 'ops:0pstoken,alice:alicetoken',
     TASKRELAY_OAUTH_ISSUER: issuer,
     TASKRELAY_OAUTH_JWKS_URL: `${issuer}jwks`,
@@ -115,20 +104,18 @@ beforeAll(async () => {
     // A login ends with its access token exactly: no grace for clock skew here.
     TASKRELAY_OAUTH_CLOCK_SKEW_MS: '0',
     TASKRELAY_OPERATORS: `ops,${issuer}#operator-1`,
+    TASKRELAY_OAUTH_AUDIENCE: url,
   };
-  gateway = await startGatewayProcess({
-    ...authEnv,
-    PORT: String(port),
-    TASKRELAY_OAUTH_AUDIENCE: `http://127.0.0.1:${port}/mcp`,
+  // Started once the key server is, whose address the gateways take; the first on a port known beforehand, the
+  // tokens' audience.
+  stack = await startStack({
+    name: 'login',
+    gateways: [{ ...authEnv, PORT: String(port) }, { ...authEnv, TASKRELAY_ADMIN_SESSION_TTL_MS: '3000' }, {}],
+    workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs') }],
   });
-  shortLived = await startGatewayProcess({
-    ...authEnv,
-    TASKRELAY_OAUTH_AUDIENCE: gateway.url,
-    TASKRELAY_ADMIN_SESSION_TTL_MS: '3000',
-  });
-  open = await startGatewayProcess(env);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs') });
-  alice = await connectClient(gateway.url, { Authorization: 'Bearer alicetoken' });
+  ({ r, prefix } = stack);
+  [gateway, shortLived, open] = stack.gateways as [GatewayProcess, GatewayProcess, GatewayProcess];
+  alice = await stack.client({ Authorization: 'Bearer alicetoken' });
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-sync'],
@@ -137,10 +124,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  await alice?.close();
-  await stopAll();
-  r?.disconnect();
-  await redis?.stop();
+  await stack?.stop();
   await new Promise((done) => jwksServer?.close(done));
 });
 
@@ -221,11 +205,7 @@ describe('the dashboard login over HTTP', () => {
 
   it('a session does not outlive its operator: a gateway whose TASKRELAY_OPERATORS no longer lists ops refuses it (403)', async () => {
     const { cookie } = await login(gateway, '0pstoken');
-    const demoted = await startGatewayProcess({
-      ...authEnv,
-      TASKRELAY_OAUTH_AUDIENCE: gateway.url,
-      TASKRELAY_OPERATORS: 'olga',
-    });
+    const demoted = await stack.addGateway({ ...authEnv, TASKRELAY_OPERATORS: 'olga' });
     try {
       const res = await fetch(`${admin(demoted)}/api/overview`, { headers: { cookie: cookie! } });
       expect(res.status).toBe(403);
@@ -291,7 +271,7 @@ describe('the dashboard login over HTTP', () => {
   });
 
   it('F7: an operator POST that is not JSON is refused (415) with no Origin, with a bearer and with auth off, and nothing is done', async () => {
-    const anonymous = await connectClient(open.url);
+    const anonymous = await stack.client({}, open.url);
     for (const g of [gateway, open]) {
       const taskId = await startTask(g === open ? anonymous : alice, 'nightly_report', { report: 'f7' });
       await waitFor(async () => (await r.hget(`${prefix}:task:${taskId}`, 'status')) === 'completed', {

@@ -17,42 +17,33 @@ import { PoolCatalogSchema, createKeys, parseMessage, toolQueue } from '@taskrel
 /** build_report's queue: one per tool and TASKRELAY_QUEUE (PROTOCOL.md §3.2). */
 const BUILD_QUEUE = toolQueue('default', 'build_report');
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
-import { FIXTURE_WORKER } from './helpers/stack.js';
+import { ROOT, type GatewayProcess, type ManagedProcess } from './helpers/processes.js';
+import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { getTask, startTask } from './helpers/tasks.js';
 import { startWebhookReceiver } from './helpers/webhook-receiver.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 const SHOTS = resolve(ROOT, '.tmp');
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'dash',
+  gateways: [{}, { TASKRELAY_AUTH_TOKENS: 'ops:0pstoken', TASKRELAY_OPERATORS: 'ops' }],
+  workers: [{ WORKER_CONCURRENCY: '2' }],
+  mcp: true,
+});
 let gateway: GatewayProcess;
 let authed: GatewayProcess;
 let client: Client;
 let browser: Browser;
 let page: Page;
 let admin: string;
-let env: Record<string, string>;
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM))
     throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
-  redis = await startRedis();
-  env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('dash') };
-  gateway = await startGatewayProcess(env);
-  authed = await startGatewayProcess({ ...env, TASKRELAY_AUTH_TOKENS: 'ops:0pstoken', TASKRELAY_OPERATORS: 'ops' });
-  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '2' });
-  client = await connectClient(gateway.url);
+  [gateway, authed] = stack.gateways as [GatewayProcess, GatewayProcess];
+  client = stack.mcp;
   admin = gateway.url.replace(/\/mcp$/, '/admin');
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -72,9 +63,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
 });
 
 /** The cells of a task's row on the page, as text. */
@@ -205,13 +193,12 @@ describe('admin pages in Chromium', () => {
     const receiver = await startWebhookReceiver(secret);
     try {
       receiver.answer(() => 404);
-      const hooked = await startGatewayProcess({
-        ...env,
+      const hooked = await stack.addGateway({
         TASKRELAY_WEBHOOK_SECRET: secret,
         TASKRELAY_WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
         TASKRELAY_WEBHOOK_POLL_MS: '50',
       });
-      const hookedClient = await connectClient(hooked.url);
+      const hookedClient = await stack.client({}, hooked.url);
       const taskId = await startTask(
         hookedClient,
         'fail_after',
@@ -241,13 +228,12 @@ describe('admin pages in Chromium', () => {
 
   it('§30.5 find failed tasks by tool and tag, replay one from its page, and watch the new task complete', async () => {
     // A worker of the operate fixture: its report fails while `<prefix>:operate:down` exists.
-    const reporter = await startWorkerProcess({
-      ...env,
+    const reporter = await stack.addWorker({
       TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/operate-tools.mjs'),
     });
-    const prefix = env['TASKRELAY_PREFIX']!;
+    const prefix = stack.prefix;
     const { Redis } = await import('ioredis');
-    const r = new Redis(redis.url);
+    const r = new Redis(stack.redis.url);
     try {
       await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'nightly_report'), {
         message: 'nightly_report not listed',
@@ -322,7 +308,7 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
   let fixtures: ManagedProcess | undefined;
   const ECHO_QUEUE = toolQueue('fixtures', 'echo');
   const startFixtures = async () => {
-    fixtures = await startWorkerProcess({ ...env, ...FIXTURE_WORKER });
+    fixtures = await stack.addWorker(FIXTURE_WORKER);
   };
   /** SIGTERM: a clean exit deletes the worker's heartbeat, so its pool has no live worker at once. */
   const stopFixtures = async () => {
@@ -443,9 +429,9 @@ describe('admin pages tell the truth (issue 34 item 7)', () => {
     // The fixture pool is remembered with no live worker.
     await startFixtures();
     await stopFixtures();
-    const r = new Redis(redis.url);
+    const r = new Redis(stack.redis.url);
     try {
-      const remembered = Object.values(await r.hgetall(createKeys(env['TASKRELAY_PREFIX']!).pools)).map((raw) =>
+      const remembered = Object.values(await r.hgetall(createKeys(stack.prefix).pools)).map((raw) =>
         parseMessage(PoolCatalogSchema, raw)!,
       );
       // The pool of the live worker: other tests of this file left other `default` pools remembered, and a hash's

@@ -1,5 +1,5 @@
 /**
- * The gateway's layers (PROTOCOL.md §16, ARCHITECTURE.md): the table in both docs is what the lint's list generates, and the lint refuses
+ * The gateway's layers (PROTOCOL.md §16, now docs/architecture/protocol-layer.md, and ARCHITECTURE.md): the table in both docs is what the lint's list generates, and the lint refuses
  * an import up the layers or across a row.
  */
 import { readFileSync } from 'node:fs';
@@ -21,7 +21,7 @@ async function lintImport(from: string, specifier: string): Promise<string[]> {
 
 describe('the gateway layers', () => {
   it.each([
-    ['PROTOCOL.md §16', PROTOCOL_DOC],
+    ['architecture/protocol-layer.md (§16)', PROTOCOL_DOC],
     ['ARCHITECTURE.md', ARCHITECTURE_DOC],
   ])('%s shows the table the lint’s list generates (run pnpm docs:layers after changing it)', (_name, path) => {
     const doc = readFileSync(path, 'utf8');

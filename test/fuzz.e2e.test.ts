@@ -9,16 +9,24 @@
  * CI mode: TASKRELAY_FUZZ_RUNS requests (default 3000, about 10 s). Long mode for local runs: TASKRELAY_FUZZ_RUNS=50000.
  */
 import { request as httpRequest } from 'node:http';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { uniquePrefix } from './helpers/redis.js';
+import type { GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
 const RUNS = Number(process.env['TASKRELAY_FUZZ_RUNS'] ?? 3000);
 /** Longer than any request the generators can make legitimately slow (plain calls are bounded to a few ms of work). */
 const REQUEST_TIMEOUT_MS = 15_000;
 
-let redis: TestRedis;
+/** Two deployments on one Redis: one with authentication (the stack's prefix), one open (a prefix of its own). */
+const OPEN = { TASKRELAY_PREFIX: uniquePrefix('fuzz-open') };
+const stack = useStack({
+  name: 'fuzz-auth',
+  tokens: { alice: 'alice-token', bob: 'bob-token' },
+  gateways: [{ LOG_LEVEL: 'warn' }],
+  workers: [{}, OPEN],
+});
 let authed: GatewayProcess;
 let open: GatewayProcess;
 const sessions: Record<string, string> = {};
@@ -89,20 +97,10 @@ async function reopenSessions(): Promise<void> {
 }
 
 beforeAll(async () => {
-  redis = await startRedis();
-  const authEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('fuzz-auth') };
-  const openEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('fuzz-open') };
-  [authed, open] = await Promise.all([
-    startGatewayProcess({ ...authEnv, TASKRELAY_AUTH_TOKENS: 'alice:alice-token,bob:bob-token', LOG_LEVEL: 'warn' }),
-    startGatewayProcess({ ...openEnv, LOG_LEVEL: 'warn' }),
-  ]);
-  await Promise.all([startWorkerProcess(authEnv), startWorkerProcess(openEnv)]);
+  authed = stack.gateway;
+  // Without the stack's tokens: the open deployment.
+  open = await stack.addGateway({ ...OPEN, TASKRELAY_AUTH_TOKENS: undefined, LOG_LEVEL: 'warn' });
   await reopenSessions();
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
 });
 
 const METHODS = [

@@ -6,36 +6,32 @@
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { ROOT } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { EXAMPLE_CONFIG, startBatchService, type BatchService } from './fixtures/job-api-service.js';
 
 const CALL = resolve(ROOT, 'examples/job-api/call.mjs');
 const TOKEN = 'example-token';
-let redis: TestRedis;
 let service: BatchService;
-let gateway: GatewayProcess;
+let stack: TestStack;
 
 beforeAll(async () => {
-  [redis, service] = await Promise.all([startRedis(), startBatchService({ BATCH_TOKEN: TOKEN })]);
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: uniquePrefix('jobapi-example'),
-    TASKRELAY_JOB_APIS: EXAMPLE_CONFIG,
-    BATCH_URL: service.url,
-    BATCH_TOKEN: TOKEN,
-  };
-  [gateway] = await Promise.all([startGatewayProcess(env), startWorkerProcess(env)]);
+  // The stack is started once the service is, whose address its processes take.
+  service = await startBatchService({ BATCH_TOKEN: TOKEN });
+  stack = await startStack({
+    name: 'jobapi-example',
+    env: { TASKRELAY_JOB_APIS: EXAMPLE_CONFIG, BATCH_URL: service.url, BATCH_TOKEN: TOKEN },
+  });
 });
 
 afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+  await stack?.stop();
+  await service?.stop();
 });
 
 function runCall(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done) => {
-    const child = spawn(process.execPath, [CALL, gateway.url, ...args], {
+    const child = spawn(process.execPath, [CALL, stack.gateway.url, ...args], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

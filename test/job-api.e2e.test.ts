@@ -8,55 +8,40 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { CallToolResultSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  WORKER_MAIN,
-  connectClient,
-  spawnNode,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { WORKER_MAIN, spawnNode, type ManagedProcess } from './helpers/processes.js';
+import { startStack, type TestStack } from './helpers/stack.js';
 import { JOB_API_CONFIG, startBatchService, type BatchService, type BatchStats } from './fixtures/job-api-service.js';
 import { startTask } from './helpers/tasks.js';
 import { absenceWindow } from './helpers/load.js';
 
 const TOKEN = 'e2e-secret';
-let redis: TestRedis;
 let service: BatchService;
+let stack: TestStack;
 let client: Client;
-let env: Record<string, string>;
 const progress: ProgressNotification['params'][] = [];
 
 beforeAll(async () => {
-  [redis, service] = await Promise.all([startRedis(), startBatchService({ BATCH_TOKEN: TOKEN })]);
-  env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: uniquePrefix('jobapi'),
-    TASKRELAY_JOB_APIS: JOB_API_CONFIG,
-    BATCH_URL: service.url,
-    BATCH_TOKEN: TOKEN,
-    WORKER_LOCK_DURATION_MS: '1000',
-    WORKER_SHUTDOWN_GRACE_MS: '100',
-  };
-  const gateway = await startGatewayProcess(env);
-  client = await connectClient(gateway.url);
-  client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-    progress.push(n.params);
+  // The stack is started once the service is, whose address its processes take; workers start in the tests.
+  service = await startBatchService({ BATCH_TOKEN: TOKEN });
+  stack = await startStack({
+    name: 'jobapi',
+    env: {
+      TASKRELAY_JOB_APIS: JOB_API_CONFIG,
+      BATCH_URL: service.url,
+      BATCH_TOKEN: TOKEN,
+      WORKER_LOCK_DURATION_MS: '1000',
+      WORKER_SHUTDOWN_GRACE_MS: '100',
+    },
+    workers: [],
   });
+  client = await stack.client({}, undefined, { progress });
 });
 
 afterAll(async () => {
-  await client?.close();
-  await stopAll();
-  await redis?.stop();
+  await stack?.stop();
+  await service?.stop();
 });
 
 beforeEach(() => service.control({ reset: true }));
@@ -70,7 +55,7 @@ const status = async (taskId: string) => (await client.experimental.tasks.getTas
 describe('§12.10 job-API tools through gateway and worker', () => {
   let worker: ManagedProcess;
   beforeAll(async () => {
-    worker = await startWorkerProcess(env);
+    worker = await stack.addWorker();
   });
   afterAll(() => worker.kill());
 
@@ -199,7 +184,7 @@ describe('§12.10 job-API tools through gateway and worker', () => {
 
 describe('§12.10 a worker lost mid-poll', () => {
   it('a SIGKILLed worker’s job resumes polling the same external job on another worker, never submitting again', async () => {
-    const first = await startWorkerProcess(env);
+    const first = await stack.addWorker();
     const taskId = await startTask(
       client,
       'batch_job',
@@ -208,7 +193,7 @@ describe('§12.10 a worker lost mid-poll', () => {
     );
     await until((s) => s.polls >= 3, 'never polled');
     await first.kill('SIGKILL');
-    const second = await startWorkerProcess(env);
+    const second = await stack.addWorker();
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toMatchObject({ steps: 25 });
     expect(second.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'tool started')).toBe(true);
@@ -217,7 +202,7 @@ describe('§12.10 a worker lost mid-poll', () => {
   });
 
   it('a job handed back on SIGTERM resumes on another worker without a second submit', async () => {
-    const first = await startWorkerProcess(env);
+    const first = await stack.addWorker();
     const taskId = await startTask(
       client,
       'batch_job',
@@ -226,7 +211,7 @@ describe('§12.10 a worker lost mid-poll', () => {
     );
     await until((s) => s.polls >= 2, 'never polled');
     expect(await first.kill('SIGTERM')).toBe(0);
-    const second = await startWorkerProcess(env);
+    const second = await stack.addWorker();
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toMatchObject({ steps: 20 });
     expect(await stats()).toMatchObject({ submits: 1, jobsCreated: 1, cancels: 0 });
@@ -237,7 +222,7 @@ describe('§12.10 a worker lost mid-poll', () => {
 describe('a bad TASKRELAY_JOB_APIS stops the worker at start', () => {
   const dir = mkdtempSync(join(tmpdir(), 'taskrelay-jobapi-'));
   const startWith = async (file: string, extraEnv: Record<string, string | undefined> = {}) => {
-    const proc = spawnNode(WORKER_MAIN, { ...env, TASKRELAY_JOB_APIS: file, ...extraEnv });
+    const proc = spawnNode(WORKER_MAIN, { ...stack.env, TASKRELAY_JOB_APIS: file, ...extraEnv });
     const code = await proc.exited;
     return { code, lines: proc.output().trim().split('\n') };
   };

@@ -7,90 +7,57 @@
  */
 import { connect, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
 import { resolve } from 'node:path';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { uniquePrefix } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  FIXTURE_TOOLS,
-  ROOT,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
-import { readSse } from './helpers/raw-mcp.js';
+import { FIXTURE_TOOLS, ROOT, type GatewayProcess } from './helpers/processes.js';
+import { TASKS_EXT, modernRequest, readSse } from './helpers/raw-mcp.js';
+import { useStack } from './helpers/stack.js';
 import { createKeys } from '@taskrelay/shared';
 import { absenceWindow } from './helpers/load.js';
 
-const V = '2026-07-28';
-const EXT = 'io.modelcontextprotocol/tasks';
 const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
 type Json = Record<string, any>;
 
-let redis: TestRedis;
+const RESULT_CAP = 65_536;
+const stack = useStack({
+  name: 'listen',
+  redis: { owned: true },
+  gateways: [
+    // A's results are capped small: a listen frame inlines a task's result under the same cap as tasks/get.
+    { TASKRELAY_MAX_RESULT_BYTES: String(RESULT_CAP) },
+    {},
+    {
+      TASKRELAY_AUTH_TOKENS: 'alice:alice-token',
+      TASKRELAY_RATE_LIMIT_TASK_OPS: '3',
+      TASKRELAY_RATE_LIMIT_WINDOW_MS: '60000',
+    },
+  ],
+  workers: [
+    { TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '50' },
+    { TASKRELAY_TOOLS: ABUSE_TOOLS, TASKRELAY_QUEUE: 'abuse', WORKER_CONCURRENCY: '100' },
+  ],
+});
 let r: Redis;
 let a: GatewayProcess;
 let b: GatewayProcess;
 let limited: GatewayProcess;
-let nextId = 1;
-const RESULT_CAP = 65_536;
-const prefix = uniquePrefix('listen');
-const keys = createKeys(prefix);
+let keys: ReturnType<typeof createKeys>;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = new Redis(redis.url);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  [a, b, limited] = await Promise.all([
-    // A's results are capped small: a listen frame inlines a task's result under the same cap as tasks/get.
-    startGatewayProcess({ ...env, TASKRELAY_MAX_RESULT_BYTES: String(RESULT_CAP) }),
-    startGatewayProcess(env),
-    startGatewayProcess({
-      ...env,
-      TASKRELAY_AUTH_TOKENS: 'alice:alice-token',
-      TASKRELAY_RATE_LIMIT_TASK_OPS: '3',
-      TASKRELAY_RATE_LIMIT_WINDOW_MS: '60000',
-    }),
-  ]);
-  await Promise.all([
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS, WORKER_CONCURRENCY: '50' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS, TASKRELAY_QUEUE: 'abuse', WORKER_CONCURRENCY: '100' }),
-  ]);
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  r = stack.r;
+  keys = createKeys(stack.prefix);
+  [a, b, limited] = stack.gateways as [GatewayProcess, GatewayProcess, GatewayProcess];
 });
 
 /** The headers and body of one 2026-07-28 request with the tasks extension declared. */
 function request(method: string, params: Json = {}, token?: string) {
-  const id = nextId++;
-  const body = JSON.stringify({
-    jsonrpc: '2.0',
-    id,
-    method,
-    params: {
-      ...params,
-      _meta: {
-        'io.modelcontextprotocol/protocolVersion': V,
-        'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } },
-      },
-    },
+  return modernRequest(method, params, {
+    capabilities: { extensions: { [TASKS_EXT]: {} } },
+    headers: token ? { authorization: `Bearer ${token}` } : {},
   });
-  const name = method === 'tools/call' ? params['name'] : method.startsWith('tasks/') ? params['taskId'] : undefined;
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: 'application/json, text/event-stream',
-    'mcp-protocol-version': V,
-    'mcp-method': method,
-  };
-  if (typeof name === 'string') headers['mcp-name'] = name;
-  if (token) headers['authorization'] = `Bearer ${token}`;
-  return { id, body, headers };
 }
 
 function post(
@@ -360,12 +327,10 @@ describe('§18.3 bounds', () => {
 
 describe('§18.4 endings', () => {
   it('a draining gateway ends a listen stream with notifications/cancelled naming it, then closes it', async () => {
-    const env = {
-      REDIS_URL: redis.url,
+    const draining = await stack.addGateway({
       TASKRELAY_PREFIX: uniquePrefix('listen-drain'),
       GATEWAY_SHUTDOWN_GRACE_MS: '200',
-    };
-    const draining = await startGatewayProcess(env);
+    });
     const taskId = await createTask(a, 'sleepy', { ms: 30_000, stepMs: 10_000 });
     const { id: listenId, response } = post(draining, 'subscriptions/listen', {
       notifications: { taskIds: [taskId], toolsListChanged: true },

@@ -8,14 +8,13 @@ import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 import { resolve } from 'node:path';
 import { ROOT, readMetric } from './helpers/processes.js';
-import { RawSession, readSse } from './helpers/raw-mcp.js';
+import { MODERN_VERSION, RawSession, TASKS_EXT, modernRequest, readSse } from './helpers/raw-mcp.js';
 
-const V = '2026-07-28';
-const EXT = 'io.modelcontextprotocol/tasks';
+const V = MODERN_VERSION;
+const EXT = TASKS_EXT;
 type Json = Record<string, any>;
 
 const stack = useStack({ name: 'modern', workers: [{}, FIXTURE_WORKER] });
-let nextId = 1;
 const CONFORMANCE_TOOLS = resolve(ROOT, 'test/conformance/tools.mjs');
 
 interface SendOptions {
@@ -26,47 +25,22 @@ interface SendOptions {
   accept?: string;
 }
 
-function nameOf(method: string, params: Json): string | undefined {
-  if (method === 'tools/call') return params['name'] as string;
-  if (method.startsWith('tasks/')) return params['taskId'] as string | undefined;
-  return undefined;
-}
+/** The id of the last request sent. */
+let lastId = 0;
 
-/** One 2026-07-28 request: routing headers and the per-request _meta a 2026 client sends. */
-/** The headers and body of one 2026-07-28 request. */
+/** The headers and body of one 2026-07-28 request (routing headers and the per-request _meta a 2026 client sends). */
 function request(
   method: string,
   params: Json = {},
   options: SendOptions = {},
 ): { headers: Record<string, string>; body: string } {
-  const capabilities = options.ext ? { extensions: { [EXT]: {} } } : {};
-  const body = {
-    jsonrpc: '2.0',
-    id: nextId++,
-    method,
-    params: {
-      ...params,
-      _meta: {
-        'io.modelcontextprotocol/protocolVersion': V,
-        'io.modelcontextprotocol/clientCapabilities': capabilities,
-        'io.modelcontextprotocol/clientInfo': { name: 'raw-2026', version: '0' },
-        ...options.meta,
-      },
-    },
-  };
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: options.accept ?? 'application/json, text/event-stream',
-    'mcp-protocol-version': V,
-    'mcp-method': method,
-  };
-  const name = nameOf(method, params);
-  if (name !== undefined) headers['mcp-name'] = name;
-  for (const [k, v] of Object.entries(options.headers ?? {})) {
-    if (v === undefined) delete headers[k];
-    else headers[k] = v;
-  }
-  return { headers, body: JSON.stringify(body) };
+  const built = modernRequest(method, params, {
+    capabilities: options.ext ? { extensions: { [EXT]: {} } } : {},
+    meta: { 'io.modelcontextprotocol/clientInfo': { name: 'raw-2026', version: '0' }, ...options.meta },
+    headers: { ...(options.accept ? { accept: options.accept } : {}), ...options.headers },
+  });
+  lastId = built.id;
+  return built;
 }
 
 function post(method: string, params: Json = {}, options: SendOptions = {}): Promise<Response> {
@@ -191,7 +165,7 @@ describe('§14 the 2026-07-28 transport', () => {
     for (const method of [...removed, 'tasks/result', 'tasks/list', 'no/such-method']) {
       const answer = await rpc(method, { taskId: 'x' }, { ext: true });
       expect([method, answer.status, answer.body['error']?.code]).toEqual([method, 404, -32601]);
-      expect(answer.body['id']).toBe(nextId - 1);
+      expect(answer.body['id']).toBe(lastId);
     }
   });
 
@@ -345,7 +319,7 @@ describe('§14 the 2026-07-28 transport', () => {
   it('acknowledges toolsListChanged first, tags every frame, and pushes tools/list_changed when the tools change (§18)', async () => {
     const res = await post('subscriptions/listen', { notifications: { toolsListChanged: true } });
     expect(res.headers.get('content-type')).toContain('text/event-stream');
-    const id = nextId - 1;
+    const id = lastId;
     const frames: Json[] = [];
     let extraWorker = false;
     for await (const event of readSse(res)) {

@@ -6,47 +6,35 @@
  * Two gateways of one deployment, one worker, raw HTTP.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createKeys, TaskStore } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
-import { readSse } from './helpers/raw-mcp.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { modernRequest, readSse } from './helpers/raw-mcp.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 
-const V = '2026-07-28';
 type Json = Record<string, any>;
 
-let redis: TestRedis;
-let r: Redis;
-let store: TaskStore;
-let gatewayA: GatewayProcess;
-let gatewayB: GatewayProcess;
-let nextId = 1;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  r = new Redis(redis.url);
-  const prefix = uniquePrefix('rounds');
-  store = new TaskStore(r, createKeys(prefix));
-  const env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_AUTH_TOKENS: 'alice:alice-t,bob:bob-t',
+// One gateway at start, the second after it: two starting at once on a loaded machine have missed the helper's 20 s
+// readiness bound.
+const stack = useStack({
+  name: 'rounds',
+  tokens: { alice: 'alice-t', bob: 'bob-t' },
+  env: {
     // One unfinished call per principal: a round nobody retries is seen to hold its place, then to free it.
     TASKRELAY_MAX_OPEN_TASKS: '1',
     TASKRELAY_REAPER_INTERVAL_MS: '200',
-  };
-  // One after the other: two starting at once on a loaded machine have missed the helper's 20 s readiness bound.
-  gatewayA = await startGatewayProcess(env);
-  gatewayB = await startGatewayProcess(env);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/round-tools.mjs') });
+  },
+  workers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/round-tools.mjs') }],
 });
+let store: TaskStore;
+let gatewayA: GatewayProcess;
+let gatewayB: GatewayProcess;
 
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(async () => {
+  store = new TaskStore(stack.r, createKeys(stack.prefix));
+  gatewayA = stack.gateway;
+  gatewayB = await stack.addGateway();
 });
 
 interface CallOptions {
@@ -57,28 +45,16 @@ interface CallOptions {
 
 /** One 2026-07-28 `tools/call`: every JSON-RPC message of its answer, in order (one JSON body, or an SSE stream). */
 async function call(name: string, params: Json, options: CallOptions): Promise<Json[]> {
-  const meta: Json = {
-    'io.modelcontextprotocol/protocolVersion': V,
-    'io.modelcontextprotocol/clientCapabilities': { elicitation: {} },
-  };
-  if (options.progressToken !== undefined) meta['progressToken'] = options.progressToken;
-  const res = await fetch(options.gateway.url, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      'mcp-protocol-version': V,
-      'mcp-method': 'tools/call',
-      'mcp-name': name,
-      authorization: `Bearer ${options.token ?? 'alice-t'}`,
+  const { headers, body } = modernRequest(
+    'tools/call',
+    { name, ...params },
+    {
+      capabilities: { elicitation: {} },
+      meta: options.progressToken !== undefined ? { progressToken: options.progressToken } : {},
+      headers: { authorization: `Bearer ${options.token ?? 'alice-t'}` },
     },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: nextId++,
-      method: 'tools/call',
-      params: { name, ...params, _meta: meta },
-    }),
-  });
+  );
+  const res = await fetch(options.gateway.url, { method: 'POST', headers, body });
   if ((res.headers.get('content-type') ?? '').includes('application/json')) return [(await res.json()) as Json];
   const messages: Json[] = [];
   for await (const event of readSse(res)) messages.push(event.data as Json);

@@ -16,9 +16,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from './helpers/wait-for.js';
 import { ROOT, type GatewayProcess } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
+import { TASKS_EXT, modernRequest } from './helpers/raw-mcp.js';
 
-const V = '2026-07-28';
-const EXT = 'io.modelcontextprotocol/tasks';
+const EXT = TASKS_EXT;
 type Json = Record<string, any>;
 
 // No TASKRELAY_REQUEST_STATE_SECRET: the replicas agree on the key the first one stores in Redis (§17.2).
@@ -31,7 +31,6 @@ const stack = useStack({
 let prefix: string;
 let gatewayA: GatewayProcess;
 let gatewayB: GatewayProcess;
-let nextId = 1;
 
 beforeAll(() => {
   ({ prefix } = stack);
@@ -49,29 +48,11 @@ interface CallOptions {
 async function rpc(method: string, params: Json, options: CallOptions = {}): Promise<{ status: number; body: Json }> {
   const capabilities: Json = { elicitation: {}, sampling: {}, roots: {} };
   if (options.ext) capabilities['extensions'] = { [EXT]: {} };
-  const body = {
-    jsonrpc: '2.0',
-    id: nextId++,
-    method,
-    params: {
-      ...params,
-      _meta: {
-        'io.modelcontextprotocol/protocolVersion': V,
-        'io.modelcontextprotocol/clientCapabilities': capabilities,
-      },
-    },
-  };
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: 'application/json, text/event-stream',
-    'mcp-protocol-version': V,
-    'mcp-method': method,
-    authorization: `Bearer ${options.token ?? 'alice-t'}`,
-  };
-  const name = params['name'] ?? params['taskId'];
-  if (typeof name === 'string') headers['mcp-name'] = name;
-  Object.assign(headers, options.headers);
-  const res = await fetch((options.gateway ?? gatewayA).url, { method: 'POST', headers, body: JSON.stringify(body) });
+  const { headers, body } = modernRequest(method, params, {
+    capabilities,
+    headers: { authorization: `Bearer ${options.token ?? 'alice-t'}`, ...options.headers },
+  });
+  const res = await fetch((options.gateway ?? gatewayA).url, { method: 'POST', headers, body });
   return { status: res.status, body: (await res.json()) as Json };
 }
 

@@ -7,27 +7,12 @@
 import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  ListRootsRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { ListRootsRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { PYTHON, ROOT } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 import { scaled } from './helpers/load.js';
@@ -52,67 +37,40 @@ if (PYTHON === undefined) {
 }
 
 describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Python tool', () => {
-  let redis: TestRedis;
-  let gateway: GatewayProcess;
-  let env: Record<string, string>;
-  const pythons: ManagedProcess[] = [];
-  let client: Client;
-  let r: Redis;
-  let keys: ReturnType<typeof createKeys>;
   const dir = mkdtempSync(join(tmpdir(), 'py-batch-'));
   const trace = join(dir, 'trace.txt');
+  const python = {
+    TASKRELAY_TOOLS: PY_TOOLS,
+    PY_BATCH_TRACE_FILE: trace,
+    WORKER_CONCURRENCY: '3',
+    // A cancel must reach a running child by its message here, not by the sweep (§26.7).
+    WORKER_CANCEL_SWEEP_MS: '60000',
+  };
+  const stack = useStack({
+    name: 'pybatch',
+    env: { WORKER_LOCK_DURATION_MS: String(LOCK_MS), WORKER_SHUTDOWN_GRACE_MS: '300' },
+    workers: [{ TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batches' }],
+    pythonWorkers: [python, python],
+  });
+  let client: Client;
+  let keys: ReturnType<typeof createKeys>;
   const progress: ProgressNotification['params'][] = [];
 
-  const addPython = async () => {
-    const worker = await startPythonWorkerProcess({
-      ...env,
-      TASKRELAY_TOOLS: PY_TOOLS,
-      PY_BATCH_TRACE_FILE: trace,
-      WORKER_CONCURRENCY: '3',
-      // A cancel must reach a running child by its message here, not by the sweep (§26.7).
-      WORKER_CANCEL_SWEEP_MS: '60000',
-    });
-    pythons.push(worker);
-    return worker;
-  };
-  const alive = () => pythons.filter((p) => p.child.exitCode === null && p.child.signalCode === null);
+  const addPython = () => stack.addPythonWorker(python);
+  const alive = () => stack.pythonWorkers.filter((p) => p.child.exitCode === null && p.child.signalCode === null);
   const traced = () => (existsSync(trace) ? readFileSync(trace, 'utf8').split('\n').filter(Boolean) : []);
 
   beforeAll(async () => {
-    redis = await startRedis();
-    env = {
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: uniquePrefix('pybatch'),
-      WORKER_LOCK_DURATION_MS: String(LOCK_MS),
-      WORKER_SHUTDOWN_GRACE_MS: '300',
-    };
-    keys = createKeys(env.TASKRELAY_PREFIX);
-    gateway = await startGatewayProcess(env);
-    r = new Redis(redis.url);
-    await Promise.all([
-      startWorkerProcess({ ...env, TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batches' }),
-      addPython(),
-      addPython(),
-    ]);
-    client = new Client(
-      { name: 'python-batch-test', version: '0.0.0' },
-      { capabilities: { roots: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
-    );
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      progress.push(n.params);
-      return Promise.resolve();
+    keys = createKeys(stack.prefix);
+    client = await stack.client({}, undefined, {
+      capabilities: { roots: {} },
+      progress,
+      before(c) {
+        c.setRequestHandler(ListRootsRequestSchema, () =>
+          Promise.resolve({ roots: [{ uri: 'file:///work/a', name: 'a' }, { uri: 'file:///work/b' }] }),
+        );
+      },
     });
-    client.setRequestHandler(ListRootsRequestSchema, () =>
-      Promise.resolve({ roots: [{ uri: 'file:///work/a', name: 'a' }, { uri: 'file:///work/b' }] }),
-    );
-    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
-  });
-
-  afterAll(async () => {
-    await client?.close();
-    r?.disconnect();
-    await stopAll();
-    await redis?.stop();
   });
 
   it('a Python parent fans out to Python children: the aggregate, the outcomes and the parent’s progress', async () => {
@@ -149,7 +107,7 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     expect(new Set(values).size).toBe(values.length);
     expect(values.at(-1)).toBe(8);
     // The batch ended: no open children left in the principal's open work.
-    expect(await r.scard(keys.batch(taskId).open)).toBe(0);
+    expect(await stack.r.scard(keys.batch(taskId).open)).toBe(0);
   });
 
   it('a Python parent fans out to a Node child tool (another queue, from the catalogs)', async () => {
@@ -159,7 +117,7 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     expect(batch).toMatchObject({ total: 5, completed: 4, failed: 1, cancelled: 0 });
     expect(batch.outcomes.map((o) => o.status)).toEqual(['completed', 'completed', 'failed', 'completed', 'completed']);
     expect(batch.outcomes[2]?.error).toBe('child 2 failed');
-    expect(await r.hget(keys.batch(taskId).hash, 'childPool')).toBe('batches~maybe_fail');
+    expect(await stack.r.hget(keys.batch(taskId).hash, 'childPool')).toBe('batches~maybe_fail');
   });
 
   it('a bad fan_out is the tool’s error, naming what is wrong, and nothing is stored', async () => {
@@ -167,7 +125,7 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     const result = await taskResult(client, taskId, 20_000);
     expect(result.isError).toBe(true);
     expect(JSON.stringify(result.content)).toContain('ctx.fan_out: items must not be empty');
-    expect(await r.exists(keys.batch(taskId).hash)).toBe(0);
+    expect(await stack.r.exists(keys.batch(taskId).hash)).toBe(0);
   });
 
   it('a cancel of the Python parent stops its running children at once, removes its queued ones, and frees its open work', async () => {
@@ -175,11 +133,11 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     const items = Array.from({ length: 10 }, (_, n) => ({ n: 100 + n, gate }));
     const taskId = await startTask(client, 'py_fan_out', { items, tool: 'py_part', concurrency: 10 });
     // Six slots between the two Python workers: some children run, the rest of the window waits in the queue.
-    await waitFor(async () => (await r.scard(keys.batch(taskId).running)) >= 4, {
+    await waitFor(async () => (await stack.r.scard(keys.batch(taskId).running)) >= 4, {
       message: 'four children never ran',
       timeoutMs: scaled(15_000),
     });
-    const owner = (await r.hget(keys.batch(taskId).hash, 'owner')) ?? '';
+    const owner = (await stack.r.hget(keys.batch(taskId).hash, 'owner')) ?? '';
     const cancelled = await client.experimental.tasks.cancelTask(taskId);
     expect(cancelled.status).toBe('cancelled');
     const logs = () =>
@@ -200,14 +158,14 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     // The parent's last run (promoted by the cancel) stops the batch: none recorded, no child left queued or counted
     // in its principal's open work.
     const open = async () =>
-      (await r.zrange(keys.principalOpenTasks(owner), 0, -1)).filter((id) => id.startsWith(`${taskId}.`));
+      (await stack.r.zrange(keys.principalOpenTasks(owner), 0, -1)).filter((id) => id.startsWith(`${taskId}.`));
     await waitFor(async () => (await open()).length === 0, {
       message: 'the children stayed in their principal’s open work',
       timeoutMs: scaled(5_000),
     });
-    expect(await r.hget(keys.batch(taskId).hash, 'stopped')).toBe('1');
-    expect(await r.hlen(keys.batch(taskId).outcomes)).toBe(0);
-    expect(await r.zcard(`${keys.bullQueueKeyPrefix}default~py_part:prioritized`)).toBe(0);
+    expect(await stack.r.hget(keys.batch(taskId).hash, 'stopped')).toBe('1');
+    expect(await stack.r.hlen(keys.batch(taskId).outcomes)).toBe(0);
+    expect(await stack.r.zcard(`${keys.bullQueueKeyPrefix}default~py_part:prioritized`)).toBe(0);
     expect(traced().filter((l) => / start 1\d\d$/.test(l)).length).toBe(
       logs().filter((l) => l['msg'] === 'batch child started').length,
     );
@@ -217,7 +175,7 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     const items = Array.from({ length: 16 }, (_, n) => ({ n: 200 + n, delayMs: 400 }));
     const taskId = await startTask(client, 'py_fan_out', { items, tool: 'py_part', concurrency: 4 });
     // Some recorded, some running: kill a Python worker that runs one of them.
-    await waitFor(async () => (await r.hlen(keys.batch(taskId).outcomes)) >= 3, {
+    await waitFor(async () => (await stack.r.hlen(keys.batch(taskId).outcomes)) >= 3, {
       message: 'no child recorded',
       timeoutMs: scaled(20_000),
     });
@@ -233,7 +191,7 @@ describe.skipIf(PYTHON === undefined)('§29.4 batch fan-out and roots from a Pyt
     // Every child finished at least once; the counters and the outcome hash count each once.
     const done = new Set(traced().flatMap((l) => /^\d+ done (2\d\d)$/.exec(l)?.slice(1, 2).map(Number) ?? []));
     expect([...done].sort((a, b) => a - b)).toEqual(items.map((i) => i.n));
-    expect(await r.hget(keys.batch(taskId).hash, 'completed')).toBe('16');
+    expect(await stack.r.hget(keys.batch(taskId).hash, 'completed')).toBe('16');
   });
 
   it('Python children release the next window while their parent’s replay is busy (§26.3 step 4)', async () => {

@@ -7,26 +7,12 @@
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  ElicitRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { ElicitRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { PYTHON, ROOT } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 import { scaled } from './helpers/load.js';
@@ -49,62 +35,45 @@ function alivePid(pid: number): boolean {
 }
 
 describe.skipIf(PYTHON === undefined)('§29.5 isolated runs of Python tools', () => {
-  let redis: TestRedis;
-  let gateway: GatewayProcess;
-  let worker: ManagedProcess;
+  const stack = useStack({
+    name: 'pyiso',
+    env: { WORKER_LOCK_DURATION_MS: String(LOCK_MS), WORKER_SHUTDOWN_GRACE_MS: '300' },
+    workers: [],
+    pythonWorkers: [{ TASKRELAY_TOOLS: PY_TOOLS }],
+  });
   let client: Client;
-  let r: Redis;
   let keys: ReturnType<typeof createKeys>;
+  const worker = () => stack.pythonWorkers[0]!;
   const dir = mkdtempSync(join(tmpdir(), 'py-iso-'));
   const progress: ProgressNotification['params'][] = [];
   const started = (taskId: string) =>
-    worker.logs().filter((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
+    worker()
+      .logs()
+      .filter((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
   const storedError = async (taskId: string) =>
-    JSON.parse((await r.hget(keys.task(taskId), 'error')) ?? '{}') as { code?: string; message?: string };
+    JSON.parse((await stack.r.hget(keys.task(taskId), 'error')) ?? '{}') as { code?: string; message?: string };
 
   beforeAll(async () => {
-    redis = await startRedis();
-    const env = {
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: uniquePrefix('pyiso'),
-      WORKER_LOCK_DURATION_MS: String(LOCK_MS),
-      WORKER_SHUTDOWN_GRACE_MS: '300',
-    };
-    keys = createKeys(env.TASKRELAY_PREFIX);
-    gateway = await startGatewayProcess(env);
-    r = new Redis(redis.url);
-    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS });
-    client = new Client(
-      { name: 'python-isolate-test', version: '0.0.0' },
-      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
-    );
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      progress.push(n.params);
-      return Promise.resolve();
+    keys = createKeys(stack.prefix);
+    client = await stack.client({}, undefined, {
+      capabilities: { elicitation: {} },
+      progress,
+      before(c) {
+        c.setRequestHandler(ElicitRequestSchema, () => Promise.resolve({ action: 'accept', content: { name: 'Ada' } }));
+      },
     });
-    client.setRequestHandler(ElicitRequestSchema, () =>
-      Promise.resolve({ action: 'accept', content: { name: 'Ada' } }),
-    );
-    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
-  });
-
-  afterAll(async () => {
-    await client?.close();
-    r?.disconnect();
-    await stopAll();
-    await redis?.stop();
   });
 
   it('runs in a child process; its progress and log lines reach the caller and the worker', async () => {
     const taskId = await startTask(client, 'py_iso_progress', {}, { progressToken: 'iso' });
     const result = (await taskResult(client, taskId, 30_000)).structuredContent as { pid: number; attempt: number };
     expect(result.attempt).toBe(1);
-    expect(result.pid).not.toBe(worker.child.pid);
+    expect(result.pid).not.toBe(worker().child.pid);
     const values = progress.filter((p) => p.progressToken === 'iso').map((p) => p.progress);
     expect(values.at(-1)).toBe(3);
     expect(values).toEqual([...values].sort((a, b) => a - b));
     expect(
-      worker
+      worker()
         .logs()
         .some((l) => l['taskId'] === taskId && l['msg'] === 'isolated run reporting' && l['child'] === result.pid),
     ).toBe(true);
@@ -115,7 +84,11 @@ describe.skipIf(PYTHON === undefined)('§29.5 isolated runs of Python tools', ()
     const result = (await taskResult(client, taskId, 30_000)).structuredContent as { attempt: number };
     expect(result.attempt).toBe(1);
     expect(started(taskId)).toHaveLength(1);
-    expect(worker.logs().some((l) => l['taskId'] === taskId && l['reason'] === 'LOCK_LOST')).toBe(false);
+    expect(
+      worker()
+        .logs()
+        .some((l) => l['taskId'] === taskId && l['reason'] === 'LOCK_LOST'),
+    ).toBe(false);
   });
 
   it('a run past max_memory_mb fails its task with MEMORY_LIMIT, is not retried, and the worker lives on', async () => {
@@ -125,7 +98,7 @@ describe.skipIf(PYTHON === undefined)('§29.5 isolated runs of Python tools', ()
     const message = 'Tool py_iso_hog ran out of memory: its run used more than maxMemoryMb 128 MB and was stopped';
     expect(await storedError(taskId)).toMatchObject({ code: 'MEMORY_LIMIT', message });
     expect(started(taskId)).toHaveLength(1);
-    expect(worker.child.exitCode).toBeNull();
+    expect(worker().child.exitCode).toBeNull();
     const after = await startTask(client, 'py_iso_progress', {});
     expect((await taskResult(client, after, 30_000)).structuredContent).toMatchObject({ attempt: 1 });
   });
@@ -142,7 +115,7 @@ describe.skipIf(PYTHON === undefined)('§29.5 isolated runs of Python tools', ()
     expect((await client.experimental.tasks.cancelTask(taskId)).status).toBe('cancelled');
     await waitFor(() => !alivePid(pid), { message: 'the child was not killed', timeoutMs: scaled(5_000) });
     expect(
-      worker
+      worker()
         .logs()
         .some(
           (l) =>

@@ -8,28 +8,13 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  ElicitRequestSchema,
-  ProgressNotificationSchema,
-  type ProgressNotification,
-} from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { ElicitRequestSchema, type ProgressNotification } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, scriptsGeneration } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  spawnProcess,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { uniquePrefix } from './helpers/redis.js';
+import { PYTHON, ROOT, spawnProcess, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 import { scaled } from './helpers/load.js';
@@ -44,22 +29,20 @@ if (PYTHON === undefined) {
 }
 
 describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', () => {
-  let redis: TestRedis;
-  let gateway: GatewayProcess;
-  let env: Record<string, string>;
-  const pythons: ManagedProcess[] = [];
+  const stack = useStack({
+    name: 'python',
+    env: { WORKER_LOCK_DURATION_MS: String(LOCK_MS), WORKER_SHUTDOWN_GRACE_MS: '300' },
+    workers: [{}, { TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batches' }],
+    pythonWorkers: [{ TASKRELAY_TOOLS: PY_TOOLS }, { TASKRELAY_TOOLS: PY_TOOLS }],
+  });
   let client: Client;
-  let r: Redis;
   const progress: ProgressNotification['params'][] = [];
   /** Called for each elicitation/create; the default accepts with a name. */
   let onElicit: (taskId: string) => Promise<void> = () => Promise.resolve();
 
-  const addPython = async (extra: Record<string, string> = {}) => {
-    const worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, ...extra });
-    pythons.push(worker);
-    return worker;
-  };
-  const alive = () => pythons.filter((p) => p.child.exitCode === null && p.child.signalCode === null);
+  const addPython = (extra: Record<string, string> = {}) =>
+    stack.addPythonWorker({ TASKRELAY_TOOLS: PY_TOOLS, ...extra });
+  const alive = () => stack.pythonWorkers.filter((p) => p.child.exitCode === null && p.child.signalCode === null);
   /** The Python worker whose log says it started `taskId`'s tool (attempt `attempt`). */
   const runnerOf = (taskId: string, attempt = 1) =>
     alive().find((p) =>
@@ -67,42 +50,18 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     );
 
   beforeAll(async () => {
-    redis = await startRedis();
-    env = {
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: uniquePrefix('python'),
-      WORKER_LOCK_DURATION_MS: String(LOCK_MS),
-      WORKER_SHUTDOWN_GRACE_MS: '300',
-    };
-    gateway = await startGatewayProcess(env);
-    r = new Redis(redis.url);
-    await Promise.all([
-      startWorkerProcess(env),
-      startWorkerProcess({ ...env, TASKRELAY_TOOLS: BATCH_TOOLS, TASKRELAY_QUEUE: 'batches' }),
-      addPython(),
-      addPython(),
-    ]);
-    client = new Client(
-      { name: 'python-test', version: '0.0.0' },
-      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
-    );
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      progress.push(n.params);
-      return Promise.resolve();
+    client = await stack.client({}, undefined, {
+      capabilities: { elicitation: {} },
+      progress,
+      before(c) {
+        c.setRequestHandler(ElicitRequestSchema, async (request) => {
+          const related = request.params._meta?.['io.modelcontextprotocol/related-task'] as
+            { taskId?: string } | undefined;
+          await onElicit(related?.taskId ?? '');
+          return { action: 'accept', content: { name: 'Ada' } };
+        });
+      },
     });
-    client.setRequestHandler(ElicitRequestSchema, async (request) => {
-      const related = request.params._meta?.['io.modelcontextprotocol/related-task'] as { taskId?: string } | undefined;
-      await onElicit(related?.taskId ?? '');
-      return { action: 'accept', content: { name: 'Ada' } };
-    });
-    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
-  });
-
-  afterAll(async () => {
-    await client?.close();
-    r?.disconnect();
-    await stopAll();
-    await redis?.stop();
   });
 
   it('lists the Python tools with their schemas beside the Node tools, and routes calls to both', async () => {
@@ -133,7 +92,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
   it('§30.4 keeps a Python tool’s ctx.log lines with its task, each with its attempt, a long one cut', async () => {
     const taskId = await startTask(client, 'py_count', { n: 2, delay_ms: 1 });
     await taskResult(client, taskId);
-    const res = await fetch(`${gateway.url.replace(/\/mcp$/, '')}/admin/api/tasks/${taskId}/logs`);
+    const res = await fetch(`${stack.gateway.url.replace(/\/mcp$/, '')}/admin/api/tasks/${taskId}/logs`);
     expect(res.status).toBe(200);
     const { lines } = (await res.json()) as { lines: Array<Record<string, unknown>> };
     expect(lines).toMatchObject([
@@ -226,10 +185,10 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
   });
 
   it('§3.3 §25 a Python tool’s concurrency limit holds fleet-wide, and its runs leave the fair share', async () => {
-    const keys = createKeys(env.TASKRELAY_PREFIX);
+    const keys = createKeys(stack.prefix);
     const ids: string[] = [];
     for (let i = 0; i < 3; i += 1) ids.push(await startTask(client, 'py_limited', { ms: 1_500 }));
-    const queue = (await r.hget(keys.task(ids[2]!), 'queue')) ?? '';
+    const queue = (await stack.r.hget(keys.task(ids[2]!), 'queue')) ?? '';
     expect(queue).toMatch(/~py_limited$/);
     await waitFor(
       async () =>
@@ -239,8 +198,8 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
       },
     );
     // While runs wait, the principal's waiting jobs are in its fair share of the queue (§25)…
-    const waiting = await r.keys(`${env.TASKRELAY_PREFIX}:fair:${queue}:*`);
-    expect((await Promise.all(waiting.map((k) => r.zcard(k)))).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    const waiting = await stack.r.keys(`${stack.prefix}:fair:${queue}:*`);
+    expect((await Promise.all(waiting.map((k) => stack.r.zcard(k)))).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
     await Promise.all(ids.map((id) => taskResult(client, id)));
     const spans = ids.map((id) => {
       const lines = alive()
@@ -253,7 +212,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     spans.sort((a, b) => a[0] - b[0]);
     for (let i = 1; i < spans.length; i += 1) expect(spans[i]![0]).toBeGreaterThanOrEqual(spans[i - 1]![1] - 5);
     // …and each run's start took its job out of it.
-    for (const share of waiting) expect(await r.zcard(share)).toBe(0);
+    for (const share of waiting) expect(await stack.r.zcard(share)).toBe(0);
   });
 
   it('§3.5 a Python tool’s concurrency per key holds fleet-wide, one tenant beside another', async () => {
@@ -304,7 +263,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
       { timeoutMs: 2_000, message: 'the Python run was not aborted within the cancel bound' },
     );
     await delay(scaled(300));
-    const started = pythons
+    const started = stack.pythonWorkers
       .flatMap((p) => p.logs())
       .filter((l) => l['taskId'] === taskId && l['msg'] === 'tool started');
     expect(started).toHaveLength(1);
@@ -317,7 +276,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
       // The worker that asked stops before the answer: the resume can only run on the other one.
       // The question can reach the client before the worker has logged its suspension: wait for the log line.
       await waitFor(() => {
-        asker = pythons.find((p) =>
+        asker = stack.pythonWorkers.find((p) =>
           p
             .logs()
             .some((l) => l['taskId'] === taskId && l['msg'] === 'run suspended until the input request is answered'),
@@ -404,7 +363,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     onElicit = () => deployed;
     const taskId = await startTask(client, 'py_versioned', {});
     await waitFor(async () => (await client.experimental.tasks.getTask(taskId)).status === 'input_required');
-    expect(await r.hget(createKeys(env.TASKRELAY_PREFIX).task(taskId), 'toolVersion')).toBe('1');
+    expect(await stack.r.hget(createKeys(stack.prefix).task(taskId), 'toolVersion')).toBe('1');
     expect(await v1.kill('SIGTERM')).toBe(0);
     const v2 = await addPython(versioned(2));
     release();
@@ -412,7 +371,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
       // Build 1's question is answered; build 2 restarts the task (onVersionChange: restart) and asks again.
       const result = await taskResult(client, taskId, 30_000);
       expect(result.structuredContent).toEqual({ version: 2, prepared: { by: 2 }, name: 'Ada' });
-      const hash = await r.hgetall(createKeys(env.TASKRELAY_PREFIX).task(taskId));
+      const hash = await stack.r.hgetall(createKeys(stack.prefix).task(taskId));
       expect(hash['toolVersion']).toBe('2');
       expect(hash['inputFloor']).toBe('1');
       await waitFor(() => v2.logs().some((l) => l['taskId'] === taskId && l['onVersionChange'] === 'restart'));
@@ -425,9 +384,9 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
   it('§29.2 refuses to start, in one line, where the gateways run another scripts generation', async () => {
     expect(scriptsGeneration()).toMatch(/^[0-9a-f]{16}$/);
     const prefix = uniquePrefix('python-gen');
-    await r.hset(createKeys(prefix).protocol, 'deadbeefdeadbeef', String(Date.now()));
+    await stack.r.hset(createKeys(prefix).protocol, 'deadbeefdeadbeef', String(Date.now()));
     const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
-      ...env,
+      ...stack.env,
       TASKRELAY_PREFIX: prefix,
       TASKRELAY_TOOLS: PY_TOOLS,
     });
@@ -449,7 +408,7 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
       /^taskrelay-worker: Redis is unreachable at redis:\/\/127\.0\.0\.1:1: [^\n]+$/,
     );
     const bad = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
-      REDIS_URL: redis.url,
+      REDIS_URL: stack.redis.url,
       TASKRELAY_TOOLS: PY_TOOLS,
       WORKER_CONCURRENCY: '0',
     });

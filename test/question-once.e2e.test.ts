@@ -4,51 +4,35 @@
  * question moves only when the stream that carried it closed before an answer; a `Last-Event-ID` resume of that stream
  * replays it (the same delivery); once answered it goes nowhere again. Across real processes (gateway, worker, Redis).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { describe, expect, it } from 'vitest';
 import { ElicitRequestSchema, type ElicitRequest } from '@modelcontextprotocol/sdk/types.js';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import { readSse, type SseEvent } from './helpers/raw-mcp.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { absenceWindow } from './helpers/load.js';
 
 const RELATED = 'io.modelcontextprotocol/related-task';
 const RUNS = 20;
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('once') };
-  gateway = await startGatewayProcess(env);
-  await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
-});
+const stack = useStack({ name: 'once', workers: [{}, {}] });
 
 const taskOf = (request: ElicitRequest) =>
   (request.params._meta?.[RELATED] as { taskId?: string } | undefined)?.taskId ?? '?';
 
 describe('§19 a question reaches an SDK client once', () => {
   it(`answered at once on the GET stream while a tasks/result is open early: one elicitation/create per task (${RUNS} runs)`, async () => {
-    const client = new Client(
-      { name: 'once-test', version: '0.0.0' },
-      { capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } } },
-    );
     const asked = new Map<string, number>();
-    client.setRequestHandler(ElicitRequestSchema, (request) => {
-      const taskId = taskOf(request);
-      asked.set(taskId, (asked.get(taskId) ?? 0) + 1);
-      return Promise.resolve({ action: 'accept', content: { approved: true } });
+    const client = await stack.client({}, undefined, {
+      capabilities: { elicitation: {}, tasks: { list: {}, cancel: {}, requests: {} } },
+      before(c) {
+        c.setRequestHandler(ElicitRequestSchema, (request) => {
+          const taskId = taskOf(request);
+          asked.set(taskId, (asked.get(taskId) ?? 0) + 1);
+          return Promise.resolve({ action: 'accept', content: { approved: true } });
+        });
+      },
     });
-    await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
     const taskIds: string[] = [];
     for (let i = 0; i < RUNS; i += 1) {
       const taskId = await startTask(client, 'wait_for_approval', { question: `Once ${i}?` });
@@ -63,7 +47,7 @@ describe('§19 a question reaches an SDK client once', () => {
     const counts = taskIds.map((id) => asked.get(id) ?? 0);
     // What the gateway said of a task asked twice tells which path sent it again.
     const twice = taskIds.filter((id) => (asked.get(id) ?? 0) > 1);
-    const told = gateway
+    const told = stack.gateway
       .logs()
       .filter((l) => twice.includes(String(l['taskId'])))
       .map((l) => `${String(l['msg'])} ${JSON.stringify({ from: l['from'], to: l['to'], err: l['err'] })}`);
@@ -211,7 +195,7 @@ async function startApproval(client: RawClient, question: string): Promise<strin
 
 describe('§19 a question in flight on one stream of a session', () => {
   it('a tasks/result opened while the open GET stream holds the question is not asked; the answer on GET ends both', async () => {
-    const client = await RawClient.open(gateway.url);
+    const client = await RawClient.open(stack.gateway.url);
     const get = client.get();
     const taskId = await startApproval(client, 'GET first?');
     const [asked] = await waitFor(() => (questions(get).length > 0 ? questions(get) : undefined), {
@@ -231,7 +215,7 @@ describe('§19 a question in flight on one stream of a session', () => {
   });
 
   it('the GET stream closing unanswered moves the question to the open tasks/result, once; its answer completes the task', async () => {
-    const client = await RawClient.open(gateway.url);
+    const client = await RawClient.open(stack.gateway.url);
     const get = client.get();
     const taskId = await startApproval(client, 'Move me?');
     const [onGet] = await waitFor(() => (questions(get).length > 0 ? questions(get) : undefined));
@@ -258,7 +242,7 @@ describe('§19 a question in flight on one stream of a session', () => {
   });
 
   it('a Last-Event-ID resume of the stream that carried the question replays it; its answer completes the task, no other stream is asked', async () => {
-    const client = await RawClient.open(gateway.url);
+    const client = await RawClient.open(stack.gateway.url);
     // No GET stream: the question goes out on the tasks/result stream (after its priming event).
     const taskId = await startApproval(client, 'Replay me?');
     const first = client.stream('tasks/result', { taskId });

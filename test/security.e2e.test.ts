@@ -4,29 +4,23 @@
  * the per-principal limits, ops endpoints behind auth and task ownership on every route.
  */
 import { request as httpRequest } from 'node:http';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { uniquePrefix } from './helpers/redis.js';
 import { RawSession, readSse } from './helpers/raw-mcp.js';
-import {
-  spawnNode,
-  GATEWAY_MAIN,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { spawnNode, GATEWAY_MAIN, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
 
-let redis: TestRedis;
 let open: GatewayProcess;
 let authed: GatewayProcess;
-let authPrefix: string;
 
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-const TOKENS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivy', 'olga', 'sam', 'mallory']
-  .map((p) => `${p}:${p}-token`)
-  .join(',');
+const TOKENS = Object.fromEntries(
+  ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivy', 'olga', 'sam', 'mallory'].map((p) => [
+    p,
+    `${p}-token`,
+  ]),
+);
 const bearer = (principal: string) => ({ authorization: `Bearer ${principal}-token` });
 const INIT = {
   jsonrpc: '2.0',
@@ -35,21 +29,13 @@ const INIT = {
   params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'sec', version: '0' } },
 };
 
-beforeAll(async () => {
-  redis = await startRedis();
-  const openEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('sec-open') };
-  authPrefix = uniquePrefix('sec-auth');
-  const authEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: authPrefix };
-  [open, authed] = await Promise.all([
-    startGatewayProcess({
-      ...openEnv,
-      TASKRELAY_MAX_BODY_BYTES: '65536',
-      TASKRELAY_MAX_JSON_DEPTH: '32',
-      TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL: '1000',
-    }),
-    startGatewayProcess({
-      ...authEnv,
-      TASKRELAY_AUTH_TOKENS: TOKENS,
+/** Two deployments on one Redis: one with authentication and tight limits (the stack's prefix), one open. */
+const OPEN = { TASKRELAY_PREFIX: uniquePrefix('sec-open') };
+const stack = useStack({
+  name: 'sec-auth',
+  tokens: TOKENS,
+  gateways: [
+    {
       TASKRELAY_OPERATORS: 'olga',
       TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL: '3',
       TASKRELAY_MAX_OPEN_TASKS: '2',
@@ -57,14 +43,21 @@ beforeAll(async () => {
       TASKRELAY_MAX_ARGUMENT_BYTES: '1024',
       TASKRELAY_MAX_PROGRESS_TOKEN_BYTES: '64',
       TASKRELAY_MAX_RESULT_BYTES: '1500',
-    }),
-  ]);
-  await Promise.all([startWorkerProcess(openEnv), startWorkerProcess(authEnv)]);
+    },
+    {
+      ...OPEN,
+      // The open deployment: without the stack's tokens.
+      TASKRELAY_AUTH_TOKENS: undefined,
+      TASKRELAY_MAX_BODY_BYTES: '65536',
+      TASKRELAY_MAX_JSON_DEPTH: '32',
+      TASKRELAY_MAX_SESSIONS_PER_PRINCIPAL: '1000',
+    },
+  ],
+  workers: [{}, OPEN],
 });
 
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  [authed, open] = stack.gateways as [GatewayProcess, GatewayProcess];
 });
 
 /** An MCP session over raw HTTP, for a principal (or none), with the headers each request carries. */
@@ -248,9 +241,7 @@ describe('errors that reveal nothing', () => {
 
   it('answers a Redis failure with a stable message and keeps the Redis reply out of it', async () => {
     // The principal's task index is now a string: every list of it fails inside Redis with WRONGTYPE.
-    const client = new Redis(redis.url);
-    await client.set(`${authPrefix}:principal:frank:tasks`, 'not a sorted set');
-    await client.quit();
+    await stack.r.set(`${stack.prefix}:principal:frank:tasks`, 'not a sorted set');
     const s = await session(authed, 'frank');
     const { body } = await s.call('tasks/list', {});
     expect(body.error?.code).toBe(-32603);
@@ -684,7 +675,7 @@ describe('every method and path under /mcp answers JSON', () => {
 
 describe('unauthenticated mode', () => {
   it('refuses to serve a non-loopback address without authentication unless told to', async () => {
-    const proc = spawnNode(GATEWAY_MAIN, { REDIS_URL: redis.url, HOST: '0.0.0.0', PORT: '0' });
+    const proc = spawnNode(GATEWAY_MAIN, { REDIS_URL: stack.redis.url, HOST: '0.0.0.0', PORT: '0' });
     const code = await proc.exited;
     expect(code).toBe(1);
     expect(proc.output().trim()).toMatch(

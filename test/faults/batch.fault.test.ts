@@ -7,13 +7,12 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { ROOT, startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
-import { WorkerPool, startTask, taskResult, testRedis, watchingClient } from '../helpers/faults.js';
+import { ROOT } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
+import { WorkerPool, startTask, taskResult, watchingClient } from '../helpers/faults.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const SIZE = 150;
@@ -33,35 +32,28 @@ const GATES = [...KILLS.flatMap((k) => (k.gate === undefined ? [] : [k])), LAST_
 /** The gate child `n` waits at: the last one whose `from` it has reached. */
 const gateOf = (n: number) => GATES.filter((g) => n >= g.from).at(-1)?.gate;
 
-let redis: TestRedis;
-let r: Redis;
-let prefix: string;
-let gateway: GatewayProcess;
+// Redis with its append-only file: it restarts with what it acknowledged.
+const stack = useStack({
+  name: 'f-batch',
+  redis: { appendOnly: true },
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500', LOG_LEVEL: 'warn' }],
+  workers: [],
+});
 let workers: WorkerPool;
 
 beforeAll(async () => {
-  redis = await startRedis({ appendOnly: true });
-  r = testRedis(redis.url);
-  prefix = uniquePrefix('f-batch');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  gateway = await startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500', LOG_LEVEL: 'warn' });
-  workers = new WorkerPool({
-    ...env,
-    TASKRELAY_TOOLS: BATCH_TOOLS,
-    TASKRELAY_QUEUE: 'batch',
-    WORKER_LOCK_DURATION_MS: '1500',
-    WORKER_CONCURRENCY: '4',
-    LOG_LEVEL: 'info',
-    BATCH_TRACE_FILE: TRACE,
-  });
+  workers = new WorkerPool(
+    {
+      TASKRELAY_TOOLS: BATCH_TOOLS,
+      TASKRELAY_QUEUE: 'batch',
+      WORKER_LOCK_DURATION_MS: '1500',
+      WORKER_CONCURRENCY: '4',
+      LOG_LEVEL: 'info',
+      BATCH_TRACE_FILE: TRACE,
+    },
+    (env) => stack.addWorker(env),
+  );
   await workers.start(3);
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await workers?.stopAll();
-  await stopAll();
-  await redis?.stop();
 });
 
 interface TraceLine {
@@ -114,14 +106,14 @@ async function killBusyWorker(): Promise<void> {
 
 describe('§26.8 batch crash safety', () => {
   it('loses no child and counts none twice through worker SIGKILLs, a gateway restart and a Redis restart', async () => {
-    const watcher = await watchingClient(gateway.url);
+    const watcher = await watchingClient(stack.gateway.url);
     const items = Array.from({ length: SIZE }, (_v, n) => {
       const gate = gateOf(n);
       return gate === undefined ? { n, delayMs: 300 } : { n, delayMs: 300, gate };
     });
     const taskId = await startTask(watcher.client, 'fan_out', { items, concurrency: 12 }, { ttl: 600_000 });
-    const batch = createKeys(prefix).batch(taskId);
-    const done = async () => Number((await r.hget(batch.hash, 'completed')) ?? 0);
+    const batch = createKeys(stack.prefix).batch(taskId);
+    const done = async () => Number((await stack.r.hget(batch.hash, 'completed')) ?? 0);
 
     for (const [i, { at }] of KILLS.entries()) {
       await waitFor(async () => (await done()) >= at, { timeoutMs: 60_000, message: `${at} children done` });
@@ -132,21 +124,14 @@ describe('§26.8 batch crash safety', () => {
 
     // The gateway dies and comes back on the same address; the batch goes on meanwhile (it runs on workers).
     await waitFor(async () => (await done()) >= 85, { timeoutMs: 60_000, message: '85 children done' });
-    await gateway.kill('SIGKILL');
-    gateway = await startGatewayProcess({
-      REDIS_URL: redis.url,
-      TASKRELAY_PREFIX: prefix,
-      TASKRELAY_REAPER_INTERVAL_MS: '500',
-      LOG_LEVEL: 'warn',
-      PORT: String(gateway.port),
-    });
+    await stack.restartGateway();
 
     // Redis restarts with its append-only file: the batch, its children's jobs and the parent's delayed job survive.
     await waitFor(async () => (await done()) >= 100, { timeoutMs: 60_000, message: '100 children done' });
-    await redis.kill();
-    await redis.restart();
+    await stack.redis.kill();
+    await stack.redis.restart();
 
-    const client = (await watchingClient(gateway.url)).client;
+    const client = (await watchingClient(stack.gateway.url)).client;
     const result = await taskResult(client, taskId, 120_000);
     const body = result.structuredContent as {
       total: number;
@@ -162,7 +147,7 @@ describe('§26.8 batch crash safety', () => {
     expect(body.outcomes.every((o) => o.status === 'completed')).toBe(true);
     // None counted twice: the counter the records increment is the number of children, and one outcome each.
     expect(await done()).toBe(SIZE);
-    expect(await r.hlen(batch.outcomes)).toBe(SIZE);
+    expect(await stack.r.hlen(batch.outcomes)).toBe(SIZE);
     // The faults hit children mid-run, and each child a killed worker held ran again (and still counted once).
     const runs = new Map<number, number>();
     for (const l of trace()) if (l.what === 'start') runs.set(l.n, (runs.get(l.n) ?? 0) + 1);

@@ -5,20 +5,16 @@
  * exactly once; none may be stuck. The runs/effects histogram is printed with the test output.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
 import {
-  FaultRecords,
   FAULT_TOOLS,
   TERMINAL,
   WorkerPool,
   startTask,
   faultKeys,
   taskResult,
-  testRedis,
+  useFaultStack,
   watchingClient,
   type WatchingClient,
 } from '../helpers/faults.js';
@@ -41,35 +37,26 @@ const ROUNDS: Array<{ workers: number; gateway?: true }> = [
 /** A round starts once this many runs started since the last one: the previous kills' jobs were being taken over. */
 const RUNS_BETWEEN_ROUNDS = 10;
 
-let redis: TestRedis;
-let r: Redis;
-let records: FaultRecords;
-let gateway: GatewayProcess;
-let gatewayEnv: Record<string, string>;
+const faults = useFaultStack({
+  name: 'f-chaos',
+  gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+  workers: [],
+  watch: false,
+});
+const { stack } = faults;
 let pool: WorkerPool;
 
 beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  const prefix = uniquePrefix('f-chaos');
-  records = new FaultRecords(r, prefix);
-  gatewayEnv = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, TASKRELAY_REAPER_INTERVAL_MS: '500' };
-  gateway = await startGatewayProcess(gatewayEnv);
-  pool = new WorkerPool({
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: FAULT_TOOLS,
-    WORKER_CONCURRENCY: '20',
-    WORKER_LOCK_DURATION_MS: '2000',
-    WORKER_HEARTBEAT_MS: '1000',
-  });
+  pool = new WorkerPool(
+    {
+      TASKRELAY_TOOLS: FAULT_TOOLS,
+      WORKER_CONCURRENCY: '20',
+      WORKER_LOCK_DURATION_MS: '2000',
+      WORKER_HEARTBEAT_MS: '1000',
+    },
+    (env) => stack.addWorker(env),
+  );
   await pool.start(WORKERS);
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
 });
 
 /**
@@ -83,7 +70,7 @@ class User {
   client(): Promise<Client> {
     this.current ??= waitFor(
       async () => {
-        const session = await watchingClient(gateway.url);
+        const session = await watchingClient(stack.gateway.url);
         session.client.onerror = () => undefined;
         this.sessions.push(session);
         return session.client;
@@ -151,7 +138,7 @@ describe('chaos: 100 tasks while workers and the gateway are SIGKILLed and resta
     );
 
     const totalRuns = async () => {
-      const values = await r.mget(submitted.map((s) => faultKeys(records.prefix).runs(s.taskId)));
+      const values = await stack.r.mget(submitted.map((s) => faultKeys(stack.prefix).runs(s.taskId)));
       return values.reduce((sum, v) => sum + Number(v ?? 0), 0);
     };
     const pending = () => submitted.filter((s) => !finalStatus.has(s.taskId));
@@ -175,9 +162,8 @@ describe('chaos: 100 tasks while workers and the gateway are SIGKILLed and resta
         await Promise.all(victims.map((w) => w.kill('SIGKILL')));
         kills.workers += victims.length;
         if (round.gateway) {
-          await gateway.kill('SIGKILL');
+          await stack.restartGateway();
           kills.gateways++;
-          gateway = await startGatewayProcess({ ...gatewayEnv, PORT: String(gateway.port) });
         }
         await pool.start(WORKERS - pool.procs.size);
         // No new runs for long means stuck tasks: stop the faults and let the assertions name them.
@@ -220,9 +206,9 @@ describe('chaos: 100 tasks while workers and the gateway are SIGKILLed and resta
     const rows = await Promise.all(
       submitted.map(async (s) => ({
         taskId: s.taskId,
-        runs: await records.counter('runs', s.taskId),
-        effects: await records.counter('effects', s.taskId),
-        effectRuns: await records.counter('effectRuns', s.taskId),
+        runs: await faults.records.counter('runs', s.taskId),
+        effects: await faults.records.counter('effects', s.taskId),
+        effectRuns: await faults.records.counter('effectRuns', s.taskId),
       })),
     );
     const histogram = (key: 'runs' | 'effects' | 'effectRuns') =>

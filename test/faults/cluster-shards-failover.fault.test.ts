@@ -11,99 +11,46 @@
  * The fault tools record to a standalone Redis of their own (FAULT_RECORD_REDIS_URL), so the records are true through
  * the cluster's outage. No Python worker: it does not speak the sharded layout yet (docs/SCALING.md §4).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
 import { HOME_TAG, createKeys, slotOfCode } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
-import { waitFor } from '../helpers/wait-for.js';
-import { ROOT, startGatewayProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
-import { FaultRecords, WorkerPool, startTask, testRedis } from '../helpers/faults.js';
+import { ROOT } from '../helpers/processes.js';
+import { startTask } from '../helpers/faults.js';
 import {
   Session,
-  creating,
   endedOnce,
   errorWindow,
+  failOverUnderLoad,
+  killLoopUnderLoad,
   linesAbout,
   opaque,
   summary,
   timeouts,
-  underLoad,
+  useClusterFaults,
   workerWrites,
-  type FaultStack,
   type Outcome,
 } from '../helpers/cluster-faults.js';
 
 const TOOLS = `${ROOT}/test/fixtures/shard-fault-tools.mjs`;
 /** Half the tasks go to the hot tool's three shards, the rest to the two one-shard tools. */
 const toolOf = (i: number): string => ['chaos_a', 'chaos_hot', 'chaos_b', 'chaos_hot'][i % 4] as string;
-/** A dead master is failed over after this (plus the election, about a second). */
-const NODE_TIMEOUT_MS = 2_000;
 /** The kill loop's workers: a SIGKILLed worker's job is taken over within 5L/6. */
 const KILL_LOOP_LOCK_MS = 3_000;
 /** The default: a failover of up to L/6 (5 s) costs no re-run (PROTOCOL.md §10.4, §10.10). */
 const FAILOVER_LOCK_MS = 30_000;
 
-let cluster: TestCluster;
-let recordRedis: TestRedis;
-let r: Redis;
-let prefix: string;
-let gateway: GatewayProcess;
-let gatewayEnv: Record<string, string>;
-let workerEnv: Record<string, string>;
-let pool: WorkerPool | undefined;
-let poolLockMs = 0;
-let records: FaultRecords;
-const stack: FaultStack = {
-  gatewayUrl: () => gateway.url,
-  get records() {
-    return records;
-  },
-  procs: () => [gateway, ...(pool ? pool.procs.values() : [])],
-};
-
-beforeAll(async () => {
-  [cluster, recordRedis] = await Promise.all([
-    startRedisCluster(3, { replicas: 1, nodeTimeoutMs: NODE_TIMEOUT_MS }),
-    startRedis({ owned: true }),
-  ]);
-  r = testRedis(recordRedis.url);
-  // No braces: the sharded layout.
-  prefix = uniquePrefix('f-shards');
-  records = new FaultRecords(r, prefix);
-  const base = { REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: prefix };
-  gatewayEnv = { ...base };
-  workerEnv = {
-    ...base,
-    TASKRELAY_TOOLS: TOOLS,
-    FAULT_RECORD_REDIS_URL: recordRedis.url,
-    FAULT_RECORD_PREFIX: prefix,
-    WORKER_CONCURRENCY: '20',
-    WORKER_HEARTBEAT_MS: '1000',
-  };
-  // The workers place the tools' shards as they start: before the gateway, so its first catalog read has them all.
-  await workers(3, KILL_LOOP_LOCK_MS);
-  gateway = await startGatewayProcess(gatewayEnv);
-}, 120_000);
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await Promise.all([cluster?.stop(), recordRedis?.stop()]);
+// No braces: the sharded layout. The workers place the tools' shards as they start: before the gateway, so its first
+// catalog read has them all.
+const faults = useClusterFaults({
+  name: 'f-shards',
+  tools: TOOLS,
+  braces: false,
+  nodeTimeoutMs: 2_000,
+  workersFirst: { count: 3, lockMs: KILL_LOOP_LOCK_MS },
 });
-
-/** `count` workers of lock duration `lockMs`: the pool as it is when it has them, else a fresh one. */
-async function workers(count: number, lockMs: number): Promise<WorkerPool> {
-  if (pool && poolLockMs === lockMs && pool.procs.size >= count) return pool;
-  await pool?.stopAll();
-  pool = new WorkerPool({ ...workerEnv, WORKER_LOCK_DURATION_MS: String(lockMs) });
-  poolLockMs = lockMs;
-  await pool.start(count);
-  return pool;
-}
 
 /** The master serving a hash tag's slot now. */
 async function masterOfTag(tag: string): Promise<{ slot: number; master: number }> {
+  const { cluster } = faults;
   const live = cluster.ports.find((p) => p !== killed) as number;
   const slot = Number(await cluster.node(live).cluster('KEYSLOT', `{${tag}}`));
   return { slot, master: await cluster.masterOf(slot, live) };
@@ -125,6 +72,7 @@ function splitByMaster(outcomes: Outcome[], port: number): { on: Outcome[]; off:
 /** Slot → master before the fault, for the codes of the tasks submitted. */
 const masterBefore = new Map<number, number>();
 async function noteMasters(codes: string[]): Promise<void> {
+  const { cluster } = faults;
   const live = cluster.ports.find((p) => p !== killed) as number;
   for (const code of new Set(codes)) {
     const slot = slotOfCode(code);
@@ -138,7 +86,7 @@ function maxExtra(outcomes: Outcome[]): string {
 }
 
 describe('on a sharded 3-master cluster with a replica each, 3 tools, one with shards: 3', () => {
-  const sessions = Array.from({ length: 4 }, () => new Session(stack));
+  const sessions = Array.from({ length: 4 }, () => new Session(faults));
 
   afterAll(async () => {
     await Promise.all(sessions.map((s) => s.close()));
@@ -157,83 +105,44 @@ describe('on a sharded 3-master cluster with a replica each, 3 tools, one with s
   });
 
   it('worker SIGKILLs and a gateway SIGKILL in a kill loop: every task completes, its effect applied once', async () => {
-    const workerPool = await workers(3, KILL_LOOP_LOCK_MS);
-    const kills = { workers: 0, gateways: 0 };
-    const outcomes = await underLoad(
-      stack,
-      sessions,
-      32,
-      (i) => 500 + ((i * 379) % 1_501),
-      async () => {
-        for (const round of [{ workers: 1, gateway: true }, { workers: 2 }, { workers: 1 }]) {
-          const victims = [...workerPool.procs.values()].slice(0, round.workers);
-          await Promise.all(victims.map((w) => w.kill('SIGKILL')));
-          kills.workers += victims.length;
-          if (round.gateway) {
-            await gateway.kill('SIGKILL');
-            kills.gateways += 1;
-            gateway = await startGatewayProcess({ ...gatewayEnv, PORT: String(gateway.port) });
-          }
-          await workerPool.start(3 - workerPool.procs.size);
-          await new Promise((resolve) => setTimeout(resolve, 1_000));
-        }
-      },
-      { toolOf },
-    );
+    const { outcomes, kills } = await killLoopUnderLoad(faults, sessions, {
+      count: 32,
+      lockMs: KILL_LOOP_LOCK_MS,
+      toolOf,
+    });
     console.log(
       `sharded kill loop: ${kills.workers} worker kills, ${kills.gateways} gateway kill; ${summary(outcomes)}; ` +
         `shards used ${new Set(outcomes.map((o) => o.taskId.slice(0, 4))).size}`,
     );
-    await endedOnce(stack, sessions[0] as Session, outcomes);
+    await endedOnce(faults, sessions[0] as Session, outcomes);
     expect(outcomes.some((o) => o.runs > 1)).toBe(true);
   });
 
   it('a graceful CLUSTER FAILOVER of the home master under load: runs complete once, no opaque error', async () => {
-    await workers(2, FAILOVER_LOCK_MS);
-    for (const s of sessions) s.errors.length = 0;
-    const { slot, master } = await masterOfTag(HOME_TAG);
-    const [replica] = await cluster.replicasOf(master);
-    if (replica === undefined) throw new Error(`master ${master} has no replica`);
-    let faultOver = false;
-    const creator = creating(sessions[1] as Session, () => faultOver, toolOf);
-    let promotedMs = 0;
-    const outcomes = await underLoad(
-      stack,
+    await faults.workers(2, FAILOVER_LOCK_MS);
+    const { outcomes, createdIds, retries, replica, promotedMs } = await failOverUnderLoad(
+      faults,
       sessions,
-      16,
-      (i) => 3_000 + (i % 4) * 500,
-      async () => {
-        const started = Date.now();
-        await cluster.node(replica).cluster('FAILOVER');
-        await waitFor(async () => (await cluster.masterOf(slot, replica)) === replica, {
-          timeoutMs: 20_000,
-          message: `replica ${replica} did not take over slot ${slot}`,
-        });
-        promotedMs = Date.now() - started;
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-        faultOver = true;
-      },
-      { toolOf },
+      { count: 16, msOf: (i) => 3_000 + (i % 4) * 500, toolOf },
+      await masterOfTag(HOME_TAG),
     );
-    const createdIds = await creator.done;
     const { errors } = errorWindow(sessions);
     console.log(
       `sharded graceful failover: replica ${replica} master after ${promotedMs} ms; ${summary(outcomes)}; ` +
-        `client errors ${errors.length} (gave up after 5 s: ${timeouts(sessions).length}), creates retried ${creator.retries()}, ` +
+        `client errors ${errors.length} (gave up after 5 s: ${timeouts(sessions).length}), creates retried ${retries}, ` +
         `created meanwhile ${createdIds.length}`,
     );
-    await endedOnce(stack, sessions[0] as Session, outcomes, createdIds);
+    await endedOnce(faults, sessions[0] as Session, outcomes, createdIds);
     expect(outcomes.filter((o) => o.runs !== 1)).toEqual([]);
     expect(opaque(sessions)).toEqual([]);
   });
 
   it('a tool master SIGKILLed and its replica promoted under load: runs complete once, errors say retry', async () => {
-    await workers(2, FAILOVER_LOCK_MS);
-    for (const s of sessions) s.errors.length = 0;
+    await faults.workers(2, FAILOVER_LOCK_MS);
     // A master serving a shard of chaos_hot but not the home keys: the hot tool loses one of its shards, the other
     // masters' tools should keep going.
     const home = await masterOfTag(HOME_TAG);
-    const registry = await cluster.node(home.master).hgetall(createKeys(prefix, 'sharded').placement);
+    const registry = await faults.cluster.node(home.master).hgetall(createKeys(faults.prefix, 'sharded').placement);
     masterBefore.clear();
     await noteMasters(Object.values(registry));
     const target = Object.entries(registry)
@@ -244,52 +153,33 @@ describe('on a sharded 3-master cluster with a replica each, 3 tools, one with s
       throw new Error(`every shard of chaos_hot is on the home master: ${JSON.stringify(registry)}`);
     const slot = target;
     const master = masterBefore.get(slot) as number;
-    const [replica] = await cluster.replicasOf(master);
-    if (replica === undefined) throw new Error(`master ${master} has no replica`);
-    let faultOver = false;
-    const creator = creating(sessions[1] as Session, () => faultOver, toolOf);
-    let killedAt = 0;
-    let promotedMs = 0;
-    const outcomes = await underLoad(
-      stack,
+    killed = master;
+    const fault = await failOverUnderLoad(
+      faults,
       sessions,
-      24,
       // Most of them end while the slot has no master: their results are written through the outage.
-      (i) => 1_500 + (i % 8) * 400,
-      async () => {
-        killedAt = Date.now();
-        killed = master;
-        await cluster.kill(master);
-        await waitFor(async () => (await cluster.masterOf(slot, replica).catch(() => undefined)) === replica, {
-          timeoutMs: 30_000,
-          intervalMs: 50,
-          message: `replica ${replica} was not promoted for slot ${slot}`,
-        });
-        promotedMs = Date.now() - killedAt;
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-        faultOver = true;
-      },
-      { toolOf },
+      { count: 24, msOf: (i) => 1_500 + (i % 8) * 400, toolOf },
+      { slot, master, kill: true },
     );
-    const createdIds = await creator.done;
+    const { outcomes, createdIds } = fault;
     const { errors, windowMs } = errorWindow(sessions);
     const { on, off } = splitByMaster(outcomes, master);
-    const { lost, rewritten } = workerWrites(pool ? [...pool.procs.values()] : []);
+    const { lost, rewritten } = workerWrites(faults.pool ? [...faults.pool.procs.values()] : []);
     console.log(
-      `sharded master SIGKILL (${master}, not the home master ${home.master}): replica ${replica} promoted after ` +
-        `${promotedMs} ms; ${summary(outcomes)}; ` +
+      `sharded master SIGKILL (${master}, not the home master ${home.master}): replica ${fault.replica} promoted after ` +
+        `${fault.promotedMs} ms; ${summary(outcomes)}; ` +
         `extra time on the killed master's shards max ${maxExtra(on)}, on the others max ${maxExtra(off)}; ` +
-        `client errors ${errors.length} over ${windowMs} ms (from ${errors[0] ? errors[0].at - killedAt : 0} ms after ` +
-        `the kill), creates retried ${creator.retries()}, created meanwhile ${createdIds.length}; ` +
+        `client errors ${errors.length} over ${windowMs} ms (from ${errors[0] ? errors[0].at - fault.startedAt : 0} ms after ` +
+        `the kill), creates retried ${fault.retries}, created meanwhile ${createdIds.length}; ` +
         `worker writes retried through it ${rewritten.length}, lost ${lost.length}; ` +
         `requests the client gave up on after 5 s ${timeouts(sessions).length}`,
     );
-    await endedOnce(stack, sessions[0] as Session, outcomes, createdIds);
+    await endedOnce(faults, sessions[0] as Session, outcomes, createdIds);
     expect(
       outcomes.filter((o) => o.runs !== 1),
       outcomes
         .filter((o) => o.runs !== 1)
-        .map((o) => linesAbout(stack, o.taskId))
+        .map((o) => linesAbout(faults, o.taskId))
         .join('\n'),
     ).toEqual([]);
     expect(on.length).toBeGreaterThan(0);

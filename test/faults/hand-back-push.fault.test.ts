@@ -10,79 +10,36 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  PYTHON,
-  ROOT,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-  type ManagedProcess,
-} from '../helpers/processes.js';
-import { readSse } from '../helpers/raw-mcp.js';
+import { PYTHON, ROOT, type ManagedProcess } from '../helpers/processes.js';
+import { modernRequest, readSse, TASKS_EXT } from '../helpers/raw-mcp.js';
+import { useStack } from '../helpers/stack.js';
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
-const V = '2026-07-28';
-const EXT = 'io.modelcontextprotocol/tasks';
 const WAITING = /^Waiting to be resumed/;
 type Json = Record<string, any>;
 
-let redis: TestRedis;
-let gateway: GatewayProcess;
-let env: Record<string, string>;
+/** A SIGTERM hands the run back 300 ms past it; a short heartbeat. */
+const WORKER_ENV = { WORKER_SHUTDOWN_GRACE_MS: '300', WORKER_HEARTBEAT_MS: '500' };
+const stack = useStack({ name: 'f-handback', redis: { owned: true }, workers: [] });
 let browser: Browser;
 let page: Page;
-let nextId = 1;
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM))
     throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
-  redis = await startRedis({ owned: true });
-  env = {
-    REDIS_URL: redis.url,
-    TASKRELAY_PREFIX: uniquePrefix('f-handback'),
-    WORKER_SHUTDOWN_GRACE_MS: '300',
-    WORKER_HEARTBEAT_MS: '500',
-  };
-  gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: env['TASKRELAY_PREFIX']! });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu'] });
   page = await browser.newPage();
 });
 
 afterAll(async () => {
   await browser?.close();
-  await stopAll();
-  await redis?.stop();
 });
 
 /** One 2026-07-28 request with the tasks extension declared. */
 function post(method: string, params: Json, signal?: AbortSignal): Promise<Response> {
-  const body = JSON.stringify({
-    jsonrpc: '2.0',
-    id: nextId++,
-    method,
-    params: {
-      ...params,
-      _meta: {
-        'io.modelcontextprotocol/protocolVersion': V,
-        'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } },
-      },
-    },
-  });
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: 'application/json, text/event-stream',
-    'mcp-protocol-version': V,
-    'mcp-method': method,
-  };
-  if (method === 'tools/call') headers['mcp-name'] = String(params['name']);
-  if (method.startsWith('tasks/')) headers['mcp-name'] = String(params['taskId']);
-  const init: RequestInit = { method: 'POST', headers, body };
-  if (signal) init.signal = signal;
-  return fetch(gateway.url, init);
+  const { headers, body } = modernRequest(method, params, { capabilities: { extensions: { [TASKS_EXT]: {} } } });
+  return fetch(stack.gateway.url, { method: 'POST', headers, body, signal: signal ?? null });
 }
 
 async function result(method: string, params: Json): Promise<Json> {
@@ -107,14 +64,15 @@ const cases: Array<{
   {
     worker: 'Node',
     skip: false,
-    start: () => startWorkerProcess(env), // the demo tools
+    start: () => stack.addWorker(WORKER_ENV), // the demo tools
     tool: 'build_report',
     args: { report: 'sales', items: 1_000, delayMs: 50 },
   },
   {
     worker: 'Python',
     skip: PYTHON === undefined,
-    start: () => startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }),
+    start: () =>
+      stack.addPythonWorker({ ...WORKER_ENV, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }),
     tool: 'py_count',
     args: { n: 1_000, delay_ms: 50 },
   },
@@ -146,7 +104,7 @@ describe.each(cases)('a run handed back by a $worker worker', ({ skip, start, to
         frames.filter((f) => f['method'] === 'notifications/tasks').map((f) => f['params'] as Json);
       await waitFor(() => taskFrames().length >= 1, { message: 'the listen stream sent no first frame' });
 
-      await page.goto(gateway.url.replace(/\/mcp$/, '/admin/tasks'));
+      await page.goto(stack.gateway.url.replace(/\/mcp$/, '/admin/tasks'));
       const bar = await waitFor(async () => (await row(taskId))?.[3]?.match(/^\d+\/1000/), {
         timeoutMs: 10_000,
         message: 'the dashboard never showed the progress bar',

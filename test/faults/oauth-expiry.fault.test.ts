@@ -10,8 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import getPort from 'get-port';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { connectClient, startGatewayProcess, startWorkerProcess, stopAll } from '../helpers/processes.js';
+import { startStack, type TestStack } from '../helpers/stack.js';
 import { getTask, startTask, taskResult } from '../helpers/tasks.js';
 import { scaled } from '../helpers/load.js';
 
@@ -24,13 +23,11 @@ const SCOPE = 'taskrelay:tools';
 const TOKEN_LIFE_S = Math.ceil(scaled(3_000) / 1_000);
 const ITEMS = TOKEN_LIFE_S * 15; // 200 ms each
 
-let redis: TestRedis;
+let stack: TestStack;
 let jwksServer: Server;
 let issuer: string;
 let audience: string;
-let gatewayUrl: string;
 let key: { privateKey: CryptoKey; kid: string };
-const clients: Client[] = [];
 
 async function token(lifeS: number): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
@@ -45,10 +42,8 @@ async function token(lifeS: number): Promise<string> {
     .sign(key.privateKey);
 }
 
-async function client(bearer: string): Promise<Client> {
-  const connected = await connectClient(gatewayUrl, { authorization: `Bearer ${bearer}` });
-  clients.push(connected);
-  return connected;
+function client(bearer: string): Promise<Client> {
+  return stack.client({ authorization: `Bearer ${bearer}` });
 }
 
 beforeAll(async () => {
@@ -62,28 +57,29 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => jwksServer.listen(0, '127.0.0.1', resolve));
   const jwksPort = (jwksServer.address() as AddressInfo).port;
   issuer = `http://127.0.0.1:${jwksPort}/`;
-  redis = await startRedis({ owned: true });
+  // The stack is started once the key server is, whose address its gateway takes; on a port known beforehand, the
+  // token's audience.
   const port = await getPort({ host: '127.0.0.1' });
   audience = `http://127.0.0.1:${port}/mcp`;
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('f-oauth') };
-  const gateway = await startGatewayProcess({
-    ...env,
-    PORT: String(port),
-    TASKRELAY_OAUTH_ISSUER: issuer,
-    TASKRELAY_OAUTH_AUDIENCE: audience,
-    TASKRELAY_OAUTH_JWKS_URL: `http://127.0.0.1:${jwksPort}/jwks`,
-    TASKRELAY_OAUTH_SCOPES: SCOPE,
-    // No skew: the token expires when its `exp` says.
-    TASKRELAY_OAUTH_CLOCK_SKEW_MS: '0',
+  stack = await startStack({
+    name: 'f-oauth',
+    redis: { owned: true },
+    gateways: [
+      {
+        PORT: String(port),
+        TASKRELAY_OAUTH_ISSUER: issuer,
+        TASKRELAY_OAUTH_AUDIENCE: audience,
+        TASKRELAY_OAUTH_JWKS_URL: `http://127.0.0.1:${jwksPort}/jwks`,
+        TASKRELAY_OAUTH_SCOPES: SCOPE,
+        // No skew: the token expires when its `exp` says.
+        TASKRELAY_OAUTH_CLOCK_SKEW_MS: '0',
+      },
+    ],
   });
-  gatewayUrl = gateway.url;
-  await startWorkerProcess(env);
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
-  await stopAll();
-  await redis?.stop();
+  await stack?.stop();
   await new Promise((resolve) => jwksServer?.close(resolve));
 });
 

@@ -3,20 +3,18 @@
  * TASKRELAY_REAPER_INTERVAL_MS, in some gateway) fails a task whose job never existed, was evicted, or sits in BullMQ's
  * failed set, depending on no in-process event; a `tasks/result` waiter blocked before that is answered.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { UnrecoverableError, Worker } from 'bullmq';
 import { TaskStore, createKeys, toolQueue } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait-for.js';
-import { startGatewayProcess, startWorkerProcess, stopAll, type GatewayProcess } from '../helpers/processes.js';
 import {
   FAULT_TOOLS,
   startTask,
   taskResult,
   testRedis,
   textOf,
-  watchingClient,
+  useFaultStack,
+  type FaultStack,
   type WatchingClient,
 } from '../helpers/faults.js';
 
@@ -24,33 +22,20 @@ const IDEMPOTENCY_KEY = 'dev.taskrelay/idempotency-key';
 /** A reaper running every 500 ms answers well within this; today's code never does. */
 const REAPED_WITHIN_MS = 10_000;
 
-let redis: TestRedis;
-let r: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-});
-
-afterAll(async () => {
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
-});
-
 /**
  * A gateway whose catalog still lists the fault tools but with no worker consuming their queue: a worker published
  * its catalog (a long heartbeat keeps it listed) and was SIGKILLed, so calls are accepted and their jobs wait.
  */
-async function gatewayWithoutWorkers(label: string): Promise<{ prefix: string; gateway: GatewayProcess }> {
-  const prefix = uniquePrefix(label);
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix };
-  const [gateway, worker] = await Promise.all([
-    startGatewayProcess({ ...env, TASKRELAY_REAPER_INTERVAL_MS: '500' }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_HEARTBEAT_MS: '60000' }),
-  ]);
-  await worker.kill('SIGKILL');
-  return { prefix, gateway };
+function useGatewayWithoutWorkers(name: string): FaultStack {
+  const faults = useFaultStack({
+    name,
+    gateways: [{ TASKRELAY_REAPER_INTERVAL_MS: '500' }],
+    workers: [{ TASKRELAY_TOOLS: FAULT_TOOLS, WORKER_HEARTBEAT_MS: '60000' }],
+  });
+  beforeAll(async () => {
+    await faults.stack.workers[0]?.kill('SIGKILL');
+  });
+  return faults;
 }
 
 /** The queue of the fault worker's `steady` tool (PROTOCOL.md §3.2): where its calls' jobs wait. */
@@ -68,22 +53,12 @@ async function expectReapedFailed(watcher: WatchingClient, taskId: string, waiti
 }
 
 describe('§10.3 the reaper, with no worker consuming the queue', () => {
-  let prefix: string;
-  let gateway: GatewayProcess;
-  let watcher: WatchingClient;
-
-  beforeAll(async () => {
-    ({ prefix, gateway } = await gatewayWithoutWorkers('f-reaper'));
-    watcher = await watchingClient(gateway.url);
-  });
-
-  afterAll(async () => {
-    await watcher?.close();
-  });
+  const faults = useGatewayWithoutWorkers('f-reaper');
+  const { stack } = faults;
 
   it('fails a task that was stored but never enqueued (its gateway died in between)', async () => {
     // Exactly what a gateway writes before it enqueues (§4.2), then nothing: the gateway "died".
-    const store = new TaskStore(r, createKeys(prefix));
+    const store = new TaskStore(stack.r, createKeys(stack.prefix));
     const record = await store.records.create({
       tool: 'steady',
       queue: 'default',
@@ -92,42 +67,45 @@ describe('§10.3 the reaper, with no worker consuming the queue', () => {
       ttl: 60_000,
       pollInterval: 1_000,
     });
-    expect(await r.exists(jobKey(prefix, record.taskId))).toBe(0);
-    const waiting = taskResult(watcher.client, record.taskId, REAPED_WITHIN_MS);
-    await expectReapedFailed(watcher, record.taskId, waiting);
+    expect(await stack.r.exists(jobKey(stack.prefix, record.taskId))).toBe(0);
+    const waiting = taskResult(faults.watcher.client, record.taskId, REAPED_WITHIN_MS);
+    await expectReapedFailed(faults.watcher, record.taskId, waiting);
   });
 
   it('fails a queued task whose BullMQ job was evicted', async () => {
-    const taskId = await startTask(watcher.client, 'steady', { ms: 100 });
-    expect(await r.exists(jobKey(prefix, taskId))).toBe(1);
-    const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
-    expect(await r.del(jobKey(prefix, taskId))).toBe(1);
-    await expectReapedFailed(watcher, taskId, waiting);
+    const taskId = await startTask(faults.watcher.client, 'steady', { ms: 100 });
+    expect(await stack.r.exists(jobKey(stack.prefix, taskId))).toBe(1);
+    const waiting = taskResult(faults.watcher.client, taskId, REAPED_WITHIN_MS);
+    expect(await stack.r.del(jobKey(stack.prefix, taskId))).toBe(1);
+    await expectReapedFailed(faults.watcher, taskId, waiting);
   });
 
   it('gives a client retrying with the same idempotency key a fresh task once the never-started one was reaped', async () => {
-    const meta = { [IDEMPOTENCY_KEY]: `reaped-${prefix}` };
-    const first = await startTask(watcher.client, 'steady', { ms: 100 }, { meta });
-    const waiting = taskResult(watcher.client, first, REAPED_WITHIN_MS);
-    await r.del(jobKey(prefix, first));
-    await expectReapedFailed(watcher, first, waiting);
+    const meta = { [IDEMPOTENCY_KEY]: `reaped-${stack.prefix}` };
+    const first = await startTask(faults.watcher.client, 'steady', { ms: 100 }, { meta });
+    const waiting = taskResult(faults.watcher.client, first, REAPED_WITHIN_MS);
+    await stack.r.del(jobKey(stack.prefix, first));
+    await expectReapedFailed(faults.watcher, first, waiting);
 
-    const retried = await startTask(watcher.client, 'steady', { ms: 100 }, { meta });
+    const retried = await startTask(faults.watcher.client, 'steady', { ms: 100 }, { meta });
     expect(retried).not.toBe(first);
-    expect((await watcher.client.experimental.tasks.getTask(retried)).status).toBe('working');
+    expect((await faults.watcher.client.experimental.tasks.getTask(retried)).status).toBe('working');
   });
 });
 
 describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
+  const faults = useGatewayWithoutWorkers('f-reaper-failed');
+  const { stack } = faults;
+
   it('fails a task whose job sits in the failed set while the task is still working, with BullMQ’s failedReason', async () => {
-    const { prefix, gateway } = await gatewayWithoutWorkers('f-reaper-failed');
-    const watcher = await watchingClient(gateway.url);
+    const { prefix } = stack;
+    const { watcher } = faults;
     const taskId = await startTask(watcher.client, 'steady', { ms: 100 });
     const waiting = taskResult(watcher.client, taskId, REAPED_WITHIN_MS);
 
     // A bare BullMQ worker fails the job without touching the task (as a stall-failed job whose observer died).
     const keys = createKeys(prefix);
-    const connection = testRedis(redis.url);
+    const connection = testRedis(stack.redis.url);
     const raw = new Worker(
       keys.queueName(FAULT_POOL),
       async () => {
@@ -136,9 +114,12 @@ describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
       { connection, prefix: keys.bullPrefix },
     );
     try {
-      await waitFor(async () => (await r.zscore(`${prefix}:${keys.queueName(FAULT_POOL)}:failed`, taskId)) !== null, {
-        message: 'the raw worker did not fail the job',
-      });
+      await waitFor(
+        async () => (await stack.r.zscore(`${prefix}:${keys.queueName(FAULT_POOL)}:failed`, taskId)) !== null,
+        {
+          message: 'the raw worker did not fail the job',
+        },
+      );
     } finally {
       await raw.close();
       connection.disconnect();
@@ -146,6 +127,5 @@ describe('§10.3 the reaper, for a job BullMQ failed on its own', () => {
 
     const { result, task } = await expectReapedFailed(watcher, taskId, waiting);
     expect(`${task.statusMessage ?? ''}\n${textOf(result)}`).toContain('failed behind the task store’s back');
-    await watcher.close();
   });
 });

@@ -10,17 +10,10 @@ import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { RawSession, readSse, type SseEvent } from '../helpers/raw-mcp.js';
-import {
-  ROOT,
-  readMetric,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from '../helpers/processes.js';
+import { ROOT, readMetric, type GatewayProcess } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
 
 const ABUSE_TOOLS = resolve(ROOT, 'test/fixtures/abuse-tools.mjs');
@@ -36,20 +29,17 @@ const GATEWAY_HEAP_MB = 128;
 /** Growth of the gateway's resident set over its idle size that counts as bounded (a reading client: 65–142 MB). */
 const BOUNDED_GROWTH_BYTES = 200 * 1024 * 1024;
 
-let redis: TestRedis;
+// No progress throttle: the gateway is offered as much as the worker and Redis can carry, so the test is short.
+const stack = useStack({
+  name: 'f-slow',
+  env: { TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+  gateways: [{ NODE_OPTIONS: `--max-old-space-size=${GATEWAY_HEAP_MB}` }],
+  workers: [{ TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: '16' }],
+});
 let gateway: GatewayProcess;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  // No progress throttle: the gateway is offered as much as the worker and Redis can carry, so the test is short.
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: uniquePrefix('f-slow'), TASKRELAY_PROGRESS_INTERVAL_MS: '0' };
-  gateway = await startGatewayProcess({ ...env, NODE_OPTIONS: `--max-old-space-size=${GATEWAY_HEAP_MB}` });
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: ABUSE_TOOLS, WORKER_CONCURRENCY: '16' });
-});
-
-afterAll(async () => {
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  gateway = stack.gateway;
 });
 
 /** The gateway's resident set, in bytes. */
@@ -199,7 +189,7 @@ describe('§22.1 streams nobody reads', () => {
       // hundred of these messages): lowered here so that happens during the calls, as it did on a loaded CI machine,
       // where the terminal events published while the subscriber was away were lost and the calls were never
       // counted as finished. And once more by hand, so the run always has at least one such cut.
-      const admin = new Redis(redis.url);
+      const admin = new Redis(stack.redis.url);
       await admin.config('SET', 'client-output-buffer-limit', 'pubsub 2mb 1mb 1');
       const reconnectsBefore = await readMetric(gateway.url, 'taskrelay_redis_reconnects_total', {
         connection: 'subscriber',

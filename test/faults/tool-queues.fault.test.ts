@@ -10,57 +10,36 @@
  * or orphaned task sat queued while set B's workers served its tool.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import { ROOT, startGatewayProcess, startWorkerProcess, stopAll, type ManagedProcess } from '../helpers/processes.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, type ManagedProcess } from '../helpers/processes.js';
 import {
-  FaultRecords,
   overlappingRuns,
   startTask,
-  testRedis,
+  useFaultStack,
   waitForTerminal,
-  watchingClient,
   type FaultEvent,
+  type FaultRecords,
   type WatchingClient,
 } from '../helpers/faults.js';
 
 const SET_A = resolve(ROOT, 'test/fixtures/tool-set-a.mjs');
 const SET_B = resolve(ROOT, 'test/fixtures/tool-set-b.mjs');
 
-let redis: TestRedis;
-let r: Redis;
-let prefix: string;
+// Workers start in the tests: each its tool set.
+const faults = useFaultStack({
+  name: 'f-toolq',
+  workers: [],
+  workerEnv: { WORKER_LOCK_DURATION_MS: '2000', WORKER_SHUTDOWN_GRACE_MS: '300', WORKER_HEARTBEAT_MS: '500' },
+});
+const { stack } = faults;
 let records: FaultRecords;
 let watcher: WatchingClient;
-let gatewayUrl: string;
 
-const workerEnv = (tools: string, extra: Record<string, string> = {}) => ({
-  REDIS_URL: redis.url,
-  TASKRELAY_PREFIX: prefix,
-  TASKRELAY_TOOLS: tools,
-  WORKER_LOCK_DURATION_MS: '2000',
-  WORKER_SHUTDOWN_GRACE_MS: '300',
-  WORKER_HEARTBEAT_MS: '500',
-  ...extra,
+beforeAll(() => {
+  ({ records, watcher } = faults);
 });
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  prefix = uniquePrefix('f-toolq');
-  records = new FaultRecords(r, prefix);
-  const gateway = await startGatewayProcess({ REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix });
-  gatewayUrl = gateway.url;
-  watcher = await watchingClient(gatewayUrl);
-});
-
-afterAll(async () => {
-  await watcher?.close();
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
-});
+const workerEnv = (tools: string, extra: Record<string, string> = {}) => ({ TASKRELAY_TOOLS: tools, ...extra });
 
 /** The pids that started a run of each child of a batch, read from the children's records. */
 async function childPids(parentId: string): Promise<number[]> {
@@ -79,9 +58,9 @@ describe('§3.2 any worker that serves a tool takes its work', () => {
 
   it("runs a batch's children on the workers of the child tool, across both tool sets", async () => {
     [a, b1, b2] = await Promise.all([
-      startWorkerProcess(workerEnv(SET_A, { WORKER_CONCURRENCY: '2' })),
-      startWorkerProcess(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' })),
-      startWorkerProcess(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' })),
+      stack.addWorker(workerEnv(SET_A, { WORKER_CONCURRENCY: '2' })),
+      stack.addWorker(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' })),
+      stack.addWorker(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' })),
     ]);
     const items = Array.from({ length: 24 }, () => ({ ms: 200 }));
     const parentId = await startTask(watcher.client, 'fan_wide', { items });
@@ -100,7 +79,7 @@ describe('§3.2 any worker that serves a tool takes its work', () => {
     // Only set A serves steady now: its run starts there.
     const taskId = await startTask(watcher.client, 'steady_once', { ms: 300, firstRunMs: 60_000 });
     await records.waitForStart(taskId, { pid: a.pid });
-    const b = await startWorkerProcess(workerEnv(SET_B));
+    const b = await stack.addWorker(workerEnv(SET_B));
     await a.kill('SIGTERM');
     // The last worker of set A handed it back; set B's worker takes it from the tool's queue.
     const second = await records.waitForStart(taskId, { nth: 2, timeoutMs: 20_000 });
@@ -112,7 +91,7 @@ describe('§3.2 any worker that serves a tool takes its work', () => {
   it('takes over a task whose worker was SIGKILLed on a worker of the other tool set', async () => {
     const taskId = await startTask(watcher.client, 'steady', { ms: 300, firstRunMs: 60_000 });
     await records.waitForStart(taskId, { pid: a.pid });
-    const other = await startWorkerProcess(workerEnv(SET_A));
+    const other = await stack.addWorker(workerEnv(SET_A));
     await a.kill('SIGKILL');
     await records.markKilled(taskId, a.pid);
     const second = await records.waitForStart(taskId, { nth: 2, timeoutMs: 20_000 });
@@ -123,7 +102,7 @@ describe('§3.2 any worker that serves a tool takes its work', () => {
   }, 60_000);
 
   it('runs at most WORKER_CONCURRENCY jobs at once in one process, across its tool queues', async () => {
-    const worker = await startWorkerProcess(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' }));
+    const worker = await stack.addWorker(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' }));
     const ids = await Promise.all(
       ['steady', 'steady_once', 'fragile', 'steady', 'steady_once', 'fragile'].map((tool) =>
         startTask(watcher.client, tool, { ms: 300 }),
@@ -149,7 +128,7 @@ describe('§3.2 any worker that serves a tool takes its work', () => {
   }, 60_000);
 
   it('starts a job on the free slot at once while another tool holds the other one', async () => {
-    const worker = await startWorkerProcess(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' }));
+    const worker = await stack.addWorker(workerEnv(SET_B, { WORKER_CONCURRENCY: '2' }));
     const long = await startTask(watcher.client, 'steady', { ms: 30_000 });
     await records.waitForStart(long, { pid: worker.pid });
     // Taking this job fills the process: BullMQ's loop must start it, not wait for a third slot first (it used to

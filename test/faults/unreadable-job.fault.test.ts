@@ -7,55 +7,35 @@
  * or another producer has.
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { toolQueue } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from '../helpers/redis.js';
-import {
-  FIXTURE_TOOLS,
-  PYTHON,
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  startWorkerProcess,
-  stopAll,
-} from '../helpers/processes.js';
+import { FIXTURE_TOOLS, PYTHON, ROOT } from '../helpers/processes.js';
+import { useStack } from '../helpers/stack.js';
 import { getTask, startTask } from '../helpers/tasks.js';
-import { taskResult, testRedis, waitForTerminal } from '../helpers/faults.js';
+import { taskResult, waitForTerminal } from '../helpers/faults.js';
 import { waitFor } from '../helpers/wait-for.js';
 
 /** How far ahead the jobs start: time to rewrite their data while they wait in the delayed set. */
 const START_IN_MS = 4_000;
 
-let redis: TestRedis;
+const stack = useStack({
+  name: 'f-unreadable',
+  redis: { owned: true },
+  env: { WORKER_LOCK_DURATION_MS: '3000' },
+  workers: [{ TASKRELAY_TOOLS: FIXTURE_TOOLS }, { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/batch-tools.mjs') }],
+  pythonWorkers: PYTHON === undefined ? [] : [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }],
+  mcp: true,
+  hookTimeoutMs: 60_000,
+});
 let r: Redis;
 let prefix: string;
 let client: Client;
 
-beforeAll(async () => {
-  redis = await startRedis({ owned: true });
-  r = testRedis(redis.url);
-  prefix = uniquePrefix('f-unreadable');
-  const env = { REDIS_URL: redis.url, TASKRELAY_PREFIX: prefix, WORKER_LOCK_DURATION_MS: '3000' };
-  const gateway = await startGatewayProcess(env);
-  await Promise.all([
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: FIXTURE_TOOLS }),
-    startWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/batch-tools.mjs') }),
-    PYTHON === undefined
-      ? undefined
-      : startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_tools.py') }),
-  ]);
-  client = await connectClient(gateway.url);
-}, 60_000);
-
-afterAll(async () => {
-  await client?.close().catch(() => undefined);
-  r?.disconnect();
-  await stopAll();
-  await redis?.stop();
+beforeAll(() => {
+  ({ r, prefix, mcp: client } = stack);
 });
 
 /** Starts a delayed task of `tool`, and rewrites its waiting job's stored data to `data`. */

@@ -4,13 +4,16 @@
  * client was answered, load that polls every task through a fault, the outcome of each task (runs and side effects
  * from the fault tools' records) and the checks that nothing was lost, stuck or completed twice.
  */
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
+import type { Redis } from 'ioredis';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { uniquePrefix } from './redis.js';
+import { startRedis, uniquePrefix, type TestRedis } from './redis.js';
+import type { TestCluster } from './redis-cluster.js';
 import { waitFor } from './wait-for.js';
-import { connectClient, type ManagedProcess } from './processes.js';
-import { TERMINAL, startTask, type FaultRecords } from './faults.js';
+import { connectClient, type GatewayProcess, type ManagedProcess } from './processes.js';
+import { useStack, type TestStack } from './stack.js';
+import { FaultRecords, TERMINAL, WorkerPool, startTask, testRedis } from './faults.js';
 
 const IDEMPOTENCY_KEY = 'dev.taskrelay/idempotency-key';
 
@@ -20,6 +23,213 @@ export interface FaultStack {
   records: FaultRecords;
   /** Every process whose log lines a failed assertion shows. */
   procs(): ManagedProcess[];
+}
+
+export interface ClusterFaultOptions {
+  /** Names the key prefix. */
+  name: string;
+  /** The workers' tools module (TASKRELAY_TOOLS): fault tools that record their runs and effects. */
+  tools: string;
+  /** False: an unbraced prefix, the sharded layout (PROTOCOL.md §1.1). Default: braces, the single layout. */
+  braces?: boolean;
+  /** A dead master is failed over after this (plus the election, about a second). */
+  nodeTimeoutMs: number;
+  /** Workers started before the gateway, so its first catalog read has every tool's shards. Default: none. */
+  workersFirst?: { count: number; lockMs: number };
+}
+
+/** A cluster fault suite's stack: the cluster's stack, its one gateway (restarted in place) and a worker pool. */
+export interface ClusterFaults extends FaultStack {
+  readonly stack: TestStack;
+  readonly cluster: TestCluster;
+  readonly prefix: string;
+  /** The pool `workers` made last (undefined before). */
+  readonly pool: WorkerPool | undefined;
+  /** `count` workers of lock duration `lockMs`: the pool as it is when it has them, else a fresh one. */
+  workers(count: number, lockMs: number): Promise<WorkerPool>;
+  /** SIGKILLs the gateway and starts another behind the same address. */
+  restartGateway(): Promise<void>;
+  /** Another process (a Python worker) whose log lines a failed assertion shows. */
+  watch(proc: ManagedProcess): void;
+}
+
+/**
+ * The cluster fault suites' stack: a Redis Cluster of `masters: 3` with a replica each (test/helpers/stack.ts), one
+ * gateway, and workers from `workers`. The fault tools record to a standalone Redis of their own
+ * (FAULT_RECORD_REDIS_URL), so the records are true through the cluster's outage.
+ */
+export function useClusterFaults(options: ClusterFaultOptions): ClusterFaults {
+  const stack = useStack({
+    name: options.name,
+    cluster: { replicas: 1, nodeTimeoutMs: options.nodeTimeoutMs, braces: options.braces },
+    gateways: [],
+    workers: [],
+    hookTimeoutMs: 120_000,
+  });
+  let recordRedis: TestRedis | undefined;
+  let r: Redis | undefined;
+  let records: FaultRecords | undefined;
+  let gateway: GatewayProcess | undefined;
+  let pool: WorkerPool | undefined;
+  let poolLockMs = 0;
+  const watched: ManagedProcess[] = [];
+  const started = <T>(value: T | undefined, what: string): T => {
+    if (value === undefined) throw new Error(`cluster faults ${options.name} have no ${what} (read it inside a test)`);
+    return value;
+  };
+  const faults: ClusterFaults = {
+    stack,
+    get cluster() {
+      return stack.cluster;
+    },
+    get prefix() {
+      return stack.prefix;
+    },
+    get records() {
+      return started(records, 'records');
+    },
+    get pool() {
+      return pool;
+    },
+    gatewayUrl: () => started(gateway, 'gateway').url,
+    procs: () => [started(gateway, 'gateway'), ...(pool ? pool.procs.values() : []), ...watched],
+    async workers(count, lockMs) {
+      if (pool && poolLockMs === lockMs && pool.procs.size >= count) return pool;
+      await pool?.stopAll();
+      pool = new WorkerPool(
+        {
+          TASKRELAY_TOOLS: options.tools,
+          FAULT_RECORD_REDIS_URL: started(recordRedis, 'record Redis').url,
+          FAULT_RECORD_PREFIX: stack.prefix,
+          WORKER_CONCURRENCY: '20',
+          WORKER_HEARTBEAT_MS: '1000',
+          WORKER_LOCK_DURATION_MS: String(lockMs),
+        },
+        (env) => stack.addWorker(env),
+      );
+      poolLockMs = lockMs;
+      await pool.start(count);
+      return pool;
+    },
+    async restartGateway() {
+      gateway = await stack.restartGateway(started(gateway, 'gateway'));
+    },
+    watch(proc) {
+      watched.push(proc);
+    },
+  };
+  beforeAll(async () => {
+    recordRedis = await startRedis({ owned: true });
+    r = testRedis(recordRedis.url);
+    records = new FaultRecords(r, stack.prefix);
+    if (options.workersFirst) await faults.workers(options.workersFirst.count, options.workersFirst.lockMs);
+    // The reaper's default interval (5 s): its first look at a new task comes after a failover, not during one.
+    gateway = await stack.addGateway();
+  }, 120_000);
+  afterAll(async () => {
+    r?.disconnect();
+    await recordRedis?.stop();
+  });
+  return faults;
+}
+
+/**
+ * The kill loop under load: `count` tasks of 0.5–2 s polled through three rounds of worker SIGKILLs (1 and the
+ * gateway, then 2, then 1) in a pool of 3 workers of `lockMs`, topped up after each round, a second apart.
+ */
+export async function killLoopUnderLoad(
+  faults: ClusterFaults,
+  sessions: Session[],
+  load: { count: number; lockMs: number; toolOf?: (i: number) => string },
+): Promise<{ outcomes: Outcome[]; kills: { workers: number; gateways: number } }> {
+  const size = 3;
+  const pool = await faults.workers(size, load.lockMs);
+  const kills = { workers: 0, gateways: 0 };
+  const fault = async () => {
+    for (const round of [{ workers: 1, gateway: true }, { workers: 2 }, { workers: 1 }]) {
+      const victims = [...pool.procs.values()].slice(0, round.workers);
+      await Promise.all(victims.map((w) => w.kill('SIGKILL')));
+      kills.workers += victims.length;
+      if (round.gateway) {
+        await faults.restartGateway();
+        kills.gateways += 1;
+      }
+      await pool.start(size - pool.procs.size);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+  };
+  const outcomes = await underLoad(faults, sessions, load.count, (i) => 500 + ((i * 379) % 1_501), fault, {
+    toolOf: load.toolOf,
+  });
+  return { outcomes, kills };
+}
+
+/** A master's first replica, which a failover promotes. */
+export async function replicaOf(cluster: TestCluster, master: number): Promise<number> {
+  const [replica] = await cluster.replicasOf(master);
+  if (replica === undefined) throw new Error(`master ${master} has no replica`);
+  return replica;
+}
+
+/**
+ * Fails `slot`'s master over to `replica`: gracefully (`CLUSTER FAILOVER` on the replica) or by a SIGKILL of the
+ * master (`kill`). Waits until the replica serves the slot, then a second more. `startedAt` is when the fault began.
+ */
+export async function failOver(
+  cluster: TestCluster,
+  fault: { slot: number; master: number; replica: number; kill?: boolean },
+): Promise<{ startedAt: number; promotedMs: number }> {
+  const { slot, master, replica } = fault;
+  const startedAt = Date.now();
+  if (fault.kill) await cluster.kill(master);
+  else await cluster.node(replica).cluster('FAILOVER');
+  await waitFor(async () => (await cluster.masterOf(slot, replica).catch(() => undefined)) === replica, {
+    timeoutMs: 30_000,
+    intervalMs: 50,
+    message: `replica ${replica} did not take over slot ${slot}`,
+  });
+  const promotedMs = Date.now() - startedAt;
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  return { startedAt, promotedMs };
+}
+
+export interface FailoverUnderLoad {
+  outcomes: Outcome[];
+  /** The tasks a client created while the fault lasted (`creating`), and how often a create was retried. */
+  createdIds: string[];
+  retries: number;
+  replica: number;
+  startedAt: number;
+  promotedMs: number;
+}
+
+/**
+ * A failover (`failOver`) of `slot`'s master under load: `count` tasks of `msOf(i)` ms polled through it, and a
+ * client creating tasks until it is over. Each session's errors are cleared first, so they are the fault's.
+ */
+export async function failOverUnderLoad(
+  faults: ClusterFaults,
+  sessions: Session[],
+  load: { count: number; msOf: (i: number) => number; toolOf?: (i: number) => string },
+  fault: { slot: number; master: number; kill?: boolean },
+): Promise<FailoverUnderLoad> {
+  for (const s of sessions) s.errors.length = 0;
+  const replica = await replicaOf(faults.cluster, fault.master);
+  let faultOver = false;
+  const creator = creating(sessions[1] as Session, () => faultOver, load.toolOf);
+  let promotion = { startedAt: 0, promotedMs: 0 };
+  const outcomes = await underLoad(
+    faults,
+    sessions,
+    load.count,
+    load.msOf,
+    async () => {
+      promotion = await failOver(faults.cluster, { ...fault, replica });
+      faultOver = true;
+    },
+    { toolOf: load.toolOf },
+  );
+  return { outcomes, createdIds: await creator.done, retries: creator.retries(), replica, ...promotion };
 }
 
 /** An error a client saw: when, and what it said. */

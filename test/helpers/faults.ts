@@ -212,10 +212,16 @@ export function testRedis(url: string): Redis {
 /** Worker processes of one test file, by pid, so a test can kill exactly the one running a task. */
 export class WorkerPool {
   readonly procs = new Map<number, ManagedProcess>();
-  constructor(private readonly env: Record<string, string | undefined>) {}
+  /** `start` starts one worker: a stack's `addWorker`, so the stack stops them too, or a bare process. */
+  constructor(
+    private readonly env: Record<string, string | undefined>,
+    private readonly startOne: (
+      env: Record<string, string | undefined>,
+    ) => Promise<ManagedProcess> = startWorkerProcess,
+  ) {}
 
   async start(count = 1, env: Record<string, string> = {}): Promise<ManagedProcess[]> {
-    const started = await Promise.all(Array.from({ length: count }, () => startWorkerProcess({ ...this.env, ...env })));
+    const started = await Promise.all(Array.from({ length: count }, () => this.startOne({ ...this.env, ...env })));
     for (const proc of started) {
       this.procs.set(proc.pid, proc);
       void proc.exited.then(() => this.procs.delete(proc.pid));

@@ -9,6 +9,11 @@ import { resolve } from 'node:path';
 import getPort from 'get-port';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  ProgressNotificationSchema,
+  type ClientCapabilities,
+  type ProgressNotification,
+} from '@modelcontextprotocol/sdk/types.js';
 import { StopWaiting, waitFor } from './wait-for.js';
 
 export const ROOT = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
@@ -178,11 +183,33 @@ export async function startPythonWorkerProcess(
   return proc;
 }
 
-export async function connectClient(url: string, headers: Record<string, string> = {}): Promise<Client> {
+/** What a test client is, beyond its URL and headers. */
+export interface ClientShape {
+  /** Capabilities besides tasks (list, cancel, requests), which every test client declares. */
+  capabilities?: ClientCapabilities;
+  /** Where the client appends the params of every `notifications/progress` it gets. */
+  progress?: ProgressNotification['params'][];
+  /** Handlers set on the client before it connects (roots, elicitation…). */
+  before?: (client: Client) => void;
+}
+
+export async function connectClient(
+  url: string,
+  headers: Record<string, string> = {},
+  shape: ClientShape = {},
+): Promise<Client> {
   const client = new Client(
     { name: 'taskrelay-test', version: '0.0.0' },
-    { capabilities: { tasks: { list: {}, cancel: {}, requests: {} } } },
+    { capabilities: { tasks: { list: {}, cancel: {}, requests: {} }, ...shape.capabilities } },
   );
+  const { progress } = shape;
+  if (progress) {
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      progress.push(n.params);
+      return Promise.resolve();
+    });
+  }
+  shape.before?.(client);
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
 }

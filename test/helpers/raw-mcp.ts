@@ -9,6 +9,59 @@ export interface SseEvent {
 
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
+/** The 2026-07-28 protocol version and the tasks extension's id, as a 2026 client sends them. */
+export const MODERN_VERSION = '2026-07-28';
+export const TASKS_EXT = 'io.modelcontextprotocol/tasks';
+
+export interface ModernRequestOptions {
+  /** The client's capabilities, in every request's `_meta`. Default: none. */
+  capabilities?: Record<string, unknown>;
+  /** More `_meta` fields (clientInfo, a progress token…). */
+  meta?: Record<string, unknown>;
+  /** Headers over the defaults; `undefined` removes one. */
+  headers?: Record<string, string | undefined>;
+}
+
+let modernId = 0;
+
+/**
+ * The headers and body of one 2026-07-28 request, as a 2026 client sends it: no session, the routing headers
+ * (`mcp-method`, and `mcp-name` for a tool call or a task method) and the per-request `_meta`. Ids are unique in the
+ * test file.
+ */
+export function modernRequest(
+  method: string,
+  params: Record<string, unknown> = {},
+  options: ModernRequestOptions = {},
+): { id: number; headers: Record<string, string>; body: string } {
+  const id = ++modernId;
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': MODERN_VERSION,
+        'io.modelcontextprotocol/clientCapabilities': options.capabilities ?? {},
+        ...options.meta,
+      },
+    },
+  });
+  const headers: Record<string, string> = {
+    ...JSON_HEADERS,
+    'mcp-protocol-version': MODERN_VERSION,
+    'mcp-method': method,
+  };
+  const name = method === 'tools/call' ? params['name'] : method.startsWith('tasks/') ? params['taskId'] : undefined;
+  if (typeof name === 'string') headers['mcp-name'] = name;
+  for (const [k, v] of Object.entries(options.headers ?? {})) {
+    if (v === undefined) delete headers[k];
+    else headers[k] = v;
+  }
+  return { id, headers, body };
+}
+
 export class RawSession {
   private nextId = 1;
   constructor(

@@ -20,6 +20,7 @@ import {
   startGatewayProcess,
   startPythonWorkerProcess,
   startWorkerProcess,
+  type ClientShape,
   type GatewayProcess,
   type ManagedProcess,
   type StartOptions,
@@ -46,9 +47,11 @@ export interface StackOptions {
   redis?: StartRedisOptions;
   /**
    * A Redis Cluster of the stack's own instead (test/helpers/redis-cluster.ts: `masters`, default 3, and its options):
-   * every process gets REDIS_CLUSTER_NODES (one seed node) and the prefix in braces, `{…}`, as the cluster needs.
+   * every process gets REDIS_CLUSTER_NODES (every node a seed, so a process started after a master died still finds
+   * the cluster) and the prefix in braces, `{…}`: the single layout. `braces: false` leaves them off: the sharded
+   * layout (PROTOCOL.md §1.1).
    */
-  cluster?: ClusterOptions & { masters?: number };
+  cluster?: ClusterOptions & { masters?: number; braces?: boolean };
   /** Connects `mcp`, an SDK client of the first gateway, at start (with these headers when an object). */
   mcp?: boolean | Record<string, string>;
   /** `useStack`'s start hook's bound, when a stack needs more than vitest's (load-stretched) default. */
@@ -76,10 +79,18 @@ export interface TestStack {
   readonly r: Redis;
   /** The client `mcp: true` connected at start (throws without it). */
   readonly mcp: Client;
-  /** A connected SDK client of the first gateway (or `url`), closed with the stack. */
-  client(headers?: Record<string, string>, url?: string): Promise<Client>;
+  /**
+   * A connected SDK client of the first gateway (or `url`), closed with the stack; `shape` gives it other
+   * capabilities or handlers set before it connects.
+   */
+  client(headers?: Record<string, string>, url?: string, shape?: ClientShape): Promise<Client>;
   /** Another gateway (with the stack's tokens), stopped with the stack. */
   addGateway(env?: Env): Promise<GatewayProcess>;
+  /**
+   * SIGKILLs a gateway (default: the first) and starts another with its environment behind the same address, in its
+   * place in `gateways`.
+   */
+  restartGateway(gateway?: GatewayProcess): Promise<GatewayProcess>;
   addWorker(env?: Env): Promise<ManagedProcess>;
   addPythonWorker(env?: Env): Promise<ManagedProcess>;
   stop(): Promise<void>;
@@ -89,10 +100,9 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const cluster = options.cluster ? await startRedisCluster(options.cluster.masters ?? 3, options.cluster) : undefined;
   const redis = cluster ? undefined : await startRedis(options.redis);
   const name = uniquePrefix(options.name);
-  const prefix = cluster ? `{${name}}` : name;
+  const prefix = cluster && options.cluster?.braces !== false ? `{${name}}` : name;
   const env: Env = cluster
-    ? // One seed node: the clients discover the other masters.
-      { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix }
+    ? { ...options.env, REDIS_CLUSTER_NODES: cluster.nodes.join(','), TASKRELAY_PREFIX: prefix }
     : { ...options.env, REDIS_URL: redis?.url, TASKRELAY_PREFIX: prefix };
   const gatewayEnv: Env = options.tokens
     ? {
@@ -106,11 +116,20 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   const pythonWorkers: ManagedProcess[] = [];
   const clients: Client[] = [];
   let mcp: Client | undefined;
-  // An owned Redis is one a fault suite kills: there commands wait for the reconnect (as faults.ts's testRedis).
-  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: options.redis?.owned ? null : 1 });
-  if (options.redis?.owned) r.on('error', () => undefined);
-  const addGateway = async (extra: Env = {}) => {
+  // An owned Redis (a durable one is owned too) is one a fault suite kills: there commands wait for the reconnect (as
+  // faults.ts's testRedis).
+  const owned = options.redis?.owned === true || options.redis?.appendOnly === true;
+  const r = new Redis(redis?.url ?? '', { lazyConnect: true, maxRetriesPerRequest: owned ? null : 1 });
+  if (owned) r.on('error', () => undefined);
+  /** Each gateway's own environment, for its restart. */
+  const gatewayEnvs = new Map<GatewayProcess, Env>();
+  const startGateway = async (extra: Env) => {
     const gateway = await startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready);
+    gatewayEnvs.set(gateway, extra);
+    return gateway;
+  };
+  const addGateway = async (extra: Env = {}) => {
+    const gateway = await startGateway(extra);
     gateways.push(gateway);
     return gateway;
   };
@@ -157,12 +176,20 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
       if (token === undefined) throw new Error(`stack ${options.name} has no token for ${principal}`);
       return { authorization: `Bearer ${token}` };
     },
-    async client(headers = {}, url) {
-      const client = await connectClient(url ?? stack.gateway.url, headers);
+    async client(headers = {}, url, shape) {
+      const client = await connectClient(url ?? stack.gateway.url, headers, shape);
       clients.push(client);
       return client;
     },
     addGateway,
+    async restartGateway(gateway = stack.gateway) {
+      const index = gateways.indexOf(gateway);
+      if (index < 0) throw new Error(`stack ${options.name} did not start the gateway on port ${gateway.port}`);
+      await gateway.kill('SIGKILL');
+      const restarted = await startGateway({ ...gatewayEnvs.get(gateway), PORT: String(gateway.port) });
+      gateways[index] = restarted;
+      return restarted;
+    },
     addWorker,
     addPythonWorker,
     async stop() {
@@ -175,13 +202,7 @@ export async function startStack(options: StackOptions): Promise<TestStack> {
   try {
     // Started at once, listed in the order given: `gateway` is the first one asked for, whichever was ready first.
     // Workers start once every gateway is ready, as the suites moved onto this helper started theirs.
-    gateways.push(
-      ...(await settleAll(
-        (options.gateways ?? [{}]).map((extra) =>
-          startGatewayProcess({ ...env, ...gatewayEnv, ...extra }, options.ready),
-        ),
-      )),
-    );
+    gateways.push(...(await settleAll((options.gateways ?? [{}]).map((extra) => startGateway(extra)))));
     const [startedWorkers, startedPythons] = await Promise.allSettled([
       settleAll(
         (options.workers ?? [{}]).map((extra) =>
