@@ -16,8 +16,14 @@ import {
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
-import { HOME_TAG, createKeys, masterOfSlot, slotOfCode, type MasterSlots } from '@taskrelay/shared';
-import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
+import { HOME_TAG, createKeys, masterOfSlot, slotOfCode } from '@taskrelay/shared';
+import {
+  clusterMasters,
+  commandsPerMaster,
+  resetCommandStats,
+  startRedisCluster,
+  type TestCluster,
+} from './helpers/redis-cluster.js';
 import { uniquePrefix } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 import {
@@ -65,16 +71,6 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-/** Each master's slot ranges, by its port. */
-async function masters(): Promise<MasterSlots> {
-  const reply = (await cluster.node(cluster.ports[0] ?? 0).cluster('SLOTS')) as unknown as Array<
-    [number, number, [string, number]]
-  >;
-  const out: MasterSlots = new Map();
-  for (const [from, to, [, port]] of reply) out.set(String(port), [...(out.get(String(port)) ?? []), [from, to]]);
-  return out;
-}
-
 /** The placement registry: `<queue>~<tool>#<i>` → code. */
 async function placement(): Promise<Record<string, string>> {
   return redis.hgetall(createKeys(prefix, 'sharded').placement);
@@ -84,24 +80,6 @@ function codeOf(registry: Record<string, string>, tool: string, index = 0): stri
   const entry = Object.entries(registry).find(([field]) => field.endsWith(`~${tool}#${index}`));
   if (!entry) throw new Error(`${tool}#${index} is not placed: ${JSON.stringify(registry)}`);
   return entry[1];
-}
-
-/** Commands (`only` that one) each master ran since its last reset, from `INFO commandstats`. */
-async function commandsPerMaster(only?: string): Promise<Map<number, number>> {
-  const out = new Map<number, number>();
-  for (const port of cluster.ports) {
-    const info = await cluster.node(port).info('commandstats');
-    let calls = 0;
-    for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
-      if (only === undefined || match[1] === only) calls += Number(match[2]);
-    }
-    out.set(port, calls);
-  }
-  return out;
-}
-
-async function resetStats(): Promise<void> {
-  for (const port of cluster.ports) await cluster.node(port).config('RESETSTAT');
 }
 
 /** `count` plain calls of each tool, `inFlight` at once per client, alternating the two gateways. */
@@ -131,7 +109,7 @@ function busiestShare(counts: Map<number, number>): { share: number; counts: num
 describe('placement on a 3-master cluster', () => {
   it('gives three tools three masters, and the three shards of a hot tool three masters', async () => {
     const registry = await placement();
-    const slots = await masters();
+    const slots = await clusterMasters(cluster);
     const masterOf = (code: string) => masterOfSlot(slots, slotOfCode(code));
     const three = ['alpha', 'beta', 'gamma'].map((tool) => masterOf(codeOf(registry, tool)));
     expect(new Set(three).size).toBe(3);
@@ -152,24 +130,24 @@ describe('placement on a 3-master cluster', () => {
 describe('the work spreads over the masters', () => {
   it('three tools: the busiest master carries at most 40 % of the Redis commands', async () => {
     await callMany(['alpha'], 4);
-    await resetStats();
+    await resetCommandStats(cluster);
     await callMany(['alpha', 'beta', 'gamma'], 60);
-    const { share, counts } = busiestShare(await commandsPerMaster());
-    const spublish = [...(await commandsPerMaster('spublish')).values()];
+    const { share, counts } = busiestShare(await commandsPerMaster(cluster));
+    const spublish = [...(await commandsPerMaster(cluster, 'spublish')).values()];
     console.log(
       `3 tools: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %; ` +
         `SPUBLISH per master ${spublish.join(' / ')}`,
     );
     expect(share).toBeLessThanOrEqual(0.4);
     // Every gateway event went by SPUBLISH to the master of its task's shard: none crossed the cluster bus (§1.2).
-    expect([...(await commandsPerMaster('publish')).values()]).toEqual([0, 0, 0]);
+    expect([...(await commandsPerMaster(cluster, 'publish')).values()]).toEqual([0, 0, 0]);
     for (const n of spublish) expect(n).toBeGreaterThan(0);
   }, 120_000);
 
   it('one hot tool with shards: 3: the busiest master carries at most 45 %', async () => {
-    await resetStats();
+    await resetCommandStats(cluster);
     await callMany(['hot'], 180);
-    const { share, counts } = busiestShare(await commandsPerMaster());
+    const { share, counts } = busiestShare(await commandsPerMaster(cluster));
     console.log(`hot tool, 3 shards: commands per master ${counts.join(' / ')}, busiest ${(share * 100).toFixed(1)} %`);
     expect(share).toBeLessThanOrEqual(0.45);
   }, 120_000);
@@ -215,7 +193,7 @@ describe('the task operations through another gateway', () => {
     // which only the two workers of `slow` subscribe to (not delta's worker); nobody listens on a home cancel channel.
     const keys = createKeys(prefix, 'sharded');
     const channel = keys.forTask(taskId).cancelChannel;
-    const shardMaster = masterOfSlot(await masters(), slotOfCode(taskId.slice(0, 4)));
+    const shardMaster = masterOfSlot(await clusterMasters(cluster), slotOfCode(taskId.slice(0, 4)));
     const subscribers = async (command: 'SHARDNUMSUB' | 'NUMSUB', name: string) => {
       let n = 0;
       for (const port of cluster.ports)
@@ -225,17 +203,17 @@ describe('the task operations through another gateway', () => {
     expect(await subscribers('SHARDNUMSUB', channel)).toBe(2);
     expect(await subscribers('NUMSUB', keys.cancelChannel)).toBe(0);
     expect(await subscribers('SHARDNUMSUB', keys.forShard(codeOf(await placement(), 'delta')).cancelChannel)).toBe(1);
-    await resetStats();
+    await resetCommandStats(cluster);
     const cancelled = await b.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
     expect(cancelled.status).toBe('cancelled');
     expect((await getTask(a, taskId)).status).toBe('cancelled');
     // The cancel and the task's status event (to its owning gateway a, on its channel of the task's shard, §1.2) go
     // to the shard's master alone. (No ack comes back from a: the task had no progress token, §10.9.)
-    const spublish = await commandsPerMaster('spublish');
+    const spublish = await commandsPerMaster(cluster, 'spublish');
     expect(Object.fromEntries(spublish)).toEqual(
       Object.fromEntries(cluster.ports.map((port) => [port, String(port) === shardMaster ? 2 : 0])),
     );
-    expect([...(await commandsPerMaster('publish')).values()]).toEqual([0, 0, 0]);
+    expect([...(await commandsPerMaster(cluster, 'publish')).values()]).toEqual([0, 0, 0]);
   }, 60_000);
 
   it('shows each shard of a tool in the admin queue depths, and pauses a tool on every shard', async () => {
@@ -278,7 +256,7 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
     const logs: unknown[] = [];
     a.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
     const code = codeOf(await placement(), 'talker');
-    const shardMaster = masterOfSlot(await masters(), slotOfCode(code));
+    const shardMaster = masterOfSlot(await clusterMasters(cluster), slotOfCode(code));
     // Each gateway listens on its channel of the shard (and on its home channel, for acks): one subscriber each.
     const keys = createKeys(prefix, 'sharded');
     const shardChannels = async (pattern: string) => {
@@ -294,7 +272,7 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
     for (const port of cluster.ports)
       listeners += Number(((await cluster.node(port).call('PUBSUB', 'SHARDNUMSUB', resources)) as [string, number])[1]);
     expect(listeners).toBe(2);
-    await resetStats();
+    await resetCommandStats(cluster);
     const seen: number[] = [];
     const result = (await a.request(
       { method: 'tools/call', params: { name: 'talker', arguments: { n: 5 } } },
@@ -308,8 +286,8 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
       { n: 5, line: 1 },
       { n: 5, line: 2 },
     ]);
-    const publish = await commandsPerMaster('publish');
-    const spublish = await commandsPerMaster('spublish');
+    const publish = await commandsPerMaster(cluster, 'publish');
+    const spublish = await commandsPerMaster(cluster, 'spublish');
     console.log(`talker call: spublish per master ${JSON.stringify(byPort(spublish))}, shard master ${shardMaster}`);
     // No classic PUBLISH at all (it would cross the cluster bus to every node); SPUBLISH on the shard's master only:
     // at least the last progress, the two logs, the output wake-up and the terminal status.
@@ -320,7 +298,7 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
     }
     // A task through gateway b, its output followed and its result read through gateway a: a hears the output's
     // wake-up on the shard's resources channel and the status on its events channel of the shard.
-    await resetStats();
+    await resetCommandStats(cluster);
     const updates: string[] = [];
     a.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updates.push(n.params.uri));
     const taskId = await startTask(b, 'talker', { n: 6, waitMs: 1_000 });
@@ -328,6 +306,6 @@ describe('gateway events on sharded pub/sub (PROTOCOL.md §1.2)', () => {
     await a.subscribeResource({ uri });
     expect((await taskResult(a, taskId)).structuredContent).toEqual({ tool: 'talker', n: 6 });
     await waitFor(() => updates.includes(uri), { message: 'the output wake-up did not reach the subscriber' });
-    expect(Object.values(byPort(await commandsPerMaster('publish')))).toEqual([0, 0, 0]);
+    expect(Object.values(byPort(await commandsPerMaster(cluster, 'publish')))).toEqual([0, 0, 0]);
   }, 60_000);
 });

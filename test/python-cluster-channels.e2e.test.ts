@@ -6,25 +6,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  LoggingMessageNotificationSchema,
-  ProgressNotificationSchema,
-  type CallToolResult,
-} from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
-import { createKeys, masterOfSlot, slotOfCode, type MasterSlots } from '@taskrelay/shared';
-import { startRedisCluster, type TestCluster } from './helpers/redis-cluster.js';
-import { uniquePrefix } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { createKeys, masterOfSlot, slotOfCode } from '@taskrelay/shared';
+import { clusterMasters, commandsPerMaster, resetCommandStats, type TestCluster } from './helpers/redis-cluster.js';
+import { PYTHON, ROOT, recordingShape, type ManagedProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -33,67 +20,40 @@ const PY_TOOLS = `${ROOT}/test/fixtures/python_cluster.py`;
 if (PYTHON === undefined) console.log('python-cluster suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
 describe.skipIf(PYTHON === undefined)('a Python worker on a 3-master cluster, sharded layout', () => {
+  const progress = new Map<string, number[]>();
+  const logs: unknown[] = [];
+  // No braces: the sharded layout. One Python worker, no Node worker.
+  const stack = useStack({
+    name: 'pycluster',
+    cluster: { braces: false },
+    workers: [],
+    pythonWorkers: [{ TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' }],
+    ready: { readyTimeoutMs: 60_000 },
+    hookTimeoutMs: 180_000,
+  });
   let cluster: TestCluster;
   let redis: Cluster;
   let prefix: string;
   let worker: ManagedProcess;
   let client: Client;
-  const progress = new Map<string, number[]>();
-  const logs: unknown[] = [];
 
   beforeAll(async () => {
-    cluster = await startRedisCluster(3);
+    ({ cluster, prefix } = stack);
+    worker = stack.pythonWorkers[0]!;
     redis = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
-    prefix = uniquePrefix('pycluster');
-    const env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix };
-    worker = await startPythonWorkerProcess(
-      { ...env, TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' },
-      { readyTimeoutMs: 60_000 },
-    );
-    const gateway = await startGatewayProcess(env);
-    client = await connectClient(gateway.url);
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      const token = String(n.params.progressToken);
-      progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
-      return Promise.resolve();
-    });
-    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
+    client = await stack.client({}, undefined, recordingShape(progress, logs));
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'pc_talk'), {
       message: 'the Python tools never reached the gateway',
     });
-  }, 180_000);
-
-  afterAll(async () => {
-    await client?.close();
-    redis?.disconnect();
-    await stopAll();
-    await cluster?.stop();
   });
 
-  /** Each master's slot ranges, by its port. */
-  async function masters(): Promise<MasterSlots> {
-    const reply = (await cluster.node(cluster.ports[0] ?? 0).cluster('SLOTS')) as unknown as Array<
-      [number, number, [string, number]]
-    >;
-    const out: MasterSlots = new Map();
-    for (const [from, to, [, port]] of reply) out.set(String(port), [...(out.get(String(port)) ?? []), [from, to]]);
-    return out;
-  }
-
-  async function perMaster(command: string): Promise<Map<number, number>> {
-    const out = new Map<number, number>();
-    for (const port of cluster.ports) {
-      const info = await cluster.node(port).info('commandstats');
-      out.set(port, Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0));
-    }
-    return out;
-  }
+  afterAll(() => redis?.disconnect());
 
   it("sends a call's progress, logs and status by SPUBLISH to its shard's master only", async () => {
     const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
     const code = Object.entries(registry).find(([field]) => field.endsWith('~pc_talk#0'))?.[1] ?? '';
-    const shardMaster = masterOfSlot(await masters(), slotOfCode(code));
-    for (const port of cluster.ports) await cluster.node(port).config('RESETSTAT');
+    const shardMaster = masterOfSlot(await clusterMasters(cluster), slotOfCode(code));
+    await resetCommandStats(cluster);
     const result = (await client.request(
       { method: 'tools/call', params: { name: 'pc_talk', arguments: { n: 4 }, _meta: { progressToken: 'talk' } } },
       CallToolResultSchema,
@@ -101,9 +61,9 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a 3-master cluster, sh
     expect(result.structuredContent).toEqual({ n: 4 });
     expect(progress.get('talk')?.at(-1)).toBe(2);
     await waitFor(() => logs.length === 2, { message: 'the log messages did not reach the caller' });
-    const spublish = await perMaster('spublish');
+    const spublish = await commandsPerMaster(cluster, 'spublish');
     console.log(`pc_talk call: SPUBLISH per master ${JSON.stringify(Object.fromEntries(spublish))}`);
-    expect([...(await perMaster('publish')).values()]).toEqual([0, 0, 0]);
+    expect([...(await commandsPerMaster(cluster, 'publish')).values()]).toEqual([0, 0, 0]);
     for (const port of cluster.ports) {
       if (String(port) === shardMaster) expect(spublish.get(port)).toBeGreaterThanOrEqual(5);
       else expect(spublish.get(port)).toBe(0);
@@ -113,7 +73,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on a 3-master cluster, sh
   it("hears the cancel of a task on each of its tool's three shards, on the master that owns the channel", async () => {
     const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
     const codes = [0, 1, 2].map((i) => registry[`default~pc_hold#${i}`]);
-    const slots = await masters();
+    const slots = await clusterMasters(cluster);
     // Three shards, three masters: whichever node a broken lookup picked, some channel would be on another one.
     expect(new Set(codes.map((code) => masterOfSlot(slots, slotOfCode(code ?? '')))).size).toBe(3);
     // Each shard's cancel channel has the worker's subscription on the master that owns it. (A subscriber on another

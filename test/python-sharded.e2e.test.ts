@@ -5,27 +5,12 @@
  * task under the shard its id names. Its keys come from the manifest's sharded templates (issue 47).
  */
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import {
-  CallToolResultSchema,
-  LoggingMessageNotificationSchema,
-  ProgressNotificationSchema,
-  type CallToolResult,
-} from '@modelcontextprotocol/sdk/types.js';
-import { Redis } from 'ioredis';
+import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
-import { startRedis, uniquePrefix, type TestRedis } from './helpers/redis.js';
-import {
-  PYTHON,
-  ROOT,
-  connectClient,
-  spawnProcess,
-  startGatewayProcess,
-  startPythonWorkerProcess,
-  stopAll,
-  type ManagedProcess,
-} from './helpers/processes.js';
+import { PYTHON, ROOT, recordingShape, spawnProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -34,44 +19,29 @@ const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_sharded.py');
 if (PYTHON === undefined) console.log('python-sharded suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
 describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout', () => {
-  let server: TestRedis;
-  let redis: Redis;
-  let prefix: string;
-  let worker: ManagedProcess;
-  let client: Client;
   const progress = new Map<string, number[]>();
   const logs: unknown[] = [];
+  // A Redis of its own (its command counts are read), the sharded layout by its test aid; no Node worker. The
+  // Python worker places the shards (the gateway places none before a worker announces its tools). Its cancel sweep
+  // is 10 min: a cancel that reaches its tool within the test reached it on a channel, not by the sweep.
+  const stack = useStack({
+    name: 'pysharded',
+    redis: {},
+    env: { TASKRELAY_KEY_LAYOUT: 'sharded' },
+    workers: [],
+    pythonWorkers: [{ TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' }],
+  });
+  let client: Client;
 
   beforeAll(async () => {
-    server = await startRedis();
-    redis = new Redis(server.url);
-    prefix = uniquePrefix('pysharded');
-    const env = { REDIS_URL: server.url, TASKRELAY_PREFIX: prefix, TASKRELAY_KEY_LAYOUT: 'sharded' };
-    // The Python worker starts first, so it is the one that places the shards. Its cancel sweep is 10 min: a cancel
-    // that reaches its tool within the test reached it on a channel, not by the sweep.
-    worker = await startPythonWorkerProcess({ ...env, TASKRELAY_TOOLS: PY_TOOLS, WORKER_CANCEL_SWEEP_MS: '600000' });
-    const gateway = await startGatewayProcess(env);
-    client = await connectClient(gateway.url);
-    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
-      const token = String(n.params.progressToken);
-      progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
-      return Promise.resolve();
-    });
-    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
+    client = await stack.client({}, undefined, recordingShape(progress, logs));
     await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'py_spread'), {
       message: 'the Python tools never reached the gateway',
     });
-  }, 120_000);
-
-  afterAll(async () => {
-    await client?.close();
-    redis?.disconnect();
-    await stopAll();
-    await server?.stop();
   });
 
   it('places every shard of its tools in the registry, as Node would', async () => {
-    const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
+    const registry = await stack.r.hgetall(createKeys(stack.prefix, 'sharded').placement);
     expect(Object.keys(registry).sort()).toEqual([
       'default~py_hold#0',
       'default~py_spread#0',
@@ -84,7 +54,7 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
   });
 
   it('runs calls on both shards of a shards=2 tool, with progress, each task under its shard', async () => {
-    const registry = await redis.hgetall(createKeys(prefix, 'sharded').placement);
+    const registry = await stack.r.hgetall(createKeys(stack.prefix, 'sharded').placement);
     const spread = [registry['default~py_spread#0'], registry['default~py_spread#1']].sort();
     const ids = await Promise.all(
       [1, 2, 3, 4].map((n) => startTask(client, 'py_spread', { n }, { progressToken: `p${n}` })),
@@ -93,10 +63,10 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
     expect(results.map((r) => r.structuredContent)).toEqual([1, 2, 3, 4].map((n) => ({ n, attempt: 1 })));
     // The gateway takes the shards in turn: both were used, and every id names one of the tool's shards.
     expect([...new Set(ids.map((id) => id.slice(0, 4)))].sort()).toEqual(spread);
-    const keys = createKeys(prefix, 'sharded');
+    const keys = createKeys(stack.prefix, 'sharded');
     for (const id of ids) {
-      expect(await redis.hget(keys.forTask(id).task(id), 'status')).toBe('completed');
-      expect(await redis.exists(createKeys(prefix, 'single').task(id))).toBe(0);
+      expect(await stack.r.hget(keys.forTask(id).task(id), 'status')).toBe('completed');
+      expect(await stack.r.exists(createKeys(stack.prefix, 'single').task(id))).toBe(0);
     }
     await waitFor(() => [1, 2, 3, 4].every((n) => progress.get(`p${n}`)?.includes(2) === true), {
       message: 'progress of every call reaches the client',
@@ -104,35 +74,35 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
   });
 
   it('listens for cancels by SSUBSCRIBE on the cancel channel of each tool shard it consumes, not on P:cancel', async () => {
-    const keys = createKeys(prefix, 'sharded');
-    const codes = Object.values(await redis.hgetall(keys.placement));
+    const keys = createKeys(stack.prefix, 'sharded');
+    const codes = Object.values(await stack.r.hgetall(keys.placement));
     const channels = codes.map((code) => keys.forShard(code).cancelChannel);
     await waitFor(
       async () => {
-        const counts = (await redis.call('PUBSUB', 'SHARDNUMSUB', ...channels)) as (string | number)[];
+        const counts = (await stack.r.call('PUBSUB', 'SHARDNUMSUB', ...channels)) as (string | number)[];
         return counts.filter((_, i) => i % 2 === 1).every((n) => Number(n) === 1);
       },
       { message: "the Python worker never SSUBSCRIBEd to its tool shards' cancel channels" },
     );
-    const [, home] = (await redis.call('PUBSUB', 'NUMSUB', keys.cancelChannel)) as [string, number];
+    const [, home] = (await stack.r.call('PUBSUB', 'NUMSUB', keys.cancelChannel)) as [string, number];
     expect(Number(home)).toBe(0);
   });
 
   it("cancels a running Python task on its shard's cancel channel (the sweep is 10 min)", async () => {
     const id = await startTask(client, 'py_hold', {});
-    await waitFor(() => worker.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'));
+    await waitFor(() => stack.pythonWorkers[0]!.logs().some((l) => l['taskId'] === id && l['msg'] === 'tool started'));
     expect((await client.experimental.tasks.cancelTask(id)).status).toBe('cancelled');
     await waitFor(() =>
-      worker
-        .logs()
-        .some((l) => l['taskId'] === id && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED'),
+      stack.pythonWorkers[0]!.logs().some(
+        (l) => l['taskId'] === id && l['msg'] === 'tool signal aborted' && l['reason'] === 'CLIENT_CANCELLED',
+      ),
     );
   });
 
   it("sends its progress, logs, output wake-up and status by SPUBLISH on the shard's channels, never PUBLISH", async () => {
     const calls = async (command: string) =>
-      Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(await redis.info('commandstats'))?.[1] ?? 0);
-    await redis.config('RESETSTAT');
+      Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(await stack.r.info('commandstats'))?.[1] ?? 0);
+    await stack.r.config('RESETSTAT');
     // This client takes every progress notification by its token (beforeAll's handler), so the call names its own.
     const result = (await client.request(
       { method: 'tools/call', params: { name: 'py_talk', arguments: { n: 3 }, _meta: { progressToken: 'talk' } } },
@@ -155,8 +125,8 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
 
   it('refuses a braced prefix with the sharded layout, in one line', async () => {
     const refused = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
-      REDIS_URL: server.url,
-      TASKRELAY_PREFIX: `{${prefix}}`,
+      REDIS_URL: stack.redis.url,
+      TASKRELAY_PREFIX: `{${stack.prefix}}`,
       TASKRELAY_KEY_LAYOUT: 'sharded',
       TASKRELAY_TOOLS: PY_TOOLS,
     });

@@ -10,24 +10,25 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
-import { createKeys, masterOfSlot, slotOfCode, type MasterSlots } from '@taskrelay/shared';
-import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
-import { uniquePrefix } from '../helpers/redis.js';
+import { createKeys, masterOfSlot, slotOfCode } from '@taskrelay/shared';
+import { clusterMasters, type TestCluster } from '../helpers/redis-cluster.js';
+import { useStack } from '../helpers/stack.js';
 import { waitFor } from '../helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from '../helpers/processes.js';
+import { ROOT, type GatewayProcess } from '../helpers/processes.js';
 
 const TOOLS = `${ROOT}/test/fixtures/shard-flood-tools.mjs`;
 /** `pubsub 2mb 512kb 10`: a budget of 256 KiB per subscriber connection (half the soft limit). */
 const LIMIT = 'pubsub 2mb 512kb 10';
 const BUDGET = 256 * 1024;
 
+// No braces: the sharded layout.
+const stack = useStack({
+  name: 'f-shard-backlog',
+  cluster: { braces: false },
+  env: { TASKRELAY_TOOLS: TOOLS, TASKRELAY_PROGRESS_INTERVAL_MS: '0' },
+  workers: [{ WORKER_CONCURRENCY: '10' }],
+  hookTimeoutMs: 120_000,
+});
 let cluster: TestCluster;
 let prefix: string;
 let gateway: GatewayProcess;
@@ -35,40 +36,16 @@ let client: Client;
 let redis: Cluster;
 
 beforeAll(async () => {
-  cluster = await startRedisCluster(3);
+  ({ cluster, prefix, gateway } = stack);
   redis = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
   for (const port of cluster.ports) await cluster.node(port).config('SET', 'client-output-buffer-limit', LIMIT);
-  prefix = uniquePrefix('f-shard-backlog');
-  const env = {
-    REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '',
-    TASKRELAY_PREFIX: prefix,
-    TASKRELAY_TOOLS: TOOLS,
-    TASKRELAY_PROGRESS_INTERVAL_MS: '0',
-  };
-  await startWorkerProcess({ ...env, WORKER_CONCURRENCY: '10' });
-  gateway = await startGatewayProcess(env);
-  client = await connectClient(gateway.url);
+  client = await stack.client();
   await waitFor(async () => (await client.listTools()).tools.some((t) => t.name === 'shard_flood'), {
     message: 'the tool never reached the gateway',
   });
-}, 120_000);
-
-afterAll(async () => {
-  await client?.close();
-  redis?.disconnect();
-  await stopAll();
-  await cluster?.stop();
 });
 
-/** Each master's slot ranges, by its port. */
-async function masters(): Promise<MasterSlots> {
-  const reply = (await cluster.node(cluster.ports[0] ?? 0).cluster('SLOTS')) as unknown as Array<
-    [number, number, [string, number]]
-  >;
-  const out: MasterSlots = new Map();
-  for (const [from, to, [, port]] of reply) out.set(String(port), [...(out.get(String(port)) ?? []), [from, to]]);
-  return out;
-}
+afterAll(() => redis?.disconnect());
 
 /** The ids of every sharded-subscriber connection, on every master: a cut one comes back with a new id. */
 async function shardSubscriberIds(): Promise<string[]> {
@@ -97,7 +74,7 @@ describe("the gateway's sharded subscribers (PROTOCOL.md §1.2, §22.4)", () => 
     const keys = createKeys(prefix, 'sharded');
     const registry = Object.values(await redis.hgetall(keys.placement));
     expect(registry).toHaveLength(6);
-    const slots = await masters();
+    const slots = await clusterMasters(cluster);
     const perMaster = new Map<string, number>();
     for (const code of registry) {
       const master = masterOfSlot(slots, slotOfCode(code)) ?? '';

@@ -10,6 +10,7 @@ import getPort from 'get-port';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
+  LoggingMessageNotificationSchema,
   ProgressNotificationSchema,
   type ClientCapabilities,
   type ProgressNotification,
@@ -212,6 +213,23 @@ export async function connectClient(
   shape.before?.(client);
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
+}
+
+/**
+ * A client shape that files every progress notification's value under its token, and every log message's data, into
+ * `progress` and `logs` (for the suites that read both of a call).
+ */
+export function recordingShape(progress: Map<string, number[]>, logs: unknown[]): ClientShape {
+  return {
+    before: (client) => {
+      client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+        const token = String(n.params.progressToken);
+        progress.set(token, [...(progress.get(token) ?? []), n.params.progress]);
+        return Promise.resolve();
+      });
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
+    },
+  };
 }
 
 /** One sample of a gateway's Prometheus metric (0 when absent), e.g. `metric(url, 'x_total', { trigger: 'a' })`. */

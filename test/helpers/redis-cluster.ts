@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
 import { Redis } from 'ioredis';
+import type { MasterSlots } from '@taskrelay/shared';
 import { waitFor } from './wait-for.js';
 
 export interface TestCluster {
@@ -194,4 +195,33 @@ export async function startRedisCluster(masters = 3, options: ClusterOptions = {
     return entries.filter((e) => e.master === id && !e.flags.includes('fail')).map((e) => e.port);
   };
   return { nodes: ports.map((p) => `127.0.0.1:${p}`), ports, node, kill, masterOf, replicasOf, stop };
+}
+
+/** Each master's slot ranges, by its port, from the first node's `CLUSTER SLOTS` (for `masterOfSlot`). */
+export async function clusterMasters(cluster: TestCluster): Promise<MasterSlots> {
+  const reply = (await cluster.node(cluster.ports[0] ?? 0).cluster('SLOTS')) as unknown as Array<
+    [number, number, [string, number]]
+  >;
+  const out: MasterSlots = new Map();
+  for (const [from, to, [, port]] of reply) out.set(String(port), [...(out.get(String(port)) ?? []), [from, to]]);
+  return out;
+}
+
+/** Commands (`only` that one) each node ran since its last reset, by port, from `INFO commandstats`. */
+export async function commandsPerMaster(cluster: TestCluster, only?: string): Promise<Map<number, number>> {
+  const out = new Map<number, number>();
+  for (const port of cluster.ports) {
+    const info = await cluster.node(port).info('commandstats');
+    let calls = 0;
+    for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+      if (only === undefined || match[1] === only) calls += Number(match[2]);
+    }
+    out.set(port, calls);
+  }
+  return out;
+}
+
+/** Zeroes every node's command counts (`CONFIG RESETSTAT`). */
+export async function resetCommandStats(cluster: TestCluster): Promise<void> {
+  for (const port of cluster.ports) await cluster.node(port).config('RESETSTAT');
 }
