@@ -233,9 +233,17 @@ describe('the task operations through another gateway', () => {
     const [a] = clients as [Client, Client];
     const ids = [await startTask(a, 'hot', { n: 1 }), await startTask(a, 'hot', { n: 2 })];
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    for (const id of ids) expect((await getTask(a, id)).status).toBe('working');
+    // Paused on every shard, and said so: the controls are read on the tool's shards, not under the home prefix.
+    for (const id of ids) {
+      expect(await getTask(a, id)).toMatchObject({
+        status: 'working',
+        statusMessage: expect.stringMatching(/tool hot is paused by an operator/),
+      });
+    }
+    const listed = (await a.listTools()).tools.find((t) => t.name === 'hot');
+    expect(listed?._meta?.['dev.taskrelay/controls']).toMatchObject({ paused: true });
     const tools = (await admin('tools')).body['tools'] as Array<{ name: string; paused: boolean; waiting: number }>;
-    expect(tools.find((t) => t.name === 'hot')).toMatchObject({ waiting: 2 });
+    expect(tools.find((t) => t.name === 'hot')).toMatchObject({ waiting: 2, paused: true });
     expect((await admin('tools/hot/resume', 'POST')).status).toBe(200);
     for (const id of ids) expect((await taskResult(a, id)).structuredContent).toMatchObject({ tool: 'hot' });
   }, 60_000);

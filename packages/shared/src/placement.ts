@@ -158,12 +158,24 @@ export class ShardPlacement {
 
   /** The codes of a tool queue's placed shards, in shard order (what the admin views show per shard). */
   async placed(queue: string): Promise<string[]> {
+    return (await this.placedMany([queue])).get(queue) ?? [];
+  }
+
+  /** `placed` of several queues, from one read of the registry. */
+  async placedMany(queues: readonly string[]): Promise<Map<string, string[]>> {
     await this.all();
-    const mine: Array<[number, string]> = [];
-    for (const [field, code] of this.known) {
-      if (field.startsWith(`${queue}#`)) mine.push([Number(field.slice(queue.length + 1)), code]);
+    const out = new Map<string, string[]>();
+    for (const queue of queues) {
+      const mine: Array<[number, string]> = [];
+      for (const [field, code] of this.known) {
+        if (field.startsWith(`${queue}#`)) mine.push([Number(field.slice(queue.length + 1)), code]);
+      }
+      out.set(
+        queue,
+        mine.sort((a, b) => a[0] - b[0]).map(([, code]) => code),
+      );
     }
-    return mine.sort((a, b) => a[0] - b[0]).map(([, code]) => code);
+    return out;
   }
 
   private async place(fields: string[]): Promise<string[]> {

@@ -203,7 +203,7 @@ export class AdminQueries {
     const names = [...byName.keys()].sort();
     const queues = names.flatMap((name) => [...(byName.get(name)?.queues ?? [])]);
     const [controls, counts] = await Promise.all([
-      readToolControls(this.redis, this.keys, queues),
+      readToolControls(this.redis, this.keys, queues, await this.store.placement?.placedMany(queues)),
       Promise.all(
         queues.map(async (q) => {
           // Every shard's of the queue in the sharded layout (PROTOCOL.md §1.1), summed: the tool's depth.

@@ -346,6 +346,8 @@ async function startTaskLayer(w: {
     retentionMs: options.catalogRetentionMs,
     // Pools whose tool versions live tasks last ran are kept (PROTOCOL.md §24.9).
     versionsInUse: () => store.records.liveToolVersions(VERSION_SCAN_LIMIT),
+    // In the sharded layout a tool's controls are its shards' together (PROTOCOL.md §3.3).
+    ...(store.placement === undefined ? {} : { shardsOf: (queues) => store.placement!.placedMany(queues) }),
     ...(options.catalogCacheMs === undefined ? {} : { cacheMs: options.catalogCacheMs }),
   });
   const admin = new AdminQueries(redis, queueRedis, keys, store, catalog);

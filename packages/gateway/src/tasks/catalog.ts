@@ -68,6 +68,11 @@ export interface ToolCatalogOptions {
    * housekeeping round. Default: none kept.
    */
   versionsInUse?: () => Promise<ReadonlyArray<ToolVersion>>;
+  /**
+   * In the sharded layout, the placed shard codes of tool queues (`ShardPlacement.placedMany`): a tool's controls are
+   * then read on every shard of its queue and summed (PROTOCOL.md §3.3). Default: the home queue's.
+   */
+  shardsOf?: (queues: readonly string[]) => Promise<ReadonlyMap<string, readonly string[]>>;
 }
 
 /** A tool at one version. */
@@ -167,6 +172,7 @@ export class ToolCatalog {
   private readonly cacheMs: number;
   private readonly retentionMs: number;
   private readonly versionsInUse: (() => Promise<ReadonlyArray<ToolVersion>>) | undefined;
+  private readonly shardsOf: ToolCatalogOptions['shardsOf'];
   /** The versions live tasks last ran, as of the last housekeeping round. */
   private inUse: ReadonlyArray<ToolVersion> = [];
   private prunedAt = 0;
@@ -181,6 +187,7 @@ export class ToolCatalog {
     this.retentionMs = options.retentionMs ?? 86_400_000;
     this.jsonSchemas = options.jsonSchemas ?? new JsonSchemaValidator(log);
     this.versionsInUse = options.versionsInUse;
+    this.shardsOf = options.shardsOf;
   }
 
   async list(): Promise<CatalogTool[]> {
@@ -340,7 +347,8 @@ export class ToolCatalog {
       this.prune(Object.entries(remembered), pools, now);
     }
     const listed = [...new Set([...tools.values()].flatMap((entry) => entry.queues))];
-    const read = await readToolControls(this.redis, this.keys, listed).catch((error: unknown) => {
+    const read = await (async () =>
+      readToolControls(this.redis, this.keys, listed, await this.shardsOf?.(listed)))().catch((error: unknown) => {
       this.log.debug({ err: error }, "could not read the tool queues' controls");
       return [];
     });
