@@ -17,27 +17,27 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { Cluster } from 'ioredis';
 import { HOME_TAG, createKeys, masterOfSlot, slotOfCode } from '@taskrelay/shared';
-import {
-  clusterMasters,
-  commandsPerMaster,
-  resetCommandStats,
-  startRedisCluster,
-  type TestCluster,
-} from './helpers/redis-cluster.js';
-import { uniquePrefix } from './helpers/redis.js';
+import { clusterMasters, commandsPerMaster, resetCommandStats, type TestCluster } from './helpers/redis-cluster.js';
 import { waitFor } from './helpers/wait-for.js';
-import {
-  ROOT,
-  connectClient,
-  startGatewayProcess,
-  startWorkerProcess,
-  stopAll,
-  type GatewayProcess,
-} from './helpers/processes.js';
+import { ROOT, type GatewayProcess } from './helpers/processes.js';
+import { useStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 
 const TOOLS = `${ROOT}/test/fixtures/shard-tools.mjs`;
 
+// No braces: the sharded layout. Two workers start at once: the placement lease keeps their placements apart. A third
+// serves another tool only, started after them (placed between alpha's and gamma's, delta would even the counts and
+// gamma would share a master: each new shard goes to the master with the fewest). The gateways start after them.
+const stack = useStack({
+  name: 'shards',
+  cluster: { braces: false },
+  // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
+  tokens: { alice: 'alice-token' },
+  gateways: [],
+  workerEnv: { TASKRELAY_TOOLS: TOOLS },
+  workers: [{}, {}],
+  hookTimeoutMs: 120_000,
+});
 let cluster: TestCluster;
 let prefix: string;
 let gateways: GatewayProcess[];
@@ -45,31 +45,17 @@ let clients: Client[];
 let redis: Cluster;
 
 beforeAll(async () => {
-  cluster = await startRedisCluster(3);
-  prefix = uniquePrefix('shards');
-  // One seed node: the clients discover the other masters. No braces: the sharded layout.
-  const env = { REDIS_CLUSTER_NODES: cluster.nodes[0] ?? '', TASKRELAY_PREFIX: prefix, TASKRELAY_TOOLS: TOOLS };
-  // Two workers start at once: the placement lease keeps their placements apart. A third serves another tool only,
-  // started after them: placed between alpha's and gamma's, delta would even the counts and gamma would share a
-  // master (each new shard goes to the master with the fewest).
-  await Promise.all([startWorkerProcess(env), startWorkerProcess(env)]);
-  await startWorkerProcess({ ...env, TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-tools-delta.mjs` });
-  // With tokens, so tasks belong to a principal and tasks/list is offered (rate limits on, as in production).
-  const auth = { ...env, TASKRELAY_AUTH_TOKENS: 'alice:alice-token', TASKRELAY_OPERATORS: 'alice' };
-  gateways = await Promise.all([startGatewayProcess(auth), startGatewayProcess(auth)]);
-  clients = await Promise.all(gateways.map((g) => connectClient(g.url, { authorization: 'Bearer alice-token' })));
+  ({ cluster, prefix } = stack);
+  await stack.addWorker({ TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-tools-delta.mjs` });
+  gateways = await Promise.all([0, 1].map(() => stack.addGateway({ TASKRELAY_OPERATORS: 'alice' })));
+  clients = await Promise.all(gateways.map((g) => stack.client(stack.auth('alice'), g.url)));
   redis = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
   await waitFor(async () => (await clients[1]?.listTools())?.tools.some((t) => t.name === 'hot') === true, {
     message: 'the tools never reached the second gateway',
   });
 }, 120_000);
 
-afterAll(async () => {
-  for (const c of clients ?? []) await c.close();
-  redis?.disconnect();
-  await stopAll();
-  await cluster?.stop();
-});
+afterAll(() => redis?.disconnect());
 
 /** The placement registry: `<queue>~<tool>#<i>` → code. */
 async function placement(): Promise<Record<string, string>> {

@@ -14,9 +14,9 @@ import {
   stopAll,
   type GatewayProcess,
 } from './helpers/processes.js';
+import { initSession } from './helpers/raw-mcp.js';
 import { waitFor } from './helpers/wait-for.js';
 
-const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 const TOKENS = 'alice:alice-token,bob:bob-token';
 /** Two slots: a busy pool, where a FIFO queue would make bob wait for every job alice queued before him. */
 const SLOTS = 2;
@@ -59,25 +59,7 @@ type RpcBody = { result?: any; error?: { code: number; message: string; data?: a
 
 async function session(gw: GatewayProcess, principal: string) {
   const auth = { authorization: `Bearer ${principal}-token` };
-  const init = await fetch(gw.url, {
-    method: 'POST',
-    headers: { ...JSON_HEADERS, ...auth },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'fair', version: '0' } },
-    }),
-  });
-  const sessionId = init.headers.get('mcp-session-id');
-  await init.text();
-  if (!sessionId) throw new Error(`initialize answered ${init.status}`);
-  const headers = { ...JSON_HEADERS, ...auth, 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-11-25' };
-  await fetch(gw.url, {
-    method: 'POST',
-    headers,
-    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
-  }).then((r) => r.text());
+  const { headers } = await initSession(gw.url, auth, 'fair');
   let nextId = 1;
   return {
     /** Sends one request; resolves with its HTTP response (the body unread). */

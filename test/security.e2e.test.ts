@@ -6,7 +6,7 @@
 import { request as httpRequest } from 'node:http';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { uniquePrefix } from './helpers/redis.js';
-import { RawSession, readSse } from './helpers/raw-mcp.js';
+import { RawSession, initSession, readSse } from './helpers/raw-mcp.js';
 import { spawnNode, GATEWAY_MAIN, type GatewayProcess } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -63,20 +63,7 @@ beforeAll(() => {
 /** An MCP session over raw HTTP, for a principal (or none), with the headers each request carries. */
 async function session(gw: GatewayProcess, principal?: string) {
   const auth = principal ? bearer(principal) : {};
-  const res = await fetch(gw.url, {
-    method: 'POST',
-    headers: { ...JSON_HEADERS, ...auth },
-    body: JSON.stringify(INIT),
-  });
-  const sessionId = res.headers.get('mcp-session-id');
-  await res.text();
-  if (!sessionId) throw new Error(`initialize answered ${res.status}`);
-  const headers = { ...JSON_HEADERS, ...auth, 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-11-25' };
-  await fetch(gw.url, {
-    method: 'POST',
-    headers,
-    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
-  }).then((r) => r.text());
+  const { sessionId, headers } = await initSession(gw.url, auth, 'sec');
   let nextId = 1;
   return {
     sessionId,
@@ -145,7 +132,7 @@ describe('transport checks (docs/HTTP.md)', () => {
       { ...s.headers, 'content-type': 'text/plain' },
       { ...JSON_HEADERS, 'content-type': 'application/x-www-form-urlencoded' },
       { accept: JSON_HEADERS.accept },
-    ]) {
+    ] as Array<Record<string, string>>) {
       const res = await fetch(open.url, { method: 'POST', headers, body: JSON.stringify(INIT) });
       expect(res.status).toBe(415);
       const body = (await res.json()) as RpcBody;

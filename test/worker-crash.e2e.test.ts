@@ -33,14 +33,20 @@ async function startSleepy(ms: number, name = 'sleepy'): Promise<string> {
   return created.task.taskId;
 }
 
+/** A sleepy task whose first worker is SIGKILLed once it started, taken over by a second worker (still running). */
+async function killedOnce(ms: number) {
+  const first = await stack.addWorker();
+  const taskId = await startSleepy(ms);
+  await waitFor(() => started(first, taskId));
+  await first.kill('SIGKILL');
+  const second = await stack.addWorker();
+  await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+  return { taskId, second };
+}
+
 describe('§5.6 worker crash', () => {
   it('hands the job of a SIGKILLed worker to another worker, which completes the task', async () => {
-    const first = await stack.addWorker();
-    const taskId = await startSleepy(1_500);
-    await waitFor(() => started(first, taskId));
-    await first.kill('SIGKILL');
-    const second = await stack.addWorker();
-    await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+    const { taskId, second } = await killedOnce(1_500);
     const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.isError).not.toBe(true);
     expect((await client.experimental.tasks.getTask(taskId)).status).toBe('completed');
@@ -48,12 +54,7 @@ describe('§5.6 worker crash', () => {
   });
 
   it('completes a task whose workers were killed twice: stalls are not attempts', async () => {
-    const first = await stack.addWorker();
-    const taskId = await startSleepy(2_000);
-    await waitFor(() => started(first, taskId));
-    await first.kill('SIGKILL');
-    const second = await stack.addWorker();
-    await waitFor(() => started(second, taskId), { timeoutMs: 15_000, message: 'job not taken over' });
+    const { taskId, second } = await killedOnce(2_000);
     await second.kill('SIGKILL');
     const third = await stack.addWorker();
     await waitFor(() => started(third, taskId), { timeoutMs: 15_000, message: 'job not taken over twice' });

@@ -25,6 +25,37 @@ export interface ModernRequestOptions {
 let modernId = 0;
 
 /**
+ * Opens a 2025-11-25 session over raw HTTP (initialize, then notifications/initialized) with `extra` headers (a
+ * bearer…): its id, and the headers every later request of it carries.
+ */
+export async function initSession(
+  url: string,
+  extra: Record<string, string> = {},
+  clientName = 'raw',
+): Promise<{ sessionId: string; headers: Record<string, string> }> {
+  const init = await fetch(url, {
+    method: 'POST',
+    headers: { ...JSON_HEADERS, ...extra },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: clientName, version: '0' } },
+    }),
+  });
+  const sessionId = init.headers.get('mcp-session-id');
+  await init.text();
+  if (!sessionId) throw new Error(`initialize answered ${init.status}`);
+  const headers = { ...JSON_HEADERS, ...extra, 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-11-25' };
+  await fetch(url, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+  }).then((r) => r.text());
+  return { sessionId, headers };
+}
+
+/**
  * The headers and body of one 2026-07-28 request, as a 2026 client sends it: no session, the routing headers
  * (`mcp-method`, and `mcp-name` for a tool call or a task method) and the per-request `_meta`. Ids are unique in the
  * test file.
