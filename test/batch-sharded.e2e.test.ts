@@ -111,7 +111,12 @@ describe('§26.10 batches in the sharded layout', () => {
     const failing = new Set([3, 10, 17, 24]);
     // Child 7's result is over the stored 16 KiB: it is kept by reference in its parent's blobs (§34.3), a write the
     // child makes under its lock, which is on its own shard.
-    const items = Array.from({ length: 30 }, (_v, n) => ({ n, delayMs: 30, fail: failing.has(n), big: n === 7 ? 20_000 : 0 }));
+    const items = Array.from({ length: 30 }, (_v, n) => ({
+      n,
+      delayMs: 30,
+      fail: failing.has(n),
+      big: n === 7 ? 20_000 : 0,
+    }));
     const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 8, tool: 'shard_child' });
     const result = await taskResult(mcp, taskId, 90_000);
     expect(result.structuredContent).toMatchObject({ total: 30, completed: 26, failed: 4, cancelled: 0 });

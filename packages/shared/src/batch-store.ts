@@ -402,7 +402,8 @@ export class BatchStore {
         args: { lockToken: lock.token, outcome: json, ttlMs: BATCH_CLAIM_TTL_MS },
       });
       if (claim.code === ResultCode.LOCK_LOST) return { outcome: 'lock_lost' };
-      json = String(claim.values[0] ?? json);
+      const claimed = claim.values[0];
+      if (typeof claimed === 'string') json = claimed;
       failed = (JSON.parse(json) as BatchOutcome).status === 'completed' ? '0' : '1';
     }
     const reply = await this.scripts.call(SCRIPTS.batchRecord, {

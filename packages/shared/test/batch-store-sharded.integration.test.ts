@@ -54,7 +54,8 @@ async function batch(size: number) {
   const shardOf = (index: number) => keys.forShard(childShard(CODES, index) ?? '');
   const childId = (index: number) => `${PARENT}.${index}`;
   /** Gives child `index` a lock held by `token` on its own shard, as BullMQ does when a worker takes its job there. */
-  const lockChild = (index: number, token: string) => redis.set(shardOf(index).bullJobLock('cp', childId(index)), token);
+  const lockChild = (index: number, token: string) =>
+    redis.set(shardOf(index).bullJobLock('cp', childId(index)), token);
   const lock = (index: number, token: string) => ({ queue: 'cp', token, shard: childShard(CODES, index) ?? '' });
   const placement = { childPool: 'cp', owner: 'alice', shareTtlMs: 60_000, childCodes: CODES };
   const open = async (concurrency: number) =>
