@@ -92,7 +92,7 @@ class RunOutput:
         async with self._order:
             token = await self._lock_token()
             if token is None:
-                self._log.debug("output write dropped", outcome="LOCK_LOST")
+                self._log.debug("output write dropped", outcome=RESULT.LOCK_LOST)
                 return
             code, _ = await self._store.call(
                 "outputWrite",
