@@ -25,6 +25,9 @@ export interface BatchOutcome {
   resultOmitted?: true;
 }
 
+/** How long a child's claimed outcome lives on its shard at most (§26.10): the batch's keys' ttl. */
+const BATCH_CLAIM_TTL_MS = 7 * 86_400_000;
+
 /** A child's stored result is at most this much JSON; a bigger one is recorded without it (`resultOmitted`). */
 export const MAX_STORED_CHILD_RESULT_CHARS = 16_384;
 
@@ -50,6 +53,17 @@ export interface BatchShape {
   concurrency: number;
   failFast: boolean;
   owner: string;
+  /**
+   * The sharded layout (PROTOCOL.md §26.10): the child tool's placed shard codes; child `i` queues on
+   * `childCodes[i mod N]` (`childShard`). Absent in the single layout.
+   */
+  childCodes?: readonly string[];
+}
+
+/** The shard child `index` of a batch queues on in the sharded layout (§26.10): a function of its index alone. */
+export function childShard(codes: readonly string[] | undefined, index: number): string | undefined {
+  if (codes === undefined || codes.length === 0) return undefined;
+  return codes[index % codes.length];
 }
 
 /** Where a batch's children go: their pool, and their principal's fair share of it. */
@@ -60,6 +74,8 @@ export interface ChildPlacement {
   shareTtlMs: number;
   /** The parent's priority level's base (§25.1): children take their parent's level. 0 (level 1) when absent. */
   priorityBase?: number;
+  /** The sharded layout: the child tool's shard codes (`BatchShape.childCodes`), where the children's shares are. */
+  childCodes?: readonly string[];
 }
 
 /** A release of a batch's next children, for `BatchStore.release`. */
@@ -72,7 +88,16 @@ export interface ChildRelease extends ChildPlacement {
 }
 
 export type StartChildOutcome =
-  | { outcome: 'run'; owner: string; parentPool: string }
+  | {
+      outcome: 'run';
+      owner: string;
+      parentPool: string;
+      /**
+       * The sharded layout (§26.10): an outcome a run of this child claimed on its shard before its worker died, not
+       * counted yet. The tool is not run again: the record counts this outcome.
+       */
+      claimed?: BatchOutcome;
+    }
   | { outcome: 'parent_ended' | 'recorded' | 'missing' | 'lock_lost' };
 
 export type RecordChildOutcome =
@@ -122,6 +147,7 @@ export class BatchStore {
       [B.window]: String(shape.concurrency),
       [B.owner]: shape.owner,
       [B.createdAtMs]: String(Date.now()),
+      ...(shape.childCodes === undefined ? {} : { [B.childCodes]: shape.childCodes.join(',') }),
     };
     const reply = await this.scripts.call(SCRIPTS.batchCreate, {
       keys: {
@@ -164,7 +190,7 @@ export class BatchStore {
 
   /** The batch's shape fields (pools, tool, owner), as the parent and the dashboard need them. */
   async shape(parentId: string): Promise<BatchShape | undefined> {
-    const [childTool, childPool, parentPool, concurrency, failFast, owner] = await this.redis.hmget(
+    const [childTool, childPool, parentPool, concurrency, failFast, owner, childCodes] = await this.redis.hmget(
       this.keys.forTask(parentId).batch(parentId).hash,
       B.childTool,
       B.childPool,
@@ -172,6 +198,7 @@ export class BatchStore {
       B.concurrency,
       B.failFast,
       B.owner,
+      B.childCodes,
     );
     if (!childTool || !childPool || !parentPool) return undefined;
     return {
@@ -181,6 +208,7 @@ export class BatchStore {
       concurrency: Number(concurrency ?? 1),
       failFast: failFast === '1',
       owner: owner ?? '',
+      ...(childCodes ? { childCodes: childCodes.split(',') } : {}),
     };
   }
 
@@ -198,16 +226,49 @@ export class BatchStore {
    */
   async release(parentId: string, r: ChildRelease): Promise<{ window: number; from: number; priorities: number[] }> {
     const values = await this.releaseScript(parentId, r, '1', [], r.concurrency, r.cap);
-    const [window, from, ...priorities] = values;
+    const [window, from, ...placeholders] = values;
+    // The sharded layout (§26.10): the script on the parent's shard opened the children; each target shard enters
+    // its children in the fair share there, as a re-add does.
+    const priorities =
+      r.childCodes === undefined
+        ? placeholders
+        : await this.reenter(
+            parentId,
+            placeholders.map((_p, i) => (from ?? 0) + i),
+            r,
+          );
     return { window: window ?? 1, from: from ?? 0, priorities };
   }
 
   /** Re-adds open children (§26.3 step 2): each one's priority as `release` answers it, 0 when its job exists. */
   async reenter(parentId: string, indices: readonly number[], r: ChildPlacement): Promise<number[]> {
     if (indices.length === 0) return [];
-    return (await this.releaseScript(parentId, { ...r, openWorkTtlMs: 0 }, '0', indices, 0, 0)).slice(2);
+    const codes = r.childCodes;
+    if (codes === undefined) {
+      return (await this.releaseScript(parentId, { ...r, openWorkTtlMs: 0 }, '0', indices, 0, 0)).slice(2);
+    }
+    // One re-add per target shard, on that shard (its share, its jobs); the script's batch keys are not touched by a
+    // re-add, so they are named on that shard only to keep the call in one slot.
+    const byShard = new Map<string, number[]>();
+    indices.forEach((index, i) => {
+      const code = childShard(codes, index) ?? '';
+      byShard.set(code, [...(byShard.get(code) ?? []), i]);
+    });
+    const priorities = indices.map(() => 0);
+    await Promise.all(
+      [...byShard].map(async ([code, at]) => {
+        const mine = at.map((i) => indices[i] ?? 0);
+        const values = await this.releaseScript(parentId, { ...r, openWorkTtlMs: 0 }, '0', mine, 0, 0, code);
+        at.forEach((i, n) => (priorities[i] = values[n + 2] ?? 0));
+      }),
+    );
+    return priorities;
   }
 
+  /**
+   * `shard`: a re-add on one target shard of the sharded layout (§26.10); without it the script runs on the parent's
+   * shard, where in the sharded layout (`childCodes`) it only opens the children and enters none.
+   */
   private async releaseScript(
     parentId: string,
     r: ChildPlacement & { openWorkTtlMs: number },
@@ -215,14 +276,16 @@ export class BatchStore {
     indices: readonly number[],
     concurrency: number,
     cap: number,
+    shard?: string,
   ): Promise<number[]> {
-    const k = this.keys.forTask(parentId).batch(parentId);
+    const on = shard === undefined ? this.keys.forTask(parentId) : this.keys.forShard(shard);
+    const k = on.batch(parentId);
     const reply = await this.scripts.call(SCRIPTS.batchRelease, {
       keys: {
         batch: k.hash,
         open: k.open,
-        share: this.keys.forTask(parentId).fairShare(r.childPool, r.owner),
-        principalOpen: this.keys.forTask(parentId).principalOpenTasks(r.owner),
+        share: on.fairShare(r.childPool, r.owner),
+        principalOpen: on.principalOpenTasks(r.owner),
       },
       args: {
         parentId,
@@ -234,8 +297,9 @@ export class BatchStore {
         openWorkTtlMs: r.openWorkTtlMs,
         shareTtlMs: r.shareTtlMs,
         maxPriority: MAX_FAIR_PRIORITY,
-        queueKey: `${this.keys.forTask(parentId).bullQueueKeyPrefix}${r.childPool}`,
+        queueKey: `${on.bullQueueKeyPrefix}${r.childPool}`,
         priorityBase: r.priorityBase ?? 0,
+        enter: shard === undefined && r.childCodes !== undefined ? '0' : '1',
       },
     });
     return reply.values.map(Number);
@@ -274,20 +338,31 @@ export class BatchStore {
   /** A child run starts (§26.3): run it, or not (parent ended, batch stopped, outcome recorded, lock lost). */
   async startChild(parentId: string, index: number, lock: JobLock): Promise<StartChildOutcome> {
     const k = this.keys.forTask(parentId).batch(parentId);
+    const childId = `${parentId}.${index}`;
+    // The sharded layout (§26.10): the child's job and lock are on its own shard, the batch on its parent's. The lock
+    // and a claim left by a run that died between its two record steps are read there first; the script on the
+    // parent's shard then runs with no lock token (the lock was checked here, a moment ago).
+    let claimed: BatchOutcome | undefined;
+    if (lock.shard !== undefined) {
+      const on = this.keys.forShard(lock.shard);
+      const [held, claim] = await this.redis.mget(on.bullJobLock(lock.queue, childId), on.batchClaim(childId));
+      if (held !== lock.token) return { outcome: 'lock_lost' };
+      if (claim) claimed = JSON.parse(claim) as BatchOutcome;
+    }
     const reply = await this.scripts.call(SCRIPTS.batchStart, {
       keys: {
         task: this.keys.forTask(parentId).task(parentId),
         batch: k.hash,
         outcomes: k.outcomes,
         running: k.running,
-        lock: this.keys.forTask(parentId).bullJobLock(lock.queue, `${parentId}.${index}`),
+        lock: this.keys.forTask(parentId).bullJobLock(lock.queue, childId),
       },
-      args: { lockToken: lock.token, index },
+      args: { lockToken: lock.shard === undefined ? lock.token : '', index },
     });
     switch (reply.code) {
       case ResultCode.OK: {
         const [owner, parentPool] = reply.values as Array<string | undefined>;
-        return { outcome: 'run', owner: owner ?? '', parentPool: parentPool ?? '' };
+        return { outcome: 'run', owner: owner ?? '', parentPool: parentPool ?? '', ...(claimed ? { claimed } : {}) };
       }
       case ResultCode.TASK_TERMINAL:
         return { outcome: 'parent_ended' };
@@ -315,6 +390,22 @@ export class BatchStore {
       const { result: _dropped, ...rest } = outcome;
       json = JSON.stringify({ ...rest, resultOmitted: true });
     }
+    let failed = outcome.status === 'completed' ? '0' : '1';
+    // The sharded layout (§26.10), in two steps: (1) on the child's shard, under its lock, its one outcome is claimed
+    // (a run that lost the lock claims nothing); (2) on the parent's shard the claimed outcome is counted with no lock
+    // token, idempotently (the first HSETNX counts): a worker killed between the steps loses nothing, the next run
+    // of the job finds the claim at its start and counts it without running the tool.
+    const on = lock.shard === undefined ? undefined : this.keys.forShard(lock.shard);
+    if (on !== undefined) {
+      const claim = await this.scripts.call(SCRIPTS.batchClaim, {
+        keys: { lock: on.bullJobLock(lock.queue, childId), claim: on.batchClaim(childId) },
+        args: { lockToken: lock.token, outcome: json, ttlMs: BATCH_CLAIM_TTL_MS },
+      });
+      if (claim.code === ResultCode.LOCK_LOST) return { outcome: 'lock_lost' };
+      const claimed = claim.values[0];
+      if (typeof claimed === 'string') json = claimed;
+      failed = (JSON.parse(json) as BatchOutcome).status === 'completed' ? '0' : '1';
+    }
     const reply = await this.scripts.call(SCRIPTS.batchRecord, {
       keys: {
         batch: k.hash,
@@ -324,14 +415,10 @@ export class BatchStore {
         lock: this.keys.forTask(parentId).bullJobLock(lock.queue, childId),
         principalOpen: this.keys.forTask(parentId).principalOpenTasks(owner),
       },
-      args: {
-        lockToken: lock.token,
-        index,
-        childId,
-        failed: outcome.status === 'completed' ? '0' : '1',
-        outcome: json,
-      },
+      args: { lockToken: on === undefined ? lock.token : '', index, childId, failed, outcome: json },
     });
+    // Counted (now or before): the claim has done its work.
+    if (on !== undefined && reply.code !== ResultCode.LOCK_LOST) await this.redis.del(on.batchClaim(childId));
     switch (reply.code) {
       case ResultCode.OK: {
         const [done, size, failed, wake, below] = reply.values;

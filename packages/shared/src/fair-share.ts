@@ -57,7 +57,9 @@ export class FairShare {
   }
 
   /** The job left the waiting part of the share: started by a worker, removed by a cancel, or never added. */
-  async leave(queue: string, principal: string, jobId: string): Promise<void> {
-    await this.redis.zrem(this.keys.forTask(jobId).fairShare(queue, principal), jobId);
+  async leave(queue: string, principal: string, jobId: string, shard?: string): Promise<void> {
+    // `shard`: a job whose id names another shard than its queue's (a batch child's, PROTOCOL.md §26.10).
+    const keys = shard === undefined ? this.keys.forTask(jobId) : this.keys.forShard(shard);
+    await this.redis.zrem(keys.fairShare(queue, principal), jobId);
   }
 }

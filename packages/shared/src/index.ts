@@ -4,7 +4,7 @@
  * here makes it public, so add what another package needs, not a whole module.
  */
 export { AuditLog } from './audit-log.js';
-export { BatchStore, MAX_STORED_CHILD_RESULT_CHARS } from './batch-store.js';
+export { BatchStore, childShard, MAX_STORED_CHILD_RESULT_CHARS } from './batch-store.js';
 export type { BatchCounts, BatchOutcome, BatchShape } from './batch-store.js';
 export { BlobObjects } from './blob-objects.js';
 export type { BlobStoreConfig } from './blob-objects.js';
@@ -42,6 +42,7 @@ export {
   isShardCode,
   parseBatchChildId,
   queueOfBullName,
+  shardOfBullPrefix,
   toolPool,
   toolQueue,
 } from './protocol/keys.js';

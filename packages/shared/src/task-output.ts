@@ -110,6 +110,11 @@ export interface OutputLock {
   queue: string;
   jobId: string;
   token: string;
+  /**
+   * The sharded layout: the shard of the job's queue when it is not the task's (a batch child's, whose lock is on its
+   * own shard, PROTOCOL.md §26.10). The lock is read there first; the write on the task's shard is then unlocked.
+   */
+  shard?: string;
 }
 
 /** The outcome of a write: done, or why not (a run never throws for these: a stale run's write is dropped). */
@@ -161,9 +166,20 @@ export class TaskOutputStore {
   }
 
   private lockKey(taskId: string, lock: OutputLock | undefined): string {
-    return lock
+    return lock && lock.shard === undefined
       ? this.keys.forTask(taskId).bullJobLock(lock.queue, lock.jobId)
       : this.keys.forTask(taskId).task(taskId);
+  }
+
+  /**
+   * The token a write's script checks: the run's, or '' (unchecked) for a lock on another shard than the task's, which
+   * is read here instead (no script spans two slots, §26.10): undefined when that lock is not the run's any more.
+   */
+  private async lockToken(lock: OutputLock | undefined): Promise<string | undefined> {
+    if (lock === undefined) return '';
+    if (lock.shard === undefined) return lock.token;
+    const held = await this.redis.get(this.keys.forShard(lock.shard).bullJobLock(lock.queue, lock.jobId));
+    return held === lock.token ? '' : undefined;
   }
 
   /** Appends to or replaces the task's output (PROTOCOL.md §34.2). */
@@ -173,6 +189,8 @@ export class TaskOutputStore {
     chunk: string,
     lock: OutputLock | undefined,
   ): Promise<OutputWriteOutcome> {
+    const lockToken = await this.lockToken(lock);
+    if (lockToken === undefined) return 'lock_lost';
     const reply = await this.scripts.call(SCRIPTS.outputWrite, {
       keys: {
         task: this.keys.forTask(taskId).task(taskId),
@@ -180,7 +198,7 @@ export class TaskOutputStore {
         output: this.keys.forTask(taskId).output(taskId).text,
       },
       args: {
-        lockToken: lock?.token ?? '',
+        lockToken,
         mode,
         chunk,
         maxBytes: this.limits.maxOutputBytes,
@@ -212,6 +230,8 @@ export class TaskOutputStore {
   }): Promise<OutputWriteOutcome> {
     const { taskId } = input;
     const keys = this.keys.forTask(taskId).output(taskId);
+    const lockToken = await this.lockToken(input.lock);
+    if (lockToken === undefined) return 'lock_lost';
     const reply = await this.scripts.call(SCRIPTS.blobPut, {
       keys: {
         task: this.keys.forTask(taskId).task(taskId),
@@ -221,7 +241,7 @@ export class TaskOutputStore {
         principalBytes: this.keys.forTask(taskId).principalBlobBytes(input.principal),
       },
       args: {
-        lockToken: input.lock?.token ?? '',
+        lockToken,
         blobId: input.blobId,
         chunk: input.chunk,
         append: input.first ? '0' : '1',

@@ -26,6 +26,11 @@ export const BATCH_FIELDS = {
   owner: 'owner',
   /** `1` once the batch stopped (fail-fast tripped): no child starts any more. */
   stopped: 'stopped',
+  /**
+   * The sharded layout (§26.10): the child tool's placed shard codes, comma-joined; child `i` queues on code
+   * `i mod N`. Absent in the single layout.
+   */
+  childCodes: 'childCodes',
   /** When the batch was made (ms since epoch). */
   createdAtMs: 'createdAtMs',
 } as const;

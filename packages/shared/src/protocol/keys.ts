@@ -129,6 +129,11 @@ export interface Keys {
   slotWaitersBy(scope: string, keyDigest: string): string;
   /** The keys of one batch, a parent task's fan-out (PROTOCOL.md §26). */
   batch(taskId: string): BatchKeys;
+  /**
+   * String: a batch child's outcome as its run claimed it on the child's own shard, the first of its two record steps
+   * in the sharded layout (PROTOCOL.md §26.10); deleted once the parent's shard counted it.
+   */
+  batchClaim(childId: string): string;
   /** The keys of one task's output and stored values (PROTOCOL.md §34). */
   output(taskId: string): OutputKeys;
   /** String counter: bytes one principal stored as task blobs within the blob TTL (PROTOCOL.md §34.4). */
@@ -199,6 +204,15 @@ export function isShardCode(code: string): boolean {
 export function shardOfTaskId(taskId: string): string | undefined {
   const code = taskId.slice(0, SHARD_CODE_LENGTH);
   return taskId.length > SHARD_CODE_LENGTH && SHARD_CODE.test(code) ? code : undefined;
+}
+
+/**
+ * The shard code of a BullMQ prefix of the sharded layout (`<prefix>:{<code>}`), or undefined: how a worker knows the
+ * shard of a job it took, whose id may name another (a batch child's names its parent's, PROTOCOL.md §26.10).
+ */
+export function shardOfBullPrefix(bullPrefix: string): string | undefined {
+  const match = /:\{([0-9a-f]{4})\}$/.exec(bullPrefix);
+  return match?.[1];
 }
 
 /** The keys that stay deployment-wide in the sharded layout: what no task script touches (PROTOCOL.md §1.1). */
@@ -327,6 +341,7 @@ function layoutKeys(prefix: string): LayoutKeys {
       open: `${prefix}:batch:${taskId}:open`,
       running: `${prefix}:batch:${taskId}:running`,
     }),
+    batchClaim: (childId) => `${prefix}:batch-claim:${childId}`,
     output: (taskId) => ({
       text: `${prefix}:output:${taskId}`,
       blobs: `${prefix}:blobs:${taskId}`,

@@ -109,6 +109,7 @@ const KEY_BUILDERS = {
     };
   },
   slotWaitersBy: (k) => ({ slotWaitersBy: k.slotWaitersBy(hole('scope'), hole('keyDigest')) }),
+  batchClaim: (k) => ({ batchClaim: k.batchClaim(hole('childId')) }),
   batch: (k) => {
     const b = k.batch(hole('taskId'));
     return {

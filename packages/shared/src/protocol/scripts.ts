@@ -266,8 +266,15 @@ export const SCRIPTS = {
       'maxPriority',
       'queueKey',
       'priorityBase',
+      'enter',
     ],
     codes: [OK],
+  }),
+  batchClaim: spec({
+    name: 'batchClaim',
+    keys: ['lock', 'claim'],
+    args: ['lockToken', 'outcome', 'ttlMs'],
+    codes: [OK, LOCK_LOST],
   }),
   batchPeek: spec({
     name: 'batchPeek',

@@ -21,6 +21,11 @@ import { asStatus, fromFlat, parseJson, parseRecord, writeOutcome } from './task
 export interface JobLock {
   queue: string;
   token: string;
+  /**
+   * The shard code of the job's queue in the sharded layout, when its id names another shard (a batch child's, whose
+   * id names its parent's, PROTOCOL.md §26.10): its lock key is on this shard.
+   */
+  shard?: string;
 }
 
 export interface TransitionOptions {

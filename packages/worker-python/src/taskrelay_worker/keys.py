@@ -149,6 +149,10 @@ class Keys:
     def bull_job_lock(self, queue: str, job_id: str) -> str:
         return self._key("bullJobLock", task_id=job_id, queue=queue, jobId=job_id)
 
+    def bull_job_lock_here(self, queue: str, job_id: str) -> str:
+        """The lock of a job in this shard's queue, whatever shard its id names (a batch child's, §26.10)."""
+        return self._key("bullJobLock", queue=queue, jobId=job_id)
+
     def output_text(self, task_id: str) -> str:
         """A task's partial output (PROTOCOL.md §34.2)."""
         return self._key("output.text", task_id=task_id, taskId=task_id)
@@ -159,6 +163,10 @@ class Keys:
 
     def output_blob(self, task_id: str, blob_id: str) -> str:
         return self._key("output.blob", task_id=task_id, taskId=task_id, blobId=blob_id)
+
+    def batch_claim(self, child_id: str) -> str:
+        """A batch child's outcome claimed on this shard, the first of its two record steps (sharded layout, §26.10)."""
+        return self._key("batchClaim", childId=child_id)
 
     def batch(self, parent_id: str, member: str = "hash") -> str:
         """One key of a batch (§26.2): ``hash``, ``items``, ``outcomes``, ``open`` or ``running``."""

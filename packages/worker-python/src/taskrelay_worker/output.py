@@ -69,18 +69,36 @@ class RunOutput:
 
     def _lock_key(self) -> str:
         keys = self._store.keys
-        return keys.bull_job_lock(self._lock.queue, self._job_id) if self._lock else keys.task(self._task_id)
+        if self._lock is None or self._lock.shard is not None:
+            return keys.task(self._task_id)
+        return keys.bull_job_lock(self._lock.queue, self._job_id)
+
+    async def _lock_token(self) -> str | None:
+        """The token the write's script checks, or '' (unchecked) for a lock on another shard than the task's (a batch
+        child's in the sharded layout, §26.10), read here instead; None when that lock is not the run's any more."""
+        if self._lock is None:
+            return ""
+        if self._lock.shard is None:
+            return self._lock.token
+        keys = self._store.keys.for_shard(self._lock.shard)
+        held = await self._store.redis.get(keys.bull_job_lock_here(self._lock.queue, self._job_id))
+        held = held.decode() if isinstance(held, bytes) else held
+        return "" if held == self._lock.token else None
 
     async def write(self, mode: str, text: Any) -> None:
         if not isinstance(text, str):
             raise TypeError(f"ctx.output.{'write' if mode == 'append' else 'set'} takes a str")
         keys = self._store.keys
         async with self._order:
+            token = await self._lock_token()
+            if token is None:
+                self._log.debug("output write dropped", outcome=RESULT.LOCK_LOST)
+                return
             code, _ = await self._store.call(
                 "outputWrite",
                 {"task": keys.task(self._task_id), "lock": self._lock_key(), "output": keys.output_text(self._task_id)},
                 {
-                    "lockToken": self._lock.token if self._lock else "",
+                    "lockToken": token,
                     "mode": mode,
                     "chunk": text,
                     "maxBytes": str(self._limits.max_output_bytes),
@@ -144,7 +162,8 @@ class RunOutput:
 
         async def put(piece: bytes) -> None:
             nonlocal first, size
-            code, values = await self._store.call(
+            token = await self._lock_token()
+            code, values = (RESULT.LOCK_LOST, []) if token is None else await self._store.call(
                 "blobPut",
                 {
                     "task": keys.task(self._task_id),
@@ -154,7 +173,7 @@ class RunOutput:
                     "principalBytes": keys.for_task(self._task_id).principal_blob_bytes(self._principal),
                 },
                 {
-                    "lockToken": self._lock.token if self._lock else "",
+                    "lockToken": token,
                     "blobId": blob_id,
                     "chunk": piece,
                     "append": "0" if first else "1",

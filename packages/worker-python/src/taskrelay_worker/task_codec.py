@@ -20,6 +20,9 @@ class JobLock:
 
     queue: str
     token: str
+    #: The sharded layout: the shard of the job's queue when its id names another (a batch child's, whose id names its
+    #: parent's shard, PROTOCOL.md §26.10): its lock key is on this shard.
+    shard: str | None = None
 
 
 @dataclass

@@ -7,7 +7,14 @@
  * ChildExecute (the context, the tool under its timeout) → settle → ChildRecorder.
  */
 import { UnrecoverableError, type Job } from 'bullmq';
-import { parseBatchChildId, queueOfBullName, type BatchOutcome, type JobLock, type Logger } from '@taskrelay/shared';
+import {
+  parseBatchChildId,
+  queueOfBullName,
+  shardOfBullPrefix,
+  type BatchOutcome,
+  type JobLock,
+  type Logger,
+} from '@taskrelay/shared';
 import { describeIssues } from '../define-tool.js';
 import { cancelReasonOf } from '../errors.js';
 import type { RunningJob } from './running-jobs.js';
@@ -63,7 +70,9 @@ export class ChildRunner {
   ): Promise<void> {
     if (this.o.isClosing()) return this.o.envelope.handBack(job, token, log);
     const parsed = ChildJobDataSchema.safeParse(job.data);
-    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '' };
+    // In the sharded layout the job's shard is its queue's, not the one its id names (its parent's, §26.10).
+    const shard = shardOfBullPrefix(job.prefix);
+    const lock: JobLock = { queue: queueOfBullName(job.queueName), token: token ?? '', ...(shard ? { shard } : {}) };
     if (!parsed.success) return this.unreadable(job, jobId, lock, describeIssues(parsed.error), log);
     const data = parsed.data;
     entry.parentId = data.taskId;
@@ -71,6 +80,10 @@ export class ChildRunner {
     if (!child) return;
     entry.principal = child.owner;
     const record = (outcome: BatchOutcome) => this.recorder.record(child, lock, outcome, log);
+    if (child.claimed) {
+      log.info({ parentId: child.parentId, child: child.index }, 'batch child claimed by an earlier run; counting it');
+      return record(child.claimed);
+    }
 
     const checked = this.admission.check(job, data);
     if ('refused' in checked) return record(checked.refused);

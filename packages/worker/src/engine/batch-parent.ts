@@ -13,6 +13,7 @@ import {
   catalogQueueName,
   toolQueue,
   batchChildId,
+  childShard,
   jobOptions,
   parseMessage,
   TASK_FIELDS,
@@ -26,6 +27,7 @@ import {
   type Keys,
   shardedPubSub,
   type RedisClient,
+  type ShardPlacement,
   type ToolDescriptor,
 } from '@taskrelay/shared';
 import type { ChildOutcome, FanOutHost, FanOutOptions, FanOutResult } from '../context-types.js';
@@ -44,7 +46,7 @@ const BATCH_TTL_MS = 7 * 86_400_000;
 const FAIR_SHARE_TTL_MS = 3_600_000 + 60_000;
 
 /** The descriptor fields a child job takes from its tool. */
-type ChildToolInfo = Pick<ToolDescriptor, 'name' | 'timeoutMs' | 'attempts' | 'backoff'>;
+type ChildToolInfo = Pick<ToolDescriptor, 'name' | 'timeoutMs' | 'attempts' | 'backoff' | 'shards'>;
 
 export interface BatchParentOptions {
   redis: RedisClient;
@@ -55,6 +57,8 @@ export interface BatchParentOptions {
   ownQueueName: string;
   tools: ReadonlyMap<string, ToolDefinition>;
   metrics: WorkerMetrics;
+  /** The placement registry in the sharded layout (PROTOCOL.md §1.1): where the child tool's shards are (§26.10). */
+  placement?: ShardPlacement;
 }
 
 /**
@@ -115,15 +119,10 @@ export class BatchParent {
     const { taskId, lock, record, log } = run;
     let shape = await store.shape(taskId);
     if (!shape) {
-      // A batch's children queue on the parent's shard (its scripts touch the batch's keys with their locks), where
-      // the child tool's workers do not consume: not yet in the sharded layout (PROTOCOL.md §1.1, docs/SCALING.md).
-      if (this.o.keys.layout === 'sharded') {
-        throw new TaskrelayError(
-          'INVALID_ARGUMENTS',
-          'ctx.fanOut: batches are not available in the sharded key layout yet (docs/SCALING.md)',
-        );
-      }
       const child = await this.childTool(options.tool);
+      // The sharded layout (§26.10): the child tool's placed shards, kept in the batch so every releaser and stopper
+      // puts child i on the same one.
+      const childCodes = await this.childCodes(child.pool, child.tool.shards);
       const created = await store.create(
         taskId,
         lock,
@@ -134,6 +133,7 @@ export class BatchParent {
           concurrency: options.concurrency,
           failFast: options.failFast,
           owner: record?.principal ?? '',
+          ...(childCodes === undefined ? {} : { childCodes }),
         },
         items.map((item) => JSON.stringify(item)),
         BATCH_TTL_MS,
@@ -198,6 +198,7 @@ export class BatchParent {
     // The window is the concurrency less what the open-work cap leaves beside the principal's other open work, at
     // least 1 (the batch always moves on), sized by the release script itself (§26.6).
     const cap = maxOpen ?? DEFAULT_BATCH_OPEN_CAP;
+    // The children's open-work entries are on the parent's shard in either layout (§26.10), where this script counts.
     await this.pruneOpenWork(this.o.keys.forTask(taskId).principalOpenTasks(shape.owner), open, cap);
     const { window, from, priorities } = await store.release(taskId, {
       ...this.placement(shape, base),
@@ -254,8 +255,22 @@ export class BatchParent {
   }
 
   /** Where children go: the child tool's queue, their principal's share there, at their parent's level (§25.1). */
-  private placement(shape: { childPool: string; owner: string }, base: number) {
-    return { childPool: shape.childPool, owner: shape.owner, shareTtlMs: FAIR_SHARE_TTL_MS, priorityBase: base };
+  private placement(shape: BatchShape, base: number) {
+    return {
+      childPool: shape.childPool,
+      owner: shape.owner,
+      shareTtlMs: FAIR_SHARE_TTL_MS,
+      priorityBase: base,
+      ...(shape.childCodes === undefined ? {} : { childCodes: shape.childCodes }),
+    };
+  }
+
+  /** The child tool's placed shard codes in the sharded layout (placing them if no worker did yet), else undefined. */
+  private async childCodes(pool: string, shards: number | undefined): Promise<string[] | undefined> {
+    if (this.o.keys.layout !== 'sharded') return undefined;
+    const { placement } = this.o;
+    if (placement === undefined) throw new TaskrelayError('INTERNAL', 'ctx.fanOut: no shard placement here');
+    return placement.codes(pool, shards ?? 1);
   }
 
   /**
@@ -265,7 +280,7 @@ export class BatchParent {
    */
   private async addChildren(
     taskId: string,
-    shape: { childTool: string; childPool: string; owner: string },
+    shape: BatchShape,
     indices: readonly number[],
     priorities: readonly number[],
     maxOpen: number | undefined,
@@ -293,8 +308,16 @@ export class BatchParent {
       },
       opts: jobOptions(batchChildId(taskId, index), priority, tool),
     }));
-    // On the parent's shard, with the batch's keys (PROTOCOL.md §1.1).
-    await queues.get(shape.childPool, this.o.keys.forTask(taskId)).addBulk(jobs);
+    // Single layout: on the one prefix. Sharded: child i on its shard `C(i)` (§26.10), one addBulk per shard.
+    const byShard = new Map<string | undefined, typeof jobs>();
+    adding.forEach(({ index }, i) => {
+      const code = childShard(shape.childCodes, index);
+      const job = jobs[i];
+      if (job) byShard.set(code, [...(byShard.get(code) ?? []), job]);
+    });
+    await Promise.all(
+      [...byShard].map(([code, some]) => queues.get(shape.childPool, this.childKeys(taskId, code)).addBulk(some)),
+    );
     return jobs.length;
   }
 
@@ -308,19 +331,37 @@ export class BatchParent {
     if (!shape) return;
     await store.stop(taskId);
     const indices = await store.openIndices(taskId);
-    const queue = queues.get(shape.childPool, keys.forTask(taskId));
-    const pipeline = redis.pipeline();
+    // Each child's job, share entry and cancel channel are on its own shard `C(i)` in the sharded layout (§26.10),
+    // named from its index, never from its id (which names the parent's shard); its open-work entry is the parent's.
+    // One pipeline per shard: a pipeline on a cluster stays on one node.
+    const pipelines = new Map<string, ReturnType<RedisClient['pipeline']>>();
+    const on = (code: string) => {
+      let pipeline = pipelines.get(code);
+      if (!pipeline) pipelines.set(code, (pipeline = redis.pipeline()));
+      return pipeline;
+    };
+    const parentShard = keys.shardOf(taskId) ?? '';
     for (const index of indices) {
       const id = batchChildId(taskId, index);
-      await queue.remove(id).catch(() => 0);
-      pipeline.zrem(keys.forTask(id).fairShare(shape.childPool, shape.owner), id);
-      pipeline.zrem(keys.forTask(id).principalOpenTasks(shape.owner), id);
+      const code = childShard(shape.childCodes, index);
+      const child = this.childKeys(taskId, code);
+      await queues
+        .get(shape.childPool, child)
+        .remove(id)
+        .catch(() => 0);
+      on(code ?? parentShard).zrem(child.fairShare(shape.childPool, shape.owner), id);
+      on(parentShard).zrem(keys.forTask(taskId).principalOpenTasks(shape.owner), id);
       const cancel: CancelRequest = { taskId: id, reason: 'CLIENT_CANCELLED' };
-      // The child's own shard's channel in the sharded layout (PROTOCOL.md §1.2).
-      if (shardedPubSub(keys)) pipeline.spublish(keys.forTask(id).cancelChannel, JSON.stringify(cancel));
-      else pipeline.publish(keys.cancelChannel, JSON.stringify(cancel));
+      // The child's own shard's channel in the sharded layout (PROTOCOL.md §1.2), where its tool's workers listen.
+      if (shardedPubSub(keys)) on(code ?? parentShard).spublish(child.cancelChannel, JSON.stringify(cancel));
+      else on(parentShard).publish(keys.cancelChannel, JSON.stringify(cancel));
     }
-    await pipeline.exec();
+    await Promise.all([...pipelines.values()].map((pipeline) => pipeline.exec()));
+  }
+
+  /** The keys of child shard `code` (the sharded layout, §26.10), or the parent's (`code` undefined: single layout). */
+  private childKeys(taskId: string, code: string | undefined): Keys {
+    return code === undefined ? this.o.keys.forTask(taskId) : this.o.keys.forShard(code);
   }
 
   /** After the parent's job is delayed: are the children done already (§26.4)? Then it must promote itself. */

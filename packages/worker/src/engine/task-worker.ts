@@ -134,6 +134,7 @@ export class TaskWorker {
       ownQueueName: options.queue,
       tools,
       metrics: options.metrics,
+      ...(this.store.placement === undefined ? {} : { placement: this.store.placement }),
     });
     const batches = {
       parent,

@@ -33,6 +33,9 @@
     ARGV[9] maxPriority       BullMQ's highest priority value
     ARGV[10] queueKey         the child pool's BullMQ queue key (a job's hash is bull_job_key(queueKey, jobId))
     ARGV[11] priorityBase     the parent's priority level's base: children take their parent's level (§25.1)
+    ARGV[12] enter            "0": answer 1 for every child and touch neither the share nor the jobs (the sharded
+                              layout, §26.10: the children queue on other shards, where a re-add of this script
+                              enters them); anything else: as above
 
   Output:
     {R.OK, window, from, priority, ...}   a priority per child, for indices from, from + 1, ... (a release), or for
@@ -68,7 +71,8 @@ for _, index in ipairs(indices) do
     redis.call('ZADD', KEYS[4], ARGV[6], id)
   end
   local priority = 0
-  if redis.call('EXISTS', bull_job_key(ARGV[10], id)) == 0 then
+  if ARGV[12] == '0' then priority = 1
+  elseif redis.call('EXISTS', bull_job_key(ARGV[10], id)) == 0 then
     local entered = redis.call('ZSCORE', KEYS[3], id)
     if entered then priority = tonumber(entered) + (tonumber(ARGV[11]) or 0)
     else priority = fair_share_enter(KEYS[3], id, ARGV[8], ARGV[9], ARGV[11]) end

@@ -29,7 +29,12 @@ class CancelWatch:
     async def _check_lock(self, job_id: str, entry: RunEntry) -> None:
         assert self._redis is not None
         try:
-            holder = await self._redis.get(self.keys.bull_job_lock(entry.queue, job_id))
+            lock_key = (
+                self.keys.bull_job_lock(entry.queue, job_id)
+                if entry.shard is None
+                else self.keys.for_shard(entry.shard).bull_job_lock_here(entry.queue, job_id)
+            )
+            holder = await self._redis.get(lock_key)
         except Exception:  # noqa: BLE001 - Redis away: the sweep and the next renewal decide
             return
         if holder != entry.token and self.running.get(job_id) is entry:

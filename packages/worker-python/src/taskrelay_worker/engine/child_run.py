@@ -5,6 +5,7 @@ progress and wakes the parent when a window or the batch is done."""
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,17 @@ class ChildScope:
     unreadable: str | None
 
 
+#: The shard code at the end of a sharded BullMQ prefix: ``<prefix>:{<code>}:<queue name>`` (a queue name has no braces).
+_SHARD_OF_QUEUE = re.compile(r"\{([0-9a-f]{4})\}:[^{}]*$")
+
+
+def shard_of_job(job: Any) -> str | None:
+    """The shard of the queue a job was taken from (the sharded layout, §26.10): a batch child's id names its parent's
+    shard, not its own, as the Node worker's ``shardOfBullPrefix``."""
+    match = _SHARD_OF_QUEUE.search(str(getattr(job, "queueQualifiedName", "") or ""))
+    return match.group(1) if match else None
+
+
 class ChildRun:
     """The run of a batch child's job in ``TaskrelayWorker`` (a part of it)."""
 
@@ -80,6 +92,10 @@ class ChildRun:
         child = await self._start_child(job, token, data, entry, log)
         if child is None:
             return None
+        claimed = await self.store.claimed_child(child.parent_id, child.index, child.lock)
+        if claimed is not None:
+            log.info("batch child claimed by an earlier run; counting it")
+            return await self._record_child(child, claimed)
         tool_name, arguments = child.tool_name, child.arguments
         if child.unreadable is not None:
             log.warn(child.unreadable)
@@ -123,16 +139,20 @@ class ChildRun:
             (parent_id, index), tool_name, arguments = ids, job.name, {}
         entry.parent_id = parent_id
         log.bind(parentId=parent_id, child=index)
-        lock = JobLock(entry.queue, token)
+        # In the sharded layout the job's shard is its queue's, not the one its id names (its parent's, §26.10).
+        shard = shard_of_job(job) if self.keys.layout == "sharded" else None
+        lock = JobLock(entry.queue, token, shard)
+        entry.shard = shard
         start, owner, parent_pool = await self.store.start_child(parent_id, index, lock)
         owner = owner if start == "run" else (data.get("principal") or "")
         entry.principal = owner
         try:
-            await self._redis.zrem(self.keys.for_task(str(job.id)).fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
+            share_keys = self.keys.for_task(str(job.id)) if shard is None else self.keys.for_shard(shard)
+            await self._redis.zrem(share_keys.fair_share(lock.queue, owner), str(job.id))  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - the fair share prunes what it misses
             pass
         if start == "lock_lost":
-            log.warn("child job lock already lost at start; tool not run")
+            log.warn("child job lock already lost at start; tool not run", shard=shard)
             raise DelayedError()
         if start != "run":
             log.info("batch child not run (parent ended, batch stopped, or recorded)", outcome=start)

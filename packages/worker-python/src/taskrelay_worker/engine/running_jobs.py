@@ -27,6 +27,9 @@ class RunEntry:
     #: The tool has returned and the run writes its own end: the cancel sweep leaves it alone, or it would take the
     #: terminal status the run itself just wrote for another's (``LOCK_LOST``, issue 48 F6).
     settling: bool = False
+    #: The sharded layout: the shard of the job's queue when its id names another (a batch child's, §26.10), where
+    #: its lock is.
+    shard: str | None = None
 
 
 class RunningJobs:

@@ -34,6 +34,11 @@ export interface BatchChild {
   tool: string;
   maxOpen: number | undefined;
   level: number;
+  /**
+   * The sharded layout (§26.10): the outcome a run of this child claimed on its shard before its worker died (the
+   * first record step): it is counted, the tool not run again.
+   */
+  claimed?: BatchOutcome;
 }
 
 /** What carrying out a child's end works with: its job, its tool and parsed arguments, and its record. */

@@ -133,7 +133,8 @@ export class ChildExecute {
               store: this.o.output,
               taskId: child.parentId,
               principal: child.owner,
-              lock: { queue: lock.queue, jobId, token: lock.token },
+              // A child's lock is on its own shard in the sharded layout (§26.10), not its parent task's.
+              lock: { queue: lock.queue, jobId, token: lock.token, ...(lock.shard ? { shard: lock.shard } : {}) },
               log,
             }),
           }

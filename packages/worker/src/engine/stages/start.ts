@@ -198,7 +198,7 @@ export async function startChild(
   const parentId = data.taskId;
   const start = await o.batches.startChild(parentId, data.child, lock);
   const owner = start.outcome === 'run' ? start.owner : (data.principal ?? '');
-  o.fairShare.leave(lock.queue, owner, jobId).catch(() => undefined);
+  o.fairShare.leave(lock.queue, owner, jobId, lock.shard).catch(() => undefined);
   if (start.outcome === 'lock_lost') {
     log.warn('child job lock already lost at start; tool not run');
     throw new DelayedError();
@@ -216,5 +216,6 @@ export async function startChild(
     tool: data.tool,
     maxOpen: data.maxOpen,
     level,
+    ...(start.claimed ? { claimed: start.claimed } : {}),
   };
 }
