@@ -6,10 +6,11 @@
  * shard's channel (the children's workers' cancel sweep is 10 minutes here, so only the SPUBLISH can stop them in
  * time); fail-fast stops the rest.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { traced } from './helpers/batch-trace.js';
 import { Cluster } from 'ioredis';
 import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -66,15 +67,6 @@ afterAll(() => {
   redis?.disconnect();
 });
 
-/** Trace lines `<pid> <what> <n>` for children n in [from, to). */
-function traced(what: string, from: number, to: number): number[] {
-  return readFileSync(TRACE, 'utf8')
-    .split('\n')
-    .map((line) => line.split(' '))
-    .filter(([, w, n]) => w === what && Number(n) >= from && Number(n) < to)
-    .map(([, , n]) => Number(n));
-}
-
 /** Lines of the children's workers with this message, for this parent. */
 function childLines(msg: string, parentId: string): number {
   return stack.workers
@@ -124,7 +116,7 @@ describe('§26.10 batches in the sharded layout', () => {
     expect(outcomes.map((o) => o.index)).toEqual(items.map((_v, n) => n));
     expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
     // Each child ran once (no worker died), and every worker's counter moved only with the records.
-    expect(traced('done', 0, 30).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
+    expect(traced(TRACE, 'done', 0, 30).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
     expect(childLines('batch child started', taskId)).toBe(30);
     const seventh = JSON.parse((await redis.hget(keys.forTask(taskId).batch(taskId).outcomes, '7')) ?? '{}') as {
       result?: { content?: Array<{ type: string }> };
@@ -135,7 +127,7 @@ describe('§26.10 batches in the sharded layout', () => {
   it('queues child i on shard i mod 3; a cancel of the parent stops every running child on its shard', async () => {
     const items = Array.from({ length: 9 }, (_v, i) => ({ n: 100 + i, gate: NEVER }));
     const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 9, tool: 'shard_child' });
-    await waitFor(() => traced('start', 100, 109).length === 9, {
+    await waitFor(() => traced(TRACE, 'start', 100, 109).length === 9, {
       timeoutMs: 30_000,
       message: 'the 9 children never all started',
     });
@@ -145,7 +137,7 @@ describe('§26.10 batches in the sharded layout', () => {
       timeoutMs: 20_000,
       message: 'not every running child stopped',
     });
-    expect(traced('done', 100, 109)).toEqual([]);
+    expect(traced(TRACE, 'done', 100, 109)).toEqual([]);
     expect((await getTask(mcp, taskId)).status).toBe('cancelled');
     // Nothing of the batch is left queued on any shard.
     await waitFor(async () => (await Promise.all(items.map((_v, i) => jobShards(taskId, i)))).flat().length === 0, {
@@ -166,6 +158,6 @@ describe('§26.10 batches in the sharded layout', () => {
       timeoutMs: 20_000,
       message: 'not every running child stopped',
     });
-    expect(traced('done', 200, 212)).toEqual([205]);
+    expect(traced(TRACE, 'done', 200, 212)).toEqual([205]);
   });
 });

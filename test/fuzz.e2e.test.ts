@@ -442,21 +442,23 @@ describe('§22.3 bodies in other charsets, on both transports', () => {
     }),
     sessionless: () => sessionlessHeaders(hiddenDepthBody(1)),
   };
+  /** A body nested 100,000 deep (hidden from a naive check), declared in `charset`, with the era's headers. */
+  const postDeepBody = (charset: string, headers: Record<string, string>) =>
+    exchange(
+      open.port,
+      'POST',
+      {
+        host: `127.0.0.1:${open.port}`,
+        'content-type': `application/json; charset=${charset}`,
+        accept: 'application/json, text/event-stream',
+        ...headers,
+      },
+      encode(hiddenDepthBody(100_000), charset),
+    );
   for (const [era, eraHeaders] of Object.entries(transports)) {
     for (const charset of ['utf-16le', 'utf-16be', 'UTF-16', 'utf8', 'latin1', 'koi8-r']) {
       it(`refuses a ${charset} body with 415 on the ${era} transport, however deep it hides its nesting`, async () => {
-        const text = hiddenDepthBody(100_000);
-        const answer = await exchange(
-          open.port,
-          'POST',
-          {
-            host: `127.0.0.1:${open.port}`,
-            'content-type': `application/json; charset=${charset}`,
-            accept: 'application/json, text/event-stream',
-            ...eraHeaders(),
-          },
-          encode(text, charset),
-        );
+        const answer = await postDeepBody(charset, eraHeaders());
         expect(answer.status).toBe(415);
         expect(answer.contentType).toMatch(/application\/json/);
         const error = (JSON.parse(answer.body) as { error?: { message: string } }).error;
@@ -466,17 +468,7 @@ describe('§22.3 bodies in other charsets, on both transports', () => {
 
     it(`reads a body declared as UTF-8 (any spelling) on the ${era} transport, and refuses its depth with 400`, async () => {
       for (const charset of ['utf-8', 'UTF-8', 'Utf-8']) {
-        const answer = await exchange(
-          open.port,
-          'POST',
-          {
-            host: `127.0.0.1:${open.port}`,
-            'content-type': `application/json; charset=${charset}`,
-            accept: 'application/json, text/event-stream',
-            ...eraHeaders(),
-          },
-          encode(hiddenDepthBody(100_000), charset),
-        );
+        const answer = await postDeepBody(charset, eraHeaders());
         expect(answer.status, charset).toBe(400);
         expect(answer.body).toMatch(/nested deeper/);
       }

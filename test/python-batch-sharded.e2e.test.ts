@@ -6,10 +6,11 @@
  * cancel of the parent stops every running child on its own shard's channel (the Python worker's cancel sweep is 10
  * minutes). A Python parent still refuses `ctx.fan_out` in this layout (packages/worker-python/tests/test_fan_out.py).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { traced } from './helpers/batch-trace.js';
 import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { createKeys, toolQueue } from '@taskrelay/shared';
@@ -54,14 +55,6 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
     );
   });
 
-  function traced(what: string, from: number, to: number): number[] {
-    return readFileSync(TRACE, 'utf8')
-      .split('\n')
-      .map((line) => line.split(' '))
-      .filter(([, w, n]) => w === what && Number(n) >= from && Number(n) < to)
-      .map(([, , n]) => Number(n));
-  }
-
   function pythonLines(msg: string, parentId: string): number {
     return stack.pythonWorkers.flatMap((p) => p.logs()).filter((l) => l['msg'] === msg && l['parentId'] === parentId)
       .length;
@@ -80,7 +73,7 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
     expect(result.structuredContent).toMatchObject({ total: 24, completed: 22, failed: 2, cancelled: 0 });
     const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
     expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
-    expect(traced('done', 0, 24).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
+    expect(traced(TRACE, 'done', 0, 24).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
     expect(pythonLines('batch child started', taskId)).toBe(24);
     const keys = createKeys(stack.prefix, 'sharded');
     const fifth = JSON.parse((await stack.r.hget(keys.forTask(taskId).batch(taskId).outcomes, '5')) ?? '{}') as {
@@ -95,7 +88,10 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
     expect(new Set(codes).size).toBe(3);
     const items = Array.from({ length: 6 }, (_v, i) => ({ n: 100 + i, gate: NEVER }));
     const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 6, tool: 'shard_child' });
-    await waitFor(() => traced('start', 100, 106).length === 6, { timeoutMs: 30_000, message: 'children started' });
+    await waitFor(() => traced(TRACE, 'start', 100, 106).length === 6, {
+      timeoutMs: 30_000,
+      message: 'children started',
+    });
     const keys = createKeys(stack.prefix, 'sharded');
     for (let i = 0; i < 6; i++) {
       const lock = keys.forShard(codes[i % 3] ?? '').bullJobLock(CHILD_POOL, `${taskId}.${i}`);
@@ -106,6 +102,6 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
       timeoutMs: 20_000,
       message: 'not every running child stopped',
     });
-    expect(traced('done', 100, 106)).toEqual([]);
+    expect(traced(TRACE, 'done', 100, 106)).toEqual([]);
   });
 });

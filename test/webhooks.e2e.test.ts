@@ -239,41 +239,26 @@ describe('§27 completion webhooks', () => {
 
   it('refuses at creation, with the reason and no task: a host not allowed, a name resolving to loopback, no secret, a plain call', async () => {
     const before = await taskCount();
-    const stranger = await modern(
-      gateway.url,
-      'carol',
-      'tools/call',
-      { name: 'build_report', arguments: { report: 'x', items: 1 } },
-      hook(r.stranger),
-    );
-    expect(stranger['error']).toMatchObject({
-      code: -32602,
-      message: expect.stringMatching(/Webhook refused: host 127\.0\.0\.1:\d+ is not allowed/),
-    });
-    const byName = await modern(
-      gateway.url,
-      'carol',
-      'tools/call',
-      { name: 'build_report', arguments: { report: 'x', items: 1 } },
-      {
-        [META_KEY]: { url: `http://localhost:${r.stranger.port}/hook` },
-      },
-    );
-    expect(byName['error']).toMatchObject({
-      code: -32602,
-      message: expect.stringMatching(/resolves to (127\.0\.0\.1|::1), a loopback address/),
-    });
-    const off = await modern(
-      noSecret.url,
-      'carol',
-      'tools/call',
-      { name: 'build_report', arguments: { report: 'x', items: 1 } },
-      hook(r.alice),
-    );
-    expect(off['error']).toMatchObject({
-      code: -32602,
-      message: expect.stringMatching(/TASKRELAY_WEBHOOK_SECRET is not set/),
-    });
+    // Each refused with -32602 and its reason.
+    const refusals: Array<[string, Record<string, unknown>, RegExp]> = [
+      [gateway.url, hook(r.stranger), /Webhook refused: host 127\.0\.0\.1:\d+ is not allowed/],
+      [
+        gateway.url,
+        { [META_KEY]: { url: `http://localhost:${r.stranger.port}/hook` } },
+        /resolves to (127\.0\.0\.1|::1), a loopback address/,
+      ],
+      [noSecret.url, hook(r.alice), /TASKRELAY_WEBHOOK_SECRET is not set/],
+    ];
+    for (const [url, meta, reason] of refusals) {
+      const answer = await modern(
+        url,
+        'carol',
+        'tools/call',
+        { name: 'build_report', arguments: { report: 'x', items: 1 } },
+        meta,
+      );
+      expect(answer['error']).toMatchObject({ code: -32602, message: expect.stringMatching(reason) });
+    }
     const client = await session('carol');
     await expect(
       client.request(

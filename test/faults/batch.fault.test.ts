@@ -4,15 +4,16 @@
  * and none is counted twice (a child whose worker died after it ran runs again, and its outcome is still recorded and
  * counted once).
  */
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, it } from 'vitest';
+import { expectExactBatch, killBusyWorker, tracedWorkers } from '../helpers/batch-trace.js';
 import { createKeys } from '@taskrelay/shared';
 import { waitFor } from '../helpers/wait-for.js';
 import { ROOT } from '../helpers/processes.js';
 import { useStack } from '../helpers/stack.js';
-import { WorkerPool, startTask, taskResult, watchingClient } from '../helpers/faults.js';
+import { type WorkerPool, startTask, taskResult, watchingClient } from '../helpers/faults.js';
 
 const BATCH_TOOLS = `${ROOT}/test/fixtures/batch-tools.mjs`;
 const SIZE = 150;
@@ -42,67 +43,11 @@ const stack = useStack({
 let workers: WorkerPool;
 
 beforeAll(async () => {
-  workers = new WorkerPool(
-    {
-      TASKRELAY_TOOLS: BATCH_TOOLS,
-      TASKRELAY_QUEUE: 'batch',
-      WORKER_LOCK_DURATION_MS: '1500',
-      WORKER_CONCURRENCY: '4',
-      LOG_LEVEL: 'info',
-      BATCH_TRACE_FILE: TRACE,
-    },
-    (env) => stack.addWorker(env),
-  );
-  await workers.start(3);
+  workers = await tracedWorkers(stack, BATCH_TOOLS, TRACE, { TASKRELAY_QUEUE: 'batch' });
 });
-
-interface TraceLine {
-  pid: number;
-  what: 'start' | 'done';
-  n: number;
-}
-
-/** Every child run so far, from the fixture's trace file (written synchronously, so a SIGKILL loses none). */
-function trace(): TraceLine[] {
-  if (!existsSync(TRACE)) return [];
-  return readFileSync(TRACE, 'utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => {
-      const [pid, what, n] = l.split(' ');
-      return { pid: Number(pid), what: what as TraceLine['what'], n: Number(n) };
-    });
-}
-
-/** The children a worker process started and did not finish (it is running them, or it died running them). */
-function heldBy(pid: number, lines = trace()): number[] {
-  const open = new Set<number>();
-  for (const l of lines) {
-    if (l.pid !== pid) continue;
-    if (l.what === 'start') open.add(l.n);
-    else open.delete(l.n);
-  }
-  return [...open];
-}
 
 /** Children a killed worker died running: each must run again, and still be counted once. */
 const diedRunning: number[] = [];
-
-/** SIGKILLs a worker that is running children right now, and starts a replacement. */
-async function killBusyWorker(): Promise<void> {
-  let victim: number | undefined;
-  await waitFor(
-    () => {
-      victim = [...workers.procs.keys()].find((pid) => heldBy(pid).length > 0);
-      return victim !== undefined;
-    },
-    { timeoutMs: 10_000, message: 'a worker running a child' },
-  );
-  await workers.kill(victim!);
-  // Read after the exit: exactly what it held when it died.
-  diedRunning.push(...heldBy(victim!));
-  await workers.start(1);
-}
 
 describe('§26.8 batch crash safety', () => {
   it('loses no child and counts none twice through worker SIGKILLs, a gateway restart and a Redis restart', async () => {
@@ -117,7 +62,7 @@ describe('§26.8 batch crash safety', () => {
 
     for (const [i, { at }] of KILLS.entries()) {
       await waitFor(async () => (await done()) >= at, { timeoutMs: 60_000, message: `${at} children done` });
-      await killBusyWorker();
+      diedRunning.push(...(await killBusyWorker(workers, TRACE)));
       writeFileSync(KILLS[i + 1]?.gate ?? LAST_GATE.gate, '');
     }
     await watcher.client.close().catch(() => undefined);
@@ -133,27 +78,9 @@ describe('§26.8 batch crash safety', () => {
 
     const client = (await watchingClient(stack.gateway.url)).client;
     const result = await taskResult(client, taskId, 120_000);
-    const body = result.structuredContent as {
-      total: number;
-      completed: number;
-      failed: number;
-      cancelled: number;
-      outcomes: Array<{ index: number; status: string }>;
-    };
-    expect(result.isError).toBeFalsy();
-    // None lost: every child recorded as completed, in order.
-    expect(body).toMatchObject({ total: SIZE, completed: SIZE, failed: 0, cancelled: 0 });
-    expect(body.outcomes.map((o) => o.index)).toEqual(items.map((i) => i.n));
-    expect(body.outcomes.every((o) => o.status === 'completed')).toBe(true);
-    // None counted twice: the counter the records increment is the number of children, and one outcome each.
-    expect(await done()).toBe(SIZE);
-    expect(await stack.r.hlen(batch.outcomes)).toBe(SIZE);
-    // The faults hit children mid-run, and each child a killed worker held ran again (and still counted once).
-    const runs = new Map<number, number>();
-    for (const l of trace()) if (l.what === 'start') runs.set(l.n, (runs.get(l.n) ?? 0) + 1);
-    expect(runs.size).toBe(SIZE);
-    expect(diedRunning.length).toBeGreaterThan(0);
-    for (const n of diedRunning) expect(runs.get(n), `child ${n} ran again`).toBeGreaterThanOrEqual(2);
+    // None lost, none counted twice, and each child a killed worker held ran again (test/helpers/batch-trace.ts).
+    const counted = { done: await done(), outcomes: await stack.r.hlen(batch.outcomes) };
+    expectExactBatch(result, SIZE, counted, TRACE, diedRunning);
     await client.close();
   }, 240_000);
 });
