@@ -347,11 +347,12 @@ export class ToolCatalog {
       this.prune(Object.entries(remembered), pools, now);
     }
     const listed = [...new Set([...tools.values()].flatMap((entry) => entry.queues))];
-    const read = await (async () =>
-      readToolControls(this.redis, this.keys, listed, await this.shardsOf?.(listed)))().catch((error: unknown) => {
-      this.log.debug({ err: error }, "could not read the tool queues' controls");
-      return [];
-    });
+    const read = await Promise.resolve(this.shardsOf?.(listed))
+      .then((shards) => readToolControls(this.redis, this.keys, listed, shards))
+      .catch((error: unknown) => {
+        this.log.debug({ err: error }, "could not read the tool queues' controls");
+        return [];
+      });
     const controls = new Map<string, ToolControls>();
     listed.forEach((queue, i) => {
       const c = read[i];
