@@ -2,7 +2,7 @@
 /**
  * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (docs/CONFIGURATION.md).
  */
-import { loadGatewayConfig, createLogger, oneLine, startTracing } from '@taskrelay/shared';
+import { loadGatewayConfig, createLogger, endLogs, oneLine, startTracing } from '@taskrelay/shared';
 import { startGateway } from './app/gateway.js';
 import { startHeapGuard } from './app/heap-guard.js';
 
@@ -21,16 +21,21 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    gateway
+    void gateway
       .close()
       .then(() => tracing.shutdown())
       .then(
-        () => process.exit(0),
+        () => 0,
         (error: unknown) => {
           logger.error({ err: error }, 'shutdown failed');
-          process.exit(1);
+          return 1;
         },
-      );
+      )
+      // Every log line out, in order, before the exit (`endLogs`, which never rejects).
+      .then(async (code) => {
+        await endLogs(logger);
+        process.exit(code);
+      });
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

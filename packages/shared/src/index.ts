@@ -47,7 +47,7 @@ export {
   toolQueue,
 } from './protocol/keys.js';
 export type { Keys } from './protocol/keys.js';
-export { createLogger } from './logger.js';
+export { createLogger, endLogs } from './logger.js';
 export type { Logger } from './logger.js';
 export {
   BackoffSchema,

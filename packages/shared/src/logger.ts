@@ -42,3 +42,39 @@ export function createLogger(
   };
   return options.destination ? pino(opts, options.destination) : pino(opts);
 }
+
+/**
+ * Ends the logger's stdout stream and resolves once every line it took is written (or after `timeoutMs`), for a
+ * process about to `process.exit`. Hand-written because pino's own exit hook is not enough: its default destination
+ * (sonic-boom, asynchronous) flushes on `exit` with `flushSync`, which writes the lines buffered behind a write still in
+ * flight first; under a pipe's back-pressure (a slow log collector) a process's last lines came out of order, or cut.
+ * `end()` instead waits for the write in flight, then writes the rest in order and closes. Log nothing after this.
+ */
+export function endLogs(logger: Logger, timeoutMs = 5_000): Promise<void> {
+  const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym];
+  if (!isSonicBoom(stream) || stream.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, timeoutMs);
+    timer.unref();
+    stream.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    stream.end();
+  });
+}
+
+interface EndableStream {
+  destroyed: boolean;
+  end(): void;
+  once(event: 'close', listener: () => void): void;
+}
+
+function isSonicBoom(stream: unknown): stream is EndableStream {
+  return (
+    typeof stream === 'object' &&
+    stream !== null &&
+    stream.constructor.name === 'SonicBoom' &&
+    typeof (stream as EndableStream).end === 'function'
+  );
+}

@@ -10,6 +10,7 @@ import {
   ConfigError,
   createLogger,
   createRedis,
+  endLogs,
   loadWorkerConfig,
   oneLine,
   requireRedisUrl,
@@ -115,6 +116,8 @@ function handleSignals(
     logger.info({ signal }, 'shutting down');
     Promise.all([handle.close(), metricsServer?.close()])
       .then(() => tracing.shutdown())
+      // Every log line out, in order, before the exit (`endLogs`).
+      .then(() => endLogs(logger))
       .then(
         () => process.exit(0),
         (error: unknown) => {
