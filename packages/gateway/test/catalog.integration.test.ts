@@ -87,6 +87,23 @@ describe('§3.2 the catalog routes each call to the queue of its tool', () => {
     expect(await catalog.find('missing')).toBeUndefined();
   });
 
+  it('finds a tool whose worker started after the cached read, while the cache still lists what it read', async () => {
+    const keys = createKeys(uniquePrefix('catalog'));
+    await heartbeat(keys, 'w1', [descriptor('echo')]);
+    const catalog = new ToolCatalog(redis, keys, log, { cacheMs: 60_000 });
+    expect(await catalog.find('echo')).toBeDefined();
+    expect(await catalog.find('later')).toBeUndefined();
+    // A worker serving `later` starts: a call for it is served at once, not a cache period later.
+    await heartbeat(keys, 'w2', [descriptor('later')]);
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect((await catalog.find('later'))?.queue).toBe(toolQueue('default', 'later'));
+    // A hit is still answered from the cache: a tool its worker no longer serves stays until the cache expires.
+    await redis.del(keys.workerCatalog('w1'));
+    await redis.zrem(keys.workers, 'w1');
+    await redis.hdel(keys.pools, toolPool('default', ['echo']));
+    expect(await catalog.find('echo')).toBeDefined();
+  });
+
   it('says why a queued task waits when no live worker consumes its queue, and nothing while one does', async () => {
     const keys = createKeys(uniquePrefix('catalog'));
     await heartbeat(keys, 'w1', [descriptor('echo')]);

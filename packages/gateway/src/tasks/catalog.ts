@@ -84,6 +84,9 @@ export interface ToolVersion {
 /** Most live tasks a housekeeping round reads for their versions (oldest first: the ones waiting longest). */
 export const VERSION_SCAN_LIMIT = 10_000;
 
+/** How old a snapshot may be for a tool it does not list: a call for a tool a worker just started is found. */
+const MISS_FRESH_MS = 50;
+
 /** How often a gateway deletes pools past the retention from `P:pools` (and reads the versions in use). */
 const PRUNE_EVERY_MS = 60_000;
 
@@ -204,7 +207,10 @@ export class ToolCatalog {
    * retention.
    */
   async find(name: string): Promise<CatalogTool | undefined> {
-    const snapshot = await this.load();
+    let snapshot = await this.load();
+    // A miss looks again unless the snapshot is fresh (MISS_FRESH_MS): a worker that started since the cached read is
+    // served at once, not up to `cacheMs` later, while unknown names cost Redis at most one read per MISS_FRESH_MS.
+    if (!snapshot.tools.has(name)) snapshot = await this.load(MISS_FRESH_MS);
     const entry = snapshot.tools.get(name);
     if (!entry) return undefined;
     const queue = entry.queues[Math.floor(Math.random() * entry.queues.length)] ?? '';
@@ -260,8 +266,9 @@ export class ToolCatalog {
     return validate;
   }
 
-  private async load(): Promise<CatalogSnapshot> {
-    if (this.cached && Date.now() - this.cached.at < this.cacheMs) return this.cached;
+  /** The cached snapshot when younger than `maxAgeMs`, else a read (one at a time). */
+  private async load(maxAgeMs = this.cacheMs): Promise<CatalogSnapshot> {
+    if (this.cached && Date.now() - this.cached.at < maxAgeMs) return this.cached;
     this.inflight ??= this.read().finally(() => {
       this.inflight = undefined;
     });
