@@ -172,9 +172,12 @@ describe('taskrelay CLI answers a tool’s question on a TTY', () => {
       message: 'the CLI did not exit after the answer',
     });
     expect(readFileSync(exitFile, 'utf8').trim()).toBe('0');
-    const taskId = /task ([0-9a-f]{32})/.exec(readFileSync(outFile, 'utf8'))?.[1];
-    expect(taskId).toBeDefined();
-    const result = await client.experimental.tasks.getTaskResult(taskId!, CallToolResultSchema);
+    // The pane's output reaches the file through tmux and `cat`, which may still be writing after the CLI exited.
+    const taskId = await waitFor(() => /task ([0-9a-f]{32})/.exec(readFileSync(outFile, 'utf8'))?.[1], {
+      timeoutMs: 10_000,
+      message: "no task line in the pane's output",
+    });
+    const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
     expect(result.structuredContent).toEqual({ approved: true });
   });
 });
@@ -208,8 +211,11 @@ describe('taskrelay CLI asks a question on a TTY with its bar on screen', () => 
     ).catch((error: unknown) => {
       throw new Error(`${String(error)}; the screen:\n${shown.join('\n')}`);
     });
-    // The bar was on screen before the question came.
-    expect(readFileSync(outFile, 'utf8')).toMatch(/ask_after_progress\s+[█░]{30}\s+1\/3/);
+    // The bar was on screen before the question came (the piped copy of the pane may lag the screen).
+    await waitFor(() => /ask_after_progress\s+[█░]{30}\s+1\/3/.test(readFileSync(outFile, 'utf8')), {
+      timeoutMs: 10_000,
+      message: "the pane's output never showed the bar before the question",
+    });
     tmux('send-keys', '-t', 'askbar', 'y');
     // Several redraws at 20 fps: the typed answer stays on the prompt line, and no bar is drawn over it.
     await absenceWindow(600);
