@@ -23,7 +23,8 @@ const TRACE = join(DIR, 'trace.log');
 /** Children done (recorded) when a busy children's worker is SIGKILLed. */
 const KILLS = [12, 30];
 
-if (PYTHON === undefined) console.log('python-batch-sharded fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
+if (PYTHON === undefined)
+  console.log('python-batch-sharded fault suite skipped: no .venv/bin/python (needs Python 3.11+)');
 
 describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s batch through SIGKILLs, sharded layout', () => {
   const stack = useStack({
@@ -32,7 +33,9 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s batch through
     gateways: [{ LOG_LEVEL: 'warn' }],
     workers: [],
     // The parent's Python worker serves the parent tool only.
-    pythonWorkers: [{ TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_shard_parent.py'), WORKER_CONCURRENCY: '2' }],
+    pythonWorkers: [
+      { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_shard_parent.py'), WORKER_CONCURRENCY: '2' },
+    ],
     ready: { readyTimeoutMs: 60_000 },
     hookTimeoutMs: 180_000,
   });

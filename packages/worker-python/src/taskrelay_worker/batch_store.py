@@ -60,8 +60,8 @@ class BatchStore:
         return {member: self.keys.batch(task_id, member) for member in ("hash", "items", "outcomes", "open", "running")}
 
     async def shape(self, task_id: str) -> dict[str, Any] | None:
-        names = [BATCH_FIELDS[n] for n in ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner", "childCodes")]
-        read = await self.redis.hmget(self._k(task_id)["hash"], names)
+        fields = ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner", "childCodes")
+        read = await self.redis.hmget(self._k(task_id)["hash"], [BATCH_FIELDS[n] for n in fields])
         child_tool, child_pool, parent_pool, concurrency, fail_fast, owner, codes = read
         if not child_tool or not child_pool or not parent_pool:
             return None
