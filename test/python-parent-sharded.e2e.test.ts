@@ -5,7 +5,8 @@
  * the three masters. As test/batch-sharded.e2e.test.ts for the Node parent: child `i` queues on shard `i mod 3`; the
  * aggregate is exact with each child run and counted once; a cancel of the parent reaches every running child on its
  * own shard's channel (the children's workers' cancel sweep is 10 minutes here, so only the SPUBLISH can stop them in
- * time); fail-fast stops the rest.
+ * time); fail-fast stops the rest. A second stack runs the same Python parent's batches on Node children (the batch
+ * hash a Python parent wrote, read and recorded by Node workers).
  */
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -156,5 +157,76 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s batch in the 
       message: 'not every running child stopped',
     });
     expect(traced(TRACE, 'done', 200, 212)).toEqual([205]);
+  });
+});
+
+describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s sharded batch on Node children', () => {
+  // The same Python parent; the child tool is shard-batch-children.mjs's `shard_child` on two Node workers. The batch
+  // hash a Python parent wrote (its `childCodes`) is read by the Node children, who record, release and stop by it.
+  const stack = useStack({
+    name: 'pyparentnodekids',
+    cluster: { braces: false },
+    workers: [
+      {
+        TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
+        WORKER_CONCURRENCY: '8',
+        BATCH_TRACE_FILE: TRACE,
+        WORKER_CANCEL_SWEEP_MS: '600000',
+        LOG_LEVEL: 'info',
+      },
+      {
+        TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
+        WORKER_CONCURRENCY: '8',
+        BATCH_TRACE_FILE: TRACE,
+        WORKER_CANCEL_SWEEP_MS: '600000',
+        LOG_LEVEL: 'info',
+      },
+    ],
+    pythonWorkers: [
+      { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_shard_parent.py'), WORKER_CONCURRENCY: '4' },
+    ],
+    mcp: true,
+    ready: { readyTimeoutMs: 60_000 },
+    hookTimeoutMs: 180_000,
+  });
+  let mcp: Client;
+
+  beforeAll(async () => {
+    mcp = stack.mcp;
+    await waitFor(
+      async () => {
+        const names = (await mcp.listTools()).tools.map((t) => t.name);
+        return names.includes('py_fan_out') && names.includes('shard_child');
+      },
+      { message: 'the tools never reached the gateway' },
+    );
+  });
+
+  function nodeLines(msg: string, parentId: string): number {
+    return stack.workers.flatMap((w) => w.logs()).filter((l) => l['msg'] === msg && l['parentId'] === parentId).length;
+  }
+
+  it('aggregates exactly over the three shards, and a cancel stops every running Node child', async () => {
+    const items = Array.from({ length: 24 }, (_v, i) => ({ n: 300 + i, delayMs: 30, fail: i === 9 }));
+    const taskId = await startTask(mcp, 'py_fan_out', { items, concurrency: 8, tool: 'shard_child' });
+    const result = await taskResult(mcp, taskId, 90_000);
+    expect(result.structuredContent).toMatchObject({ total: 24, completed: 23, failed: 1, cancelled: 0 });
+    const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
+    expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
+    expect(traced(TRACE, 'done', 300, 324).sort((a, b) => a - b)).toEqual(items.map((i) => i.n));
+    expect(nodeLines('batch child started', taskId)).toBe(24);
+
+    const held = Array.from({ length: 6 }, (_v, i) => ({ n: 400 + i, gate: NEVER }));
+    const stopped = await startTask(mcp, 'py_fan_out', { items: held, concurrency: 6, tool: 'shard_child' });
+    await waitFor(() => traced(TRACE, 'start', 400, 406).length === 6, {
+      timeoutMs: 30_000,
+      message: 'the 6 children never all started',
+    });
+    await mcp.request({ method: 'tasks/cancel', params: { taskId: stopped } }, CancelTaskResultSchema);
+    await waitFor(() => nodeLines('batch child stopped with its batch', stopped) === 6, {
+      timeoutMs: 20_000,
+      message: 'not every running Node child stopped',
+    });
+    expect(traced(TRACE, 'done', 400, 406)).toEqual([]);
   });
 });
