@@ -4,7 +4,7 @@
  * worker takes child `i` from shard `i mod 3`'s queue, checks and claims under the child's lock there, and counts the
  * outcome on the parent's shard: the aggregate is exact, a large result goes by reference under that lock, and a
  * cancel of the parent stops every running child on its own shard's channel (the Python worker's cancel sweep is 10
- * minutes). A Python parent still refuses `ctx.fan_out` in this layout (packages/worker-python/tests/test_fan_out.py).
+ * minutes). A Python parent's batch in this layout: test/python-parent-sharded.e2e.test.ts.
  */
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -3,13 +3,14 @@ tool's pool from this worker's tools or the live workers' catalogs, one BullMQ j
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import time
 from typing import Any, Callable
 
-from .batch_store import batch_child_id
+from .batch_store import batch_child_id, by_shard, child_shard
 from .errors import TaskrelayError
 from .keys import Keys, tool_queue
 from .protocol import BATCH_FIELDS, CANCEL, ERROR
@@ -38,15 +39,18 @@ def job_options(job_id: str, priority: int, tool: dict[str, Any]) -> dict[str, A
     return opts
 
 
-
-
 class ChildJobs:
     """The child-job members of ``BatchParent`` (a mixin over its store, keys, tools and queues)."""
 
     keys: Keys
     own_queue_name: str
     tools: dict[str, Any]
-    queue_of: Callable[[str, str], Any]
+    #: The bullmq ``Queue`` of a pool: on the shard a job id names, or on the shard of the keys given (a child's).
+    queue_of: Callable[..., Any]
+
+    def _child_keys(self, task_id: str, code: str | None) -> Keys:
+        """The keys of child shard ``code`` (the sharded layout, §26.10), or the parent's (``code`` None: single)."""
+        return self.keys.for_task(task_id) if code is None else self.keys.for_shard(code)
 
     async def _add_children(
         self, task_id: str, shape: dict[str, Any], indices: list[int], priorities: list[int], max_open: int | None
@@ -72,7 +76,17 @@ class ChildJobs:
             if max_open is not None:
                 data["maxOpen"] = max_open
             jobs.append({"name": shape["childTool"], "data": data, "opts": job_options(batch_child_id(task_id, index), priority, tool)})
-        await self.queue_of(shape["childPool"], task_id).addBulk(jobs)
+        # Single layout: one addBulk on the one prefix. Sharded: child i on its shard C(i) (§26.10), each added by
+        # itself (idempotent by job id): bullmq's addBulk pipelines EVALSHA, which redis-py's Cluster pipeline refuses.
+        groups = by_shard(shape.get("childCodes"), [index for index, _ in adding])
+        adds = []
+        for code, at in groups.items():
+            queue = self.queue_of(shape["childPool"], task_id, self._child_keys(task_id, code))
+            if code is None:
+                adds.append(queue.addBulk([jobs[i] for i in at]))
+            else:
+                adds.extend(queue.add(jobs[i]["name"], jobs[i]["data"], jobs[i]["opts"]) for i in at)
+        await asyncio.gather(*adds)
         return len(jobs)
 
     async def stop_children(self, task_id: str) -> None:
@@ -83,18 +97,34 @@ class ChildJobs:
             return
         await self.redis.hset(self._k(task_id)["hash"], BATCH_FIELDS["stopped"], "1")
         indices = await self._open_indices(task_id)
-        queue = self.queue_of(shape["childPool"], task_id)
-        pipe = self.redis.pipeline(transaction=False)
+        pool, owner, codes = shape["childPool"], shape["owner"], shape.get("childCodes")
+        # Each child's job, share entry and cancel channel are on its own shard C(i) in the sharded layout (§26.10),
+        # named from its index, never from its id (which names the parent's shard); its open-work entry is the
+        # parent's. One pipeline per shard, as the Node parent's.
+        parent = self.keys.for_task(task_id)
+        pipes: dict[str | None, Any] = {}
+
+        def on(keys: Keys) -> Any:
+            if keys.code not in pipes:
+                pipes[keys.code] = self.redis.pipeline(transaction=False)
+            return pipes[keys.code]
+
         for index in indices:
             job_id = batch_child_id(task_id, index)
+            child = self._child_keys(task_id, child_shard(codes, index))
             try:
-                await queue.remove(job_id)
+                await self.queue_of(pool, task_id, child).remove(job_id)
             except Exception:  # noqa: BLE001 - running (locked) or gone: the cancel below reaches a running one
                 pass
-            pipe.zrem(self.keys.fair_share(shape["childPool"], shape["owner"]), job_id)
-            pipe.zrem(self.keys.principal_open_tasks(shape["owner"]), job_id)
-            pipe.publish(self.keys.cancel_channel, json.dumps({"taskId": job_id, "reason": CANCEL.CLIENT_CANCELLED}))
-        await pipe.execute()
+            on(child).zrem(child.fair_share(pool, owner), job_id)
+            on(parent).zrem(parent.principal_open_tasks(owner), job_id)
+            cancel = json.dumps({"taskId": job_id, "reason": CANCEL.CLIENT_CANCELLED})
+            # The child's own shard's channel in the sharded layout (PROTOCOL.md §1.2), where its tool's workers listen.
+            if self.keys.layout == "sharded":
+                on(child).spublish(child.cancel_channel, cancel)
+            else:
+                on(parent).publish(self.keys.cancel_channel, cancel)
+        await asyncio.gather(*(pipe.execute() for pipe in pipes.values()))
 
     # Where children go (§3.2) -------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .batch_child_jobs import ChildJobs
-from .batch_store import BATCH_TTL_MS, BatchStore
+from .batch_store import BatchStore
 from .context_checks import FanOutArgs
 from .errors import TaskCancelledError, TaskrelayError
 from .fair_share import priority_base
@@ -98,13 +98,16 @@ class BatchParent(BatchStore, ChildJobs):
         keys: Keys,
         own_queue_name: str,
         tools: dict[str, Any],
-        queue_of: Callable[[str, str], Any],
+        queue_of: Callable[..., Any],
+        placement: Any = None,
     ) -> None:
         super().__init__(store, keys)
         self.own_queue_name = own_queue_name
         self.tools = tools
-        #: The bullmq ``Queue`` of a pool and the shard of a job id (the worker's ``_queue_of``, closed with it).
+        #: The bullmq ``Queue`` of a pool on a shard (the worker's ``_queue_of``, closed with it).
         self.queue_of = queue_of
+        #: The placement registry in the sharded layout (placement.py): where the child tool's shards are (§26.10).
+        self.placement = placement
 
     def for_run(self, max_open: Any, level: Any) -> FanOutHost:
         cap = max_open if isinstance(max_open, int) and not isinstance(max_open, bool) and max_open > 0 else None
@@ -116,14 +119,7 @@ class BatchParent(BatchStore, ChildJobs):
         task_id, lock, log = run.task_id, run.lock, run.log
         shape = await self.shape(task_id)
         if shape is None:
-            # As the Node parent (batch-parent.ts): a batch's children queue on the parent's shard, where the child
-            # tool's workers do not consume, so no batch in the sharded layout yet (PROTOCOL.md §1.1, docs/SCALING.md).
-            if self.keys.layout == "sharded":
-                raise TaskrelayError(
-                    ERROR.INVALID_ARGUMENTS,
-                    "ctx.fan_out: batches are not available in the sharded key layout yet (docs/SCALING.md)",
-                )
-            pool, _ = await self._child_tool(args.tool)
+            pool, tool = await self._child_tool(args.tool)
             created = await self._create(
                 task_id,
                 lock,
@@ -134,6 +130,9 @@ class BatchParent(BatchStore, ChildJobs):
                     "concurrency": args.concurrency,
                     "failFast": args.fail_fast,
                     "owner": run.principal,
+                    # The sharded layout (§26.10): the child tool's placed shards, kept in the batch so every releaser
+                    # and stopper, Node or Python, puts child i on the same one.
+                    "childCodes": await self._child_codes(pool, tool.get("shards")),
                 },
                 [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in args.items],
             )
@@ -175,14 +174,14 @@ class BatchParent(BatchStore, ChildJobs):
         """Releases the batch's next window (§26.3 step 2), after re-adding the open children that have no job."""
         if open_ > 0:
             indices = await self._open_indices(task_id)
-            priorities = await self._release_script(task_id, shape, base, False, indices, 0, 0, 0)
-            added = await self._add_children(task_id, shape, indices, priorities[2:], max_open)
+            priorities = await self._reenter(task_id, shape, base, indices)
+            added = await self._add_children(task_id, shape, indices, priorities, max_open)
             if added > 0:
                 log.info("batch re-added open children that had no job", open=len(indices), added=added)
         cap = max_open if max_open is not None else DEFAULT_BATCH_OPEN_CAP
-        await self._prune_open_work(self.keys.principal_open_tasks(shape["owner"]), open_, cap)
-        values = await self._release_script(task_id, shape, base, True, [], shape["concurrency"], cap, BATCH_TTL_MS)
-        window, start, priorities = (values + [1, 0])[0], (values + [1, 0])[1], values[2:]
+        # The children's open-work entries are on the parent's shard in either layout (§26.10), where the script counts.
+        await self._prune_open_work(self.keys.for_task(task_id).principal_open_tasks(shape["owner"]), open_, cap)
+        window, start, priorities = await self._release(task_id, shape, base, shape["concurrency"], cap)
         if priorities:
             await self._add_children(task_id, shape, [start + i for i in range(len(priorities))], priorities, max_open)
             log.debug("batch children released", **{"from": start, "count": len(priorities), "window": window})
@@ -223,6 +222,14 @@ class BatchParent(BatchStore, ChildJobs):
         gone = [i for i, e in zip(ids, ended) if e]
         if gone:
             await self.redis.zrem(key, *gone)
+
+    async def _child_codes(self, pool: str, shards: Any) -> list[str] | None:
+        """The child tool's placed shard codes in the sharded layout (placing them if no worker did yet), else None."""
+        if self.keys.layout != "sharded":
+            return None
+        if self.placement is None:
+            raise TaskrelayError(ERROR.INTERNAL, "ctx.fan_out: no shard placement here")
+        return await self.placement.codes(pool, shards if isinstance(shards, int) and shards > 0 else 1)
 
     async def should_wake(self, task_id: str) -> bool:
         """After the parent's job is delayed: are the children done already (§26.3 step 3)? Then it promotes itself."""

@@ -3,6 +3,7 @@ and written with the manifest's scripts (``batchCreate``, ``batchPeek``, ``batch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -31,6 +32,21 @@ def parse_batch_child_id(job_id: str) -> tuple[str, int] | None:
     return job_id[:dot], int(tail)
 
 
+def child_shard(codes: list[str] | None, index: int) -> str | None:
+    """The shard child ``index`` queues on in the sharded layout (``childShard``, §26.10): ``codes[index mod N]``, a
+    function of its index alone, so every releaser, re-adder and stopper finds it there; None without codes (the
+    single layout)."""
+    return codes[index % len(codes)] if codes else None
+
+
+def by_shard(codes: list[str] | None, indices: list[int]) -> dict[str | None, list[int]]:
+    """The positions in ``indices`` grouped by their child's shard (first seen first): one script, ``addBulk`` or
+    pipeline per shard, as the Node parent's (a call on a Cluster stays in one slot)."""
+    groups: dict[str | None, list[int]] = {}
+    for at, index in enumerate(indices):
+        groups.setdefault(child_shard(codes, index), []).append(at)
+    return groups
+
 
 class BatchStore:
     """Reads and writes one batch's keys; ``BatchParent`` runs the flow over it."""
@@ -44,11 +60,14 @@ class BatchStore:
         return {member: self.keys.batch(task_id, member) for member in ("hash", "items", "outcomes", "open", "running")}
 
     async def shape(self, task_id: str) -> dict[str, Any] | None:
-        names = [BATCH_FIELDS[n] for n in ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner")]
-        child_tool, child_pool, parent_pool, concurrency, fail_fast, owner = await self.redis.hmget(self._k(task_id)["hash"], names)
+        fields = ("childTool", "childPool", "parentPool", "concurrency", "failFast", "owner", "childCodes")
+        read = await self.redis.hmget(self._k(task_id)["hash"], [BATCH_FIELDS[n] for n in fields])
+        child_tool, child_pool, parent_pool, concurrency, fail_fast, owner, codes = read
         if not child_tool or not child_pool or not parent_pool:
             return None
         return {
+            # The sharded layout (§26.10): the child tool's placed codes, whichever parent wrote them (Node or Python).
+            "childCodes": codes.split(",") if codes else None,
             "childTool": child_tool,
             "childPool": child_pool,
             "parentPool": parent_pool,
@@ -96,6 +115,8 @@ class BatchStore:
             "owner": shape["owner"],
             "createdAtMs": str(int(time.time() * 1000)),
         }
+        if shape.get("childCodes"):
+            fields["childCodes"] = ",".join(shape["childCodes"])
         code, _ = await self.store.call(
             "batchCreate",
             {
@@ -113,17 +134,60 @@ class BatchStore:
         )
         return {RESULT.OK: "created", RESULT.BATCH_EXISTS: "exists", RESULT.LOCK_LOST: "lock_lost"}.get(code, "gone")
 
+    async def _release(
+        self, task_id: str, shape: dict[str, Any], base: int, concurrency: int, cap: int
+    ) -> tuple[int, int, list[int]]:
+        """Releases the next children (``BatchStore.release``): the window, its first index and each child's priority.
+        In the sharded layout the script on the parent's shard only opens them; each target shard then enters its
+        children in its fair share, as a re-add does (§26.10)."""
+        values = await self._release_script(task_id, shape, base, True, [], concurrency, cap, BATCH_TTL_MS)
+        window, start, placeholders = (values + [1, 0])[0], (values + [1, 0])[1], values[2:]
+        if not shape.get("childCodes"):
+            return window, start, placeholders
+        return window, start, await self._reenter(task_id, shape, base, [start + i for i in range(len(placeholders))])
+
+    async def _reenter(self, task_id: str, shape: dict[str, Any], base: int, indices: list[int]) -> list[int]:
+        """Re-adds open children (§26.3 step 2): each one's priority, 0 when its job exists. In the sharded layout one
+        script per target shard, on that shard (its share, its jobs)."""
+        if not indices:
+            return []
+        codes = shape.get("childCodes")
+        if not codes:
+            return (await self._release_script(task_id, shape, base, False, indices, 0, 0, 0))[2:]
+        priorities = [0] * len(indices)
+
+        async def on(code: str | None, at: list[int]) -> None:
+            values = await self._release_script(task_id, shape, base, False, [indices[i] for i in at], 0, 0, 0, code)
+            for n, i in enumerate(at):
+                priorities[i] = values[n + 2] if n + 2 < len(values) else 0
+
+        await asyncio.gather(*(on(code, at) for code, at in by_shard(codes, indices).items()))
+        return priorities
+
     async def _release_script(
-        self, task_id: str, shape: dict[str, Any], base: int, release: bool, indices: list[int], concurrency: int, cap: int, ttl_ms: int
+        self,
+        task_id: str,
+        shape: dict[str, Any],
+        base: int,
+        release: bool,
+        indices: list[int],
+        concurrency: int,
+        cap: int,
+        ttl_ms: int,
+        code: str | None = None,
     ) -> list[int]:
-        k = self._k(task_id)
+        """``code``: a re-add on that child shard (§26.10), its batch keys named there only to keep the call in one
+        slot (a re-add touches none of them); without it the script runs on the parent's shard, where in the sharded
+        layout (``childCodes``) it opens the children and enters none."""
+        on = self.keys.for_task(task_id) if code is None else self.keys.for_shard(code)
+        here = code is not None
         _, values = await self.store.call(
             "batchRelease",
             {
-                "batch": k["hash"],
-                "open": k["open"],
-                "share": self.keys.fair_share(shape["childPool"], shape["owner"]),
-                "principalOpen": self.keys.principal_open_tasks(shape["owner"]),
+                "batch": on.batch(task_id, "hash", here=here),
+                "open": on.batch(task_id, "open", here=here),
+                "share": on.fair_share(shape["childPool"], shape["owner"]),
+                "principalOpen": on.principal_open_tasks(shape["owner"]),
             },
             {
                 "parentId": task_id,
@@ -135,8 +199,9 @@ class BatchStore:
                 "openWorkTtlMs": str(ttl_ms),
                 "shareTtlMs": str(FAIR_SHARE_TTL_MS),
                 "maxPriority": str(MAX_FAIR_PRIORITY),
-                "queueKey": self.keys.bull_queue_key(shape["childPool"]),
+                "queueKey": on.bull_queue_key(shape["childPool"]),
                 "priorityBase": str(base),
+                "enter": "0" if code is None and shape.get("childCodes") else "1",
             },
         )
         return [int(v) for v in values]

@@ -168,9 +168,10 @@ class Keys:
         """A batch child's outcome claimed on this shard, the first of its two record steps (sharded layout, §26.10)."""
         return self._key("batchClaim", childId=child_id)
 
-    def batch(self, parent_id: str, member: str = "hash") -> str:
-        """One key of a batch (§26.2): ``hash``, ``items``, ``outcomes``, ``open`` or ``running``."""
-        return self._key(f"batch.{member}", task_id=parent_id, taskId=parent_id)
+    def batch(self, parent_id: str, member: str = "hash", *, here: bool = False) -> str:
+        """One key of a batch (§26.2): ``hash``, ``items``, ``outcomes``, ``open`` or ``running``; ``here``: named on
+        this shard, not the parent's (a re-add on a child's shard touches none of them, §26.10)."""
+        return self._key(f"batch.{member}", task_id=None if here else parent_id, taskId=parent_id)
 
     # Keys of a shard (this object's) --------------------------------------------------------------------------------
 

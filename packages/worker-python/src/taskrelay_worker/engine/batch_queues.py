@@ -7,6 +7,7 @@ from typing import Any
 
 import bullmq
 
+from ..keys import Keys
 from ..log import Logger
 from .bullmq_adapter import promote
 from .redis_clients import bull_options
@@ -17,10 +18,11 @@ class BatchQueues:
 
     _parent_queues: dict[tuple[str, str], bullmq.Queue]
 
-    def _queue_of(self, pool: str, job_id: str) -> Any:
-        """A queue this worker wakes jobs in (batch parents, limit waiters), one per pool and shard of the job, closed
-        with the worker."""
-        keys = self.keys.for_task(job_id)
+    def _queue_of(self, pool: str, job_id: str, keys: Keys | None = None) -> Any:
+        """A queue this worker wakes jobs in (batch parents, limit waiters) or adds a batch's children to, one per pool
+        and shard, closed with the worker: the shard of the job id, or of ``keys`` when given (a batch child's shard,
+        which its id does not name, §26.10)."""
+        keys = keys if keys is not None else self.keys.for_task(job_id)
         queue = self._parent_queues.get((pool, keys.bull_prefix))
         if queue is None:
             queue = bullmq.Queue(keys.queue_name(pool), {"connection": bull_options(self.config.redis), "prefix": keys.bull_prefix})

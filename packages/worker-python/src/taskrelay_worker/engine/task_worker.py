@@ -142,7 +142,8 @@ class TaskrelayWorker(
         )
         self.limits = ToolLimits(self.store, self.keys, cfg.lock_duration_ms, self.log)
         self.waitpoints = WaitpointOpener(self._redis, self.keys, self.store, cfg.waitpoint_secret)
-        self.batches = BatchParent(self.store, self.keys, cfg.queue, self.tools, self._queue_of)
+        placement = ShardPlacement(self._redis, self.keys) if self.keys.layout == "sharded" else None
+        self.batches = BatchParent(self.store, self.keys, cfg.queue, self.tools, self._queue_of, placement)
         known = await self.store.known_generations()
         if known and GENERATION not in known:
             await self._close_redis()
@@ -152,7 +153,6 @@ class TaskrelayWorker(
             )
         if not known:
             self.log.warn("no gateway has announced its scripts generation yet; starting on this build's", generation=GENERATION)
-        placement = ShardPlacement(self._redis, self.keys) if self.keys.layout == "sharded" else None
         self._shards = await tool_shards(
             placement, self.keys, {name: (queue, self.tools[name].shards) for name, queue in self.queues.items()}
         )
