@@ -9,23 +9,15 @@
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { traced } from './helpers/batch-trace.js';
-import { Cluster } from 'ioredis';
-import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { createKeys, masterOfSlot, slotOfCode, toolQueue, type Keys } from '@taskrelay/shared';
+import { describe, expect } from 'vitest';
 import { ROOT } from './helpers/processes.js';
-import { clusterMasters } from './helpers/redis-cluster.js';
+import { shardedParentChecks } from './helpers/sharded-batch.js';
 import { useStack } from './helpers/stack.js';
-import { getTask, startTask, taskResult } from './helpers/tasks.js';
-import { waitFor } from './helpers/wait-for.js';
 
 const TRACE = join(tmpdir(), `taskrelay-batch-sharded-${process.pid}-${Date.now()}.trace`);
 writeFileSync(TRACE, '');
 /** A gate file nobody makes: children waiting on it run until they are stopped. */
 const NEVER = join(tmpdir(), `taskrelay-batch-sharded-never-${process.pid}`);
-const CHILD_POOL = toolQueue('default', 'shard_child');
 const child = {
   TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
   WORKER_CONCURRENCY: '8',
@@ -47,117 +39,21 @@ const stack = useStack({
   hookTimeoutMs: 180_000,
 });
 
-let redis: Cluster;
-let keys: Keys;
-let codes: string[];
-let mcp: Client;
-
-beforeAll(async () => {
-  redis = new Cluster(stack.cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
-  keys = createKeys(stack.prefix, 'sharded');
-  mcp = stack.mcp;
-  await waitFor(async () => (await mcp.listTools()).tools.some((t) => t.name === 'fan_out'), {
-    message: 'fan_out never reached the gateway',
-  });
-  const registry = await redis.hgetall(keys.placement);
-  codes = [0, 1, 2].map((i) => registry[`${CHILD_POOL}#${i}`] ?? '');
-});
-
-afterAll(() => {
-  redis?.disconnect();
-});
-
-/** Lines of the children's workers with this message, for this parent. */
-function childLines(msg: string, parentId: string): number {
-  return stack.workers
-    .slice(1)
-    .flatMap((w) => w.logs())
-    .filter((l) => l['msg'] === msg && l['parentId'] === parentId).length;
-}
-
-/** The shards whose queue holds child `index`'s job. */
-async function jobShards(parentId: string, index: number): Promise<string[]> {
-  const found = await Promise.all(
-    codes.map(async (code) =>
-      (await redis.exists(`${keys.forShard(code).bullQueueKeyPrefix}${CHILD_POOL}:${parentId}.${index}`)) === 1
-        ? code
-        : undefined,
-    ),
-  );
-  return found.filter((code): code is string => code !== undefined);
-}
-
-async function cancel(taskId: string): Promise<void> {
-  await mcp.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
-}
-
 describe('§26.10 batches in the sharded layout', () => {
-  it('places the child tool’s three shards on the three masters', async () => {
-    expect(codes.every((code) => /^[0-9a-f]{4}$/.test(code))).toBe(true);
-    expect(new Set(codes).size).toBe(3);
-    const masters = await clusterMasters(stack.cluster);
-    expect(new Set(codes.map((code) => masterOfSlot(masters, slotOfCode(code)))).size).toBe(3);
-  });
-
-  it('aggregates exactly: every child counted once, the failures listed, over the three shards', async () => {
-    const failing = new Set([3, 10, 17, 24]);
+  shardedParentChecks({
+    stack,
+    parentTool: 'fan_out',
+    children: () => stack.workers.slice(1),
+    trace: TRACE,
+    never: NEVER,
     // Child 7's result is over the stored 16 KiB: it is kept by reference in its parent's blobs (§34.3), a write the
     // child makes under its lock, which is on its own shard.
-    const items = Array.from({ length: 30 }, (_v, n) => ({
-      n,
-      delayMs: 30,
-      fail: failing.has(n),
-      big: n === 7 ? 20_000 : 0,
-    }));
-    const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 8, tool: 'shard_child' });
-    const result = await taskResult(mcp, taskId, 90_000);
-    expect(result.structuredContent).toMatchObject({ total: 30, completed: 26, failed: 4, cancelled: 0 });
-    const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
-    expect(outcomes.map((o) => o.index)).toEqual(items.map((_v, n) => n));
-    expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
-    // Each child ran once (no worker died), and every worker's counter moved only with the records.
-    expect(traced(TRACE, 'done', 0, 30).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
-    expect(childLines('batch child started', taskId)).toBe(30);
-    const seventh = JSON.parse((await redis.hget(keys.forTask(taskId).batch(taskId).outcomes, '7')) ?? '{}') as {
-      result?: { content?: Array<{ type: string }> };
-    };
-    expect(seventh.result?.content?.some((block) => block.type === 'resource_link')).toBe(true);
-  });
-
-  it('queues child i on shard i mod 3; a cancel of the parent stops every running child on its shard', async () => {
-    const items = Array.from({ length: 9 }, (_v, i) => ({ n: 100 + i, gate: NEVER }));
-    const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 9, tool: 'shard_child' });
-    await waitFor(() => traced(TRACE, 'start', 100, 109).length === 9, {
-      timeoutMs: 30_000,
-      message: 'the 9 children never all started',
-    });
-    for (let i = 0; i < 9; i++) expect(await jobShards(taskId, i)).toEqual([codes[i % 3]]);
-    await cancel(taskId);
-    await waitFor(() => childLines('batch child stopped with its batch', taskId) === 9, {
-      timeoutMs: 20_000,
-      message: 'not every running child stopped',
-    });
-    expect(traced(TRACE, 'done', 100, 109)).toEqual([]);
-    expect((await getTask(mcp, taskId)).status).toBe('cancelled');
-    // Nothing of the batch is left queued on any shard.
-    await waitFor(async () => (await Promise.all(items.map((_v, i) => jobShards(taskId, i)))).flat().length === 0, {
-      message: 'children’s jobs left on their shards',
-    });
-  });
-
-  it('fail-fast: the first failure stops the running children on every shard, counted cancelled', async () => {
-    const items = Array.from({ length: 12 }, (_v, i) =>
-      i === 5 ? { n: 200 + i, delayMs: 300, fail: true } : { n: 200 + i, gate: NEVER },
-    );
-    const taskId = await startTask(mcp, 'fan_out', { items, concurrency: 12, failFast: true, tool: 'shard_child' });
-    const result = await taskResult(mcp, taskId, 60_000);
-    expect(result.structuredContent).toMatchObject({ total: 12, completed: 0, failed: 1, cancelled: 11 });
-    const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
-    expect(outcomes.filter((o) => o.status === 'failed').map((o) => o.index)).toEqual([5]);
-    await waitFor(() => childLines('batch child stopped with its batch', taskId) === 11, {
-      timeoutMs: 20_000,
-      message: 'not every running child stopped',
-    });
-    expect(traced(TRACE, 'done', 200, 212)).toEqual([205]);
+    big: true,
+    aggregate: async (taskId, { redis, keys }) => {
+      const seventh = JSON.parse((await redis.hget(keys.forTask(taskId).batch(taskId).outcomes, '7')) ?? '{}') as {
+        result?: { content?: Array<{ type: string }> };
+      };
+      expect(seventh.result?.content?.some((block) => block.type === 'resource_link')).toBe(true);
+    },
   });
 });

@@ -15,6 +15,7 @@ import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { createKeys, toolQueue } from '@taskrelay/shared';
 import { PYTHON, ROOT } from './helpers/processes.js';
+import { linesAbout, waitForTools } from './helpers/sharded-batch.js';
 import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -46,19 +47,10 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
 
   beforeAll(async () => {
     mcp = stack.mcp;
-    await waitFor(
-      async () => {
-        const names = (await mcp.listTools()).tools.map((t) => t.name);
-        return names.includes('fan_out') && names.includes('shard_child');
-      },
-      { message: 'the tools never reached the gateway' },
-    );
+    await waitForTools(mcp, 'fan_out', 'shard_child');
   });
 
-  function pythonLines(msg: string, parentId: string): number {
-    return stack.pythonWorkers.flatMap((p) => p.logs()).filter((l) => l['msg'] === msg && l['parentId'] === parentId)
-      .length;
-  }
+  const pythonLines = (msg: string, parentId: string) => linesAbout(stack.pythonWorkers, msg, parentId);
 
   it('aggregates exactly, each child counted once, a large result by reference', async () => {
     const failing = new Set([2, 13]);

@@ -11,29 +11,35 @@
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cluster } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { createKeys, masterOfSlot, slotOfCode, toolQueue, type Keys } from '@taskrelay/shared';
 import { traced } from './helpers/batch-trace.js';
 import { PYTHON, ROOT } from './helpers/processes.js';
-import { clusterMasters } from './helpers/redis-cluster.js';
+import { linesAbout, shardedParentChecks, waitForTools } from './helpers/sharded-batch.js';
 import { useStack } from './helpers/stack.js';
-import { getTask, startTask, taskResult } from './helpers/tasks.js';
+import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 
 const TRACE = join(tmpdir(), `taskrelay-py-parent-sharded-${process.pid}-${Date.now()}.trace`);
 writeFileSync(TRACE, '');
 /** A gate file nobody makes: children waiting on it run until they are stopped. */
 const NEVER = join(tmpdir(), `taskrelay-py-parent-sharded-never-${process.pid}`);
-const CHILD_POOL = toolQueue('default', 'shard_child');
 const child = {
   TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_shard_child.py'),
   WORKER_CONCURRENCY: '8',
   BATCH_TRACE_FILE: TRACE,
   // Only the cancel a stopped batch publishes on each child's shard stops a running child within the test.
   WORKER_CANCEL_SWEEP_MS: '600000',
+};
+
+/** A Node worker of the same child tool (test/fixtures/shard-batch-children.mjs), for the second stack. */
+const nodeChild = {
+  TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
+  WORKER_CONCURRENCY: '8',
+  BATCH_TRACE_FILE: TRACE,
+  WORKER_CANCEL_SWEEP_MS: '600000',
+  LOG_LEVEL: 'info',
 };
 
 if (PYTHON === undefined) console.log('python-parent-sharded suite skipped: no .venv/bin/python (needs Python 3.11+)');
@@ -53,110 +59,17 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s batch in the 
     hookTimeoutMs: 180_000,
   });
 
-  let redis: Cluster;
-  let keys: Keys;
-  let codes: string[];
-  let mcp: Client;
-
-  beforeAll(async () => {
-    redis = new Cluster(stack.cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
-    keys = createKeys(stack.prefix, 'sharded');
-    mcp = stack.mcp;
-    await waitFor(
-      async () => {
-        const names = (await mcp.listTools()).tools.map((t) => t.name);
-        return names.includes('py_fan_out') && names.includes('shard_child');
-      },
-      { message: 'the tools never reached the gateway' },
-    );
-    const registry = await redis.hgetall(keys.placement);
-    codes = [0, 1, 2].map((i) => registry[`${CHILD_POOL}#${i}`] ?? '');
-  });
-
-  afterAll(() => {
-    redis?.disconnect();
-  });
-
-  /** Lines of the children's workers with this message, for this parent. */
-  function childLines(msg: string, parentId: string): number {
-    return stack.pythonWorkers
-      .slice(1)
-      .flatMap((w) => w.logs())
-      .filter((l) => l['msg'] === msg && l['parentId'] === parentId).length;
-  }
-
-  /** The shards whose queue holds child `index`'s job. */
-  async function jobShards(parentId: string, index: number): Promise<string[]> {
-    const found = await Promise.all(
-      codes.map(async (code) =>
-        (await redis.exists(`${keys.forShard(code).bullQueueKeyPrefix}${CHILD_POOL}:${parentId}.${index}`)) === 1
-          ? code
-          : undefined,
-      ),
-    );
-    return found.filter((code): code is string => code !== undefined);
-  }
-
-  it('places the child tool’s three shards on the three masters', async () => {
-    expect(codes.every((code) => /^[0-9a-f]{4}$/.test(code))).toBe(true);
-    const masters = await clusterMasters(stack.cluster);
-    expect(new Set(codes.map((code) => masterOfSlot(masters, slotOfCode(code)))).size).toBe(3);
-  });
-
-  it('aggregates exactly: every child run and counted once, the failures listed in order, over the three shards', async () => {
-    const failing = new Set([3, 10, 17, 24]);
-    const items = Array.from({ length: 30 }, (_v, n) => ({ n, delayMs: 30, fail: failing.has(n) }));
-    // concurrency 8: four windows and more, so the parent's releases (and its children's, §26.3 step 4) re-add and
-    // spread every window over the three shards.
-    const taskId = await startTask(mcp, 'py_fan_out', { items, concurrency: 8, tool: 'shard_child' });
-    const result = await taskResult(mcp, taskId, 90_000);
-    expect(result.structuredContent).toMatchObject({ total: 30, completed: 26, failed: 4, cancelled: 0 });
-    const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
-    expect(outcomes.map((o) => o.index)).toEqual(items.map((_v, n) => n));
-    expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
-    // Each child ran once (no worker died) and was counted once.
-    expect(traced(TRACE, 'done', 0, 30).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
-    expect(childLines('batch child started', taskId)).toBe(30);
+  shardedParentChecks({
+    stack,
+    parentTool: 'py_fan_out',
+    children: () => stack.pythonWorkers.slice(1),
+    trace: TRACE,
+    never: NEVER,
     // The batch's keys are on the parent's shard; its children's open work there is gone with the last record.
-    expect(await redis.exists(keys.forTask(taskId).batch(taskId).open)).toBe(0);
-    expect(await redis.zcard(keys.forTask(taskId).principalOpenTasks('anonymous'))).toBe(0);
-  });
-
-  it('queues child i on shard i mod 3; a cancel of the parent stops every running child on its shard', async () => {
-    const items = Array.from({ length: 9 }, (_v, i) => ({ n: 100 + i, gate: NEVER }));
-    const taskId = await startTask(mcp, 'py_fan_out', { items, concurrency: 9, tool: 'shard_child' });
-    await waitFor(() => traced(TRACE, 'start', 100, 109).length === 9, {
-      timeoutMs: 30_000,
-      message: 'the 9 children never all started',
-    });
-    for (let i = 0; i < 9; i++) expect(await jobShards(taskId, i)).toEqual([codes[i % 3]]);
-    await mcp.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema);
-    await waitFor(() => childLines('batch child stopped with its batch', taskId) === 9, {
-      timeoutMs: 20_000,
-      message: 'not every running child stopped',
-    });
-    expect(traced(TRACE, 'done', 100, 109)).toEqual([]);
-    expect((await getTask(mcp, taskId)).status).toBe('cancelled');
-    // Nothing of the batch is left queued on any shard.
-    await waitFor(async () => (await Promise.all(items.map((_v, i) => jobShards(taskId, i)))).flat().length === 0, {
-      message: 'children’s jobs left on their shards',
-    });
-  });
-
-  it('fail-fast: the first failure stops the running children on every shard, counted cancelled', async () => {
-    const items = Array.from({ length: 12 }, (_v, i) =>
-      i === 5 ? { n: 200 + i, delayMs: 300, fail: true } : { n: 200 + i, gate: NEVER },
-    );
-    const taskId = await startTask(mcp, 'py_fan_out', { items, concurrency: 12, failFast: true, tool: 'shard_child' });
-    const result = await taskResult(mcp, taskId, 60_000);
-    expect(result.structuredContent).toMatchObject({ total: 12, completed: 0, failed: 1, cancelled: 11 });
-    const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
-    expect(outcomes.filter((o) => o.status === 'failed').map((o) => o.index)).toEqual([5]);
-    await waitFor(() => childLines('batch child stopped with its batch', taskId) === 11, {
-      timeoutMs: 20_000,
-      message: 'not every running child stopped',
-    });
-    expect(traced(TRACE, 'done', 200, 212)).toEqual([205]);
+    aggregate: async (taskId, { redis, keys }) => {
+      expect(await redis.exists(keys.forTask(taskId).batch(taskId).open)).toBe(0);
+      expect(await redis.zcard(keys.forTask(taskId).principalOpenTasks('anonymous'))).toBe(0);
+    },
   });
 });
 
@@ -166,22 +79,7 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s sharded batch
   const stack = useStack({
     name: 'pyparentnodekids',
     cluster: { braces: false },
-    workers: [
-      {
-        TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
-        WORKER_CONCURRENCY: '8',
-        BATCH_TRACE_FILE: TRACE,
-        WORKER_CANCEL_SWEEP_MS: '600000',
-        LOG_LEVEL: 'info',
-      },
-      {
-        TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
-        WORKER_CONCURRENCY: '8',
-        BATCH_TRACE_FILE: TRACE,
-        WORKER_CANCEL_SWEEP_MS: '600000',
-        LOG_LEVEL: 'info',
-      },
-    ],
+    workers: [nodeChild, nodeChild],
     pythonWorkers: [
       { TASKRELAY_TOOLS: resolve(ROOT, 'test/fixtures/python_shard_parent.py'), WORKER_CONCURRENCY: '4' },
     ],
@@ -193,18 +91,10 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s sharded batch
 
   beforeAll(async () => {
     mcp = stack.mcp;
-    await waitFor(
-      async () => {
-        const names = (await mcp.listTools()).tools.map((t) => t.name);
-        return names.includes('py_fan_out') && names.includes('shard_child');
-      },
-      { message: 'the tools never reached the gateway' },
-    );
+    await waitForTools(mcp, 'py_fan_out', 'shard_child');
   });
 
-  function nodeLines(msg: string, parentId: string): number {
-    return stack.workers.flatMap((w) => w.logs()).filter((l) => l['msg'] === msg && l['parentId'] === parentId).length;
-  }
+  const nodeLines = (msg: string, parentId: string) => linesAbout(stack.workers, msg, parentId);
 
   it('aggregates exactly over the three shards, and a cancel stops every running Node child', async () => {
     const items = Array.from({ length: 24 }, (_v, i) => ({ n: 300 + i, delayMs: 30, fail: i === 9 }));

@@ -8,14 +8,12 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectExactBatch, killBusyWorker } from '../helpers/batch-trace.js';
+import { afterAll, beforeAll, describe, it } from 'vitest';
+import { batchThroughKills } from '../helpers/sharded-batch.js';
 import { Cluster } from 'ioredis';
-import { createKeys, toolQueue } from '@taskrelay/shared';
-import { waitFor } from '../helpers/wait-for.js';
 import { PYTHON, ROOT } from '../helpers/processes.js';
 import { useStack } from '../helpers/stack.js';
-import { WorkerPool, startTask, taskResult, watchingClient } from '../helpers/faults.js';
+import { WorkerPool, watchingClient } from '../helpers/faults.js';
 
 const SIZE = 60;
 const DIR = mkdtempSync(join(tmpdir(), 'f-py-batch-sharded-'));
@@ -63,41 +61,17 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s batch through
 
   it('loses no child and counts none twice through SIGKILLs of the children’s workers', async () => {
     const watcher = await watchingClient(stack.gateway.url);
-    await waitFor(
-      async () => {
-        const names = (await watcher.client.listTools()).tools.map((t) => t.name);
-        return names.includes('py_fan_out') && names.includes('shard_child');
-      },
-      { message: 'the tools never reached the gateway' },
-    );
-    const items = Array.from({ length: SIZE }, (_v, n) => ({ n, delayMs: 500 }));
-    const taskId = await startTask(
-      watcher.client,
-      'py_fan_out',
-      { items, concurrency: 12, tool: 'shard_child' },
-      { ttl: 600_000 },
-    );
-    const keys = createKeys(stack.prefix, 'sharded');
-    const batch = keys.forTask(taskId).batch(taskId);
-    const done = async () => Number((await redis.hget(batch.hash, 'completed')) ?? 0);
-
-    const diedRunning: number[] = [];
-    for (const at of KILLS) {
-      await waitFor(async () => (await done()) >= at, { timeoutMs: 60_000, message: `${at} children done` });
-      // The children are not held back: the batch may be over before a later kill finds a busy worker. The first
-      // kill (12 of 60 done) always finds one: checked in expectExactBatch.
-      diedRunning.push(...(await killBusyWorker(workers, TRACE, async () => (await done()) >= SIZE)));
-    }
-
-    const result = await taskResult(watcher.client, taskId, 120_000);
-    // None lost, none counted twice, and each child a killed worker held ran again (test/helpers/batch-trace.ts).
-    const counted = { done: await done(), outcomes: await redis.hlen(batch.outcomes) };
-    expectExactBatch(result, SIZE, counted, TRACE, diedRunning);
+    const diedRunning = await batchThroughKills({
+      client: watcher.client,
+      redis,
+      prefix: stack.prefix,
+      parentTool: 'py_fan_out',
+      workers,
+      trace: TRACE,
+      size: SIZE,
+      kills: KILLS,
+    });
     console.log(`python parent, sharded: children a killed worker held, each ran again: ${diedRunning.join(', ')}`);
-    // The child tool ran over three shards (child i on shard i mod 3, test/python-parent-sharded.e2e.test.ts).
-    const registry = await redis.hgetall(keys.placement);
-    const pool = toolQueue('default', 'shard_child');
-    expect(new Set([0, 1, 2].map((i) => registry[`${pool}#${i}`] ?? '')).size).toBe(3);
     await watcher.client.close();
   }, 240_000);
 });
