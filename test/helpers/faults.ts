@@ -196,6 +196,24 @@ export function isMcpError(error: unknown, code: number): error is McpError {
   return error instanceof McpError && error.code === code;
 }
 
+/**
+ * `call`, made again (at most `tries` times in all) while the gateway answers `-32603 Task store unavailable … retry
+ * shortly`: its fail-fast answer when Redis does not answer in time (a flood beside other suites on a loaded machine),
+ * and what a client is told to do then. `onRetry` hears each retry (a suite bounding what its calls produced).
+ */
+export async function retryingUnavailable<T>(call: () => Promise<T>, tries = 3, onRetry?: () => void): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call();
+    } catch (error) {
+      const unavailable = isMcpError(error, -32603) && /Task store unavailable/.test(error.message);
+      if (!unavailable || attempt >= tries) throw error;
+      onRetry?.();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+}
+
 /** The text of a tool result (its text content items, joined). */
 export function textOf(result: CallToolResult | undefined): string {
   return (result?.content ?? []).flatMap((item) => (item.type === 'text' ? [item.text] : [])).join('\n');
