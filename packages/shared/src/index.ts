@@ -82,6 +82,7 @@ export {
   createRedis,
   FAIL_FAST_REDIS_OPTIONS,
   isRedisTarget,
+  setAutoPipelining,
   isRedisUnavailableError,
   keyLayoutOf,
   waitForRedis,

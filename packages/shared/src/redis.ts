@@ -169,6 +169,18 @@ export function createRedis(
 }
 
 /**
+ * Switches ioredis's autopipelining on or off for a client. While it is on, the commands issued in one turn of the
+ * event loop (the Redis work of every request that turn served) leave as one pipeline, one socket write, instead of
+ * one write each: fewer system calls for the client and for Redis, and, at a gateway's concurrency, fewer CPU-ms per
+ * task cycle (docs/PERFORMANCE.md, issue 46). It costs each command a wait for the end of the turn, which a lone
+ * request would pay for nothing, so the gateway turns it on only while several requests are in flight. ioredis reads
+ * `options.enableAutoPipelining` at every command; the integration test "autopipelining follows the switch" pins it.
+ */
+export function setAutoPipelining(client: RedisClient, on: boolean): void {
+  if (client.options.enableAutoPipelining !== on) client.options.enableAutoPipelining = on;
+}
+
+/**
  * Options for a connection whose callers must never hang while Redis is away (the gateway's command connections): a
  * command queued during a reconnect fails after one retry, and no command waits longer than `commandTimeout` for its
  * reply (a host that vanished without closing the socket), so a request gets a clear error within ~2 s. Reconnects
