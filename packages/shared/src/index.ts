@@ -82,7 +82,7 @@ export {
   createRedis,
   FAIL_FAST_REDIS_OPTIONS,
   isRedisTarget,
-  setAutoPipelining,
+  coalesceWrites,
   isRedisUnavailableError,
   keyLayoutOf,
   waitForRedis,

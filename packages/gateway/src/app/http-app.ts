@@ -5,7 +5,7 @@
 import express, { type Response } from 'express';
 import {
   JSON_RPC,
-  setAutoPipelining,
+  coalesceWrites,
   type AuditLog,
   type GatewayConfig,
   type Keys,
@@ -260,18 +260,15 @@ function createMcpTransports(
   });
   const { sessionOf, openSession, sessionRequest } = sessionEndpoint;
 
-  const inFlightChanged = () => {
-    metrics.requestsInFlight.set(deps.posts.size);
-    // Several requests at once: the commands of one event-loop turn go to Redis as one write (issue 46); a lone
-    // request's go at once.
-    setAutoPipelining(deps.redis, deps.posts.size > 1);
-  };
   const post = async (req: AuthedRequest, res: Response) => {
     deps.posts.add(res);
-    inFlightChanged();
+    metrics.requestsInFlight.set(deps.posts.size);
+    // With other requests in flight, the Redis commands of every request this turn serves go out as one write (issue
+    // 46). A lone request's go at once: held, they would wait for the rest of its turn, which nothing shares.
+    if (deps.posts.size > 1) coalesceWrites(deps.redis);
     res.on('close', () => {
       deps.posts.delete(res);
-      inFlightChanged();
+      metrics.requestsInFlight.set(deps.posts.size);
       deps.settled();
     });
     // 2026-07-28 (and any version no 2025-era session speaks): sessionless, one request per POST (PROTOCOL.md §14).
