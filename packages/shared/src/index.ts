@@ -82,7 +82,6 @@ export {
   createRedis,
   FAIL_FAST_REDIS_OPTIONS,
   isRedisTarget,
-  coalesceWrites,
   isRedisUnavailableError,
   keyLayoutOf,
   waitForRedis,

@@ -168,32 +168,6 @@ export function createRedis(
   return client;
 }
 
-/** Sockets whose writes wait for the end of this event-loop turn (`coalesceWrites`). */
-const corked = new WeakSet<object>();
-
-/**
- * Holds what the client writes to Redis until the end of this event-loop turn, then sends it as one write: the
- * commands of every request the turn served leave in one system call instead of one each (issue 46: at a gateway's
- * concurrency, fewer CPU-ms per task cycle on the gateway and on Redis). Nothing is reordered or held past the turn
- * (Node's `cork`, released by `setImmediate`). Hand-written rather than ioredis's own autopipelining, which batches the
- * same commands through a `Pipeline` built per turn (copying every defined script onto it): in the SDK task cycle
- * that did not lower the gateway's CPU (docs/PERFORMANCE.md, issue 46 third pass). A Cluster client writes to a
- * socket per node and is left as it is. The integration test "writes of one turn leave as one" pins it.
- */
-export function coalesceWrites(client: RedisClient): void {
-  if (!(client instanceof Redis)) return;
-  const stream = client.stream as RedisStream | undefined;
-  if (!stream || corked.has(stream) || !stream.writable) return;
-  corked.add(stream);
-  stream.cork();
-  setImmediate(() => {
-    corked.delete(stream);
-    stream.uncork();
-  });
-}
-
-type RedisStream = Redis['stream'];
-
 /**
  * Options for a connection whose callers must never hang while Redis is away (the gateway's command connections): a
  * command queued during a reconnect fails after one retry, and no command waits longer than `commandTimeout` for its

@@ -5,7 +5,6 @@
 import express, { type Response } from 'express';
 import {
   JSON_RPC,
-  coalesceWrites,
   type AuditLog,
   type GatewayConfig,
   type Keys,
@@ -263,9 +262,6 @@ function createMcpTransports(
   const post = async (req: AuthedRequest, res: Response) => {
     deps.posts.add(res);
     metrics.requestsInFlight.set(deps.posts.size);
-    // With other requests in flight, the Redis commands of every request this turn serves go out as one write (issue
-    // 46). A lone request's go at once: held, they would wait for the rest of its turn, which nothing shares.
-    if (deps.posts.size > 1) coalesceWrites(deps.redis);
     res.on('close', () => {
       deps.posts.delete(res);
       metrics.requestsInFlight.set(deps.posts.size);
