@@ -6,9 +6,9 @@
  * count on the parent's), so a worker killed between them loses nothing and a second run counts the claim without
  * running the tool.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { BatchStore, childShard, type BatchOutcome } from '../src/batch-store.js';
 import { StoreRunner } from '../src/store/store-runner.js';
 import { bullJobKey } from '../src/protocol/bullmq-layout.js';
@@ -16,18 +16,7 @@ import { createKeys } from '../src/protocol/keys.js';
 import { SCRIPTS } from '../src/protocol/scripts.js';
 import { TASK_FIELDS as F } from '../src/protocol/task-fields.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 /** A parent on shard `aaaa`; its child tool on three other shards. */
 const PARENT = 'aaaa0000000000000001';
@@ -44,18 +33,18 @@ const SHAPE = {
 
 async function batch(size: number) {
   const keys = createKeys(uniquePrefix('sbatch'), 'sharded');
-  const runner = new StoreRunner(redis, keys);
+  const runner = new StoreRunner(db.redis, keys);
   const store = new BatchStore(runner);
   const p = keys.forTask(PARENT);
-  await redis.hset(p.task(PARENT), F.status, 'working');
-  await redis.set(p.bullJobLock('pp', PARENT), 'parent-token');
+  await db.redis.hset(p.task(PARENT), F.status, 'working');
+  await db.redis.set(p.bullJobLock('pp', PARENT), 'parent-token');
   const items = Array.from({ length: size }, (_v, i) => JSON.stringify({ i }));
   expect(await store.create(PARENT, { queue: 'pp', token: 'parent-token' }, SHAPE, items, 60_000)).toBe('created');
   const shardOf = (index: number) => keys.forShard(childShard(CODES, index) ?? '');
   const childId = (index: number) => `${PARENT}.${index}`;
   /** Gives child `index` a lock held by `token` on its own shard, as BullMQ does when a worker takes its job there. */
   const lockChild = (index: number, token: string) =>
-    redis.set(shardOf(index).bullJobLock('cp', childId(index)), token);
+    db.redis.set(shardOf(index).bullJobLock('cp', childId(index)), token);
   const lock = (index: number, token: string) => ({ queue: 'cp', token, shard: childShard(CODES, index) ?? '' });
   const placement = { childPool: 'cp', owner: 'alice', shareTtlMs: 60_000, childCodes: CODES };
   const open = async (concurrency: number) =>
@@ -72,19 +61,19 @@ describe('26.10 batch store, sharded layout', () => {
     expect(priorities.every((p) => p > 0)).toBe(true);
     for (let i = 0; i < 6; i++) {
       for (const code of CODES) {
-        const score = await redis.zscore(keys.forShard(code).fairShare('cp', 'alice'), childId(i));
+        const score = await db.redis.zscore(keys.forShard(code).fairShare('cp', 'alice'), childId(i));
         if (code === childShard(CODES, i)) expect(score).not.toBeNull();
         else expect(score).toBeNull();
       }
     }
     // Nothing entered on the parent's shard; the batch and the children's open work are there.
     const p = keys.forTask(PARENT);
-    expect(await redis.zcard(p.fairShare('cp', 'alice'))).toBe(0);
+    expect(await db.redis.zcard(p.fairShare('cp', 'alice'))).toBe(0);
     expect(await store.openIndices(PARENT)).toEqual([0, 1, 2, 3, 4, 5]);
-    expect(await redis.zcard(p.principalOpenTasks('alice'))).toBe(6);
-    expect(await redis.zcard(shardOf(0).principalOpenTasks('alice'))).toBe(0);
+    expect(await db.redis.zcard(p.principalOpenTasks('alice'))).toBe(6);
+    expect(await db.redis.zcard(shardOf(0).principalOpenTasks('alice'))).toBe(0);
     // Each shard's share ranks its own children in turn (the pool's one rule, §25).
-    const onFirst = await redis.zrange(shardOf(0).fairShare('cp', 'alice'), 0, -1);
+    const onFirst = await db.redis.zrange(shardOf(0).fairShare('cp', 'alice'), 0, -1);
     expect(onFirst).toEqual([childId(0), childId(3)]);
   });
 
@@ -92,8 +81,8 @@ describe('26.10 batch store, sharded layout', () => {
     const { store, shardOf, childId, open, placement } = await batch(6);
     const first = await open(6);
     // Child 4's job exists on its shard (c[1]); child 1's only on another shard, which does not count.
-    await redis.hset(bullJobKey(`${shardOf(4).bullQueueKeyPrefix}cp`, childId(4)), 'name', 'c');
-    await redis.hset(bullJobKey(`${shardOf(0).bullQueueKeyPrefix}cp`, childId(1)), 'name', 'c');
+    await db.redis.hset(bullJobKey(`${shardOf(4).bullQueueKeyPrefix}cp`, childId(4)), 'name', 'c');
+    await db.redis.hset(bullJobKey(`${shardOf(0).bullQueueKeyPrefix}cp`, childId(1)), 'name', 'c');
     const again = await store.reenter(PARENT, [1, 4, 5], placement);
     expect(again).toEqual([first[1], 0, first[5]]);
   });
@@ -120,14 +109,14 @@ describe('26.10 batch store, sharded layout', () => {
     const recorded = await store.recordChild(PARENT, 1, 'alice', lock(1, 't2'), { status: 'failed' });
     expect(recorded).toMatchObject({ outcome: 'recorded', done: 1, failed: 0 });
     expect(await store.outcomes(PARENT, 0, 3)).toEqual([undefined, done, undefined]);
-    expect(await redis.exists(shardOf(1).batchClaim(childId(1)))).toBe(0);
+    expect(await db.redis.exists(shardOf(1).batchClaim(childId(1)))).toBe(0);
     // t1 comes back (it was only stalled): no lock, nothing written; a later run of the job does not start.
     expect(await store.recordChild(PARENT, 1, 'alice', lock(1, 't1'), { status: 'failed' })).toEqual({
       outcome: 'lock_lost',
     });
     expect(await store.startChild(PARENT, 1, lock(1, 't2'))).toEqual({ outcome: 'recorded' });
     expect(await store.peek(PARENT)).toMatchObject({ completed: 1, failed: 0, open: 2 });
-    expect(await redis.zscore(keys.forTask(PARENT).principalOpenTasks('alice'), childId(1))).toBeNull();
+    expect(await db.redis.zscore(keys.forTask(PARENT).principalOpenTasks('alice'), childId(1))).toBeNull();
   });
 
   it('counts a recorded child once when both steps run twice', async () => {

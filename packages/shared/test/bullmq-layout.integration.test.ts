@@ -3,41 +3,31 @@
  * the keys a real BullMQ queue and worker create. A BullMQ upgrade that moves a job's hash, its lock or the failed
  * set fails this test instead of silently blinding the reaper and the lock-checked writes.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { BULLMQ_FAILED_REASON_FIELD, bullFailedKey, bullJobKey, bullQueueKey } from '../src/protocol/bullmq-layout.js';
 import { createKeys } from '../src/protocol/keys.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 describe('§1 BullMQ key layout', () => {
   it('finds a running job’s hash and lock, and a failed job in the failed set with its reason, where BullMQ puts them', async () => {
     const keys = createKeys(uniquePrefix('bull-layout'));
     const pool = 'default.0123456789ab';
     const name = keys.queueName(pool);
-    const connection = new Redis(server.url, { maxRetriesPerRequest: null });
+    const connection = new Redis(db.server.url, { maxRetriesPerRequest: null });
     const queue = new Queue(name, { connection, prefix: keys.bullPrefix });
     const seen: Array<{ jobKey: number; lock: string | null; token: string | undefined }> = [];
     const worker = new Worker(
       name,
       async (job, token) => {
         seen.push({
-          jobKey: await redis.exists(bullJobKey(bullQueueKey(keys.bullPrefix, name), job.id ?? '')),
-          lock: await redis.get(keys.bullJobLock(pool, job.id ?? '')),
+          jobKey: await db.redis.exists(bullJobKey(bullQueueKey(keys.bullPrefix, name), job.id ?? '')),
+          lock: await db.redis.get(keys.bullJobLock(pool, job.id ?? '')),
           token,
         });
         if (job.name === 'fails') throw new UnrecoverableError('on purpose');
@@ -59,12 +49,12 @@ describe('§1 BullMQ key layout', () => {
       const queueKey = `${keys.bullQueueKeyPrefix}${pool}`;
       expect(queueKey).toBe(bullQueueKey(keys.bullPrefix, name));
       // Every key BullMQ made for the queue starts with the queue key the reaper builds.
-      const made = await redis.keys(`${keys.bullPrefix}:*`);
+      const made = await db.redis.keys(`${keys.bullPrefix}:*`);
       expect(made.length).toBeGreaterThan(0);
       for (const key of made) expect(key.startsWith(`${queueKey}:`)).toBe(true);
-      expect(await redis.zscore(bullFailedKey(queueKey), 'job-2')).not.toBeNull();
-      expect(await redis.zscore(bullFailedKey(queueKey), 'job-1')).toBeNull();
-      expect(await redis.hget(bullJobKey(queueKey, 'job-2'), BULLMQ_FAILED_REASON_FIELD)).toBe('on purpose');
+      expect(await db.redis.zscore(bullFailedKey(queueKey), 'job-2')).not.toBeNull();
+      expect(await db.redis.zscore(bullFailedKey(queueKey), 'job-1')).toBeNull();
+      expect(await db.redis.hget(bullJobKey(queueKey, 'job-2'), BULLMQ_FAILED_REASON_FIELD)).toBe('on purpose');
     } finally {
       await worker.close();
       await queue.close();

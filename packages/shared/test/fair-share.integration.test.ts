@@ -1,27 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { FairShare, MAX_FAIR_PRIORITY } from '../src/fair-share.js';
 import { StoreRunner } from '../src/store/store-runner.js';
 import { TaskStore } from '../src/store/task-store.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function share() {
   const keys = createKeys(uniquePrefix('fair'));
-  const fair = new FairShare(new StoreRunner(redis, keys));
+  const fair = new FairShare(new StoreRunner(db.redis, keys));
   const enter = async (principal: string, jobId: string) => {
     return fair.enter('pool', principal, jobId, 60_000);
   };
@@ -54,9 +43,9 @@ describe('25. fair share priorities', () => {
     await enter('alice', 'a0');
     await fair.leave('pool', 'alice', 'a0');
     await fair.leave('pool', 'alice', 'a0');
-    expect(await redis.zcard(keys.fairShare('pool', 'alice'))).toBe(0);
+    expect(await db.redis.zcard(keys.fairShare('pool', 'alice'))).toBe(0);
     await enter('alice', 'a1');
-    const ttl = await redis.pttl(keys.fairShare('pool', 'alice'));
+    const ttl = await db.redis.pttl(keys.fairShare('pool', 'alice'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -69,7 +58,7 @@ describe('25. fair share priorities', () => {
 
   it('enters a task’s job in its share when the task is created with fairShare, in the same step', async () => {
     const { keys, fair } = share();
-    const store = new TaskStore(redis, keys);
+    const store = new TaskStore(db.redis, keys);
     const base = {
       tool: 't',
       queue: 'pool',
@@ -82,19 +71,19 @@ describe('25. fair share priorities', () => {
     const second = await store.records.createTask({ ...base, fairShare: { ttlMs: 60_000 } });
     expect([first.priority, second.priority]).toEqual([1, 2]);
     const shareKey = keys.fairShare('pool', 'alice');
-    expect(await redis.zrange(shareKey, 0, -1)).toEqual([first.record.taskId, second.record.taskId]);
-    expect(await redis.pttl(shareKey)).toBeGreaterThan(50_000);
+    expect(await db.redis.zrange(shareKey, 0, -1)).toEqual([first.record.taskId, second.record.taskId]);
+    expect(await db.redis.pttl(shareKey)).toBeGreaterThan(50_000);
     // The same share as `enter`: the next job of alice's goes behind both.
     expect(await fair.enter('pool', 'alice', 'a3', 60_000)).toBe(3);
     // Without fairShare, nothing is entered.
     const plain = await store.records.createTask({ ...base, principal: 'bob' });
     expect(plain.priority).toBeUndefined();
-    expect(await redis.exists(keys.fairShare('pool', 'bob'))).toBe(0);
+    expect(await db.redis.exists(keys.fairShare('pool', 'bob'))).toBe(0);
   });
 
   it('caps priorities at BullMQ’s highest value', async () => {
     const { enter, keys } = share();
-    await redis.zadd(keys.fairShare('pool', 'alice'), MAX_FAIR_PRIORITY, 'deep');
+    await db.redis.zadd(keys.fairShare('pool', 'alice'), MAX_FAIR_PRIORITY, 'deep');
     expect(await enter('alice', 'a0')).toBe(MAX_FAIR_PRIORITY);
   });
 });

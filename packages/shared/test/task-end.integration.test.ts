@@ -3,30 +3,19 @@
  * values and kept log lines) expire with it once a run wrote any, which the task's `sideKeys` field records; a task
  * that wrote none has the field unset, so its end looks at no such key. Real Redis.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TASK_FIELDS } from '../src/protocol/task-fields.js';
 import { TaskStore } from '../src/store/task-store.js';
 import { DEFAULT_OUTPUT_LIMITS, TaskOutputStore } from '../src/task-output.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  const store = new TaskStore(redis, keys, { reaperIntervalMs: 0 });
+  const store = new TaskStore(db.redis, keys, { reaperIntervalMs: 0 });
   return { keys, store, output: new TaskOutputStore(store.runner) };
 }
 
@@ -42,7 +31,7 @@ const base = {
 
 /** Milliseconds a key has left: between 0 and the task's ttl means it goes with the task. */
 async function goesWithTask(key: string): Promise<void> {
-  const left = await redis.pttl(key);
+  const left = await db.redis.pttl(key);
   expect(left, key).toBeGreaterThan(0);
   expect(left, key).toBeLessThanOrEqual(base.ttl);
 }
@@ -51,7 +40,7 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
   it('lets the output, stored values and kept log lines a run wrote go with the task', async () => {
     const { store, keys, output } = setup('side');
     const { taskId } = await store.records.create(base);
-    expect(await redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBeNull();
+    expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBeNull();
     await output.writeOutput(taskId, 'append', 'line 1\n', undefined);
     await output.putBlobChunk({
       taskId,
@@ -64,11 +53,11 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
       notify: false,
     });
     await store.logs.keep(taskId, [JSON.stringify({ msg: 'hello' })]);
-    expect(await redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBe('1');
+    expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBe('1');
     // Their own TTL (a day by default) is longer than the task's: the end brings each down to the task's.
     const o = keys.output(taskId);
     for (const key of [o.text, o.blobs, o.blob('b1'), keys.taskLogs(taskId)]) {
-      expect(await redis.pttl(key), key).not.toBe(-2);
+      expect(await db.redis.pttl(key), key).not.toBe(-2);
     }
     expect((await store.runs.transition(taskId, 'completed', { result: { content: [] } })).ok).toBe(true);
     for (const key of [keys.task(taskId), o.text, o.blobs, o.blob('b1'), keys.taskLogs(taskId)]) {
@@ -97,19 +86,19 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
         notify: false,
       }),
     ).rejects.toThrow(/at most 2 bytes/);
-    expect(await redis.hget(keys.task(other.taskId), TASK_FIELDS.sideKeys)).toBeNull();
+    expect(await db.redis.hget(keys.task(other.taskId), TASK_FIELDS.sideKeys)).toBeNull();
   });
 
   it('ends a task that wrote nothing but its hash: kept its ttl, out of the live set, watchers dropped', async () => {
     const { store, keys } = setup('bare');
     const { taskId } = await store.records.create({ ...base, argumentsJson: '{"n":1}' });
     await store.records.watch(taskId, 'g2');
-    expect(await redis.hget(keys.task(taskId), TASK_FIELDS.watchers)).toBe('g2');
+    expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.watchers)).toBe('g2');
     expect((await store.runs.transition(taskId, 'completed', { result: { content: [] } })).ok).toBe(true);
     await goesWithTask(keys.task(taskId));
     await goesWithTask(keys.taskArguments(taskId));
-    expect(await redis.zscore(keys.live, taskId)).toBeNull();
-    expect(await redis.hget(keys.task(taskId), TASK_FIELDS.watchers)).toBeNull();
-    expect(await redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBeNull();
+    expect(await db.redis.zscore(keys.live, taskId)).toBeNull();
+    expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.watchers)).toBeNull();
+    expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBeNull();
   });
 });

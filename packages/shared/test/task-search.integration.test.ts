@@ -3,30 +3,19 @@
  * search over the task index: filters, newest first, pages that never repeat or skip a task (ties of one millisecond
  * included), a bounded scan whatever the filter, and the index pruned of tasks that are gone.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TaskStore } from '../src/store/task-store.js';
 import { newTaskId } from '../src/store/task-codec.js';
 import { SEARCH_SCAN_BUDGET, TaskSearch } from '../src/task-search.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  const store = new TaskStore(redis, keys);
+  const store = new TaskStore(db.redis, keys);
   return { keys, store, search: new TaskSearch(store.runner) };
 }
 
@@ -45,11 +34,11 @@ describe('§30.2 what a task keeps for its operators', () => {
     const { store, keys } = setup('args');
     const task = await store.records.create({ ...base, ttl: 5_000, argumentsJson: '{"report":"q3"}' });
     const call = await store.records.create({ ...base, mode: 'call', argumentsJson: '{"report":"q4"}' });
-    expect(await redis.get(keys.taskArguments(task.taskId))).toBe('{"report":"q3"}');
-    expect(await redis.pttl(keys.taskArguments(task.taskId))).toBe(-1);
-    expect(await redis.exists(keys.taskArguments(call.taskId))).toBe(0);
+    expect(await db.redis.get(keys.taskArguments(task.taskId))).toBe('{"report":"q3"}');
+    expect(await db.redis.pttl(keys.taskArguments(task.taskId))).toBe(-1);
+    expect(await db.redis.exists(keys.taskArguments(call.taskId))).toBe(0);
     await store.runs.transition(task.taskId, 'failed');
-    const pttl = await redis.pttl(keys.taskArguments(task.taskId));
+    const pttl = await db.redis.pttl(keys.taskArguments(task.taskId));
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5_000);
   });
@@ -58,7 +47,7 @@ describe('§30.2 what a task keeps for its operators', () => {
     const { store, keys } = setup('tags');
     const { taskId } = await store.records.create({ ...base, tags: ['nightly', 'team:data'] });
     const lock = { queue: 'default', token: 'tok' };
-    await redis.set(keys.bullJobLock('default', taskId), 'tok');
+    await db.redis.set(keys.bullJobLock('default', taskId), 'tok');
     expect(await store.runs.addTags(taskId, lock, ['team:data', 'retry'])).toBe('written');
     expect((await store.records.get(taskId))?.tags).toEqual(['nightly', 'team:data', 'retry']);
     const eight = Array.from({ length: 8 }, (_v, i) => `t${i}`);
@@ -141,9 +130,9 @@ describe('§30.2 search', () => {
     const { store, search, keys } = setup('prune');
     const gone = await store.records.create(base, at(1));
     const running = await store.records.create(base, at(2));
-    await redis.del(keys.task(gone.taskId));
+    await db.redis.del(keys.task(gone.taskId));
     expect(await search.prune(at(3).getTime())).toBe(1);
-    expect(await redis.zrange(keys.taskIndex, 0, -1)).toEqual([running.taskId]);
+    expect(await db.redis.zrange(keys.taskIndex, 0, -1)).toEqual([running.taskId]);
   });
 });
 
@@ -156,29 +145,29 @@ describe('§30.4 kept log lines', () => {
     );
     await store.logs.keep(taskId, lines.slice(0, 500));
     await store.logs.keep(taskId, lines.slice(500));
-    expect(await redis.xlen(keys.taskLogs(taskId))).toBe(1_000);
+    expect(await db.redis.xlen(keys.taskLogs(taskId))).toBe(1_000);
     const first = await store.logs.read(taskId, undefined, 2);
     expect(first.map((l) => l['msg'])).toEqual(['line 5', 'line 6']);
     expect(first[0]).toMatchObject({ level: 'info', attempt: 1, id: expect.stringMatching(/^\d+-\d+$/) as string });
     const next = await store.logs.read(taskId, first[1]!.id, 1);
     expect(next.map((l) => l['msg'])).toEqual(['line 7']);
-    expect(await redis.pttl(keys.taskLogs(taskId))).toBe(-1);
+    expect(await db.redis.pttl(keys.taskLogs(taskId))).toBe(-1);
     await store.runs.transition(taskId, 'failed');
-    const pttl = await redis.pttl(keys.taskLogs(taskId));
+    const pttl = await db.redis.pttl(keys.taskLogs(taskId));
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5_000);
     // A line flushed after the end expires with the task too; a task that is gone gets no stream at all.
     await store.logs.keep(taskId, [JSON.stringify({ msg: 'late' })]);
-    expect(await redis.pttl(keys.taskLogs(taskId))).toBeGreaterThan(0);
+    expect(await db.redis.pttl(keys.taskLogs(taskId))).toBeGreaterThan(0);
     await store.logs.keep('gone', [JSON.stringify({ msg: 'x' })]);
-    expect(await redis.exists(keys.taskLogs('gone'))).toBe(0);
+    expect(await db.redis.exists(keys.taskLogs('gone'))).toBe(0);
   });
 });
 
 describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Redis', () => {
   function shardedSetup(label: string) {
     const keys = createKeys(uniquePrefix(label), 'sharded');
-    const store = new TaskStore(redis, keys);
+    const store = new TaskStore(db.redis, keys);
     return { keys, store, search: new TaskSearch(store.runner) };
   }
 
@@ -246,8 +235,8 @@ describe('§30.2 the search in the sharded layout (PROTOCOL.md §1.1), on one Re
     const ids: string[] = [];
     for (const code of codes)
       ids.push((await store.records.create({ ...base, tool: 'hot', taskId: newTaskId(code) }, at(1))).taskId);
-    for (const id of ids) await redis.del(keys.forTask(id).task(id));
+    for (const id of ids) await db.redis.del(keys.forTask(id).task(id));
     expect(await search.prune(at(2).getTime())).toBe(2);
-    for (const id of ids) expect(await redis.zscore(keys.forTask(id).taskIndex, id)).toBeNull();
+    for (const id of ids) expect(await db.redis.zscore(keys.forTask(id).taskIndex, id)).toBeNull();
   });
 });

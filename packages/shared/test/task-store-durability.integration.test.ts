@@ -2,29 +2,19 @@
  * PROTOCOL.md §10 at the store: the live set and the reaper, lock-checked writes, idempotent creation, watchers, and
  * a bounded, cursor-paged principal index. Real Redis; BullMQ's keys are written by hand where a test needs a job.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { createKeys, type Keys } from '../src/protocol/keys.js';
 import { TaskStore } from '../src/store/task-store.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function setup(label: string, options: ConstructorParameters<typeof TaskStore>[2] = {}) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new TaskStore(redis, keys, { reaperIntervalMs: 0, ...options }) };
+  return { keys, store: new TaskStore(db.redis, keys, { reaperIntervalMs: 0, ...options }) };
 }
 
 const base = {
@@ -40,15 +30,15 @@ const base = {
 /** A BullMQ job hash, as `Queue.add` leaves it (only existence matters to the reaper). */
 async function fakeJob(keys: Keys, taskId: string, state: 'waiting' | 'failed' = 'waiting'): Promise<void> {
   const jobKey = `${keys.bullQueueKeyPrefix}default:${taskId}`;
-  await redis.hset(jobKey, 'name', 'build_report', 'data', '{}');
+  await db.redis.hset(jobKey, 'name', 'build_report', 'data', '{}');
   if (state === 'failed') {
-    await redis.hset(jobKey, 'failedReason', 'job stalled more than allowable limit');
-    await redis.zadd(`${keys.bullQueueKeyPrefix}default:failed`, Date.now(), taskId);
+    await db.redis.hset(jobKey, 'failedReason', 'job stalled more than allowable limit');
+    await db.redis.zadd(`${keys.bullQueueKeyPrefix}default:failed`, Date.now(), taskId);
   }
 }
 
 async function holdLock(keys: Keys, taskId: string, token: string): Promise<void> {
-  await redis.set(keys.bullJobLock('default', taskId), token, 'PX', 60_000);
+  await db.redis.set(keys.bullJobLock('default', taskId), token, 'PX', 60_000);
 }
 
 describe('§10.3 the reaper', () => {
@@ -60,9 +50,9 @@ describe('§10.3 the reaper', () => {
     const task = await store.records.get(taskId);
     expect(task).toMatchObject({ status: 'failed', error: { code: 'JOB_LOST' } });
     expect(task?.result?.isError).toBe(true);
-    expect(await redis.zscore(keys.live, taskId)).toBeNull();
-    expect(await redis.exists(keys.idempotency('alice', 'k1'))).toBe(0);
-    expect(await redis.pttl(keys.task(taskId))).toBeGreaterThan(0);
+    expect(await db.redis.zscore(keys.live, taskId)).toBeNull();
+    expect(await db.redis.exists(keys.idempotency('alice', 'k1'))).toBe(0);
+    expect(await db.redis.pttl(keys.task(taskId))).toBeGreaterThan(0);
   });
 
   it('§30.1 keeps a reaped task as long as the retention of failed tasks says', async () => {
@@ -71,7 +61,7 @@ describe('§10.3 the reaper', () => {
     const { taskId } = await store.records.create(base);
     await store.runs.reap('g1');
     expect((await store.records.get(taskId))?.status).toBe('failed');
-    expect(await redis.pttl(keys.task(taskId))).toBeGreaterThan(2 * 86_400_000);
+    expect(await db.redis.pttl(keys.task(taskId))).toBeGreaterThan(2 * 86_400_000);
   });
 
   it('fails a task whose job sits in the failed set, with BullMQ’s reason', async () => {
@@ -96,12 +86,12 @@ describe('§10.3 the reaper', () => {
     const alive = await store.records.create(base);
     await fakeJob(keys, alive.taskId);
     const done = await store.records.create(base);
-    await redis.hset(keys.task(done.taskId), 'status', 'completed'); // as if its terminal write lost the ZREM
+    await db.redis.hset(keys.task(done.taskId), 'status', 'completed'); // as if its terminal write lost the ZREM
     const outcome = await store.runs.reap('g1');
     expect(outcome).toMatchObject({ ran: true, looked: 2, reaped: [] });
     expect((await store.records.get(alive.taskId))?.status).toBe('working');
-    expect(await redis.zscore(keys.live, alive.taskId)).not.toBeNull();
-    expect(await redis.zscore(keys.live, done.taskId)).toBeNull();
+    expect(await db.redis.zscore(keys.live, alive.taskId)).not.toBeNull();
+    expect(await db.redis.zscore(keys.live, done.taskId)).toBeNull();
   });
 
   it('does not look at a new task before the enqueue grace has passed', async () => {
@@ -120,7 +110,7 @@ describe('§10.3 the reaper', () => {
 
   it('publishes the failure to the owner and to every watcher', async () => {
     const { store, keys } = setup('reap-publish');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const seen: Array<{ channel: string; status: string }> = [];
     await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'));
     sub.on('message', (channel, m) => seen.push({ channel, status: (JSON.parse(m) as { status: string }).status }));
@@ -163,7 +153,7 @@ describe('§10.4 lock-checked writes', () => {
     const { store, keys } = setup('share');
     const { taskId } = await store.records.create({ ...base, fairShare: { ttlMs: 60_000 } });
     const share = keys.fairShare('default', base.principal);
-    expect(await redis.zscore(share, taskId)).not.toBeNull();
+    expect(await db.redis.zscore(share, taskId)).not.toBeNull();
     const mine = { queue: 'default', token: 'run-1' };
     await holdLock(keys, taskId, 'run-2');
     expect(
@@ -175,7 +165,7 @@ describe('§10.4 lock-checked writes', () => {
         sharePrincipal: base.principal,
       }),
     ).toEqual({ lockLost: true });
-    expect(await redis.zscore(share, taskId)).not.toBeNull();
+    expect(await db.redis.zscore(share, taskId)).not.toBeNull();
     await holdLock(keys, taskId, 'run-1');
     expect(
       (
@@ -188,7 +178,7 @@ describe('§10.4 lock-checked writes', () => {
         })
       ).lockLost,
     ).toBe(false);
-    expect(await redis.zscore(share, taskId)).toBeNull();
+    expect(await db.redis.zscore(share, taskId)).toBeNull();
   });
 
   it('leaves the gateway’s writes (no lock) unchecked', async () => {
@@ -225,9 +215,9 @@ describe('§10.8 idempotent creation', () => {
     await expect(store.records.createTask({ ...base, tool: 'other', idempotencyKey: 'k' })).rejects.toThrow(
       /another|tool/,
     );
-    expect(await redis.pttl(keys.idempotency('alice', 'k'))).toBe(-1);
+    expect(await db.redis.pttl(keys.idempotency('alice', 'k'))).toBe(-1);
     await store.runs.transition(record.taskId, 'completed', { result: { content: [] } });
-    const ttl = await redis.pttl(keys.idempotency('alice', 'k'));
+    const ttl = await db.redis.pttl(keys.idempotency('alice', 'k'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -236,7 +226,7 @@ describe('§10.8 idempotent creation', () => {
 describe('§10.9 watchers', () => {
   it('sends status changes to the owner and each watcher once, and to nobody else', async () => {
     const { store, keys } = setup('watch');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const seen: string[] = [];
     await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'), keys.gatewayChannel('g3'));
     sub.on('message', (channel) => seen.push(channel));
@@ -261,8 +251,8 @@ describe('§10 bounded index and stable pages', () => {
     for (let i = 0; i < 5; i++)
       ids.push((await store.records.create(base, new Date(Date.UTC(2026, 0, 1, 0, 0, i)))).taskId);
     const index = keys.principalTasks('alice');
-    expect(await redis.zrange(index, 0, -1)).toEqual(ids.slice(2));
-    const ttl = await redis.pttl(index);
+    expect(await db.redis.zrange(index, 0, -1)).toEqual(ids.slice(2));
+    const ttl = await db.redis.pttl(index);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(50_000);
   });

@@ -3,31 +3,20 @@
  * `tasks/list` pages merged from every shard's index with its cursor, the reaper's pass over every shard's live set,
  * the live ids of every shard, the retention copy on every shard — and each task's keys stay under its own shard.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TaskStore } from '../src/store/task-store.js';
 import { newTaskId } from '../src/store/task-codec.js';
 import { WebhookOutbox } from '../src/webhook-outbox.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function setup(label: string) {
   const prefix = uniquePrefix(label);
   const keys = createKeys(prefix, 'sharded');
-  return { prefix, keys, store: new TaskStore(redis, keys, { reaperIntervalMs: 0 }) };
+  return { prefix, keys, store: new TaskStore(db.redis, keys, { reaperIntervalMs: 0 }) };
 }
 
 const base = {
@@ -48,10 +37,10 @@ describe('the sharded layout on one Redis', () => {
     expect(new Set(codes).size).toBe(3);
     for (const code of codes ?? []) expect(code).toMatch(/^[0-9a-f]{4}$/);
     // Another process (a store of its own) reads them from the registry, and places nothing new.
-    const other = new TaskStore(redis, keys);
+    const other = new TaskStore(db.redis, keys);
     expect(await other.placement?.codes('default~hot', 3)).toEqual(codes);
     expect(await other.placement?.codes('default~hot', 1)).toEqual(codes?.slice(0, 1));
-    expect(Object.keys(await redis.hgetall(keys.placement))).toHaveLength(3);
+    expect(Object.keys(await db.redis.hgetall(keys.placement))).toHaveLength(3);
   });
 
   it('keeps a task and what its create touched under the shard its id names', async () => {
@@ -59,7 +48,7 @@ describe('the sharded layout on one Redis', () => {
     const [code] = (await store.placement?.codes('default~hot', 1)) ?? [];
     const created = await store.records.create({ ...base, taskId: newTaskId(code), idempotencyKey: 'k' });
     expect(created.taskId).toMatch(new RegExp(`^${code}[0-9a-f]{32}$`));
-    const written = await redis.keys(`${prefix}:*`);
+    const written = await db.redis.keys(`${prefix}:*`);
     for (const key of written.filter((k) => !k.includes('{home}')))
       expect(key.startsWith(`${prefix}:{${code}}:`)).toBe(true);
     expect(written.some((k) => k === `${prefix}:{${code}}:task:${created.taskId}`)).toBe(true);
@@ -102,7 +91,7 @@ describe('the sharded layout on one Redis', () => {
     for (const code of codes) ids.push((await store.records.create({ ...base, taskId: newTaskId(code) })).taskId);
     expect((await store.records.liveIds(10)).sort()).toEqual([...ids].sort());
     // Shards placed after the retention was written start with a copy of it.
-    for (const code of codes) expect(await redis.hget(keys.forShard(code).retention, 'failed')).toBe('86400000');
+    for (const code of codes) expect(await db.redis.hget(keys.forShard(code).retention, 'failed')).toBe('86400000');
     const outcome = await store.runs.reap('g1');
     expect(outcome.ran).toBe(true);
     expect(outcome.reaped.map((r) => r.taskId).sort()).toEqual([...ids].sort());

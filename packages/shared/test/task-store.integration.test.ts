@@ -1,27 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { monitorRedis } from '../../../test/helpers/monitor.js';
 import { waitFor } from '../../../test/helpers/wait-for.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TaskStore } from '../src/store/task-store.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 function setup(label: string) {
   const keys = createKeys(uniquePrefix(label));
-  return { keys, store: new TaskStore(redis, keys) };
+  return { keys, store: new TaskStore(db.redis, keys) };
 }
 
 const base = {
@@ -77,9 +67,9 @@ describe('§2 the task record and its state machine', () => {
   it('expires a task ttl after it becomes terminal, not before', async () => {
     const { store, keys } = setup('ttl');
     const { taskId } = await store.records.create({ ...base, ttl: 5_000 });
-    expect(await redis.pttl(keys.task(taskId))).toBe(-1);
+    expect(await db.redis.pttl(keys.task(taskId))).toBe(-1);
     await store.runs.transition(taskId, 'failed');
-    const pttl = await redis.pttl(keys.task(taskId));
+    const pttl = await db.redis.pttl(keys.task(taskId));
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5_000);
   });
@@ -93,28 +83,28 @@ describe('§2 the task record and its state machine', () => {
     const completed = await store.records.create({ ...base, ttl: 5_000 });
     const call = await store.records.create({ ...base, mode: 'call', ttl: 10_000 });
     // Unfinished: no expiry, however long the retention.
-    expect(await redis.pttl(keys.task(failed.taskId))).toBe(-1);
+    expect(await db.redis.pttl(keys.task(failed.taskId))).toBe(-1);
     await store.runs.transition(failed.taskId, 'failed');
     await store.runs.transition(cancelled.taskId, 'cancelled');
     await store.runs.transition(completed.taskId, 'completed', { result: { content: [] } });
     await store.runs.transition(call.taskId, 'failed');
-    expect(await redis.pttl(keys.task(failed.taskId))).toBeGreaterThan(week - 60_000);
+    expect(await db.redis.pttl(keys.task(failed.taskId))).toBeGreaterThan(week - 60_000);
     expect((await store.records.get(failed.taskId))?.ttl).toBe(week);
-    expect(await redis.pttl(keys.task(cancelled.taskId))).toBeGreaterThan(100_000);
+    expect(await db.redis.pttl(keys.task(cancelled.taskId))).toBeGreaterThan(100_000);
     // No retention for completed: its own ttl. A plain call keeps its own too: its caller has its answer.
-    expect(await redis.pttl(keys.task(completed.taskId))).toBeLessThanOrEqual(5_000);
+    expect(await db.redis.pttl(keys.task(completed.taskId))).toBeLessThanOrEqual(5_000);
     expect((await store.records.get(completed.taskId))?.ttl).toBe(5_000);
-    expect(await redis.pttl(keys.task(call.taskId))).toBeLessThanOrEqual(10_000);
+    expect(await db.redis.pttl(keys.task(call.taskId))).toBeLessThanOrEqual(10_000);
     // A gateway started without a policy for failed removes it: the task's own ttl again.
     await store.records.setRetention({});
     const later = await store.records.create({ ...base, ttl: 5_000 });
     await store.runs.transition(later.taskId, 'failed');
-    expect(await redis.pttl(keys.task(later.taskId))).toBeLessThanOrEqual(5_000);
+    expect(await db.redis.pttl(keys.task(later.taskId))).toBeLessThanOrEqual(5_000);
   });
 
   it('publishes each status change on the owning gateway channel', async () => {
     const { store, keys } = setup('status');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const seen: string[] = [];
     await sub.subscribe(keys.gatewayChannel('g1'));
     sub.on('message', (_c, m) => seen.push(m));
@@ -141,7 +131,7 @@ describe('§2 the task record and its state machine', () => {
 describe('§6 progress flow (store side)', () => {
   it('accepts only increasing progress and publishes it to the owning gateway only', async () => {
     const { store, keys } = setup('progress');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const mine: string[] = [];
     const other: string[] = [];
     await sub.subscribe(keys.gatewayChannel('g1'), keys.gatewayChannel('g2'));
@@ -164,7 +154,7 @@ describe('§6 progress flow (store side)', () => {
 
   it('publishes nothing for a terminal or unknown task, and writes nothing for either', async () => {
     const { store, keys } = setup('terminal');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const seen: { taskId?: string; type?: string }[] = [];
     await sub.subscribe(keys.gatewayChannel('g1'));
     sub.on('message', (_channel, m) => seen.push(JSON.parse(m) as { taskId?: string; type?: string }));
@@ -178,7 +168,7 @@ describe('§6 progress flow (store side)', () => {
     await waitFor(() => seen.some((m) => m.taskId === live.taskId && m.type === 'progress'));
     expect(seen.filter((m) => m.type === 'progress' && m.taskId !== live.taskId)).toEqual([]);
     expect((await store.records.get(taskId))?.progress).toBeUndefined();
-    expect(await redis.exists(keys.task('unknown'))).toBe(0);
+    expect(await db.redis.exists(keys.task('unknown'))).toBe(0);
     sub.disconnect();
   });
 });
@@ -205,13 +195,13 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
   /** The commands a script ran inside Redis (`[0 lua]` lines of MONITOR), counted by name, while `fn` ran. */
   /** The script-run commands `fn` caused on keys under `prefix`: the run's Redis is shared with other files' tests. */
   async function scriptCommands(prefix: string, fn: () => Promise<unknown>): Promise<string[]> {
-    const monitor = await monitorRedis(server.url);
+    const monitor = await monitorRedis(db.server.url);
     try {
-      await monitor.ready((marker) => redis.echo(marker));
+      await monitor.ready((marker) => db.redis.echo(marker));
       const from = monitor.commands.length;
       await fn();
       const marker = `issue46-${Math.random()}`;
-      await redis.echo(marker);
+      await db.redis.echo(marker);
       await waitFor(() => monitor.commands.some((c) => c.args.includes(marker)));
       return monitor.commands
         .slice(from)
@@ -226,7 +216,7 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     const { store, keys } = setup('start-cost');
     const { taskId } = await store.records.create(base);
     const lock = { queue: 'default~build_report', token: 'tok' };
-    await redis.set(keys.bullJobLock(lock.queue, taskId), 'tok');
+    await db.redis.set(keys.bullJobLock(lock.queue, taskId), 'tok');
     const first = await scriptCommands(keys.prefix, () =>
       store.runs.startRun({
         taskId,
@@ -242,12 +232,12 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     expect(first).toEqual(['hmget', 'get', 'hset', 'zrem', 'hgetall']);
     const started = await store.records.get(taskId);
     expect(started).toMatchObject({ attempt: 1, toolVersion: 'v1' });
-    expect(await redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
+    expect(await db.redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
     await store.runs.suspend(taskId, lock, {
       deadlineAt: Date.now() + 60_000,
       statusMessage: 'Backing off until later',
     });
-    await redis.hset(keys.task(taskId), 'backOff', '1');
+    await db.redis.hset(keys.task(taskId), 'backOff', '1');
     await store.runs.startRun({
       taskId,
       lock,
@@ -257,9 +247,9 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
     });
     const again = await store.records.get(taskId);
     expect(again).toMatchObject({ attempt: 2, toolVersion: 'v1' });
-    expect(await redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
+    expect(await db.redis.hget(keys.task(taskId), 'startedAt')).toBe(new Date(1_000).toISOString());
     expect(again?.statusMessage).toBeUndefined();
-    expect(await redis.hexists(keys.task(taskId), 'backOff')).toBe(0);
+    expect(await db.redis.hexists(keys.task(taskId), 'backOff')).toBe(0);
   });
 
   it('a progress update writes its fields in one HSET, and one without a total drops the old one', async () => {
@@ -278,7 +268,7 @@ describe('issue 46: the commands a run’s own scripts cost, and what they still
 
   it('a transition reads the task’s status, id and message once; its event carries the message it wrote or had', async () => {
     const { store, keys } = setup('transition-cost');
-    const sub = new Redis(server.url);
+    const sub = new Redis(db.server.url);
     const seen: Array<{ status?: string; statusMessage?: string }> = [];
     await sub.subscribe(keys.gatewayChannel('g1'));
     sub.on('message', (_c, m) => seen.push(JSON.parse(m) as { status?: string; statusMessage?: string }));

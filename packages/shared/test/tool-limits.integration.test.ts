@@ -3,29 +3,18 @@
  * holder renews, an expired holder's slot comes back, and a release answers the waiters with room, oldest first; a
  * rate limit allows at most `max` starts in any window (exactly), per key, and a hold stops every start.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { describe, expect, it } from 'vitest';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { StoreRunner } from '../src/store/store-runner.js';
 import { ToolLimitStore, limitKeyDigest } from '../src/tool-limit-store.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 const store = () => {
   const keys = createKeys(uniquePrefix('limits'));
-  return { keys, limits: new ToolLimitStore(new StoreRunner(redis, keys)) };
+  return { keys, limits: new ToolLimitStore(new StoreRunner(db.redis, keys)) };
 };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -56,7 +45,7 @@ describe('§3.5 slot limits', () => {
     // A newcomer takes the room; then w, now delayed, peeks: no room, and it is back in line.
     expect(await limits.takeSlot(l, 'n', 'q n', 10_000)).toEqual({ ok: true });
     expect((await limits.takeSlot(l, 'w', 'q w', 10_000, 'peek')).ok).toBe(false);
-    expect(await redis.zrange(keys.toolLimit('slots', 't', limitKeyDigest('k')).b, 0, -1)).toEqual(['q w']);
+    expect(await db.redis.zrange(keys.toolLimit('slots', 't', limitKeyDigest('k')).b, 0, -1)).toEqual(['q w']);
     // So the newcomer's release wakes it, instead of w sleeping to its delay's end.
     expect(await limits.releaseSlot(l, 'n', 'q n')).toEqual(['q w']);
   });
@@ -74,7 +63,7 @@ describe('§3.5 slot limits', () => {
     expect(await limits.takeSlot(l, 'w1', 'q w1', 10_000)).toEqual({ ok: true });
     expect(await limits.releaseSlot(l, 'h2', 'q h2')).toEqual(['q w2']);
     const waiting = keys.toolLimit('slots', 't', limitKeyDigest('k')).b;
-    expect(await redis.zrange(waiting, 0, -1)).toEqual(['q w2', 'q w3']);
+    expect(await db.redis.zrange(waiting, 0, -1)).toEqual(['q w2', 'q w3']);
   });
 
   it('a renewal only renews a slot still held: one in flight when its run released takes nothing', async () => {

@@ -2,25 +2,14 @@
  * One test per BullMQ behaviour the worker relies on (src/engine/bullmq-adapter.ts), each named for it: a BullMQ
  * upgrade that changes one fails here by name, not somewhere in an end-to-end suite.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
 import { DelayedError, Queue, type Job } from 'bullmq';
-import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
+import { uniquePrefix } from '../../../test/helpers/redis.js';
+import { useRedis } from '../../../test/helpers/use-redis.js';
 import { GatedWorker, bullmqMarkerKey } from '../src/engine/bullmq-adapter.js';
 import { SlotGate, UNREADABLE_JOB_DATA } from '../src/engine/slot-gate.js';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = new Redis(server.url);
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const db = useRedis();
 
 async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -33,7 +22,7 @@ async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5_000)
 /** A queue and a gated Worker of it under a prefix of their own; `stop` closes both. */
 function gated(gate: SlotGate, processor: (job: Job) => Promise<unknown>) {
   const prefix = uniquePrefix('bullmq-adapter');
-  const connection = { url: server.url, maxRetriesPerRequest: null };
+  const connection = { url: db.server.url, maxRetriesPerRequest: null };
   const queue = new Queue('q', { connection, prefix });
   const worker = new GatedWorker('q', processor, {
     connection,
@@ -78,7 +67,7 @@ describe('bullmq-adapter', () => {
     const { queue, worker, prefix, stop } = gated(new SlotGate(1), (job) => Promise.resolve(seen.push(job.data)));
     try {
       const job = await queue.add('t', { ok: true });
-      await redis.hset(`${prefix}:q:${job.id!}`, 'data', '{not json');
+      await db.redis.hset(`${prefix}:q:${job.id!}`, 'data', '{not json');
       void worker.run();
       await until(() => seen.length === 1);
       expect((seen[0] as Record<string, string>)[UNREADABLE_JOB_DATA]).toMatch(/not valid JSON/);
