@@ -17,11 +17,13 @@
  *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32, and the 2026-07-28
  *                                   client (v2 Client + ext-tasks) on taskrelay (bench/lib/sdk-cycle.ts); --fastmcp
  *                                   adds FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench)
- *   pnpm bench --redis-work [--trace] [--python]
+ *   pnpm bench --redis-work [--trace] [--python] [--reps N]
  *                                   Redis commands (by name, scripts' own included) and CPU per task cycle, plain
  *                                   call, progress update and cancel, beside the raw BullMQ floor's, on a Redis of its
- *                                   own (bench/lib/redis-work.ts); --trace prints one cycle through MONITOR. The full
- *                                   run ends with the same section.
+ *                                   own (bench/lib/redis-work.ts), and each call's time inside Redis by script;
+ *                                   --reps N repeats the floor, task and plain windows (the median ratio to the
+ *                                   floor); --trace prints one cycle through MONITOR. The full run ends with the same
+ *                                   section.
  *   pnpm bench --create-path        the gateway's create path alone: BullMQ's add in the create script vs after it
  *   pnpm bench --outputs            task output as resources (PROTOCOL §34): gateway and Redis memory for 50
  *                                   concurrent reads of a 16 MiB result, and ctx.output → notification latency
@@ -958,6 +960,7 @@ async function main(): Promise<number> {
         cleanup,
         python: args.python === true,
         withTrace: args.trace === true,
+        reps: Number(args.reps ?? 1),
       });
       console.log(renderRedisWork(report));
       const file = await writeResults({ mode: 'redis-work', machine: machine(''), redisWork: report }, new Date());

@@ -70,7 +70,86 @@ export interface RedisWorkReport {
   worker: 'node' | 'python';
   operations: Record<string, OperationWork>;
   idlePerSecond: Record<string, number>;
+  /**
+   * Redis CPU per operation in each repetition's windows (floor, task cycle and plain call back to back, so each
+   * ratio compares windows seconds apart), and the median ratios to the floor's: what the issue's target reads.
+   */
+  repetitions?: {
+    floorUs: number[];
+    taskUs: number[];
+    plainUs: number[];
+    taskOverFloor: number;
+    plainOverFloor: number;
+  };
+  /** Per operation: each client call's execution time inside Redis, by script (SLOWLOG at 0 µs, a window of its own). */
+  execution?: Record<string, ExecutionRow[]>;
   trace?: Record<string, string[]>;
+}
+
+export interface ExecutionRow {
+  /** A plain command's name, or a script call named by its key count and first key's shape. */
+  call: string;
+  callsPerOp: number;
+  /** Execution time per operation inside Redis, µs: a script's whole run with its own commands; no socket I/O. */
+  usPerOp: number;
+}
+
+/**
+ * Names a client call from its SLOWLOG arguments. A script call carries only its SHA, so it is named by its key count
+ * and its first key with the prefix and ids taken off (`evalsha/17 task:` is the create, `evalsha/11 q:wait` BullMQ's
+ * `moveToActive`): a name stable across runs, which docs/PERFORMANCE.md maps to the scripts.
+ */
+function callName(args: string[], prefix: string): string {
+  const name = (args[0] ?? '').toLowerCase();
+  const shape = (key: string | undefined) =>
+    (key ?? '')
+      .replace(prefix, '')
+      .replace(/^:/, '')
+      .replace(/[0-9a-f]{32}/g, '<id>')
+      .replace(/q-[^:]*:/, 'q:')
+      .replace(/:[^:]*<id>.*$/, ':<id>');
+  if (name === 'evalsha' || name === 'eval') return `${name}/${args[2] ?? '?'} ${shape(args[3])}`;
+  return name;
+}
+
+/**
+ * Each client call's execution time inside Redis, by script, over one window of `fn`: SLOWLOG with a threshold of
+ * 0 µs logs every call (a script's own commands, logged from client `?:0`, are left out: their time is inside their
+ * EVALSHA's, which the logging of each of them also lengthens a little). Run apart from `measure`'s
+ * windows, as logging every call costs Redis CPU of its own. What Redis's CPU per operation holds beyond these times
+ * is reading and writing the calls on the sockets.
+ */
+async function execution(admin: Redis, prefix: string, fn: () => Promise<number>): Promise<ExecutionRow[]> {
+  const old = (await admin.config('GET', 'slowlog-*')) as string[];
+  await admin.config('SET', 'slowlog-max-len', '1000000');
+  await admin.config('SET', 'slowlog-log-slower-than', '0');
+  await admin.slowlog('RESET');
+  let ops: number;
+  let entries: unknown[];
+  try {
+    ops = await fn();
+    entries = (await admin.slowlog('GET', -1)) as unknown[];
+  } finally {
+    for (let i = 0; i + 1 < old.length; i += 2) await admin.config('SET', old[i]!, old[i + 1]!);
+    await admin.slowlog('RESET');
+  }
+  const by = new Map<string, { calls: number; us: number }>();
+  for (const e of entries as Array<[number, number, number, string[], string]>) {
+    const args = e[3] ?? [];
+    // A script's own command is logged too, from client `?:0`: its time is inside its EVALSHA's already.
+    if (String(e[4]).startsWith('?:')) continue;
+    const first = String(args[0] ?? '').toLowerCase();
+    if (first === 'slowlog' || first === 'config' || first === 'info') continue;
+    const key = callName(args.map(String), prefix);
+    const row = by.get(key) ?? { calls: 0, us: 0 };
+    row.calls += 1;
+    row.us += Number(e[2]);
+    by.set(key, row);
+  }
+  return [...by]
+    .map(([call, r]) => ({ call, callsPerOp: r.calls / ops, usPerOp: r.us / ops }))
+    .filter((r) => r.callsPerOp >= 0.05)
+    .sort((a, b) => b.usPerOp - a.usPerOp);
 }
 
 function perOp(counts: Counts, ops: number, redisCpuS: number, cpu: Record<string, number>): OperationWork {
@@ -124,6 +203,8 @@ export async function runRedisWork(o: {
   cleanup: Array<() => Promise<void> | void>;
   python?: boolean;
   withTrace?: boolean;
+  /** Floor, task cycle and plain call windows this many times over (the first also gives the command counts). */
+  reps?: number;
 }): Promise<RedisWorkReport> {
   const redis = await startRedis({ owned: true });
   o.cleanup.push(() => redis.stop());
@@ -188,9 +269,35 @@ export async function runRedisWork(o: {
     o.log(`redis work: ${name}: ${rest.commandsTotal.toFixed(1)} commands, ${rest.redisCpuUs.toFixed(0)} µs Redis CPU`);
     return w;
   };
-  keep('floor', await measure(admin, floorRoles, idlePerMs, () => floor.runCount(OPS, IN_FLIGHT, {}).then(() => OPS)));
-  const task = keep('task', await measure(admin, trRoles, idlePerMs, () => cycle('task', OPS).then((r) => r.ops)));
-  keep('plain', await measure(admin, trRoles, idlePerMs, () => cycle('plain', OPS).then((r) => r.ops)));
+  const floorOnce = () =>
+    measure(admin, floorRoles, idlePerMs, () => floor.runCount(OPS, IN_FLIGHT, {}).then(() => OPS));
+  const taskOnce = () => measure(admin, trRoles, idlePerMs, () => cycle('task', OPS).then((r) => r.ops ?? OPS));
+  const plainOnce = () => measure(admin, trRoles, idlePerMs, () => cycle('plain', OPS).then((r) => r.ops ?? OPS));
+  const floorUs = [keep('floor', await floorOnce()).redisCpuUs];
+  const task = keep('task', await taskOnce());
+  const taskUs = [task.redisCpuUs];
+  const plainUs = [keep('plain', await plainOnce()).redisCpuUs];
+  // Redis's CPU per window moves by ±30% on a shared machine: more windows, each ratio from neighbours, the median.
+  for (let rep = 1; rep < (o.reps ?? 1); rep++) {
+    floorUs.push((await floorOnce()).redisCpuUs);
+    taskUs.push((await taskOnce()).redisCpuUs);
+    plainUs.push((await plainOnce()).redisCpuUs);
+    o.log(
+      `redis work: repetition ${rep + 1}: task ${(taskUs[rep]! / floorUs[rep]!).toFixed(2)}x the floor's Redis CPU`,
+    );
+  }
+  const median = (xs: number[]) => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  };
+  const repetitions = {
+    floorUs,
+    taskUs,
+    plainUs,
+    taskOverFloor: median(taskUs.map((t, i) => t / floorUs[i]!)),
+    plainOverFloor: median(plainUs.map((p, i) => p / floorUs[i]!)),
+  };
   if (!o.python) {
     // Progress: tasks that each report PROGRESS_UPDATES updates; per update, net of as many task cycles.
     const progress = await measure(admin, trRoles, idlePerMs, async () => {
@@ -232,6 +339,13 @@ export async function runRedisWork(o: {
     worker: o.python ? 'python' : 'node',
     operations,
     idlePerSecond: Object.fromEntries([...idle].map(([k, v]) => [k, Math.round((v * 1000 * 100) / idleMs) / 100])),
+    repetitions,
+  };
+  // Where a call's Redis time goes, by script: a window of its own for each kind (SLOWLOG costs Redis CPU too).
+  report.execution = {
+    floor: await execution(admin, prefix, () => floor.runCount(OPS, IN_FLIGHT, {}).then(() => OPS)),
+    task: await execution(admin, prefix, () => cycle('task', OPS).then((r) => r.ops ?? OPS)),
+    plain: await execution(admin, prefix, () => cycle('plain', OPS).then((r) => r.ops ?? OPS)),
   };
   if (o.withTrace) {
     await sleep(500);
@@ -300,6 +414,16 @@ export function renderRedisWork(report: RedisWorkReport): string {
         `${(task.redisCpuUs / floor.redisCpuUs).toFixed(2)}x Redis CPU`,
     );
   }
+  const reps = report.repetitions;
+  if (reps && reps.floorUs.length > 1) {
+    const us = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(' ');
+    lines.push(
+      `Redis CPU per op over ${reps.floorUs.length} repetitions, µs: floor ${us(reps.floorUs)}; task ${us(reps.taskUs)}; ` +
+        `plain ${us(reps.plainUs)}`,
+      `median of each repetition's ratio to its floor: task cycle ${reps.taskOverFloor.toFixed(2)}x, plain call ` +
+        `${reps.plainOverFloor.toFixed(2)}x`,
+    );
+  }
   lines.push(
     `idle, per second: ${Object.entries(report.idlePerSecond)
       .map(([k, v]) => `${k} ${v}`)
@@ -308,6 +432,19 @@ export function renderRedisWork(report: RedisWorkReport): string {
   lines.push(
     'progress upd. = per update, net of its task cycle; cancelled task = create → start → tasks/cancel → abort → end',
   );
+  if (report.execution) {
+    lines.push('', 'Execution inside Redis per operation, by client call (SLOWLOG at 0 µs; no socket I/O):');
+    for (const [name, rows] of Object.entries(report.execution)) {
+      const total = rows.reduce((a, r) => a + r.usPerOp, 0);
+      const calls = rows.reduce((a, r) => a + r.callsPerOp, 0);
+      lines.push(`  ${label[name] ?? name}: ${calls.toFixed(1)} calls, ${total.toFixed(0)} µs`);
+      for (const r of rows) {
+        lines.push(
+          `    ${r.call.padEnd(44)} ${r.callsPerOp.toFixed(2).padStart(6)} calls ${r.usPerOp.toFixed(1).padStart(7)} µs`,
+        );
+      }
+    }
+  }
   if (report.trace) {
     for (const [name, cmds] of Object.entries(report.trace)) {
       lines.push('', `MONITOR, one ${name} (${cmds.length} commands):`, ...cmds.map((c) => `  ${c}`));
