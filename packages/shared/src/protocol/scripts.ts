@@ -17,6 +17,7 @@ import { bullmqLayoutLua } from './bullmq-layout.js';
 import { ResultCode, decodeReply, resultCodesLua, type ScriptReply } from './script-results.js';
 import { TASK_FIELDS, TASK_FIELD_PREFIXES } from './task-fields.js';
 import { webhookLimitsLua } from './webhook-limits.js';
+import { coalesceWrites } from './write-coalescing.js';
 import { TASK_STATUSES, TERMINAL_STATUSES, allowedSources } from './task-model.js';
 
 /** One script: its file is `commands/<name>-<keys.length>.lua`. */
@@ -578,6 +579,7 @@ export class ScriptRunner {
     const positional = [...keys, ...args];
     const command = (this.client as unknown as Record<string, ScriptCommand>)[commandName(s)];
     if (!command) throw scriptError(s, 'is not registered on this client');
+    coalesceWrites(this.client);
     return decodeReply(s.name, s.codes, await command.apply(this.client, positional));
   }
 
@@ -605,6 +607,7 @@ export class ScriptRunner {
     ];
     const command = (this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[name];
     if (!command) throw scriptError(s, 'with a job add is not registered on this client');
+    coalesceWrites(this.client);
     return decodeReply(s.name, s.codes, await command.apply(this.client, positional));
   }
 }
