@@ -1,4 +1,7 @@
-/** RunningJobs without Redis: a cancel that arrives before its run registers (PROTOCOL.md §21.2.1). */
+/**
+ * RunningJobs without Redis: a cancel that arrives before its run registers (PROTOCOL.md §21.2.1), and the count of
+ * runs the worker switches its command connection's batching by (§21.2.2).
+ */
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '@taskrelay/shared';
 import { RunningJobs } from '../src/engine/running-jobs.js';
@@ -23,5 +26,17 @@ describe('RunningJobs', () => {
     running.cancel('t2', 'GATEWAY_SHUTDOWN', 'cancel received');
     expect(entry.controller.signal.reason).toBe('GATEWAY_SHUTDOWN');
     expect(running.add('t3').controller.signal.aborted).toBe(false);
+  });
+
+  it('tells the worker how many runs it holds as each registers and leaves, and not for a stale release', () => {
+    const counts: number[] = [];
+    const running = new RunningJobs(quiet, (runs) => counts.push(runs));
+    const a = running.add('a');
+    const b = running.add('b');
+    running.release('a', a);
+    // A release by a run whose entry was replaced (its job fetched again here) changes nothing.
+    running.release('b', { ...b });
+    running.release('b', b);
+    expect(counts).toEqual([1, 2, 1, 0]);
   });
 });

@@ -5,6 +5,7 @@
 import express, { type Response } from 'express';
 import {
   JSON_RPC,
+  setWriteCoalescing,
   type AuditLog,
   type GatewayConfig,
   type Keys,
@@ -259,12 +260,18 @@ function createMcpTransports(
   });
   const { sessionOf, openSession, sessionRequest } = sessionEndpoint;
 
+  const inFlightChanged = () => {
+    metrics.requestsInFlight.set(deps.posts.size);
+    // Several requests at once: the script calls of one event-loop turn go to Redis as one write (PROTOCOL.md
+    // §21.2.2); a lone request's go at once.
+    setWriteCoalescing(deps.redis, deps.posts.size > 1);
+  };
   const post = async (req: AuthedRequest, res: Response) => {
     deps.posts.add(res);
-    metrics.requestsInFlight.set(deps.posts.size);
+    inFlightChanged();
     res.on('close', () => {
       deps.posts.delete(res);
-      metrics.requestsInFlight.set(deps.posts.size);
+      inFlightChanged();
       deps.settled();
     });
     // 2026-07-28 (and any version no 2025-era session speaks): sessionless, one request per POST (PROTOCOL.md §14).

@@ -35,7 +35,14 @@ export class RunningJobs {
   /** Cancels that found no run here, by task, oldest first (`cancel`, `add`). */
   private readonly undelivered = new Map<string, { reason: CancelReason; at: number }>();
 
-  constructor(private readonly log: Logger) {}
+  /**
+   * @param onCount called with the number of runs after each run registers or leaves: the worker switches its command
+   * connection's batching by it (PROTOCOL.md §21.2.2).
+   */
+  constructor(
+    private readonly log: Logger,
+    private readonly onCount: (runs: number) => void = () => undefined,
+  ) {}
 
   get size(): number {
     return this.jobs.size;
@@ -49,6 +56,7 @@ export class RunningJobs {
   add(taskId: string): RunningJob {
     const entry: RunningJob = { controller: new AbortController(), graceTimer: undefined, lockRenewedAt: Date.now() };
     this.jobs.set(taskId, entry);
+    this.onCount(this.jobs.size);
     const early = this.undelivered.get(taskId);
     if (early !== undefined) {
       this.undelivered.delete(taskId);
@@ -76,7 +84,9 @@ export class RunningJobs {
 
   /** Removes `entry` if it is still the one held for `taskId`. */
   release(taskId: string, entry: RunningJob): void {
-    if (this.jobs.get(taskId) === entry) this.jobs.delete(taskId);
+    if (this.jobs.get(taskId) !== entry) return;
+    this.jobs.delete(taskId);
+    this.onCount(this.jobs.size);
   }
 
   /** The running jobs whose signal has not aborted yet. */

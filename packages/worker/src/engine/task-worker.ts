@@ -13,6 +13,7 @@ import {
   createKeys,
   FairShare,
   createRedis,
+  setWriteCoalescing,
   toolPool,
   toolQueue,
   DEFAULT_PRIORITY,
@@ -97,7 +98,9 @@ export class TaskWorker {
     this.gate = new SlotGate(options.concurrency);
     this.keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
-    this.running = new RunningJobs(this.log);
+    // Several runs at once: the start, progress and end writes of one event-loop turn go to Redis as one write (one
+    // system call here and in Redis, PROTOCOL.md §21.2.2); a lone run's go at once.
+    this.running = new RunningJobs(this.log, (runs) => setWriteCoalescing(this.redis, runs > 1));
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
     this.redis = this.connect('commands');
     // Sharded pub/sub in the sharded layout: on a cluster each cancel channel is subscribed on its shard's master.
