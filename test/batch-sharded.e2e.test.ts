@@ -11,21 +11,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
 import { ROOT } from './helpers/processes.js';
-import { shardedParentChecks } from './helpers/sharded-batch.js';
+import { nodeShardChild, shardedParentChecks } from './helpers/sharded-batch.js';
 import { useStack } from './helpers/stack.js';
 
 const TRACE = join(tmpdir(), `taskrelay-batch-sharded-${process.pid}-${Date.now()}.trace`);
 writeFileSync(TRACE, '');
 /** A gate file nobody makes: children waiting on it run until they are stopped. */
 const NEVER = join(tmpdir(), `taskrelay-batch-sharded-never-${process.pid}`);
-const child = {
-  TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
-  WORKER_CONCURRENCY: '8',
-  BATCH_TRACE_FILE: TRACE,
-  // Only the cancel a stopped batch publishes on each child's shard stops a running child within the test.
-  WORKER_CANCEL_SWEEP_MS: '600000',
-  LOG_LEVEL: 'info',
-};
+const child = nodeShardChild(TRACE);
 
 const stack = useStack({
   name: 'batch-sharded',

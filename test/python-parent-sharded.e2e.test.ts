@@ -16,7 +16,7 @@ import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { traced } from './helpers/batch-trace.js';
 import { PYTHON, ROOT } from './helpers/processes.js';
-import { linesAbout, shardedParentChecks, waitForTools } from './helpers/sharded-batch.js';
+import { linesAbout, nodeShardChild, shardedParentChecks, waitForTools } from './helpers/sharded-batch.js';
 import { useStack } from './helpers/stack.js';
 import { startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -33,14 +33,8 @@ const child = {
   WORKER_CANCEL_SWEEP_MS: '600000',
 };
 
-/** A Node worker of the same child tool (test/fixtures/shard-batch-children.mjs), for the second stack. */
-const nodeChild = {
-  TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
-  WORKER_CONCURRENCY: '8',
-  BATCH_TRACE_FILE: TRACE,
-  WORKER_CANCEL_SWEEP_MS: '600000',
-  LOG_LEVEL: 'info',
-};
+/** A Node worker of the same child tool, for the second stack. */
+const nodeChild = nodeShardChild(TRACE);
 
 if (PYTHON === undefined) console.log('python-parent-sharded suite skipped: no .venv/bin/python (needs Python 3.11+)');
 

@@ -10,11 +10,25 @@ import { CancelTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys, masterOfSlot, slotOfCode, toolQueue, type Keys } from '@taskrelay/shared';
 import { expectExactBatch, killBusyWorker, traced } from './batch-trace.js';
 import type { WorkerPool } from './faults.js';
-import type { ManagedProcess } from './processes.js';
+import { ROOT, type ManagedProcess } from './processes.js';
 import { clusterMasters } from './redis-cluster.js';
 import type { TestStack } from './stack.js';
 import { getTask, startTask, taskResult } from './tasks.js';
 import { waitFor } from './wait-for.js';
+
+/**
+ * A Node worker of the child tool (test/fixtures/shard-batch-children.mjs, `shard_child`) tracing to `trace`. Its cancel
+ * sweep is 10 min: only the cancel a stopped batch publishes on each child's shard stops a running child in a test.
+ */
+export function nodeShardChild(trace: string): Record<string, string> {
+  return {
+    TASKRELAY_TOOLS: `${ROOT}/test/fixtures/shard-batch-children.mjs`,
+    WORKER_CONCURRENCY: '8',
+    BATCH_TRACE_FILE: trace,
+    WORKER_CANCEL_SWEEP_MS: '600000',
+    LOG_LEVEL: 'info',
+  };
+}
 
 /** The child tool the sharded batch fixtures fan out to (`shards: 3`), in both languages. */
 export const CHILD_POOL = toolQueue('default', 'shard_child');
