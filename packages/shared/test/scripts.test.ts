@@ -10,12 +10,15 @@ import { ResultCode, decodeReply, resultCodesLua } from '../src/protocol/script-
 import {
   SCRIPTS,
   checkScript,
+  foldConstants,
   loadScripts,
+  readScripts,
   resolveScript,
   transitionsLua,
   type ScriptSpec,
 } from '../src/protocol/scripts.js';
 import { TASK_FIELDS, TASK_FIELD_PREFIXES } from '../src/protocol/task-fields.js';
+import { taskFieldsLua } from '../src/protocol/scripts.js';
 import { TASK_STATUSES, canTransition } from '../src/protocol/task-model.js';
 
 /** Runs Lua source and returns the number it leaves on the stack. */
@@ -94,13 +97,13 @@ describe('§2 every status write goes through the transition table', () => {
 
   it('has no script write the status field but move_status (creation aside)', () => {
     const statusWrite = /redis\.call\('HSET'[^\n]*F\.status\b/;
-    for (const [s, source] of loadScripts()) {
+    for (const [s, source] of readScripts()) {
       const body = source.replace(/local function move_status[\s\S]*?\nend\n/, '');
       if (s.name !== 'create') expect(body, s.name).not.toMatch(statusWrite);
       expect(body, s.name).not.toMatch(/HSET[^\n]*'status'/);
     }
     for (const name of ['transition', 'reap', 'suspend', 'answer'] as const) {
-      expect(loadScripts().get(SCRIPTS[name]), name).toMatch(/move_status\(KEYS\[1\]|move_status\(taskKey/);
+      expect(readScripts().get(SCRIPTS[name]), name).toMatch(/move_status\(KEYS\[1\]|move_status\(taskKey/);
     }
   });
 });
@@ -111,7 +114,7 @@ describe('§1 hash field names are defined once', () => {
 
   it('leaves no field name as a literal in a hash command of any script', () => {
     const hashCall = /redis\.call\('H[A-Z]+',([^)]*)\)/g;
-    for (const [s, source] of loadScripts()) {
+    for (const [s, source] of readScripts()) {
       for (const call of source.matchAll(hashCall)) {
         for (const literal of (call[1] ?? '').matchAll(/'([^']*)'/g)) {
           expect(names.has(literal[1] ?? ''), `${s.name}: ${call[0]}`).toBe(false);
@@ -121,9 +124,35 @@ describe('§1 hash field names are defined once', () => {
   });
 
   it('uses only fields TS defines', () => {
-    for (const [s, source] of loadScripts()) {
+    for (const [s, source] of readScripts()) {
       for (const use of source.matchAll(/\bF\.(\w+)/g))
         expect(fieldKeys.has(use[1] ?? ''), `${s.name}: F.${use[1]}`).toBe(true);
     }
+  });
+});
+
+describe('§20 the vocabulary tables are folded into the scripts Redis runs (issue 46)', () => {
+  const tables = `${resultCodesLua()}${taskFieldsLua()}`;
+
+  it('writes R.NAME and F.name as their values and drops the tables', () => {
+    const folded = foldConstants(`${tables}return R.LOCK_LOST * 1000 + #(F.input .. F.status)`);
+    expect(folded).not.toMatch(/local [RF] = \{/);
+    expect(folded).toContain('"input:" .. "status"');
+    expect(runLua(folded)).toBe(ResultCode.LOCK_LOST * 1000 + 'input:status'.length);
+  });
+
+  it('refuses a name the table does not hold, at load', () => {
+    expect(() => foldConstants(`${tables}return F.noSuchField`, 'x')).toThrow(/x reads F\.noSuchField/);
+  });
+
+  it('keeps a table read by a value', () => {
+    const folded = foldConstants(`${tables}local name = 'TASK_MISSING'\nreturn R[name] + R.OK`);
+    expect(folded).toMatch(/^local R = \{/m);
+    expect(folded).not.toMatch(/^local F = \{/m);
+    expect(runLua(folded)).toBe(ResultCode.TASK_MISSING + ResultCode.OK);
+  });
+
+  it('leaves no script building R, F, B or W on each call', () => {
+    for (const [s, source] of loadScripts()) expect(source, s.name).not.toMatch(/^local [RFBW] = \{/m);
   });
 });

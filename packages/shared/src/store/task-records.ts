@@ -144,7 +144,7 @@ export class TaskRecords {
         arguments: this.runner.forTask(taskId).taskArguments(taskId),
       },
       args: {
-        fields: JSON.stringify(fields),
+        fieldCount: 2 * Object.keys(fields).length,
         createdAtMs: now.getTime(),
         taskId,
         firstLookAtMs: now.getTime() + this.reaperIntervalMs,
@@ -160,6 +160,8 @@ export class TaskRecords {
         priorityBase: input.fairShare?.base ?? 0,
         dedupeTtlMs: input.idempotencyKey === undefined && input.dedupe ? input.dedupe.ttlMs : '',
         arguments: input.argumentsJson ?? '',
+        replayOf: input.replayOf ?? '',
+        fields: Object.entries(fields).flat(),
       },
     };
     const job = input.fairShare ? input.job : undefined;
