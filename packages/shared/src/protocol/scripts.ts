@@ -70,7 +70,7 @@ export const SCRIPTS = {
     args: [
       'to',
       'now',
-      'fields',
+      'fieldCount',
       'lockToken',
       'channelPrefix',
       'channelSuffix',
@@ -80,6 +80,7 @@ export const SCRIPTS = {
       'eventOutcome',
       'webhookPrefix',
       'publish',
+      'fields',
     ],
     codes: [OK, TASK_MISSING, LOCK_LOST, TASK_TERMINAL, TRANSITION_REFUSED],
   }),

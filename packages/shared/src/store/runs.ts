@@ -200,7 +200,7 @@ export class Runs {
       args: {
         to,
         now: now.toISOString(),
-        fields: JSON.stringify(extra),
+        fieldCount: 2 * Object.keys(extra).length,
         lockToken: options.lock?.token ?? '',
         channelPrefix: this.runner.forTask(taskId).gatewayChannelPrefix,
         channelSuffix: this.runner.forTask(taskId).gatewayChannelSuffix,
@@ -211,6 +211,7 @@ export class Runs {
         eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
         webhookPrefix: this.runner.forTask(taskId).webhooks.eventPrefix,
         publish: publishCommand(this.runner.keys),
+        fields: Object.entries(extra).flat(),
       },
     };
   }

@@ -145,7 +145,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
             {
                 "to": to,
                 "now": iso_now(),
-                "fields": _json(extra),
+                "fieldCount": str(2 * len(extra)),
                 "lockToken": lock.token if lock else "",
                 "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
                 "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
@@ -156,6 +156,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
                 "eventOutcome": "1" if to in TERMINAL and outcome_chars <= 65_536 else "0",
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
                 "publish": self.keys.publish_command,
+                "fields": [item for pair in extra.items() for item in pair],
             },
         )
         status = values[0] if values and isinstance(values[0], str) else None

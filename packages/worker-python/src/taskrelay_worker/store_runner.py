@@ -37,7 +37,14 @@ class StoreRunner:
         if self._starting and name != "startRun":
             await self._after_start(keys)
         positional_keys = [keys.get(k, "") for k in spec.keys]
-        positional_args = [args.get(a, "") for a in spec.args]
+        # A list is spread in place, one ARGV entry per item (a script's last argument: transition's fields, §20).
+        positional_args: list[Any] = []
+        for a in spec.args:
+            value = args.get(a, "")
+            if isinstance(value, list):
+                positional_args.extend(value)
+            else:
+                positional_args.append(value)
         raw = await self._scripts[name](keys=positional_keys, args=positional_args)
         code = raw[0] if isinstance(raw, list) and raw else None
         code_name = CODE_NAMES.get(code) if isinstance(code, int) else None

@@ -13,7 +13,7 @@
 
     ARGV[1] to                the new status
     ARGV[2] now               ISO time
-    ARGV[3] fields            extra fields, JSON object (statusMessage, result, error, cancelReason)
+    ARGV[3] fieldCount        how many ARGV entries the extra fields take (ARGV[13] on)
     ARGV[4] lockToken         the worker's lock token; '' = no lock check
     ARGV[5] channelPrefix     gateway channel: what comes before the gateway id
     ARGV[6] channelSuffix     gateway channel: what comes after it
@@ -23,6 +23,10 @@
     ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
     ARGV[11] webhookPrefix    what an outbox event key puts before the event id
     ARGV[12] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
+    ARGV[13] fields           the first extra field's name (statusMessage, result, error, cancelReason); the extra
+                              fields' names and values follow, fieldCount entries in all. Flat, not one JSON
+                              object: decoding JSON that holds a result cost Redis time in proportion to the result's
+                              size, on every end (issue 46)
 
   Output:
     {R.OK, to}
@@ -46,11 +50,12 @@ local h = redis.call('HMGET', KEYS[1], F.status, F.taskId, F.statusMessage, F.ga
 local current = h[1]
 if not current then return {R.TASK_MISSING} end
 if not holds_lock(KEYS[3], ARGV[4]) then return {R.LOCK_LOST, current} end
-local extra = cjson.decode(ARGV[3])
+local extra = {}
 local fields = {}
-for k, v in pairs(extra) do
-  fields[#fields + 1] = k
-  fields[#fields + 1] = v
+for i = 13, 12 + tonumber(ARGV[3]), 2 do
+  extra[ARGV[i]] = ARGV[i + 1]
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
 end
 if ARGV[8] ~= '' then
   fields[#fields + 1] = F.deadlineAt
