@@ -38,6 +38,8 @@ class RunEnvelope:
         queue = queue_of_bull_name(job.queue.name)
         entry = RunEntry(signal=RunSignal(), token=token, queue=queue)
         self.running[task_id] = entry
+        # Several runs at once: their script calls of one turn go to Redis as one pipeline (§21.2.2).
+        self.store.coalesce = len(self.running) > 1
         started = self.metrics.run_started(job)
         try:
             if (isinstance(data.get("child"), int) and not isinstance(data.get("child"), bool)) or parse_batch_child_id(task_id):
@@ -66,6 +68,7 @@ class RunEnvelope:
                 log.warn("could not give back the run's limit slot; its lease ends it", err=error)
         if self.running.get(task_id) is entry:
             del self.running[task_id]
+            self.store.coalesce = len(self.running) > 1
 
     async def _run_tool(
         self, entry: RunEntry, tool: ToolDefinition, args: Any, ctx: ToolContext, timer: asyncio.TimerHandle | None
