@@ -120,7 +120,10 @@ describe.skipIf(PYTHON === undefined)('a Python worker on the sharded key layout
     );
     // The last progress, the two logs, the output wake-up and the terminal status at least; no classic PUBLISH.
     expect(await calls('spublish')).toBeGreaterThanOrEqual(5);
-    expect(await calls('publish')).toBe(0);
+    // Said with the server's clients: a classic PUBLISH seen once in eight runs (2026-12-05) never came back under a
+    // MONITOR; if it does, the clients (a process of another file on a reused port?) name its source.
+    const published = await calls('publish');
+    expect(published, published === 0 ? '' : String(await stack.r.client('LIST'))).toBe(0);
   });
 
   it('refuses a braced prefix with the sharded layout, in one line', async () => {
