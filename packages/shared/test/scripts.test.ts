@@ -92,7 +92,14 @@ describe('§2 every status write goes through the transition table', () => {
       }
     }
     expect(code(undefined, 'failed')).toBe(ResultCode.TASK_MISSING);
-    expect(transitionsLua()).toContain('["failed"] = {["working"] = true, ["input_required"] = true}');
+    expect(transitionsLua()).toContain(
+      'if to == "failed" then return from == "working" or from == "input_required" end',
+    );
+    // And the terminal set, in the folded script Redis runs as well.
+    const terminal = (status: string) =>
+      runLua(`${transitionsLua()} return is_terminal(${JSON.stringify(status)}) and 1 or 0`);
+    for (const status of TASK_STATUSES)
+      expect(terminal(status), status).toBe(['completed', 'failed', 'cancelled'].includes(status) ? 1 : 0);
   });
 
   it('has no script write the status field but move_status (creation aside)', () => {

@@ -27,7 +27,7 @@
 
 local status = redis.call('HGET', KEYS[4], F.status)
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[3], ARGV[1]) then return {R.LOCK_LOST} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {R.BATCH_EXISTS} end
 

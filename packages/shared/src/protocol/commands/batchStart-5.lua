@@ -29,7 +29,7 @@
 if not holds_lock(KEYS[5], ARGV[1]) then return {R.LOCK_LOST} end
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 local v = redis.call('HMGET', KEYS[2], B.owner, B.parentPool, B.stopped)
 if not v[2] then return {R.TASK_MISSING} end
 if v[3] == '1' then return {R.TASK_TERMINAL} end

@@ -26,7 +26,7 @@
 
 local h = redis.call('HMGET', KEYS[1], F.mode, F.status)
 if not h[1] or h[1] ~= 'call' then return {R.TASK_MISSING} end
-if TERMINAL[h[2]] then return {R.TASK_TERMINAL, h[2]} end
+if is_terminal(h[2]) then return {R.TASK_TERMINAL, h[2]} end
 redis.call('HSET', KEYS[1], F.mode, 'task', F.ttl, ARGV[1])
 redis.call('ZADD', KEYS[2], tonumber(ARGV[5]), ARGV[4])
 redis.call('ZADD', KEYS[3], tonumber(ARGV[5]), ARGV[4])

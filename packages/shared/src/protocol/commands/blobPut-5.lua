@@ -40,7 +40,7 @@
 local h = redis.call('HMGET', KEYS[1], F.status, F.sideKeys)
 local status = h[1]
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 local external = ARGV[11] ~= ''
 local size = external and tonumber(ARGV[11]) or #ARGV[3]

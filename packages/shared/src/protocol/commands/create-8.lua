@@ -53,7 +53,7 @@ if ARGV[8] == '1' or ARGV[8] == '2' then
   local existing = redis.call('GET', KEYS[4])
   if existing then
     local h = redis.call('HMGET', ARGV[9] .. existing, F.tool, F.status)
-    if h[1] and (ARGV[8] == '1' or not TERMINAL[h[2]]) then return {R.IDEMPOTENT_REPLAY, existing, h[1]} end
+    if h[1] and (ARGV[8] == '1' or not is_terminal(h[2])) then return {R.IDEMPOTENT_REPLAY, existing, h[1]} end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {R.TASK_EXISTS} end

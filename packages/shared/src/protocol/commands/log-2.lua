@@ -36,7 +36,7 @@
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.gatewayId, F.taskId, F.logsDropped)
 if not h[1] then return {R.TASK_MISSING} end
-if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
+if is_terminal(h[1]) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[6]) then return {R.LOCK_LOST} end
 if not h[2] or h[2] == '' then return {R.UNROUTED} end
 local channel = ARGV[4] .. h[2] .. ARGV[5]

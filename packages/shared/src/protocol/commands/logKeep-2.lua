@@ -22,11 +22,11 @@ local h = redis.call('HMGET', KEYS[1], F.status, F.sideKeys)
 local status = h[1]
 if not status then return {R.TASK_MISSING} end
 -- The task has a key that ends with it now: its end looks at it (finish.lua), and only then (issue 46).
-if not h[2] and not TERMINAL[status] then redis.call('HSET', KEYS[1], F.sideKeys, '1') end
+if not h[2] and not is_terminal(status) then redis.call('HSET', KEYS[1], F.sideKeys, '1') end
 for _, line in ipairs(cjson.decode(ARGV[2])) do
   redis.call('XADD', KEYS[2], 'MAXLEN', tonumber(ARGV[1]), '*', 'line', line)
 end
-if TERMINAL[status] then
+if is_terminal(status) then
   local left = redis.call('PTTL', KEYS[1])
   if left > 0 then redis.call('PEXPIRE', KEYS[2], left) end
 end

@@ -31,7 +31,7 @@
 local h = redis.call('HMGET', KEYS[1], F.status, F.sideKeys)
 local status = h[1]
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 -- The task has keys that end with it now: its end looks at them (finish.lua), and only then (issue 46).
 if not h[2] then redis.call('HSET', KEYS[1], F.sideKeys, '1') end

@@ -32,7 +32,7 @@
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.progress, F.gatewayId, F.taskId, F.total)
 if not h[1] then return {R.TASK_MISSING} end
-if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
+if is_terminal(h[1]) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[7]) then return {R.LOCK_LOST} end
 local progress = tonumber(ARGV[1])
 if h[2] and tonumber(h[2]) >= progress then return {R.PROGRESS_STALE} end

@@ -20,7 +20,7 @@
 
 local h = redis.call('HMGET', KEYS[1], F.mode, F.status, F.gatewayId, F.watchers)
 if not h[1] or h[1] ~= 'call' then return {R.TASK_MISSING} end
-if TERMINAL[h[2]] then return {R.TASK_TERMINAL, h[2]} end
+if is_terminal(h[2]) then return {R.TASK_TERMINAL, h[2]} end
 redis.call('HSET', KEYS[1], F.gatewayId, ARGV[1])
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], F.progressToken, ARGV[2])

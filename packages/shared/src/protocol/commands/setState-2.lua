@@ -22,7 +22,7 @@
 
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 if ARGV[2] ~= F.state and ARGV[2] ~= F.steps then return redis.error_reply('setState writes state or steps only') end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])

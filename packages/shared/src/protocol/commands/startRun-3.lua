@@ -46,7 +46,7 @@ if not status then
   leave_share()
   return {R.TASK_MISSING}
 end
-if not TERMINAL[status] then
+if not is_terminal(status) then
   if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
   local recorded = h[2]
   if ARGV[7] == '1' and recorded and ARGV[6] ~= '' and recorded ~= ARGV[6] then

@@ -39,7 +39,7 @@
 
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL, status} end
+if is_terminal(status) then return {R.TASK_TERMINAL, status} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 if ARGV[2] == '' then
   redis.call('HSET', KEYS[1], F.deadlineAt, ARGV[4])

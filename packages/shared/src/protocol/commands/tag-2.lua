@@ -24,7 +24,7 @@
 
 local h = redis.call('HMGET', KEYS[1], F.status, F.tags)
 if not h[1] then return {R.TASK_MISSING} end
-if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
+if is_terminal(h[1]) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 local list, seen = {}, {}
 for tag in string.gmatch((h[2] or '') .. ',' .. ARGV[2], '[^,]+') do

@@ -79,10 +79,10 @@ end
 -- The write above sets only the status, its time, the deadline and the extra fields (statusMessage, result, error,
 -- cancelReason): none of the fields read here, so the read stands for what the includes would read now.
 publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12], {h[4], h[5]})
-if TERMINAL[ARGV[1]] or (ARGV[1] == 'input_required' and current ~= 'input_required') then
+if is_terminal(ARGV[1]) or (ARGV[1] == 'input_required' and current ~= 'input_required') then
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11], {h[6], h[7], h[2], h[8]})
 end
-if TERMINAL[ARGV[1]] then
+if is_terminal(ARGV[1]) then
   finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7], {h[9], h[10], h[11], h[12], h[13], h[5]})
 end
 return {R.OK, ARGV[1]}

@@ -27,7 +27,7 @@
 
 local status = redis.call('HGET', KEYS[1], F.status)
 if not status then return {R.TASK_MISSING} end
-if TERMINAL[status] then return {R.TASK_TERMINAL} end
+if is_terminal(status) then return {R.TASK_TERMINAL} end
 if not holds_lock(KEYS[2], ARGV[1]) then return {R.LOCK_LOST} end
 local now = redis_now_ms()
 local stored = redis.call('HGET', KEYS[1], ARGV[2])

@@ -30,7 +30,7 @@ local wp = cjson.decode(h[3])
 if wp.token ~= ARGV[2] then return {R.WAITPOINT_UNKNOWN} end
 -- Called twice says so, whether or not the task has ended since.
 if wp.state == 'completed' then return {R.WAITPOINT_USED} end
-if TERMINAL[h[1]] then return {R.TASK_TERMINAL} end
+if is_terminal(h[1]) then return {R.TASK_TERMINAL} end
 local now = redis_now_ms()
 if wp.state ~= 'waiting' or now >= wp.timeoutAt then return {R.WAITPOINT_EXPIRED} end
 redis.call('HSET', KEYS[1], ARGV[1], '{"token":' .. cjson.encode(wp.token) .. ',"timeoutAt":' ..

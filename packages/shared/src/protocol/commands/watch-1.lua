@@ -24,7 +24,7 @@ for i = 1, #h, 2 do
   if h[i] == F.status then status = h[i + 1] elseif h[i] == F.gatewayId then owner = h[i + 1]
   elseif h[i] == F.watchers then watchers = h[i + 1] end
 end
-if TERMINAL[status] or owner == ARGV[1] then return {R.OK, h, size} end
+if is_terminal(status) or owner == ARGV[1] then return {R.OK, h, size} end
 if watchers then
   for id in string.gmatch(watchers, '[^,]+') do
     if id == ARGV[1] then return {R.OK, h, size} end

@@ -12,9 +12,8 @@
 
 local function check_source(current, to)
   if not current then return R.TASK_MISSING end
-  local sources = SOURCES[to]
-  if sources and sources[current] then return R.OK end
-  if TERMINAL[current] then return R.TASK_TERMINAL end
+  if allowed_source(to, current) then return R.OK end
+  if is_terminal(current) then return R.TASK_TERMINAL end
   return R.TRANSITION_REFUSED
 end
 
