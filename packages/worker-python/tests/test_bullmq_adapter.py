@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import bullmq
@@ -31,29 +28,6 @@ from taskrelay_worker.engine.bullmq_adapter import (
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH")
 PREFIX = "adapter-test"
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def _opts(url: str, **extra: Any) -> dict:

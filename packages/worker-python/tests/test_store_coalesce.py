@@ -4,10 +4,6 @@ script Redis does not hold yet included, in the order they were made; a store no
 
 import asyncio
 import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
@@ -16,29 +12,6 @@ from taskrelay_worker.keys import Keys
 from taskrelay_worker.store import JobLock, TaskStore
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH")
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 class Counting(Redis):
