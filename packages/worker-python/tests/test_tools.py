@@ -1,7 +1,10 @@
+import json
+
 import pytest
 from pydantic import BaseModel
 
 from taskrelay_worker import NonRetryableError, RetryAfterError, define_tool, tool
+from taskrelay_worker.task_codec import _json
 from taskrelay_worker.tools import collect_tools, to_tool_result
 
 
@@ -78,6 +81,24 @@ def test_results_become_call_tool_results():
     assert to_tool_result(t, own) is own
     with pytest.raises(NonRetryableError):
         to_tool_result(t, {"content": [{"text": "no type"}]})
+
+
+def test_a_result_with_nan_or_infinity_is_stored_as_json_text_any_parser_reads_as_node_writes_it():
+    # JSON.stringify({x: NaN, y: [Infinity, -Infinity], z: 1.5}) in the Node worker: '{"x":null,"y":[null,null],"z":1.5}'.
+    t = define_tool(name="t", description="d", run=run)
+    value = {"x": float("nan"), "y": [float("inf"), float("-inf")], "z": 1.5}
+    result = to_tool_result(t, value)
+    assert result["content"][0]["text"] == '{"x":null,"y":[null,null],"z":1.5}'
+    stored = _json(result)
+    assert json.loads(stored, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == {
+        "content": [{"type": "text", "text": '{"x":null,"y":[null,null],"z":1.5}'}],
+        "structuredContent": {"x": None, "y": [None, None], "z": 1.5},
+    }
+    # Anything else json.dumps refuses is still refused.
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        _json(loop)
 
 
 def test_a_module_lists_its_tools_once():

@@ -58,7 +58,26 @@ def js_number(value: float) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """JSON text as the Node worker's ``JSON.stringify`` writes it: NaN and the infinities become ``null``. Python's
+    ``json.dumps`` writes them as ``NaN`` and ``Infinity``, which no JSON parser reads: a result holding one was stored
+    as text the gateway could not parse, and the task completed without its result."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as error:
+        if "Out of range float" not in str(error):
+            raise
+        return json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None`` (in dicts, lists and tuples)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _parse_json(text: str | None) -> Any:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .errors import NonRetryableError
+from .task_codec import _json
 from .tool_definition import ToolDefinition
 
 def to_tool_result(tool_def: ToolDefinition, value: Any) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def to_tool_result(tool_def: ToolDefinition, value: Any) -> dict[str, Any]:
     if hasattr(value, "model_dump") and callable(value.model_dump):
         value = value.model_dump(mode="json")
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = _json(value)
     except (TypeError, ValueError) as error:
         raise NonRetryableError(f"Tool {tool_def.name} returned a value that is not JSON: {error}") from None
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
