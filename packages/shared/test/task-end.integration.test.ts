@@ -3,12 +3,15 @@
  * values and kept log lines) expire with it once a run wrote any, which the task's `sideKeys` field records; a task
  * that wrote none has the field unset, so its end looks at no such key. Real Redis.
  */
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { uniquePrefix } from '../../../test/helpers/redis.js';
 import { useRedis } from '../../../test/helpers/use-redis.js';
 import { createKeys } from '../src/protocol/keys.js';
 import { TASK_FIELDS } from '../src/protocol/task-fields.js';
 import { TaskStore } from '../src/store/task-store.js';
+import { terminalRecord } from '../src/store/task-codec.js';
+import { GatewayEventSchema } from '../src/protocol/messages.js';
 import { DEFAULT_OUTPUT_LIMITS, TaskOutputStore } from '../src/task-output.js';
 
 const db = useRedis();
@@ -100,5 +103,35 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
     expect(await db.redis.zscore(keys.live, taskId)).toBeNull();
     expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.watchers)).toBeNull();
     expect(await db.redis.hget(keys.task(taskId), TASK_FIELDS.sideKeys)).toBeNull();
+  });
+
+  it('publishes a terminal event with the outcome as JSON values, the stored text written in place (§6.7)', async () => {
+    const { store, keys } = setup('outcome');
+    const { taskId } = await store.records.create(base);
+    const subscriber = new Redis(db.server.url);
+    try {
+      const heard: string[] = [];
+      subscriber.on('message', (_channel: string, message: string) => heard.push(message));
+      await subscriber.subscribe(keys.gatewayChannel(base.gatewayId));
+      // Quotes, a backslash, a newline and non-ASCII: what escaping the stored text again as a string would touch.
+      const result = { content: [{ type: 'text', text: 'say "hi"\\ \n ünï' }], structuredContent: { n: [1, null] } };
+      expect((await store.runs.transition(taskId, 'completed', { result })).ok).toBe(true);
+      await expect.poll(() => heard.length).toBe(1);
+      const raw = heard[0] ?? '';
+      // The stored text, byte for byte, is the event's `resultJson` member.
+      const stored = (await db.redis.hget(keys.task(taskId), TASK_FIELDS.result)) ?? '';
+      expect(raw).toContain(`"resultJson":${stored}`);
+      const event = GatewayEventSchema.parse(JSON.parse(raw));
+      expect(event).toMatchObject({ type: 'status', status: 'completed', final: true, resultJson: result });
+      expect(event).not.toHaveProperty('result');
+      if (event.type !== 'status') throw new Error('not a status event');
+      const record = await store.records.get(taskId);
+      expect(terminalRecord(record!, event).result).toEqual(result);
+      // An event as an earlier script sends it (the outcome as JSON text) still reads the same.
+      const { resultJson: _json, ...older } = event;
+      expect(terminalRecord(record!, { ...older, result: stored }).result).toEqual(result);
+    } finally {
+      subscriber.disconnect();
+    }
   });
 });

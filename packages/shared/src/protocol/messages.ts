@@ -37,6 +37,13 @@ export const StatusEventSchema = z.object({
    * Absent when the outcome is too big to publish: the waiters read the hash.
    */
   final: z.literal(true).optional(),
+  /**
+   * The outcome as JSON values of the event: what the transition script sends (the stored text written in place, so
+   * Redis does not escape it again). `result` and `error`, the same as JSON text in strings, are what scripts of an
+   * earlier version send; a gateway reads either.
+   */
+  resultJson: z.unknown().optional(),
+  errorJson: z.unknown().optional(),
   result: z.string().optional(),
   error: z.string().optional(),
 });

@@ -68,9 +68,11 @@ export function terminalRecord(base: TaskRecord, event: StatusEvent): TaskRecord
   const record: TaskRecord = { ...rest, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
   if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
   if (event.cancelReason !== undefined) record.cancelReason = event.cancelReason;
-  const result = parseJson<ToolResult>(event.result);
+  const result =
+    event.resultJson !== undefined ? (event.resultJson as ToolResult) : parseJson<ToolResult>(event.result);
   if (result !== undefined) record.result = result;
-  const error = parseJson<SerializedError>(event.error);
+  const error =
+    event.errorJson !== undefined ? (event.errorJson as SerializedError) : parseJson<SerializedError>(event.error);
   if (error !== undefined) record.error = error;
   return record;
 }

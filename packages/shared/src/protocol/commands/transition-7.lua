@@ -71,14 +71,17 @@ if message == nil then message = h[3] end
 if message and message ~= '' then event.statusMessage = message end
 if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
+-- The outcome rides on a terminal event as JSON values (`resultJson`, `errorJson`), the stored text written in
+-- place: as strings (`result`, `error`, what older scripts send), cjson escaped every quote of it again, on every end.
+local raw = ''
 if ARGV[10] == '1' then
   event.final = true
-  event.result = extra.result
-  event.error = extra.error
+  if extra.result and extra.result ~= '' then raw = ',"resultJson":' .. extra.result end
+  if extra.error and extra.error ~= '' then raw = raw .. ',"errorJson":' .. extra.error end
 end
 -- The write above sets only the status, its time, the deadline and the extra fields (statusMessage, result, error,
 -- cancelReason): none of the fields read here, so the read stands for what the includes would read now.
-publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12], {h[4], h[5]})
+publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12], {h[4], h[5]}, raw)
 if is_terminal(ARGV[1]) or (ARGV[1] == 'input_required' and current ~= 'input_required') then
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11], {h[6], h[7], h[2], h[8]})
 end
