@@ -288,6 +288,16 @@ describe('§10 waiting for a task', () => {
     expect(watch).not.toHaveBeenCalled();
   });
 
+  it('answers from a terminal event that carries the outcome as JSON values (finalJson), without any read (§6.7)', async () => {
+    route('w1', 'tok');
+    const waiting = router.waitForTerminal('w1', { authorize: (r) => r.principal === 'p' });
+    await vi.advanceTimersByTimeAsync(0);
+    const result = { content: [{ type: 'text', text: 'done' }], structuredContent: { n: 1 } };
+    sub.status('w1', 'completed', { finalJson: true, resultJson: result });
+    await expect(waiting).resolves.toMatchObject({ taskId: 'w1', status: 'completed', result });
+    expect(watch).not.toHaveBeenCalled();
+  });
+
   it('answers a task that ended here a moment ago from memory, until shortly before its hash expires (§6.7)', async () => {
     route('w1', 'tok');
     sub.status('w1', 'failed', { final: true, error: JSON.stringify({ code: 'X', message: 'boom' }) });

@@ -122,14 +122,16 @@ describe('§10.1 a task’s end and the keys that end with it', () => {
       const stored = (await db.redis.hget(keys.task(taskId), TASK_FIELDS.result)) ?? '';
       expect(raw).toContain(`"resultJson":${stored}`);
       const event = GatewayEventSchema.parse(JSON.parse(raw));
-      expect(event).toMatchObject({ type: 'status', status: 'completed', final: true, resultJson: result });
+      expect(event).toMatchObject({ type: 'status', status: 'completed', finalJson: true, resultJson: result });
+      // Neither `final` nor `result`: a gateway that knows only those reads the hash.
       expect(event).not.toHaveProperty('result');
+      expect(event).not.toHaveProperty('final');
       if (event.type !== 'status') throw new Error('not a status event');
       const record = await store.records.get(taskId);
       expect(terminalRecord(record!, event).result).toEqual(result);
       // An event as an earlier script sends it (the outcome as JSON text) still reads the same.
-      const { resultJson: _json, ...older } = event;
-      expect(terminalRecord(record!, { ...older, result: stored }).result).toEqual(result);
+      const { resultJson: _json, finalJson: _final, ...older } = event;
+      expect(terminalRecord(record!, { ...older, final: true, result: stored }).result).toEqual(result);
     } finally {
       subscriber.disconnect();
     }

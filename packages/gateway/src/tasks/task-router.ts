@@ -573,7 +573,8 @@ export class TaskRouter {
       );
     }
     // A terminal event that carries the outcome, for a task routed here, answers the waiters as it is.
-    const told = route && event.final && isTerminal(event.status) ? terminalRecord(route.record, event) : undefined;
+    const carries = event.final === true || event.finalJson === true;
+    const told = route && carries && isTerminal(event.status) ? terminalRecord(route.record, event) : undefined;
     if (told) this.remember(told);
     for (const wake of this.waiters.get(event.taskId) ?? []) wake(told);
     for (const onChange of this.followers.get(event.taskId) ?? []) onChange();

@@ -38,10 +38,12 @@ export const StatusEventSchema = z.object({
    */
   final: z.literal(true).optional(),
   /**
-   * The outcome as JSON values of the event: what the transition script sends (the stored text written in place, so
-   * Redis does not escape it again). `result` and `error`, the same as JSON text in strings, are what scripts of an
-   * earlier version send; a gateway reads either.
+   * A terminal event that carries the outcome as JSON values, `resultJson` and `errorJson`: what the transition script
+   * sends (the stored text written in place, so Redis does not escape it again). `final` with `result` and `error` as
+   * JSON text is what scripts of an earlier version send; a gateway reads either, and a gateway of an earlier version,
+   * which does not know `finalJson`, reads the hash.
    */
+  finalJson: z.literal(true).optional(),
   resultJson: z.unknown().optional(),
   errorJson: z.unknown().optional(),
   result: z.string().optional(),

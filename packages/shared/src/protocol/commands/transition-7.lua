@@ -20,7 +20,7 @@
     ARGV[7] ackTo             gateway to name in the event's ackTo, or ''
     ARGV[8] deadlineAt        the new deadline (ms since epoch), or '' to keep it
     ARGV[9] dropIdempotency   '1' to free the idempotency key at once (the task never ran)
-    ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (final = true; §6.7)
+    ARGV[10] eventOutcome     '1' to carry result and error in the terminal event (finalJson = true; §6.7)
     ARGV[11] webhookPrefix    what an outbox event key puts before the event id
     ARGV[12] publish          the publish command: 'SPUBLISH' in the sharded layout, else PUBLISH (§1.2)
     ARGV[13] fields           the first extra field's name (statusMessage, result, error, cancelReason); the extra
@@ -73,9 +73,11 @@ if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
 -- The outcome rides on a terminal event as JSON values (`resultJson`, `errorJson`), the stored text written in
 -- place: as strings (`result`, `error`, what older scripts send), cjson escaped every quote of it again, on every end.
+-- Marked `finalJson`, not `final`: a gateway of an earlier version, which knows only `final` with strings, reads the
+-- hash instead, as for an outcome too big to publish.
 local raw = ''
 if ARGV[10] == '1' then
-  event.final = true
+  event.finalJson = true
   if extra.result and extra.result ~= '' then raw = ',"resultJson":' .. extra.result end
   if extra.error and extra.error ~= '' then raw = raw .. ',"errorJson":' .. extra.error end
 end
