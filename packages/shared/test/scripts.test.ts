@@ -14,11 +14,11 @@ import {
   loadScripts,
   readScripts,
   resolveScript,
+  taskFieldsLua,
   transitionsLua,
   type ScriptSpec,
 } from '../src/protocol/scripts.js';
 import { TASK_FIELDS, TASK_FIELD_PREFIXES } from '../src/protocol/task-fields.js';
-import { taskFieldsLua } from '../src/protocol/scripts.js';
 import { TASK_STATUSES, canTransition } from '../src/protocol/task-model.js';
 
 /** Runs Lua source and returns the number it leaves on the stack. */

@@ -187,6 +187,7 @@ export class Runs {
     if (fields.cancelReason !== undefined) extra[F.cancelReason] = fields.cancelReason;
     const taskKey = this.runner.forTask(taskId).task(taskId);
     const outcomeChars = (extra[F.result]?.length ?? 0) + (extra[F.error]?.length ?? 0);
+    const flat = Object.entries(extra).flat();
     return {
       keys: {
         task: taskKey,
@@ -200,7 +201,7 @@ export class Runs {
       args: {
         to,
         now: now.toISOString(),
-        fieldCount: 2 * Object.keys(extra).length,
+        fieldCount: flat.length,
         lockToken: options.lock?.token ?? '',
         channelPrefix: this.runner.forTask(taskId).gatewayChannelPrefix,
         channelSuffix: this.runner.forTask(taskId).gatewayChannelSuffix,
@@ -211,7 +212,7 @@ export class Runs {
         eventOutcome: isTerminal(to) && outcomeChars <= MAX_EVENT_OUTCOME_CHARS ? '1' : '0',
         webhookPrefix: this.runner.forTask(taskId).webhooks.eventPrefix,
         publish: publishCommand(this.runner.keys),
-        fields: Object.entries(extra).flat(),
+        fields: flat,
       },
     };
   }

@@ -132,6 +132,7 @@ export class TaskRecords {
         ));
     const { fields, idemKey } = usable ? prepared : this.fieldsOf(input, taskId, now);
     const taskKey = this.runner.forTask(taskId).task(taskId);
+    const flat = Object.entries(fields).flat();
     const script = {
       keys: {
         task: taskKey,
@@ -144,7 +145,7 @@ export class TaskRecords {
         arguments: this.runner.forTask(taskId).taskArguments(taskId),
       },
       args: {
-        fieldCount: 2 * Object.keys(fields).length,
+        fieldCount: flat.length,
         createdAtMs: now.getTime(),
         taskId,
         firstLookAtMs: now.getTime() + this.reaperIntervalMs,
@@ -161,7 +162,7 @@ export class TaskRecords {
         dedupeTtlMs: input.idempotencyKey === undefined && input.dedupe ? input.dedupe.ttlMs : '',
         arguments: input.argumentsJson ?? '',
         replayOf: input.replayOf ?? '',
-        fields: Object.entries(fields).flat(),
+        fields: flat,
       },
     };
     const job = input.fairShare ? input.job : undefined;

@@ -130,6 +130,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
         if fields.get("cancelReason") is not None:
             extra[FIELDS["cancelReason"]] = fields["cancelReason"]
         outcome_chars = len(extra.get(FIELDS["result"], "")) + len(extra.get(FIELDS["error"], ""))
+        flat = [item for pair in extra.items() for item in pair]
         task_key = self.keys.task(task_id)
         code, values = await self.call(
             "transition",
@@ -145,7 +146,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
             {
                 "to": to,
                 "now": iso_now(),
-                "fieldCount": str(2 * len(extra)),
+                "fieldCount": str(len(flat)),
                 "lockToken": lock.token if lock else "",
                 "channelPrefix": self.keys.for_task(task_id).gateway_channel_prefix,
                 "channelSuffix": self.keys.for_task(task_id).gateway_channel_suffix,
@@ -156,7 +157,7 @@ class TaskStore(StoreRunner, RunMessageWrites, WaitpointWrites, BatchChildWrites
                 "eventOutcome": "1" if to in TERMINAL and outcome_chars <= 65_536 else "0",
                 "webhookPrefix": self.keys.for_task(task_id).webhook_event_prefix,
                 "publish": self.keys.publish_command,
-                "fields": [item for pair in extra.items() for item in pair],
+                "fields": flat,
             },
         )
         status = values[0] if values and isinstance(values[0], str) else None
