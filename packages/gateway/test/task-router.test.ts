@@ -314,6 +314,22 @@ describe('§10 waiting for a task', () => {
     expect(router.recentlyEnded('w2')).toBeUndefined();
   });
 
+  it('keeps the ttl a retention policy gave the ended task, and as long as that ttl allows (§6.7, §30.1)', async () => {
+    // Retained for 2 s instead of its 60 s: shown so, and gone from memory 250 ms before its hash expires.
+    route('w1', 'tok');
+    sub.status('w1', 'failed', { finalJson: true, ttl: 2_000 });
+    expect(router.recentlyEnded('w1')).toMatchObject({ status: 'failed', ttl: 2_000 });
+    await vi.advanceTimersByTimeAsync(1_800);
+    expect(router.recentlyEnded('w1')).toBeUndefined();
+    // Retained for a week: shown so.
+    route('w2', 'tok');
+    sub.status('w2', 'failed', { finalJson: true, ttl: 604_800_000 });
+    expect(router.recentlyEnded('w2')).toMatchObject({ ttl: 604_800_000 });
+    // A replay linked it: forgotten here, so the next read shows the link.
+    router.forget('w2');
+    expect(router.recentlyEnded('w2')).toBeUndefined();
+  });
+
   it('rides out a Redis outage once the wait is under way, but answers "unavailable" on the first read', async () => {
     const down = () => Object.assign(new Error('Connection is closed.'), { name: 'Error' });
     watch

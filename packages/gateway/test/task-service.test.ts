@@ -202,6 +202,17 @@ class FakeRouter {
     this.routes.delete(taskId);
   }
 
+  /** Tasks that ended here a moment ago, as their terminal events told them (the router's memory, §6.7). */
+  readonly ended = new Map<string, TaskRecord>();
+
+  recentlyEnded(taskId: string): TaskRecord | undefined {
+    return this.ended.get(taskId);
+  }
+
+  forget(taskId: string): void {
+    this.ended.delete(taskId);
+  }
+
   /** Where an awaited ack is logged, beside the store's writes. */
   ackLog: string[] | undefined;
 
@@ -359,6 +370,32 @@ describe('TaskService.get and list', () => {
     ] as const) {
       await expect(service.get(id, principal)).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
     }
+  });
+
+  it('answers a task that ended here a moment ago from its terminal event, with no read, for its principal only (§6.7)', async () => {
+    const task = await service.start(input());
+    const call = await service.start(input({ mode: 'call' }));
+    for (const t of [task, call]) router.ended.set(t.taskId, { ...t, status: 'completed', lastUpdatedAt: 'later' });
+    let reads = 0;
+    const get = store.get.bind(store);
+    store.get = (taskId: string) => {
+      reads++;
+      return get(taskId);
+    };
+    await expect(service.get(task.taskId, 'alice')).resolves.toMatchObject({
+      status: 'completed',
+      lastUpdatedAt: 'later',
+    });
+    expect(reads).toBe(0);
+    // The same checks as a read: not another principal's, not a plain call's.
+    await expect(service.get(task.taskId, 'bob')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
+    await expect(service.get(call.taskId, 'alice')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
+    expect(reads).toBe(0);
+    // A replay links the original (§30.3): the copy held here is dropped, and the next tasks/get reads the link.
+    await service.start(input({ replay: { of: task.taskId } }));
+    expect(router.ended.has(task.taskId)).toBe(false);
+    await service.get(task.taskId, 'alice');
+    expect(reads).toBe(1);
   });
 
   it('lists the principal’s tasks without its plain calls', async () => {

@@ -78,10 +78,19 @@ describe('§2 the task record and its state machine', () => {
     const { store, keys } = setup('retain');
     const week = 7 * 86_400_000;
     await store.records.setRetention({ failed: week, cancelled: 120_000 });
-    const failed = await store.records.create({ ...base, ttl: 5_000 });
-    const cancelled = await store.records.create({ ...base, ttl: 5_000 });
-    const completed = await store.records.create({ ...base, ttl: 5_000 });
-    const call = await store.records.create({ ...base, mode: 'call', ttl: 10_000 });
+    // The terminal events say so too (§6.7): the gateway that holds an ended task answers tasks/get from its event.
+    const sub = new Redis(db.server.url);
+    const events = new Map<string, { ttl?: number }>();
+    await sub.subscribe(keys.gatewayChannel('g1'));
+    sub.on('message', (_c, m) => {
+      const event = JSON.parse(m) as { taskId: string; ttl?: number };
+      events.set(event.taskId, event);
+    });
+    const owned = { ...base, gatewayId: 'g1' };
+    const failed = await store.records.create({ ...owned, ttl: 5_000 });
+    const cancelled = await store.records.create({ ...owned, ttl: 5_000 });
+    const completed = await store.records.create({ ...owned, ttl: 5_000 });
+    const call = await store.records.create({ ...owned, mode: 'call', ttl: 10_000 });
     // Unfinished: no expiry, however long the retention.
     expect(await db.redis.pttl(keys.task(failed.taskId))).toBe(-1);
     await store.runs.transition(failed.taskId, 'failed');
@@ -95,6 +104,13 @@ describe('§2 the task record and its state machine', () => {
     expect(await db.redis.pttl(keys.task(completed.taskId))).toBeLessThanOrEqual(5_000);
     expect((await store.records.get(completed.taskId))?.ttl).toBe(5_000);
     expect(await db.redis.pttl(keys.task(call.taskId))).toBeLessThanOrEqual(10_000);
+    await waitFor(() => events.size === 4);
+    expect(events.get(failed.taskId)?.ttl).toBe(week);
+    expect(events.get(cancelled.taskId)?.ttl).toBe(120_000);
+    // Kept for its own ttl: the event names none, the gateway's copy has it already.
+    expect(events.get(completed.taskId)).not.toHaveProperty('ttl');
+    expect(events.get(call.taskId)).not.toHaveProperty('ttl');
+    sub.disconnect();
     // A gateway started without a policy for failed removes it: the task's own ttl again.
     await store.records.setRetention({});
     const later = await store.records.create({ ...base, ttl: 5_000 });

@@ -430,6 +430,14 @@ export class TaskRouter {
     return undefined;
   }
 
+  /**
+   * The ended task changed after all (a replay linked it, §30.3): it is read again from Redis here. Another gateway
+   * holding it still answers from its copy, for at most `ENDED_KEEP_MS`.
+   */
+  forget(taskId: string): void {
+    this.ended.delete(taskId);
+  }
+
   private remember(record: TaskRecord): void {
     const now = Date.now();
     // Gone well before the hash expires (its ttl runs from the end), however long the task is kept.

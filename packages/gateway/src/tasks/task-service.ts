@@ -78,7 +78,9 @@ export class TaskService {
 
   /** A task the principal may see; plain calls' internal tasks are not tasks to the client. */
   async get(taskId: string, principal: string): Promise<TaskRecord> {
-    const record = await this.store.records.get(taskId);
+    // A task that ended here a moment ago is answered as its terminal event told it, with no read (PROTOCOL.md §6.7):
+    // the poll that finds a task done is most often the one right after its end.
+    const record = this.router.recentlyEnded(taskId) ?? (await this.store.records.get(taskId));
     if (!record || record.principal !== principal || record.mode !== 'task') throw taskNotFound(taskId);
     return this.withWaitingReason(record);
   }

@@ -168,6 +168,8 @@ export class TaskStarter {
       throw error;
     }
     const { record, created, priority } = outcome;
+    // The create linked the original to its replay (§30.3): a copy of the original held here would not show it.
+    if (created && input.replay !== undefined) this.router.forget(input.replay.of);
     if (!created) {
       // A key replayed after its first call failed to add the job (§10.10): the job is added now, or the task would
       // wait for the reaper to fail it.

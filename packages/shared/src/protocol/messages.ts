@@ -44,6 +44,11 @@ export const StatusEventSchema = z.object({
    * which does not know `finalJson`, reads the hash.
    */
   finalJson: z.literal(true).optional(),
+  /**
+   * On a terminal event: the ttl the task is kept for, when the deployment's retention policy (§30.1) replaced the
+   * one it was created with. The gateway that holds the ended task answers `tasks/get` from it (§6.7).
+   */
+  ttl: z.number().int().positive().optional(),
   resultJson: z.unknown().optional(),
   errorJson: z.unknown().optional(),
   result: z.string().optional(),

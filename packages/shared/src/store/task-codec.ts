@@ -68,6 +68,7 @@ export function terminalRecord(base: TaskRecord, event: StatusEvent): TaskRecord
   const record: TaskRecord = { ...rest, status: event.status, lastUpdatedAt: event.lastUpdatedAt };
   if (event.statusMessage !== undefined) record.statusMessage = event.statusMessage;
   if (event.cancelReason !== undefined) record.cancelReason = event.cancelReason;
+  if (event.ttl !== undefined) record.ttl = event.ttl;
   const result =
     event.resultJson !== undefined ? (event.resultJson as ToolResult) : parseJson<ToolResult>(event.result);
   if (result !== undefined) record.result = result;

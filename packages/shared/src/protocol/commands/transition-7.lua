@@ -71,6 +71,14 @@ if message == nil then message = h[3] end
 if message and message ~= '' then event.statusMessage = message end
 if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
+-- An ending the retention policy keeps for another time than the task's ttl says so in its event (§6.7, §30.1): the
+-- gateway that holds the ended task answers tasks/get from it.
+local retained
+if is_terminal(ARGV[1]) then
+  retained = retained_ttl(KEYS[7], h[12], ARGV[1])
+  local kept = tonumber(retained)
+  if kept and kept ~= tonumber(h[9]) then event.ttl = kept end
+end
 -- The outcome rides on a terminal event as JSON values (`resultJson`, `errorJson`), the stored text written in
 -- place: as strings (`result`, `error`, what older scripts send), cjson escaped every quote of it again, on every end.
 -- Marked `finalJson`, not `final`: a gateway of an earlier version, which knows only `final` with strings, reads the
@@ -88,6 +96,7 @@ if is_terminal(ARGV[1]) or (ARGV[1] == 'input_required' and current ~= 'input_re
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11], {h[6], h[7], h[2], h[8]})
 end
 if is_terminal(ARGV[1]) then
-  finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7], {h[9], h[10], h[11], h[12], h[13], h[5]})
+  finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7], {h[9], h[10], h[11], h[12], h[13], h[5]},
+    retained)
 end
 return {R.OK, ARGV[1]}

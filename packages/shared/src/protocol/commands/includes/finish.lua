@@ -9,12 +9,19 @@
 ]]
 --- @include "taskFields"
 
-local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retentionKey, known)
+-- The retention policy's time for a task-mode task ending as `status` (§30.1), or '' when the policy has none. Read
+-- by the transition before it publishes, so the terminal event can tell the ttl the task is kept for.
+local function retained_ttl(retentionKey, mode, status)
+  if mode ~= 'task' then return '' end
+  return redis.call('HGET', retentionKey, status) or ''
+end
+
+local function finish(taskKey, liveKey, taskId, dropIdempotency, status, retentionKey, known, retained)
   local h = known or redis.call('HMGET', taskKey, F.ttl, F.idemKey, F.dedupe, F.mode, F.sideKeys, F.watchers)
   if h[3] == '1' then dropIdempotency = true end
   local ttl = tonumber(h[1]) or 60000
   if h[4] == 'task' then
-    local kept = tonumber(redis.call('HGET', retentionKey, status) or '')
+    local kept = tonumber(retained or retained_ttl(retentionKey, h[4], status))
     if kept and kept ~= ttl then
       ttl = kept
       redis.call('HSET', taskKey, F.ttl, tostring(kept))
