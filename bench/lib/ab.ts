@@ -1,7 +1,9 @@
 /**
  * `pnpm bench --ab <checkout>`: two versions of taskrelay side by side, A from another built checkout, B from this
  * one, each 1 gateway + 1 worker on its own prefix of one Redis, measured in alternating windows (A first in odd
- * repetitions, B first in even ones) with the same load generator. The ratio is B / A, so a machine that drifts
+ * repetitions, B first in even ones) with the same load generator: plain calls and task cycles of the raw-HTTP
+ * generator, and task cycles as SDK 1.32.2 clients run them (`sdk`: tools/call, tasks/get until terminal,
+ * tasks/result; bench/lib/sdk-cycle.ts). The ratio is B / A, so a machine that drifts
  * (another tenant, thermal) lands on both. How each change of issue 25 was kept or dropped (docs/PERFORMANCE.md).
  *
  *   pnpm bench --ab ../other-checkout [--auth] [--reps 5] [--window-ms 3000]
@@ -16,6 +18,7 @@ import { openSessions, type McpSession } from './mcp-http.js';
 import { startStack, type RedisAdmin } from './procs.js';
 import { Results, buildRows, machine, renderTable, writeResults, type RowSpec } from './report.js';
 import { cycles } from './scenarios.js';
+import { openClients, sdkWindow } from './sdk-cycle.js';
 
 export interface AbOptions {
   redis: TestRedis;
@@ -28,7 +31,9 @@ export interface AbOptions {
   log: (message: string) => void;
 }
 
-const KINDS = ['plain', 'task'] as const;
+const KINDS = ['plain', 'task', 'sdk'] as const;
+type Kind = (typeof KINDS)[number];
+const GROUPS: Record<Kind, string> = { plain: 'plain call', task: 'task cycle', sdk: 'SDK task cycle' };
 const CS = [1, 32] as const;
 const TOKEN = 'bench-ab-token';
 
@@ -55,10 +60,15 @@ export async function runAb(o: AbOptions): Promise<number> {
     openSessions(b.gateways[0]!.url, 32, token),
   ]);
   sessions.push(...sa, ...sb);
+  const [ca, cb] = await Promise.all([
+    openClients(a.gateways[0]!.url, 32, o.auth ? TOKEN : undefined),
+    openClients(b.gateways[0]!.url, 32, o.auth ? TOKEN : undefined),
+  ]);
+  o.cleanup.push(() => Promise.all([...ca, ...cb].map((c) => c.close())).then(() => undefined));
   const redisPids = o.admin.pid > 0 ? [o.admin.pid] : [];
   const targets = [
-    { name: 'A', stack: a, sessions: sa },
-    { name: 'B', stack: b, sessions: sb },
+    { name: 'A', stack: a, sessions: sa, clients: ca },
+    { name: 'B', stack: b, sessions: sb, clients: cb },
   ].map((t) => ({
     ...t,
     cpu: {
@@ -71,23 +81,27 @@ export async function runAb(o: AbOptions): Promise<number> {
   const run = async (
     rep: number,
     t: (typeof targets)[number],
-    kind: 'task' | 'plain',
+    kind: Kind,
     c: number,
     ms: number,
     into: Results,
     maxOps?: number,
   ) => {
+    const totalRoles = ['gateway', 'worker', 'redis'];
     try {
-      const m = await cycles({
-        sessions: t.sessions,
-        kind,
-        concurrency: c,
-        durationMs: ms,
-        cpu: t.cpu,
-        totalRoles: ['gateway', 'worker', 'redis'],
-        ttlMs: 5_000,
-        ...(maxOps === undefined ? {} : { maxOps }),
-      });
+      const m =
+        kind === 'sdk'
+          ? await sdkWindow(t.clients, 'task', c, ms, t.cpu, totalRoles)
+          : await cycles({
+              sessions: t.sessions,
+              kind,
+              concurrency: c,
+              durationMs: ms,
+              cpu: t.cpu,
+              totalRoles,
+              ttlMs: 5_000,
+              ...(maxOps === undefined ? {} : { maxOps }),
+            });
       into.addAll(`${t.name}.${kind}.c${c}`, m);
       into.addAll(`${t.name}.${kind}.c${c}`, { load1: loadavg()[0] ?? 0 });
     } catch (error) {
@@ -100,6 +114,7 @@ export async function runAb(o: AbOptions): Promise<number> {
   for (const t of targets) {
     await run(0, t, 'task', 32, 20_000, new Results(), 4_000);
     await run(0, t, 'plain', 32, 10_000, new Results(), 2_000);
+    await run(0, t, 'sdk', 32, 5_000, new Results());
   }
   for (let rep = 1; rep <= o.reps; rep++) {
     const pair = rep % 2 === 1 ? targets : [...targets].reverse();
@@ -108,7 +123,7 @@ export async function runAb(o: AbOptions): Promise<number> {
   }
   const specs: RowSpec[] = [];
   for (const kind of KINDS) {
-    const group = kind === 'task' ? 'task cycle' : 'plain call';
+    const group = GROUPS[kind];
     for (const c of CS) {
       const row = (label: string, unit: string, k: string, better?: 'higher' | 'lower'): RowSpec => ({
         group,

@@ -15,6 +15,7 @@ import { startRedis, uniquePrefix } from '../../test/helpers/redis.js';
 import { openSessions, type McpSession } from './mcp-http.js';
 import { RedisAdmin, startFloorWorker, startStack } from './procs.js';
 import { BullFloor, CpuMeter, cycles, progressLatency, type CpuRoles } from './scenarios.js';
+import { openClients, operation } from './sdk-cycle.js';
 import { now, sleep } from './stats.js';
 
 /** The issue's method (46): 400 operations at 16 in flight. */
@@ -249,7 +250,25 @@ export async function runRedisWork(o: {
       ttlMs: 5_000,
     });
 
+  // The task cycle as SDK 1.32.2 clients run it (`pnpm bench --sdk`): tools/call, tasks/get until it is terminal
+  // (every pollInterval), tasks/result, on 16 sessions with their GET streams open.
+  const sdkClients = await openClients(stack.gateways[0]!.url, IN_FLIGHT);
+  o.cleanup.push(() => Promise.all(sdkClients.map((c) => c.close())).then(() => undefined));
+  const sdkCycles = async (count: number) => {
+    let started = 0;
+    await Promise.all(
+      sdkClients.map(async (client) => {
+        while (started < count) {
+          started++;
+          await operation(client, 'task');
+        }
+      }),
+    );
+    return count;
+  };
+
   o.log('redis work: warming up');
+  await sdkCycles(500);
   await cycle('task', 2_000);
   await cycle('plain', 1_000);
   await floor.runCount(1_000, IN_FLIGHT, {});
@@ -277,6 +296,7 @@ export async function runRedisWork(o: {
   const task = keep('task', await taskOnce());
   const taskUs = [task.redisCpuUs];
   const plainUs = [keep('plain', await plainOnce()).redisCpuUs];
+  keep('sdk', await measure(admin, trRoles, idlePerMs, () => sdkCycles(OPS)));
   // Redis's CPU per window moves by ±30% on a shared machine: more windows, each ratio from neighbours, the median.
   for (let rep = 1; rep < (o.reps ?? 1); rep++) {
     floorUs.push((await floorOnce()).redisCpuUs);
@@ -365,6 +385,7 @@ export function renderRedisWork(report: RedisWorkReport): string {
     floor: 'BullMQ floor',
     task: 'task cycle',
     plain: 'plain call',
+    sdk: 'SDK task cycle',
     progress: 'progress upd.',
     cancel: 'cancelled task',
   };
@@ -430,7 +451,8 @@ export function renderRedisWork(report: RedisWorkReport): string {
       .join(', ')}`,
   );
   lines.push(
-    'progress upd. = per update, net of its task cycle; cancelled task = create → start → tasks/cancel → abort → end',
+    'SDK task cycle = tools/call, tasks/get until terminal, tasks/result (SDK 1.32.2 clients); ' +
+      'progress upd. = per update, net of its task cycle; cancelled task = create → start → tasks/cancel → abort → end',
   );
   if (report.execution) {
     lines.push('', 'Execution inside Redis per operation, by client call (SLOWLOG at 0 µs; no socket I/O):');

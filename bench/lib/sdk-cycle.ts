@@ -51,21 +51,22 @@ setMaxListeners(0);
 const KINDS = ['task', 'plain'] as const;
 const TTL_MS = 5_000;
 
-export async function openClients(url: string, count: number): Promise<Client[]> {
+export async function openClients(url: string, count: number, token?: string): Promise<Client[]> {
+  const options = token === undefined ? {} : { requestInit: { headers: { Authorization: `Bearer ${token}` } } };
   return Promise.all(
     Array.from({ length: count }, async () => {
       const client = new Client(
         { name: 'bench-sdk', version: '0.0.0' },
         { capabilities: { tasks: { list: {}, cancel: {}, requests: {} } } },
       );
-      await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+      await client.connect(new StreamableHTTPClientTransport(new URL(url), options));
       return client;
     }),
   );
 }
 
 /** One operation as an SDK client runs it; throws when it did not complete. */
-async function operation(client: Client, kind: 'task' | 'plain'): Promise<void> {
+export async function operation(client: Client, kind: 'task' | 'plain'): Promise<void> {
   const params = { name: 'bench_noop', arguments: {} };
   if (kind === 'plain') {
     const result = await client.callTool(params);
