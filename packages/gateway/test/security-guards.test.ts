@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Request, Response } from 'express';
 import { createLogger, loadGatewayConfig } from '@taskrelay/shared';
-import { hostGuard, jsonDepthExceeds } from '../src/http/http-guards.js';
+import { HeaderVerdicts, hostGuard, jsonDepthExceeds, requireJsonContent } from '../src/http/http-guards.js';
 import { sanitizeOutgoing } from '../src/http/safe-errors.js';
 import { TokenVerifier } from '../src/http/auth/token-verifier.js';
 
@@ -46,11 +46,81 @@ describe('Host validation (DNS rebinding)', () => {
 
   it('treats a configured host:port as that port only, and a bare host as any port', () => {
     const guard = hostGuard(['mcp.example.com', 'internal.example:8443'], '0.0.0.0');
-    expect(hostStatus(guard, 'mcp.example.com')).toBe(200);
-    expect(hostStatus(guard, 'mcp.example.com:444')).toBe(200);
-    expect(hostStatus(guard, 'internal.example:8443')).toBe(200);
-    expect(hostStatus(guard, 'internal.example:8444')).toBe(403);
-    expect(hostStatus(guard, 'localhost')).toBe(403);
+    // Each verdict twice: the second comes from the guard's memory of the header's value.
+    for (let round = 0; round < 2; round++) {
+      expect(hostStatus(guard, 'mcp.example.com')).toBe(200);
+      expect(hostStatus(guard, 'mcp.example.com:444')).toBe(200);
+      expect(hostStatus(guard, 'internal.example:8443')).toBe(200);
+      expect(hostStatus(guard, 'internal.example:8444')).toBe(403);
+      expect(hostStatus(guard, 'localhost')).toBe(403);
+    }
+  });
+});
+
+/** What requireJsonContent answers a POST with these headers: 200 when it lets it through, else status and message. */
+function contentStatus(headers: Record<string, string>): { status: number; message?: string } {
+  let answer: { status: number; message?: string } = { status: 200 };
+  const res = {
+    status: (status: number) => {
+      answer = { status };
+      return res;
+    },
+    json: (body: { error: { message: string } }) => {
+      answer.message = body.error.message;
+      return res;
+    },
+  } as unknown as Response;
+  const req = {
+    method: 'POST',
+    headers,
+    is(type: string) {
+      // express's req.is, on these headers.
+      return type === 'application/json' && /^application\/json\s*(;|$)/i.test(headers['content-type'] ?? '')
+        ? type
+        : false;
+    },
+  } as unknown as Request;
+  requireJsonContent(req, res, () => undefined);
+  return answer;
+}
+
+describe('Content-Type of a POST', () => {
+  it('lets UTF-8 JSON through and refuses the rest, the same each time a header value comes again', () => {
+    const body = { 'content-length': '2' };
+    for (let round = 0; round < 3; round++) {
+      expect(contentStatus({ ...body, 'content-type': 'application/json' })).toEqual({ status: 200 });
+      expect(contentStatus({ ...body, 'content-type': 'application/json; charset=UTF-8' })).toEqual({ status: 200 });
+      expect(contentStatus({ ...body, 'content-type': 'text/plain' })).toMatchObject({
+        status: 415,
+        message: /must be application\/json/,
+      });
+      expect(contentStatus({ ...body, 'content-type': 'application/json; charset=latin1' })).toMatchObject({
+        status: 415,
+        message: /charset "latin1" is not accepted/,
+      });
+      // A JSON type already let through once, on a POST without a body: no content type at all (type-is's rule).
+      expect(contentStatus({ 'content-type': 'application/json' })).toMatchObject({ status: 415 });
+      expect(contentStatus({ 'content-type': 'application/json', 'transfer-encoding': 'chunked' })).toEqual({
+        status: 200,
+      });
+      expect(contentStatus(body)).toMatchObject({ status: 415 });
+    }
+  });
+
+  it('keeps at most its bound of verdicts, however many values it sees', () => {
+    const verdicts = new HeaderVerdicts<number>(8);
+    let judged = 0;
+    const judge = (value: string) => {
+      judged++;
+      return value.length;
+    };
+    expect(verdicts.of('abc', judge)).toBe(3);
+    expect(verdicts.of('abc', judge)).toBe(3);
+    expect(judged).toBe(1);
+    for (let i = 0; i < 100; i++) {
+      expect(verdicts.of(`value-${i}`, judge)).toBe(`value-${i}`.length);
+      expect(verdicts.size).toBeLessThanOrEqual(8);
+    }
   });
 });
 
