@@ -105,14 +105,18 @@ function expectStoreUnavailable(answer: unknown): void {
 describe('Redis outage', () => {
   it('answers readiness 503 and calls with a JSON-RPC error while Redis is down, and recovers after', async () => {
     const client = await connectClient(gateway.url);
-    const stored = await client.request(
-      {
-        method: 'tools/call',
-        params: { name: 'build_report', arguments: { report: 'before', items: 1, delayMs: 0 }, task: {} },
-      },
-      CreateTaskResultSchema,
-    );
+    const start = (arguments_: Record<string, unknown>) =>
+      client.request(
+        { method: 'tools/call', params: { name: 'build_report', arguments: arguments_, task: {} } },
+        CreateTaskResultSchema,
+      );
+    // One task still running when Redis goes (its tasks/get needs the store), one that has just ended here.
+    const running = await start({ report: 'before', items: 1_000, delayMs: 60_000 });
+    const ended = await start({ report: 'ended', items: 1, delayMs: 0 });
+    await client.experimental.tasks.getTaskResult(ended.task.taskId, CallToolResultSchema);
     await redis.kill();
+    // §6.7: the gateway answers a task that ended here a moment ago from its terminal event, store or no store.
+    expect(await client.experimental.tasks.getTask(ended.task.taskId)).toMatchObject({ status: 'completed' });
     await waitFor(async () => (await fetch(`${base()}/readyz`)).status === 503, { message: 'readyz stayed 200' });
     expect((await fetch(`${base()}/healthz`)).status).toBe(200);
     const options = { timeout: 20_000 };
@@ -139,7 +143,7 @@ describe('Redis outage', () => {
           ),
         ),
       );
-      expectStoreUnavailable(await answerDuringOutage(client.experimental.tasks.getTask(stored.task.taskId, options)));
+      expectStoreUnavailable(await answerDuringOutage(client.experimental.tasks.getTask(running.task.taskId, options)));
     }
 
     await redis.restart();
