@@ -303,8 +303,12 @@ describe('§10 waiting for a task', () => {
     sub.status('w1', 'failed', { final: true, error: JSON.stringify({ code: 'X', message: 'boom' }) });
     expect(router.recentlyEnded('w1')).toMatchObject({ status: 'failed', error: { code: 'X' } });
     await expect(router.waitForTerminal('w1', { authorize: () => true })).resolves.toMatchObject({ status: 'failed' });
-    await expect(router.waitForTerminal('w1', { authorize: () => false })).rejects.toThrow(/not found/);
     expect(watch).not.toHaveBeenCalled();
+    // A copy the caller may not see is read again (it may be out of date, §17.4), and the read decides.
+    watch.mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'failed' });
+    await expect(router.waitForTerminal('w1', { authorize: () => false })).rejects.toThrow(/not found/);
+    expect(watch).toHaveBeenCalledTimes(1);
+    watch.mockClear();
     // The record's ttl is 60 s; memory keeps it 5 s at most.
     await vi.advanceTimersByTimeAsync(5_001);
     expect(router.recentlyEnded('w1')).toBeUndefined();
@@ -312,6 +316,21 @@ describe('§10 waiting for a task', () => {
     route('w2', 'tok');
     sub.status('w2', 'completed');
     expect(router.recentlyEnded('w2')).toBeUndefined();
+  });
+
+  it('reads a task whose terminal event shows it as another mode than the caller may see: a call become a task (§17.4)', async () => {
+    // Routed as a plain call; the hash now says task (becomeTask), so the event's copy is out of date.
+    route('w1', 'tok', 'call');
+    const taskMode = (r: TaskRecord) => r.mode === 'task';
+    const waiting = router.waitForTerminal('w1', { authorize: taskMode });
+    await vi.advanceTimersByTimeAsync(0);
+    watch.mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'completed' });
+    sub.status('w1', 'completed', { finalJson: true, resultJson: { content: [] } });
+    await expect(waiting).resolves.toMatchObject({ mode: 'task', status: 'completed' });
+    // Held as a call: asked again, it is read again, and the read answers.
+    expect(router.recentlyEnded('w1')).toMatchObject({ mode: 'call' });
+    watch.mockResolvedValueOnce({ ...record('w1', 'tok'), status: 'completed' });
+    await expect(router.waitForTerminal('w1', { authorize: taskMode })).resolves.toMatchObject({ mode: 'task' });
   });
 
   it('keeps the ttl a retention policy gave the ended task, and as long as that ttl allows (§6.7, §30.1)', async () => {

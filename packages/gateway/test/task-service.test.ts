@@ -387,10 +387,19 @@ describe('TaskService.get and list', () => {
       lastUpdatedAt: 'later',
     });
     expect(reads).toBe(0);
-    // The same checks as a read: not another principal's, not a plain call's.
+    // Not another principal's, not a plain call's: a copy that does not show it as the caller's task is read again,
+    // and the read refuses it as before.
     await expect(service.get(task.taskId, 'bob')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
     await expect(service.get(call.taskId, 'alice')).rejects.toMatchObject({ code: 'TASK_NOT_FOUND' });
-    expect(reads).toBe(0);
+    expect(reads).toBe(2);
+    reads = 0;
+    // A call that became a task (§17.4) after its route was made: the copy still says call, so the store answers.
+    const became = await service.start(input({ mode: 'call' }));
+    store.tasks.set(became.taskId, { ...(store.tasks.get(became.taskId) as TaskRecord), mode: 'task' });
+    router.ended.set(became.taskId, { ...became, status: 'completed' });
+    await expect(service.get(became.taskId, 'alice')).resolves.toMatchObject({ taskId: became.taskId, mode: 'task' });
+    expect(reads).toBe(1);
+    reads = 0;
     // A replay links the original (§30.3): the copy held here is dropped, and the next tasks/get reads the link.
     await service.start(input({ replay: { of: task.taskId } }));
     expect(router.ended.has(task.taskId)).toBe(false);

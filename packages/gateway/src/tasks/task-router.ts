@@ -279,13 +279,12 @@ export class TaskRouter {
   async waitForTerminal(taskId: string, options: WaitOptions = {}): Promise<TaskRecord> {
     const { signal, authorize } = options;
     signal?.throwIfAborted();
-    /** A terminal record known without a read: the caller's, or "not found". */
-    const answer = (record: TaskRecord) => {
-      if (authorize && !authorize(record)) throw taskNotFound(taskId);
-      return record;
-    };
+    // A record known without a read answers only when the caller may see it. One it may not is read again: the copy
+    // may be out of date there (a call that became a task after its route was made, §17.4).
+    const mine = (record: TaskRecord | undefined): record is TaskRecord =>
+      record !== undefined && (!authorize || authorize(record));
     const known = this.recentlyEnded(taskId);
-    if (known) return answer(known);
+    if (mine(known)) return known;
     let wake: (told?: TaskRecord) => void = () => undefined;
     const set = this.waiters.get(taskId) ?? new Set();
     this.waiters.set(taskId, set);
@@ -348,7 +347,7 @@ export class TaskRouter {
         ]);
         clearTimeout(timer);
         // The terminal event told the outcome of a task routed here: no read (§6.7).
-        if (told) return answer(told);
+        if (mine(told)) return told;
       }
     } finally {
       clearTimeout(timer);

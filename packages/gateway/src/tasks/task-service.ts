@@ -79,8 +79,14 @@ export class TaskService {
   /** A task the principal may see; plain calls' internal tasks are not tasks to the client. */
   async get(taskId: string, principal: string): Promise<TaskRecord> {
     // A task that ended here a moment ago is answered as its terminal event told it, with no read (PROTOCOL.md §6.7):
-    // the poll that finds a task done is most often the one right after its end.
-    const record = this.router.recentlyEnded(taskId) ?? (await this.store.records.get(taskId));
+    // the poll that finds a task done is most often the one right after its end. Only a copy that shows it as the
+    // principal's task answers: one that does not (a call that became a task after its route was made, §17.4) is
+    // read again.
+    const held = this.router.recentlyEnded(taskId);
+    const record =
+      held !== undefined && held.principal === principal && held.mode === 'task'
+        ? held
+        : await this.store.records.get(taskId);
     if (!record || record.principal !== principal || record.mode !== 'task') throw taskNotFound(taskId);
     return this.withWaitingReason(record);
   }
