@@ -245,14 +245,20 @@ describe('§17 MRTR on 2026-07-28 plain calls', () => {
     expect(r2).toMatchObject({ resultType: 'task', status: 'working' });
     expect(r2).not.toHaveProperty('requestState');
     const taskId = String(r2['taskId']);
+    // Every poll finds the task: never "not found" on the way, on the gateway of round 1 (which held the call's route).
+    const errors: unknown[] = [];
     const done = await waitFor(
       async () => {
         const { body } = await rpc('tasks/get', { taskId }, { ext: true });
+        if (body['error'] !== undefined) errors.push(body['error']);
         return body['result']?.['status'] === 'completed' ? (body['result'] as Json) : undefined;
       },
       { timeoutMs: 15_000, message: 'the task did not complete' },
     );
     expect(done['result']).toMatchObject({ content: [{ text: 'Hello, Alice! (finished as a task)' }] });
+    expect(errors).toEqual([]);
+    // Asked again once it ended: the same task, again.
+    expect((await rpc('tasks/get', { taskId }, { ext: true })).body['result']).toMatchObject({ status: 'completed' });
     // A task of alice's only.
     const { body } = await rpc('tasks/get', { taskId }, { ext: true, token: 'bob-t' });
     expect(body['error']?.code).toBe(-32602);
