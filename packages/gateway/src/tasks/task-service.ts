@@ -82,12 +82,10 @@ export class TaskService {
     // the poll that finds a task done is most often the one right after its end. Only a copy that shows it as the
     // principal's task answers: one that does not (a call that became a task after its route was made, §17.4) is
     // read again.
+    const visible = principalsTask(principal);
     const held = this.router.recentlyEnded(taskId);
-    const record =
-      held !== undefined && held.principal === principal && held.mode === 'task'
-        ? held
-        : await this.store.records.get(taskId);
-    if (!record || record.principal !== principal || record.mode !== 'task') throw taskNotFound(taskId);
+    const record = held !== undefined && visible(held) ? held : await this.store.records.get(taskId);
+    if (!record || !visible(record)) throw taskNotFound(taskId);
     return this.withWaitingReason(record);
   }
 
@@ -104,7 +102,7 @@ export class TaskService {
     const stop = this.router.follow(taskId, onChange);
     try {
       const record = await this.router.watch(taskId);
-      if (!record || record.principal !== principal || record.mode !== 'task') {
+      if (!record || !principalsTask(principal)(record)) {
         stop();
         return undefined;
       }
@@ -136,7 +134,7 @@ export class TaskService {
   ): Promise<TaskRecord> {
     return this.router.waitForTerminal(taskId, {
       signal,
-      authorize: (record) => record.principal === principal && record.mode === 'task',
+      authorize: principalsTask(principal),
       stream,
     });
   }
@@ -421,4 +419,9 @@ export class TaskService {
 
 function terminalError(record: TaskRecord): TaskrelayError {
   return new TaskrelayError('TASK_TERMINAL', `Cannot cancel task in terminal status: ${record.status}`);
+}
+
+/** Whether a record is a task `principal` may see: its own, and a task (a plain call's record is not one to it). */
+function principalsTask(principal: string): (record: TaskRecord) => boolean {
+  return (record) => record.principal === principal && record.mode === 'task';
 }

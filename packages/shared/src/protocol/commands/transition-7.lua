@@ -73,8 +73,9 @@ if extra.cancelReason then event.cancelReason = extra.cancelReason end
 if ARGV[7] ~= '' then event.ackTo = ARGV[7] end
 -- An ending the retention policy keeps for another time than the task's ttl says so in its event (§6.7, §30.1): the
 -- gateway that holds the ended task answers tasks/get from it.
+local terminal = is_terminal(ARGV[1])
 local retained
-if is_terminal(ARGV[1]) then
+if terminal then
   retained = retained_ttl(KEYS[7], h[12], ARGV[1])
   local kept = tonumber(retained)
   if kept and kept ~= tonumber(h[9]) then event.ttl = kept end
@@ -92,10 +93,10 @@ end
 -- The write above sets only the status, its time, the deadline and the extra fields (statusMessage, result, error,
 -- cancelReason): none of the fields read here, so the read stands for what the includes would read now.
 publish_status(KEYS[1], event, ARGV[5], ARGV[6], ARGV[12], {h[4], h[5]}, raw)
-if is_terminal(ARGV[1]) or (ARGV[1] == 'input_required' and current ~= 'input_required') then
+if terminal or (ARGV[1] == 'input_required' and current ~= 'input_required') then
   outbox_append(KEYS[1], ARGV[1], message, ARGV[2], KEYS[4], KEYS[5], KEYS[6], ARGV[11], {h[6], h[7], h[2], h[8]})
 end
-if is_terminal(ARGV[1]) then
+if terminal then
   finish(KEYS[1], KEYS[2], taskId, ARGV[9] == '1', ARGV[1], KEYS[7], {h[9], h[10], h[11], h[12], h[13], h[5]},
     retained)
 end
