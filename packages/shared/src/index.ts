@@ -87,7 +87,7 @@ export {
   waitForRedis,
 } from './redis.js';
 export type { KeyLayoutSetting, RedisClient } from './redis.js';
-export { setWriteCoalescing } from './protocol/write-coalescing.js';
+export { coalesceEveryCommand, setWriteCoalescing } from './protocol/write-coalescing.js';
 export { scriptsGeneration } from './protocol/scripts.js';
 export type { JobAddScript } from './protocol/scripts.js';
 export { MAX_KEPT_LOG_LINE_BYTES, MAX_KEPT_LOG_LINES, RunLogs } from './store/run-logs.js';

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { createRedis } from '../src/redis.js';
 import { createKeys } from '../src/protocol/keys.js';
-import { setWriteCoalescing } from '../src/protocol/write-coalescing.js';
+import { coalesceEveryCommand, setWriteCoalescing } from '../src/protocol/write-coalescing.js';
 import { TaskStore } from '../src/store/task-store.js';
 
 let server: TestRedis;
@@ -63,6 +63,30 @@ describe('write coalescing', () => {
       expect(await client.lrange(key, 0, -1)).toEqual(['a', 'b']);
     } finally {
       setWriteCoalescing(client, false);
+    }
+  });
+
+  it("holds every command of a connection another library drives (a worker's BullMQ connection), while busy", async () => {
+    const other = createRedis(server.url) as Redis;
+    await other.ping();
+    try {
+      coalesceEveryCommand(other);
+      const key = `${uniquePrefix('coalesce')}:every`;
+      // Not busy: written at once.
+      const first = other.rpush(key, 'a');
+      expect(other.stream.writableCorked).toBe(0);
+      await first;
+      setWriteCoalescing(other, true);
+      // Busy: a plain command, not a script call of ours, holds the socket to the end of the turn.
+      const held = [other.rpush(key, 'b'), other.rpush(key, 'c')];
+      expect(other.stream.writableCorked).toBe(1);
+      expect(other.stream.writableLength).toBeGreaterThan(0);
+      await endOfTurn();
+      expect(other.stream.writableCorked).toBe(0);
+      await Promise.all(held);
+      expect(await other.lrange(key, 0, -1)).toEqual(['a', 'b', 'c']);
+    } finally {
+      other.disconnect();
     }
   });
 

@@ -10,6 +10,9 @@
  * answered: at 32 in flight that cost the gateway and the worker more CPU than the saved system calls gave back, and
  * plain calls lost throughput (docs/PERFORMANCE.md, "Writes held to the end of the turn"). A Cluster client writes to
  * one socket per node and is left as it is.
+ *
+ * A connection whose commands another library sends (BullMQ's, in a worker: `moveToActive` and `moveToFinished` are
+ * BullMQ's calls, not ours) is held on every command instead (`coalesceEveryCommand`).
  */
 import { Redis, type Cluster } from 'ioredis';
 
@@ -22,6 +25,19 @@ const held = new WeakSet<object>();
 export function setWriteCoalescing(client: Redis | Cluster, on: boolean): void {
   if (on) busy.add(client);
   else busy.delete(client);
+}
+
+/**
+ * Makes every command `client` sends hold its socket the same way while it is busy, not only taskrelay's script calls:
+ * for a connection whose commands a library sends (BullMQ's worker connection). A cluster client is left as it is.
+ */
+export function coalesceEveryCommand(client: Redis | Cluster): void {
+  if (!(client instanceof Redis)) return;
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = (...args: Parameters<Redis['sendCommand']>) => {
+    coalesceWrites(client);
+    return send(...args);
+  };
 }
 
 /**

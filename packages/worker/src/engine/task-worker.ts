@@ -13,6 +13,7 @@ import {
   createKeys,
   FairShare,
   createRedis,
+  coalesceEveryCommand,
   setWriteCoalescing,
   toolPool,
   toolQueue,
@@ -99,13 +100,18 @@ export class TaskWorker {
     this.keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
     // Several runs at once: the start, progress and end writes of one event-loop turn go to Redis as one write (one
-    // system call here and in Redis, PROTOCOL.md §21.2.2); a lone run's go at once.
-    this.running = new RunningJobs(this.log, (runs) => setWriteCoalescing(this.redis, runs > 1));
+    // system call here and in Redis, PROTOCOL.md §21.2.2); a lone run's go at once. BullMQ's own calls (its take and
+    // its finish) on its connection too.
+    this.running = new RunningJobs(this.log, (runs) => {
+      setWriteCoalescing(this.redis, runs > 1);
+      setWriteCoalescing(this.bullConnection, runs > 1);
+    });
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
     this.redis = this.connect('commands');
     // Sharded pub/sub in the sharded layout: on a cluster each cancel channel is subscribed on its shard's master.
     this.subscriber = this.connect('cancel', { shardedSubscribers: this.keys.layout === 'sharded' });
     this.bullConnection = this.connect('bullmq');
+    coalesceEveryCommand(this.bullConnection);
     this.store = new TaskStore(this.redis, this.keys);
     const tools = new Map(options.tools.map((tool) => [tool.name, tool]));
     const fairShare = new FairShare(this.store.runner);
