@@ -3,9 +3,8 @@
  * session registry and the HTTP app, and owns the lifecycle. A start that fails midway undoes what it started.
  */
 import { randomBytes } from 'node:crypto';
-import type { Server as HttpServer } from 'node:http';
+import { createServer, type RequestListener, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type express from 'express';
 import type { Response } from 'express';
 import {
   FAIL_FAST_REDIS_OPTIONS,
@@ -575,9 +574,14 @@ function startWebhooks(
 /** Longer than the idle timeouts of common clients and load balancers (60 s), so the server is not the one closing. */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
-function listen(app: express.Express, host: string, port: number): Promise<HttpServer> {
+function listen(app: RequestListener, host: string, port: number): Promise<HttpServer> {
   return new Promise((resolve, reject) => {
-    const server = app.listen(port, host, (error?: Error) => (error ? reject(error) : resolve(server)));
+    const server = createServer(app);
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve(server);
+    });
     // Node closes an idle keep-alive connection after 5 s, racing clients that reuse it at that moment (ECONNRESET
     // on their next request, seen in the soak). Keep idle connections longer than clients and proxies usually do.
     server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;

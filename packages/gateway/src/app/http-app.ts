@@ -1,8 +1,10 @@
 /**
- * The gateway's express app (PROTOCOL.md §16): probes, the /mcp guards, routing each /mcp request to its transport
- * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler.
+ * The gateway's HTTP front (PROTOCOL.md §16): probes, the /mcp guards, routing each /mcp request to its transport
+ * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler. POST
+ * /mcp runs its guards without express's router; everything else is the express app.
  */
-import express, { type Response } from 'express';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
+import express, { type Request, type Response } from 'express';
 import {
   JSON_RPC,
   setWriteCoalescing,
@@ -90,7 +92,11 @@ export interface HttpAppDeps {
   settled: () => void;
 }
 
-export function createHttpApp(deps: HttpAppDeps): express.Express {
+/**
+ * The gateway's HTTP handler: POST `/mcp`, the hot path, goes straight to its guards and its transport; every other
+ * request to the express app.
+ */
+export function createHttpApp(deps: HttpAppDeps): RequestListener {
   const { options, log, metrics, auth, limits, router, sessions } = deps;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
@@ -98,12 +104,6 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
 
   const app = express();
   app.disable('x-powered-by');
-  // POST /mcp, the hot path, as one layer ahead of all others: the same guards in the same order as the routes below,
-  // without express matching each of their paths on every request.
-  app.use((req, res, next) => {
-    if (req.method !== 'POST' || req.path !== '/mcp') return next();
-    mcpPost(req, res, next);
-  });
   const drainGuard = mountProbes(app, deps, relief.budget);
   // Everything below the probes must be addressed to this gateway by name (DNS rebinding). Probes stay reachable by
   // whatever address the orchestrator uses (a pod IP).
@@ -122,7 +122,7 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   /** The POST handler behind the guards: rate limits and sizes, then the request. */
   const handlePost = chain([limits.middleware(principalOf), (req, res, next) => void post(req, res).catch(next)]);
   const mcpPost = chain([drainGuard, checkHost, mcpGuards, handlePost]);
-  // Reached only by paths the first layer leaves to express (`/mcp/`).
+  // Reached only by the paths `servePost` leaves to express (`/mcp/`, `/MCP`).
   app.post('/mcp', handlePost);
 
   app.get('/mcp', (req: AuthedRequest, res: Response) => {
@@ -153,12 +153,56 @@ export function createHttpApp(deps: HttpAppDeps): express.Express {
   mountOperatorRoutes(app, deps, principalOf);
 
   // Malformed JSON and oversized bodies get JSON-RPC errors, never HTML.
-  app.use(
-    httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
-      maxBodyBytes: options.maxBodyBytes,
-    }),
-  );
-  return app;
+  const onError = httpErrorHandler((error) => log.error({ err: error }, 'unhandled request error'), {
+    maxBodyBytes: options.maxBodyBytes,
+  });
+  app.use(onError);
+  const servePost = expressPost(app, mcpPost, onError, log);
+  return (req, res) => {
+    if (req.method === 'POST' && isMcpPath(req.url)) servePost(req, res);
+    else app(req, res);
+  };
+}
+
+/** `/mcp`, with or without a query: what express's routes above match for POST, case and trailing slash aside. */
+function isMcpPath(url: string | undefined): boolean {
+  return url === '/mcp' || (url !== undefined && url.startsWith('/mcp?'));
+}
+
+/**
+ * POST `/mcp` without express's router: the same guards, in the same order, as the routes would run, and errors to the
+ * same handler. Hand-written because express's dispatch (its `handle`, the router matching each layer's path,
+ * `parseurl`) was about 4% of the gateway's busy time in an SDK task cycle (issue 46, docs/PERFORMANCE.md) for a path
+ * that is always served the same way. The request and response get express's methods first, as express's own `handle`
+ * gives them (`res.status().json()`, `req.header()`, `req.is()`), which the guards and the transports use.
+ */
+function expressPost(
+  app: express.Express,
+  handle: express.RequestHandler,
+  onError: ReturnType<typeof httpErrorHandler>,
+  log: Logger,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  return (incoming, outgoing) => {
+    const req = Object.setPrototypeOf(incoming, app.request) as Request;
+    const res = Object.setPrototypeOf(outgoing, app.response) as Response;
+    req.res = res;
+    res.req = req;
+    res.locals = Object.create(null) as Response['locals'];
+    req.originalUrl = req.url;
+    req.baseUrl = '';
+    // The chain answers every request itself; an error goes to the error handler, as from express's router.
+    const last = (error?: unknown): void => {
+      if (error === undefined || error === null) {
+        onError(new Error('POST /mcp was not answered'), req, res, last);
+        return;
+      }
+      if (!res.headersSent) return onError(error, req, res, last);
+      // What express's final handler does once an answer is under way.
+      log.error({ err: error }, 'request error after its answer started');
+      res.destroy();
+    };
+    handle(req, res, last);
+  };
 }
 
 /**

@@ -209,18 +209,109 @@ export function jsonDepthExceeds(bytes: Uint8Array, maxDepth: number): boolean {
 }
 
 /**
- * express.json with the size limit (body-parser counts bytes as they arrive, chunked and decompressed bodies
- * included, and stops reading at the limit: 413) and the depth check on the raw buffer before it is parsed.
+ * The JSON body of a request, with the size limit (413: counted as the bytes arrive, chunked and decompressed bodies
+ * included) and the depth check on the raw bytes before they are parsed.
+ *
+ * A POST whose body is not compressed (every SDK client's) is read here; anything else by express.json (body-parser),
+ * which inflates gzip, deflate and brotli bodies. Hand-written for that one case because body-parser and what it pulls
+ * in (raw-body, iconv-lite, type-is, on-finished, debug) were about 5% of the gateway's busy time in an SDK task cycle
+ * (issue 46, docs/PERFORMANCE.md), around a `JSON.parse` that costs the same either way; `requireJsonContent` has
+ * already refused every other type and charset. It answers exactly as body-parser does (the same statuses and error
+ * `type`s, `{}` for an empty body, only an object or array at the top, a UTF-8 byte order mark skipped, and the whole
+ * body read off before an error is answered): `json-body.differential.test.ts` holds the two side by side.
  */
 export function jsonBody(options: { maxBodyBytes: number; maxJsonDepth: number }): RequestHandler {
-  return express.json({
-    limit: options.maxBodyBytes,
+  const { maxBodyBytes, maxJsonDepth } = options;
+  const bodyParser = express.json({
+    limit: maxBodyBytes,
     // The SDK reads JSON-RPC from the parsed body; only application/json bodies get here (requireJsonContent).
     type: 'application/json',
     verify: (_req, _res, buf) => {
-      if (jsonDepthExceeds(buf, options.maxJsonDepth)) throw new JsonTooDeepError(options.maxJsonDepth);
+      if (jsonDepthExceeds(buf, maxJsonDepth)) throw new JsonTooDeepError(maxJsonDepth);
     },
   });
+  return (req, res, next) => {
+    const encoding = req.headers['content-encoding'];
+    const plain = encoding === undefined || encoding.toLowerCase() === 'identity';
+    if (req.method !== 'POST' || !plain || (req as { _body?: boolean })._body === true || !hasBody(req)) {
+      bodyParser(req, res, next);
+      return;
+    }
+    readJson(req, maxBodyBytes, maxJsonDepth).then((body) => {
+      (req as { _body?: boolean })._body = true;
+      req.body = body;
+      next();
+    }, next);
+  };
+}
+
+/** An error as body-parser makes it: its `status` and `type` are what `httpErrorHandler` answers by. */
+function bodyError(status: number, type: string, message: string): Error {
+  return Object.assign(new Error(message), { status, statusCode: status, expose: true, type });
+}
+
+/** Reads and parses an uncompressed UTF-8 JSON body (see `jsonBody`). */
+function readJson(req: Request, maxBytes: number, maxDepth: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const header = req.headers['content-length'];
+    const declared = header === undefined ? undefined : Number(header);
+    const chunks: Buffer[] = [];
+    let received = 0;
+    let failure: Error | undefined =
+      declared !== undefined && declared > maxBytes
+        ? bodyError(413, 'entity.too.large', 'request entity too large')
+        : undefined;
+    const done = (error: Error | undefined, body?: unknown) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('aborted', onAborted);
+      if (error) reject(error);
+      else resolve(body);
+    };
+    const onData = (chunk: Buffer) => {
+      if (failure) return; // read off and dropped: the answer waits for the whole body, as body-parser's does
+      received += chunk.length;
+      if (received > maxBytes) {
+        failure = bodyError(413, 'entity.too.large', 'request entity too large');
+        chunks.length = 0;
+      } else chunks.push(chunk);
+    };
+    const onEnd = () => {
+      if (failure) return done(failure);
+      if (declared !== undefined && received !== declared) {
+        return done(bodyError(400, 'request.size.invalid', 'request size did not match content length'));
+      }
+      const [only] = chunks;
+      const bytes = chunks.length === 1 && only ? only : Buffer.concat(chunks, received);
+      if (jsonDepthExceeds(bytes, maxDepth)) return done(new JsonTooDeepError(maxDepth));
+      try {
+        done(undefined, parseJson(bytes));
+      } catch (error) {
+        done(bodyError(400, 'entity.parse.failed', (error as Error).message));
+      }
+    };
+    const onError = (error: Error) => done(bodyError(400, 'request.aborted', error.message));
+    const onAborted = () => done(bodyError(400, 'request.aborted', 'request aborted'));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onAborted);
+  });
+}
+
+const UTF8_BOM = [0xef, 0xbb, 0xbf];
+/** JSON's whitespace (RFC 8259 §2), as body-parser skips it before the first character. */
+const LEADING_SPACE = /^[ \t\n\r]*/;
+
+/** body-parser's JSON parse: `{}` for no bytes, only an object or array at the top (strict), a byte order mark skipped. */
+function parseJson(bytes: Buffer): unknown {
+  const bom = bytes.length >= 3 && bytes[0] === UTF8_BOM[0] && bytes[1] === UTF8_BOM[1] && bytes[2] === UTF8_BOM[2];
+  const text = bytes.toString('utf8', bom ? 3 : 0);
+  if (text.length === 0) return {};
+  const first = text[LEADING_SPACE.exec(text)?.[0].length ?? 0];
+  if (first !== '{' && first !== '[') throw new SyntaxError(`Unexpected token ${first ?? 'end'} in JSON`);
+  return JSON.parse(text) as unknown;
 }
 
 /**
