@@ -3,7 +3,7 @@
  * session registry and the HTTP app, and owns the lifecycle. A start that fails midway undoes what it started.
  */
 import { randomBytes } from 'node:crypto';
-import { createServer, type RequestListener, type Server as HttpServer } from 'node:http';
+import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Response } from 'express';
 import {
@@ -60,7 +60,7 @@ import { WebhookSigner } from '../tasks/webhooks/signer.js';
 import { WebhookPolicy } from '../tasks/webhooks/url-policy.js';
 import { waitEndedByShutdown } from '../wire/errors.js';
 import { checkAnswer } from '../wire/input-answers.js';
-import { createHttpApp } from './http-app.js';
+import { createHttpApp, type HttpFront } from './http-app.js';
 import { SessionRegistry } from './session-registry.js';
 import { GATEWAY_VERSION } from './version.js';
 
@@ -574,9 +574,9 @@ function startWebhooks(
 /** Longer than the idle timeouts of common clients and load balancers (60 s), so the server is not the one closing. */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
-function listen(app: RequestListener, host: string, port: number): Promise<HttpServer> {
+function listen(front: HttpFront, host: string, port: number): Promise<HttpServer> {
   return new Promise((resolve, reject) => {
-    const server = createServer(app);
+    const server = createServer(front.options, front.listener);
     server.once('error', reject);
     server.listen(port, host, () => {
       server.off('error', reject);

@@ -3,7 +3,7 @@
  * (a 2025-era session or the sessionless 2026-07-28 endpoint), the operator pages and the JSON error handler. POST
  * /mcp runs its guards without express's router; everything else is the express app.
  */
-import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
+import { IncomingMessage, ServerResponse, type RequestListener } from 'node:http';
 import express, { type Request, type Response } from 'express';
 import {
   JSON_RPC,
@@ -92,11 +92,15 @@ export interface HttpAppDeps {
   settled: () => void;
 }
 
-/**
- * The gateway's HTTP handler: POST `/mcp`, the hot path, goes straight to its guards and its transport; every other
- * request to the express app.
- */
-export function createHttpApp(deps: HttpAppDeps): RequestListener {
+/** What the gateway's HTTP server is made of (`http.createServer(front.options, front.listener)`). */
+export interface HttpFront {
+  /** POST `/mcp`, the hot path, goes straight to its guards and its transport; every other request to the express app. */
+  listener: RequestListener;
+  /** The request and response classes: node's, with express's methods on their prototypes (see `expressClasses`). */
+  options: { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse };
+}
+
+export function createHttpApp(deps: HttpAppDeps): HttpFront {
   const { options, log, metrics, auth, limits, router, sessions } = deps;
   const principalOf = (req: AuthedRequest) => req.auth?.clientId ?? ANONYMOUS_PRINCIPAL;
 
@@ -158,10 +162,27 @@ export function createHttpApp(deps: HttpAppDeps): RequestListener {
   });
   app.use(onError);
   const servePost = expressPost(app, mcpPost, onError, log);
-  return (req, res) => {
-    if (req.method === 'POST' && isMcpPath(req.url)) servePost(req, res);
-    else app(req, res);
+  return {
+    listener: (req, res) => {
+      if (req.method === 'POST' && isMcpPath(req.url)) servePost(req as Request, res as Response);
+      else app(req, res);
+    },
+    options: expressClasses(app),
   };
+}
+
+/**
+ * Node's request and response classes with express's methods on their prototypes, once: express's own `handle` sets
+ * each request's and response's prototype instead (`Object.setPrototypeOf`, about 2.5% of the gateway's busy time in
+ * an SDK task cycle once the rest of its dispatch was gone; issue 46). Requests express routes still get that from
+ * express, which changes nothing they can see.
+ */
+function expressClasses(app: express.Express): HttpFront['options'] {
+  class ExpressRequest extends IncomingMessage {}
+  Object.setPrototypeOf(ExpressRequest.prototype, app.request);
+  class ExpressResponse<R extends IncomingMessage = IncomingMessage> extends ServerResponse<R> {}
+  Object.setPrototypeOf(ExpressResponse.prototype, app.response);
+  return { IncomingMessage: ExpressRequest, ServerResponse: ExpressResponse };
 }
 
 /** `/mcp`, with or without a query: what express's routes above match for POST, case and trailing slash aside. */
@@ -173,18 +194,17 @@ function isMcpPath(url: string | undefined): boolean {
  * POST `/mcp` without express's router: the same guards, in the same order, as the routes would run, and errors to the
  * same handler. Hand-written because express's dispatch (its `handle`, the router matching each layer's path,
  * `parseurl`) was about 4% of the gateway's busy time in an SDK task cycle (issue 46, docs/PERFORMANCE.md) for a path
- * that is always served the same way. The request and response get express's methods first, as express's own `handle`
- * gives them (`res.status().json()`, `req.header()`, `req.is()`), which the guards and the transports use.
+ * that is always served the same way. The request and response have express's methods from their classes
+ * (`expressClasses`: `res.status().json()`, `req.header()`, `req.is()`, which the guards and the transports use); this
+ * sets the rest of what express's own `handle` sets.
  */
 function expressPost(
   app: express.Express,
   handle: express.RequestHandler,
   onError: ReturnType<typeof httpErrorHandler>,
   log: Logger,
-): (req: IncomingMessage, res: ServerResponse) => void {
-  return (incoming, outgoing) => {
-    const req = Object.setPrototypeOf(incoming, app.request) as Request;
-    const res = Object.setPrototypeOf(outgoing, app.response) as Response;
+): (req: Request, res: Response) => void {
+  return (req, res) => {
     req.res = res;
     res.req = req;
     res.locals = Object.create(null) as Response['locals'];
