@@ -3,10 +3,11 @@
  * the Redis connections, the router's subscriber, the reaper and the session sweep are up) undoes what it started.
  */
 import { spawn } from 'node:child_process';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type Server } from 'node:net';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT } from './helpers/processes.js';
+import { ROOT, listensOn, startGatewayProcess } from './helpers/processes.js';
 import { startRedis, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait-for.js';
 
@@ -55,5 +56,25 @@ describe('§16.1 gateway lifecycle', () => {
     expect(out).toContain('FAILED EADDRINUSE');
     // Had anything kept the loop alive a second after the failure, the fixture would have named it.
     expect(out).not.toContain('STILL OPEN');
+  });
+
+  // The test harness, not the gateway: another suite's process that took the free port first answers /readyz while
+  // this gateway exits with EADDRINUSE. Taken for ready, a whole file ran against another stack's gateway once (its
+  // tools unknown, then its port closed). Readiness counts only the gateway's own listener.
+  it("is not taken for ready by another process's answer on its port", async () => {
+    const other = createHttpServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    await new Promise<void>((done) => other.listen(0, '127.0.0.1', done));
+    const otherPort = (other.address() as { port: number }).port;
+    try {
+      expect(listensOn(process.pid, otherPort)).toBe(true);
+      const start = startGatewayProcess({
+        REDIS_URL: redis.url,
+        TASKRELAY_PREFIX: `lifecycle-ready-${process.pid}`,
+        PORT: String(otherPort),
+      });
+      await expect(start).rejects.toThrow(/EADDRINUSE/);
+    } finally {
+      await new Promise((done) => other.close(done));
+    }
   });
 });

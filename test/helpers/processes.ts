@@ -3,7 +3,7 @@
  * processes it started, by PID.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
 import getPort from 'get-port';
@@ -116,6 +116,38 @@ export async function startGatewayProcess(
   }
 }
 
+/**
+ * Whether process `pid` holds the listening TCP socket on `port`, from Linux's /proc (the socket tables, then the
+ * process's descriptors); undefined where /proc cannot tell (another OS), so the caller goes by the answer alone.
+ */
+export function listensOn(pid: number, port: number): boolean | undefined {
+  const tables = ['/proc/net/tcp', '/proc/net/tcp6'].filter((table) => existsSync(table));
+  if (tables.length === 0 || !existsSync(`/proc/${pid}/fd`)) return undefined;
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of tables) {
+    // sl local_address rem_address st ... inode: a listener is state 0A.
+    for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols[1]?.endsWith(`:${hexPort}`) && cols[3] === '0A' && cols[9] !== undefined) inodes.add(cols[9]);
+    }
+  }
+  if (inodes.size === 0) return false;
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false; // the process is gone
+  }
+  return fds.some((fd) => {
+    try {
+      return inodes.has(/^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1] ?? '');
+    } catch {
+      return false; // closed meanwhile
+    }
+  });
+}
+
 async function startGatewayOnce(
   env: Record<string, string | undefined>,
   options: StartOptions,
@@ -127,7 +159,9 @@ async function startGatewayOnce(
     async () => {
       if (proc.child.exitCode !== null) throw new StopWaiting(`gateway exited: ${proc.output()}`);
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
-      return res?.status === 200;
+      // Another suite's process that took the port first answers /readyz too, while this gateway is about to exit
+      // with EADDRINUSE: only its own listener counts (then the port is retried above).
+      return res?.status === 200 && listensOn(proc.pid, port) !== false;
     },
     { timeoutMs: options.readyTimeoutMs ?? 20_000, message: 'gateway did not become ready' },
   ).catch((error: unknown) => {
