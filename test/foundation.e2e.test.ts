@@ -7,6 +7,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
+import { FIRST_POLL_MS } from '@taskrelay/shared';
 import { GATEWAY_MAIN, WORKER_MAIN, spawnNode, startGatewayProcess, startWorkerProcess } from './helpers/processes.js';
 
 const stack = useStack({ name: 'e2e', workers: [{}, FIXTURE_WORKER] });
@@ -63,7 +64,8 @@ describe('§4 calling a tool', () => {
     );
     expect(created.task).toMatchObject({ status: 'working', ttl: 60_000 });
     expect(created.task.taskId).toMatch(/^[0-9a-f]{32}$/);
-    expect(typeof created.task.pollInterval).toBe('number');
+    // The first poll comes soon, and waits there for the task's end (PROTOCOL.md §28.1, §28.2).
+    expect(created.task.pollInterval).toBe(FIRST_POLL_MS);
     expect(Date.parse(created.task.createdAt)).not.toBeNaN();
 
     const done = await waitFor(async () => {

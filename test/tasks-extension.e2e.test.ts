@@ -6,6 +6,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { FIRST_POLL_MS } from '@taskrelay/shared';
 import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { FIXTURE_WORKER, useStack } from './helpers/stack.js';
 import { waitFor } from './helpers/wait-for.js';
@@ -66,7 +67,7 @@ describe('§13 the tasks extension on a 2025-11-25 session', () => {
     const created = await call('build_report', { report: 'ext', items: 3, delayMs: 5 });
     expect(created).toMatchObject({ resultType: 'task', status: 'working' });
     expect(created['ttlMs']).toEqual(expect.any(Number));
-    expect(created['pollIntervalMs']).toEqual(expect.any(Number));
+    expect(created['pollIntervalMs']).toBe(FIRST_POLL_MS);
     for (const legacy of ['task', 'ttl', 'pollInterval']) expect(created).not.toHaveProperty(legacy);
     const taskId = String(created['taskId']);
 

@@ -5,7 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Redis } from 'ioredis';
-import { createKeys, createLogger, type TaskStore, type TaskRecord } from '@taskrelay/shared';
+import { MIN_SUGGESTED_POLL_MS, createKeys, createLogger, type TaskStore, type TaskRecord } from '@taskrelay/shared';
 import { GatewayMetrics } from '../src/metrics/gateway-metrics.js';
 import { TaskRouter, type ProgressParams } from '../src/tasks/task-router.js';
 
@@ -390,6 +390,60 @@ describe('§10 waiting for a task', () => {
     sub.progress('running', 1);
     await vi.advanceTimersByTimeAsync(100);
     expect(sent.map((s) => s.taskId)).toEqual(['running']);
+  });
+});
+
+describe("§28.1 a young task's poll waits a moment for its end", () => {
+  const CREATED = Date.parse('2026-01-01T00:00:00.000Z');
+  const mine = (r: TaskRecord) => r.principal === 'p';
+  /** Resolves `settle` for `taskId`, recording the fake time it resolved at. */
+  function settled(taskId: string, visible = mine): { at: () => number | undefined } {
+    let at: number | undefined;
+    void router.settle(taskId, visible).then(() => (at = Date.now() - CREATED));
+    return { at: () => at };
+  }
+
+  it("ends at the task's terminal event, which it then holds (no read needed), well before the interval", async () => {
+    vi.setSystemTime(CREATED + 2);
+    route('w1', 'tok');
+    const poll = settled('w1');
+    await vi.advanceTimersByTimeAsync(10);
+    expect(poll.at()).toBeUndefined();
+    sub.status('w1', 'completed', { final: true, result: JSON.stringify({ content: [] }) });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(poll.at()).toBe(12);
+    expect(router.recentlyEnded('w1')).toMatchObject({ status: 'completed' });
+  });
+
+  it('ends at any status event (a question), and once the task is MIN_SUGGESTED_POLL_MS old when nothing comes', async () => {
+    vi.setSystemTime(CREATED + 10);
+    route('w1', 'tok');
+    route('w2', 'tok');
+    const asked = settled('w1');
+    const quiet = settled('w2');
+    sub.status('w1', 'input_required');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(asked.at()).toBe(10);
+    await vi.advanceTimersByTimeAsync(MIN_SUGGESTED_POLL_MS - 11);
+    expect(quiet.at()).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(1);
+    expect(quiet.at()).toBe(MIN_SUGGESTED_POLL_MS);
+  });
+
+  it("does not wait for an older task, one not routed here, one asking its client, or another caller's", async () => {
+    vi.setSystemTime(CREATED + 1);
+    router.register({ record: { ...record('old', 'tok'), createdAt: '2025-12-31T23:59:59.950Z' } });
+    route('asking', 'tok');
+    sub.status('asking', 'input_required');
+    route('theirs', 'tok');
+    const polls = [
+      settled('old'),
+      settled('elsewhere'),
+      settled('asking'),
+      settled('theirs', (r) => r.principal === 'q'),
+    ];
+    await vi.advanceTimersByTimeAsync(0);
+    expect(polls.map((p) => p.at())).toEqual([1, 1, 1, 1]);
   });
 });
 

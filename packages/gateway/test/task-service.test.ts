@@ -213,6 +213,16 @@ class FakeRouter {
     this.ended.delete(taskId);
   }
 
+  /** A poll's wait for a young task (§28.1): what it is told, and what happens while it waits. */
+  readonly settles: Array<{ taskId: string; visible: (record: TaskRecord) => boolean }> = [];
+  whileSettling: (taskId: string) => void = () => undefined;
+
+  settle(taskId: string, visible: (record: TaskRecord) => boolean): Promise<void> {
+    this.settles.push({ taskId, visible });
+    this.whileSettling(taskId);
+    return Promise.resolve();
+  }
+
   /** Where an awaited ack is logged, beside the store's writes. */
   ackLog: string[] | undefined;
 
@@ -405,6 +415,24 @@ describe('TaskService.get and list', () => {
     expect(router.ended.has(task.taskId)).toBe(false);
     await service.get(task.taskId, 'alice');
     expect(reads).toBe(1);
+  });
+
+  it('polls (tasks/get) after a young task had its moment to end, and answers what it ended as, unread (§28.1)', async () => {
+    const task = await service.start(input());
+    let reads = 0;
+    const get = store.get.bind(store);
+    store.get = (taskId: string) => {
+      reads++;
+      return get(taskId);
+    };
+    router.whileSettling = (taskId) => router.ended.set(taskId, { ...task, status: 'completed' });
+    await expect(service.poll(task.taskId, 'alice')).resolves.toMatchObject({ status: 'completed' });
+    expect(reads).toBe(0);
+    // The wait is only for the caller's own task: the predicate it gets refuses anyone else's.
+    const { visible } = router.settles[0]!;
+    expect(visible(task)).toBe(true);
+    expect(visible({ ...task, principal: 'bob' })).toBe(false);
+    expect(visible({ ...task, mode: 'call' })).toBe(false);
   });
 
   it('lists the principal’s tasks without its plain calls', async () => {

@@ -4,7 +4,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import type { TaskRecord } from '@taskrelay/shared';
+import { FIRST_POLL_MS, firstPollInterval, type TaskRecord } from '@taskrelay/shared';
 import { declaresTasksExtension, renderCreateTaskExt, renderDetailedTask } from '../src/wire/task-wire-ext.js';
 import { outcomeOf, renderResult, renderTask, replayLinks } from '../src/wire/task-wire.js';
 
@@ -87,7 +87,7 @@ describe('§13 the extension rendering', () => {
       createdAt: '2026-12-01T10:00:00.000Z',
       lastUpdatedAt: '2026-12-01T10:00:01.000Z',
       ttlMs: 60_000,
-      pollIntervalMs: 1_000,
+      pollIntervalMs: FIRST_POLL_MS,
     });
     expect(created).not.toHaveProperty('ttl');
     expect(created).not.toHaveProperty('task');
@@ -201,13 +201,31 @@ describe('§28 the poll interval both renderings suggest', () => {
     vi.useFakeTimers();
     vi.setSystemTime(Date.parse('2026-12-01T10:00:00.200Z'));
     expect(renderTask(record({})).pollInterval).toBe(50);
-    expect(renderCreateTaskExt(record({})).pollIntervalMs).toBe(50);
     expect(renderDetailedTask(record({})).pollIntervalMs).toBe(50);
     vi.setSystemTime(Date.parse('2026-12-01T10:00:02.000Z'));
     expect(renderTask(record({})).pollInterval).toBe(450);
-    expect(renderCreateTaskExt(record({})).pollIntervalMs).toBe(450);
+    expect(renderDetailedTask(record({})).pollIntervalMs).toBe(450);
     vi.setSystemTime(Date.parse('2026-12-01T10:01:00.000Z'));
     expect(renderTask(record({})).pollInterval).toBe(1_000);
     expect(renderDetailedTask(record({})).pollIntervalMs).toBe(1_000);
+  });
+});
+
+describe('§28.2 the interval a create suggests', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('is FIRST_POLL_MS however long the create took, at most a smaller ceiling, and the ceiling once terminal', () => {
+    vi.useFakeTimers();
+    for (const at of ['2026-12-01T10:00:00.000Z', '2026-12-01T10:00:02.000Z']) {
+      vi.setSystemTime(Date.parse(at));
+      expect(renderCreateTaskExt(record({})).pollIntervalMs).toBe(FIRST_POLL_MS);
+      expect(firstPollInterval(record({ status: 'input_required' }))).toBe(FIRST_POLL_MS);
+    }
+    expect(renderCreateTaskExt(record({ pollInterval: 4 })).pollIntervalMs).toBe(4);
+    // A create answered failed (arguments refused before anything ran): nothing more will change.
+    expect(firstPollInterval(record({ status: 'failed' }))).toBe(1_000);
+    expect(renderTask(record({ status: 'failed' }), firstPollInterval(record({ status: 'failed' }))).pollInterval).toBe(
+      1_000,
+    );
   });
 });

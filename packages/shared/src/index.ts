@@ -129,6 +129,8 @@ export {
   LOG_LEVELS,
   MAX_TAGS,
   MIN_SUGGESTED_POLL_MS,
+  FIRST_POLL_MS,
+  firstPollInterval,
   questionIdentity,
   suggestedPollInterval,
   tagsProblem,

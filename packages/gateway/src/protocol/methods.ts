@@ -12,6 +12,7 @@ import {
   TOOL_CONTROLS_META,
   TOOL_VERSION_META,
   TaskrelayError,
+  firstPollInterval,
   isTerminal,
   type Logger,
   type ProgressToken,
@@ -457,7 +458,7 @@ export class McpMethods {
 
   async getTask(ctx: RequestContext, taskId: string): Promise<Result> {
     const rendering = renderingFor(ctx, 'tasks/get');
-    const record = await this.o.service.get(taskId, ctx.principal);
+    const record = await this.o.service.poll(taskId, ctx.principal);
     const result: Result = rendering === 'extension' ? this.detailedTask(record) : renderTask(record);
     const links = replayLinks(record);
     return links === undefined
@@ -534,8 +535,11 @@ function renderingFor(ctx: RequestContext, method: string): Exclude<Rendering, u
   return ctx.rendering ?? 'extension';
 }
 
+/** A create's answer: it suggests the first poll's interval (PROTOCOL.md §28.2). */
 function renderCreated(record: TaskRecord, rendering: Rendering): Result {
-  return rendering === 'extension' ? renderCreateTaskExt(record) : { task: renderTask(record) };
+  return rendering === 'extension'
+    ? renderCreateTaskExt(record)
+    : { task: renderTask(record, firstPollInterval(record)) };
 }
 
 /** A task-required tool called plainly on 2026-07-28: the client lacks the extension (SEP-2575's -32021). */

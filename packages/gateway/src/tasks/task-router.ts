@@ -9,6 +9,7 @@ import {
   GatewayEventSchema,
   isRedisUnavailableError,
   isTerminal,
+  MIN_SUGGESTED_POLL_MS,
   messageEvent,
   parseMessage,
   type Keys,
@@ -407,6 +408,30 @@ export class TaskRouter {
       set.delete(onChange);
       if (set.size === 0 && this.followers.get(taskId) === set) this.followers.delete(taskId);
     };
+  }
+
+  /**
+   * A poll of a young task (PROTOCOL.md §28.1): when the task is routed here, still `working`, and younger than the
+   * shortest suggested poll interval, resolves at its next status event or once it is that old, whichever is first;
+   * at once for any other task. The poll then answers what it finds, so a task that ends in its first
+   * `MIN_SUGGESTED_POLL_MS` is seen at its end, not one interval later. `visible`: whether the caller may see the
+   * task (no other caller's poll waits on it).
+   */
+  async settle(taskId: string, visible: (record: TaskRecord) => boolean): Promise<void> {
+    const route = this.routes.get(taskId);
+    if (!route || route.record.status !== 'working' || !visible(route.record)) return;
+    const age = Date.now() - Date.parse(route.record.createdAt);
+    const waitMs = Math.min(MIN_SUGGESTED_POLL_MS, MIN_SUGGESTED_POLL_MS - age);
+    if (!(waitMs > 0)) return; // old enough, or no usable creation time
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        stop();
+        resolve();
+      };
+      const timer = setTimeout(done, waitMs);
+      const stop = this.follow(taskId, done);
+    });
   }
 
   /** Reads a task and, while it is not terminal, has its status events sent to this gateway too (§10.9). */

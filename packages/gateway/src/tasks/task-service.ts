@@ -90,6 +90,16 @@ export class TaskService {
   }
 
   /**
+   * `tasks/get`: `get`, after a young task routed here had a moment to end (PROTOCOL.md §28.1). A client's first poll
+   * comes right after the create; without the wait it finds most short tasks still `working` and waits a whole
+   * suggested interval for the next.
+   */
+  async poll(taskId: string, principal: string): Promise<TaskRecord> {
+    await this.router.settle(taskId, principalsTask(principal));
+    return this.get(taskId, principal);
+  }
+
+  /**
    * `subscriptions/listen` (PROTOCOL.md §18.1): follows a task the principal may see, calling `onChange` on each of
    * its status events from any gateway or worker, and returns it as read now; undefined (nothing followed) for a task
    * that is missing, expired or not the principal's. One read, which also registers this gateway as a watcher.

@@ -11,6 +11,7 @@ import {
   type TaskRecord,
   type TaskStatus,
   suggestedPollInterval,
+  firstPollInterval,
 } from '@taskrelay/shared';
 import { WireError } from './errors.js';
 import { outcomeOf, type RpcErrorObject } from './task-wire.js';
@@ -71,21 +72,23 @@ export function requestClientCapabilities(meta: Record<string, unknown> | undefi
   return ['elicitation', 'sampling', 'roots'].filter((name) => name in capabilities);
 }
 
-function baseTask(record: TaskRecord, status: TaskStatus): ExtTask {
+function baseTask(record: TaskRecord, status: TaskStatus, pollIntervalMs = suggestedPollInterval(record)): ExtTask {
   const task: ExtTask = {
     taskId: record.taskId,
     status,
     createdAt: record.createdAt,
     lastUpdatedAt: record.lastUpdatedAt,
     ttlMs: Math.round(record.ttl),
-    pollIntervalMs: Math.max(1, suggestedPollInterval(record)),
+    pollIntervalMs: Math.max(1, pollIntervalMs),
   };
   if (record.statusMessage !== undefined) task.statusMessage = record.statusMessage;
   return task;
 }
 
+/** A create's answer in the extension's rendering; it suggests `firstPollInterval` (PROTOCOL.md §28.2). */
 export function renderCreateTaskExt(record: TaskRecord): ExtCreateTaskResult {
-  return { ...baseTask(record, record.status === 'input_required' ? 'input_required' : 'working'), resultType: 'task' };
+  const status = record.status === 'input_required' ? 'input_required' : 'working';
+  return { ...baseTask(record, status, firstPollInterval(record)), resultType: 'task' };
 }
 
 /**

@@ -77,14 +77,15 @@ export function replayLinks(record: TaskRecord): Record<string, string> | undefi
   };
 }
 
-export function renderTask(record: TaskRecord): Task {
+/** A task as 2025-11-25 shows it; `pollInterval`: what it suggests (a create's answer: `firstPollInterval`, §28.2). */
+export function renderTask(record: TaskRecord, pollInterval: number = suggestedPollInterval(record)): Task {
   const task: Task = {
     taskId: record.taskId,
     status: record.status,
     createdAt: record.createdAt,
     lastUpdatedAt: record.lastUpdatedAt,
     ttl: record.ttl,
-    pollInterval: suggestedPollInterval(record),
+    pollInterval,
   };
   if (record.statusMessage !== undefined) task.statusMessage = record.statusMessage;
   return task;

@@ -15,7 +15,9 @@ export const gatewayEnvSchema = z.object({
   TASKRELAY_MAX_TTL_MS: int(1_000, 30 * 86_400_000).default(86_400_000),
   TASKRELAY_POLL_INTERVAL_MS: int(10, 3_600_000)
     .default(1_000)
-    .describe('the longest `pollInterval` suggested to clients; a younger task gets a quarter of its age, from 50 ms'),
+    .describe(
+      'the longest `pollInterval` suggested to clients; a younger task gets a quarter of its age, from 50 ms (a create answers 10 ms)',
+    ),
   TASKRELAY_MAX_TOOL_TIMEOUT_MS: int(1, 30 * 86_400_000).default(86_400_000),
   TASKRELAY_EVENT_TTL_MS: int(1_000, 30 * 86_400_000).default(3_600_000),
   TASKRELAY_SESSION_IDLE_MS: int(1_000, 30 * 86_400_000).default(1_800_000),

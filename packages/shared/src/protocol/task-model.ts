@@ -127,6 +127,19 @@ export interface TaskRecord {
 export const MIN_SUGGESTED_POLL_MS = 50;
 
 /**
+ * The poll interval a create's answer suggests for a task that is not terminal (ms, PROTOCOL.md §28.2): a client that
+ * waits it before its first `tasks/get` (ext-tasks does) reads after 10 ms, not 50, and that read waits for the task's
+ * end until the task is `MIN_SUGGESTED_POLL_MS` old (§28.1) on the gateway that routes it. 10 ms is ext-tasks' own
+ * floor (`MIN_TASK_POLL_INTERVAL_MS`).
+ */
+export const FIRST_POLL_MS = 10;
+
+/** What a create's answer suggests (§28.2): `FIRST_POLL_MS`, at most the ceiling; the ceiling for a terminal task. */
+export function firstPollInterval(record: TaskRecord): number {
+  return isTerminal(record.status) ? record.pollInterval : Math.min(FIRST_POLL_MS, record.pollInterval);
+}
+
+/**
  * The poll interval suggested to a client for a task right now (PROTOCOL.md §28): a quarter of the task's age less
  * `MIN_SUGGESTED_POLL_MS`, at least `MIN_SUGGESTED_POLL_MS` and at most the configured `pollInterval` (its ceiling).
  * So a client that polls at the interval it was last given (the SDK's `callToolStream`) reads a task every 50 ms for
