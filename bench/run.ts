@@ -16,7 +16,8 @@
  *   pnpm bench --sdk [--fastmcp]    the cycles as SDK clients run them (Client + its GET stream, callToolStream's
  *                                   tasks/get polling, callTool) against the peer, C=1, 8, 32, and the 2026-07-28
  *                                   client (v2 Client + ext-tasks) on taskrelay (bench/lib/sdk-cycle.ts); --fastmcp
- *                                   adds FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench)
+ *                                   adds FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench);
+ *                                   --fastmcp-poll-ms N: the pollIntervalMs FastMCP suggests (default 10)
  *   pnpm bench --redis-work [--trace] [--python] [--reps N]
  *                                   Redis commands (by name, scripts' own included) and CPU per task cycle, plain
  *                                   call, progress update and cancel, beside the raw BullMQ floor's, on a Redis of its
@@ -91,6 +92,7 @@ const { values: args } = parseArgs({
     batch: { type: 'boolean', default: false },
     sdk: { type: 'boolean', default: false },
     fastmcp: { type: 'boolean', default: false },
+    'fastmcp-poll-ms': { type: 'string' },
     ab: { type: 'string' },
     'create-path': { type: 'boolean', default: false },
     'redis-work': { type: 'boolean', default: false },
@@ -175,6 +177,14 @@ async function startInfra(): Promise<{ redis: TestRedis; admin: RedisAdmin }> {
   cleanup.push(() => admin.close());
   await admin.init();
   return { redis, admin };
+}
+
+/** A whole number above 0 given as `flag`'s value; anything else stops the bench with one line. */
+function positiveInt(flag: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0)
+    throw new Error(`${flag}: expected a whole number above 0, got ${JSON.stringify(value)}`);
+  return n;
 }
 
 function log(message: string): void {
@@ -1000,6 +1010,9 @@ async function main(): Promise<number> {
         reps: Number(args.reps ?? (args.quick ? 2 : 3)),
         windowMs: Number(args['window-ms'] ?? (args.quick ? 1_000 : 5_000)),
         fastmcp: args.fastmcp === true,
+        ...(args['fastmcp-poll-ms'] === undefined
+          ? {}
+          : { fastmcpPollMs: positiveInt('--fastmcp-poll-ms', args['fastmcp-poll-ms']) }),
         cleanup,
         log,
       });

@@ -20,7 +20,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { setMaxListeners } from 'node:events';
 import { loadavg } from 'node:os';
-import { MIN_SUGGESTED_POLL_MS } from '@taskrelay/shared';
+import { FIRST_POLL_MS } from '@taskrelay/shared';
 import { uniquePrefix, type TestRedis } from '../../test/helpers/redis.js';
 import type { ManagedProcess } from '../../test/helpers/processes.js';
 import { openExtClients, type ExtRunner } from './ext-tasks.js';
@@ -37,6 +37,8 @@ export interface SdkCycleOptions {
   windowMs: number;
   /** Also FastMCP + Docket (bench/fastmcp_peer.py, installed into .venv-bench on first use). */
   fastmcp: boolean;
+  /** The `pollIntervalMs` FastMCP suggests (one value for every answer); default `FASTMCP_POLL_MS`. */
+  fastmcpPollMs?: number;
   cleanup: Array<() => Promise<void> | void>;
   log: (message: string) => void;
 }
@@ -65,6 +67,13 @@ export async function openClients(url: string, count: number, token?: string): P
   );
 }
 
+/**
+ * The `tasks/get` answers SDK 1.32.2 task cycles read, all clients together: a window reports them per cycle
+ * (`polls`). One is the least a cycle reads (its first poll finds the task ended); each more cost the client a
+ * `pollInterval` of waiting.
+ */
+const polls = { count: 0 };
+
 /** One operation as an SDK client runs it; throws when it did not complete. */
 export async function operation(client: Client, kind: 'task' | 'plain'): Promise<void> {
   const params = { name: 'bench_noop', arguments: {} };
@@ -76,6 +85,7 @@ export async function operation(client: Client, kind: 'task' | 'plain'): Promise
   for await (const message of client.experimental.tasks.callToolStream(params, CallToolResultSchema, {
     task: { ttl: TTL_MS },
   })) {
+    if (message.type === 'taskStatus') polls.count++;
     if (message.type === 'error') throw message.error;
     if (message.type === 'result') return;
   }
@@ -110,6 +120,7 @@ export async function closedLoop(
   let errors = 0;
   let firstError = '';
   const meter = new CpuMeter(cpu).start();
+  const pollsBefore = polls.count;
   const started = now();
   const deadline = started + durationMs;
   await Promise.all(
@@ -132,7 +143,16 @@ export async function closedLoop(
   const perOp = meter.perOp(samples.length);
   const lat = latency(samples);
   const total = totalRoles.reduce((n, r) => n + (perOp[`cpu.${r}`] ?? 0), 0);
-  return { opsPerS: samples.length / elapsedS, p50: lat.p50, p99: lat.p99, errors, ...perOp, 'cpu.total': total };
+  const metrics = {
+    opsPerS: samples.length / elapsedS,
+    p50: lat.p50,
+    p99: lat.p99,
+    errors,
+    ...perOp,
+    'cpu.total': total,
+  };
+  const polled = polls.count - pollsBefore;
+  return polled > 0 ? { ...metrics, polls: polled / samples.length } : metrics;
 }
 
 /** What one target serves and how it is measured: per kind, one runner per virtual client. */
@@ -148,10 +168,12 @@ type Kind = (typeof KINDS)[number];
 /** Docket's db on the bench's Redis (taskrelay's stacks use db 0 under their own prefixes). */
 const DOCKET_DB = 1;
 /**
- * The `pollIntervalMs` the FastMCP peer suggests: taskrelay's for a young task (`MIN_SUGGESTED_POLL_MS`), so both are
- * polled alike; FastMCP's default (5 s) would make every no-op task cost 5 s.
+ * The `pollIntervalMs` the FastMCP peer suggests by default: what taskrelay's create suggests (`FIRST_POLL_MS`, 10 ms,
+ * PROTOCOL.md §28.2), so the ext-tasks client reads both first at the same time. FastMCP suggests one value for every
+ * answer; its own default (5 s) would make every no-op task cost 5 s. `--fastmcp-poll-ms` runs it at another value:
+ * at 50 ms (taskrelay's shortest later suggestion, this bench's default until §28.2) it did fewer cycles at every C.
  */
-const FASTMCP_POLL_MS = MIN_SUGGESTED_POLL_MS;
+const FASTMCP_POLL_MS = FIRST_POLL_MS;
 
 export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
   const startedAt = new Date();
@@ -174,7 +196,7 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
           redisUrl: o.redis.url,
           db: DOCKET_DB,
           name: uniquePrefix('fastmcp'),
-          pollIntervalMs: FASTMCP_POLL_MS,
+          pollIntervalMs: o.fastmcpPollMs ?? FASTMCP_POLL_MS,
           concurrency: WORKER_CONCURRENCY,
         }),
   ]);
@@ -294,7 +316,9 @@ export async function runSdkCycle(o: SdkCycleOptions): Promise<number> {
         reps: o.reps,
         windowMs: o.windowMs,
         concurrency: [...CS],
-        ...(o.fastmcp ? { fastmcpPollIntervalMs: FASTMCP_POLL_MS, docketConcurrency: WORKER_CONCURRENCY } : {}),
+        ...(o.fastmcp
+          ? { fastmcpPollIntervalMs: o.fastmcpPollMs ?? FASTMCP_POLL_MS, docketConcurrency: WORKER_CONCURRENCY }
+          : {}),
       },
       rows,
       metrics: Object.fromEntries([...results.values.keys()].sort().map((k) => [k, results.get(k) ?? null])),
@@ -341,6 +365,17 @@ function rowSpecs(withFastmcp: boolean): RowSpec[] {
         : 'SDK 1.32.2 plain call: client.callTool, GET stream open';
     for (const c of CS) {
       rows(group, kind, c, 'tr', { t: 'peer', name: 'SDK peer' }, 'peer: its process');
+      if (kind === 'task') {
+        const id = (t: string) => `${t}.sdk.task.c${c}.polls`;
+        specs.push({
+          group,
+          label: `C=${c} tasks/get per cycle`,
+          unit: '',
+          id: id('tr'),
+          ref: { id: id('peer'), name: 'SDK peer' },
+          better: 'lower',
+        });
+      }
       perRole(group, kind, c, 'tr');
     }
   }
