@@ -84,6 +84,11 @@ export interface RedisWorkReport {
   };
   /** Per operation: each client call's execution time inside Redis, by script (SLOWLOG at 0 µs, a window of its own). */
   execution?: Record<string, ExecutionRow[]>;
+  /**
+   * The same windows' script-internal commands, by command name: their own time, which is inside their scripts'
+   * times above. What a script's time holds beyond them is the script itself (its call, its Lua).
+   */
+  executionInside?: Record<string, ExecutionRow[]>;
   trace?: Record<string, string[]>;
 }
 
@@ -120,7 +125,11 @@ function callName(args: string[], prefix: string): string {
  * windows, as logging every call costs Redis CPU of its own. What Redis's CPU per operation holds beyond these times
  * is reading and writing the calls on the sockets.
  */
-async function execution(admin: Redis, prefix: string, fn: () => Promise<number>): Promise<ExecutionRow[]> {
+async function execution(
+  admin: Redis,
+  prefix: string,
+  fn: () => Promise<number>,
+): Promise<{ calls: ExecutionRow[]; inside: ExecutionRow[] }> {
   const old = (await admin.config('GET', 'slowlog-*')) as string[];
   await admin.config('SET', 'slowlog-max-len', '1000000');
   await admin.config('SET', 'slowlog-log-slower-than', '0');
@@ -135,22 +144,31 @@ async function execution(admin: Redis, prefix: string, fn: () => Promise<number>
     await admin.slowlog('RESET');
   }
   const by = new Map<string, { calls: number; us: number }>();
+  const inside = new Map<string, { calls: number; us: number }>();
+  const add = (rows: typeof by, key: string, us: number) => {
+    const row = rows.get(key) ?? { calls: 0, us: 0 };
+    row.calls += 1;
+    row.us += us;
+    rows.set(key, row);
+  };
   for (const e of entries as Array<[number, number, number, string[], string]>) {
     const args = e[3] ?? [];
-    // A script's own command is logged too, from client `?:0`: its time is inside its EVALSHA's already.
-    if (String(e[4]).startsWith('?:')) continue;
+    // A script's own command is logged too, from client `?:0`: its time is inside its EVALSHA's already, so it is
+    // counted apart, by command name.
+    if (String(e[4]).startsWith('?:')) {
+      add(inside, String(args[0] ?? '').toLowerCase(), Number(e[2]));
+      continue;
+    }
     const first = String(args[0] ?? '').toLowerCase();
     if (first === 'slowlog' || first === 'config' || first === 'info') continue;
-    const key = callName(args.map(String), prefix);
-    const row = by.get(key) ?? { calls: 0, us: 0 };
-    row.calls += 1;
-    row.us += Number(e[2]);
-    by.set(key, row);
+    add(by, callName(args.map(String), prefix), Number(e[2]));
   }
-  return [...by]
-    .map(([call, r]) => ({ call, callsPerOp: r.calls / ops, usPerOp: r.us / ops }))
-    .filter((r) => r.callsPerOp >= 0.05)
-    .sort((a, b) => b.usPerOp - a.usPerOp);
+  const rows = (m: typeof by) =>
+    [...m]
+      .map(([call, r]) => ({ call, callsPerOp: r.calls / ops, usPerOp: r.us / ops }))
+      .filter((r) => r.callsPerOp >= 0.05)
+      .sort((a, b) => b.usPerOp - a.usPerOp);
+  return { calls: rows(by), inside: rows(inside) };
 }
 
 function perOp(counts: Counts, ops: number, redisCpuS: number, cpu: Record<string, number>): OperationWork {
@@ -362,11 +380,13 @@ export async function runRedisWork(o: {
     repetitions,
   };
   // Where a call's Redis time goes, by script: a window of its own for each kind (SLOWLOG costs Redis CPU too).
-  report.execution = {
+  const windows = {
     floor: await execution(admin, prefix, () => floor.runCount(OPS, IN_FLIGHT, {}).then(() => OPS)),
     task: await execution(admin, prefix, () => cycle('task', OPS).then((r) => r.ops ?? OPS)),
     plain: await execution(admin, prefix, () => cycle('plain', OPS).then((r) => r.ops ?? OPS)),
   };
+  report.execution = Object.fromEntries(Object.entries(windows).map(([k, w]) => [k, w.calls]));
+  report.executionInside = Object.fromEntries(Object.entries(windows).map(([k, w]) => [k, w.inside]));
   if (o.withTrace) {
     await sleep(500);
     report.trace = {
@@ -464,6 +484,15 @@ export function renderRedisWork(report: RedisWorkReport): string {
         lines.push(
           `    ${r.call.padEnd(44)} ${r.callsPerOp.toFixed(2).padStart(6)} calls ${r.usPerOp.toFixed(1).padStart(7)} µs`,
         );
+      }
+      const inside = report.executionInside?.[name];
+      if (inside && inside.length > 0) {
+        const own = inside.reduce((a, r) => a + r.usPerOp, 0);
+        const top = inside
+          .slice(0, 6)
+          .map((r) => `${r.call} ${r.usPerOp.toFixed(1)}`)
+          .join(', ');
+        lines.push(`    of which the scripts' own commands: ${own.toFixed(0)} µs (${top}, …); the rest is the scripts`);
       }
     }
   }
