@@ -3,7 +3,6 @@
  * the end do not wait for its answer, a longer run records its start as it begins, and what a task ended before the
  * start still keeps from the tool.
  */
-import { Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { Runs, toolQueue, type CancelRequest } from '@taskrelay/shared';
@@ -155,45 +154,6 @@ function holdStartAnswers(): { release: () => void; held: () => number } {
   });
   return { release: () => gateOpen.open(), held: () => held };
 }
-
-/**
- * Every socket write this process makes from now on (one `_write` or `_writev` call each: one system call), as text.
- * A held socket (`cork`) leaves its chunks in one `_writev`.
- */
-function socketWrites(): { readonly list: string[] } {
-  const list: string[] = [];
-  const text = (chunk: unknown) => (Buffer.isBuffer(chunk) ? chunk.toString('latin1') : String(chunk));
-  type Write = (this: Socket, chunk: unknown, encoding: BufferEncoding, cb: (error?: Error | null) => void) => void;
-  type Writev = (this: Socket, chunks: Array<{ chunk: unknown }>, cb: (error?: Error | null) => void) => void;
-  const proto = Socket.prototype as unknown as { _write: Write; _writev: Writev };
-  const write = proto._write;
-  const writev = proto._writev;
-  vi.spyOn(proto, '_write').mockImplementation(function (this: Socket, chunk, encoding, cb) {
-    list.push(text(chunk));
-    write.call(this, chunk, encoding, cb);
-  });
-  vi.spyOn(proto, '_writev').mockImplementation(function (this: Socket, chunks, cb) {
-    list.push(chunks.map((c) => text(c.chunk)).join(''));
-    writev.call(this, chunks, cb);
-  });
-  return { list };
-}
-
-describe('§21.2.2 a lone run’s writes are held to the end of its turn', () => {
-  it('a lone short run sends its start and its end in one socket write', async () => {
-    await h.start([noop]);
-    // Each script's first call loads it (EVALSHA refused, then EVAL): one run first.
-    await h.waitForStatus(await h.enqueue('noop', {}), 'completed');
-    const taskId = await h.enqueue('noop', {}, { jobless: true });
-    const writes = socketWrites();
-    await h.addJob(taskId, 'noop', {});
-    await h.waitForStatus(taskId, 'completed');
-    // The start and the end name the job's lock (BullMQ's own calls and this test's reads do not).
-    const lock = `${taskId}:lock`;
-    const withLock = writes.list.filter((w) => w.includes(lock));
-    expect(withLock.map((w) => w.split(lock).length - 1)).toEqual([2]);
-  });
-});
 
 describe('§21.2.1 a first run’s start is pipelined', () => {
   it('a short first run sends its start, then its end, and neither its tool nor its end waits for the start', async () => {

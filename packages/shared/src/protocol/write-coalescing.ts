@@ -1,7 +1,7 @@
 /**
  * Write coalescing for a busy connection (issue 46, PROTOCOL.md §21.2.2). Every script call leaves in a socket write of
  * its own, read by Redis with a system call of its own. While a client is marked busy (the gateway: more than one
- * `/mcp` POST in flight; a worker: any run), the first script call of an event-loop turn holds the client's
+ * `/mcp` POST in flight; a worker: more than one run), the first script call of an event-loop turn holds the client's
  * socket (Node's `cork`) until the end of that turn (`setImmediate`): the calls of every request or run that turn
  * served leave in one write. Nothing is reordered, and nothing waits past the turn or for a reply.
  *

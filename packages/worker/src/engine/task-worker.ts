@@ -99,13 +99,12 @@ export class TaskWorker {
     this.gate = new SlotGate(options.concurrency);
     this.keys = createKeys(options.prefix, keyLayoutOf(options.redisUrl, options.prefix, options.keyLayout));
     this.log = options.logger.child({ workerId: options.workerId, queue: options.queue });
-    // While a run is in flight, the start, progress and end writes of one event-loop turn go to Redis as one write
-    // (one system call here and in Redis, PROTOCOL.md §21.2.2): a lone short run's start and end too, ahead of the
-    // fetch BullMQ makes in the same turn. BullMQ's own calls (its take and its finish) on its connection too. An
-    // idle worker's calls go at once.
+    // Several runs at once: the start, progress and end writes of one event-loop turn go to Redis as one write (one
+    // system call here and in Redis, PROTOCOL.md §21.2.2); a lone run's go at once. BullMQ's own calls (its take and
+    // its finish) on its connection too.
     this.running = new RunningJobs(this.log, (runs) => {
-      setWriteCoalescing(this.redis, runs > 0);
-      setWriteCoalescing(this.bullConnection, runs > 0);
+      setWriteCoalescing(this.redis, runs > 1);
+      setWriteCoalescing(this.bullConnection, runs > 1);
     });
     options.metrics.watchSlots(() => this.running.size, options.concurrency);
     this.redis = this.connect('commands');
