@@ -18,6 +18,7 @@ import { useStack } from './helpers/stack.js';
 import { getTask, startTask, taskResult } from './helpers/tasks.js';
 import { waitFor } from './helpers/wait-for.js';
 import { scaled } from './helpers/load.js';
+import { expectAtMostInAnyWindow, redisNowMs, startedTakes } from './helpers/rate-starts.js';
 
 const PY_TOOLS = resolve(ROOT, 'test/fixtures/python_tools.py');
 const BATCH_TOOLS = resolve(ROOT, 'test/fixtures/batch-tools.mjs');
@@ -213,6 +214,35 @@ describe.skipIf(PYTHON === undefined)('§29 Python workers behind the gateway', 
     for (let i = 1; i < spans.length; i += 1) expect(spans[i]![0]).toBeGreaterThanOrEqual(spans[i - 1]![1] - 5);
     // …and each run's start took its job out of it.
     for (const share of waiting) expect(await stack.r.zcard(share)).toBe(0);
+  });
+
+  it('§3.3 a Python tool’s rate limit holds in any second, also across BullMQ’s fixed window edge', async () => {
+    // As test/tool-controls.e2e.test.ts does for a Node tool, on the two Python workers: a, then b 600 ms into a's
+    // BullMQ window, then four more queued at 900 ms. BullMQ alone takes two of them as the window ends, within about
+    // 400 ms of b; the start log and the hold a full log sets keep any three starts at least a second apart (the
+    // hold's marker, which wakes bullmq-Python's Workers at its end, is test_bullmq_adapter.py's).
+    const keys = createKeys(stack.prefix);
+    const started = (id: string) =>
+      waitFor(async () => runnerOf(id) !== undefined, { timeoutMs: 10_000, message: `run of ${id} never started` });
+    const a = await startTask(client, 'py_throttled', {});
+    await started(a);
+    const queue = (await stack.r.hget(keys.task(a), 'queue')) ?? '';
+    expect(queue).toMatch(/~py_throttled$/);
+    const takes = (ids: string[]) => startedTakes(stack.r, `${stack.prefix}:q-${queue}:events`, ids);
+    const [aTaken] = await takes([a]);
+    await delay(Math.max(0, aTaken! + 600 - (await redisNowMs(stack.r))));
+    const b = await startTask(client, 'py_throttled', {});
+    await started(b);
+    await delay(300);
+    const later: string[] = [];
+    for (let i = 0; i < 4; i++) later.push(await startTask(client, 'py_throttled', {}));
+    const all = [a, b, ...later];
+    for (const id of all) expect((await taskResult(client, id, 30_000)).isError).toBeFalsy();
+    const starts = await takes(all);
+    expect(starts).toHaveLength(all.length);
+    expectAtMostInAnyWindow(starts, 2, 1_000);
+    // The backlog still got its 2 a second: no Worker slept to its block timeout (5 s) after a hold.
+    expect(starts.at(-1)! - starts[0]!).toBeLessThan(scaled(4_500));
   });
 
   it('§3.5 a Python tool’s concurrency per key holds fleet-wide, one tenant beside another', async () => {

@@ -1,7 +1,8 @@
 /**
  * The worker-admitted limits of PROTOCOL.md §3.5: a concurrency limit per key (a semaphore whose holders expire with
  * their lease) and a rate limit per key or shared by name (an exact log of starts, and a hold a back-off sets). Each
- * step is one script in Redis' clock. BullMQ's own per-queue limits (§3.3) cover the unkeyed, unshared forms.
+ * step is one script in Redis' clock. A plain rate limit counts its starts here too, exactly; BullMQ's per-queue
+ * limiter then only paces the takes (§3.3).
  */
 import { createHash } from 'node:crypto';
 import type { Keys } from './protocol/keys.js';
@@ -41,7 +42,11 @@ export interface RateLimit {
   perMs: number;
 }
 
-export type Admission = { ok: true } | { ok: false; waitMs: number };
+/**
+ * A limit's answer. A rate start taken may say how long until its window has room for the next (`roomInMs`, 0 while
+ * it has): a paced limit holds BullMQ's takes that long (PROTOCOL.md §3.3).
+ */
+export type Admission = { ok: true; roomInMs?: number } | { ok: false; waitMs: number };
 
 export class ToolLimitStore {
   private readonly redis: RedisClient;
@@ -99,14 +104,18 @@ export class ToolLimitStore {
     return reply.values.map(String);
   }
 
-  /** Records a start of `start` (unique per run) if the window has room and no hold stands. */
+  /**
+   * Records a start of `start` (unique per run) if the window has room and no hold stands; taken, it says how long
+   * until the window has room for another.
+   */
   async takeStart(l: RateLimit, start: string): Promise<Admission> {
     const k = this.keys.toolLimit('rate', l.scope, limitKeyDigest(l.key));
     const reply = await this.scripts.call(SCRIPTS.rateTake, {
       keys: { starts: k.a, hold: k.b },
       args: { start, max: l.max, perMs: l.perMs },
     });
-    return reply.code === ResultCode.OK ? { ok: true } : { ok: false, waitMs: Number(reply.values[0] ?? 0) };
+    const ms = Number(reply.values[0] ?? 0);
+    return reply.code === ResultCode.OK ? { ok: true, roomInMs: ms } : { ok: false, waitMs: ms };
   }
 
   /** Holds the rate limit `ms` from now (a back-off, §3.4): no start of any tool sharing it until then. */

@@ -90,18 +90,21 @@ describe('§3.5 rate limits', () => {
   it('allows at most max starts in any window, exactly, per key', async () => {
     const { limits } = store();
     const l = { scope: 'name:upstream', key: 'acme', max: 2, perMs: 300 };
-    expect(await limits.takeStart(l, 's1')).toEqual({ ok: true });
+    // Room for another after the first; the second fills the window until the first leaves it (§3.3's pacer).
+    expect(await limits.takeStart(l, 's1')).toEqual({ ok: true, roomInMs: 0 });
     await sleep(100);
-    expect(await limits.takeStart(l, 's2')).toEqual({ ok: true });
+    const full = await limits.takeStart(l, 's2');
+    expect(full.ok && full.roomInMs).toBeGreaterThan(100);
+    expect(full.ok && full.roomInMs).toBeLessThanOrEqual(200);
     const refused = await limits.takeStart(l, 's3');
     // The oldest start leaves the window about 200 ms from now.
     expect(refused.ok).toBe(false);
     expect(refused.ok === false && refused.waitMs).toBeGreaterThan(100);
     expect(refused.ok === false && refused.waitMs).toBeLessThanOrEqual(300);
-    expect(await limits.takeStart({ ...l, key: 'globex' }, 's4')).toEqual({ ok: true });
+    expect(await limits.takeStart({ ...l, key: 'globex' }, 's4')).toEqual({ ok: true, roomInMs: 0 });
     await sleep(220);
     // s1 left the window, s2 has not: one more, not two.
-    expect(await limits.takeStart(l, 's5')).toEqual({ ok: true });
+    expect((await limits.takeStart(l, 's5')).ok).toBe(true);
     expect((await limits.takeStart(l, 's6')).ok).toBe(false);
   });
 
@@ -113,6 +116,6 @@ describe('§3.5 rate limits', () => {
     const refused = await limits.takeStart(l, 's1');
     expect(refused.ok === false && refused.waitMs).toBeGreaterThan(300);
     await sleep(450);
-    expect(await limits.takeStart(l, 's2')).toEqual({ ok: true });
+    expect(await limits.takeStart(l, 's2')).toEqual({ ok: true, roomInMs: 0 });
   });
 });

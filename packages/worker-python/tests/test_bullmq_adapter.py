@@ -21,6 +21,7 @@ from taskrelay_worker.engine.bullmq_adapter import (
     bull_connection,
     bullmq_command,
     bullmq_mismatch,
+    hold_takes,
     move_to_wait,
     promote,
     wake_idle_workers,
@@ -78,6 +79,40 @@ def test_bullmq_move_job_from_active_to_wait_puts_the_job_back_unspent_and_refus
         assert seen["state"] in ("waiting", "prioritized")
         fresh = await queue.getJob(job.id)
         assert fresh is not None and fresh.attemptsMade == 0
+        await queue.obliterate(force=True)
+        await queue.close()
+
+    asyncio.run(main())
+
+
+def test_bullmq_a_held_limiter_stops_every_take_until_its_ttl_ends_and_move_to_wait_puts_a_job_back_first(redis_url: str):
+    """A plain rate limit's refused run (PROTOCOL.md §3.3 step 3): the limiter held (what bullmq's ``Queue.rateLimit``
+    writes) with the marker due at the hold's end, the job back at the front of its priority. bullmq-Python's Worker
+    keeps no timer of a rate limit: without the marker it sleeps until its block timeout (5 s)."""
+
+    async def main() -> None:
+        queue = bullmq.Queue("held", _opts(redis_url))
+        await queue.setGlobalRateLimit(100, 1_000)
+        starts: list[tuple[str, float]] = []
+        held: dict[str, float] = {}
+
+        async def processor(job: Any, token: str) -> None:
+            starts.append((job.name, time.monotonic()))
+            if job.name == "first" and len(starts) == 1:
+                held["at"] = time.monotonic()
+                await hold_takes(job, 400)
+                await move_to_wait(job, token)
+                raise DelayedError()
+
+        await queue.add("first", {}, {"priority": 3})
+        await queue.add("second", {}, {"priority": 3})
+        worker = _gated(redis_url, "held", processor, asyncio.Semaphore(1))
+        runner = asyncio.ensure_future(worker.run())
+        await _until(lambda: asyncio.sleep(0, len(starts) == 3), timeout_s=3.0)
+        await worker.close(force=True)
+        runner.cancel()
+        assert [name for name, _ in starts] == ["first", "first", "second"]
+        assert starts[1][1] - held["at"] >= 0.35
         await queue.obliterate(force=True)
         await queue.close()
 

@@ -140,6 +140,11 @@ def test_limits_per_key_and_shared_by_name_are_the_worker_s_own():
     assert limit_key_digest('["acme",null]') == "Bcy2JyxMKQSNw3BgtWBBsJ"
     plain = define_tool(name="plain", description="d", run=run, concurrency={"limit": 3}, rate_limit={"max": 1, "per_ms": 10})
     assert plain.concurrency == 3 and plain.rate_limit == (1, 10) and plain.admitted_slot is None
+    # A plain rate limit is paced by bullmq's limiter and counted exactly by the worker, one budget for everyone (§3.3).
+    assert plain.admitted_rate is not None and plain.admitted_rate.paced
+    assert plain.admitted_rate.scope == "tool:plain" and plain.admitted_rate.across_principals
+    assert plain.descriptor()["rateLimit"] == {"max": 1, "perMs": 10}
+    assert t.admitted_rate is not None and not t.admitted_rate.paced
 
 
 def test_keyed_limits_count_per_principal_unless_shared_across_principals():

@@ -183,7 +183,9 @@ export function defineTool<I extends ToolInputSchema, O extends z.ZodType | unde
     concurrency: admitted.slot ? undefined : concurrency,
     priority: checked.priority,
     dedupe,
-    rateLimit: admitted.rate || rateLimit === undefined ? undefined : { max: rateLimit.max, perMs: rateLimit.perMs },
+    // A plain rate limit is counted exactly by the worker and paced by BullMQ's limiter (§3.3); keyed or shared, the
+    // worker's alone.
+    rateLimit: admitted.rate?.paced === true ? { max: admitted.rate.max, perMs: admitted.rate.perMs } : undefined,
     admitted,
     inputTimeoutMs: checked.inputTimeoutMs,
     version,
@@ -287,7 +289,10 @@ function isolationOf(checked: CheckedOptions): ToolIsolation | undefined {
   return { mode: isolate, moduleUrl, maxMemoryMb, killGraceMs: killGraceMs ?? DEFAULT_KILL_GRACE_MS };
 }
 
-/** The limits the worker admits runs by itself (§3.5): a keyed concurrency, and a keyed or shared rate limit. */
+/**
+ * The limits the worker admits runs by itself (§3.5): a keyed concurrency, and any rate limit (a plain one is counted
+ * exactly here and paced by BullMQ's limiter, §3.3).
+ */
 function admittedLimits(
   name: string,
   concurrency: number | undefined,
@@ -304,7 +309,7 @@ function admittedLimits(
       acrossPrincipals: concurrencyAcross,
     };
   }
-  if (rateLimit !== undefined && (rateLimit.key !== undefined || rateLimit.name !== undefined)) {
+  if (rateLimit !== undefined) {
     admitted.rate = {
       max: rateLimit.max,
       perMs: rateLimit.perMs,
@@ -312,6 +317,7 @@ function admittedLimits(
       keyOf: keyFunction(rateLimit.key),
       keyName: keyNames(rateLimit.key)?.join(', ') ?? '',
       acrossPrincipals: rateLimit.key === undefined || rateLimit.acrossPrincipals === true,
+      paced: rateLimit.key === undefined && rateLimit.name === undefined,
     };
   }
   return admitted;

@@ -210,8 +210,12 @@ export interface ToolDefinition<
   readonly concurrency: number | undefined;
   readonly priority: number | undefined;
   readonly dedupe: { key?: string[]; ttlMs: number } | undefined;
+  /** BullMQ's limiter of the tool's queue: the pacer of a plain rate limit (PROTOCOL.md §3.3). */
   readonly rateLimit: { max: number; perMs: number } | undefined;
-  /** The limits the worker admits runs by (PROTOCOL.md §3.5): per key, or shared by name; BullMQ's are the rest. */
+  /**
+   * The limits the worker admits runs by (PROTOCOL.md §3.5): per key, shared by name, and every rate limit's exact
+   * count of starts; BullMQ's are the rest.
+   */
   readonly admitted: AdmittedLimits;
   readonly inputTimeoutMs: number;
   /** The tool's version, explicit or derived (PROTOCOL.md §12.11). */
@@ -257,5 +261,10 @@ export interface AdmittedLimits {
     keyName: string;
     /** One budget per key value for every principal; always so for a named limit without a key. */
     acrossPrincipals: boolean;
+    /**
+     * The tool's plain `rateLimit` (no key, no name): BullMQ's limiter of its queue paces the takes, and a refused run
+     * holds that limiter and goes back to the front of the queue (PROTOCOL.md §3.3).
+     */
+    paced: boolean;
   };
 }

@@ -4,9 +4,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DelayedError, Queue, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
 import { uniquePrefix } from '../../../test/helpers/redis.js';
 import { useRedis } from '../../../test/helpers/use-redis.js';
-import { GatedWorker, bullmqMarkerKey } from '../src/engine/bullmq-adapter.js';
+import { GatedWorker, bullmqMarkerKey, holdTakes } from '../src/engine/bullmq-adapter.js';
 import { SlotGate, UNREADABLE_JOB_DATA } from '../src/engine/slot-gate.js';
 
 const db = useRedis();
@@ -95,6 +96,39 @@ describe('bullmq-adapter', () => {
       await until(() => runs === 2);
     } finally {
       await stop();
+    }
+  });
+
+  it('bullmq: a held <qualified name>:limiter stops every take until its TTL ends; moveToWait puts a job back first', async () => {
+    // A plain rate limit's refused run (PROTOCOL.md §3.3 step 3): the limiter held, with the marker due at the hold's
+    // end, since BullMQ's move back to the front of the job's priority (every taskrelay job has one) sets none.
+    const redis = new Redis(db.server.url, { maxRetriesPerRequest: null });
+    const starts: Array<{ name: string; at: number }> = [];
+    let heldAt = 0;
+    const { queue, worker, stop } = gated(new SlotGate(1), async (job) => {
+      starts.push({ name: job.name, at: Date.now() });
+      if (job.name === 'first' && starts.length === 1) {
+        heldAt = Date.now();
+        await holdTakes(redis, queue.qualifiedName, 400);
+        const due = Number(await redis.zscore(bullmqMarkerKey(queue.qualifiedName), '1'));
+        expect(due - heldAt).toBeGreaterThanOrEqual(400);
+        expect(due - heldAt).toBeLessThan(1_000);
+        await job.moveToWait(job.token);
+        throw new DelayedError();
+      }
+    });
+    try {
+      await queue.setGlobalRateLimit(100, 1_000);
+      await queue.add('first', {}, { priority: 3 });
+      await queue.add('second', {}, { priority: 3 });
+      void worker.run();
+      await until(() => starts.length === 3);
+      expect(starts.map((s) => s.name)).toEqual(['first', 'first', 'second']);
+      expect(starts[1]!.at - heldAt).toBeGreaterThanOrEqual(350);
+      expect(await redis.get(`${queue.qualifiedName}:limiter`)).not.toBe(String(Number.MAX_SAFE_INTEGER));
+    } finally {
+      await stop();
+      redis.disconnect();
     }
   });
 

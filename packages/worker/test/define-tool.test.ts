@@ -274,8 +274,15 @@ describe('defineTool options', () => {
     expect(defineTool({ ...base, rateLimit: { max: 5, perMs: 1000, key: ['tenant'] } }).admitted.rate?.scope).toBe(
       'tool:keyed',
     );
-    // Unkeyed, unshared limits stay BullMQ's; nothing is admitted by the worker.
-    expect(defineTool({ ...base, concurrency: 3, rateLimit: { max: 1, perMs: 10 } }).admitted).toEqual({});
+    // An unkeyed concurrency stays BullMQ's. A plain rate limit is both: BullMQ's limiter paces the takes, and the
+    // worker counts the starts exactly, one budget for everyone (§3.3).
+    const plain = defineTool({ ...base, concurrency: 3, rateLimit: { max: 1, perMs: 10 } });
+    expect(plain.admitted.slot).toBeUndefined();
+    expect(plain.concurrency).toBe(3);
+    expect(plain.rateLimit).toEqual({ max: 1, perMs: 10 });
+    expect(plain.admitted.rate).toMatchObject({ max: 1, perMs: 10, scope: 'tool:keyed', acrossPrincipals: true });
+    expect(plain.admitted.rate?.paced).toBe(true);
+    expect(shared.admitted.rate?.paced).toBe(false);
     expect(() => defineTool({ ...base, concurrency: { limit: 1, key: ['tenantId'] } })).toThrow(
       /^defineTool\(keyed\): concurrency\.key names tenantId, which inputSchema does not/,
     );

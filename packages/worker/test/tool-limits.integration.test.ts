@@ -2,7 +2,8 @@
  * PROTOCOL.md §3.5 steps 3 and 4 against a real Redis and real BullMQ jobs: who stays in a slot limit's line when a
  * release cannot wake them. A waiter whose refused run has not made its delayed move yet stays in line (its look
  * after the move uses the room, or is woken by the next release); a waiter whose job is gone leaves it, and the next
- * in line is woken in its place.
+ * in line is woken in its place. And §3.3: a plain rate limit's starts, counted exactly, hold the queue's takes when
+ * the window is full, and a start it refuses waits at the front of its queue.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
@@ -51,7 +52,7 @@ async function setUp() {
   const log = createLogger('worker', { level: 'silent' });
   const store = new ToolLimitStore(new StoreRunner(redis, keys));
   const queues = new BatchQueues(redis, keys, log);
-  const limits = new ToolLimits({ store, queues, leaseMs: 10_000, metrics: new WorkerMetrics(), log });
+  const limits = new ToolLimits({ store, redis, queues, leaseMs: 10_000, metrics: new WorkerMetrics(), log });
   const pool = toolQueue('default', 'lim');
   const queue = queues.get(pool);
   const worker = new Worker(queue.name, null, { connection: redis, prefix: keys.bullPrefix, autorun: false });
@@ -70,7 +71,7 @@ async function setUp() {
     await worker.close();
     await queues.close();
   };
-  return { limits, queue, pool, line, entry, fetched, log, close };
+  return { limits, queue, worker, pool, line, entry, fetched, log, close };
 }
 
 describe('§3.5 who stays in a slot limit’s line', () => {
@@ -111,6 +112,47 @@ describe('§3.5 who stays in a slot limit’s line', () => {
       await held.release!();
       expect(await line()).toEqual([`${pool} next`]);
       expect(['waiting', 'prioritized']).toContain(await queue.getJobState('next'));
+    } finally {
+      await close();
+    }
+  });
+});
+
+describe('§3.3 a plain rate limit, counted exactly and paced by BullMQ', () => {
+  const paced = defineTool({
+    name: 'lim',
+    description: 'Two starts in any second.',
+    inputSchema: z.object({ tenant: z.string() }),
+    rateLimit: { max: 2, perMs: 1_000 },
+    run: () => 'ok',
+  });
+
+  it('a start that fills the window holds the takes until it has room; one it refuses waits at the front', async () => {
+    const { limits, queue, worker, fetched, entry, log, close } = await setUp();
+    try {
+      expect(paced.rateLimit).toEqual({ max: 2, perMs: 1_000 });
+      const limiter = `${queue.qualifiedName}:limiter`;
+      expect(await limits.admit(paced, args, await fetched('r1', 't1'), entry())).toBeUndefined();
+      expect(await redis.pttl(limiter)).toBeLessThan(0);
+      // The second start fills the window: no take until the first leaves it, and a worker blocked on the marker
+      // wakes then.
+      expect(await limits.admit(paced, args, await fetched('r2', 't2'), entry())).toBeUndefined();
+      expect(await redis.pttl(limiter)).toBeGreaterThan(900);
+      const due = Number(await redis.zscore(`${queue.qualifiedName}:marker`, '1'));
+      expect(due - Date.now()).toBeGreaterThan(800);
+      expect(await worker.getNextJob('t0', { block: false })).toBeUndefined();
+      // A third, taken anyway (say by a worker whose fixed window had ended), is refused and goes back to the front.
+      await redis.del(limiter);
+      const third = await fetched('r3', 't3');
+      await queue.add('lim', { arguments: args }, { jobId: 'r4' });
+      const wait = await limits.admit(paced, args, third, entry());
+      expect(wait).toMatchObject({ limit: 'rate', paced: true });
+      expect(wait?.message).toBe('Waiting for rate limit lim: at most 2 starts per 1000 ms');
+      await expect(limits.delay(third, 't3', wait!, log)).rejects.toBeInstanceOf(DelayedError);
+      expect(await queue.getJobState('r3')).not.toBe('delayed');
+      expect(await redis.pttl(limiter)).toBeGreaterThan(800);
+      await redis.del(limiter);
+      expect((await worker.getNextJob('t5', { block: false }))?.id).toBe('r3');
     } finally {
       await close();
     }

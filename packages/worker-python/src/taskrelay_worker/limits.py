@@ -1,7 +1,9 @@
 """The limits a worker admits runs by itself (PROTOCOL.md §3.5), as the Node worker's ``engine/tool-limits.ts``: a
 concurrency limit per key of the arguments (a semaphore of leases) and a rate limit per key or shared by name (an
 exact log of starts, and a hold a back-off sets), each step one of the task store's Lua scripts. A refused run ends
-holding no worker slot and waits in BullMQ's delayed set; the run that frees a slot promotes the next."""
+holding no worker slot and waits in BullMQ's delayed set; the run that frees a slot promotes the next. A plain rate
+limit is counted here too, exactly (BullMQ's fixed windows let up to twice ``max`` start within one ``per_ms``,
+§3.3): BullMQ's limiter only paces its takes, and its refused run waits at the front of its queue."""
 
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ class RateLimit:
     key: list[str] | None
     #: One budget per key value for every principal; always so for a named limit without a key.
     across_principals: bool = False
+    #: The tool's plain ``rate_limit`` (no key, no name): BullMQ's limiter of its queue paces the takes, and a refused
+    #: run holds that limiter and goes back to the front of the queue (§3.3).
+    paced: bool = False
 
 
 @dataclass
@@ -69,6 +74,8 @@ class LimitWait:
     limit: str
     wait_ms: int
     message: str
+    #: A plain rate limit's wait (§3.3): its queue's BullMQ limiter is held, and the job goes back to the front.
+    paced: bool = False
 
 
 class ToolLimits:
@@ -78,9 +85,11 @@ class ToolLimits:
         self.lease_ms = lease_ms
         self.log = log
 
-    async def admit(self, tool: Any, args: dict[str, Any], job: Any, entry: Any, promote: Callable) -> LimitWait | None:
+    async def admit(
+        self, tool: Any, args: dict[str, Any], job: Any, entry: Any, promote: Callable, hold_takes: Callable
+    ) -> LimitWait | None:
         """None when the run may start (its slot, if any, held until ``entry.release``); else why and how long it
-        waits."""
+        waits. ``hold_takes(ms)`` holds the takes of the job's queue (a paced limit's full window, §3.3)."""
         job_id = str(job.id)
         principal = str(getattr(entry, "principal", "") or "")
         rate: RateLimit | None = tool.admitted_rate
@@ -95,8 +104,15 @@ class ToolLimits:
                 scope = rate.scope[5:] if rate.scope.startswith("name:") else tool.name
                 per = f" per {', '.join(rate.key)}" if rate.key else ""
                 return LimitWait(
-                    "rate", int(values[0]), f"Waiting for rate limit {scope}: at most {rate.max} starts per {rate.per_ms} ms{per}"
+                    "rate",
+                    int(values[0]),
+                    f"Waiting for rate limit {scope}: at most {rate.max} starts per {rate.per_ms} ms{per}",
+                    rate.paced,
                 )
+            room_in_ms = int(values[0]) if values else 0
+            if rate.paced and room_in_ms > 0:
+                # The window is full now: no worker of the queue takes before it has room (§3.3, step 2).
+                await hold_takes(room_in_ms)
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return None

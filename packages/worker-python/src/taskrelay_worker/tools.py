@@ -119,7 +119,9 @@ def define_tool(
             across = _flag(name, "rate_limit.across_principals", rate_limit.get("across_principals", False))
             rate = RateLimit(rate_limit["max"], rate_limit["per_ms"], scope, key, key is None or across)
         else:
+            # Counted exactly by the worker and paced by bullmq's limiter of the tool's queue (§3.3).
             limit = (rate_limit["max"], rate_limit["per_ms"])
+            rate = RateLimit(rate_limit["max"], rate_limit["per_ms"], f"tool:{name}", None, True, paced=True)
     if priority is not None:
         _positive(f"tool {name}: priority", priority, high=5)
     if version is not None and (not isinstance(version, str) or not _VERSION.match(version)):

@@ -7,15 +7,40 @@
  * - `handleCompleted` fetches the next job with a completion (`fetchNextCallback`), `handleFailed` with a failure or a
  *   delay; the gate decides whether they may.
  * - A queue's "a job is waiting" marker is the sorted set `<qualified name>:marker`, member "0".
+ * - A queue's rate limiter is the string `<qualified name>:limiter`: a value of at least the queue's `max` holds every
+ *   worker's takes until its TTL ends (what `Queue.rateLimit` writes); a marker's score is when a worker blocked on it
+ *   takes next; `Job.moveToWait` puts a taken job back at the front of its priority, attempts kept, and sets no
+ *   marker (what BullMQ's `RateLimitError` does).
  * The Python worker's are in packages/worker-python/src/taskrelay_worker/engine/bullmq_adapter.py; the gateway's in
  * packages/gateway/src/tasks/bullmq-adapter.ts.
  */
 import { Worker, type Job, type JobJson, type WorkerOptions, type Processor } from 'bullmq';
+import type { RedisClient } from '@taskrelay/shared';
 import { UNREADABLE_JOB_DATA, type SlotGate } from './slot-gate.js';
 
 /** BullMQ's "a job is waiting" marker of a queue, by the queue's qualified name (its key layout, not ours). */
 export function bullmqMarkerKey(queueQualifiedName: string): string {
   return `${queueQualifiedName}:marker`;
+}
+
+/** 2⁵³ − 1, the count BullMQ's `Queue.rateLimit` writes: more than any queue's `max`. */
+const LIMITER_HELD = Number.MAX_SAFE_INTEGER;
+
+/**
+ * Holds the takes of the queue `queueQualifiedName` for `ms` (PROTOCOL.md §3.3): the limiter as BullMQ's
+ * `Queue.rateLimit` writes it, for the queue a job came from (its shard's, in the sharded layout), with no Queue object
+ * per queue; and the queue's marker due when the hold ends (BullMQ's delayed-job marker, member "1", never moved
+ * later), so a worker blocked on the marker wakes then: a Worker that found the queue rate-limited blocks on the marker
+ * with no timer of its own (bullmq-Python always; Node's when its take found no job), and would otherwise sleep until
+ * its block timeout. One round trip (the two keys share the queue's slot).
+ */
+export async function holdTakes(redis: RedisClient, queueQualifiedName: string, ms: number): Promise<void> {
+  const holdMs = Math.max(1, Math.ceil(ms));
+  await redis
+    .multi()
+    .set(`${queueQualifiedName}:limiter`, LIMITER_HELD, 'PX', holdMs)
+    .zadd(bullmqMarkerKey(queueQualifiedName), 'LT', Date.now() + holdMs, '1')
+    .exec();
 }
 
 /** A job that holds one of the gate's slots (set on the Job object BullMQ hands to the processor). */

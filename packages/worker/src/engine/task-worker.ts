@@ -125,9 +125,11 @@ export class TaskWorker {
       wakeWorkers: (queueQualifiedName) => this.wakeWorkers(queueQualifiedName),
     });
     this.batchQueues = new BatchQueues(this.redis, this.keys, this.log);
-    // Per-key and shared limits (§3.5): only tools that declare one ask; the rest never reach Redis for it.
+    // Per-key and shared limits (§3.5) and every rate limit's exact count (§3.3): only tools that declare one ask; the
+    // rest never reach Redis for it.
     const limits = new ToolLimits({
       store: new ToolLimitStore(this.store.runner),
+      redis: this.redis,
       queues: this.batchQueues,
       leaseMs: options.lockDurationMs,
       metrics: options.metrics,
@@ -382,7 +384,8 @@ export class TaskWorker {
     const shards = await this.toolShards();
     for (const tool of this.options.tools) {
       const toolQueueName = this.queues.get(tool.name) ?? toolQueue(this.options.queue, tool.name);
-      // BullMQ's queue-wide limits; a per-key or shared one is the worker's (§3.5), and the queue then gets none.
+      // BullMQ's queue-wide limits (a plain rate limit's pacer, §3.3); a per-key or shared one is the worker's (§3.5),
+      // and the queue then gets none.
       // Across N shards each gets its part, rounded up: at most limit + N - 1 in all (docs/SCALING.md).
       const { concurrency, rateLimit } = tool;
       for (const { queue: name, keys, shards: n } of shards.filter((s) => s.queue === toolQueueName)) {

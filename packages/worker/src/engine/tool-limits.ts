@@ -2,7 +2,9 @@
  * The limits a worker admits runs by itself (PROTOCOL.md §3.5): a concurrency limit per key of the arguments, and a
  * rate limit per key or shared by name. BullMQ (OSS) has neither, so the run envelope asks here before the handler
  * runs, for a task's run and a batch child's alike: a refused run ends holding no worker slot and waits in BullMQ's
- * delayed set, woken by the run that frees a slot (or, for a rate limit, when the window has room).
+ * delayed set, woken by the run that frees a slot (or, for a rate limit, when the window has room). A plain rate limit
+ * is counted here too, exactly, since BullMQ's fixed windows let up to twice `max` start within one `perMs` (§3.3):
+ * BullMQ's limiter only paces its takes, and its refused run waits at the front of its queue.
  */
 import { randomUUID } from 'node:crypto';
 import { DelayedError, type Job } from 'bullmq';
@@ -11,10 +13,12 @@ import {
   principalScopedKey,
   queueOfBullName,
   type Logger,
+  type RedisClient,
   type SlotLimit,
   type ToolLimitStore,
 } from '@taskrelay/shared';
 import type { ToolDefinition } from '../define-tool.js';
+import { holdTakes } from './bullmq-adapter.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
 import type { RunningJob } from './running-jobs.js';
@@ -27,6 +31,8 @@ export interface LimitWait {
   message: string;
   /** The slot limit it waits for (its key computed once), for the look after the delayed move. */
   slot?: SlotLimit;
+  /** A plain rate limit's wait (§3.3): its queue's BullMQ limiter is held, and the job goes back to the front. */
+  paced?: true;
 }
 
 /**
@@ -55,6 +61,8 @@ const WAKE_ROUNDS = 3;
 
 export interface ToolLimitsOptions {
   store: ToolLimitStore;
+  /** Where BullMQ's limiter of a job's queue is held (§3.3). */
+  redis: RedisClient;
   queues: BatchQueues;
   /** A slot's lease (the lock duration): a SIGKILLed holder's slot comes back within it. */
   leaseMs: number;
@@ -82,6 +90,9 @@ export class ToolLimits {
     if (rate) {
       const key = keyOf(tool, rate, args, principal);
       const taken = await this.o.store.takeStart({ ...rate, key }, `${jobId}:${randomUUID()}`);
+      // The window is full now: no worker of the queue takes before it has room (§3.3, step 2).
+      if (taken.ok && rate.paced && taken.roomInMs !== undefined && taken.roomInMs > 0)
+        await holdTakes(this.o.redis, job.queueQualifiedName, taken.roomInMs);
       if (!taken.ok) {
         this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'rate' });
         const scope = rate.scope.startsWith('name:') ? rate.scope.slice(5) : tool.name;
@@ -90,6 +101,7 @@ export class ToolLimits {
           limit: 'rate',
           waitMs: taken.waitMs,
           message: `Waiting for rate limit ${scope}: at most ${rate.max} starts per ${rate.perMs} ms${per}`,
+          ...(rate.paced ? { paced: true as const } : {}),
         };
       }
     }
@@ -128,9 +140,11 @@ export class ToolLimits {
    * Puts a refused run's job in BullMQ's delayed set for `wait.waitMs` (no attempt used, no slot held) and throws
    * BullMQ's `DelayedError`. A slot waiter then looks once more: a slot freed before the move (its releaser's promotion
    * found the job still active, and dropped it from the line) means it promotes itself; no room means the look puts it
-   * back in line, so the next release wakes it. Either way no wake is lost.
+   * back in line, so the next release wakes it. Either way no wake is lost. A plain rate limit's run goes back to the
+   * front of its queue instead (`backToFront`).
    */
   async delay(job: Job<unknown, void>, token: string | undefined, wait: LimitWait, log: Logger): Promise<never> {
+    if (wait.paced) return this.backToFront(job, token, wait, log);
     try {
       await job.moveToDelayed(Date.now() + wait.waitMs, token);
     } catch (error) {
@@ -148,7 +162,37 @@ export class ToolLimits {
     throw new DelayedError();
   }
 
-  /** A back-off (§3.4) of a tool with its own rate limit holds that limit for every tool that shares it. */
+  /**
+   * A plain rate limit's refused run (§3.3, step 3): the queue's BullMQ limiter is held for the wait first, so no
+   * worker takes the job again before there is room, then the job goes back to the front of its wait list, its
+   * attempts kept, and BullMQ's `DelayedError` says the move is done.
+   */
+  private async backToFront(
+    job: Job<unknown, void>,
+    token: string | undefined,
+    wait: LimitWait,
+    log: Logger,
+  ): Promise<never> {
+    // The hold's marker also wakes a worker when it ends: BullMQ's move back sets none for a job with a priority (every
+    // taskrelay job has one). Not held (Redis briefly away): the job is taken again sooner, or at a worker's block
+    // timeout, and refused again if need be; nothing is lost.
+    await holdTakes(this.o.redis, job.queueQualifiedName, wait.waitMs).catch((error: unknown) => {
+      log.debug({ err: error }, 'queue’s rate limiter not held');
+    });
+    try {
+      await job.moveToWait(token);
+    } catch (error) {
+      log.info({ err: error }, 'waiting job not moved back (its lock is gone); it returns to the queue');
+      throw new DelayedError();
+    }
+    log.info(
+      { limit: wait.limit, waitMs: wait.waitMs },
+      'run waits for its tool’s rate limit at the front of its queue',
+    );
+    throw new DelayedError();
+  }
+
+  /** A back-off (§3.4) of a tool with a rate limit holds that limit for the tool and every tool that shares it. */
   async hold(tool: ToolDefinition, args: Record<string, unknown>, principal: string, ms: number): Promise<void> {
     const { rate } = tool.admitted;
     if (!rate) return;

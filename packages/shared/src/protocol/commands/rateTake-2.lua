@@ -11,7 +11,9 @@
     ARGV[3] perMs             ... in any window of this many ms
 
   Output:
-    {R.OK}                    the start is recorded
+    {R.OK, roomInMs}          the start is recorded; roomInMs: 0 while the window has room for another start, else
+                              the time until its oldest start leaves it (a paced limit holds BullMQ's takes that
+                              long, §3.3)
     {R.LIMIT_FULL, waitMs}    not now: wait this long (the hold's rest, or until the oldest start leaves the window)
 ]]
 --- @include "resultCodes"
@@ -21,11 +23,18 @@ local now = redis_now_ms()
 local held = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if held > now then return {R.LIMIT_FULL, held - now} end
 local perMs = tonumber(ARGV[3])
+local max = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - perMs)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+local count = redis.call('ZCARD', KEYS[1])
+-- The time until the oldest start leaves the window (a start at t counts until t + perMs).
+local function untilRoom()
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return math.max(1, tonumber(oldest[2]) + perMs - now)
+end
+if count < max then
   redis.call('ZADD', KEYS[1], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], perMs)
-  return {R.OK}
+  if count + 1 < max then return {R.OK, 0} end
+  return {R.OK, untilRoom()}
 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {R.LIMIT_FULL, math.max(1, tonumber(oldest[2]) + perMs - now)}
+return {R.LIMIT_FULL, untilRoom()}

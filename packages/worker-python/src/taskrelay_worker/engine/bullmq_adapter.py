@@ -3,7 +3,8 @@ behaviour it relies on; ``tests/test_bullmq_adapter.py`` holds one test per beha
 one fails there by name. bullmq is pinned (``BULLMQ_PAIR``, checked at start): these overrides are written against
 bullmq 3.4.4's ``Worker`` (``moveToActive``, ``nextJobFromJobData``, ``processJob``, ``lockManager``,
 ``closing``/``forceClosing``), its ``LockManager`` (``tracked_jobs``, ``track_job``, ``closed``, ``close``), its queue
-keys (``keys[...]``) and its own Lua command ``moveJobFromActiveToWait-9``.
+keys (``keys[...]``, the ``limiter`` key written as its ``Queue.rateLimit`` does) and its own Lua command
+``moveJobFromActiveToWait-9``.
 
 Hand-written: bullmq has no extension points for any of these; each is the smallest override that does the job."""
 
@@ -73,6 +74,24 @@ async def move_to_wait(job: Any, token: str) -> None:
     result = await script(keys=[keys[k] for k in MOVE_TO_WAIT_KEYS], args=[str(job.id), token, f"{keys['']}{job.id}"])
     if isinstance(result, int) and result < 0:
         raise RuntimeError(f"moveJobFromActiveToWait answered {result}")
+
+
+#: 2**53 - 1, the count bullmq's ``Queue.rateLimit`` writes: more than any queue's ``max``.
+LIMITER_HELD = 9007199254740991
+
+
+async def hold_takes(job: Any, ms: int) -> None:
+    """Holds the takes of ``job``'s queue for ``ms`` (PROTOCOL.md §3.3): the ``limiter`` key as bullmq's
+    ``Queue.rateLimit`` writes it (a count of at least the queue's ``max``, with that TTL), for the queue the job came
+    from (its shard's, in the sharded layout), over the connection its Worker already holds; and the queue's marker due
+    when the hold ends (bullmq's delayed-job marker, member "1", never moved later). bullmq-Python's Worker keeps no
+    timer of a rate limit: it blocks on the marker, and without this one it would sleep until its block timeout."""
+    hold_ms = max(1, int(ms))
+    keys = job.queue.keys
+    pipe = job.queue.client.pipeline(transaction=True)
+    pipe.set(keys["limiter"], LIMITER_HELD, px=hold_ms)
+    pipe.zadd(keys["marker"], {"1": int(time.time() * 1000) + hold_ms}, lt=True)
+    await pipe.execute()
 
 
 async def wake_idle_workers(client: Any, keys: dict) -> None:
