@@ -111,8 +111,12 @@ class ToolLimits:
                 )
             room_in_ms = int(values[0]) if values else 0
             if rate.paced and room_in_ms > 0:
-                # The window is full now: no worker of the queue takes before it has room (§3.3, step 2).
-                await hold_takes(room_in_ms)
+                # The window is full now: no worker of the queue takes before it has room (§3.3, step 2). Not held
+                # (Redis briefly away): a take too early is refused by the log, and holds it then.
+                try:
+                    await hold_takes(room_in_ms)
+                except Exception as error:  # noqa: BLE001 - the start is recorded; the run goes on
+                    self.log.debug("queue's rate limiter not held", err=error)
         slot: SlotLimit | None = tool.admitted_slot
         if slot is None:
             return None

@@ -90,9 +90,13 @@ export class ToolLimits {
     if (rate) {
       const key = keyOf(tool, rate, args, principal);
       const taken = await this.o.store.takeStart({ ...rate, key }, `${jobId}:${randomUUID()}`);
-      // The window is full now: no worker of the queue takes before it has room (§3.3, step 2).
-      if (taken.ok && rate.paced && taken.roomInMs !== undefined && taken.roomInMs > 0)
-        await holdTakes(this.o.redis, job.queueQualifiedName, taken.roomInMs);
+      // The window is full now: no worker of the queue takes before it has room (§3.3, step 2). Not held (Redis
+      // briefly away): a take too early is refused by the log, and holds it then.
+      if (taken.ok && rate.paced && taken.roomInMs !== undefined && taken.roomInMs > 0) {
+        await holdTakes(this.o.redis, job.queueQualifiedName, taken.roomInMs).catch((error: unknown) => {
+          this.o.log.debug({ err: error }, 'queue’s rate limiter not held');
+        });
+      }
       if (!taken.ok) {
         this.o.metrics.limitWaits.inc({ tool: tool.name, limit: 'rate' });
         const scope = rate.scope.startsWith('name:') ? rate.scope.slice(5) : tool.name;

@@ -88,7 +88,8 @@ async def hold_takes(job: Any, ms: int) -> None:
     timer of a rate limit: it blocks on the marker, and without this one it would sleep until its block timeout."""
     hold_ms = max(1, int(ms))
     keys = job.queue.keys
-    pipe = job.queue.client.pipeline(transaction=True)
+    # One round trip; no transaction (a cluster client's pipeline may not take one): each write stands alone.
+    pipe = job.queue.client.pipeline(transaction=False)
     pipe.set(keys["limiter"], LIMITER_HELD, px=hold_ms)
     pipe.zadd(keys["marker"], {"1": int(time.time() * 1000) + hold_ms}, lt=True)
     await pipe.execute()
