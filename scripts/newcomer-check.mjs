@@ -56,15 +56,39 @@ export function readmeCommand(readme, verb) {
   return line.replace(/#.*$/, '').trim();
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
+/** Whether `port` (0: any) can be listened on at 127.0.0.1 now: the port, or undefined. */
+function listenable(port) {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
+    server.once('error', () => resolve(undefined));
+    server.listen(port, '127.0.0.1', () => {
+      const bound = server.address().port;
+      server.close(() => resolve(bound));
     });
   });
+}
+
+/**
+ * A free port for the stack's gateway, below the kernel's ephemeral range. The gateway binds it some 20 s later (after
+ * install and build), and a port from that range (what `listen(0)` picks) may meanwhile become the local end of any
+ * outgoing connection on the machine, the stack's own Redis clients included: CI saw the gateway refused with
+ * EADDRINUSE once. Nothing hands out ports below the range by itself.
+ */
+async function freePort() {
+  let low = 32768;
+  try {
+    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low;
+  } catch {
+    // Not Linux: the default range's start.
+  }
+  const from = Math.min(20_000, low - 1_000);
+  for (let tries = 0; tries < 50 && low - from > 1; tries++) {
+    const port = await listenable(from + Math.floor(Math.random() * (low - from)));
+    if (port !== undefined) return port;
+  }
+  const any = await listenable(0);
+  if (any === undefined) fail('no free port to start the stack on');
+  return any;
 }
 
 /** Local ports in LISTEN state, IPv4 and IPv6 (/proc/net/tcp{,6}: state 0A), each with its socket's inode. */
