@@ -85,7 +85,9 @@ def test_bullmq_move_job_from_active_to_wait_puts_the_job_back_unspent_and_refus
     asyncio.run(main())
 
 
-def test_bullmq_a_held_limiter_stops_every_take_until_its_ttl_ends_and_move_to_wait_puts_a_job_back_first(redis_url: str):
+def test_bullmq_a_held_limiter_stops_every_take_until_its_ttl_ends_and_move_to_wait_puts_a_job_back_first(
+    redis_url: str,
+):
     """A plain rate limit's refused run (PROTOCOL.md §3.3 step 3): the limiter held (what bullmq's ``Queue.rateLimit``
     writes) with the marker due at the hold's end, the job back at the front of its priority. bullmq-Python's Worker
     keeps no timer of a rate limit: without the marker it sleeps until its block timeout (5 s)."""
@@ -113,6 +115,33 @@ def test_bullmq_a_held_limiter_stops_every_take_until_its_ttl_ends_and_move_to_w
         runner.cancel()
         assert [name for name, _ in starts] == ["first", "first", "second"]
         assert starts[1][1] - held["at"] >= 0.35
+        await queue.obliterate(force=True)
+        await queue.close()
+
+    asyncio.run(main())
+
+
+def test_bullmq_a_rate_limited_take_waits_for_the_limit_to_end_not_the_drain_delay(redis_url: str):
+    """bullmq's take answers a rate-limited queue with the limit's TTL. Node's Worker sleeps that long and takes again;
+    bullmq-Python keeps the value unused and blocks on the marker for its drain delay (5 s). The GatedWorker blocks
+    until the limit ends instead (PROTOCOL.md §3.3: BullMQ's limiter paces a rate-limited tool's takes)."""
+
+    async def main() -> None:
+        queue = bullmq.Queue("paced", _opts(redis_url))
+        await queue.setGlobalRateLimit(1, 700)
+        starts: list[float] = []
+
+        async def processor(job: Any, token: str) -> None:
+            starts.append(time.monotonic())
+
+        await queue.add("a", {}, {"priority": 3})
+        await queue.add("b", {}, {"priority": 3})
+        worker = _gated(redis_url, "paced", processor, asyncio.Semaphore(2))
+        runner = asyncio.ensure_future(worker.run())
+        await _until(lambda: asyncio.sleep(0, len(starts) == 2), timeout_s=4.0)
+        await worker.close(force=True)
+        runner.cancel()
+        assert 0.6 <= starts[1] - starts[0] < 2.0
         await queue.obliterate(force=True)
         await queue.close()
 

@@ -1,10 +1,10 @@
 """Every use this worker makes of bullmq-Python's internals, in one place (issue 47 item 5), each named for the bullmq
 behaviour it relies on; ``tests/test_bullmq_adapter.py`` holds one test per behaviour, so a bullmq upgrade that breaks
 one fails there by name. bullmq is pinned (``BULLMQ_PAIR``, checked at start): these overrides are written against
-bullmq 3.4.4's ``Worker`` (``moveToActive``, ``nextJobFromJobData``, ``processJob``, ``lockManager``,
-``closing``/``forceClosing``), its ``LockManager`` (``tracked_jobs``, ``track_job``, ``closed``, ``close``), its queue
-keys (``keys[...]``, the ``limiter`` key written as its ``Queue.rateLimit`` does) and its own Lua command
-``moveJobFromActiveToWait-9``.
+bullmq 3.4.4's ``Worker`` (``moveToActive``, ``nextJobFromJobData`` and its ``limit_until``, ``processJob``,
+``lockManager``, ``closing``/``forceClosing``), its ``LockManager`` (``tracked_jobs``, ``track_job``, ``closed``,
+``close``), its queue keys (``keys[...]``, the ``limiter`` key written as its ``Queue.rateLimit`` does) and its own
+Lua command ``moveJobFromActiveToWait-9``.
 
 Hand-written: bullmq has no extension points for any of these; each is the smallest override that does the job."""
 
@@ -163,7 +163,9 @@ class GatedWorker(bullmq.Worker):
             self._gate.release()
         return job
 
-    async def nextJobFromJobData(self, job_data: Any = None, job_id: Any = None, *args: Any, **kwargs: Any):  # noqa: N802
+    async def nextJobFromJobData(  # noqa: N802
+        self, job_data: Any = None, job_id: Any = None, limit_until: Any = 0, delay_until: Any = 0, token: Any = None
+    ):
         # bullmq parses the stored data here, outside any processor: data that is not JSON left the job active and
         # unprocessed, taken again at each stall check and never failed (issue 48 F5). It reaches the processor as
         # data naming why, and the run fails its task with that reason (the Node worker's createJob does the same).
@@ -174,7 +176,12 @@ class GatedWorker(bullmq.Worker):
             except (TypeError, ValueError) as error:
                 reason = f"its stored data is not valid JSON ({error})"
                 job_data = {**job_data, "data": json.dumps({UNREADABLE_JOB_DATA: reason})}
-        return await super().nextJobFromJobData(job_data, job_id, *args, **kwargs)
+        elif limit_until and int(limit_until) > 0:
+            # The take found the queue rate-limited for ``limit_until`` ms (BullMQ's limiter, the pacer of §3.3).
+            # Node's Worker sleeps that long and takes again; bullmq-Python keeps the value unused and blocks on the
+            # marker for its drain delay (5 s). Blocking until the limit ends does what Node's does.
+            delay_until = max(int(delay_until or 0), int(time.time() * 1000) + int(limit_until))
+        return await super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
 
     async def processJob(self, job: Any, token: str):  # noqa: N802
         try:

@@ -59,8 +59,8 @@ class RunLimits:
         raise DelayedError()
 
     async def _back_to_front(self, job: Any, token: str, wait: LimitWait, log: Logger) -> None:
-        """A plain rate limit's refused run (§3.3, step 3): the queue's bullmq limiter is held for the wait first, so no
-        worker takes the job again before there is room, then the job goes back to the front of its wait list, its
+        """A plain rate limit's refused run (§3.3, step 3): the queue's bullmq limiter is held for the wait first, so
+        no worker takes the job again before there is room, then the job goes back to the front of its wait list, its
         attempts kept; ``DelayedError`` tells bullmq the move is done. The hold's marker wakes a worker when it ends:
         bullmq's move back sets none for a job with a priority (every taskrelay job has one)."""
         try:
