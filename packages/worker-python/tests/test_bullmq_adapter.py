@@ -47,6 +47,20 @@ def _gated(url: str, queue: str, processor: Any, gate: asyncio.Semaphore, curren
     return GatedWorker(queue, processor, options, gate, current_token)
 
 
+async def _run_until(
+    url: str, queue: Any, names: list[str], processor: Any, slots: int, done: Any, timeout_s: float
+) -> None:
+    """Adds a job of each name (with a priority, as every taskrelay job has), runs a gated Worker of ``queue`` with
+    ``slots`` slots until ``done()``, then closes it."""
+    for name in names:
+        await queue.add(name, {}, {"priority": 3})
+    worker = _gated(url, queue.name, processor, asyncio.Semaphore(slots))
+    runner = asyncio.ensure_future(worker.run())
+    await _until(lambda: asyncio.sleep(0, done()), timeout_s=timeout_s)
+    await worker.close(force=True)
+    runner.cancel()
+
+
 def test_bullmq_the_installed_bullmq_is_the_one_the_scripts_pair_with():
     assert bullmq_mismatch() is None
 
@@ -106,13 +120,7 @@ def test_bullmq_a_held_limiter_stops_every_take_until_its_ttl_ends_and_move_to_w
                 await move_to_wait(job, token)
                 raise DelayedError()
 
-        await queue.add("first", {}, {"priority": 3})
-        await queue.add("second", {}, {"priority": 3})
-        worker = _gated(redis_url, "held", processor, asyncio.Semaphore(1))
-        runner = asyncio.ensure_future(worker.run())
-        await _until(lambda: asyncio.sleep(0, len(starts) == 3), timeout_s=3.0)
-        await worker.close(force=True)
-        runner.cancel()
+        await _run_until(redis_url, queue, ["first", "second"], processor, 1, lambda: len(starts) == 3, 3.0)
         assert [name for name, _ in starts] == ["first", "first", "second"]
         assert starts[1][1] - held["at"] >= 0.35
         await queue.obliterate(force=True)
@@ -134,13 +142,7 @@ def test_bullmq_a_rate_limited_take_waits_for_the_limit_to_end_not_the_drain_del
         async def processor(job: Any, token: str) -> None:
             starts.append(time.monotonic())
 
-        await queue.add("a", {}, {"priority": 3})
-        await queue.add("b", {}, {"priority": 3})
-        worker = _gated(redis_url, "paced", processor, asyncio.Semaphore(2))
-        runner = asyncio.ensure_future(worker.run())
-        await _until(lambda: asyncio.sleep(0, len(starts) == 2), timeout_s=4.0)
-        await worker.close(force=True)
-        runner.cancel()
+        await _run_until(redis_url, queue, ["a", "b"], processor, 2, lambda: len(starts) == 2, 4.0)
         assert 0.6 <= starts[1] - starts[0] < 2.0
         await queue.obliterate(force=True)
         await queue.close()

@@ -7,7 +7,7 @@ import { DelayedError, Queue, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { uniquePrefix } from '../../../test/helpers/redis.js';
 import { useRedis } from '../../../test/helpers/use-redis.js';
-import { GatedWorker, bullmqMarkerKey, holdTakes } from '../src/engine/bullmq-adapter.js';
+import { GatedWorker, bullmqLimiterKey, bullmqMarkerKey, holdTakes } from '../src/engine/bullmq-adapter.js';
 import { SlotGate, UNREADABLE_JOB_DATA } from '../src/engine/slot-gate.js';
 
 const db = useRedis();
@@ -125,7 +125,7 @@ describe('bullmq-adapter', () => {
       await until(() => starts.length === 3);
       expect(starts.map((s) => s.name)).toEqual(['first', 'first', 'second']);
       expect(starts[1]!.at - heldAt).toBeGreaterThanOrEqual(350);
-      expect(await redis.get(`${queue.qualifiedName}:limiter`)).not.toBe(String(Number.MAX_SAFE_INTEGER));
+      expect(await redis.get(bullmqLimiterKey(queue.qualifiedName))).not.toBe(String(Number.MAX_SAFE_INTEGER));
     } finally {
       await stop();
       redis.disconnect();

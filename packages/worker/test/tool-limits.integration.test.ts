@@ -21,6 +21,7 @@ import {
 import { startRedis, uniquePrefix, type TestRedis } from '../../../test/helpers/redis.js';
 import { defineTool } from '../src/define-tool.js';
 import { BatchQueues } from '../src/engine/batch-queues.js';
+import { bullmqLimiterKey } from '../src/engine/bullmq-adapter.js';
 import { ToolLimits } from '../src/engine/tool-limits.js';
 import type { RunningJob } from '../src/engine/running-jobs.js';
 import { WorkerMetrics } from '../src/metrics.js';
@@ -131,7 +132,7 @@ describe('§3.3 a plain rate limit, counted exactly and paced by BullMQ', () => 
     const { limits, queue, worker, fetched, entry, log, close } = await setUp();
     try {
       expect(paced.rateLimit).toEqual({ max: 2, perMs: 1_000 });
-      const limiter = `${queue.qualifiedName}:limiter`;
+      const limiter = bullmqLimiterKey(queue.qualifiedName);
       expect(await limits.admit(paced, args, await fetched('r1', 't1'), entry())).toBeUndefined();
       expect(await redis.pttl(limiter)).toBeLessThan(0);
       // The second start fills the window: no take until the first leaves it, and a worker blocked on the marker

@@ -23,6 +23,11 @@ export function bullmqMarkerKey(queueQualifiedName: string): string {
   return `${queueQualifiedName}:marker`;
 }
 
+/** BullMQ's rate limiter of a queue (a count with the window's TTL), by the queue's qualified name. */
+export function bullmqLimiterKey(queueQualifiedName: string): string {
+  return `${queueQualifiedName}:limiter`;
+}
+
 /** 2⁵³ − 1, the count BullMQ's `Queue.rateLimit` writes: more than any queue's `max`. */
 const LIMITER_HELD = Number.MAX_SAFE_INTEGER;
 
@@ -38,7 +43,7 @@ export async function holdTakes(redis: RedisClient, queueQualifiedName: string, 
   const holdMs = Math.max(1, Math.ceil(ms));
   await redis
     .multi()
-    .set(`${queueQualifiedName}:limiter`, LIMITER_HELD, 'PX', holdMs)
+    .set(bullmqLimiterKey(queueQualifiedName), LIMITER_HELD, 'PX', holdMs)
     .zadd(bullmqMarkerKey(queueQualifiedName), 'LT', Date.now() + holdMs, '1')
     .exec();
 }
