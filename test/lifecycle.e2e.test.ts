@@ -6,12 +6,15 @@
  *   still gets its result) → closed (exit 0).
  * - worker: starting → running (its catalog listed) → draining on SIGTERM (a running tool finishes; its catalog stays
  *   listed) → stopping → stopped (its catalog gone, exit 0).
+ * - a SIGTERM that comes while a worker starts, Node or Python, is kept: the worker starts, then drains (exit 0). Until
+ *   a process listens for SIGTERM, the kernel's default ends it at once, with no drain; a worker that listened only
+ *   after its `worker ready` line could be ended by a SIGTERM sent on seeing that line.
  */
 import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
 import { waitFor } from './helpers/wait-for.js';
-import type { ManagedProcess } from './helpers/processes.js';
+import { PYTHON, WORKER_MAIN, spawnNode, spawnProcess, type ManagedProcess } from './helpers/processes.js';
 import { useStack } from './helpers/stack.js';
 
 const stack = useStack({
@@ -96,4 +99,42 @@ describe('process lifecycles', () => {
     expect(await stack.r.zscore(keys.workers, workerId)).toBeNull();
     expect(await stack.r.exists(keys.workerCatalog(workerId))).toBe(0);
   });
+
+  /** Starts a worker whose tools take 1.5 s to load, and sends SIGTERM once they start to. */
+  const signalWhileStarting = async (worker: ManagedProcess) => {
+    await waitFor(() => worker.output().includes('slow tools: loading'), {
+      message: 'the tools did not start to load',
+    });
+    worker.child.kill('SIGTERM');
+    return worker.exited;
+  };
+
+  it('worker: a SIGTERM while it starts is kept, and drains it once it has started (exit 0)', async () => {
+    const worker = spawnNode(WORKER_MAIN, {
+      ...stack.env,
+      LOG_LEVEL: 'debug',
+      TASKRELAY_TOOLS: 'test/fixtures/slow-start-tools.mjs',
+      TASKRELAY_QUEUE: 'slowstart',
+    });
+    expect(await signalWhileStarting(worker), worker.output()).toBe(0);
+    expect(states(worker, 'worker state')).toEqual(['starting', 'running', 'draining', 'stopping', 'stopped']);
+  });
+
+  it.skipIf(PYTHON === undefined)(
+    'python worker: a SIGTERM while it starts is kept, and drains it (exit 0)',
+    async () => {
+      const worker = spawnProcess(PYTHON!, ['-m', 'taskrelay_worker'], {
+        ...stack.env,
+        TASKRELAY_TOOLS: 'test/fixtures/python_slow_start.py',
+        TASKRELAY_QUEUE: 'slowstart-py',
+      });
+      expect(await signalWhileStarting(worker), worker.output()).toBe(0);
+      const said = worker.logs().map((l) => l['msg']);
+      expect(said.filter((m) => ['worker ready', 'worker draining', 'worker stopped'].includes(String(m)))).toEqual([
+        'worker ready',
+        'worker draining',
+        'worker stopped',
+      ]);
+    },
+  );
 });

@@ -2,11 +2,21 @@
 /**
  * `node packages/gateway/dist/main.js`: one gateway process, configured from the environment (docs/CONFIGURATION.md).
  */
-import { loadGatewayConfig, createLogger, endLogs, oneLine, startTracing } from '@taskrelay/shared';
+import {
+  createLogger,
+  endLogs,
+  listenForStopSignals,
+  loadGatewayConfig,
+  oneLine,
+  startTracing,
+  type StopSignal,
+} from '@taskrelay/shared';
 import { startGateway } from './app/gateway.js';
 import { startHeapGuard } from './app/heap-guard.js';
 
 async function main(): Promise<void> {
+  // First: a SIGTERM sent on seeing `gateway listening` must drain, never find the kernel's default still in place.
+  const signals = listenForStopSignals();
   const config = loadGatewayConfig();
   const logger = createLogger('gateway', { level: config.logLevel });
   const tracing = await startTracing('taskrelay-gateway');
@@ -16,10 +26,7 @@ async function main(): Promise<void> {
     budgetBytes: config.memoryBudgetBytes,
     onCollect: (before, after) => logger.debug({ before, after }, 'heap past the memory budget: collected'),
   });
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
+  const stop = (signal: StopSignal) => {
     logger.info({ signal }, 'shutting down');
     void gateway
       .close()
@@ -37,8 +44,8 @@ async function main(): Promise<void> {
         process.exit(code);
       });
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
+  // A second signal while it drains changes nothing: the drain has its own deadline.
+  signals.onStop(stop, () => undefined);
 }
 
 main().catch((error: unknown) => {

@@ -49,6 +49,8 @@ export {
 export type { Keys } from './protocol/keys.js';
 export { createLogger, endLogs } from './logger.js';
 export type { Logger } from './logger.js';
+export { listenForStopSignals, STOP_SIGNALS } from './stop-signals.js';
+export type { StopSignal, StopSignals } from './stop-signals.js';
 export {
   BackoffSchema,
   CancelRequestSchema,

@@ -11,11 +11,14 @@ import {
   createLogger,
   createRedis,
   endLogs,
+  listenForStopSignals,
   loadWorkerConfig,
   oneLine,
   requireRedisUrl,
   startTracing,
   waitForRedis,
+  type StopSignal,
+  type StopSignals,
   type Tracing,
 } from '@taskrelay/shared';
 import { demoTools } from './demo-tools.js';
@@ -25,6 +28,8 @@ import { WorkerMetrics, serveMetrics, type MetricsServer } from './metrics.js';
 import { startWorker, type WorkerHandle } from './worker.js';
 
 async function main(): Promise<void> {
+  // First: a SIGTERM sent on seeing `worker ready` must drain, never find the kernel's default still in place.
+  const signals = listenForStopSignals();
   const config = loadWorkerConfig();
   const redisUrl = requireRedisUrl(config);
   const logger = createLogger('worker', { level: config.logLevel });
@@ -74,7 +79,7 @@ async function main(): Promise<void> {
     },
     'worker ready',
   );
-  handleSignals(handle, logger, metricsServer, tracing);
+  handleSignals(signals, handle, logger, metricsServer, tracing);
 }
 
 /** Every tool definition a module exports: named exports, the default export, and arrays of either. */
@@ -101,18 +106,13 @@ async function loadTools(modulePath: string): Promise<ToolDefinition[]> {
 }
 
 function handleSignals(
+  signals: StopSignals,
   handle: WorkerHandle,
   logger: ReturnType<typeof createLogger>,
   metricsServer: MetricsServer | undefined,
   tracing: Tracing,
 ): void {
-  let stopping = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (stopping) {
-      logger.warn({ signal }, 'second signal; exiting without waiting for running tools');
-      process.exit(1);
-    }
-    stopping = true;
+  const drain = (signal: StopSignal) => {
     logger.info({ signal }, 'shutting down');
     Promise.all([handle.close(), metricsServer?.close()])
       .then(() => tracing.shutdown())
@@ -126,8 +126,10 @@ function handleSignals(
         },
       );
   };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+  signals.onStop(drain, (signal) => {
+    logger.warn({ signal }, 'second signal; exiting without waiting for running tools');
+    process.exit(1);
+  });
 }
 
 main().catch((error: unknown) => {

@@ -43,6 +43,12 @@ def load_tools(spec: str) -> list[ToolDefinition]:
 
 
 async def serve() -> int:
+    # First: until a process handles SIGTERM, the default ends it at once. A SIGTERM sent on seeing "worker ready"
+    # must drain; one that comes while the worker starts drains it as soon as it has started.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     config = load_config(os.environ)
     tools = load_tools(config.tools)
     try:
@@ -63,10 +69,6 @@ async def serve() -> int:
                 f"Invalid configuration: WORKER_METRICS_PORT {config.metrics_port} cannot be served: {error}"
             ) from None
         log.info("metrics served", metricsPort=metrics_server.port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await worker.close()
     if metrics_server is not None:
