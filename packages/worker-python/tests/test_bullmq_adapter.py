@@ -262,6 +262,43 @@ def test_bullmq_process_job_untracks_the_lock_of_a_job_id_so_a_run_taken_again_i
     asyncio.run(main())
 
 
+def test_bullmq_the_lock_manager_renews_every_tracked_lock_until_process_job_ends_so_move_to_wait_untracks_first(
+    redis_url: str,
+):
+    """A hand-back (a drain's, a refused start's): bullmq renews on its own timer from the jobs it tracks, and tracks a
+    job until its processJob ends. A renewal after the move found no lock and the Worker said "could not renew lock for
+    job …" of a job back in its queue as meant. Here the renewal comes right after the move, every time."""
+
+    async def main() -> None:
+        queue = bullmq.Queue("untrack", _opts(redis_url))
+        errors: list[str] = []
+        runs: list[tuple[str, int]] = []
+
+        async def processor(job: Any, token: str) -> str:
+            runs.append((job.id, job.attemptsMade))
+            if len(runs) > 1:
+                return "ok"
+            await move_to_wait(job, token)
+            locks = worker.lockManager
+            await locks._extend_locks(list(locks.tracked_jobs))
+            raise DelayedError()
+
+        worker = _gated(redis_url, "untrack", processor, asyncio.Semaphore(1))
+        worker.on("error", lambda error, *_: errors.append(str(error)))
+        runner = asyncio.ensure_future(worker.run())
+        job = await queue.add("t", {}, {"priority": 3})
+        await _until(lambda: asyncio.sleep(0, len(runs) == 2))
+        await worker.close(force=True)
+        runner.cancel()
+        assert errors == []
+        # Moved as meant: taken again, no attempt spent.
+        assert runs == [(job.id, 0), (job.id, 0)]
+        await queue.obliterate(force=True)
+        await queue.close()
+
+    asyncio.run(main())
+
+
 def test_bullmq_the_queue_backend_promotes_a_delayed_job_to_its_wait_list(redis_url: str):
     async def main() -> None:
         queue = bullmq.Queue("promote", _opts(redis_url))

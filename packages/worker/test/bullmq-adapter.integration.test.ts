@@ -7,7 +7,7 @@ import { DelayedError, Queue, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { uniquePrefix } from '../../../test/helpers/redis.js';
 import { useRedis } from '../../../test/helpers/use-redis.js';
-import { GatedWorker, bullmqLimiterKey, bullmqMarkerKey, holdTakes } from '../src/engine/bullmq-adapter.js';
+import { GatedWorker, bullmqLimiterKey, bullmqMarkerKey, holdTakes, moveToWait } from '../src/engine/bullmq-adapter.js';
 import { SlotGate, UNREADABLE_JOB_DATA } from '../src/engine/slot-gate.js';
 
 const db = useRedis();
@@ -129,6 +129,35 @@ describe('bullmq-adapter', () => {
     } finally {
       await stop();
       redis.disconnect();
+    }
+  });
+
+  it('bullmq: the lock manager renews every lock it tracks until the processor returns; moveToWait untracks first', async () => {
+    // A hand-back (a drain's, a refused start's): BullMQ renews on its own timer from the jobs it tracks, and tracks a
+    // job until its processor returns. A renewal after the move found no lock and the Worker said "could not renew
+    // lock for job …" of a job back in its queue as meant. Here the renewal comes right after the move, every time.
+    const errors: string[] = [];
+    let renewedAfterMove = false;
+    const { queue, worker, stop } = gated(new SlotGate(1), async (job) => {
+      await moveToWait(job, job.token);
+      const locks = (worker as unknown as { lockManager: { trackedJobs: Map<string, unknown> } }).lockManager;
+      await (locks as unknown as { extendLocks(ids: string[]): Promise<void> }).extendLocks([
+        ...locks.trackedJobs.keys(),
+      ]);
+      renewedAfterMove = true;
+      throw new DelayedError();
+    });
+    worker.on('error', (error) => errors.push(error.message));
+    try {
+      const job = await queue.add('t', {}, { priority: 3 });
+      void worker.run();
+      await until(() => renewedAfterMove);
+      expect(errors).toEqual([]);
+      // Moved as meant: back in its queue, its attempts kept (the worker, still running, may have taken it again).
+      expect(['prioritized', 'active']).toContain(await queue.getJobState(job.id!));
+      expect((await queue.getJob(job.id!))?.attemptsMade).toBe(0);
+    } finally {
+      await stop();
     }
   });
 

@@ -11,6 +11,8 @@
  *   worker's takes until its TTL ends (what `Queue.rateLimit` writes); a marker's score is when a worker blocked on it
  *   takes next; `Job.moveToWait` puts a taken job back at the front of its priority, attempts kept, and sets no
  *   marker (what BullMQ's `RateLimitError` does).
+ * - The lock manager (`Worker.lockManager`, protected) renews each lock it tracks on its own timer, and tracks a job
+ *   until `processJob` returns: `moveToWait` here stops the renewal of the run's lock before the move.
  * The Python worker's are in packages/worker-python/src/taskrelay_worker/engine/bullmq_adapter.py; the gateway's in
  * packages/gateway/src/tasks/bullmq-adapter.ts.
  */
@@ -50,7 +52,21 @@ export async function holdTakes(redis: RedisClient, queueQualifiedName: string, 
 
 /** A job that holds one of the gate's slots (set on the Job object BullMQ hands to the processor). */
 const HOLDS_SLOT = Symbol('taskrelay.holdsSlot');
-type Tagged = { [HOLDS_SLOT]?: true };
+/** Stops the renewal of the lock of a job's run: set by the GatedWorker running it, while it runs. */
+const UNTRACK_LOCK = Symbol('taskrelay.untrackLock');
+type Tagged = { [HOLDS_SLOT]?: true; [UNTRACK_LOCK]?: () => void };
+
+/**
+ * `Job.moveToWait` (the job back at the front of its priority, attempts kept), with its run's lock no longer renewed
+ * first. BullMQ's lock manager renews every lock it tracks on its own timer, and tracks a job until its processor
+ * returns: a renewal that reached Redis just after the move found no lock, and the Worker said `could not renew lock
+ * for job …` (an `error` event) of a job that was back in its queue as meant. Seen in 1 of 300 hand-backs with a
+ * 50-ms renewal, and as a drain's hand-backs at its grace's end.
+ */
+export async function moveToWait(job: Job, token: string | undefined): Promise<void> {
+  (job as Tagged)[UNTRACK_LOCK]?.();
+  await job.moveToWait(token);
+}
 
 export interface GatedWorkerOptions extends WorkerOptions {
   gate: SlotGate;
@@ -118,9 +134,12 @@ export class GatedWorker<DataType = unknown, ResultType = void> extends Worker<D
   ): Promise<void | Job<DataType, ResultType>> {
     let next: void | Job<DataType, ResultType> = undefined;
     if ((job as Tagged)[HOLDS_SLOT]) this.unstarted = Math.max(0, this.unstarted - 1);
+    const jobId = job.id;
+    if (jobId !== undefined) (job as Tagged)[UNTRACK_LOCK] = () => this.lockManager.untrackJob(jobId);
     try {
       next = await super.processJob(job, token, fetchNextCallback);
     } finally {
+      delete (job as Tagged)[UNTRACK_LOCK];
       if ((job as Tagged)[HOLDS_SLOT]) {
         delete (job as Tagged)[HOLDS_SLOT];
         // The next job fetched with this one's completion takes its slot over.

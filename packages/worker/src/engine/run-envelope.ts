@@ -25,6 +25,7 @@ import {
 } from '@taskrelay/shared';
 import { cancelReasonOf } from '../errors.js';
 import type { WorkerMetrics } from '../metrics.js';
+import { moveToWait } from './bullmq-adapter.js';
 import type { RunningJob, RunningJobs } from './running-jobs.js';
 import type { RunOutcome } from './stages/settle.js';
 
@@ -113,7 +114,7 @@ export class RunEnvelope {
     reason: CancelReason = 'WORKER_SHUTDOWN',
   ): Promise<never> {
     try {
-      await job.moveToWait(token);
+      await moveToWait(job, token);
       log.info({ reason }, 'job put back, at the front of its queue, for another worker');
     } catch (error) {
       log.info(

@@ -18,7 +18,7 @@ import {
   type ToolLimitStore,
 } from '@taskrelay/shared';
 import type { ToolDefinition } from '../define-tool.js';
-import { holdTakes } from './bullmq-adapter.js';
+import { holdTakes, moveToWait } from './bullmq-adapter.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { BatchQueues } from './batch-queues.js';
 import type { RunningJob } from './running-jobs.js';
@@ -184,7 +184,7 @@ export class ToolLimits {
       log.debug({ err: error }, 'queue’s rate limiter not held');
     });
     try {
-      await job.moveToWait(token);
+      await moveToWait(job, token);
     } catch (error) {
       log.info({ err: error }, 'waiting job not moved back (its lock is gone); it returns to the queue');
       throw new DelayedError();

@@ -66,9 +66,22 @@ def bullmq_command(file: str) -> str:
     return (resources.files("bullmq") / "commands" / file).read_text(encoding="utf-8")
 
 
+#: The lock manager renewing the lock of a job's run, set on the job by the GatedWorker running it, while it runs.
+_RUN_LOCKS = "_taskrelay_run_locks"
+
+
 async def move_to_wait(job: Any, token: str) -> None:
     """bullmq's own ``moveJobFromActiveToWait-9`` (which bullmq-Python does not expose): the job goes back to the front
-    of its queue, holding its attempts, if ``token`` still holds its lock; raises otherwise (the command answers < 0)."""
+    of its queue, holding its attempts, if ``token`` still holds its lock; raises otherwise (the command answers < 0).
+    The run's lock is no longer renewed first: bullmq's lock manager renews every lock it tracks on its own timer, and
+    tracks a job until its processJob ends, so a renewal that reached Redis just after the move found no lock, and the
+    Worker said ``could not renew lock for job …`` of a job back in its queue as meant (1 of 300 hand-backs with a
+    50-ms renewal; a drain's hand-backs at its grace's end). Node's ``moveToWait`` does the same."""
+    locks = getattr(job, _RUN_LOCKS, None)
+    if locks is not None:
+        tracked = locks.tracked_jobs.get(str(job.id))
+        if tracked is not None and tracked.get("token") == token:
+            locks.untrack_job(str(job.id))
     keys = job.queue.keys
     script = job.queue.client.register_script(bullmq_command("moveJobFromActiveToWait-9.lua"))
     result = await script(keys=[keys[k] for k in MOVE_TO_WAIT_KEYS], args=[str(job.id), token, f"{keys['']}{job.id}"])
@@ -184,9 +197,11 @@ class GatedWorker(bullmq.Worker):
         return await super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
 
     async def processJob(self, job: Any, token: str):  # noqa: N802
+        setattr(job, _RUN_LOCKS, self.lockManager)
         try:
             return await super().processJob(job, token)
         finally:
+            setattr(job, _RUN_LOCKS, None)
             self._gate.release()
             # bullmq tracks locks by job id: a run handed back here and taken again here at once (its marker woke
             # this worker) was just untracked by the end of the old run. Track the new run's lock again, or it would
