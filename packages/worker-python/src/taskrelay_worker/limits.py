@@ -18,6 +18,7 @@ from typing import Any, Callable
 from .keys import Keys, queue_of_bull_name
 from .log import Logger
 from .protocol import RESULT
+from .stop import stop_if_cancelled
 
 
 def limit_key_digest(value: str) -> str:
@@ -144,6 +145,7 @@ class ToolLimits:
 
         async def renew() -> None:
             while True:
+                stop_if_cancelled()
                 await asyncio.sleep(max(0.05, self.lease_ms / 3000))
                 try:
                     await self.store.call("slotTake", keys, {**take, "mode": "renew"})

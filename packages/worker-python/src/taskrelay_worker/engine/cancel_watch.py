@@ -11,6 +11,7 @@ from typing import Any, Callable
 from redis.asyncio import Redis
 
 from ..protocol import CANCEL, message_problem
+from ..stop import stop_if_cancelled
 from ..store import TERMINAL
 from .running_jobs import RunEntry
 
@@ -83,6 +84,7 @@ class CancelWatch:
                 # A message missed while the subscriber was away is found by re-reading the running tasks.
                 await self._sweep_once()
                 while True:
+                    stop_if_cancelled()
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is None or message.get("type") not in ("message", "smessage"):
                         continue
@@ -117,6 +119,7 @@ class CancelWatch:
 
     async def _cancel_sweep(self) -> None:
         while True:
+            stop_if_cancelled()
             await asyncio.sleep(self.config.cancel_sweep_ms / 1000)
             try:
                 await self._sweep_once()

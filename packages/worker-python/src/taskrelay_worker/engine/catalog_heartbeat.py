@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from ..stop import stop_if_cancelled
 from .end_write import now_ms
 
 #: A worker whose heartbeat is older than this leaves the workers' index.
@@ -38,6 +39,7 @@ class CatalogHeartbeat:
 
     async def _heartbeat(self) -> None:
         while True:
+            stop_if_cancelled()
             await asyncio.sleep(self.config.heartbeat_ms / 1000)
             try:
                 await self._publish_catalog()
