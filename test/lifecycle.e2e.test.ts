@@ -9,12 +9,14 @@
  * - a SIGTERM that comes while a worker starts, Node or Python, is kept: the worker starts, then drains (exit 0). Until
  *   a process listens for SIGTERM, the kernel's default ends it at once, with no drain; a worker that listened only
  *   after its `worker ready` line could be ended by a SIGTERM sent on seeing that line.
+ * - a second signal while a worker drains ends it at once, exit code 1, Node and Python alike.
  */
 import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
 import { waitFor } from './helpers/wait-for.js';
 import { PYTHON, WORKER_MAIN, spawnNode, spawnProcess, type ManagedProcess } from './helpers/processes.js';
+import { startTask } from './helpers/tasks.js';
 import { useStack } from './helpers/stack.js';
 
 const stack = useStack({
@@ -135,6 +137,38 @@ describe('process lifecycles', () => {
         'worker draining',
         'worker stopped',
       ]);
+    },
+  );
+
+  /** SIGTERMs a worker running a long task, then again once it drains: it exits 1 without waiting for the task. */
+  const signalTwice = async (worker: ManagedProcess, tool: string, args: Record<string, unknown>) => {
+    const client = await stack.client();
+    const taskId = await startTask(client, tool, args);
+    await waitFor(() => worker.logs().some((l) => l['taskId'] === taskId && l['msg'] === 'tool started'), {
+      message: 'the task did not start on the worker',
+    });
+    worker.child.kill('SIGTERM');
+    await waitFor(() => worker.logs().some((l) => /draining/.test(String(l['to'] ?? l['msg']))), {
+      message: 'the worker did not drain',
+    });
+    worker.child.kill('SIGTERM');
+    expect(await worker.exited, worker.output()).toBe(1);
+    expect(worker.logs().map((l) => l['msg'])).toContain('second signal; exiting without waiting for running tools');
+  };
+
+  it('worker: a second SIGTERM while it drains exits at once (exit 1)', async () => {
+    const worker = await stack.addWorker({ LOG_LEVEL: 'debug', WORKER_SHUTDOWN_GRACE_MS: '120000' });
+    await signalTwice(worker, 'build_report', { report: 'twice', items: 2_000, delayMs: 50 });
+  });
+
+  it.skipIf(PYTHON === undefined)(
+    'python worker: a second SIGTERM while it drains exits at once (exit 1)',
+    async () => {
+      const worker = await stack.addPythonWorker({
+        TASKRELAY_TOOLS: 'test/fixtures/python_tools.py',
+        WORKER_SHUTDOWN_GRACE_MS: '120000',
+      });
+      await signalTwice(worker, 'py_count', { n: 2_000, delay_ms: 50 });
     },
   );
 });

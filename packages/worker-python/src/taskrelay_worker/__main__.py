@@ -1,6 +1,6 @@
 """``python -m taskrelay_worker``: serves the tools of the module ``TASKRELAY_TOOLS`` names (a ``.py`` file or a
 module name), with the Node worker's environment. A bad configuration or an unreachable Redis is one line on stderr
-and exit code 1; SIGTERM or SIGINT drains (PROTOCOL.md §21.1)."""
+and exit code 1; SIGTERM or SIGINT drains (PROTOCOL.md §21.1), a second one exits at once with code 1."""
 
 from __future__ import annotations
 
@@ -46,9 +46,20 @@ async def serve() -> int:
     # First: until a process handles SIGTERM, the default ends it at once. A SIGTERM sent on seeing "worker ready"
     # must drain; one that comes while the worker starts drains it as soon as it has started.
     stop = asyncio.Event()
+    logs: list[Logger] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        if not stop.is_set():
+            stop.set()
+            return
+        # A second signal, as the Node worker's: exit now, without waiting for running tools.
+        if logs:
+            logs[0].warn("second signal; exiting without waiting for running tools", signal=signum.name)
+        os._exit(1)
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal, signum)
     config = load_config(os.environ)
     tools = load_tools(config.tools)
     try:
@@ -56,6 +67,7 @@ async def serve() -> int:
     except ValueError as error:
         raise ConfigError(f"Invalid configuration: {error}") from None
     log = Logger(config.log_level, {"name": "worker", "language": "python"})
+    logs.append(log)
     tracing = start_tracing("taskrelay-worker", os.environ)
     worker = TaskrelayWorker(config, tools, log)
     await worker.start()
