@@ -66,6 +66,9 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Node parent’s sharded batch o
     const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
     expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
     expect(traced(TRACE, 'done', 0, 24).sort((a, b) => a - b)).toEqual(items.map((_v, n) => n));
+    // A worker's log lines reach this process through a pipe, behind the result that came through Redis: a loaded
+    // machine delivered the last of them after the batch's result (seen 20 of 24 at first).
+    await waitFor(() => pythonLines('batch child started', taskId) >= 24, { message: 'a child never said it started' });
     expect(pythonLines('batch child started', taskId)).toBe(24);
     const keys = createKeys(stack.prefix, 'sharded');
     const fifth = JSON.parse((await stack.r.hget(keys.forTask(taskId).batch(taskId).outcomes, '5')) ?? '{}') as {

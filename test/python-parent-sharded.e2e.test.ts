@@ -98,6 +98,9 @@ describe.skipIf(PYTHON === undefined)('§26.10 a Python parent’s sharded batch
     const outcomes = (result.structuredContent as { outcomes: Array<{ index: number; status: string }> }).outcomes;
     expect(outcomes.map((o) => o.status)).toEqual(items.map((i) => (i.fail ? 'failed' : 'completed')));
     expect(traced(TRACE, 'done', 300, 324).sort((a, b) => a - b)).toEqual(items.map((i) => i.n));
+    // A worker's log lines reach this process through a pipe, behind the result that came through Redis: a loaded
+    // machine delivered the last of them after the batch's result (seen 20 of 24 at first).
+    await waitFor(() => nodeLines('batch child started', taskId) >= 24, { message: 'a child never said it started' });
     expect(nodeLines('batch child started', taskId)).toBe(24);
 
     const held = Array.from({ length: 6 }, (_v, i) => ({ n: 400 + i, gate: NEVER }));

@@ -47,16 +47,23 @@ export function spawnProcess(command: string, args: string[], env: Record<string
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+  // Each stream apart as well, for its lines: a chunk of one stream can land inside a line of the other in `out`.
+  const streams = { stdout: '', stderr: '' };
+  child.stdout?.on('data', (d: Buffer) => {
+    out += d.toString();
+    streams.stdout += d.toString();
+  });
+  child.stderr?.on('data', (d: Buffer) => {
+    out += d.toString();
+    streams.stderr += d.toString();
+  });
   const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
   const proc: ManagedProcess = {
     child,
     pid: child.pid ?? -1,
     output: () => out,
     logs: () =>
-      out
-        .split('\n')
+      [...streams.stdout.split('\n'), ...streams.stderr.split('\n')]
         .filter((l) => l.startsWith('{'))
         .flatMap((l) => {
           try {
@@ -122,7 +129,10 @@ export async function startGatewayProcess(
  */
 export function listensOn(pid: number, port: number): boolean | undefined {
   const tables = ['/proc/net/tcp', '/proc/net/tcp6'].filter((table) => existsSync(table));
-  if (tables.length === 0 || !existsSync(`/proc/${pid}/fd`)) return undefined;
+  if (tables.length === 0) return undefined;
+  // A process that is gone listens on nothing. (Undefined here once took a gateway that had just exited with
+  // EADDRINUSE, behind another process's answer on its port, for ready.)
+  if (!existsSync(`/proc/${pid}/fd`)) return false;
   const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
   const inodes = new Set<string>();
   for (const table of tables) {
@@ -159,6 +169,7 @@ async function startGatewayOnce(
     async () => {
       if (proc.child.exitCode !== null) throw new StopWaiting(`gateway exited: ${proc.output()}`);
       const res = await fetch(`${base}/readyz`).catch(() => undefined);
+      if (proc.child.exitCode !== null) throw new StopWaiting(`gateway exited: ${proc.output()}`);
       // Another suite's process that took the port first answers /readyz too, while this gateway is about to exit
       // with EADDRINUSE: only its own listener counts (then the port is retried above).
       return res?.status === 200 && listensOn(proc.pid, port) !== false;
