@@ -15,7 +15,15 @@ import { describe, expect, it } from 'vitest';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createKeys } from '@taskrelay/shared';
 import { waitFor } from './helpers/wait-for.js';
-import { PYTHON, WORKER_MAIN, spawnNode, spawnProcess, type ManagedProcess } from './helpers/processes.js';
+import {
+  GATEWAY_MAIN,
+  PYTHON,
+  WORKER_MAIN,
+  spawnNode,
+  spawnProcess,
+  type ManagedProcess,
+} from './helpers/processes.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { startTask } from './helpers/tasks.js';
 import { useStack } from './helpers/stack.js';
 
@@ -100,6 +108,29 @@ describe('process lifecycles', () => {
     expect(states(worker, 'worker state')).toEqual(['starting', 'running', 'draining', 'stopping', 'stopped']);
     expect(await stack.r.zscore(keys.workers, workerId)).toBeNull();
     expect(await stack.r.exists(keys.workerCatalog(workerId))).toBe(0);
+  });
+
+  it('gateway: a SIGTERM while it starts is kept, and drains it once it has started (exit 0)', async () => {
+    // Its Redis is held behind a paused proxy: the gateway's first connection there says it is past its first line,
+    // and it cannot be ready before the proxy resumes.
+    const proxy = await startTcpProxy({ port: stack.redis.port });
+    try {
+      proxy.pause();
+      const gateway = spawnNode(GATEWAY_MAIN, {
+        ...stack.env,
+        REDIS_URL: proxy.url,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        LOG_LEVEL: 'debug',
+      });
+      await waitFor(() => proxy.accepted > 0, { message: 'the gateway never reached its Redis' });
+      gateway.child.kill('SIGTERM');
+      proxy.resume();
+      expect(await gateway.exited, gateway.output()).toBe(0);
+      expect(states(gateway, 'gateway state')).toEqual(['ready', 'draining', 'closed']);
+    } finally {
+      await proxy.close();
+    }
   });
 
   /** Starts a worker whose tools take 1.5 s to load, and sends SIGTERM once they start to. */
