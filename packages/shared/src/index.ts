@@ -49,7 +49,7 @@ export {
 export type { Keys } from './protocol/keys.js';
 export { createLogger, endLogs } from './logger.js';
 export type { Logger } from './logger.js';
-export { listenForStopSignals, STOP_SIGNALS } from './stop-signals.js';
+export { listenForStopSignals } from './stop-signals.js';
 export type { StopSignal, StopSignals } from './stop-signals.js';
 export {
   BackoffSchema,

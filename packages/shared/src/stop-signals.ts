@@ -1,5 +1,5 @@
 /** The signals that stop a taskrelay process: SIGTERM (an orchestrator) and SIGINT (Ctrl-C). */
-export const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 export type StopSignal = (typeof STOP_SIGNALS)[number];
 
 export interface StopSignals {

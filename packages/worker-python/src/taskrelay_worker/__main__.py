@@ -46,15 +46,15 @@ async def serve() -> int:
     # First: until a process handles SIGTERM, the default ends it at once. A SIGTERM sent on seeing "worker ready"
     # must drain; one that comes while the worker starts drains it as soon as it has started.
     stop = asyncio.Event()
-    logs: list[Logger] = []
+    log: Logger | None = None  # set once the configuration is read
 
     def on_signal(signum: signal.Signals) -> None:
         if not stop.is_set():
             stop.set()
             return
         # A second signal, as the Node worker's: exit now, without waiting for running tools.
-        if logs:
-            logs[0].warn("second signal; exiting without waiting for running tools", signal=signum.name)
+        if log is not None:
+            log.warn("second signal; exiting without waiting for running tools", signal=signum.name)
         os._exit(1)
 
     loop = asyncio.get_running_loop()
@@ -67,7 +67,6 @@ async def serve() -> int:
     except ValueError as error:
         raise ConfigError(f"Invalid configuration: {error}") from None
     log = Logger(config.log_level, {"name": "worker", "language": "python"})
-    logs.append(log)
     tracing = start_tracing("taskrelay-worker", os.environ)
     worker = TaskrelayWorker(config, tools, log)
     await worker.start()
